@@ -1,0 +1,318 @@
+//! The ledger: the only code that writes the store.
+//!
+//! Two actors make it up:
+//!
+//! - [`LedgerWriter`] runs on a `SyncArbiter` with one thread and owns the one writing
+//!   `rusqlite::Connection`. Writes are serialized by construction: there is no other writer
+//!   to lock against.
+//! - [`Ledger`] is a small async actor in front of it that implements group commit. A
+//!   `SyncContext` cannot look into its mailbox, so the front collects the writes that arrive
+//!   while the previous batch is committing and hands them over as one [`Commit`]: under load
+//!   a whole burst costs one transaction, when idle a write is committed at once.
+//!
+//! Every write is a value of a type implementing [`LedgerWrite`] (a typed message with a typed
+//! reply). Inside a batch each write runs in its own savepoint, so one failing write is rolled
+//! back alone and the others still commit. Replies are sent only after the commit: a caller that
+//! got `Ok` knows its row is in the store.
+//!
+//! [`LedgerHandle`] is the cloneable handle. Readers never come here: they open their own
+//! read-only connections (`crate::store::open_reader`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use rusqlite::Connection;
+
+use crate::store::exec::{self, ExecCompletion, NewExec};
+use crate::store::{migrations, open_writer, StoreError};
+
+/// The most writes one transaction takes. Bounds how long a single commit can hold the write
+/// lock (readers in WAL mode are never blocked, but other processes' writers are).
+const MAX_BATCH: usize = 4096;
+
+/// Errors a ledger caller sees.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{0}")]
+    Store(Arc<StoreError>),
+    /// The ledger's threads are gone (the system is shutting down).
+    #[error("the ledger is not running")]
+    Stopped,
+}
+
+impl From<StoreError> for LedgerError {
+    fn from(error: StoreError) -> Self {
+        LedgerError::Store(Arc::new(error))
+    }
+}
+
+impl LedgerError {
+    /// The store error underneath, if any.
+    pub fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            LedgerError::Store(error) => Some(error),
+            LedgerError::Stopped => None,
+        }
+    }
+}
+
+/// A write the ledger can apply: a typed message whose reply is `Output`.
+pub trait LedgerWrite: Send + 'static {
+    type Output: Send + 'static;
+    /// Applies the write inside the ledger's current transaction.
+    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError>;
+}
+
+/// Called once the batch a write belongs to has committed (or failed to).
+type Reply = Box<dyn FnOnce(Result<(), LedgerError>) + Send>;
+/// A type-erased write: applies itself, says whether it succeeded, and hands back its reply.
+type Op = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+
+fn erase<W: LedgerWrite>(
+    write: W,
+    deliver: impl FnOnce(Result<W::Output, LedgerError>) + Send + 'static,
+) -> Op {
+    Box::new(move |connection| {
+        let result = write.apply(connection).map_err(LedgerError::from);
+        let applied = result.is_ok();
+        let reply: Reply = Box::new(move |commit| {
+            deliver(match commit {
+                Ok(()) => result,
+                Err(error) => Err(error),
+            })
+        });
+        (applied, reply)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer thread.
+
+/// Owns the writing connection. Private: talk to it through [`LedgerHandle`].
+struct LedgerWriter {
+    path: PathBuf,
+    /// Opened by [`Open`] on this actor's own thread, so even the pragmas that write the file
+    /// header (`journal_mode=WAL`) come from the ledger.
+    connection: Option<Connection>,
+}
+
+impl Actor for LedgerWriter {
+    type Context = SyncContext<Self>;
+}
+
+/// Opens the writing connection and, when `migrate`, brings the schema up to date.
+#[derive(Message)]
+#[rtype(result = "Result<u32, StoreError>")]
+struct Open {
+    migrate: bool,
+}
+
+impl Handler<Open> for LedgerWriter {
+    type Result = Result<u32, StoreError>;
+
+    fn handle(&mut self, message: Open, _: &mut SyncContext<Self>) -> Self::Result {
+        let mut connection = open_writer(&self.path)?;
+        let version = if message.migrate {
+            migrations::migrate(&mut connection)
+                .map_err(|error| StoreError::from_sqlite(&self.path, error))?
+        } else {
+            connection.query_row("PRAGMA user_version", [], |row| row.get(0))?
+        };
+        self.connection = Some(connection);
+        Ok(version)
+    }
+}
+
+/// A batch of writes to commit in one transaction.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Commit(Vec<Op>);
+
+impl Handler<Commit> for LedgerWriter {
+    type Result = ();
+
+    fn handle(&mut self, Commit(ops): Commit, _: &mut SyncContext<Self>) {
+        // A handle exists only once `Open` succeeded, so there is always a connection; were
+        // there none, dropping the writes makes each caller see `LedgerError::Stopped`.
+        let Some(connection) = self.connection.as_mut() else {
+            return;
+        };
+        let path = &self.path;
+        let mut replies = Vec::with_capacity(ops.len());
+        let outcome = (|| -> Result<(), StoreError> {
+            let transaction = connection
+                .transaction()
+                .map_err(|error| StoreError::from_sqlite(path, error))?;
+            for op in ops {
+                transaction.execute_batch("SAVEPOINT op")?;
+                let (applied, reply) = op(&transaction);
+                if applied {
+                    transaction.execute_batch("RELEASE op")?;
+                } else {
+                    transaction.execute_batch("ROLLBACK TO op; RELEASE op")?;
+                }
+                replies.push(reply);
+            }
+            transaction
+                .commit()
+                .map_err(|error| StoreError::from_sqlite(path, error))
+        })();
+        let outcome = outcome.map_err(LedgerError::from);
+        for reply in replies {
+            reply(outcome.clone());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The group-commit front.
+
+/// Gathers writes while a batch is committing. Private: see [`LedgerHandle`].
+struct Ledger {
+    writer: Addr<LedgerWriter>,
+    /// Writes waiting for the next transaction.
+    pending: Vec<Op>,
+    /// Whether a [`Commit`] is with the writer now; while it is, writes only accumulate.
+    committing: bool,
+}
+
+impl Actor for Ledger {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Enqueue(Op);
+
+impl Handler<Enqueue> for Ledger {
+    type Result = ();
+
+    fn handle(&mut self, Enqueue(op): Enqueue, ctx: &mut Context<Self>) {
+        self.pending.push(op);
+        self.flush(ctx);
+    }
+}
+
+impl Ledger {
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.committing || self.pending.is_empty() {
+            return;
+        }
+        let take = self.pending.len().min(MAX_BATCH);
+        let batch: Vec<Op> = self.pending.drain(..take).collect();
+        self.committing = true;
+        ctx.spawn(
+            self.writer
+                .send(Commit(batch))
+                .into_actor(self)
+                .map(|_, ledger, ctx| {
+                    ledger.committing = false;
+                    ledger.flush(ctx);
+                }),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The handle.
+
+/// The cloneable way to write the store. Needs a running actix system.
+#[derive(Clone)]
+pub struct LedgerHandle {
+    front: Addr<Ledger>,
+    /// Kept for [`LedgerHandle::write_blocking`], which must not depend on the thread that
+    /// runs the front (a panic hook runs on a thread that may be that one).
+    writer: Addr<LedgerWriter>,
+}
+
+impl LedgerHandle {
+    /// Starts the ledger on the store at `path`, creating the file if needed. With `migrate`
+    /// the schema is brought up to date first; without it (early commands) the store is used
+    /// as it is. Returns the handle and the schema version.
+    pub async fn start(path: &Path, migrate: bool) -> Result<(LedgerHandle, u32), LedgerError> {
+        let owned = path.to_path_buf();
+        let writer = SyncArbiter::start(1, move || LedgerWriter {
+            path: owned.clone(),
+            connection: None,
+        });
+        let version = writer
+            .send(Open { migrate })
+            .await
+            .map_err(|_| LedgerError::Stopped)??;
+        let front = Ledger {
+            writer: writer.clone(),
+            pending: Vec::new(),
+            committing: false,
+        }
+        .start();
+        Ok((LedgerHandle { front, writer }, version))
+    }
+
+    /// Applies `write` in the next group commit and answers once it is durable.
+    pub async fn write<W: LedgerWrite>(&self, write: W) -> Result<W::Output, LedgerError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let op = erase(write, move |result| {
+            let _ = sender.send(result);
+        });
+        self.front.do_send(Enqueue(op));
+        receiver.await.map_err(|_| LedgerError::Stopped)?
+    }
+
+    /// Applies `write` in a transaction of its own, blocking the calling thread for at most
+    /// `timeout`. For paths where no async code can run any more (a panic hook).
+    pub fn write_blocking<W: LedgerWrite>(
+        &self,
+        write: W,
+        timeout: Duration,
+    ) -> Result<W::Output, LedgerError> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let op = erase(write, move |result| {
+            let _ = sender.send(result);
+        });
+        self.writer.do_send(Commit(vec![op]));
+        receiver
+            .recv_timeout(timeout)
+            .map_err(|_| LedgerError::Stopped)?
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writes of the exec ledger.
+
+/// Records an exec when it starts (or whole, when it carries its completion).
+pub struct RecordExec(pub NewExec);
+
+impl LedgerWrite for RecordExec {
+    type Output = ();
+    fn apply(self, connection: &Connection) -> Result<(), StoreError> {
+        Ok(exec::insert(connection, &self.0)?)
+    }
+}
+
+/// Completes an exec. Replies whether the row was still open.
+pub struct CompleteExec {
+    pub id: String,
+    pub completion: ExecCompletion,
+}
+
+impl LedgerWrite for CompleteExec {
+    type Output = bool;
+    fn apply(self, connection: &Connection) -> Result<bool, StoreError> {
+        Ok(exec::complete(connection, &self.id, &self.completion)?)
+    }
+}
+
+/// Closes open execs whose process is gone as `lost`. Replies how many were closed.
+pub struct CloseLostExecs {
+    pub ids: Vec<String>,
+    pub at: i64,
+}
+
+impl LedgerWrite for CloseLostExecs {
+    type Output = usize;
+    fn apply(self, connection: &Connection) -> Result<usize, StoreError> {
+        Ok(exec::close_lost(connection, &self.ids, self.at)?)
+    }
+}

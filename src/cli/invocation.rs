@@ -1,0 +1,159 @@
+//! This process as an exec: the row written when it starts and completed when it ends,
+//! whichever way it ends (success, user error, engine failure, interrupt, panic).
+
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+use crate::actors::ledger::{CompleteExec, LedgerHandle, RecordExec};
+use crate::process;
+use crate::store::exec::{ExecCompletion, NewExec, Outcome};
+use crate::store::now_ms;
+
+use super::{CliError, Exit};
+
+/// The exec id a corral-started child inherits as its parent.
+pub const ENV_PARENT_EXEC: &str = "CORRAL_PARENT_EXEC";
+/// The session an agent's own `corral` calls are made for (set by session actors).
+pub const ENV_SESSION_ID: &str = "CORRAL_SESSION_ID";
+/// The trace an exec tree shares; the root exec's id.
+pub const ENV_TRACE_ID: &str = "CORRAL_TRACE_ID";
+
+/// How long a panicking process waits for the ledger to record its end before exiting.
+const PANIC_RECORD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The process group of the child `corral run` owns now (0: none), so that a panic still ends
+/// it before the process goes.
+pub static OWNED_GROUP: AtomicI32 = AtomicI32::new(0);
+
+/// Everything about this process that its exec row records.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub id: String,
+    pub trace_id: String,
+    pub parent_exec_id: Option<String>,
+    pub caller_session_id: Option<String>,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    repo: Option<String>,
+    started_at: i64,
+}
+
+fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+impl Invocation {
+    /// Reads this process's identity from its argv, working directory and environment.
+    pub fn capture(argv: Vec<OsString>) -> Self {
+        let id = uuid::Uuid::now_v7().to_string();
+        let cwd = std::env::current_dir().ok();
+        Invocation {
+            trace_id: env_value(ENV_TRACE_ID).unwrap_or_else(|| id.clone()),
+            id,
+            parent_exec_id: env_value(ENV_PARENT_EXEC),
+            caller_session_id: env_value(ENV_SESSION_ID),
+            argv: argv
+                .into_iter()
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect(),
+            repo: cwd.as_deref().and_then(crate::repo::toplevel_text),
+            cwd: cwd.map(|dir| dir.to_string_lossy().into_owned()),
+            started_at: now_ms(),
+        }
+    }
+
+    fn row(&self, completion: Option<ExecCompletion>) -> NewExec {
+        let pid = std::process::id();
+        NewExec {
+            id: self.id.clone(),
+            trace_id: self.trace_id.clone(),
+            parent_exec_id: self.parent_exec_id.clone(),
+            caller_session_id: self.caller_session_id.clone(),
+            // An exec made for a session was made by its agent, not by a person.
+            via_agent: self.caller_session_id.is_some(),
+            argv: self.argv.clone(),
+            cwd: self.cwd.clone(),
+            repo: self.repo.clone(),
+            pid,
+            pid_start: process::start_time(pid),
+            started_at: self.started_at,
+            completion,
+        }
+    }
+
+    /// Writes the exec's start. `Ok(false)` when there is no ledger to write to.
+    pub async fn record_start(&self, ledger: Option<&LedgerHandle>) -> Result<bool, CliError> {
+        let Some(ledger) = ledger else {
+            return Ok(false);
+        };
+        ledger.write(RecordExec(self.row(None))).await?;
+        Ok(true)
+    }
+
+    /// Writes the exec's end.
+    pub async fn record_end(
+        &self,
+        ledger: Option<&LedgerHandle>,
+        exit: &Exit,
+    ) -> Result<(), CliError> {
+        if let Some(ledger) = ledger {
+            ledger.write(complete(&self.id, exit)).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes start and end at once (early commands know their exit before recording).
+    pub async fn record_whole(&self, ledger: &LedgerHandle, exit: &Exit) -> Result<(), CliError> {
+        ledger
+            .write(RecordExec(self.row(Some(completion(exit)))))
+            .await?;
+        Ok(())
+    }
+
+    /// The environment a child of this exec gets, so that its own `corral` calls are recorded
+    /// as children of this one, in the same trace.
+    pub fn child_env(&self) -> [(&'static str, &str); 2] {
+        [
+            (ENV_PARENT_EXEC, self.id.as_str()),
+            (ENV_TRACE_ID, self.trace_id.as_str()),
+        ]
+    }
+}
+
+fn completion(exit: &Exit) -> ExecCompletion {
+    ExecCompletion {
+        completed_at: now_ms(),
+        exit_code: exit.code,
+        outcome: exit.outcome,
+        signal: exit.signal.clone(),
+    }
+}
+
+fn complete(id: &str, exit: &Exit) -> CompleteExec {
+    CompleteExec {
+        id: id.to_string(),
+        completion: completion(exit),
+    }
+}
+
+/// On a panic: say so in one line, end the child group this process owns, record the exec as
+/// failed with exit 101 (Rust's panic status), and exit without unwinding further.
+pub fn install_panic_hook(ledger: Option<LedgerHandle>, exec_id: String) {
+    std::panic::set_hook(Box::new(move |info| {
+        eprintln!("corral: internal error: {info}");
+        let group = OWNED_GROUP.load(Ordering::SeqCst);
+        if group > 0 {
+            process::signal_group(group, libc::SIGKILL);
+        }
+        if let Some(ledger) = &ledger {
+            let exit = Exit {
+                code: 101,
+                outcome: Outcome::Failed,
+                signal: None,
+            };
+            let _ = ledger.write_blocking(complete(&exec_id, &exit), PANIC_RECORD_TIMEOUT);
+        }
+        std::process::exit(101);
+    }));
+}

@@ -1,0 +1,285 @@
+//! The `corral` command line.
+//!
+//! Layout: this file defines the arguments (clap derive) and the path every invocation takes
+//! ([`main`]); [`invocation`] turns the process into an exec row and completes it on every way
+//! out; one file per command below it ([`run`], [`monitor`]).
+//!
+//! The path of an invocation:
+//! 1. parse; a parse that ends the process (`--help`, `--version`, a usage error) is an *early
+//!    command*: it never creates or migrates the store, but records its exec into a store that
+//!    already exists and is compatible;
+//! 2. locate and check the home and the store; a file that is not a corral store is never
+//!    written: the command says [`UNAVAILABLE`] and runs without recording;
+//! 3. record the exec's start through the ledger, run the command, record its end: exit code,
+//!    outcome, and the signal only when a signal really ended a process.
+
+pub mod invocation;
+pub mod monitor;
+pub mod run;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::actors::ledger::{LedgerError, LedgerHandle};
+use crate::home;
+use crate::store::exec::Outcome;
+use crate::store::{self, Compatibility, StoreError, UNAVAILABLE};
+use invocation::Invocation;
+
+/// corral: a local supervisor for coding-agent CLIs, with a searchable ledger of every command.
+#[derive(Debug, Parser)]
+#[command(name = "corral", version, propagate_version = true)]
+pub struct Cli {
+    /// The home directory (store, socket); default $XDG_STATE_HOME/corral.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in its own process group and record it in the exec ledger.
+    Run(run::RunArgs),
+    /// The exec history and what runs now (also: ps, top, mon).
+    #[command(visible_aliases = ["ps", "top", "mon"])]
+    Monitor(monitor::MonitorArgs),
+}
+
+/// How a command ended, as the ledger records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub code: i32,
+    pub outcome: Outcome,
+    /// Only the name of a signal that really ended a process.
+    pub signal: Option<String>,
+}
+
+impl Exit {
+    pub fn success() -> Self {
+        Exit::code(0)
+    }
+
+    pub fn code(code: i32) -> Self {
+        Exit {
+            code,
+            outcome: Outcome::of_exit_code(code),
+            signal: None,
+        }
+    }
+
+    /// corral itself was told to stop by `signal` (SIGINT → 130, SIGTERM → 143). The signal
+    /// column stays empty: the process exited; it was not killed by a signal.
+    pub fn interrupted(signal: i32) -> Self {
+        Exit {
+            code: 128 + signal,
+            outcome: Outcome::Interrupted,
+            signal: None,
+        }
+    }
+}
+
+/// A command's failure: one line for stderr and the exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    pub code: i32,
+    /// `None` when the line was already printed.
+    pub message: Option<String>,
+}
+
+impl CliError {
+    /// A failure the user can act on: exit 1.
+    pub fn failure(message: impl Into<String>) -> Self {
+        CliError {
+            code: 1,
+            message: Some(message.into()),
+        }
+    }
+
+    /// A usage error that clap could not see (a malformed value): exit 2.
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: Some(message.into()),
+        }
+    }
+
+    /// Exit `code` with nothing more to say.
+    pub fn silent(code: i32) -> Self {
+        CliError {
+            code,
+            message: None,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for CliError {
+    fn from(error: rusqlite::Error) -> Self {
+        CliError::failure(format!("store: {error}"))
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(error: StoreError) -> Self {
+        CliError::failure(error.to_string())
+    }
+}
+
+impl From<LedgerError> for CliError {
+    fn from(error: LedgerError) -> Self {
+        CliError::failure(error.to_string())
+    }
+}
+
+/// What every command gets: where the home and store are, and the ledger when recording.
+pub struct Context {
+    pub home: PathBuf,
+    pub store_path: PathBuf,
+    /// `None` when the store is not ours: the command runs without recording.
+    pub ledger: Option<LedgerHandle>,
+    pub invocation: Invocation,
+}
+
+impl Context {
+    /// A read-only connection to the store, or the reason there is none.
+    pub fn reader(&self) -> Result<rusqlite::Connection, CliError> {
+        if self.ledger.is_none() {
+            // The unavailability line was printed when the store was checked.
+            return Err(CliError::silent(1));
+        }
+        Ok(store::open_reader(&self.store_path)?)
+    }
+}
+
+/// The whole `corral` process: parse, record, run, record, exit.
+pub fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let code = match Cli::try_parse_from(&argv) {
+        Ok(cli) => actix::System::new().block_on(run_parsed(cli, argv)),
+        Err(error) => early(error, argv),
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// `--help`, `--version` or a usage error: print what clap says, and record the exec only
+/// into a store that already exists and is compatible (never creating or migrating one).
+fn early(error: clap::Error, argv: Vec<OsString>) -> i32 {
+    let code = error.exit_code();
+    let _ = error.print();
+    let Some((home, _)) = home::locate(home::scan_flag(&argv).as_deref()) else {
+        return code;
+    };
+    let path = store::store_path(&home);
+    match store::inspect(&path) {
+        Ok(Compatibility::Compatible { version }) if version >= 1 => {
+            let invocation = Invocation::capture(argv);
+            actix::System::new().block_on(async move {
+                if let Ok((ledger, _)) = LedgerHandle::start(&path, false).await {
+                    let _ = invocation.record_whole(&ledger, &Exit::code(code)).await;
+                }
+            });
+        }
+        Ok(Compatibility::Incompatible) => eprintln!("{UNAVAILABLE}"),
+        _ => {}
+    }
+    code
+}
+
+async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
+    let context = match open(&cli, argv).await {
+        Ok(context) => context,
+        Err(error) => return report(error),
+    };
+    let started = match context.invocation.record_start(context.ledger.as_ref()).await {
+        Ok(started) => started,
+        Err(error) => return report(error),
+    };
+    invocation::install_panic_hook(context.ledger.clone(), context.invocation.id.clone());
+    let result = match &cli.command {
+        // `run` owns a child: it handles SIGINT/SIGTERM itself, ending the child's group first.
+        Command::Run(args) => run::execute(&context, args).await,
+        Command::Monitor(args) => interruptible(monitor::execute(&context, args)).await,
+    };
+    let exit = match result {
+        Ok(exit) => exit,
+        Err(error) => {
+            let code = report(error);
+            Exit::code(code)
+        }
+    };
+    if started {
+        if let Err(error) = context.invocation.record_end(context.ledger.as_ref(), &exit).await {
+            let reason = error.message.unwrap_or_default();
+            eprintln!("corral: could not record the end of this command: {reason}");
+        }
+    }
+    exit.code
+}
+
+/// Runs a command that owns no child; SIGINT/SIGTERM end it as `interrupted`.
+async fn interruptible(
+    command: impl std::future::Future<Output = Result<Exit, CliError>>,
+) -> Result<Exit, CliError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return command.await;
+    };
+    tokio::select! {
+        result = command => result,
+        _ = interrupt.recv() => Ok(Exit::interrupted(libc::SIGINT)),
+        _ = terminate.recv() => Ok(Exit::interrupted(libc::SIGTERM)),
+    }
+}
+
+/// Prints a failure's line and gives its exit code.
+fn report(error: CliError) -> i32 {
+    if let Some(message) = error.message {
+        eprintln!("corral: {message}");
+    }
+    error.code
+}
+
+/// Locates the home, checks the store, starts the ledger (creating and migrating the store).
+async fn open(cli: &Cli, argv: Vec<OsString>) -> Result<Context, CliError> {
+    let (home, source) = home::locate(cli.home.as_deref()).ok_or_else(|| {
+        CliError::failure("no home directory: set CORRAL_HOME, XDG_STATE_HOME or HOME")
+    })?;
+    home::prepare(&home, &source).map_err(CliError::failure)?;
+    let store_path = store::store_path(&home);
+    let ledger = match store::inspect(&store_path)? {
+        Compatibility::Incompatible => {
+            eprintln!("{UNAVAILABLE}");
+            None
+        }
+        Compatibility::Missing | Compatibility::Compatible { .. } => {
+            let (ledger, _) = LedgerHandle::start(&store_path, true)
+                .await
+                .map_err(|error| describe_open_error(&store_path, error))?;
+            Some(ledger)
+        }
+    };
+    Ok(Context {
+        home,
+        store_path,
+        ledger,
+        invocation: Invocation::capture(argv),
+    })
+}
+
+fn describe_open_error(path: &std::path::Path, error: LedgerError) -> CliError {
+    match error.store_error() {
+        Some(StoreError::Locked(_)) => CliError::failure(format!(
+            "the store {} is locked by another writer; try again",
+            path.display()
+        )),
+        Some(other) => CliError::failure(format!("cannot open the store {}: {other}", path.display())),
+        None => CliError::failure(error.to_string()),
+    }
+}

@@ -1,0 +1,224 @@
+//! `corral monitor` (aliases `ps`, `top`, `mon`): the exec history and what runs now.
+//!
+//! Without a subcommand it prints the overview: execs still running, execs whose process is
+//! gone without completing (gaps), and a page of recent commands. The subcommands, one file
+//! each: [`list`] (filtered, paged history), [`show`] (one exec), [`prune`] (close lost execs).
+
+pub mod list;
+pub mod prune;
+pub mod show;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{CliError, Context, Exit};
+use crate::process;
+use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MonitorArgs {
+    #[command(subcommand)]
+    pub action: Option<MonitorAction>,
+
+    /// Every repository, not only the current one.
+    #[arg(long)]
+    pub all: bool,
+
+    /// Print the overview as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum MonitorAction {
+    /// The exec history, newest first, filtered and paged.
+    List(list::ListArgs),
+    /// One exec, by a unique prefix of its id.
+    Show(show::ShowArgs),
+    /// Close as `lost` the execs that never completed and whose process is gone.
+    Prune(prune::PruneArgs),
+}
+
+pub async fn execute(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
+    match &args.action {
+        Some(MonitorAction::List(list)) => list::execute(context, list),
+        Some(MonitorAction::Show(show)) => show::execute(context, show),
+        Some(MonitorAction::Prune(prune)) => prune::execute(context, prune).await,
+        None => overview(context, args),
+    }
+}
+
+/// How many recent commands the overview shows.
+const OVERVIEW_RECENT: usize = 10;
+
+#[derive(Debug, Serialize)]
+struct Overview {
+    /// Sessions and their state (filled once the supervisor records sessions).
+    items: Vec<serde_json::Value>,
+    active: Active,
+    recent_commands: ExecPage,
+}
+
+#[derive(Debug, Serialize)]
+struct Active {
+    /// Execs still running: not completed, and their process alive.
+    execs: Vec<Exec>,
+    /// Execs never completed whose process is gone; `corral monitor prune` closes them.
+    gaps: Vec<Exec>,
+}
+
+fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
+    let connection = context.reader()?;
+    let scope = repo_scope(args.all, None)?;
+    let filter = ExecFilter {
+        repo: scope.clone(),
+        ..ExecFilter::default()
+    };
+    let recent = exec::list(&connection, &filter, None, OVERVIEW_RECENT)?;
+    let (mut execs, mut gaps) = (Vec::new(), Vec::new());
+    for open in exec::open_execs(&connection)? {
+        if scope.as_ref().is_some_and(|repo| *repo != open.exec.repo) {
+            continue;
+        }
+        let alive = open
+            .exec
+            .pid
+            .is_some_and(|pid| process::is_alive(pid as u32, open.pid_start));
+        if alive {
+            execs.push(open.exec);
+        } else {
+            gaps.push(open.exec);
+        }
+    }
+    let overview = Overview {
+        items: Vec::new(),
+        active: Active { execs, gaps },
+        recent_commands: recent,
+    };
+    if args.json {
+        print_json(&overview);
+        return Ok(Exit::success());
+    }
+    println!("RUNNING ({})", overview.active.execs.len());
+    print_table(&overview.active.execs);
+    if !overview.active.gaps.is_empty() {
+        println!(
+            "\nGAPS ({}): never completed, process gone; `corral monitor prune` closes them",
+            overview.active.gaps.len()
+        );
+        print_table(&overview.active.gaps);
+    }
+    println!("\nRECENT COMMANDS");
+    print_table(&overview.recent_commands.entries);
+    Ok(Exit::success())
+}
+
+/// Which repository a listing is limited to: `None` = every one; `Some(None)` = execs made
+/// outside any repository; `Some(Some(top))` = that repository.
+pub fn repo_scope(all: bool, repo: Option<&Path>) -> Result<Option<Option<String>>, CliError> {
+    if let Some(path) = repo {
+        let top = crate::repo::toplevel(path)
+            .or_else(|| path.canonicalize().ok())
+            .ok_or_else(|| CliError::failure(format!("no such directory: {}", path.display())))?;
+        return Ok(Some(Some(top.to_string_lossy().into_owned())));
+    }
+    if all {
+        return Ok(None);
+    }
+    let cwd = std::env::current_dir()
+        .map_err(|error| CliError::failure(format!("current directory: {error}")))?;
+    Ok(Some(crate::repo::toplevel_text(&cwd)))
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json(value: &impl Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("ledger values serialize")
+    );
+}
+
+/// How many characters of an id the table shows: enough to be unique in practice (the
+/// millisecond and 12 more bits), and a valid prefix for `monitor show`.
+const SHORT_ID: usize = 18;
+
+/// The text table of `monitor list` and the overview.
+pub fn print_table(entries: &[Exec]) {
+    if entries.is_empty() {
+        println!("  (none)");
+        return;
+    }
+    println!(
+        "{:<18}  {:<19}  {:>8}  {:>4}  {:<11}  COMMAND",
+        "ID", "STARTED (UTC)", "TIME", "EXIT", "OUTCOME"
+    );
+    for exec in entries {
+        let duration = exec
+            .completed_at
+            .map(|end| format_duration(end - exec.started_at))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<18}  {:<19}  {:>8}  {:>4}  {:<11}  {}",
+            &exec.id[..exec.id.len().min(SHORT_ID)],
+            format_time(exec.started_at),
+            duration,
+            exec.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            exec.outcome.as_deref().unwrap_or("unknown"),
+            exec.command_line(),
+        );
+    }
+}
+
+/// `1.2s`, `3m04s`, `2h05m`.
+pub fn format_duration(ms: i64) -> String {
+    let ms = ms.max(0);
+    match ms {
+        0..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
+pub fn format_time(ms: i64) -> String {
+    let seconds = ms.div_euclid(1000);
+    let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    // Civil date from a day count (proleptic Gregorian; eras of 400 years).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(format_time(0), "1970-01-01 00:00:00");
+        assert_eq!(format_time(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(format_time(1_796_022_614_000), "2026-11-30 07:10:14");
+    }
+
+    #[test]
+    fn formats_durations() {
+        assert_eq!(format_duration(1_234), "1.2s");
+        assert_eq!(format_duration(184_000), "3m04s");
+        assert_eq!(format_duration(7_500_000), "2h05m");
+    }
+}

@@ -1,0 +1,87 @@
+//! `corral run -- CMD [ARGS…]`: runs CMD as the leader of its own process group with
+//! stdin/stdout/stderr passed through, exits with CMD's status, and records it.
+//!
+//! SIGINT or SIGTERM to corral ends CMD's whole group first (SIGTERM, then SIGKILL after
+//! `cancel.grace_ms`), then corral exits 130 or 143 as `interrupted`. Processes CMD leaves
+//! running in its group after it exits on its own are left alone: backgrounding is its call.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::Ordering;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::invocation::OWNED_GROUP;
+use super::{CliError, Context, Exit};
+use crate::process;
+use crate::store::exec::Outcome;
+use crate::store::settings;
+
+/// The exit status of a command that could not be started, as shells use it.
+pub const CANNOT_START: i32 = 127;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The command to run and its arguments (put them after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+pub async fn execute(context: &Context, args: &RunArgs) -> Result<Exit, CliError> {
+    // Listen before spawning, so a signal that arrives at once is not lost.
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|error| CliError::failure(format!("cannot watch SIGINT: {error}")))?;
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|error| CliError::failure(format!("cannot watch SIGTERM: {error}")))?;
+
+    let program = &args.command[0];
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(&args.command[1..])
+        .process_group(0)
+        .envs(context.invocation.child_env())
+        .env("CORRAL_HOME", &context.home);
+    let mut child = command.spawn().map_err(|error| CliError {
+        code: CANNOT_START,
+        message: Some(format!(
+            "cannot start '{}': {error}",
+            program.to_string_lossy()
+        )),
+    })?;
+    let pgid = child.id().map(|pid| pid as i32).unwrap_or(0);
+    OWNED_GROUP.store(pgid, Ordering::SeqCst);
+
+    let stop = tokio::select! {
+        status = child.wait() => {
+            OWNED_GROUP.store(0, Ordering::SeqCst);
+            let status = status
+                .map_err(|error| CliError::failure(format!("waiting for the command: {error}")))?;
+            return Ok(exit_of(status));
+        }
+        _ = interrupt.recv() => libc::SIGINT,
+        _ = terminate.recv() => libc::SIGTERM,
+    };
+    let grace = settings::cancel_grace(context.reader().ok().as_ref());
+    process::end_group(&mut child, pgid, grace).await;
+    OWNED_GROUP.store(0, Ordering::SeqCst);
+    Ok(Exit::interrupted(stop))
+}
+
+/// corral's exit for a command that ended on its own: its code, or 128 + the signal that
+/// killed it, with that signal's name recorded.
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::code(code),
+        (None, Some(signal)) => Exit {
+            code: 128 + signal,
+            outcome: Outcome::Failed,
+            signal: Some(process::signal_name(signal)),
+        },
+        (None, None) => Exit::code(1),
+    }
+}

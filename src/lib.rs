@@ -1,0 +1,15 @@
+//! corral: a local supervisor for coding-agent CLIs.
+//!
+//! Map of the crate (see ARCHITECTURE.md for the whole picture):
+//! - [`store`]: the SQLite file, its migrations, and the exec ledger's model and SQL;
+//! - [`actors`]: the actix actors; today the [`actors::ledger`], the only writer of the store;
+//! - [`cli`]: the `corral` command line, one file per command;
+//! - [`process`]: process groups and pid identity; [`repo`]: git top-level discovery;
+//!   [`home`]: where corral keeps its state.
+
+pub mod actors;
+pub mod cli;
+pub mod home;
+pub mod process;
+pub mod repo;
+pub mod store;

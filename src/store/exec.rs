@@ -1,0 +1,441 @@
+//! The exec ledger: one row per `corral` invocation (or per command wrapped by `corral run`).
+//!
+//! Writes ([`NewExec`], [`ExecCompletion`], [`close_lost`]) are applied by the ledger actor
+//! inside its transaction; reads ([`list`], [`find_by_prefix`], [`open_execs`]) run on a
+//! read-only connection of the caller's own.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+
+/// How an exec ended. `None` in an [`Exec`] means unknown: still running, or never completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    /// Ended by SIGINT/SIGTERM sent to corral itself.
+    Interrupted,
+    /// Never completed and its process is gone (closed by `corral monitor prune`).
+    Lost,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Interrupted => "interrupted",
+            Outcome::Lost => "lost",
+        }
+    }
+
+    /// The outcome of a process that exited on its own with `code`.
+    pub fn of_exit_code(code: i32) -> Self {
+        if code == 0 {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed
+        }
+    }
+}
+
+/// One exec as the ledger shows it (`monitor list` entries, `monitor show`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exec {
+    pub id: String,
+    pub trace_id: String,
+    pub parent_exec_id: Option<String>,
+    pub caller_session_id: Option<String>,
+    pub via_agent: Option<bool>,
+    /// The argv: a JSON array of strings when corral wrote it; text that is not JSON (a row
+    /// written by hand) is shown as a string.
+    pub command: Option<serde_json::Value>,
+    pub cwd: Option<String>,
+    pub repo: Option<String>,
+    pub pid: Option<i64>,
+    pub started_at: i64,
+    pub completed_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    /// `succeeded`, `failed`, `interrupted`, `lost`; `None` = unknown.
+    pub outcome: Option<String>,
+    pub signal: Option<String>,
+}
+
+impl Exec {
+    /// The argv for display: the JSON array joined by spaces, or the raw text.
+    pub fn command_line(&self) -> String {
+        match &self.command {
+            None => String::new(),
+            Some(serde_json::Value::String(raw)) => raw.clone(),
+            Some(serde_json::Value::Array(argv)) => argv
+                .iter()
+                .map(|arg| match arg {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            Some(other) => other.to_string(),
+        }
+    }
+}
+
+/// A page of `monitor list`: `next` continues it with `--after`, `null` on the last page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecPage {
+    pub entries: Vec<Exec>,
+    pub next: Option<String>,
+}
+
+const COLUMNS: &str = "id, trace_id, parent_exec_id, caller_session_id, via_agent, command, cwd, \
+                       repo, pid, started_at, completed_at, exit_code, outcome, signal";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Exec> {
+    Ok(Exec {
+        id: row.get(0)?,
+        trace_id: row.get(1)?,
+        parent_exec_id: row.get(2)?,
+        caller_session_id: row.get(3)?,
+        via_agent: row.get::<_, Option<i64>>(4)?.map(|flag| flag != 0),
+        command: row.get::<_, Option<String>>(5)?.map(|raw| {
+            serde_json::from_str(&raw).unwrap_or(serde_json::Value::String(raw))
+        }),
+        cwd: row.get(6)?,
+        repo: row.get(7)?,
+        pid: row.get(8)?,
+        started_at: row.get(9)?,
+        completed_at: row.get(10)?,
+        exit_code: row.get(11)?,
+        outcome: row.get(12)?,
+        signal: row.get(13)?,
+    })
+}
+
+/// The row written when an exec starts. When `completion` is set the exec is recorded whole
+/// in one insert (early commands know their exit before they record).
+#[derive(Debug, Clone)]
+pub struct NewExec {
+    pub id: String,
+    pub trace_id: String,
+    pub parent_exec_id: Option<String>,
+    pub caller_session_id: Option<String>,
+    pub via_agent: bool,
+    pub argv: Vec<String>,
+    pub cwd: Option<String>,
+    pub repo: Option<String>,
+    pub pid: u32,
+    pub pid_start: Option<u64>,
+    pub started_at: i64,
+    pub completion: Option<ExecCompletion>,
+}
+
+/// How an exec ended, written when it ends.
+#[derive(Debug, Clone)]
+pub struct ExecCompletion {
+    pub completed_at: i64,
+    pub exit_code: i32,
+    pub outcome: Outcome,
+    /// The name of a signal that really ended the process (`SIGKILL`), never a guess.
+    pub signal: Option<String>,
+}
+
+/// The search text of an argv: space-joined and lower-cased the way SQLite's `lower()` does
+/// (ASCII only), so that `instr(search_text, lower(?))` agrees with the insert trigger.
+pub fn search_text(argv: &[String]) -> String {
+    argv.join(" ").to_ascii_lowercase()
+}
+
+pub(crate) fn insert(transaction: &Connection, exec: &NewExec) -> rusqlite::Result<()> {
+    let command = serde_json::to_string(&exec.argv).expect("strings serialize");
+    let completion = exec.completion.as_ref();
+    transaction
+        .prepare_cached(
+            "INSERT INTO execs (id, trace_id, parent_exec_id, caller_session_id, via_agent, \
+             command, search_text, cwd, repo, pid, pid_start, started_at, completed_at, \
+             exit_code, outcome, signal) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        )?
+        .execute(params![
+            exec.id,
+            exec.trace_id,
+            exec.parent_exec_id,
+            exec.caller_session_id,
+            exec.via_agent,
+            command,
+            search_text(&exec.argv),
+            exec.cwd,
+            exec.repo,
+            exec.pid,
+            exec.pid_start.map(|start| start as i64),
+            exec.started_at,
+            completion.map(|c| c.completed_at),
+            completion.map(|c| c.exit_code),
+            completion.map(|c| c.outcome.as_str()),
+            completion.and_then(|c| c.signal.clone()),
+        ])?;
+    Ok(())
+}
+
+/// Completes an exec; a row already completed (by prune, say) keeps its first completion.
+pub(crate) fn complete(
+    transaction: &Connection,
+    id: &str,
+    completion: &ExecCompletion,
+) -> rusqlite::Result<bool> {
+    let changed = transaction
+        .prepare_cached(
+            "UPDATE execs SET completed_at = ?2, exit_code = ?3, outcome = ?4, signal = ?5 \
+             WHERE id = ?1 AND completed_at IS NULL",
+        )?
+        .execute(params![
+            id,
+            completion.completed_at,
+            completion.exit_code,
+            completion.outcome.as_str(),
+            completion.signal,
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Closes as `lost` the listed execs that are still open. Returns how many were closed.
+pub(crate) fn close_lost(
+    transaction: &Connection,
+    ids: &[String],
+    at: i64,
+) -> rusqlite::Result<usize> {
+    let mut statement = transaction.prepare_cached(
+        "UPDATE execs SET completed_at = ?2, outcome = 'lost' WHERE id = ?1 AND completed_at IS NULL",
+    )?;
+    let mut closed = 0;
+    for id in ids {
+        closed += statement.execute(params![id, at])?;
+    }
+    Ok(closed)
+}
+
+/// Which outcome `monitor list --outcome` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeFilter {
+    Is(Outcome),
+    /// `outcome IS NULL`.
+    Unknown,
+}
+
+/// The filters of `monitor list`. Every `Some` narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct ExecFilter {
+    pub parent: Option<String>,
+    pub caller: Option<String>,
+    pub outcome: Option<OutcomeFilter>,
+    /// Case-insensitive substring of the space-joined argv, `%` and `_` literal.
+    pub search: Option<String>,
+    /// `Some(None)`: only execs outside any repository.
+    pub repo: Option<Option<String>>,
+    /// Only execs whose caller session has this task key.
+    pub task: Option<String>,
+    /// Only execs whose caller session belongs to one of these wave ids.
+    pub wave_ids: Option<Vec<String>>,
+}
+
+/// A position in the newest-first order: the last entry of the previous page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub started_at: i64,
+    pub id: String,
+}
+
+impl Cursor {
+    /// The opaque text form handed out as `next`.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.started_at, self.id)
+    }
+
+    /// Reads a cursor given to `--after`, bare or as the JSON string `next` was printed as.
+    pub fn decode(text: &str) -> Option<Cursor> {
+        let text = text.trim();
+        let owned;
+        let text = if text.starts_with('"') {
+            owned = serde_json::from_str::<String>(text).ok()?;
+            owned.as_str()
+        } else {
+            text
+        };
+        let (started_at, id) = text.split_once('.')?;
+        let started_at = started_at.parse().ok()?;
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return None;
+        }
+        Some(Cursor {
+            started_at,
+            id: id.to_string(),
+        })
+    }
+}
+
+/// One page of execs, newest first, by keyset pagination on `(started_at, id)`.
+pub fn list(
+    connection: &Connection,
+    filter: &ExecFilter,
+    after: Option<&Cursor>,
+    limit: usize,
+) -> rusqlite::Result<ExecPage> {
+    let mut clauses: Vec<String> = Vec::new();
+    let mut values: Vec<SqlValue> = Vec::new();
+    let bind = |clause: &str, value: SqlValue, values: &mut Vec<SqlValue>| {
+        values.push(value);
+        clause.replace('?', &format!("?{}", values.len()))
+    };
+    if let Some(parent) = &filter.parent {
+        clauses.push(bind("parent_exec_id = ?", parent.clone().into(), &mut values));
+    }
+    if let Some(caller) = &filter.caller {
+        clauses.push(bind("caller_session_id = ?", caller.clone().into(), &mut values));
+    }
+    match filter.outcome {
+        Some(OutcomeFilter::Unknown) => clauses.push("outcome IS NULL".into()),
+        Some(OutcomeFilter::Is(outcome)) => clauses.push(bind(
+            "outcome = ?",
+            outcome.as_str().to_string().into(),
+            &mut values,
+        )),
+        None => {}
+    }
+    if let Some(search) = &filter.search {
+        clauses.push(bind(
+            "instr(search_text, lower(?)) > 0",
+            search.clone().into(),
+            &mut values,
+        ));
+    }
+    match &filter.repo {
+        Some(Some(repo)) => clauses.push(bind("repo = ?", repo.clone().into(), &mut values)),
+        Some(None) => clauses.push("repo IS NULL".into()),
+        None => {}
+    }
+    if let Some(task) = &filter.task {
+        clauses.push(bind(
+            "caller_session_id IN (SELECT id FROM sessions WHERE task = ?)",
+            task.clone().into(),
+            &mut values,
+        ));
+    }
+    if let Some(waves) = &filter.wave_ids {
+        let list = serde_json::to_string(waves).expect("strings serialize");
+        clauses.push(bind(
+            "caller_session_id IN (SELECT id FROM sessions WHERE wave_id IN \
+             (SELECT value FROM json_each(?)))",
+            list.into(),
+            &mut values,
+        ));
+    }
+    if let Some(cursor) = after {
+        values.push(cursor.started_at.into());
+        let at = values.len();
+        values.push(cursor.id.clone().into());
+        clauses.push(format!(
+            "(started_at < ?{at} OR (started_at = ?{at} AND id < ?{}))",
+            at + 1
+        ));
+    }
+    let condition = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    // One row more than asked tells whether there is a next page without a count query.
+    values.push((limit as i64 + 1).into());
+    let sql = format!(
+        "SELECT {COLUMNS} FROM execs {condition} ORDER BY started_at DESC, id DESC LIMIT ?{}",
+        values.len()
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let mut entries = statement
+        .query_map(params_from_iter(values), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let next = if entries.len() > limit {
+        entries.truncate(limit);
+        entries.last().map(|last| {
+            Cursor {
+                started_at: last.started_at,
+                id: last.id.clone(),
+            }
+            .encode()
+        })
+    } else {
+        None
+    };
+    Ok(ExecPage { entries, next })
+}
+
+/// Every exec whose id starts with `prefix` (at most `limit`, to name candidates).
+pub fn find_by_prefix(
+    connection: &Connection,
+    prefix: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<Exec>> {
+    // A range scan on the primary key: ids are ASCII, so every id with the prefix sorts
+    // between the prefix and the prefix followed by the highest ASCII character.
+    let upper = format!("{prefix}\u{7f}");
+    let mut statement = connection.prepare(&format!(
+        "SELECT {COLUMNS} FROM execs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3"
+    ))?;
+    let rows = statement
+        .query_map(params![prefix, upper, limit as i64], from_row)?
+        .collect();
+    rows
+}
+
+/// An exec still open, with what prune needs to tell whether its process lives.
+#[derive(Debug, Clone)]
+pub struct OpenExec {
+    pub exec: Exec,
+    pub pid_start: Option<u64>,
+}
+
+/// Every exec not completed, newest first.
+pub fn open_execs(connection: &Connection) -> rusqlite::Result<Vec<OpenExec>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {COLUMNS}, pid_start FROM execs WHERE completed_at IS NULL \
+         ORDER BY started_at DESC, id DESC"
+    ))?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok(OpenExec {
+                exec: from_row(row)?,
+                pid_start: row.get::<_, Option<i64>>(14)?.map(|start| start as u64),
+            })
+        })?
+        .collect();
+    rows
+}
+
+/// Wave ids whose id is `selector`, or else whose name is `selector` (within `repo` when
+/// given). Each result is `(id, repo)`.
+pub fn waves_matching(
+    connection: &Connection,
+    selector: &str,
+    repo: Option<Option<&str>>,
+) -> rusqlite::Result<Vec<(String, Option<String>)>> {
+    let by_id: Option<(String, Option<String>)> = connection
+        .query_row(
+            "SELECT id, repo FROM waves WHERE id = ?1",
+            [selector],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    if let Some(wave) = by_id {
+        return Ok(vec![wave]);
+    }
+    let mut statement = connection.prepare("SELECT id, repo FROM waves WHERE name = ?1")?;
+    let waves = statement
+        .query_map([selector], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<(String, Option<String>)>>>()?;
+    Ok(match repo {
+        Some(repo) => waves
+            .into_iter()
+            .filter(|(_, wave_repo)| wave_repo.as_deref() == repo)
+            .collect(),
+        None => waves,
+    })
+}

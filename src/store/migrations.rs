@@ -1,0 +1,132 @@
+//! Numbered schema migrations.
+//!
+//! Each step runs in its own transaction together with the `user_version` bump, so a store is
+//! always exactly at one version: a crash in the middle of step N leaves it at N-1 with every
+//! row intact. Steps only ever add (tables, columns, indexes, triggers); they never drop data.
+//! The execs table of step 1 keeps its columns forever, because early commands (`--help`, a
+//! usage error) record into a store of any compatible version without migrating it.
+
+use rusqlite::Connection;
+
+use super::APPLICATION_ID;
+
+/// One schema step: its number is its position in [`MIGRATIONS`] plus one.
+pub struct Migration {
+    /// What the step adds, for logs and for ARCHITECTURE.md readers.
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every schema step, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "exec ledger",
+        sql: r#"
+CREATE TABLE execs (
+    id                TEXT PRIMARY KEY NOT NULL,   -- UUIDv7, time-ordered
+    trace_id          TEXT NOT NULL,               -- shared by an exec tree
+    parent_exec_id    TEXT,
+    caller_session_id TEXT,
+    via_agent         INTEGER DEFAULT 0,
+    command           TEXT,                        -- argv as a JSON array
+    search_text       TEXT,                        -- lower-cased, space-joined argv
+    cwd               TEXT,
+    repo              TEXT,                        -- canonical git top-level of cwd
+    pid               INTEGER,
+    pid_start         INTEGER,                     -- process start time, tells a recycled pid
+    started_at        INTEGER NOT NULL,            -- ms since the epoch
+    completed_at      INTEGER,
+    exit_code         INTEGER,
+    outcome           TEXT,                        -- succeeded|failed|interrupted|lost, NULL = unknown
+    signal            TEXT
+);
+CREATE INDEX execs_by_start  ON execs(started_at DESC, id DESC);
+CREATE INDEX execs_by_repo   ON execs(repo, started_at DESC, id DESC);
+CREATE INDEX execs_by_parent ON execs(parent_exec_id);
+CREATE INDEX execs_by_caller ON execs(caller_session_id);
+CREATE INDEX execs_open      ON execs(started_at) WHERE completed_at IS NULL;
+-- Rows written by hand or by an older corral get their search text too.
+CREATE TRIGGER execs_search_text AFTER INSERT ON execs WHEN NEW.search_text IS NULL
+BEGIN
+    UPDATE execs SET search_text = CASE
+        WHEN json_valid(NEW.command) AND json_type(NEW.command) = 'array'
+        THEN (SELECT lower(group_concat(value, ' ')) FROM json_each(NEW.command))
+        ELSE lower(NEW.command) END
+    WHERE rowid = NEW.rowid;
+END;
+"#,
+    },
+    Migration {
+        name: "projects, waves, sessions, settings",
+        sql: r#"
+CREATE TABLE projects (
+    id          TEXT PRIMARY KEY NOT NULL,
+    name        TEXT NOT NULL UNIQUE,
+    path        TEXT NOT NULL,
+    engine      TEXT,
+    model       TEXT,
+    full_access INTEGER NOT NULL DEFAULT 0,
+    kind        TEXT NOT NULL DEFAULT 'local' CHECK (kind IN ('local', 'remote')),
+    groups      TEXT NOT NULL DEFAULT '[]',          -- JSON array of execution group names
+    instructions TEXT,
+    created_at  INTEGER NOT NULL,
+    archived_at INTEGER
+);
+CREATE TABLE waves (
+    id         TEXT PRIMARY KEY NOT NULL,
+    name       TEXT NOT NULL,
+    repo       TEXT,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX waves_by_name ON waves(name);
+CREATE TABLE sessions (
+    id               TEXT PRIMARY KEY NOT NULL,
+    project_id       TEXT REFERENCES projects(id),
+    engine           TEXT NOT NULL,
+    model            TEXT,
+    reasoning_effort TEXT,
+    thread_id        TEXT,
+    title            TEXT,
+    title_source     TEXT,                           -- human | generated
+    status           TEXT NOT NULL DEFAULT 'idle',
+    task             TEXT,                           -- external issue key, e.g. PROJ-12
+    wave_id          TEXT REFERENCES waves(id),
+    created_at       INTEGER NOT NULL,
+    archived_at      INTEGER
+);
+CREATE INDEX sessions_by_task ON sessions(task);
+CREATE INDEX sessions_by_wave ON sessions(wave_id);
+CREATE TABLE settings (
+    name       TEXT PRIMARY KEY NOT NULL,
+    value      TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+"#,
+    },
+];
+
+/// The schema version this binary writes: the number of the last step.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Brings the store to [`SCHEMA_VERSION`].
+pub fn migrate(connection: &mut Connection) -> rusqlite::Result<u32> {
+    migrate_to(connection, SCHEMA_VERSION)
+}
+
+/// Applies the steps after the store's current version up to `target`, each in one
+/// transaction. Public so tests can build a store as an older corral left it.
+pub fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<u32> {
+    let mut version: u32 =
+        connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    while version < target.min(SCHEMA_VERSION) {
+        let step = &MIGRATIONS[version as usize];
+        let transaction = connection.transaction()?;
+        transaction.execute_batch(step.sql)?;
+        transaction.pragma_update(None, "application_id", APPLICATION_ID)?;
+        transaction.pragma_update(None, "user_version", version + 1)?;
+        transaction.commit()?;
+        version += 1;
+        tracing::debug!(version, name = step.name, "store migrated");
+    }
+    Ok(version)
+}
