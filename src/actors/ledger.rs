@@ -20,7 +20,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
 use rusqlite::Connection;
@@ -65,25 +64,54 @@ pub trait LedgerWrite: Send + 'static {
     fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError>;
 }
 
-/// Called once the batch a write belongs to has committed (or failed to).
-type Reply = Box<dyn FnOnce(Result<(), LedgerError>) + Send>;
-/// A type-erased write: applies itself, says whether it succeeded, and hands back its reply.
-type Op = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+/// A write with its reply, type-erased so that writes of every type share one batch.
+trait Op: Send {
+    /// Applies the write; says whether it succeeded (a failed one is rolled back alone).
+    fn apply(&mut self, connection: &Connection) -> bool;
+    /// Delivers the reply once the batch's fate is known: the write's own result when the
+    /// batch committed, the batch's error otherwise (also when the write never ran).
+    fn finish(self: Box<Self>, commit: Result<(), LedgerError>);
+}
+
+struct Pending<W: LedgerWrite, D> {
+    write: Option<W>,
+    result: Option<Result<W::Output, LedgerError>>,
+    deliver: D,
+}
+
+impl<W, D> Op for Pending<W, D>
+where
+    W: LedgerWrite,
+    D: FnOnce(Result<W::Output, LedgerError>) + Send,
+{
+    fn apply(&mut self, connection: &Connection) -> bool {
+        let Some(write) = self.write.take() else {
+            return false;
+        };
+        let result = write.apply(connection).map_err(LedgerError::from);
+        let applied = result.is_ok();
+        self.result = Some(result);
+        applied
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), LedgerError>) {
+        let reply = match (commit, self.result) {
+            (Ok(()), Some(result)) => result,
+            (Ok(()), None) => Err(LedgerError::Stopped),
+            (Err(error), _) => Err(error),
+        };
+        (self.deliver)(reply);
+    }
+}
 
 fn erase<W: LedgerWrite>(
     write: W,
     deliver: impl FnOnce(Result<W::Output, LedgerError>) + Send + 'static,
-) -> Op {
-    Box::new(move |connection| {
-        let result = write.apply(connection).map_err(LedgerError::from);
-        let applied = result.is_ok();
-        let reply: Reply = Box::new(move |commit| {
-            deliver(match commit {
-                Ok(()) => result,
-                Err(error) => Err(error),
-            })
-        });
-        (applied, reply)
+) -> Box<dyn Op> {
+    Box::new(Pending {
+        write: Some(write),
+        result: None,
+        deliver,
     })
 }
 
@@ -128,40 +156,39 @@ impl Handler<Open> for LedgerWriter {
 /// A batch of writes to commit in one transaction.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Commit(Vec<Op>);
+struct Commit(Vec<Box<dyn Op>>);
 
 impl Handler<Commit> for LedgerWriter {
     type Result = ();
 
-    fn handle(&mut self, Commit(ops): Commit, _: &mut SyncContext<Self>) {
+    fn handle(&mut self, Commit(mut ops): Commit, _: &mut SyncContext<Self>) {
         // A handle exists only once `Open` succeeded, so there is always a connection; were
         // there none, dropping the writes makes each caller see `LedgerError::Stopped`.
         let Some(connection) = self.connection.as_mut() else {
             return;
         };
         let path = &self.path;
-        let mut replies = Vec::with_capacity(ops.len());
         let outcome = (|| -> Result<(), StoreError> {
+            // IMMEDIATE takes the write lock up front, so another process's writer shows up
+            // here, after busy_timeout, as `Locked` rather than midway through a write.
             let transaction = connection
-                .transaction()
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(|error| StoreError::from_sqlite(path, error))?;
-            for op in ops {
+            for op in ops.iter_mut() {
                 transaction.execute_batch("SAVEPOINT op")?;
-                let (applied, reply) = op(&transaction);
-                if applied {
+                if op.apply(&transaction) {
                     transaction.execute_batch("RELEASE op")?;
                 } else {
                     transaction.execute_batch("ROLLBACK TO op; RELEASE op")?;
                 }
-                replies.push(reply);
             }
             transaction
                 .commit()
                 .map_err(|error| StoreError::from_sqlite(path, error))
         })();
         let outcome = outcome.map_err(LedgerError::from);
-        for reply in replies {
-            reply(outcome.clone());
+        for op in ops {
+            op.finish(outcome.clone());
         }
     }
 }
@@ -173,7 +200,7 @@ impl Handler<Commit> for LedgerWriter {
 struct Ledger {
     writer: Addr<LedgerWriter>,
     /// Writes waiting for the next transaction.
-    pending: Vec<Op>,
+    pending: Vec<Box<dyn Op>>,
     /// Whether a [`Commit`] is with the writer now; while it is, writes only accumulate.
     committing: bool,
 }
@@ -184,7 +211,7 @@ impl Actor for Ledger {
 
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Enqueue(Op);
+struct Enqueue(Box<dyn Op>);
 
 impl Handler<Enqueue> for Ledger {
     type Result = ();
@@ -201,7 +228,7 @@ impl Ledger {
             return;
         }
         let take = self.pending.len().min(MAX_BATCH);
-        let batch: Vec<Op> = self.pending.drain(..take).collect();
+        let batch: Vec<Box<dyn Op>> = self.pending.drain(..take).collect();
         self.committing = true;
         ctx.spawn(
             self.writer
@@ -222,9 +249,6 @@ impl Ledger {
 #[derive(Clone)]
 pub struct LedgerHandle {
     front: Addr<Ledger>,
-    /// Kept for [`LedgerHandle::write_blocking`], which must not depend on the thread that
-    /// runs the front (a panic hook runs on a thread that may be that one).
-    writer: Addr<LedgerWriter>,
 }
 
 impl LedgerHandle {
@@ -242,12 +266,12 @@ impl LedgerHandle {
             .await
             .map_err(|_| LedgerError::Stopped)??;
         let front = Ledger {
-            writer: writer.clone(),
+            writer,
             pending: Vec::new(),
             committing: false,
         }
         .start();
-        Ok((LedgerHandle { front, writer }, version))
+        Ok((LedgerHandle { front }, version))
     }
 
     /// Applies `write` in the next group commit and answers once it is durable.
@@ -258,23 +282,6 @@ impl LedgerHandle {
         });
         self.front.do_send(Enqueue(op));
         receiver.await.map_err(|_| LedgerError::Stopped)?
-    }
-
-    /// Applies `write` in a transaction of its own, blocking the calling thread for at most
-    /// `timeout`. For paths where no async code can run any more (a panic hook).
-    pub fn write_blocking<W: LedgerWrite>(
-        &self,
-        write: W,
-        timeout: Duration,
-    ) -> Result<W::Output, LedgerError> {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let op = erase(write, move |result| {
-            let _ = sender.send(result);
-        });
-        self.writer.do_send(Commit(vec![op]));
-        receiver
-            .recv_timeout(timeout)
-            .map_err(|_| LedgerError::Stopped)?
     }
 }
 

@@ -3,11 +3,10 @@
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::Duration;
 
 use crate::actors::ledger::{CompleteExec, LedgerHandle, RecordExec};
 use crate::process;
-use crate::store::exec::{ExecCompletion, NewExec, Outcome};
+use crate::store::exec::{ExecCompletion, NewExec};
 use crate::store::now_ms;
 
 use super::{CliError, Exit};
@@ -18,9 +17,6 @@ pub const ENV_PARENT_EXEC: &str = "CORRAL_PARENT_EXEC";
 pub const ENV_SESSION_ID: &str = "CORRAL_SESSION_ID";
 /// The trace an exec tree shares; the root exec's id.
 pub const ENV_TRACE_ID: &str = "CORRAL_TRACE_ID";
-
-/// How long a panicking process waits for the ledger to record its end before exiting.
-const PANIC_RECORD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The process group of the child `corral run` owns now (0: none), so that a panic still ends
 /// it before the process goes.
@@ -137,23 +133,28 @@ fn complete(id: &str, exit: &Exit) -> CompleteExec {
     }
 }
 
-/// On a panic: say so in one line, end the child group this process owns, record the exec as
-/// failed with exit 101 (Rust's panic status), and exit without unwinding further.
-pub fn install_panic_hook(ledger: Option<LedgerHandle>, exec_id: String) {
-    std::panic::set_hook(Box::new(move |info| {
-        eprintln!("corral: internal error: {info}");
+/// The exit status of a command that panicked (Rust's own panic status).
+pub const PANIC_EXIT: i32 = 101;
+
+/// On a panic: say so in one line (no backtrace) and end the child group this process owns,
+/// which nothing else would end once the panicking task drops it. The exec is completed by
+/// the caller, which sees the task fail.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        let place = info
+            .location()
+            .map(|at| format!(" at {}:{}", at.file(), at.line()))
+            .unwrap_or_default();
+        eprintln!("corral: internal error: {message}{place}");
         let group = OWNED_GROUP.load(Ordering::SeqCst);
         if group > 0 {
             process::signal_group(group, libc::SIGKILL);
         }
-        if let Some(ledger) = &ledger {
-            let exit = Exit {
-                code: 101,
-                outcome: Outcome::Failed,
-                signal: None,
-            };
-            let _ = ledger.write_blocking(complete(&exec_id, &exit), PANIC_RECORD_TIMEOUT);
-        }
-        std::process::exit(101);
     }));
 }

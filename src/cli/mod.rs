@@ -48,6 +48,9 @@ pub enum Command {
     /// The exec history and what runs now (also: ps, top, mon).
     #[command(visible_aliases = ["ps", "top", "mon"])]
     Monitor(monitor::MonitorArgs),
+    /// Panics on purpose: lets the tests see that a panic still completes the exec.
+    #[command(name = "__panic", hide = true)]
+    Panic,
 }
 
 /// How a command ended, as the ledger records it.
@@ -194,15 +197,29 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
         Ok(context) => context,
         Err(error) => return report(error),
     };
-    let started = match context.invocation.record_start(context.ledger.as_ref()).await {
+    let started = match context
+        .invocation
+        .record_start(context.ledger.as_ref())
+        .await
+    {
         Ok(started) => started,
         Err(error) => return report(error),
     };
-    invocation::install_panic_hook(context.ledger.clone(), context.invocation.id.clone());
-    let result = match &cli.command {
-        // `run` owns a child: it handles SIGINT/SIGTERM itself, ending the child's group first.
-        Command::Run(args) => run::execute(&context, args).await,
-        Command::Monitor(args) => interruptible(monitor::execute(&context, args)).await,
+    invocation::install_panic_hook();
+    // The command runs as a task of its own so that a panic in it is contained: the hook
+    // prints one line and ends the child group, and the exec is still completed below.
+    let context = std::rc::Rc::new(context);
+    let task = tokio::task::spawn_local({
+        let context = context.clone();
+        async move { dispatch(&context, &cli.command).await }
+    });
+    let result = match task.await {
+        Ok(result) => result,
+        Err(_) => Ok(Exit {
+            code: invocation::PANIC_EXIT,
+            outcome: Outcome::Failed,
+            signal: None,
+        }),
     };
     let exit = match result {
         Ok(exit) => exit,
@@ -212,12 +229,25 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
         }
     };
     if started {
-        if let Err(error) = context.invocation.record_end(context.ledger.as_ref(), &exit).await {
+        if let Err(error) = context
+            .invocation
+            .record_end(context.ledger.as_ref(), &exit)
+            .await
+        {
             let reason = error.message.unwrap_or_default();
             eprintln!("corral: could not record the end of this command: {reason}");
         }
     }
     exit.code
+}
+
+async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError> {
+    match command {
+        // `run` owns a child: it handles SIGINT/SIGTERM itself, ending the child's group first.
+        Command::Run(args) => run::execute(context, args).await,
+        Command::Monitor(args) => interruptible(monitor::execute(context, args)).await,
+        Command::Panic => panic!("panic requested with `corral __panic`"),
+    }
 }
 
 /// Runs a command that owns no child; SIGINT/SIGTERM end it as `interrupted`.
@@ -279,7 +309,9 @@ fn describe_open_error(path: &std::path::Path, error: LedgerError) -> CliError {
             "the store {} is locked by another writer; try again",
             path.display()
         )),
-        Some(other) => CliError::failure(format!("cannot open the store {}: {other}", path.display())),
+        Some(other) => {
+            CliError::failure(format!("cannot open the store {}: {other}", path.display()))
+        }
         None => CliError::failure(error.to_string()),
     }
 }

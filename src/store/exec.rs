@@ -98,9 +98,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Exec> {
         parent_exec_id: row.get(2)?,
         caller_session_id: row.get(3)?,
         via_agent: row.get::<_, Option<i64>>(4)?.map(|flag| flag != 0),
-        command: row.get::<_, Option<String>>(5)?.map(|raw| {
-            serde_json::from_str(&raw).unwrap_or(serde_json::Value::String(raw))
-        }),
+        command: row
+            .get::<_, Option<String>>(5)?
+            .map(|raw| serde_json::from_str(&raw).unwrap_or(serde_json::Value::String(raw))),
         cwd: row.get(6)?,
         repo: row.get(7)?,
         pid: row.get(8)?,
@@ -287,10 +287,18 @@ pub fn list(
         clause.replace('?', &format!("?{}", values.len()))
     };
     if let Some(parent) = &filter.parent {
-        clauses.push(bind("parent_exec_id = ?", parent.clone().into(), &mut values));
+        clauses.push(bind(
+            "parent_exec_id = ?",
+            parent.clone().into(),
+            &mut values,
+        ));
     }
     if let Some(caller) = &filter.caller {
-        clauses.push(bind("caller_session_id = ?", caller.clone().into(), &mut values));
+        clauses.push(bind(
+            "caller_session_id = ?",
+            caller.clone().into(),
+            &mut values,
+        ));
     }
     match filter.outcome {
         Some(OutcomeFilter::Unknown) => clauses.push("outcome IS NULL".into()),

@@ -116,8 +116,7 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<u32> {
 /// Applies the steps after the store's current version up to `target`, each in one
 /// transaction. Public so tests can build a store as an older corral left it.
 pub fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<u32> {
-    let mut version: u32 =
-        connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let mut version: u32 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     while version < target.min(SCHEMA_VERSION) {
         let step = &MIGRATIONS[version as usize];
         let transaction = connection.transaction()?;

@@ -13,9 +13,11 @@ pub const DEFAULT_CANCEL_GRACE_MS: u64 = 5_000;
 /// The stored value of `name`, if any. A store too old to have settings has none.
 pub fn get(connection: &Connection, name: &str) -> Option<String> {
     connection
-        .query_row("SELECT value FROM settings WHERE name = ?1", [name], |row| {
-            row.get(0)
-        })
+        .query_row(
+            "SELECT value FROM settings WHERE name = ?1",
+            [name],
+            |row| row.get(0),
+        )
         .optional()
         .ok()
         .flatten()

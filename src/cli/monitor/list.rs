@@ -102,7 +102,12 @@ pub fn execute(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
         task: args.task.clone(),
         wave_ids,
     };
-    let page = exec::list(&connection, &filter, args.after.as_ref(), args.limit as usize)?;
+    let page = exec::list(
+        &connection,
+        &filter,
+        args.after.as_ref(),
+        args.limit as usize,
+    )?;
     if args.json {
         print_json(&page);
     } else {

@@ -164,7 +164,9 @@ pub fn print_table(entries: &[Exec]) {
             &exec.id[..exec.id.len().min(SHORT_ID)],
             format_time(exec.started_at),
             duration,
-            exec.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            exec.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into()),
             exec.outcome.as_deref().unwrap_or("unknown"),
             exec.command_line(),
         );

@@ -60,12 +60,18 @@ pub async fn execute(context: &Context, args: &PruneArgs) -> Result<Exit, CliErr
         });
         return Ok(Exit::success());
     }
-    let action = if args.dry_run { "WOULD PRUNE" } else { "PRUNED" };
+    let action = if args.dry_run {
+        "WOULD PRUNE"
+    } else {
+        "PRUNED"
+    };
     for exec in &candidates {
         println!(
             "{action} {} pid {} started {} UTC: {}",
             exec.id,
-            exec.pid.map(|pid| pid.to_string()).unwrap_or_else(|| "-".into()),
+            exec.pid
+                .map(|pid| pid.to_string())
+                .unwrap_or_else(|| "-".into()),
             format_time(exec.started_at),
             exec.command_line()
         );

@@ -48,17 +48,29 @@ pub fn execute(context: &Context, args: &ShowArgs) -> Result<Exit, CliError> {
     let optional = |value: Option<String>| value.unwrap_or_else(|| "-".into());
     println!("id:        {}", exec.id);
     println!("command:   {}", exec.command_line());
-    println!("outcome:   {}", exec.outcome.as_deref().unwrap_or("unknown"));
-    println!("exit code: {}", optional(exec.exit_code.map(|c| c.to_string())));
+    println!(
+        "outcome:   {}",
+        exec.outcome.as_deref().unwrap_or("unknown")
+    );
+    println!(
+        "exit code: {}",
+        optional(exec.exit_code.map(|c| c.to_string()))
+    );
     println!("signal:    {}", optional(exec.signal.clone()));
     println!("started:   {} UTC", format_time(exec.started_at));
     println!(
         "duration:  {}",
-        optional(exec.completed_at.map(|end| format_duration(end - exec.started_at)))
+        optional(
+            exec.completed_at
+                .map(|end| format_duration(end - exec.started_at))
+        )
     );
     println!("cwd:       {}", optional(exec.cwd.clone()));
     println!("repo:      {}", optional(exec.repo.clone()));
-    println!("pid:       {}", optional(exec.pid.map(|pid| pid.to_string())));
+    println!(
+        "pid:       {}",
+        optional(exec.pid.map(|pid| pid.to_string()))
+    );
     println!("parent:    {}", optional(exec.parent_exec_id.clone()));
     println!("trace:     {}", exec.trace_id);
     println!("caller:    {}", optional(exec.caller_session_id.clone()));

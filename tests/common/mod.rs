@@ -1,0 +1,91 @@
+//! What the integration tests share: a temporary home and the built `corral` binary in it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rusqlite::Connection;
+
+/// A temporary `CORRAL_HOME`, removed with everything in it when dropped.
+pub struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Self {
+        Home {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.path().join("corral.db")
+    }
+
+    /// `corral ARGS…` in this home, run from the home (outside any repository), with no
+    /// corral variable inherited from the environment the tests run in.
+    pub fn corral(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CORRAL_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("CORRAL_HOME", self.path());
+        command
+    }
+
+    /// Runs `corral ARGS…` and returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.corral(args).output().expect("corral runs")
+    }
+
+    /// Runs `corral ARGS…`, asserts success and parses stdout as JSON.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let output = self.run(args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {output:?}"))
+    }
+
+    /// Creates the store the way a user would: by running a command.
+    pub fn init_store(&self) {
+        let output = self.run(&["monitor", "list", "--all"]);
+        assert!(output.status.success(), "{output:?}");
+    }
+
+    /// A direct connection to the store, for setting up and checking rows.
+    pub fn db(&self) -> Connection {
+        let connection = Connection::open(self.db_path()).expect("the store opens");
+        connection
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .unwrap();
+        connection
+    }
+
+    /// The schema text, to check that a command did not migrate the store.
+    pub fn schema(&self) -> String {
+        self.db()
+            .query_row(
+                "SELECT group_concat(sql) FROM (SELECT sql FROM sqlite_master ORDER BY name)",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    }
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

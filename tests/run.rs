@@ -1,0 +1,223 @@
+//! `corral run -- CMD`: exit codes, the recorded exec, interrupts, and exec ancestry.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{stderr, stdout, Home};
+
+type Row = (Option<String>, Option<i32>, Option<String>, bool);
+
+fn exec_of(home: &Home, needle: &str) -> Row {
+    home.db()
+        .query_row(
+            "SELECT outcome, exit_code, signal, completed_at IS NOT NULL FROM execs \
+             WHERE command LIKE ?1",
+            [format!("%{needle}%")],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap()
+}
+
+#[test]
+fn exit_status_is_passed_through_and_recorded() {
+    let home = Home::new();
+    let output = home.run(&["run", "--", "sh", "-c", "echo out; echo err >&2; exit 42"]);
+    assert_eq!(output.status.code(), Some(42), "{output:?}");
+    assert_eq!(stdout(&output), "out\n");
+    assert_eq!(stderr(&output), "err\n");
+    assert_eq!(
+        exec_of(&home, "exit 42"),
+        (Some("failed".into()), Some(42), None, true)
+    );
+
+    let ok = home.run(&["run", "--", "true"]);
+    assert!(ok.status.success());
+    assert_eq!(
+        exec_of(&home, "\"true\""),
+        (Some("succeeded".into()), Some(0), None, true)
+    );
+}
+
+#[test]
+fn stdin_is_passed_through() {
+    let home = Home::new();
+    let mut child = home
+        .corral(&["run", "--", "sh", "-c", "read line; echo got:$line"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&output), "got:hello\n");
+}
+
+#[test]
+fn a_command_that_cannot_start_exits_127() {
+    let home = Home::new();
+    let output = home.run(&["run", "--", "/definitely/not/a/program"]);
+    assert_eq!(output.status.code(), Some(127), "{output:?}");
+    let message = stderr(&output);
+    assert!(
+        message.contains("cannot start '/definitely/not/a/program'"),
+        "{message}"
+    );
+    assert_eq!(message.lines().count(), 1);
+    assert_eq!(
+        exec_of(&home, "not/a/program"),
+        (Some("failed".into()), Some(127), None, true)
+    );
+}
+
+#[test]
+fn a_command_killed_by_a_signal_records_that_signal() {
+    let home = Home::new();
+    let output = home.run(&["run", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(output.status.code(), Some(128 + 9), "{output:?}");
+    assert_eq!(
+        exec_of(&home, "kill -KILL"),
+        (
+            Some("failed".into()),
+            Some(137),
+            Some("SIGKILL".into()),
+            true
+        )
+    );
+}
+
+fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z'),
+    }
+}
+
+fn interrupt(signal: i32, expected: i32, script: &str) {
+    let home = Home::new();
+    let mut child = home
+        .corral(&["run", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The script prints the pid of its background sleep once it runs.
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let sleeper: i32 = line.trim().parse().expect("the script prints a pid");
+    assert!(!process_gone(sleeper));
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(expected));
+    assert_eq!(
+        exec_of(&home, "sleep 30"),
+        (Some("interrupted".into()), Some(expected), None, true)
+    );
+    // The group was ended before corral exited; reaping by init may take a moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !process_gone(sleeper) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(process_gone(sleeper), "the sleep survived corral");
+}
+
+#[test]
+fn sigint_ends_the_group_and_records_interrupted_without_a_signal_name() {
+    interrupt(libc::SIGINT, 130, "sleep 30 & echo $!; wait");
+}
+
+#[test]
+fn sigterm_ends_the_group_and_exits_143() {
+    interrupt(libc::SIGTERM, 143, "sleep 30 & echo $!; wait");
+}
+
+#[test]
+fn a_child_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let home = Home::new();
+    home.init_store();
+    home.db()
+        .execute(
+            "INSERT INTO settings(name, value, updated_at) VALUES ('cancel.grace_ms', '300', 0)",
+            [],
+        )
+        .unwrap();
+    let mut child = home
+        .corral(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; sleep 30 & echo $!; wait",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let sleeper: i32 = line.trim().parse().unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !process_gone(sleeper) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(process_gone(sleeper));
+}
+
+#[test]
+fn children_inherit_their_exec_as_parent_and_sessions_mark_via_agent() {
+    let home = Home::new();
+    let corral = env!("CARGO_BIN_EXE_corral");
+    let script = format!("'{corral}' monitor list --all --json > /dev/null");
+    let output = home
+        .corral(&["run", "--", "sh", "-c", &script])
+        .env("CORRAL_SESSION_ID", "session-7")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    /// id, trace, parent, caller, via_agent
+    type Ancestry = (String, String, Option<String>, Option<String>, bool);
+    let rows: Vec<Ancestry> = home
+        .db()
+        .prepare(
+            "SELECT id, trace_id, parent_exec_id, caller_session_id, via_agent FROM execs \
+             ORDER BY started_at, id",
+        )
+        .unwrap()
+        .query_map([], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (outer, inner) = (&rows[0], &rows[1]);
+    assert_eq!(
+        inner.2.as_deref(),
+        Some(outer.0.as_str()),
+        "child's parent is the run"
+    );
+    assert_eq!(inner.1, outer.0, "one trace");
+    assert_eq!(outer.3.as_deref(), Some("session-7"));
+    assert!(outer.4, "a session's exec is via_agent");
+    // The session's id reaches the agent's own calls through the environment.
+    assert_eq!(inner.3.as_deref(), Some("session-7"));
+    assert!(inner.4);
+}
