@@ -19,6 +19,7 @@ const EARLY: [(&[&str], i32); 3] = [
 fn foreign_stores(path: &std::path::Path) -> Vec<(&'static str, Vec<u8>)> {
     let mut files = vec![("not SQLite", b"retained incompatible store".to_vec())];
     for (name, pragma) in [
+        ("a SQLite file with no id", "PRAGMA user_version = 0"),
         ("another program's SQLite", "PRAGMA application_id = 1234"),
         (
             "a newer corral schema",

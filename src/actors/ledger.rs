@@ -141,13 +141,12 @@ impl Handler<Open> for LedgerWriter {
     type Result = Result<u32, StoreError>;
 
     fn handle(&mut self, message: Open, _: &mut SyncContext<Self>) -> Self::Result {
-        let mut connection = open_writer(&self.path)?;
-        let version = if message.migrate {
-            migrations::migrate(&mut connection)
-                .map_err(|error| StoreError::from_sqlite(&self.path, error))?
-        } else {
-            connection.query_row("PRAGMA user_version", [], |row| row.get(0))?
-        };
+        // Early commands (no migration) never create the file either.
+        let (mut connection, mut version) = open_writer(&self.path, message.migrate)?;
+        if message.migrate {
+            version = migrations::migrate(&mut connection)
+                .map_err(|error| StoreError::from_sqlite(&self.path, error))?;
+        }
         self.connection = Some(connection);
         Ok(version)
     }
@@ -203,6 +202,29 @@ struct Ledger {
     pending: Vec<Box<dyn Op>>,
     /// Whether a [`Commit`] is with the writer now; while it is, writes only accumulate.
     committing: bool,
+    stats: LedgerStats,
+}
+
+/// Counters of the group commit, for tests and benchmarks: `writes / commits` is the mean
+/// batch size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+pub struct LedgerStats {
+    /// Transactions handed to the writer.
+    pub commits: u64,
+    /// Writes in those transactions.
+    pub writes: u64,
+}
+
+#[derive(Message)]
+#[rtype(result = "LedgerStats")]
+struct GetStats;
+
+impl Handler<GetStats> for Ledger {
+    type Result = LedgerStats;
+
+    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> LedgerStats {
+        self.stats
+    }
 }
 
 impl Actor for Ledger {
@@ -230,6 +252,8 @@ impl Ledger {
         let take = self.pending.len().min(MAX_BATCH);
         let batch: Vec<Box<dyn Op>> = self.pending.drain(..take).collect();
         self.committing = true;
+        self.stats.commits += 1;
+        self.stats.writes += batch.len() as u64;
         ctx.spawn(
             self.writer
                 .send(Commit(batch))
@@ -269,6 +293,7 @@ impl LedgerHandle {
             writer,
             pending: Vec::new(),
             committing: false,
+            stats: LedgerStats::default(),
         }
         .start();
         Ok((LedgerHandle { front }, version))
@@ -282,6 +307,14 @@ impl LedgerHandle {
         });
         self.front.do_send(Enqueue(op));
         receiver.await.map_err(|_| LedgerError::Stopped)?
+    }
+
+    /// How many transactions and writes the ledger has committed so far.
+    pub async fn stats(&self) -> Result<LedgerStats, LedgerError> {
+        self.front
+            .send(GetStats)
+            .await
+            .map_err(|_| LedgerError::Stopped)
     }
 }
 
@@ -321,5 +354,88 @@ impl LedgerWrite for CloseLostExecs {
     type Output = usize;
     fn apply(self, connection: &Connection) -> Result<usize, StoreError> {
         Ok(exec::close_lost(connection, &self.ids, self.at)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::exec::ExecCompletion;
+    use crate::store::exec::Outcome;
+    use futures::future::join_all;
+
+    fn exec(id: &str) -> NewExec {
+        NewExec {
+            id: id.into(),
+            trace_id: id.into(),
+            parent_exec_id: None,
+            caller_session_id: None,
+            via_agent: false,
+            argv: vec!["corral".into(), "test".into()],
+            cwd: None,
+            repo: None,
+            pid: 1,
+            pid_start: None,
+            started_at: 1,
+            completion: None,
+        }
+    }
+
+    fn count(path: &Path) -> i64 {
+        crate::store::open_reader(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM execs", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn writes_that_arrive_together_share_a_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        actix::System::new().block_on(async {
+            let (ledger, version) = LedgerHandle::start(&path, true).await.unwrap();
+            assert_eq!(version, migrations::SCHEMA_VERSION);
+            let writes = (0..500).map(|index| ledger.write(RecordExec(exec(&format!("e{index}")))));
+            for result in join_all(writes).await {
+                result.unwrap();
+            }
+            let stats = ledger.stats().await.unwrap();
+            assert_eq!(stats.writes, 500);
+            assert!(stats.commits < 50, "{stats:?}: writes were not grouped");
+            // Every reply came after its commit: a reader sees all rows now.
+            assert_eq!(count(&path), 500);
+        });
+    }
+
+    #[test]
+    fn a_failing_write_is_rolled_back_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        actix::System::new().block_on(async {
+            let (ledger, _) = LedgerHandle::start(&path, true).await.unwrap();
+            ledger.write(RecordExec(exec("dup"))).await.unwrap();
+            let results = join_all([
+                ledger.write(RecordExec(exec("a"))),
+                ledger.write(RecordExec(exec("dup"))),
+                ledger.write(RecordExec(exec("b"))),
+            ])
+            .await;
+            assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+            assert!(results[1].is_err(), "a duplicate id must fail");
+            assert_eq!(count(&path), 3);
+            let completed = ledger
+                .write(CompleteExec {
+                    id: "a".into(),
+                    completion: ExecCompletion {
+                        completed_at: 2,
+                        exit_code: 0,
+                        outcome: Outcome::Succeeded,
+                        signal: None,
+                    },
+                })
+                .await
+                .unwrap();
+            assert!(completed);
+        });
     }
 }

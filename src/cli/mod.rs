@@ -178,11 +178,18 @@ fn early(error: clap::Error, argv: Vec<OsString>) -> i32 {
     };
     let path = store::store_path(&home);
     match store::inspect(&path) {
-        Ok(Compatibility::Compatible { version }) if version >= 1 => {
+        Ok(Compatibility::Plausible) => {
             let invocation = Invocation::capture(argv);
             actix::System::new().block_on(async move {
-                if let Ok((ledger, _)) = LedgerHandle::start(&path, false).await {
-                    let _ = invocation.record_whole(&ledger, &Exit::code(code)).await;
+                match LedgerHandle::start(&path, false).await {
+                    // Version 0: created but never migrated; there is no execs table yet.
+                    Ok((ledger, version)) if version >= 1 => {
+                        let _ = invocation.record_whole(&ledger, &Exit::code(code)).await;
+                    }
+                    Err(error) if error.store_error().is_some_and(StoreError::is_incompatible) => {
+                        eprintln!("{UNAVAILABLE}")
+                    }
+                    _ => {}
                 }
             });
         }
@@ -284,17 +291,18 @@ async fn open(cli: &Cli, argv: Vec<OsString>) -> Result<Context, CliError> {
     home::prepare(&home, &source).map_err(CliError::failure)?;
     let store_path = store::store_path(&home);
     let ledger = match store::inspect(&store_path)? {
-        Compatibility::Incompatible => {
-            eprintln!("{UNAVAILABLE}");
-            None
-        }
-        Compatibility::Missing | Compatibility::Compatible { .. } => {
-            let (ledger, _) = LedgerHandle::start(&store_path, true)
-                .await
-                .map_err(|error| describe_open_error(&store_path, error))?;
-            Some(ledger)
+        Compatibility::Incompatible => None,
+        Compatibility::Missing | Compatibility::Plausible => {
+            match LedgerHandle::start(&store_path, true).await {
+                Ok((ledger, _)) => Some(ledger),
+                Err(error) if error.store_error().is_some_and(StoreError::is_incompatible) => None,
+                Err(error) => return Err(describe_open_error(&store_path, error)),
+            }
         }
     };
+    if ledger.is_none() {
+        eprintln!("{UNAVAILABLE}");
+    }
     Ok(Context {
         home,
         store_path,

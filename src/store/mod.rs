@@ -34,6 +34,14 @@ pub const STORE_FILE: &str = "corral.db";
 /// `CORRAL_BUSY_TIMEOUT_MS` overrides it (tests use it to see the timeout without waiting).
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many WAL pages make the WAL worth truncating when a writer opens it (and SQLite's
+/// autocheckpoint interval). Every `corral` process is usually the first to open the store,
+/// and the first connection rebuilds the WAL index by reading the whole WAL, counting every
+/// frame as unbackfilled again; left alone, the WAL would only grow, and every invocation
+/// would read and checkpoint all of it. Truncating past this size bounds that work to a few
+/// hundred KiB, and costs one checkpoint every few dozen commits.
+pub const WAL_AUTOCHECKPOINT_PAGES: u32 = 64;
+
 /// The message every command prints when the file at the store's path is not a store this
 /// binary may write. The command goes on without recording.
 pub const UNAVAILABLE: &str = "Exec history unavailable: no compatible process ledger";
@@ -54,6 +62,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether this says the file is not a store this binary may write.
+    pub fn is_incompatible(&self) -> bool {
+        matches!(self, StoreError::Incompatible)
+    }
+
     /// Turns a SQLite busy/locked error into [`StoreError::Locked`] naming the file, so the user
     /// reads one clear line instead of `database is locked`.
     pub fn from_sqlite(path: &Path, error: rusqlite::Error) -> Self {
@@ -71,10 +84,13 @@ impl StoreError {
 pub enum Compatibility {
     /// No file yet: a normal command creates it, an early command leaves it absent.
     Missing,
-    /// A corral store (or an empty file SQLite will initialise) at `version` (0 = not yet
-    /// migrated), no newer than this binary knows.
-    Compatible { version: u32 },
-    /// Not SQLite, another program's SQLite file, or a schema newer than this binary.
+    /// A file that may be a corral store: its header says so, or it is a SQLite file without
+    /// an id yet (WAL mode keeps the newest header in the `-wal` until a checkpoint). The
+    /// ledger's writing connection checks `application_id` and `user_version` when it opens,
+    /// before writing anything ([`check_connection`]).
+    Plausible,
+    /// Not SQLite, another program's SQLite file, or a schema newer than this binary: never
+    /// opened by SQLite at all.
     Incompatible,
 }
 
@@ -92,13 +108,12 @@ pub fn busy_timeout() -> Duration {
         .unwrap_or(DEFAULT_BUSY_TIMEOUT)
 }
 
-/// Tells whether `path` holds a store this binary may open, without giving the file to SQLite
-/// when its header already says no.
+/// Tells whether `path` may hold a store this binary may open, from its header alone.
 ///
 /// The header is read with plain file I/O: the 16-byte magic, `user_version` at offset 60 and
-/// `application_id` at offset 68 (both big-endian, see the SQLite file format). In WAL mode the
-/// newest header may still sit in the `-wal` file, so a header that looks like a fresh SQLite
-/// file (id 0) is confirmed through a read-only connection.
+/// `application_id` at offset 68 (both big-endian, see the SQLite file format). A file this
+/// rules out is never given to SQLite, so it stays byte-identical with nothing created beside
+/// it. What it lets through is confirmed by [`check_connection`].
 pub fn inspect(path: &Path) -> Result<Compatibility, StoreError> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
@@ -115,41 +130,25 @@ pub fn inspect(path: &Path) -> Result<Compatibility, StoreError> {
             n => filled += n,
         }
     }
-    let wal = wal_path(path);
     if filled == 0 {
         // SQLite creates the file empty and, in WAL mode, writes the first pages to the WAL
-        // only; an empty file is one corral made (or nobody's yet), never another program's.
-        return if wal.exists() {
-            confirm_with_sqlite(path)
-        } else {
-            Ok(Compatibility::Compatible { version: 0 })
-        };
+        // only: an empty file is one corral made, or nobody's yet.
+        return Ok(Compatibility::Plausible);
     }
     if filled < header.len() || &header[..16] != b"SQLite format 3\0" {
         return Ok(Compatibility::Incompatible);
     }
     let user_version = u32::from_be_bytes(header[60..64].try_into().expect("4 bytes"));
     let application_id = i32::from_be_bytes(header[68..72].try_into().expect("4 bytes"));
-    match application_id {
-        APPLICATION_ID => Ok(classify(user_version)),
-        0 if wal.exists() => confirm_with_sqlite(path),
-        // A WAL-mode file (format bytes 18/19 = 2) without its `-wal` would make even a
-        // read-only connection create a `-shm` beside it: not ours to touch.
-        0 if user_version == 0 && header[18] != 2 => {
-            // A SQLite file with no id and no schema version: only corral's own store can be
-            // like this (created, never migrated) if it has no tables at all.
-            confirm_with_sqlite(path)
-        }
-        _ => Ok(Compatibility::Incompatible),
-    }
-}
-
-fn classify(version: u32) -> Compatibility {
-    if version > migrations::SCHEMA_VERSION {
-        Compatibility::Incompatible
-    } else {
-        Compatibility::Compatible { version }
-    }
+    let wal_mode = header[18] == 2;
+    Ok(match application_id {
+        APPLICATION_ID if user_version <= migrations::SCHEMA_VERSION => Compatibility::Plausible,
+        // No id in the main file: ours if the id is still in the WAL, or if it is a store
+        // created but never migrated. A WAL-mode file without its `-wal` would make SQLite
+        // create files beside it, so it must carry our id in the main file already.
+        0 if !wal_mode || wal_path(path).exists() => Compatibility::Plausible,
+        _ => Compatibility::Incompatible,
+    })
 }
 
 fn wal_path(path: &Path) -> PathBuf {
@@ -158,24 +157,30 @@ fn wal_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Reads `application_id`, `user_version` and the table count through a read-only connection.
-fn confirm_with_sqlite(path: &Path) -> Result<Compatibility, StoreError> {
-    let connection = open_reader(path)?;
-    let read = |pragma: &str| -> Result<i64, rusqlite::Error> {
-        connection.query_row(&format!("PRAGMA {pragma}"), [], |row| row.get(0))
+/// Checks through `connection`, before anything is written, that the file is a corral store
+/// this binary can use (or an empty SQLite file it may make one of). Returns the schema
+/// version. On `Incompatible` the caller drops the connection; checkpoint-on-close is turned
+/// off first, so that even closing writes nothing.
+pub fn check_connection(connection: &Connection) -> Result<u32, StoreError> {
+    let application_id: i32 =
+        connection.query_row("PRAGMA application_id", [], |row| row.get(0))?;
+    let version: u32 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let tables: i64 =
+        connection.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))?;
+    let ours = match application_id {
+        APPLICATION_ID => version <= migrations::SCHEMA_VERSION,
+        0 => version == 0 && tables == 0,
+        _ => false,
     };
-    let (application_id, version) = match (read("application_id"), read("user_version")) {
-        (Ok(id), Ok(version)) => (id as i32, version as u32),
-        _ => return Ok(Compatibility::Incompatible),
-    };
-    let tables: i64 = connection
-        .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
-        .unwrap_or(1);
-    Ok(match application_id {
-        APPLICATION_ID => classify(version),
-        0 if version == 0 && tables == 0 => Compatibility::Compatible { version: 0 },
-        _ => Compatibility::Incompatible,
-    })
+    if ours {
+        Ok(version)
+    } else {
+        connection.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
+        Err(StoreError::Incompatible)
+    }
 }
 
 /// Opens a connection SQLite will not write through. Readers never go through the ledger.
@@ -188,28 +193,63 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     Ok(connection)
 }
 
-/// Opens the one writing connection (for the ledger actor) and applies the pragmas every
-/// writer needs. It does not migrate: see [`migrations::migrate`].
+/// Opens the one writing connection (for the ledger actor): checks that the file is ours
+/// ([`check_connection`]), then applies the pragmas every writer needs — except to a store
+/// created but never migrated that an early command (`create` false) must leave as it is.
+/// It does not migrate: see [`migrations::migrate`]. Returns the connection and the schema
+/// version.
 ///
 /// `synchronous=NORMAL` in WAL mode: a commit is durable against a process crash at once and
 /// against power loss at the next checkpoint, which is the trade every local job queue makes.
-pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
-    let connection = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    connection.busy_timeout(busy_timeout())?;
-    let mode: String = connection
-        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-        .map_err(|error| StoreError::from_sqlite(path, error))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        tracing::warn!(mode, "store is not in WAL mode");
+pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), StoreError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
-    connection.pragma_update(None, "synchronous", "NORMAL")?;
-    connection.pragma_update(None, "foreign_keys", "ON")?;
-    Ok(connection)
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.busy_timeout(busy_timeout())?;
+    let version = check_connection(&connection).map_err(|error| match error {
+        StoreError::Sqlite(error) => StoreError::from_sqlite(path, error),
+        other => other,
+    })?;
+    if create || version > 0 {
+        let mode: String = connection
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .map_err(|error| StoreError::from_sqlite(path, error))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(mode, "store is not in WAL mode");
+        }
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        connection.pragma_update(None, "foreign_keys", "ON")?;
+        connection.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
+        truncate_long_wal(&connection, path);
+        // The last connection to close would checkpoint the whole WAL and fsync: every short
+        // `corral` process would pay for it on exit. The autocheckpoint above keeps the WAL
+        // short instead, and the WAL stays (it is part of the store, durable as it is).
+        connection.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
+    }
+    Ok((connection, version))
+}
+
+/// Checkpoints and truncates the WAL when it has grown past [`WAL_AUTOCHECKPOINT_PAGES`].
+/// Best effort: a busy reader only postpones it to a later writer.
+fn truncate_long_wal(connection: &Connection, path: &Path) {
+    let page_size: u64 = connection
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap_or(4096);
+    let long = u64::from(WAL_AUTOCHECKPOINT_PAGES) * (page_size + 24);
+    let size = std::fs::metadata(wal_path(path))
+        .map(|meta| meta.len())
+        .unwrap_or(0);
+    if size > long {
+        let result = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        if let Err(error) = result {
+            tracing::debug!(%error, "WAL not truncated");
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch: the unit of every time column.
