@@ -9,6 +9,7 @@
 
 pub mod actors;
 pub mod cli;
+pub mod engine;
 pub mod home;
 pub mod process;
 pub mod repo;

@@ -1,0 +1,2 @@
+//! Placeholder until the fake engine is written.
+fn main() {}
