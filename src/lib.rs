@@ -9,8 +9,12 @@
 
 pub mod actors;
 pub mod cli;
+mod corral;
 pub mod engine;
+pub mod framing;
 pub mod home;
 pub mod process;
 pub mod repo;
 pub mod store;
+
+pub use corral::{Corral, CorralError, CorralOptions};

@@ -25,7 +25,7 @@ use actix::prelude::*;
 use rusqlite::Connection;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
-use crate::store::{migrations, open_writer, StoreError};
+use crate::store::{migrations, open_writer, work, StoreError};
 
 /// The most writes one transaction takes. Bounds how long a single commit can hold the write
 /// lock (readers in WAL mode are never blocked, but other processes' writers are).
@@ -356,6 +356,128 @@ impl LedgerWrite for CloseLostExecs {
         Ok(exec::close_lost(connection, &self.ids, self.at)?)
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The writes of the supervisor (projects, sessions, prompts, runs, events, settings).
+
+/// Defines a write: a struct of the given fields whose `apply` runs `$body` with the
+/// connection bound to `$connection` and the fields to `$this`.
+macro_rules! ledger_write {
+    ($(#[$doc:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $output:ty,
+     |$this:ident, $connection:ident| $body:expr) => {
+        $(#[$doc])*
+        pub struct $name { $(pub $field: $ty),* }
+
+        impl LedgerWrite for $name {
+            type Output = $output;
+            fn apply(self, $connection: &Connection) -> Result<$output, StoreError> {
+                let $this = self;
+                Ok($body?)
+            }
+        }
+    };
+}
+
+ledger_write!(
+    /// Creates a project (and registers its execution groups as locking ones if new).
+    CreateProject { project: work::NewProject } -> work::Project,
+    |this, connection| work::insert_project(connection, &this.project)
+);
+
+ledger_write!(
+    /// Declares a group locking (serializes its projects) or a label only.
+    SetGroupLocking { name: String, locking: bool } -> (),
+    |this, connection| work::set_group_locking(connection, &this.name, this.locking)
+);
+
+ledger_write!(
+    /// Opens a session.
+    CreateSession { session: work::NewSession } -> work::Session,
+    |this, connection| work::insert_session(connection, &this.session)
+);
+
+ledger_write!(
+    /// Queues a prompt: `running` when the session is free, else `queued` (one transaction).
+    EnqueuePrompt { prompt: work::NewPrompt } -> work::Enqueued,
+    |this, connection| work::enqueue(connection, &this.prompt)
+);
+
+ledger_write!(
+    /// Ends a prompt and claims the session's next queued one, atomically.
+    FinishPrompt {
+        prompt_id: String,
+        status: work::PromptStatus,
+        error: Option<String>,
+        answer: Option<String>,
+    } -> Option<work::Prompt>,
+    |this, connection| work::finish_and_claim_next(
+        connection,
+        &this.prompt_id,
+        this.status,
+        this.error.as_deref(),
+        this.answer.as_deref(),
+    )
+);
+
+ledger_write!(
+    /// Cancels a prompt if it is queued; says whether it runs or already ended.
+    CancelPrompt { prompt_id: String } -> Option<work::CancelFound>,
+    |this, connection| work::cancel_prompt(connection, &this.prompt_id)
+);
+
+ledger_write!(
+    /// The prompt a session's worker runs now: the running one or the next queued one.
+    CurrentOrNext { session_id: String } -> Option<work::Prompt>,
+    |this, connection| work::current_or_next(connection, &this.session_id)
+);
+
+ledger_write!(
+    /// Writes a run's row before its child is spawned.
+    StartRun { run: work::NewRun } -> (),
+    |this, connection| work::insert_run(connection, &this.run)
+);
+
+ledger_write!(
+    /// Records the spawned child's pid (its process group) and start time.
+    RunSpawned { run_id: String, pid: u32, pid_start: Option<u64> } -> (),
+    |this, connection| work::run_spawned(connection, &this.run_id, this.pid, this.pid_start)
+);
+
+ledger_write!(
+    /// Closes a run with its exit, class of failure and retry decision.
+    EndRun { end: work::RunEnd } -> (),
+    |this, connection| work::end_run(connection, &this.end)
+);
+
+ledger_write!(
+    /// Sets (or forgets, with `None`) the engine's thread id of a session.
+    SetThread { session_id: String, thread_id: Option<String> } -> (),
+    |this, connection| work::set_thread(connection, &this.session_id, this.thread_id.as_deref())
+);
+
+ledger_write!(
+    /// Sets a generated title unless a person set one; replies whether it was set.
+    SetGeneratedTitle { session_id: String, title: String } -> bool,
+    |this, connection| work::set_generated_title(connection, &this.session_id, &this.title)
+);
+
+ledger_write!(
+    /// Appends events, numbered per session; replies with them numbered.
+    AppendEvents { events: Vec<work::NewEvent> } -> Vec<work::Event>,
+    |this, connection| work::append_events(connection, this.events)
+);
+
+ledger_write!(
+    /// Boot reconciliation: closes runs left running, lists sessions with work.
+    Recover {} -> work::Recovered,
+    |_this, connection| work::recover(connection)
+);
+
+ledger_write!(
+    /// Sets a setting (`None` removes it, back to its default).
+    SetSetting { name: String, value: Option<String> } -> (),
+    |this, connection| work::set_setting(connection, &this.name, this.value.as_deref())
+);
 
 #[cfg(test)]
 mod tests {

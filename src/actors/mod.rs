@@ -3,5 +3,12 @@
 //!
 //! - [`ledger`]: the one writer of the SQLite store (a `SyncArbiter` thread) and the async
 //!   front that gathers writes into group commits.
+//! - [`slots`]: the slot manager, which decides who may start an engine child now (engine and
+//!   total limits, project and group locks, FIFO waiters).
+//! - [`session`]: one per session with work; owns its engine children and retry policy.
+//! - [`supervisor`]: the registry of session actors, boot reconciliation, what they share.
 
 pub mod ledger;
+pub mod session;
+pub mod slots;
+pub mod supervisor;

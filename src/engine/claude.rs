@@ -1,8 +1,32 @@
-//! Placeholder until the adapter is written.
+//! The `claude` engine: Anthropic's Claude Code CLI in print mode with streamed JSON output.
+//!
+//! The argv (measured against Claude Code 2.1.197, `../shared/reference/claude-opencode.md` §1):
+//!
+//! ```text
+//! claude -p --verbose --output-format stream-json [--model M] [--resume ID]
+//!        [--dangerously-skip-permissions] PROMPT
+//! ```
+//!
+//! - `--verbose` is required: `-p` with `stream-json` refuses to run without it.
+//! - `--dangerously-skip-permissions` only with [`Sandbox::FullAccess`]. Claude has no sandbox
+//!   flag, so read-only and workspace-write both leave claude's default permission mode, in which
+//!   print mode denies the tools that would ask.
+//! - Claude has no image flag: each image is referenced from the prompt itself, appended as
+//!   `@/path/to/img.png`, one per line after the prompt text (claude reads `@path` references as
+//!   files to attach). The path is kept as the OS gave it, not re-encoded.
+//! - The reasoning effort has no claude flag and is not passed.
+//!
+//! The output is one JSON object per line ([`Claude::parse_line`]): `system/init` (the session
+//! id), `assistant` and `user` messages, and a final `result`. The `result`'s `is_error` decides
+//! the turn, not its `subtype`: an API error (429, 529, 500, a timeout) is `"subtype":"success"`
+//! with `"is_error":true`. A failed result's message gets ` (HTTP <status>)` appended when claude
+//! reports an `api_error_status`, so the retry classifier sees `429` whatever the text says.
 
 use std::ffi::OsString;
 
-use super::{Engine, EngineEvent, EngineKind, RunSpec};
+use serde_json::{Map, Value};
+
+use super::{Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
 
 /// The `claude` adapter.
 pub struct Claude;
@@ -13,15 +37,568 @@ impl Engine for Claude {
     }
 
     fn argv(&self, spec: &RunSpec) -> Vec<OsString> {
-        vec![
-            spec.program.clone().into_os_string(),
-            spec.prompt.clone().into(),
-        ]
+        let mut argv: Vec<OsString> = vec![spec.program.clone().into_os_string()];
+        argv.extend(["-p", "--verbose", "--output-format", "stream-json"].map(OsString::from));
+        if let Some(model) = non_empty(&spec.model) {
+            argv.push("--model".into());
+            argv.push(model.into());
+        }
+        if let Some(session_id) = non_empty(&spec.thread_id) {
+            argv.push("--resume".into());
+            argv.push(session_id.into());
+        }
+        if spec.sandbox == Sandbox::FullAccess {
+            argv.push("--dangerously-skip-permissions".into());
+        }
+        let mut prompt = OsString::from(&spec.prompt);
+        for image in &spec.images {
+            prompt.push("\n@");
+            prompt.push(image);
+        }
+        argv.push(prompt);
+        argv
     }
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
-        vec![EngineEvent::Raw {
-            line: line.to_string(),
-        }]
+        if line.trim().is_empty() {
+            return Vec::new();
+        }
+        let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else {
+            return raw(line);
+        };
+        let events = match str_field(&object, "type") {
+            Some("system") => system(&object),
+            Some("assistant") => content_blocks(&object).map(assistant_blocks),
+            Some("user") => Some(user_blocks(&object)),
+            Some("result") => Some(result(&object)),
+            Some("stream_event") => object.get("event").and_then(stream_event),
+            _ => None,
+        };
+        events.unwrap_or_else(|| raw(line))
+    }
+}
+
+/// `system` lines: `init` names the session; `api_retry` announces a retry of the API call.
+/// Other subtypes (`status`…) are kept raw.
+fn system(object: &Map<String, Value>) -> Option<Vec<EngineEvent>> {
+    match str_field(object, "subtype")? {
+        "init" => Some(vec![EngineEvent::ThreadStarted {
+            thread_id: str_field(object, "session_id")?.to_string(),
+        }]),
+        "api_retry" => {
+            let mut message = String::from("API retry");
+            if let Some(attempt) = object.get("attempt").and_then(Value::as_u64) {
+                message.push_str(&format!(" {attempt}"));
+                if let Some(max) = object.get("max_retries").and_then(Value::as_u64) {
+                    message.push_str(&format!("/{max}"));
+                }
+            }
+            if let Some(error) = str_field(object, "error") {
+                message.push_str(&format!(": {error}"));
+            }
+            if let Some(status) = object.get("error_status").and_then(Value::as_u64) {
+                message.push_str(&format!(" (HTTP {status})"));
+            }
+            Some(vec![EngineEvent::Notice { message }])
+        }
+        _ => None,
+    }
+}
+
+/// The `message.content` blocks of an `assistant` or `user` line.
+fn content_blocks(object: &Map<String, Value>) -> Option<&[Value]> {
+    object
+        .get("message")?
+        .get("content")?
+        .as_array()
+        .map(Vec::as_slice)
+}
+
+/// The assistant's text blocks are messages and its `tool_use` blocks tool calls; thinking and
+/// other blocks say nothing the supervisor uses.
+fn assistant_blocks(blocks: &[Value]) -> Vec<EngineEvent> {
+    blocks
+        .iter()
+        .filter_map(|block| match block.get("type").and_then(Value::as_str)? {
+            "text" => Some(EngineEvent::Message {
+                text: block.get("text")?.as_str()?.to_string(),
+            }),
+            "tool_use" => Some(EngineEvent::Tool {
+                name: block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("tool_use")
+                    .to_string(),
+                detail: block.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `user` line carries the results of the agent's tool calls (its content may also be the
+/// prompt as plain text, which says nothing new).
+fn user_blocks(object: &Map<String, Value>) -> Vec<EngineEvent> {
+    content_blocks(object)
+        .into_iter()
+        .flatten()
+        .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .map(|block| EngineEvent::Tool {
+            name: "tool_result".to_string(),
+            detail: block.clone(),
+        })
+        .collect()
+}
+
+/// The final `result` line.
+fn result(object: &Map<String, Value>) -> Vec<EngineEvent> {
+    let subtype = str_field(object, "subtype");
+    // `is_error` decides; only if it is missing does the subtype stand in for it.
+    let is_error = object
+        .get("is_error")
+        .and_then(Value::as_bool)
+        .unwrap_or(subtype != Some("success"));
+    if is_error {
+        return vec![EngineEvent::TurnFailed {
+            message: failure_message(object, subtype),
+        }];
+    }
+    let mut events = Vec::new();
+    // The session id again: a resumed session keeps its id, so this repeats the init's.
+    if let Some(session_id) = str_field(object, "session_id") {
+        events.push(EngineEvent::ThreadStarted {
+            thread_id: session_id.to_string(),
+        });
+    }
+    if let Some(usage) = object.get("usage").filter(|usage| !usage.is_null()) {
+        events.push(EngineEvent::Usage {
+            usage: usage.clone(),
+        });
+    }
+    events.push(EngineEvent::TurnCompleted);
+    events
+}
+
+/// The words of a failed result: its `result` text, else its `errors`, else its subtype.
+fn failure_message(object: &Map<String, Value>, subtype: Option<&str>) -> String {
+    let errors: Vec<&str> = object
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut message = match str_field(object, "result").filter(|text| !text.trim().is_empty()) {
+        Some(text) => text.to_string(),
+        None if !errors.is_empty() => errors.join("; "),
+        None => format!(
+            "claude reported an error ({})",
+            subtype.unwrap_or("no subtype")
+        ),
+    };
+    if let Some(status) = object.get("api_error_status").and_then(Value::as_u64) {
+        message.push_str(&format!(" (HTTP {status})"));
+    }
+    message
+}
+
+/// `stream_event` lines (with `--include-partial-messages`) wrap the raw API stream; only text
+/// deltas matter, the complete message follows as an `assistant` line anyway.
+fn stream_event(event: &Value) -> Option<Vec<EngineEvent>> {
+    let event = event.as_object()?;
+    if str_field(event, "type")? != "content_block_delta" {
+        return Some(Vec::new());
+    }
+    let delta = event.get("delta")?;
+    if delta.get("type").and_then(Value::as_str) != Some("text_delta") {
+        return Some(Vec::new());
+    }
+    Some(vec![EngineEvent::MessageDelta {
+        text: delta.get("text")?.as_str()?.to_string(),
+    }])
+}
+
+fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    object.get(key).and_then(Value::as_str)
+}
+
+fn raw(line: &str) -> Vec<EngineEvent> {
+    vec![EngineEvent::Raw {
+        line: line.to_string(),
+    }]
+}
+
+fn non_empty(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|value| !value.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::{classify_failure, judge, FailureClass, RunVerdict};
+
+    fn spec(prompt: &str) -> RunSpec {
+        RunSpec {
+            program: PathBuf::from("claude"),
+            prompt: prompt.to_string(),
+            images: Vec::new(),
+            thread_id: None,
+            model: None,
+            reasoning_effort: None,
+            sandbox: Sandbox::WorkspaceWrite,
+            template: Vec::new(),
+        }
+    }
+
+    fn strings(argv: Vec<OsString>) -> Vec<String> {
+        argv.into_iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The reference elides parts of some lines as `{...}`, `[...]` or `,...}`; these become
+    /// empty values so the lines parse, everything else stays verbatim.
+    fn unelide(line: &str) -> String {
+        line.replace("{...}", "{}")
+            .replace("[...]", "[]")
+            .replace(",...}", "}")
+    }
+
+    fn parse(lines: &[&str]) -> Vec<EngineEvent> {
+        lines
+            .iter()
+            .flat_map(|line| Claude.parse_line(&unelide(line)))
+            .collect()
+    }
+
+    #[test]
+    fn new_session() {
+        assert_eq!(
+            strings(Claude.argv(&spec("say hi"))),
+            [
+                "claude",
+                "-p",
+                "--verbose",
+                "--output-format",
+                "stream-json",
+                "say hi"
+            ]
+        );
+    }
+
+    #[test]
+    fn resumed_session_with_model_and_full_access() {
+        let mut spec = spec("Build");
+        spec.thread_id = Some("session-1".into());
+        spec.model = Some("sonnet".into());
+        spec.reasoning_effort = Some("high".into());
+        spec.sandbox = Sandbox::FullAccess;
+        assert_eq!(
+            strings(Claude.argv(&spec)),
+            [
+                "claude",
+                "-p",
+                "--verbose",
+                "--output-format",
+                "stream-json",
+                "--model",
+                "sonnet",
+                "--resume",
+                "session-1",
+                "--dangerously-skip-permissions",
+                "Build",
+            ]
+        );
+    }
+
+    #[test]
+    fn read_only_and_remote_never_skip_permissions() {
+        for sandbox in [
+            Sandbox::for_prompt(false, false, true),
+            Sandbox::for_prompt(true, true, false),
+            Sandbox::WorkspaceWrite,
+        ] {
+            let mut spec = spec("Answer only");
+            spec.sandbox = sandbox;
+            assert_eq!(
+                strings(Claude.argv(&spec)),
+                [
+                    "claude",
+                    "-p",
+                    "--verbose",
+                    "--output-format",
+                    "stream-json",
+                    "Answer only"
+                ],
+                "{sandbox:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn images_are_referenced_from_the_prompt() {
+        let mut spec = spec("Inspect these");
+        spec.images = vec!["/data/a.png".into(), "/data/b c.jpg".into()];
+        let argv = strings(Claude.argv(&spec));
+        assert_eq!(argv.len(), 6);
+        assert_eq!(argv[5], "Inspect these\n@/data/a.png\n@/data/b c.jpg");
+    }
+
+    // §1.3, verbatim (elisions aside).
+    const SUCCESS: [&str; 3] = [
+        r#"{"type":"system","subtype":"init","cwd":"work","session_id":"ef3fc258-f353-4258-9be7-7769c52e6396","tools":["Task","Bash","CronCreate","CronDelete","CronList","Edit","EnterWorktree","ExitWorktree","NotebookEdit","Read","ReportFindings","ScheduleWakeup","SendMessage","Skill","TaskCreate","TaskGet","TaskList","TaskOutput","TaskStop","TaskUpdate","WebFetch","WebSearch","Workflow","Write"],"mcp_servers":[],"model":"claude-opus-4-8[1m]","permissionMode":"default","slash_commands":[...],"apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.197","output_style":"default","agents":["claude","Explore","general-purpose","Plan","statusline-setup"],"skills":[...],"plugins":[],"analytics_disabled":true,"product_feedback_disabled":true,"uuid":"451043a4-20b4-4089-9c96-50c95b7fb62a","memory_paths":{"auto":"home/.claude/projects/-tmp-claude-probe-work/memory/"},"fast_mode_state":"off"}"#,
+        r#"{"type":"assistant","message":{"id":"msg_mock_0cf0e459716a47fa92e6","type":"message","role":"assistant","model":"claude-opus-4-8","content":[{"type":"text","text":"Hello from mock (call 2, 2 messages in request)."}],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1667,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"context_management":null},"parent_tool_use_id":null,"session_id":"ef3fc258-f353-4258-9be7-7769c52e6396","uuid":"0d97c49c-07c9-4a1c-bae0-d2621d874a8e","request_id":"req_mock_db26cb3355ee458d"}"#,
+        r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":120,"duration_api_ms":27,"ttft_ms":115,"ttft_stream_ms":109,"time_to_request_ms":96,"num_turns":1,"result":"Hello from mock (call 2, 2 messages in request).","stop_reason":"end_turn","session_id":"ef3fc258-f353-4258-9be7-7769c52e6396","total_cost_usd":0.008635,"usage":{...},"modelUsage":{"claude-opus-4-8[1m]":{...}},"permission_denials":[],"terminal_reason":"completed","fast_mode_state":"off","uuid":"39107a78-358f-4355-8dc2-f0ffce93c8db"}"#,
+    ];
+
+    // §1.4, verbatim (elisions aside).
+    const RATE_LIMITED: [&str; 4] = [
+        r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":514.3904643213388,"error_status":429,"error":"rate_limit","session_id":"69da34e0-2d2a-4890-95b6-531e625fa1b6","uuid":"74a0fd8c-7dcb-4090-94fa-41fa6836f940"}"#,
+        r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":2,"retry_delay_ms":1048.3207152040259,"error_status":429,"error":"rate_limit","session_id":"69da34e0-2d2a-4890-95b6-531e625fa1b6","uuid":"c1fb09cb-1262-4efc-8244-6f711423af9b"}"#,
+        r#"{"type":"assistant","message":{"id":"5cd72857-865a-4da8-8d13-319d1726a4fa","container":null,"model":"<synthetic>","role":"assistant","stop_details":null,"stop_reason":"stop_sequence","stop_sequence":"","type":"message","usage":{"input_tokens":0,"output_tokens":0,...},"content":[{"type":"text","text":"API Error: Request rejected (429) · mock: Number of request tokens has exceeded your per-minute rate limit"}],"context_management":null},"parent_tool_use_id":null,"session_id":"69da34e0-2d2a-4890-95b6-531e625fa1b6","uuid":"9500dcf9-a245-469f-ade6-3e05b63d4eb3","error":"rate_limit","request_id":"req_mock_aaddf04c6a2143cf"}"#,
+        r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"duration_ms":1671,"duration_api_ms":0,"num_turns":1,"result":"API Error: Request rejected (429) · mock: Number of request tokens has exceeded your per-minute rate limit","stop_reason":"stop_sequence","session_id":"69da34e0-2d2a-4890-95b6-531e625fa1b6","total_cost_usd":0,"usage":{...},"modelUsage":{},"permission_denials":[],"terminal_reason":"completed","fast_mode_state":"off","uuid":"60b898ac-576e-4a80-ab49-5ff8d3173a22"}"#,
+    ];
+
+    // §1.5, verbatim (elisions aside).
+    const UNKNOWN_RESUME_ID: &str = r#"{"type":"result","subtype":"error_during_execution","duration_ms":0,"duration_api_ms":0,"is_error":true,"num_turns":0,"stop_reason":null,"session_id":"00000000-0000-4000-8000-000000000000","total_cost_usd":0,"usage":{...},"modelUsage":{},"permission_denials":[],"uuid":"4c78bdd6-5c5a-4e63-ba98-fcafe42a1504","errors":["No conversation found with session ID: 00000000-0000-4000-8000-000000000000"]}"#;
+
+    #[test]
+    fn the_reference_lines_parse_once_unelided() {
+        for line in SUCCESS
+            .iter()
+            .chain(&RATE_LIMITED)
+            .chain([&UNKNOWN_RESUME_ID])
+        {
+            assert!(
+                serde_json::from_str::<Value>(&unelide(line)).is_ok(),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn success() {
+        let session = "ef3fc258-f353-4258-9be7-7769c52e6396";
+        let events = parse(&SUCCESS);
+        assert_eq!(
+            events,
+            [
+                EngineEvent::ThreadStarted {
+                    thread_id: session.into()
+                },
+                EngineEvent::Message {
+                    text: "Hello from mock (call 2, 2 messages in request).".into()
+                },
+                EngineEvent::ThreadStarted {
+                    thread_id: session.into()
+                },
+                EngineEvent::Usage { usage: json!({}) },
+                EngineEvent::TurnCompleted,
+            ]
+        );
+        assert_eq!(judge(&events, Some(0), None, &[]), RunVerdict::Succeeded);
+    }
+
+    #[test]
+    fn a_rate_limit_is_a_failure_despite_its_success_subtype() {
+        let events = parse(&RATE_LIMITED);
+        let text = "API Error: Request rejected (429) · mock: Number of request tokens has \
+                    exceeded your per-minute rate limit";
+        let failure = format!("{text} (HTTP 429)");
+        assert_eq!(
+            events,
+            [
+                EngineEvent::Notice {
+                    message: "API retry 1/2: rate_limit (HTTP 429)".into()
+                },
+                EngineEvent::Notice {
+                    message: "API retry 2/2: rate_limit (HTTP 429)".into()
+                },
+                EngineEvent::Message { text: text.into() },
+                EngineEvent::TurnFailed {
+                    message: failure.clone()
+                },
+            ]
+        );
+        assert_eq!(
+            judge(&events, Some(1), None, &[]),
+            RunVerdict::Failed {
+                message: failure.clone()
+            }
+        );
+        assert_eq!(
+            classify_failure(EngineKind::Claude, None, &failure),
+            FailureClass::RateLimit
+        );
+    }
+
+    #[test]
+    fn the_status_alone_makes_a_rate_limit() {
+        // A 429 whose text does not say so is still classified as a rate limit.
+        let line = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"result":"API Error: try later"}"#;
+        let events = Claude.parse_line(line);
+        assert_eq!(
+            events,
+            [EngineEvent::TurnFailed {
+                message: "API Error: try later (HTTP 429)".into()
+            }]
+        );
+        // A timeout has no status: nothing is appended.
+        let timeout = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"result":"Request timed out"}"#;
+        assert_eq!(
+            Claude.parse_line(timeout),
+            [EngineEvent::TurnFailed {
+                message: "Request timed out".into()
+            }]
+        );
+        assert_eq!(
+            classify_failure(EngineKind::Claude, None, "Request timed out"),
+            FailureClass::Other
+        );
+    }
+
+    #[test]
+    fn an_unknown_resume_id_fails_with_its_errors() {
+        let events = parse(&[UNKNOWN_RESUME_ID]);
+        let message = "No conversation found with session ID: 00000000-0000-4000-8000-000000000000";
+        // No ThreadStarted: the id names no session.
+        assert_eq!(
+            events,
+            [EngineEvent::TurnFailed {
+                message: message.into()
+            }]
+        );
+        assert_eq!(
+            judge(&events, Some(1), None, &[message.into()]),
+            RunVerdict::Failed {
+                message: message.into()
+            }
+        );
+        assert_eq!(
+            classify_failure(EngineKind::Claude, Some("00000000"), message),
+            FailureClass::Other
+        );
+    }
+
+    #[test]
+    fn errors_are_joined_and_a_bare_failure_names_its_subtype() {
+        let line = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"result":"","errors":["first","second"]}"#;
+        assert_eq!(
+            Claude.parse_line(line),
+            [EngineEvent::TurnFailed {
+                message: "first; second".into()
+            }]
+        );
+        let bare = r#"{"type":"result","subtype":"error_max_turns"}"#;
+        assert_eq!(
+            Claude.parse_line(bare),
+            [EngineEvent::TurnFailed {
+                message: "claude reported an error (error_max_turns)".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn tool_calls_and_results() {
+        let tool_use = json!({"type": "tool_use", "id": "toolu_1", "name": "Bash",
+            "input": {"command": "ls"}});
+        let assistant = json!({"type": "assistant", "message": {"role": "assistant",
+            "content": [{"type": "thinking", "thinking": "hmm"},
+                        {"type": "text", "text": "Listing."}, tool_use]}});
+        assert_eq!(
+            Claude.parse_line(&assistant.to_string()),
+            [
+                EngineEvent::Message {
+                    text: "Listing.".into()
+                },
+                EngineEvent::Tool {
+                    name: "Bash".into(),
+                    detail: tool_use.clone()
+                },
+            ]
+        );
+        let tool_result = json!({"type": "tool_result", "tool_use_id": "toolu_1",
+            "content": "Bash was blocked", "is_error": true});
+        let user = json!({"type": "user", "message": {"role": "user",
+            "content": [tool_result]}});
+        assert_eq!(
+            Claude.parse_line(&user.to_string()),
+            [EngineEvent::Tool {
+                name: "tool_result".into(),
+                detail: tool_result.clone()
+            }]
+        );
+        let prompt = json!({"type": "user", "message": {"role": "user", "content": "say hi"}});
+        assert_eq!(Claude.parse_line(&prompt.to_string()), []);
+    }
+
+    #[test]
+    fn text_deltas_stream() {
+        let delta = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}},"session_id":"s"}"#;
+        assert_eq!(
+            Claude.parse_line(delta),
+            [EngineEvent::MessageDelta { text: "Hel".into() }]
+        );
+        let start = r#"{"type":"stream_event","event":{"type":"message_start","message":{}}}"#;
+        assert_eq!(Claude.parse_line(start), []);
+        let json_delta = r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"input_json_delta","partial_json":"{"}}}"#;
+        assert_eq!(Claude.parse_line(json_delta), []);
+    }
+
+    #[test]
+    fn anything_else_is_raw() {
+        for line in [
+            "Error: When using --print, --output-format=stream-json requires --verbose",
+            r#"{"type":"system","subtype":"init""#,
+            "[]",
+            "\"result\"",
+            "3.5",
+            "{}",
+            r#"{"type":"system","subtype":"status","status":"requesting"}"#,
+            r#"{"type":"system","subtype":"init"}"#,
+            r#"{"type":"assistant"}"#,
+            r#"{"type":"assistant","message":{"content":"text"}}"#,
+            r#"{"type":"stream_event"}"#,
+            r#"{"type":"rate_limit_event"}"#,
+        ] {
+            assert_eq!(
+                Claude.parse_line(line),
+                [EngineEvent::Raw { line: line.into() }],
+                "{line}"
+            );
+        }
+        assert_eq!(Claude.parse_line(""), []);
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_any_text(line in ".*") {
+            let _ = Claude.parse_line(&line);
+        }
+
+        #[test]
+        fn never_panics_on_any_json(
+            kind in prop::sample::select(vec![
+                "system", "assistant", "user", "result", "stream_event",
+            ]),
+            subtype in prop::sample::select(vec!["init", "api_retry", "success", "x"]),
+            value in any::<Option<i64>>().prop_map(|n| n.map_or(Value::Null, Value::from)),
+        ) {
+            for line in [
+                json!({"type": kind, "subtype": subtype, "session_id": value, "is_error": value,
+                       "errors": [value], "api_error_status": value, "attempt": value,
+                       "message": {"content": [{"type": "text", "text": value},
+                                               {"type": "tool_use", "name": value}]},
+                       "event": {"type": "content_block_delta", "delta": value}}),
+                json!({"type": kind, "subtype": subtype, "message": value, "event": value}),
+            ] {
+                let _ = Claude.parse_line(&line.to_string());
+            }
+        }
     }
 }

@@ -1,7 +1,14 @@
-//! Placeholder until the adapter is written.
+//! The `fake` engine: `corral-fake-engine`, a scripted stand-in that tests and demos run on.
+//!
+//! It is called exactly like codex and answers in codex's `exec --json` format, so this adapter
+//! is the codex adapter under another [`EngineKind`]: the argv comes from
+//! [`codex::exec_argv`] and the lines are read by [`codex::parse_exec_line`]. The kind matters
+//! to the retry policy, which applies codex's thread rules to the fake engine too
+//! ([`super::classify_failure`]).
 
 use std::ffi::OsString;
 
+use super::codex;
 use super::{Engine, EngineEvent, EngineKind, RunSpec};
 
 /// The `fake` adapter.
@@ -13,15 +20,95 @@ impl Engine for Fake {
     }
 
     fn argv(&self, spec: &RunSpec) -> Vec<OsString> {
-        vec![
-            spec.program.clone().into_os_string(),
-            spec.prompt.clone().into(),
-        ]
+        codex::exec_argv(spec)
     }
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
-        vec![EngineEvent::Raw {
-            line: line.to_string(),
-        }]
+        codex::parse_exec_line(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::engine::Sandbox;
+
+    fn strings(argv: Vec<OsString>) -> Vec<String> {
+        argv.into_iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn called_like_codex() {
+        let spec = RunSpec {
+            program: PathBuf::from("/opt/corral/corral-fake-engine"),
+            prompt: "Continue".into(),
+            images: vec!["/data/a.png".into()],
+            thread_id: Some("thread-id".into()),
+            model: Some("fake-model".into()),
+            reasoning_effort: Some("low".into()),
+            sandbox: Sandbox::WorkspaceWrite,
+            template: Vec::new(),
+        };
+        assert_eq!(
+            strings(Fake.argv(&spec)),
+            [
+                "/opt/corral/corral-fake-engine",
+                "--model",
+                "fake-model",
+                "--config",
+                "model_reasoning_effort=\"low\"",
+                "--sandbox",
+                "workspace-write",
+                "--ask-for-approval",
+                "never",
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "resume",
+                "--image",
+                "/data/a.png",
+                "thread-id",
+                "--",
+                "Continue",
+            ]
+        );
+        assert_eq!(Fake.kind(), EngineKind::Fake);
+    }
+
+    #[test]
+    fn speaks_codex_exec_json() {
+        let lines = [
+            r#"{"type":"thread.started","thread_id":"fake-1"}"#,
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"done"}}"#,
+            r#"{"type":"turn.failed","error":{"message":"scripted failure"}}"#,
+            "not json",
+        ];
+        let events: Vec<EngineEvent> = lines
+            .iter()
+            .flat_map(|line| Fake.parse_line(line))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                EngineEvent::ThreadStarted {
+                    thread_id: "fake-1".into()
+                },
+                EngineEvent::TurnStarted,
+                EngineEvent::Message {
+                    text: "done".into()
+                },
+                EngineEvent::TurnFailed {
+                    message: "scripted failure".into()
+                },
+                EngineEvent::Raw {
+                    line: "not json".into()
+                },
+            ]
+        );
     }
 }

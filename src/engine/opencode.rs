@@ -1,6 +1,28 @@
-//! Placeholder until the adapter is written.
+//! The `opencode` engine: the OpenCode CLI, one turn per process with `opencode run`.
+//!
+//! The argv (measured against opencode 1.18.33, `../shared/reference/claude-opencode.md` §2):
+//!
+//! ```text
+//! opencode run --format json [--model M] [--session ID] [--file F]… -- PROMPT
+//! ```
+//!
+//! - `--` before the prompt is a deliberate addition to the form other projects use
+//!   (`… --file F PROMPT`): opencode declares `--file` as a yargs array option, which swallows
+//!   the following positional, so `--file /tmp/a.png Inspect` fails with
+//!   `File not found: Inspect` (opencode issues 40304 and 45501). `--` ends the file list, and it
+//!   also keeps a prompt starting with `-` from being read as a flag; opencode joins the words
+//!   after `--` into the message like any positional.
+//! - opencode has no sandbox or reasoning-effort flag here: the sandbox and the effort are not
+//!   passed.
+//!
+//! The output is one JSON object per line, each naming the session (`sessionID`): `step_start`,
+//! `text`, `tool_use`, `step_finish` and, on failure, one `error` line ([`Opencode::parse_line`]).
+//! There is no init or result line: the session is taken from `step_start`, and a turn is
+//! complete when a step finishes with reason `stop`.
 
 use std::ffi::OsString;
+
+use serde_json::{Map, Value};
 
 use super::{Engine, EngineEvent, EngineKind, RunSpec};
 
@@ -13,15 +35,379 @@ impl Engine for Opencode {
     }
 
     fn argv(&self, spec: &RunSpec) -> Vec<OsString> {
-        vec![
-            spec.program.clone().into_os_string(),
-            spec.prompt.clone().into(),
-        ]
+        let mut argv: Vec<OsString> = vec![spec.program.clone().into_os_string()];
+        argv.extend(["run", "--format", "json"].map(OsString::from));
+        if let Some(model) = non_empty(&spec.model) {
+            argv.push("--model".into());
+            argv.push(model.into());
+        }
+        if let Some(session_id) = non_empty(&spec.thread_id) {
+            argv.push("--session".into());
+            argv.push(session_id.into());
+        }
+        for image in &spec.images {
+            argv.push("--file".into());
+            argv.push(image.clone().into_os_string());
+        }
+        argv.push("--".into());
+        argv.push(spec.prompt.clone().into());
+        argv
     }
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
-        vec![EngineEvent::Raw {
-            line: line.to_string(),
-        }]
+        if line.trim().is_empty() {
+            return Vec::new();
+        }
+        let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else {
+            return raw(line);
+        };
+        let part = object.get("part").and_then(Value::as_object);
+        let events = match str_field(&object, "type") {
+            Some("step_start") => str_field(&object, "sessionID")
+                .or_else(|| part.and_then(|part| str_field(part, "sessionID")))
+                .map(|session_id| {
+                    vec![EngineEvent::ThreadStarted {
+                        thread_id: session_id.to_string(),
+                    }]
+                }),
+            Some("text") => part.and_then(|part| str_field(part, "text")).map(|text| {
+                vec![EngineEvent::Message {
+                    text: text.to_string(),
+                }]
+            }),
+            Some("tool_use" | "tool") => part.map(|part| {
+                vec![EngineEvent::Tool {
+                    name: str_field(part, "tool").unwrap_or("tool").to_string(),
+                    detail: Value::Object(part.clone()),
+                }]
+            }),
+            Some("step_finish") => part.map(step_finish),
+            // An error line fails the run even if its shape is unexpected.
+            Some("error") => Some(vec![EngineEvent::TurnFailed {
+                message: error_message(object.get("error")),
+            }]),
+            _ => None,
+        };
+        events.unwrap_or_else(|| raw(line))
+    }
+}
+
+/// A finished step reports its tokens; only reason `stop` ends the turn (`tool-calls` means
+/// another step follows).
+fn step_finish(part: &Map<String, Value>) -> Vec<EngineEvent> {
+    let mut events = Vec::new();
+    if let Some(tokens) = part.get("tokens").filter(|tokens| !tokens.is_null()) {
+        events.push(EngineEvent::Usage {
+            usage: tokens.clone(),
+        });
+    }
+    if str_field(part, "reason") == Some("stop") {
+        events.push(EngineEvent::TurnCompleted);
+    }
+    events
+}
+
+/// `error.data.message` (else the error's name), with ` (HTTP <statusCode>)` appended so the
+/// retry classifier sees a 429 whatever the provider's words.
+fn error_message(error: Option<&Value>) -> String {
+    let data = error.and_then(|error| error.get("data"));
+    let mut message = data
+        .and_then(|data| data.get("message"))
+        .and_then(Value::as_str)
+        .or_else(|| {
+            error
+                .and_then(|error| error.get("name"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("opencode reported an error")
+        .to_string();
+    if let Some(status) = data
+        .and_then(|data| data.get("statusCode"))
+        .and_then(Value::as_u64)
+    {
+        message.push_str(&format!(" (HTTP {status})"));
+    }
+    message
+}
+
+fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    object.get(key).and_then(Value::as_str)
+}
+
+fn raw(line: &str) -> Vec<EngineEvent> {
+    vec![EngineEvent::Raw {
+        line: line.to_string(),
+    }]
+}
+
+fn non_empty(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|value| !value.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::{classify_failure, judge, FailureClass, RunVerdict, Sandbox};
+
+    fn spec(prompt: &str) -> RunSpec {
+        RunSpec {
+            program: PathBuf::from("opencode"),
+            prompt: prompt.to_string(),
+            images: Vec::new(),
+            thread_id: None,
+            model: None,
+            reasoning_effort: None,
+            sandbox: Sandbox::WorkspaceWrite,
+            template: Vec::new(),
+        }
+    }
+
+    fn strings(argv: Vec<OsString>) -> Vec<String> {
+        argv.into_iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn new_session() {
+        assert_eq!(
+            strings(Opencode.argv(&spec("say hi"))),
+            ["opencode", "run", "--format", "json", "--", "say hi"]
+        );
+    }
+
+    #[test]
+    fn an_image_is_a_file_ended_by_the_separator() {
+        let mut spec = spec("Inspect");
+        spec.images = vec!["/tmp/screen.png".into()];
+        assert_eq!(
+            strings(Opencode.argv(&spec)),
+            [
+                "opencode",
+                "run",
+                "--format",
+                "json",
+                "--file",
+                "/tmp/screen.png",
+                "--",
+                "Inspect"
+            ]
+        );
+    }
+
+    #[test]
+    fn resumed_session_with_model_and_images() {
+        let mut spec = spec("second prompt");
+        spec.thread_id = Some("ses_dd4e01c14ffevwLggtl2DM0ex0".into());
+        spec.model = Some("mock/mock-model".into());
+        spec.reasoning_effort = Some("high".into());
+        spec.images = vec!["/data/a.png".into(), "/data/b.jpg".into()];
+        assert_eq!(
+            strings(Opencode.argv(&spec)),
+            [
+                "opencode",
+                "run",
+                "--format",
+                "json",
+                "--model",
+                "mock/mock-model",
+                "--session",
+                "ses_dd4e01c14ffevwLggtl2DM0ex0",
+                "--file",
+                "/data/a.png",
+                "--file",
+                "/data/b.jpg",
+                "--",
+                "second prompt",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_sandbox_changes_nothing() {
+        for sandbox in [
+            Sandbox::for_prompt(false, false, true),
+            Sandbox::for_prompt(true, true, false),
+            Sandbox::FullAccess,
+        ] {
+            let mut spec = spec("-v please");
+            spec.sandbox = sandbox;
+            assert_eq!(
+                strings(Opencode.argv(&spec)),
+                ["opencode", "run", "--format", "json", "--", "-v please"]
+            );
+        }
+    }
+
+    // §2.3 and §2.4, verbatim.
+    const SUCCESS: [&str; 3] = [
+        r#"{"type":"step_start","timestamp":1796019842633,"sessionID":"ses_dd4e01c14ffevwLggtl2DM0ex0","part":{"id":"prt_22b1fee29001YV2t59VKcauO4W","messageID":"msg_22b1fe8bb001tgGj2pblH5jxvl","sessionID":"ses_dd4e01c14ffevwLggtl2DM0ex0","type":"step-start"}}"#,
+        r#"{"type":"text","timestamp":1796019842634,"sessionID":"ses_dd4e01c14ffevwLggtl2DM0ex0","part":{"id":"prt_22b1fee2d001JSIz3YE7uDSBPq","messageID":"msg_22b1fe8bb001tgGj2pblH5jxvl","sessionID":"ses_dd4e01c14ffevwLggtl2DM0ex0","type":"text","text":"Hello from openai mock (call 2, 2 messages in request).","time":{"start":1796019842605,"end":1796019842609}}}"#,
+        r#"{"type":"step_finish","timestamp":1796019842634,"sessionID":"ses_dd4e01c14ffevwLggtl2DM0ex0","part":{"id":"prt_22b1fee350010DGezCPTAcQVND","reason":"stop","messageID":"msg_22b1fe8bb001tgGj2pblH5jxvl","sessionID":"ses_dd4e01c14ffevwLggtl2DM0ex0","type":"step-finish","tokens":{"total":2452,"input":2439,"output":13,"reasoning":0,"cache":{"write":0,"read":0}},"cost":0}}"#,
+    ];
+
+    const RATE_LIMITED: &str = r#"{"type":"error","timestamp":1796019926507,"sessionID":"ses_dd4dfd16bffePpM1bJI6mByRZD","error":{"name":"APIError","data":{"message":"mock: Rate limit reached for requests","statusCode":429,"isRetryable":true,"responseHeaders":{"content-length":"129","content-type":"application/json","date":"Mon, 30 Nov 2026 06:25:26 GMT","server":"BaseHTTP/0.6 Python/3.11.7"},"responseBody":"{\"error\": {\"message\": \"mock: Rate limit reached for requests\", \"type\": \"requests\", \"param\": null, \"code\": \"rate_limit_exceeded\"}}","metadata":{"url":"http://127.0.0.1:34425/v1/chat/completions"}}}}"#;
+
+    #[test]
+    fn success() {
+        let events: Vec<EngineEvent> = SUCCESS
+            .iter()
+            .flat_map(|line| Opencode.parse_line(line))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                EngineEvent::ThreadStarted {
+                    thread_id: "ses_dd4e01c14ffevwLggtl2DM0ex0".into()
+                },
+                EngineEvent::Message {
+                    text: "Hello from openai mock (call 2, 2 messages in request).".into()
+                },
+                EngineEvent::Usage {
+                    usage: json!({"total": 2452, "input": 2439, "output": 13, "reasoning": 0,
+                                  "cache": {"write": 0, "read": 0}})
+                },
+                EngineEvent::TurnCompleted,
+            ]
+        );
+        assert_eq!(judge(&events, Some(0), None, &[]), RunVerdict::Succeeded);
+    }
+
+    #[test]
+    fn a_rate_limit_fails_with_its_status() {
+        let events = Opencode.parse_line(RATE_LIMITED);
+        let message = "mock: Rate limit reached for requests (HTTP 429)";
+        assert_eq!(
+            events,
+            [EngineEvent::TurnFailed {
+                message: message.into()
+            }]
+        );
+        assert_eq!(
+            judge(&events, Some(1), None, &[]),
+            RunVerdict::Failed {
+                message: message.into()
+            }
+        );
+        assert_eq!(
+            classify_failure(EngineKind::Opencode, None, message),
+            FailureClass::RateLimit
+        );
+    }
+
+    #[test]
+    fn an_error_after_a_finished_step_fails_the_run() {
+        let mut events: Vec<EngineEvent> = SUCCESS
+            .iter()
+            .flat_map(|line| Opencode.parse_line(line))
+            .collect();
+        events.extend(Opencode.parse_line(
+            r#"{"type":"error","sessionID":"s","error":{"name":"ProviderAuthError","data":{"message":"bad key"}}}"#,
+        ));
+        assert_eq!(
+            judge(&events, Some(1), None, &[]),
+            RunVerdict::Failed {
+                message: "bad key".into()
+            }
+        );
+    }
+
+    #[test]
+    fn errors_of_other_shapes_still_fail() {
+        for (line, message) in [
+            (
+                r#"{"type":"error","error":{"name":"MessageAbortedError"}}"#,
+                "MessageAbortedError",
+            ),
+            (r#"{"type":"error"}"#, "opencode reported an error"),
+            (
+                r#"{"type":"error","error":{"name":"APIError","data":{"message":"boom","statusCode":"500"}}}"#,
+                "boom",
+            ),
+        ] {
+            assert_eq!(
+                Opencode.parse_line(line),
+                [EngineEvent::TurnFailed {
+                    message: message.into()
+                }],
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn tools_and_intermediate_steps() {
+        let part = json!({"id": "prt_1", "sessionID": "s", "type": "tool", "tool": "bash",
+            "state": {"status": "completed", "input": {"command": "ls"}, "output": "a\n"}});
+        let line = json!({"type": "tool_use", "sessionID": "s", "part": part}).to_string();
+        assert_eq!(
+            Opencode.parse_line(&line),
+            [EngineEvent::Tool {
+                name: "bash".into(),
+                detail: part.clone()
+            }]
+        );
+        // A step that ends in tool calls reports its tokens but does not end the turn.
+        let step = r#"{"type":"step_finish","sessionID":"s","part":{"reason":"tool-calls","tokens":{"total":3}}}"#;
+        assert_eq!(
+            Opencode.parse_line(step),
+            [EngineEvent::Usage {
+                usage: json!({"total": 3})
+            }]
+        );
+        let bare_stop = r#"{"type":"step_finish","part":{"reason":"stop"}}"#;
+        assert_eq!(Opencode.parse_line(bare_stop), [EngineEvent::TurnCompleted]);
+    }
+
+    #[test]
+    fn anything_else_is_raw() {
+        for line in [
+            "\u{1b}[91m\u{1b}[1mError: \u{1b}[0mSession not found",
+            r#"{"type":"text""#,
+            "[{}]",
+            "true",
+            "{}",
+            r#"{"type":"session.created","sessionID":"s"}"#,
+            r#"{"type":"step_start"}"#,
+            r#"{"type":"text","part":{"type":"text"}}"#,
+            r#"{"type":"tool_use"}"#,
+            r#"{"type":"step_finish","part":7}"#,
+        ] {
+            assert_eq!(
+                Opencode.parse_line(line),
+                [EngineEvent::Raw { line: line.into() }],
+                "{line}"
+            );
+        }
+        assert_eq!(Opencode.parse_line(""), []);
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_any_text(line in ".*") {
+            let _ = Opencode.parse_line(&line);
+        }
+
+        #[test]
+        fn never_panics_on_any_json(
+            kind in prop::sample::select(vec![
+                "step_start", "text", "tool_use", "tool", "step_finish", "error",
+            ]),
+            value in any::<Option<i64>>().prop_map(|n| n.map_or(Value::Null, Value::from)),
+        ) {
+            for line in [
+                json!({"type": kind, "sessionID": value, "part": {"text": value, "tool": value,
+                       "reason": value, "tokens": value, "sessionID": value},
+                       "error": {"name": value, "data": {"message": value, "statusCode": value}}}),
+                json!({"type": kind, "part": value, "error": {"data": value}}),
+            ] {
+                let _ = Opencode.parse_line(&line.to_string());
+            }
+        }
     }
 }

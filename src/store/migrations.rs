@@ -103,6 +103,69 @@ CREATE TABLE settings (
 );
 "#,
     },
+    Migration {
+        name: "prompts, runs, events, execution groups",
+        sql: r#"
+CREATE TABLE execution_groups (
+    name       TEXT PRIMARY KEY NOT NULL,
+    locking    INTEGER NOT NULL DEFAULT 1,          -- 0: a label only, never serializes
+    created_at INTEGER NOT NULL
+);
+ALTER TABLE sessions ADD COLUMN last_event_seq INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE prompts (
+    id          TEXT PRIMARY KEY NOT NULL,
+    session_id  TEXT NOT NULL REFERENCES sessions(id),
+    text        TEXT NOT NULL,
+    images      TEXT NOT NULL DEFAULT '[]',         -- JSON array of absolute paths
+    read_only   INTEGER NOT NULL DEFAULT 0,
+    status      TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    error       TEXT,
+    answer      TEXT,
+    sender_exec_id TEXT,
+    created_at  INTEGER NOT NULL,
+    started_at  INTEGER,
+    finished_at INTEGER
+);
+CREATE INDEX prompts_by_session ON prompts(session_id, status, created_at);
+-- The one-worker rule, kept by the schema itself: a session has at most one running prompt.
+CREATE UNIQUE INDEX prompts_one_running ON prompts(session_id) WHERE status = 'running';
+CREATE TABLE runs (
+    id             TEXT PRIMARY KEY NOT NULL,
+    prompt_id      TEXT NOT NULL REFERENCES prompts(id),
+    session_id     TEXT NOT NULL REFERENCES sessions(id),
+    attempt        INTEGER NOT NULL,
+    engine         TEXT NOT NULL,
+    argv           TEXT NOT NULL,                   -- JSON array
+    thread_id      TEXT,
+    exec_id        TEXT,                            -- CORRAL_PARENT_EXEC given to the child
+    pid            INTEGER,
+    pid_start      INTEGER,
+    pgid           INTEGER,
+    started_at     INTEGER NOT NULL,
+    ended_at       INTEGER,
+    exit_code      INTEGER,
+    signal         TEXT,
+    status         TEXT NOT NULL DEFAULT 'running'
+                   CHECK (status IN ('running', 'succeeded', 'failed', 'cancelled', 'interrupted')),
+    failure_class  TEXT,
+    retry_decision TEXT,
+    error          TEXT
+);
+CREATE INDEX runs_by_prompt ON runs(prompt_id, attempt);
+CREATE INDEX runs_running ON runs(started_at) WHERE status = 'running';
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,                    -- per session, from 1, no gaps
+    prompt_id  TEXT,
+    run_id     TEXT,
+    at         INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    payload    TEXT NOT NULL,                       -- JSON
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

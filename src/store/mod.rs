@@ -15,6 +15,7 @@
 pub mod exec;
 pub mod migrations;
 pub mod settings;
+pub mod work;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -249,6 +250,44 @@ fn truncate_long_wal(connection: &Connection, path: &Path) {
         if let Err(error) = result {
             tracing::debug!(%error, "WAL not truncated");
         }
+    }
+}
+
+/// A few read-only connections kept open for reuse, so that a busy supervisor does not open
+/// one per query (an open costs a file open, a header read and a WAL-index attach).
+pub struct ReaderPool {
+    path: PathBuf,
+    idle: std::sync::Mutex<Vec<Connection>>,
+}
+
+/// How many idle readers the pool keeps; more are opened under load and closed after.
+const IDLE_READERS: usize = 4;
+
+impl ReaderPool {
+    pub fn new(path: &Path) -> Self {
+        ReaderPool {
+            path: path.to_path_buf(),
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `read` on a pooled read-only connection.
+    pub fn read<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let connection = match pooled {
+            Some(connection) => connection,
+            None => open_reader(&self.path)?,
+        };
+        let result = read(&connection).map_err(|error| StoreError::from_sqlite(&self.path, error));
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < IDLE_READERS {
+                idle.push(connection);
+            }
+        }
+        result
     }
 }
 

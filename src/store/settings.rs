@@ -1,14 +1,79 @@
 //! Settings persisted in the store (`settings` table, migration 2).
 //!
+//! Every name corral knows is in [`KNOWN`], with its default and a validator: `corral config
+//! set` refuses anything else. [`Settings::load`] reads them all into typed values; the
+//! supervisor reloads them when one changes, so a change takes effect without a restart.
 //! Reading is open to any read-only connection; writing goes through the ledger actor.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
 use rusqlite::{Connection, OptionalExtension};
+
+use crate::engine::EngineKind;
 
 /// Time between SIGTERM and SIGKILL when corral ends a process group.
 pub const CANCEL_GRACE_MS: &str = "cancel.grace_ms";
 
 /// The default of [`CANCEL_GRACE_MS`]: long enough for an engine to flush its rollout.
 pub const DEFAULT_CANCEL_GRACE_MS: u64 = 5_000;
+
+/// A setting corral knows: its name (or `prefix.<engine>` pattern), default, and meaning.
+pub struct Known {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+/// Every setting, as `corral config list` shows them. `<engine>` stands for an engine name.
+pub const KNOWN: &[Known] = &[
+    Known {
+        name: "slots.total",
+        default: "",
+        meaning: "at most this many engine children at once (empty: no total limit)",
+    },
+    Known {
+        name: "slots.<engine>",
+        default: "3",
+        meaning: "at most this many children of that engine at once",
+    },
+    Known {
+        name: "retry.rate_limit_delays",
+        default: "15,45,120",
+        meaning: "seconds before each rate-limit retry; then fail",
+    },
+    Known {
+        name: "retry.writer_conflict_delays",
+        default: "2,5,15,30",
+        meaning: "seconds before each writer-conflict retry; then fail",
+    },
+    Known {
+        name: "engines.<engine>.path",
+        default: "",
+        meaning: "the engine's executable (empty: found on PATH)",
+    },
+    Known {
+        name: "engines.command.template",
+        default: "[\"sh\",\"-c\",\"{prompt}\"]",
+        meaning: "argv of the command engine, a JSON array; {prompt} is replaced",
+    },
+    Known {
+        name: "cancel.grace_ms",
+        default: "5000",
+        meaning: "milliseconds between SIGTERM and SIGKILL when a run is ended",
+    },
+    Known {
+        name: "run.timeout_s",
+        default: "3600",
+        meaning: "wall-clock limit of one engine run, in seconds",
+    },
+    Known {
+        name: "daemon.autostart",
+        default: "true",
+        meaning: "the CLI starts a daemon when none answers",
+    },
+];
 
 /// The stored value of `name`, if any. A store too old to have settings has none.
 pub fn get(connection: &Connection, name: &str) -> Option<String> {
@@ -24,10 +89,226 @@ pub fn get(connection: &Connection, name: &str) -> Option<String> {
 }
 
 /// The grace period for ending a process group, from the store or the default.
-pub fn cancel_grace(connection: Option<&Connection>) -> std::time::Duration {
+pub fn cancel_grace(connection: Option<&Connection>) -> Duration {
     let ms = connection
         .and_then(|connection| get(connection, CANCEL_GRACE_MS))
         .and_then(|value| value.parse().ok())
         .unwrap_or(DEFAULT_CANCEL_GRACE_MS);
-    std::time::Duration::from_millis(ms)
+    Duration::from_millis(ms)
+}
+
+/// Parses a delay list: seconds, fractions allowed (`0.2,0.4`), comma-separated.
+pub fn parse_delays(text: &str) -> Result<Vec<Duration>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|part| {
+            let seconds: f64 = part
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{}' is not a number of seconds", part.trim()))?;
+            if !(0.0..=86_400.0).contains(&seconds) {
+                return Err(format!("{seconds} is not between 0 and 86400 seconds"));
+            }
+            Ok(Duration::from_secs_f64(seconds))
+        })
+        .collect()
+}
+
+fn engine_of(name: &str, prefix: &str, suffix: &str) -> Option<Result<EngineKind, String>> {
+    let engine = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    Some(engine.parse::<EngineKind>())
+}
+
+/// Checks a setting's name and value; returns the value to store (normalized) or one line
+/// saying what is allowed.
+pub fn validate(name: &str, value: &str) -> Result<String, String> {
+    let value = value.trim();
+    let count = |what: &str| -> Result<String, String> {
+        match value.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n.to_string()),
+            _ => Err(format!(
+                "{what} must be a whole number of at least 1, not '{value}'"
+            )),
+        }
+    };
+    match name {
+        "slots.total" if value.is_empty() => Ok(String::new()),
+        "slots.total" => count("slots.total"),
+        "retry.rate_limit_delays" | "retry.writer_conflict_delays" => {
+            parse_delays(value).map_err(|error| format!("{name}: {error} (example: 15,45,120)"))?;
+            Ok(value.to_string())
+        }
+        "engines.command.template" => {
+            let template: Vec<String> = serde_json::from_str(value).map_err(|_| {
+                format!(
+                    "{name} must be a JSON array of strings, e.g. [\"sh\",\"-c\",\"{{prompt}}\"]"
+                )
+            })?;
+            if template.is_empty() {
+                return Err(format!("{name} must name a program"));
+            }
+            Ok(value.to_string())
+        }
+        "cancel.grace_ms" => match value.parse::<u64>() {
+            Ok(ms) if ms <= 600_000 => Ok(ms.to_string()),
+            _ => Err(format!(
+                "cancel.grace_ms must be 0..=600000 milliseconds, not '{value}'"
+            )),
+        },
+        "run.timeout_s" => count("run.timeout_s"),
+        "daemon.autostart" => match value {
+            "true" | "false" => Ok(value.to_string()),
+            _ => Err(format!(
+                "daemon.autostart must be true or false, not '{value}'"
+            )),
+        },
+        _ => {
+            if let Some(engine) = engine_of(name, "slots.", "") {
+                engine?;
+                return count(name);
+            }
+            if let Some(engine) = engine_of(name, "engines.", ".path") {
+                engine?;
+                return Ok(value.to_string());
+            }
+            let names: Vec<&str> = KNOWN.iter().map(|known| known.name).collect();
+            Err(format!(
+                "unknown setting '{name}' (known: {})",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
+/// Every setting, typed, with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub slots_total: Option<usize>,
+    /// Per-engine limits that differ from the default of 3.
+    pub slots: HashMap<String, usize>,
+    pub rate_limit_delays: Vec<Duration>,
+    pub writer_conflict_delays: Vec<Duration>,
+    pub engine_paths: HashMap<String, PathBuf>,
+    pub command_template: Vec<String>,
+    pub cancel_grace: Duration,
+    pub run_timeout: Duration,
+    pub daemon_autostart: bool,
+}
+
+/// The default limit per engine.
+pub const DEFAULT_SLOTS_PER_ENGINE: usize = 3;
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            slots_total: None,
+            slots: HashMap::new(),
+            rate_limit_delays: parse_delays("15,45,120").expect("valid default"),
+            writer_conflict_delays: parse_delays("2,5,15,30").expect("valid default"),
+            engine_paths: HashMap::new(),
+            command_template: vec!["sh".into(), "-c".into(), "{prompt}".into()],
+            cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
+            run_timeout: Duration::from_secs(3600),
+            daemon_autostart: true,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads every stored setting over the defaults. A stored value that no longer validates
+    /// (written by hand) keeps the default rather than stopping the supervisor.
+    pub fn load(connection: &Connection) -> rusqlite::Result<Settings> {
+        let mut settings = Settings::default();
+        let mut statement = connection.prepare("SELECT name, value FROM settings")?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for (name, value) in rows {
+            if let Err(error) = settings.apply(&name, &value) {
+                tracing::warn!(name, value, error, "stored setting ignored");
+            }
+        }
+        Ok(settings)
+    }
+
+    /// Applies one setting (validated first).
+    pub fn apply(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let value = validate(name, value)?;
+        match name {
+            "slots.total" => self.slots_total = value.parse().ok(),
+            "retry.rate_limit_delays" => self.rate_limit_delays = parse_delays(&value)?,
+            "retry.writer_conflict_delays" => self.writer_conflict_delays = parse_delays(&value)?,
+            "engines.command.template" => {
+                self.command_template = serde_json::from_str(&value).map_err(|e| e.to_string())?
+            }
+            "cancel.grace_ms" => {
+                self.cancel_grace = Duration::from_millis(value.parse().map_err(|_| "number")?)
+            }
+            "run.timeout_s" => {
+                self.run_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
+            }
+            "daemon.autostart" => self.daemon_autostart = value == "true",
+            _ => {
+                if let Some(engine) = name.strip_prefix("slots.") {
+                    self.slots
+                        .insert(engine.to_string(), value.parse().map_err(|_| "number")?);
+                } else if let Some(engine) = name
+                    .strip_prefix("engines.")
+                    .and_then(|rest| rest.strip_suffix(".path"))
+                {
+                    if value.is_empty() {
+                        self.engine_paths.remove(engine);
+                    } else {
+                        self.engine_paths.insert(engine.to_string(), value.into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit of one engine.
+    pub fn slots_of(&self, engine: &str) -> usize {
+        self.slots
+            .get(engine)
+            .copied()
+            .unwrap_or(DEFAULT_SLOTS_PER_ENGINE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates_names_and_values() {
+        assert_eq!(validate("slots.codex", "4").unwrap(), "4");
+        assert!(validate("slots.codex", "0").is_err());
+        assert!(validate("slots.nosuch", "2")
+            .unwrap_err()
+            .contains("unknown engine"));
+        assert!(validate("retry.rate_limit_delays", "0.2,0.4").is_ok());
+        assert!(validate("retry.rate_limit_delays", "a,b").is_err());
+        assert!(validate("no.such", "1")
+            .unwrap_err()
+            .contains("unknown setting"));
+        assert!(validate("daemon.autostart", "yes").is_err());
+        assert!(validate("engines.codex.path", "/opt/codex").is_ok());
+    }
+
+    #[test]
+    fn applies_over_defaults() {
+        let mut settings = Settings::default();
+        assert_eq!(settings.slots_of("codex"), 3);
+        settings.apply("slots.codex", "5").unwrap();
+        settings.apply("retry.rate_limit_delays", "0.5").unwrap();
+        assert_eq!(settings.slots_of("codex"), 5);
+        assert_eq!(settings.rate_limit_delays, vec![Duration::from_millis(500)]);
+        assert!(settings.apply("slots.codex", "x").is_err());
+        assert_eq!(settings.slots_of("codex"), 5);
+    }
 }

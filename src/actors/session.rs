@@ -1,0 +1,933 @@
+//! The session actor: one per session with work. It owns the session's engine children.
+//!
+//! The actor itself only takes messages ([`StartWork`], [`CancelPrompt`]); the work is a
+//! *worker* future spawned on the actor's context, which runs the session's prompts one after
+//! the other:
+//!
+//! ```text
+//! prompt ─► ask the slot manager ─► spawn the engine (own process group, stdin closed)
+//!    ▲          (cancellable)          │ stdout/stderr line by line ─► events (ledger)
+//!    │                                 ▼
+//!    │                       judge the run (last structured line, then exit status)
+//!    │                                 │ failed: classify ─► retry policy
+//!    │       release the slot, sleep the delay (cancellable) ◄┘      │
+//!    └─ finish the prompt and claim the next one, in one transaction ◄┘ done / failed
+//! ```
+//!
+//! Cancelling the running prompt wakes whatever the worker waits on at once: the slot, the
+//! retry delay, or the child, whose whole process group is ended (SIGTERM, then SIGKILL after
+//! `cancel.grace_ms`).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{mpsc, watch};
+
+use super::ledger::{EndRun, FinishPrompt, RunSpawned, SetGeneratedTitle, SetThread, StartRun};
+use super::slots::SlotRequest;
+use super::supervisor::Shared;
+use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunSpec, RunVerdict, Sandbox};
+use crate::framing;
+use crate::process;
+use crate::store::work::{self, NewEvent, Prompt, PromptStatus, RunEnd};
+
+/// How many stderr lines a run keeps to explain a failure with no structured message.
+const STDERR_TAIL: usize = 20;
+
+/// Lines in flight between a child's pipes and the worker. When the ledger falls behind, the
+/// readers stop reading and the child blocks on its pipe: memory stays bounded.
+const LINE_BUFFER: usize = 256;
+
+/// Events gathered before they are handed to the ledger in one write.
+const EVENT_BATCH: usize = 256;
+
+/// The actor. Private: the supervisor starts it and talks to it through its `Addr`.
+pub struct SessionActor {
+    session_id: String,
+    shared: Arc<Shared>,
+    /// The id of the prompt whose cancellation was asked last; the worker ends its current
+    /// prompt when this names it.
+    cancel: watch::Sender<Option<String>>,
+    /// Whether a worker future is running.
+    working: bool,
+    /// A prompt handed over while the worker was finishing: the worker's last transaction
+    /// found nothing queued, then a send claimed this one before the worker future ended.
+    /// It starts as soon as that future ends.
+    pending: Option<Prompt>,
+}
+
+impl SessionActor {
+    pub fn new(session_id: String, shared: Arc<Shared>) -> Self {
+        SessionActor {
+            session_id,
+            shared,
+            cancel: watch::channel(None).0,
+            working: false,
+            pending: None,
+        }
+    }
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+}
+
+/// Runs `prompt` (already `running` in the store) and then the session's queued prompts.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StartWork(pub Prompt);
+
+impl Handler<StartWork> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, StartWork(prompt): StartWork, ctx: &mut Context<Self>) {
+        if self.working {
+            self.pending = Some(prompt);
+            return;
+        }
+        self.start_worker(prompt, ctx);
+    }
+}
+
+impl SessionActor {
+    fn start_worker(&mut self, prompt: Prompt, ctx: &mut Context<Self>) {
+        self.working = true;
+        let worker = Worker {
+            session_id: self.session_id.clone(),
+            shared: self.shared.clone(),
+            cancel: self.cancel.subscribe(),
+        };
+        ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
+            actor.working = false;
+            if let Some(prompt) = actor.pending.take() {
+                actor.start_worker(prompt, ctx);
+            }
+        }));
+    }
+}
+
+/// Ends the running prompt `prompt_id` if this session runs it now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelPrompt(pub String);
+
+impl Handler<CancelPrompt> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, CancelPrompt(prompt_id): CancelPrompt, _: &mut Context<Self>) {
+        self.cancel.send_replace(Some(prompt_id));
+    }
+}
+
+/// Whether the actor has a worker running.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct IsWorking;
+
+impl Handler<IsWorking> for SessionActor {
+    type Result = bool;
+
+    fn handle(&mut self, _: IsWorking, _: &mut Context<Self>) -> bool {
+        self.working
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker.
+
+struct Worker {
+    session_id: String,
+    shared: Arc<Shared>,
+    cancel: watch::Receiver<Option<String>>,
+}
+
+/// How a prompt ended.
+struct PromptEnd {
+    status: PromptStatus,
+    error: Option<String>,
+    answer: Option<String>,
+}
+
+impl PromptEnd {
+    fn failed(message: impl Into<String>) -> Self {
+        PromptEnd {
+            status: PromptStatus::Failed,
+            error: Some(message.into()),
+            answer: None,
+        }
+    }
+
+    fn cancelled() -> Self {
+        PromptEnd {
+            status: PromptStatus::Cancelled,
+            error: None,
+            answer: None,
+        }
+    }
+}
+
+/// How one run ended, before the policy decides.
+enum RunOutcome {
+    Finished {
+        verdict: RunVerdict,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+        answer: Option<String>,
+    },
+    Cancelled,
+    TimedOut,
+}
+
+/// What the retry policy decided after a failed run.
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    /// Try again after `delay`, on the same thread unless `new_thread`.
+    Retry {
+        delay: Duration,
+        new_thread: bool,
+    },
+    Fail,
+}
+
+impl Worker {
+    async fn run(mut self, first: Prompt) {
+        let mut next = Some(first);
+        while let Some(prompt) = next {
+            let prompt_id = prompt.id.clone();
+            let end = self.run_prompt(prompt).await;
+            // The prompt's end is committed before its event is published, so that whoever
+            // reacts to the event reads the final state.
+            let finished = self
+                .shared
+                .ledger
+                .write(FinishPrompt {
+                    prompt_id: prompt_id.clone(),
+                    status: end.status,
+                    error: end.error.clone(),
+                    answer: end.answer.clone(),
+                })
+                .await;
+            self.event(
+                Some(&prompt_id),
+                None,
+                &format!("prompt.{}", end.status.as_str()),
+                json!({ "error": end.error, "answer": end.answer }),
+            )
+            .await;
+            next = match finished {
+                Ok(next) => next,
+                Err(error) => {
+                    tracing::error!(%error, prompt_id, "could not finish the prompt");
+                    None
+                }
+            };
+        }
+    }
+
+    fn is_cancelled(&self, prompt_id: &str) -> bool {
+        self.cancel.borrow().as_deref() == Some(prompt_id)
+    }
+
+    /// Resolves when `prompt_id` is cancelled.
+    async fn cancelled(cancel: &mut watch::Receiver<Option<String>>, prompt_id: &str) {
+        loop {
+            if cancel.borrow_and_update().as_deref() == Some(prompt_id) {
+                return;
+            }
+            if cancel.changed().await.is_err() {
+                // The actor is gone: nobody can cancel any more.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    async fn event(
+        &self,
+        prompt_id: Option<&str>,
+        run_id: Option<&str>,
+        kind: &str,
+        payload: serde_json::Value,
+    ) {
+        let event = NewEvent {
+            session_id: self.session_id.clone(),
+            prompt_id: prompt_id.map(str::to_string),
+            run_id: run_id.map(str::to_string),
+            kind: kind.to_string(),
+            payload,
+        };
+        self.shared.append_events(vec![event]).await;
+    }
+
+    async fn run_prompt(&mut self, prompt: Prompt) -> PromptEnd {
+        let (session, project) = match self.shared.readers.read(|connection| {
+            let session = work::session(connection, &self.session_id)?;
+            let project = match session.as_ref().and_then(|s| s.project_id.clone()) {
+                Some(id) => work::project(connection, &id)?,
+                None => None,
+            };
+            let groups = work::execution_groups(connection)?;
+            Ok((session, project, groups))
+        }) {
+            Ok((Some(session), Some(project), groups)) => {
+                let locking: Vec<String> = project
+                    .groups
+                    .iter()
+                    .filter(|name| {
+                        groups
+                            .iter()
+                            .find(|group| &group.name == *name)
+                            .is_none_or(|group| group.locking)
+                    })
+                    .cloned()
+                    .collect();
+                (session, (project, locking))
+            }
+            Ok(_) => return PromptEnd::failed("the session or its project no longer exists"),
+            Err(error) => return PromptEnd::failed(format!("store: {error}")),
+        };
+        let (project, locking_groups) = project;
+        let kind: EngineKind = match session.engine.parse() {
+            Ok(kind) => kind,
+            Err(error) => return PromptEnd::failed(error),
+        };
+        let adapter = kind.adapter();
+        let mut thread_id = session.thread_id.clone();
+        let ask_title = session.title.is_none();
+        let text = framing::frame(&prompt.text, project.instructions.as_deref(), ask_title);
+        let sandbox = Sandbox::for_prompt(
+            project.full_access,
+            project.kind == "remote",
+            prompt.read_only,
+        );
+        let mut attempt = prompt.attempts;
+        let (mut rate_limited, mut writer_conflicts, mut replayed) = (0usize, 0usize, false);
+        self.event(
+            Some(&prompt.id),
+            None,
+            "prompt.started",
+            json!({ "text": prompt.text, "images": prompt.images }),
+        )
+        .await;
+
+        loop {
+            if self.is_cancelled(&prompt.id) {
+                return PromptEnd::cancelled();
+            }
+            attempt += 1;
+            let settings = self.shared.settings();
+            let program = match resolve_program(kind, &settings.engine_paths) {
+                Ok(program) => program,
+                Err(message) => return PromptEnd::failed(message),
+            };
+
+            // 1. A slot: engine permit + project lock + locking group locks.
+            let waited = Instant::now();
+            let request = SlotRequest {
+                engine: kind.as_str().to_string(),
+                project: project.id.clone(),
+                groups: locking_groups.clone(),
+            };
+            let slot = tokio::select! {
+                slot = self.shared.slots.acquire(request) => match slot {
+                    Ok(slot) => slot,
+                    Err(error) => return PromptEnd::failed(format!("slot: {error}")),
+                },
+                _ = Self::cancelled(&mut self.cancel, &prompt.id) => return PromptEnd::cancelled(),
+            };
+
+            // 2. The run's row, then the child.
+            let spec = RunSpec {
+                program: program.clone(),
+                prompt: text.clone(),
+                images: prompt.images.iter().map(PathBuf::from).collect(),
+                thread_id: thread_id.clone(),
+                model: session.model.clone().or_else(|| project.model.clone()),
+                reasoning_effort: session.reasoning_effort.clone(),
+                sandbox,
+                template: settings.command_template.clone(),
+            };
+            let argv = adapter.argv(&spec);
+            let run_id = uuid::Uuid::now_v7().to_string();
+            let exec_id = self.shared.exec_id.clone();
+            let started = self
+                .shared
+                .ledger
+                .write(StartRun {
+                    run: work::NewRun {
+                        id: run_id.clone(),
+                        prompt_id: prompt.id.clone(),
+                        session_id: self.session_id.clone(),
+                        attempt,
+                        engine: kind.as_str().to_string(),
+                        argv: argv
+                            .iter()
+                            .map(|a| a.to_string_lossy().into_owned())
+                            .collect(),
+                        thread_id: thread_id.clone(),
+                        exec_id: exec_id.clone(),
+                    },
+                })
+                .await;
+            if let Err(error) = started {
+                return PromptEnd::failed(format!("store: {error}"));
+            }
+            let shared = self.shared.clone();
+            let session_id = self.session_id.clone();
+            let environment = ChildEnv {
+                home: &shared.home,
+                session_id: &session_id,
+                exec_id: exec_id.as_deref(),
+                attempt,
+            };
+            let (outcome, reported_thread) = self
+                .run_child(
+                    &prompt,
+                    &run_id,
+                    &argv,
+                    &project.path,
+                    environment,
+                    kind,
+                    &settings,
+                )
+                .await;
+            let ended_at = crate::store::now_ms();
+            drop(slot);
+            let slot_wait_ms = waited.elapsed().as_millis() as u64;
+            tracing::debug!(slot_wait_ms, run_id, "run ended");
+
+            // 3. The engine's thread: keep what the run reported.
+            if let Some(reported) = reported_thread {
+                if thread_id.as_deref() != Some(reported.as_str()) {
+                    thread_id = Some(reported.clone());
+                    let _ = self
+                        .shared
+                        .ledger
+                        .write(SetThread {
+                            session_id: self.session_id.clone(),
+                            thread_id: Some(reported),
+                        })
+                        .await;
+                }
+            }
+
+            // 4. Judge and decide.
+            let (verdict, exit_code, signal, answer) = match outcome {
+                RunOutcome::Cancelled => {
+                    self.end_run(&run_id, ended_at, None, None, "cancelled", None, None, None)
+                        .await;
+                    return PromptEnd::cancelled();
+                }
+                RunOutcome::TimedOut => {
+                    let message = format!(
+                        "the engine ran longer than run.timeout_s ({} s) and was ended",
+                        settings.run_timeout.as_secs()
+                    );
+                    self.end_run(
+                        &run_id,
+                        ended_at,
+                        None,
+                        None,
+                        "failed",
+                        Some("other"),
+                        Some("fail"),
+                        Some(&message),
+                    )
+                    .await;
+                    return PromptEnd::failed(message);
+                }
+                RunOutcome::Finished {
+                    verdict,
+                    exit_code,
+                    signal,
+                    answer,
+                } => (verdict, exit_code, signal, answer),
+            };
+            let message = match verdict {
+                RunVerdict::Succeeded => {
+                    self.end_run(
+                        &run_id,
+                        ended_at,
+                        exit_code,
+                        signal.as_deref(),
+                        "succeeded",
+                        None,
+                        None,
+                        None,
+                    )
+                    .await;
+                    return PromptEnd {
+                        status: PromptStatus::Done,
+                        error: None,
+                        answer,
+                    };
+                }
+                RunVerdict::Failed { message } => message,
+            };
+            let class = engine::classify_failure(kind, spec.thread_id.as_deref(), &message);
+            let decision = match class {
+                FailureClass::RateLimit => settings
+                    .rate_limit_delays
+                    .get(rate_limited)
+                    .map(|&delay| {
+                        rate_limited += 1;
+                        Decision::Retry {
+                            delay,
+                            new_thread: false,
+                        }
+                    })
+                    .unwrap_or(Decision::Fail),
+                FailureClass::WriterConflict => settings
+                    .writer_conflict_delays
+                    .get(writer_conflicts)
+                    .map(|&delay| {
+                        writer_conflicts += 1;
+                        Decision::Retry {
+                            delay,
+                            new_thread: false,
+                        }
+                    })
+                    .unwrap_or(Decision::Fail),
+                // Replay once: a second missing rollout on a brand-new thread is not that.
+                FailureClass::MissingRollout if !replayed => {
+                    replayed = true;
+                    Decision::Retry {
+                        delay: Duration::ZERO,
+                        new_thread: true,
+                    }
+                }
+                _ => Decision::Fail,
+            };
+            let decision_text = match &decision {
+                Decision::Retry {
+                    delay,
+                    new_thread: true,
+                } => {
+                    format!("replay in a new thread after {} ms", delay.as_millis())
+                }
+                Decision::Retry { delay, .. } => format!("retry after {} ms", delay.as_millis()),
+                Decision::Fail => "fail".to_string(),
+            };
+            self.end_run(
+                &run_id,
+                ended_at,
+                exit_code,
+                signal.as_deref(),
+                "failed",
+                Some(class.as_str()),
+                Some(&decision_text),
+                Some(&message),
+            )
+            .await;
+            let Decision::Retry { delay, new_thread } = decision else {
+                return PromptEnd::failed(message);
+            };
+            if new_thread {
+                thread_id = None;
+                let _ = self
+                    .shared
+                    .ledger
+                    .write(SetThread {
+                        session_id: self.session_id.clone(),
+                        thread_id: None,
+                    })
+                    .await;
+            }
+            self.event(
+                Some(&prompt.id),
+                Some(&run_id),
+                "retry.scheduled",
+                json!({
+                    "reason": class.as_str(),
+                    "attempt": attempt,
+                    "next_attempt": attempt + 1,
+                    "delay_ms": delay.as_millis() as u64,
+                    "new_thread": new_thread,
+                    "message": message,
+                }),
+            )
+            .await;
+            // The slot was released above: other sessions run while this one sleeps.
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = Self::cancelled(&mut self.cancel, &prompt.id) => return PromptEnd::cancelled(),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn end_run(
+        &self,
+        run_id: &str,
+        ended_at: i64,
+        exit_code: Option<i32>,
+        signal: Option<&str>,
+        status: &str,
+        class: Option<&str>,
+        decision: Option<&str>,
+        error: Option<&str>,
+    ) {
+        let end = RunEnd {
+            run_id: run_id.to_string(),
+            ended_at: Some(ended_at),
+            exit_code,
+            signal: signal.map(str::to_string),
+            status: status.to_string(),
+            failure_class: class.map(str::to_string),
+            retry_decision: decision.map(str::to_string),
+            error: error.map(str::to_string),
+        };
+        if let Err(error) = self.shared.ledger.write(EndRun { end }).await {
+            tracing::error!(%error, run_id, "could not close the run");
+        }
+    }
+
+    /// Spawns the child, streams its output into events, and waits for it to end, to be
+    /// cancelled, or to time out.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_child(
+        &mut self,
+        prompt: &Prompt,
+        run_id: &str,
+        argv: &[OsString],
+        cwd: &str,
+        environment: ChildEnv<'_>,
+        kind: EngineKind,
+        settings: &crate::store::settings::Settings,
+    ) -> (RunOutcome, Option<String>) {
+        let mut command = tokio::process::Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .current_dir(cwd)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("CORRAL_HOME", environment.home)
+            .env("CORRAL_SESSION_ID", environment.session_id)
+            .env("CORRAL_RUN_ATTEMPT", environment.attempt.to_string())
+            // Engines' own backtraces are noise in a supervised run's error message.
+            .env("RUST_BACKTRACE", "0");
+        match environment.exec_id {
+            Some(exec_id) => command.env("CORRAL_PARENT_EXEC", exec_id),
+            None => command.env_remove("CORRAL_PARENT_EXEC"),
+        };
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                let message = if error.kind() == std::io::ErrorKind::NotFound {
+                    format!("engine '{kind}' not found: {}", argv[0].to_string_lossy())
+                } else {
+                    format!(
+                        "engine '{kind}' could not start ({}): {error}",
+                        argv[0].to_string_lossy()
+                    )
+                };
+                let verdict = RunVerdict::Failed { message };
+                let outcome = RunOutcome::Finished {
+                    verdict,
+                    exit_code: None,
+                    signal: None,
+                    answer: None,
+                };
+                return (outcome, None);
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        let pgid = pid as i32;
+        let _ = self
+            .shared
+            .ledger
+            .write(RunSpawned {
+                run_id: run_id.to_string(),
+                pid,
+                pid_start: process::start_time(pid),
+            })
+            .await;
+        self.event(
+            Some(&prompt.id),
+            Some(run_id),
+            "run.started",
+            json!({
+                "pid": pid,
+                "engine": kind.as_str(),
+                "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            }),
+        )
+        .await;
+
+        let (lines_tx, mut lines) = mpsc::channel::<Line>(LINE_BUFFER);
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx.clone()));
+        }
+        drop(lines_tx);
+
+        let adapter = kind.adapter();
+        let mut seen: Vec<EngineEvent> = Vec::new();
+        let mut stderr_tail: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL);
+        let mut batch: Vec<NewEvent> = Vec::new();
+        let mut answer: Option<String> = None;
+        let mut reported_thread: Option<String> = None;
+        let deadline = tokio::time::sleep(settings.run_timeout);
+        tokio::pin!(deadline);
+        let mut streams_open = true;
+        let mut status: Option<std::process::ExitStatus> = None;
+        let stop = loop {
+            tokio::select! {
+                line = lines.recv(), if streams_open => {
+                    let Some(line) = line else {
+                        // Both pipes closed; the exit status may already be in.
+                        streams_open = false;
+                        if status.is_some() {
+                            break None;
+                        }
+                        continue;
+                    };
+                    let events = match line.stream {
+                        Stream::Stdout => adapter.parse_line(&line.text),
+                        Stream::Stderr => {
+                            if stderr_tail.len() == STDERR_TAIL {
+                                stderr_tail.pop_front();
+                            }
+                            stderr_tail.push_back(line.text.clone());
+                            vec![]
+                        }
+                    };
+                    if line.stream == Stream::Stderr {
+                        batch.push(self.new_event(prompt, run_id, "stderr", json!({ "line": line.text })));
+                    }
+                    for event in events {
+                        let event = match event {
+                            EngineEvent::Message { text } => {
+                                let (title, visible) = framing::extract_title(&text);
+                                if let Some(title) = title {
+                                    self.set_title(prompt, run_id, &title, &mut batch).await;
+                                }
+                                answer = Some(visible.clone());
+                                EngineEvent::Message { text: visible }
+                            }
+                            EngineEvent::ThreadStarted { ref thread_id } => {
+                                reported_thread = Some(thread_id.clone());
+                                event
+                            }
+                            other => other,
+                        };
+                        batch.push(self.new_event(prompt, run_id, &event_kind(&event), event_payload(&event)));
+                        seen.push(event);
+                    }
+                    if batch.len() >= EVENT_BATCH || lines.is_empty() {
+                        self.shared.append_events(std::mem::take(&mut batch)).await;
+                    }
+                }
+                exit = child.wait(), if status.is_none() => {
+                    match exit {
+                        Ok(exit) => status = Some(exit),
+                        Err(error) => {
+                            tracing::error!(%error, "waiting for the engine");
+                            break None;
+                        }
+                    }
+                }
+                _ = Self::cancelled(&mut self.cancel, &prompt.id) => break Some(RunOutcome::Cancelled),
+                _ = &mut deadline => break Some(RunOutcome::TimedOut),
+            }
+            if status.is_some() && !streams_open {
+                break None;
+            }
+        };
+        if let Some(stop) = stop {
+            process::end_group(&mut child, pgid, settings.cancel_grace).await;
+            // What the child printed before it ended still belongs to the run.
+            while let Ok(line) = lines.try_recv() {
+                batch.push(self.new_event(prompt, run_id, "raw", json!({ "line": line.text })));
+            }
+            self.shared.append_events(std::mem::take(&mut batch)).await;
+            let reason = match stop {
+                RunOutcome::Cancelled => "cancelled",
+                _ => "timed out",
+            };
+            self.event(
+                Some(&prompt.id),
+                Some(run_id),
+                "run.exited",
+                json!({ "ended_by": reason }),
+            )
+            .await;
+            return (stop, reported_thread);
+        }
+        self.shared.append_events(std::mem::take(&mut batch)).await;
+        let status = status.or_else(|| child.try_wait().ok().flatten());
+        let exit_code = status.and_then(|status| status.code());
+        let signal = status
+            .and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status))
+            .map(process::signal_name);
+        let tail: Vec<String> = stderr_tail.into_iter().collect();
+        let verdict = engine::judge(&seen, exit_code, signal.as_deref(), &tail);
+        self.event(
+            Some(&prompt.id),
+            Some(run_id),
+            "run.exited",
+            json!({
+                "exit_code": exit_code,
+                "signal": signal,
+                "verdict": match &verdict { RunVerdict::Succeeded => "succeeded", RunVerdict::Failed { .. } => "failed" },
+            }),
+        )
+        .await;
+        let outcome = RunOutcome::Finished {
+            verdict,
+            exit_code,
+            signal,
+            answer,
+        };
+        (outcome, reported_thread)
+    }
+
+    fn new_event(
+        &self,
+        prompt: &Prompt,
+        run_id: &str,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> NewEvent {
+        NewEvent {
+            session_id: self.session_id.clone(),
+            prompt_id: Some(prompt.id.clone()),
+            run_id: Some(run_id.to_string()),
+            kind: kind.to_string(),
+            payload,
+        }
+    }
+
+    async fn set_title(
+        &self,
+        prompt: &Prompt,
+        run_id: &str,
+        title: &str,
+        batch: &mut Vec<NewEvent>,
+    ) {
+        let set = self
+            .shared
+            .ledger
+            .write(SetGeneratedTitle {
+                session_id: self.session_id.clone(),
+                title: title.to_string(),
+            })
+            .await;
+        if matches!(set, Ok(true)) {
+            batch.push(self.new_event(
+                prompt,
+                run_id,
+                "title.generated",
+                json!({ "title": title }),
+            ));
+        }
+    }
+}
+
+/// The environment every engine child gets.
+struct ChildEnv<'a> {
+    home: &'a Path,
+    session_id: &'a str,
+    /// The exec that drives the session now: the agent's own `corral` calls become its children.
+    exec_id: Option<&'a str>,
+    attempt: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+struct Line {
+    stream: Stream,
+    text: String,
+}
+
+/// Reads `pipe` line by line as bytes: invalid UTF-8 is decoded lossily, and a last line
+/// without a newline is delivered when the pipe closes.
+async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::Sender<Line>) {
+    let mut reader = BufReader::new(pipe);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                while matches!(buffer.last(), Some(b'\n' | b'\r')) {
+                    buffer.pop();
+                }
+                let text = String::from_utf8_lossy(&buffer).into_owned();
+                if lines.send(Line { stream, text }).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The event kind of an engine event.
+fn event_kind(event: &EngineEvent) -> String {
+    match event {
+        EngineEvent::ThreadStarted { .. } => "thread.started",
+        EngineEvent::TurnStarted => "turn.started",
+        EngineEvent::MessageDelta { .. } => "message.delta",
+        EngineEvent::Message { .. } => "message",
+        EngineEvent::Tool { .. } => "tool",
+        EngineEvent::Usage { .. } => "usage",
+        EngineEvent::Notice { .. } => "notice",
+        EngineEvent::TurnCompleted => "turn.completed",
+        EngineEvent::TurnFailed { .. } => "turn.failed",
+        EngineEvent::Raw { .. } => "raw",
+    }
+    .to_string()
+}
+
+fn event_payload(event: &EngineEvent) -> serde_json::Value {
+    let mut value = serde_json::to_value(event).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.remove("kind");
+    }
+    value
+}
+
+/// The executable of an engine: `engines.<name>.path`, else the default program found on
+/// `PATH` (for `fake`, first the `corral-fake-engine` beside the running binary).
+pub fn resolve_program(
+    kind: EngineKind,
+    paths: &std::collections::HashMap<String, PathBuf>,
+) -> Result<PathBuf, String> {
+    if let Some(path) = paths.get(kind.as_str()) {
+        return Ok(path.clone());
+    }
+    let name = kind.default_program();
+    if kind == EngineKind::Fake {
+        if let Some(beside) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join(name)))
+            .filter(|path| path.is_file())
+        {
+            return Ok(beside);
+        }
+    }
+    let search = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&search)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .ok_or_else(|| {
+            format!(
+                "engine '{kind}' not found: {name} is not on PATH ({}); set engines.{kind}.path",
+                search.to_string_lossy()
+            )
+        })
+}

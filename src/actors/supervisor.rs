@@ -1,0 +1,233 @@
+//! The supervisor: the registry of session actors, and what they all share.
+//!
+//! It starts a session's actor the first time the session has work and keeps it (an idle
+//! actor is a few hundred bytes; keeping it avoids a stop/start race with the next send). At
+//! boot it reconciles what a previous supervisor left: runs marked running are closed as
+//! interrupted, their process groups (if still alive, checked by pid *and* start time) are
+//! ended, and their sessions' work resumes.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use actix::prelude::*;
+use tokio::sync::broadcast;
+
+use super::ledger::{AppendEvents, CurrentOrNext, LedgerHandle, Recover};
+use super::session::{CancelPrompt, SessionActor, StartWork};
+use super::slots::SlotsHandle;
+use crate::process;
+use crate::store::settings::Settings;
+use crate::store::work::{Event, NewEvent, Prompt, Recovered};
+use crate::store::ReaderPool;
+
+/// What the supervisor and every session actor share.
+pub struct Shared {
+    /// `CORRAL_HOME`, given to every engine child.
+    pub home: PathBuf,
+    pub ledger: LedgerHandle,
+    pub slots: SlotsHandle,
+    pub readers: ReaderPool,
+    /// The current settings; replaced whole when one changes.
+    settings: RwLock<Arc<Settings>>,
+    /// Every stored event, published after its commit (subscribers filter by session).
+    pub events: broadcast::Sender<Event>,
+    /// The exec hosting this supervisor: the default parent of the agents' own commands.
+    pub exec_id: Option<String>,
+}
+
+/// How many events a slow subscriber may fall behind before it is told it lagged (it can
+/// then read what it missed from the store).
+pub const EVENT_CHANNEL: usize = 16_384;
+
+impl Shared {
+    pub fn new(
+        home: PathBuf,
+        ledger: LedgerHandle,
+        slots: SlotsHandle,
+        readers: ReaderPool,
+        settings: Settings,
+        exec_id: Option<String>,
+    ) -> Self {
+        Shared {
+            home,
+            ledger,
+            slots,
+            readers,
+            settings: RwLock::new(Arc::new(settings)),
+            events: broadcast::channel(EVENT_CHANNEL).0,
+            exec_id,
+        }
+    }
+
+    /// The settings in effect now.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings
+            .read()
+            .map(|settings| settings.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn replace_settings(&self, settings: Settings) {
+        if let Ok(mut current) = self.settings.write() {
+            *current = Arc::new(settings);
+        }
+    }
+
+    /// Stores events and then publishes them. A store error is logged: losing the event
+    /// stream must not stop the engine child that produces it.
+    pub async fn append_events(&self, events: Vec<NewEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        match self.ledger.write(AppendEvents { events }).await {
+            Ok(stored) => {
+                for event in stored {
+                    // No subscriber is not an error.
+                    let _ = self.events.send(event);
+                }
+            }
+            Err(error) => tracing::error!(%error, "events not stored"),
+        }
+    }
+}
+
+/// The supervisor actor. Private: see `crate::Corral`.
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    sessions: HashMap<String, Addr<SessionActor>>,
+}
+
+impl Supervisor {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Supervisor {
+            shared,
+            sessions: HashMap::new(),
+        }
+    }
+
+    fn actor(&mut self, session_id: &str) -> Addr<SessionActor> {
+        if let Some(addr) = self
+            .sessions
+            .get(session_id)
+            .filter(|addr| addr.connected())
+        {
+            return addr.clone();
+        }
+        let addr = SessionActor::new(session_id.to_string(), self.shared.clone()).start();
+        self.sessions.insert(session_id.to_string(), addr.clone());
+        addr
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+}
+
+/// Starts (or hands to) the session's worker a prompt that is `running` in the store.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Dispatch(pub Prompt);
+
+impl Handler<Dispatch> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, Dispatch(prompt): Dispatch, _: &mut Context<Self>) {
+        let actor = self.actor(&prompt.session_id);
+        actor.do_send(StartWork(prompt));
+    }
+}
+
+/// Ends a running prompt of a session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelRunning {
+    pub session_id: String,
+    pub prompt_id: String,
+}
+
+impl Handler<CancelRunning> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, message: CancelRunning, _: &mut Context<Self>) {
+        if let Some(actor) = self.sessions.get(&message.session_id) {
+            actor.do_send(CancelPrompt(message.prompt_id));
+        }
+    }
+}
+
+/// How many session actors exist (for status and tests).
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct CountSessions;
+
+impl Handler<CountSessions> for Supervisor {
+    type Result = usize;
+
+    fn handle(&mut self, _: CountSessions, _: &mut Context<Self>) -> usize {
+        self.sessions.len()
+    }
+}
+
+/// Boot reconciliation; replies with what was found.
+#[derive(Message)]
+#[rtype(result = "Result<Recovered, String>")]
+pub struct Boot;
+
+impl Handler<Boot> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<Recovered, String>>;
+
+    fn handle(&mut self, _: Boot, _: &mut Context<Self>) -> Self::Result {
+        let shared = self.shared.clone();
+        Box::pin(
+            async move {
+                let recovered = shared
+                    .ledger
+                    .write(Recover {})
+                    .await
+                    .map_err(|error| error.to_string())?;
+                let grace = shared.settings().cancel_grace;
+                for (_, pid, start) in &recovered.interrupted_runs {
+                    let (Some(pid), start) = (*pid, start.map(|start| start as u64)) else {
+                        continue;
+                    };
+                    if process::is_alive(pid as u32, start) {
+                        // A child of a supervisor that died: end its group, never a recycled
+                        // pid (the start time matched).
+                        end_leftover(pid as i32, grace);
+                    }
+                }
+                let mut prompts = Vec::new();
+                for session_id in &recovered.sessions {
+                    let next = shared
+                        .ledger
+                        .write(CurrentOrNext {
+                            session_id: session_id.clone(),
+                        })
+                        .await
+                        .map_err(|error| error.to_string())?;
+                    prompts.extend(next);
+                }
+                Ok::<_, String>((recovered, prompts))
+            }
+            .into_actor(self)
+            .map(|result, supervisor, _| {
+                let (recovered, prompts) = result?;
+                for prompt in prompts {
+                    let actor = supervisor.actor(&prompt.session_id);
+                    actor.do_send(StartWork(prompt));
+                }
+                Ok(recovered)
+            }),
+        )
+    }
+}
+
+/// Ends a leftover process group: SIGTERM now, SIGKILL after the grace period.
+fn end_leftover(pgid: i32, grace: std::time::Duration) {
+    process::signal_group(pgid, libc::SIGTERM);
+    actix::spawn(async move {
+        tokio::time::sleep(grace).await;
+        process::signal_group(pgid, libc::SIGKILL);
+    });
+}

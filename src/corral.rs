@@ -1,0 +1,337 @@
+//! [`Corral`]: the supervisor as a library. It starts the actors inside the caller's actix
+//! system and offers typed calls: add a project, open a session, send a prompt, cancel it,
+//! follow the events, change a setting.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), corral::CorralError> {
+//! use corral::{Corral, CorralOptions};
+//! use corral::store::work::{NewProject, NewPrompt, NewSession};
+//! let corral = Corral::start(CorralOptions::new("/tmp/corral-home")).await?;
+//! let project = corral
+//!     .add_project(NewProject { name: "demo".into(), path: "/tmp".into(), ..Default::default() })
+//!     .await?;
+//! let session = corral
+//!     .open_session(NewSession { project_id: project.id, engine: "fake".into(), ..Default::default() })
+//!     .await?;
+//! let sent = corral
+//!     .send(NewPrompt { session_id: session.id, text: "say hi".into(), ..Default::default() })
+//!     .await?;
+//! let done = corral.wait_prompt(&sent.prompt.id).await?;
+//! println!("{:?}: {:?}", done.status, done.answer);
+//! # Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::broadcast;
+
+use crate::actors::ledger::{
+    CancelPrompt, CreateProject, CreateSession, EnqueuePrompt, LedgerError, LedgerHandle,
+    SetGroupLocking, SetSetting,
+};
+use crate::actors::slots::{SlotLimits, SlotsHandle};
+use crate::actors::supervisor::{Boot, CancelRunning, Dispatch, Shared, Supervisor};
+use crate::engine::EngineKind;
+use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
+use crate::store::work::{
+    self, CancelFound, Enqueued, Event, NewProject, NewPrompt, NewSession, Project, Prompt,
+    Recovered, Session,
+};
+use crate::store::{self, Compatibility, ReaderPool, StoreError};
+
+/// Errors of the library calls, each one line a user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum CorralError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+impl From<LedgerError> for CorralError {
+    fn from(error: LedgerError) -> Self {
+        CorralError::Store(error.to_string())
+    }
+}
+
+impl From<StoreError> for CorralError {
+    fn from(error: StoreError) -> Self {
+        CorralError::Store(error.to_string())
+    }
+}
+
+/// How to start a [`Corral`].
+#[derive(Debug, Clone)]
+pub struct CorralOptions {
+    /// The home (the store lives in it; engine children get it as `CORRAL_HOME`).
+    pub home: PathBuf,
+    /// The exec hosting the supervisor (default parent of the agents' own `corral` calls).
+    pub exec_id: Option<String>,
+}
+
+impl CorralOptions {
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        CorralOptions {
+            home: home.into(),
+            exec_id: None,
+        }
+    }
+}
+
+/// The supervisor's handle. Cheap to clone; needs a running actix system.
+#[derive(Clone)]
+pub struct Corral {
+    shared: Arc<Shared>,
+    supervisor: Addr<Supervisor>,
+    /// What boot reconciliation found.
+    recovered: Arc<Recovered>,
+}
+
+/// The slot limits the settings ask for.
+fn slot_limits(settings: &Settings) -> SlotLimits {
+    SlotLimits {
+        per_engine: settings.slots.clone(),
+        default_per_engine: DEFAULT_SLOTS_PER_ENGINE,
+        total: settings.slots_total,
+    }
+}
+
+impl Corral {
+    /// Opens (creating and migrating) the store in `options.home`, starts the ledger, the slot
+    /// manager and the supervisor, and resumes what a previous supervisor left.
+    pub async fn start(options: CorralOptions) -> Result<Corral, CorralError> {
+        let path = store::store_path(&options.home);
+        if store::inspect(&path)? == Compatibility::Incompatible {
+            return Err(CorralError::Store(store::UNAVAILABLE.into()));
+        }
+        let (ledger, _) = LedgerHandle::start(&path, true).await?;
+        let readers = ReaderPool::new(&path);
+        let settings = readers.read(Settings::load)?;
+        let slots = SlotsHandle::start(slot_limits(&settings));
+        let home = options.home.canonicalize().unwrap_or(options.home);
+        let shared = Arc::new(Shared::new(
+            home,
+            ledger,
+            slots,
+            readers,
+            settings,
+            options.exec_id,
+        ));
+        let supervisor = Supervisor::new(shared.clone()).start();
+        let recovered = supervisor
+            .send(Boot)
+            .await
+            .map_err(|error| CorralError::Store(error.to_string()))?
+            .map_err(CorralError::Store)?;
+        Ok(Corral {
+            shared,
+            supervisor,
+            recovered: Arc::new(recovered),
+        })
+    }
+
+    /// What boot reconciliation found (runs closed as interrupted, sessions resumed).
+    pub fn recovered(&self) -> &Recovered {
+        &self.recovered
+    }
+
+    /// Runs `read` on a read-only connection to the store.
+    pub fn read<T>(
+        &self,
+        read: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, CorralError> {
+        Ok(self.shared.readers.read(read)?)
+    }
+
+    /// Adds a project. Its path must be an existing directory; it is stored canonical.
+    pub async fn add_project(&self, mut project: NewProject) -> Result<Project, CorralError> {
+        if project.name.trim().is_empty() {
+            return Err(CorralError::Invalid("a project needs a name".into()));
+        }
+        let path = Path::new(&project.path);
+        if !path.is_dir() {
+            return Err(CorralError::Invalid(format!(
+                "project path {} is not an existing directory",
+                path.display()
+            )));
+        }
+        project.path = path
+            .canonicalize()
+            .map_err(|error| CorralError::Invalid(format!("{}: {error}", path.display())))?
+            .to_string_lossy()
+            .into_owned();
+        if let Some(engine) = &project.engine {
+            engine.parse::<EngineKind>().map_err(CorralError::Invalid)?;
+        }
+        let exists = self.read(|connection| {
+            Ok(work::projects(connection)?
+                .into_iter()
+                .any(|known| known.name == project.name))
+        })?;
+        if exists {
+            return Err(CorralError::Invalid(format!(
+                "a project named '{}' exists already",
+                project.name
+            )));
+        }
+        Ok(self.shared.ledger.write(CreateProject { project }).await?)
+    }
+
+    /// Declares an execution group locking (its projects never run at once) or a label only.
+    pub async fn set_group_locking(&self, name: &str, locking: bool) -> Result<(), CorralError> {
+        Ok(self
+            .shared
+            .ledger
+            .write(SetGroupLocking {
+                name: name.to_string(),
+                locking,
+            })
+            .await?)
+    }
+
+    /// Opens a session in a project. The engine defaults to the project's, then `codex`.
+    pub async fn open_session(&self, mut session: NewSession) -> Result<Session, CorralError> {
+        let project_id = session.project_id.clone();
+        let project = self
+            .read(|connection| work::project(connection, &project_id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
+        if session.engine.is_empty() {
+            session.engine = project.engine.clone().unwrap_or_else(|| "codex".into());
+        }
+        session
+            .engine
+            .parse::<EngineKind>()
+            .map_err(CorralError::Invalid)?;
+        Ok(self.shared.ledger.write(CreateSession { session }).await?)
+    }
+
+    /// Queues a prompt. It is refused before queueing when empty, when an image does not
+    /// exist, or when the session does not. The answer says `running` (the session was free
+    /// and its worker starts now) or `queued`.
+    pub async fn send(&self, mut prompt: NewPrompt) -> Result<Enqueued, CorralError> {
+        if prompt.text.trim().is_empty() {
+            return Err(CorralError::Invalid("the prompt is empty".into()));
+        }
+        let mut images = Vec::with_capacity(prompt.images.len());
+        for image in &prompt.images {
+            let path = Path::new(image);
+            if !path.is_file() {
+                return Err(CorralError::Invalid(format!("image not found: {image}")));
+            }
+            let canonical = path
+                .canonicalize()
+                .map_err(|error| CorralError::Invalid(format!("{image}: {error}")))?;
+            images.push(canonical.to_string_lossy().into_owned());
+        }
+        prompt.images = images;
+        let session_id = prompt.session_id.clone();
+        let session = self
+            .read(|connection| work::session(connection, &session_id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
+        if session.archived_at.is_some() {
+            return Err(CorralError::Invalid(format!(
+                "session '{session_id}' is archived"
+            )));
+        }
+        let enqueued = self.shared.ledger.write(EnqueuePrompt { prompt }).await?;
+        if let Some(started) = enqueued.started.clone() {
+            self.supervisor.do_send(Dispatch(started));
+        }
+        Ok(enqueued)
+    }
+
+    /// Cancels a prompt: a queued one is removed at once; a running one is ended (its child's
+    /// whole process group, or its wait for a slot or a retry).
+    pub async fn cancel(&self, prompt_id: &str) -> Result<CancelFound, CorralError> {
+        let found = self
+            .shared
+            .ledger
+            .write(CancelPrompt {
+                prompt_id: prompt_id.to_string(),
+            })
+            .await?
+            .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
+        if let CancelFound::Running { session_id } = &found {
+            self.supervisor.do_send(CancelRunning {
+                session_id: session_id.clone(),
+                prompt_id: prompt_id.to_string(),
+            });
+        }
+        Ok(found)
+    }
+
+    /// Every event stored from now on, of every session (filter by `session_id`). A receiver
+    /// that falls more than `EVENT_CHANNEL` behind gets `Lagged` and can read the rest from
+    /// the store (`store::work::events_after`).
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.shared.events.subscribe()
+    }
+
+    /// Waits until a prompt has ended (done, failed or cancelled) and returns it.
+    pub async fn wait_prompt(&self, prompt_id: &str) -> Result<Prompt, CorralError> {
+        let mut events = self.subscribe();
+        loop {
+            let prompt = self
+                .read(|connection| work::prompt(connection, prompt_id))?
+                .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
+            if prompt.status.is_final() {
+                return Ok(prompt);
+            }
+            // Wake on this prompt's end, or re-read after a lag.
+            loop {
+                match events.recv().await {
+                    Ok(event)
+                        if event.prompt_id.as_deref() == Some(prompt_id)
+                            && event.kind.starts_with("prompt.")
+                            && event.kind != "prompt.started" =>
+                    {
+                        break
+                    }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Err(CorralError::Store("the supervisor stopped".into()))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Changes a setting (validated; `None` resets it). Slot limits apply at once.
+    pub async fn set_setting(&self, name: &str, value: Option<&str>) -> Result<(), CorralError> {
+        let value = match value {
+            Some(value) => Some(settings::validate(name, value).map_err(CorralError::Invalid)?),
+            None => None,
+        };
+        self.shared
+            .ledger
+            .write(SetSetting {
+                name: name.to_string(),
+                value,
+            })
+            .await?;
+        let settings = self.shared.readers.read(Settings::load)?;
+        let limits = slot_limits(&settings);
+        self.shared.replace_settings(settings);
+        self.shared
+            .slots
+            .set_limits(limits)
+            .await
+            .map_err(|error| CorralError::Store(error.to_string()))?;
+        Ok(())
+    }
+
+    /// The settings in effect.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.shared.settings()
+    }
+
+    /// The home this supervisor runs in.
+    pub fn home(&self) -> &Path {
+        &self.shared.home
+    }
+}

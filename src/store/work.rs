@@ -1,0 +1,893 @@
+//! The supervisor's records: projects, sessions, prompts, runs and events.
+//!
+//! The model types here are what the library hands out and what `--json` prints. Writes are
+//! functions over a `&Connection` that the ledger actor applies inside its transaction (see
+//! `crate::actors::ledger`, which wraps each in a typed message); reads run on a caller's own
+//! read-only connection.
+//!
+//! Two rules live in this file and in the schema together:
+//! - **one worker per session**: [`enqueue`] inserts a prompt as `running` only when the
+//!   session has no running prompt, else as `queued`; a unique partial index on
+//!   `prompts(session_id) WHERE status = 'running'` makes a second running prompt impossible;
+//! - **gap-free event numbers**: [`append_events`] takes each session's next numbers from
+//!   `sessions.last_event_seq` in the same transaction, so readers can resume from an offset.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+
+use super::now_ms;
+
+/// A working directory with settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Project {
+    pub id: String,
+    pub name: String,
+    pub path: String,
+    /// The engine new sessions use unless told otherwise.
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    /// Run engines without sandbox or approvals. Off unless a person turns it on.
+    pub full_access: bool,
+    /// `local` or `remote`; a remote project's engines are always read-only.
+    pub kind: String,
+    /// Execution groups this project is in (locking or label-only, see [`ExecutionGroup`]).
+    pub groups: Vec<String>,
+    /// House rules added to every prompt the project sends.
+    pub instructions: Option<String>,
+    pub created_at: i64,
+    pub archived_at: Option<i64>,
+}
+
+/// A named group of projects; runs of projects sharing a locking group never overlap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionGroup {
+    pub name: String,
+    pub locking: bool,
+}
+
+/// One agent conversation in a project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub id: String,
+    pub project_id: Option<String>,
+    pub engine: String,
+    pub model: Option<String>,
+    pub reasoning_effort: Option<String>,
+    /// The engine's own thread/session id, once it has one.
+    pub thread_id: Option<String>,
+    pub title: Option<String>,
+    /// `human` or `generated`; a human title is never replaced.
+    pub title_source: Option<String>,
+    pub status: String,
+    pub task: Option<String>,
+    pub wave_id: Option<String>,
+    pub created_at: i64,
+    pub archived_at: Option<i64>,
+    pub last_event_seq: i64,
+}
+
+/// Where a prompt is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptStatus {
+    Queued,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl PromptStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptStatus::Queued => "queued",
+            PromptStatus::Running => "running",
+            PromptStatus::Done => "done",
+            PromptStatus::Failed => "failed",
+            PromptStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "queued" => PromptStatus::Queued,
+            "running" => PromptStatus::Running,
+            "done" => PromptStatus::Done,
+            "failed" => PromptStatus::Failed,
+            "cancelled" => PromptStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the prompt has ended for good.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            PromptStatus::Done | PromptStatus::Failed | PromptStatus::Cancelled
+        )
+    }
+}
+
+/// One user message queued on a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    pub id: String,
+    pub session_id: String,
+    pub text: String,
+    pub images: Vec<String>,
+    pub read_only: bool,
+    pub status: PromptStatus,
+    pub attempts: i64,
+    pub error: Option<String>,
+    /// The agent's final answer (title line removed).
+    pub answer: Option<String>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+/// One engine child started for a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub prompt_id: String,
+    pub session_id: String,
+    pub attempt: i64,
+    pub engine: String,
+    pub argv: Vec<String>,
+    pub thread_id: Option<String>,
+    pub exec_id: Option<String>,
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+    pub pgid: Option<i64>,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// `running`, `succeeded`, `failed`, `cancelled`, `interrupted`.
+    pub status: String,
+    pub failure_class: Option<String>,
+    pub retry_decision: Option<String>,
+    pub error: Option<String>,
+}
+
+/// One normalized thing that happened in a session, numbered per session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub session_id: String,
+    pub seq: i64,
+    pub prompt_id: Option<String>,
+    pub run_id: Option<String>,
+    pub at: i64,
+    pub kind: String,
+    pub payload: serde_json::Value,
+}
+
+fn json_list(text: String) -> Vec<String> {
+    serde_json::from_str(&text).unwrap_or_default()
+}
+
+const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
+                               instructions, created_at, archived_at";
+
+fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
+    Ok(Project {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        path: row.get(2)?,
+        engine: row.get(3)?,
+        model: row.get(4)?,
+        full_access: row.get(5)?,
+        kind: row.get(6)?,
+        groups: json_list(row.get(7)?),
+        instructions: row.get(8)?,
+        created_at: row.get(9)?,
+        archived_at: row.get(10)?,
+    })
+}
+
+const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, thread_id, \
+                               title, title_source, status, task, wave_id, created_at, \
+                               archived_at, last_event_seq";
+
+fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        id: row.get(0)?,
+        project_id: row.get(1)?,
+        engine: row.get(2)?,
+        model: row.get(3)?,
+        reasoning_effort: row.get(4)?,
+        thread_id: row.get(5)?,
+        title: row.get(6)?,
+        title_source: row.get(7)?,
+        status: row.get(8)?,
+        task: row.get(9)?,
+        wave_id: row.get(10)?,
+        created_at: row.get(11)?,
+        archived_at: row.get(12)?,
+        last_event_seq: row.get(13)?,
+    })
+}
+
+const PROMPT_COLUMNS: &str = "id, session_id, text, images, read_only, status, attempts, \
+                              error, answer, created_at, started_at, finished_at";
+
+fn prompt_row(row: &Row<'_>) -> rusqlite::Result<Prompt> {
+    let status: String = row.get(5)?;
+    Ok(Prompt {
+        id: row.get(0)?,
+        session_id: row.get(1)?,
+        text: row.get(2)?,
+        images: json_list(row.get(3)?),
+        read_only: row.get(4)?,
+        status: PromptStatus::parse(&status).unwrap_or(PromptStatus::Failed),
+        attempts: row.get(6)?,
+        error: row.get(7)?,
+        answer: row.get(8)?,
+        created_at: row.get(9)?,
+        started_at: row.get(10)?,
+        finished_at: row.get(11)?,
+    })
+}
+
+const RUN_COLUMNS: &str = "id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
+                           pid, pid_start, pgid, started_at, ended_at, exit_code, signal, status, \
+                           failure_class, retry_decision, error";
+
+fn run_row(row: &Row<'_>) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: row.get(0)?,
+        prompt_id: row.get(1)?,
+        session_id: row.get(2)?,
+        attempt: row.get(3)?,
+        engine: row.get(4)?,
+        argv: json_list(row.get(5)?),
+        thread_id: row.get(6)?,
+        exec_id: row.get(7)?,
+        pid: row.get(8)?,
+        pid_start: row.get(9)?,
+        pgid: row.get(10)?,
+        started_at: row.get(11)?,
+        ended_at: row.get(12)?,
+        exit_code: row.get(13)?,
+        signal: row.get(14)?,
+        status: row.get(15)?,
+        failure_class: row.get(16)?,
+        retry_decision: row.get(17)?,
+        error: row.get(18)?,
+    })
+}
+
+fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
+    let payload: String = row.get(6)?;
+    Ok(Event {
+        session_id: row.get(0)?,
+        seq: row.get(1)?,
+        prompt_id: row.get(2)?,
+        run_id: row.get(3)?,
+        at: row.get(4)?,
+        kind: row.get(5)?,
+        payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::String(payload)),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes (applied by the ledger actor inside its transaction).
+
+/// A project to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewProject {
+    pub name: String,
+    pub path: String,
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    pub full_access: bool,
+    pub remote: bool,
+    pub groups: Vec<String>,
+    pub instructions: Option<String>,
+}
+
+pub(crate) fn insert_project(
+    connection: &Connection,
+    new: &NewProject,
+) -> rusqlite::Result<Project> {
+    let project = Project {
+        id: uuid::Uuid::now_v7().to_string(),
+        name: new.name.clone(),
+        path: new.path.clone(),
+        engine: new.engine.clone(),
+        model: new.model.clone(),
+        full_access: new.full_access,
+        kind: if new.remote { "remote" } else { "local" }.to_string(),
+        groups: new.groups.clone(),
+        instructions: new.instructions.clone(),
+        created_at: now_ms(),
+        archived_at: None,
+    };
+    connection.execute(
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+        params![
+            project.id,
+            project.name,
+            project.path,
+            project.engine,
+            project.model,
+            project.full_access,
+            project.kind,
+            serde_json::to_string(&project.groups).expect("strings serialize"),
+            project.instructions,
+            project.created_at,
+            project.archived_at,
+        ],
+    )?;
+    for group in &project.groups {
+        connection.execute(
+            "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
+            params![group, project.created_at],
+        )?;
+    }
+    Ok(project)
+}
+
+pub(crate) fn set_group_locking(
+    connection: &Connection,
+    name: &str,
+    locking: bool,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO execution_groups (name, locking, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (name) DO UPDATE SET locking = excluded.locking",
+        params![name, locking, now_ms()],
+    )?;
+    Ok(())
+}
+
+/// A session to open.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    pub project_id: String,
+    pub engine: String,
+    pub model: Option<String>,
+    pub reasoning_effort: Option<String>,
+    /// A title a person chose (never replaced by a generated one).
+    pub title: Option<String>,
+    pub task: Option<String>,
+    pub wave_id: Option<String>,
+}
+
+pub(crate) fn insert_session(
+    connection: &Connection,
+    new: &NewSession,
+) -> rusqlite::Result<Session> {
+    let session = Session {
+        id: uuid::Uuid::now_v7().to_string(),
+        project_id: Some(new.project_id.clone()),
+        engine: new.engine.clone(),
+        model: new.model.clone(),
+        reasoning_effort: new.reasoning_effort.clone(),
+        thread_id: None,
+        title: new.title.clone(),
+        title_source: new.title.as_ref().map(|_| "human".to_string()),
+        status: "idle".into(),
+        task: new.task.clone(),
+        wave_id: new.wave_id.clone(),
+        created_at: now_ms(),
+        archived_at: None,
+        last_event_seq: 0,
+    };
+    connection.execute(
+        &format!(
+            "INSERT INTO sessions ({SESSION_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        ),
+        params![
+            session.id,
+            session.project_id,
+            session.engine,
+            session.model,
+            session.reasoning_effort,
+            session.thread_id,
+            session.title,
+            session.title_source,
+            session.status,
+            session.task,
+            session.wave_id,
+            session.created_at,
+            session.archived_at,
+            session.last_event_seq,
+        ],
+    )?;
+    Ok(session)
+}
+
+/// A prompt to queue.
+#[derive(Debug, Clone, Default)]
+pub struct NewPrompt {
+    pub session_id: String,
+    pub text: String,
+    pub images: Vec<String>,
+    pub read_only: bool,
+    pub sender_exec_id: Option<String>,
+}
+
+/// What [`enqueue`] decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The new prompt, `running` or `queued`.
+    pub prompt: Prompt,
+    /// The prompt that became `running` in this transaction (the new one, or an older one a
+    /// dead worker left queued): the caller must start the session's worker on it.
+    pub started: Option<Prompt>,
+}
+
+/// Queues a prompt in one transaction: it becomes `running` when nothing else runs or waits
+/// on the session (the caller then starts the worker), else it is `queued` (the session's
+/// worker takes it in order).
+pub(crate) fn enqueue(connection: &Connection, new: &NewPrompt) -> rusqlite::Result<Enqueued> {
+    let id = uuid::Uuid::now_v7().to_string();
+    connection.execute(
+        "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
+         created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
+        params![
+            id,
+            new.session_id,
+            new.text,
+            serde_json::to_string(&new.images).expect("strings serialize"),
+            new.read_only,
+            new.sender_exec_id,
+            now_ms(),
+        ],
+    )?;
+    let started = claim_next(connection, &new.session_id, None)?;
+    let prompt = prompt(connection, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    Ok(Enqueued { prompt, started })
+}
+
+fn set_session_status(
+    connection: &Connection,
+    session_id: &str,
+    status: &str,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE sessions SET status = ?2 WHERE id = ?1",
+        params![session_id, status],
+    )?;
+    Ok(())
+}
+
+/// Ends a prompt and, in the same transaction, claims the session's next queued prompt (now
+/// `running`), so that the one-worker rule never has a gap to slip through.
+pub(crate) fn finish_and_claim_next(
+    connection: &Connection,
+    prompt_id: &str,
+    status: PromptStatus,
+    error: Option<&str>,
+    answer: Option<&str>,
+) -> rusqlite::Result<Option<Prompt>> {
+    let now = now_ms();
+    let session_id: Option<String> = connection
+        .query_row(
+            "SELECT session_id FROM prompts WHERE id = ?1",
+            [prompt_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let Some(session_id) = session_id else {
+        return Ok(None);
+    };
+    connection.execute(
+        "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
+         WHERE id = ?1 AND status IN ('running', 'queued')",
+        params![prompt_id, status.as_str(), error, answer, now],
+    )?;
+    claim_next(connection, &session_id, Some(status))
+}
+
+/// Claims the session's oldest queued prompt if nothing runs on it. `last` is the status of
+/// the prompt just finished, which becomes the session's status when nothing is left.
+pub(crate) fn claim_next(
+    connection: &Connection,
+    session_id: &str,
+    last: Option<PromptStatus>,
+) -> rusqlite::Result<Option<Prompt>> {
+    let running: bool = connection.query_row(
+        "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
+        [session_id],
+        |row| row.get(0),
+    )?;
+    if running {
+        return Ok(None);
+    }
+    let next: Option<String> = connection
+        .query_row(
+            "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
+             ORDER BY created_at, id LIMIT 1",
+            [session_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match next {
+        Some(id) => {
+            connection.execute(
+                "UPDATE prompts SET status = 'running', started_at = ?2 WHERE id = ?1",
+                params![id, now_ms()],
+            )?;
+            set_session_status(connection, session_id, "running")?;
+            prompt(connection, &id)
+        }
+        None => {
+            let idle = match last {
+                Some(PromptStatus::Failed) => "failed",
+                Some(PromptStatus::Done) => "waiting",
+                _ => "idle",
+            };
+            set_session_status(connection, session_id, idle)?;
+            Ok(None)
+        }
+    }
+}
+
+/// What cancelling a prompt found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cancel", rename_all = "snake_case")]
+pub enum CancelFound {
+    /// It was queued: it is now cancelled and will never run.
+    Dequeued,
+    /// It is running: its session's worker must end it.
+    Running { session_id: String },
+    /// It had already ended.
+    Finished { status: PromptStatus },
+}
+
+pub(crate) fn cancel_prompt(
+    connection: &Connection,
+    prompt_id: &str,
+) -> rusqlite::Result<Option<CancelFound>> {
+    let Some(found) = prompt(connection, prompt_id)? else {
+        return Ok(None);
+    };
+    Ok(Some(match found.status {
+        PromptStatus::Queued => {
+            connection.execute(
+                "UPDATE prompts SET status = 'cancelled', finished_at = ?2 WHERE id = ?1",
+                params![prompt_id, now_ms()],
+            )?;
+            CancelFound::Dequeued
+        }
+        PromptStatus::Running => CancelFound::Running {
+            session_id: found.session_id,
+        },
+        status => CancelFound::Finished { status },
+    }))
+}
+
+/// A run about to start (its row is written before the child is spawned).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub id: String,
+    pub prompt_id: String,
+    pub session_id: String,
+    pub attempt: i64,
+    pub engine: String,
+    pub argv: Vec<String>,
+    pub thread_id: Option<String>,
+    pub exec_id: Option<String>,
+}
+
+pub(crate) fn insert_run(connection: &Connection, run: &NewRun) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, started_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            run.id,
+            run.prompt_id,
+            run.session_id,
+            run.attempt,
+            run.engine,
+            serde_json::to_string(&run.argv).expect("strings serialize"),
+            run.thread_id,
+            run.exec_id,
+            now_ms(),
+        ],
+    )?;
+    connection.execute(
+        "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
+        [&run.prompt_id],
+    )?;
+    Ok(())
+}
+
+/// The child of a run was spawned: its identity, to end it (or find it after a crash).
+pub(crate) fn run_spawned(
+    connection: &Connection,
+    run_id: &str,
+    pid: u32,
+    pid_start: Option<u64>,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE runs SET pid = ?2, pid_start = ?3, pgid = ?2 WHERE id = ?1",
+        params![run_id, pid, pid_start.map(|start| start as i64)],
+    )?;
+    Ok(())
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Default)]
+pub struct RunEnd {
+    pub run_id: String,
+    /// When the child was gone (taken before its slot is released, so that the runs of a
+    /// slot never seem to overlap); `None`: now.
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// `succeeded`, `failed`, `cancelled`, `interrupted`.
+    pub status: String,
+    pub failure_class: Option<String>,
+    pub retry_decision: Option<String>,
+    pub error: Option<String>,
+}
+
+pub(crate) fn end_run(connection: &Connection, end: &RunEnd) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE runs SET ended_at = ?2, exit_code = ?3, signal = ?4, status = ?5, \
+         failure_class = ?6, retry_decision = ?7, error = ?8 WHERE id = ?1",
+        params![
+            end.run_id,
+            end.ended_at.unwrap_or_else(now_ms),
+            end.exit_code,
+            end.signal,
+            end.status,
+            end.failure_class,
+            end.retry_decision,
+            end.error,
+        ],
+    )?;
+    Ok(())
+}
+
+pub(crate) fn set_thread(
+    connection: &Connection,
+    session_id: &str,
+    thread_id: Option<&str>,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE sessions SET thread_id = ?2 WHERE id = ?1",
+        params![session_id, thread_id],
+    )?;
+    Ok(())
+}
+
+/// Sets a generated title unless a person set one. Returns whether it was set.
+pub(crate) fn set_generated_title(
+    connection: &Connection,
+    session_id: &str,
+    title: &str,
+) -> rusqlite::Result<bool> {
+    let changed = connection.execute(
+        "UPDATE sessions SET title = ?2, title_source = 'generated' \
+         WHERE id = ?1 AND (title_source IS NULL OR title_source <> 'human')",
+        params![session_id, title],
+    )?;
+    Ok(changed == 1)
+}
+
+/// An event to append; its number is given by [`append_events`].
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub session_id: String,
+    pub prompt_id: Option<String>,
+    pub run_id: Option<String>,
+    pub kind: String,
+    pub payload: serde_json::Value,
+}
+
+/// Appends events, numbering each session's from its `last_event_seq`. Returns them numbered.
+pub(crate) fn append_events(
+    connection: &Connection,
+    events: Vec<NewEvent>,
+) -> rusqlite::Result<Vec<Event>> {
+    let mut numbered = Vec::with_capacity(events.len());
+    let mut next = connection.prepare_cached(
+        "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq",
+    )?;
+    let mut insert = connection.prepare_cached(
+        "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    let at = now_ms();
+    for event in events {
+        let seq: i64 = next.query_row([&event.session_id], |row| row.get(0))?;
+        insert.execute(params![
+            event.session_id,
+            seq,
+            event.prompt_id,
+            event.run_id,
+            at,
+            event.kind,
+            event.payload.to_string(),
+        ])?;
+        numbered.push(Event {
+            session_id: event.session_id,
+            seq,
+            prompt_id: event.prompt_id,
+            run_id: event.run_id,
+            at,
+            kind: event.kind,
+            payload: event.payload,
+        });
+    }
+    Ok(numbered)
+}
+
+/// What a previous supervisor left behind, and what was done about it at boot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    /// Runs that were marked running: (run id, pid, pid start), now closed as interrupted.
+    pub interrupted_runs: Vec<(String, Option<i64>, Option<i64>)>,
+    /// Sessions with a prompt to run now (their running prompt, requeued, or the next one).
+    pub sessions: Vec<String>,
+}
+
+/// Boot reconciliation: closes runs left running as `interrupted` and lists the sessions whose
+/// work must resume (a prompt left `running` stays running: the new worker takes it again).
+pub(crate) fn recover(connection: &Connection) -> rusqlite::Result<Recovered> {
+    let mut statement =
+        connection.prepare("SELECT id, pid, pid_start FROM runs WHERE status = 'running'")?;
+    let interrupted_runs = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<(String, Option<i64>, Option<i64>)>>>()?;
+    connection.execute(
+        "UPDATE runs SET status = 'interrupted', ended_at = ?1, retry_decision = 'requeued' \
+         WHERE status = 'running'",
+        [now_ms()],
+    )?;
+    let mut statement = connection.prepare(
+        "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
+    )?;
+    let sessions = statement
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(Recovered {
+        interrupted_runs,
+        sessions,
+    })
+}
+
+/// The prompt a session's worker should run now: the running one, or the next queued one
+/// (claimed in this transaction).
+pub(crate) fn current_or_next(
+    connection: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<Option<Prompt>> {
+    let running: Option<String> = connection
+        .query_row(
+            "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'running'",
+            [session_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match running {
+        Some(id) => prompt(connection, &id),
+        None => claim_next(connection, session_id, None),
+    }
+}
+
+pub(crate) fn set_setting(
+    connection: &Connection,
+    name: &str,
+    value: Option<&str>,
+) -> rusqlite::Result<()> {
+    match value {
+        Some(value) => connection.execute(
+            "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            params![name, value, now_ms()],
+        )?,
+        None => connection.execute("DELETE FROM settings WHERE name = ?1", [name])?,
+    };
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Project>> {
+    connection
+        .query_row(
+            &format!("SELECT {PROJECT_COLUMNS} FROM projects WHERE id = ?1"),
+            [id],
+            project_row,
+        )
+        .optional()
+}
+
+pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {PROJECT_COLUMNS} FROM projects ORDER BY created_at, id"
+    ))?;
+    let rows = statement.query_map([], project_row)?.collect();
+    rows
+}
+
+pub fn execution_groups(connection: &Connection) -> rusqlite::Result<Vec<ExecutionGroup>> {
+    let mut statement =
+        connection.prepare("SELECT name, locking FROM execution_groups ORDER BY name")?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok(ExecutionGroup {
+                name: row.get(0)?,
+                locking: row.get(1)?,
+            })
+        })?
+        .collect();
+    rows
+}
+
+pub fn session(connection: &Connection, id: &str) -> rusqlite::Result<Option<Session>> {
+    connection
+        .query_row(
+            &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
+            [id],
+            session_row,
+        )
+        .optional()
+}
+
+pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<Session>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at, id"
+    ))?;
+    let rows = statement.query_map([], session_row)?.collect();
+    rows
+}
+
+pub fn prompt(connection: &Connection, id: &str) -> rusqlite::Result<Option<Prompt>> {
+    connection
+        .query_row(
+            &format!("SELECT {PROMPT_COLUMNS} FROM prompts WHERE id = ?1"),
+            [id],
+            prompt_row,
+        )
+        .optional()
+}
+
+pub fn prompts_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Prompt>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {PROMPT_COLUMNS} FROM prompts WHERE session_id = ?1 ORDER BY created_at, id"
+    ))?;
+    let rows = statement.query_map([session_id], prompt_row)?.collect();
+    rows
+}
+
+pub fn runs_of(connection: &Connection, prompt_id: &str) -> rusqlite::Result<Vec<Run>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE prompt_id = ?1 ORDER BY attempt, started_at"
+    ))?;
+    let rows = statement.query_map([prompt_id], run_row)?.collect();
+    rows
+}
+
+pub fn runs_of_session(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Run>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ?1 ORDER BY started_at, id"
+    ))?;
+    let rows = statement.query_map([session_id], run_row)?.collect();
+    rows
+}
+
+/// A session's events with a number above `after`, oldest first, at most `limit`.
+pub fn events_after(
+    connection: &Connection,
+    session_id: &str,
+    after: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT session_id, seq, prompt_id, run_id, at, kind, payload FROM events \
+         WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = statement
+        .query_map(params![session_id, after, limit as i64], event_row)?
+        .collect();
+    rows
+}
