@@ -710,3 +710,82 @@ fn a_claude_session_runs_on_the_claude_format() {
         );
     });
 }
+
+#[test]
+fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
+    let home = tempfile::tempdir().unwrap();
+    let projects = tempfile::tempdir().unwrap();
+    // A supervisor that goes away while its engine child runs (as a killed daemon would).
+    let (prompt_id, pid) = actix::System::new().block_on(async {
+        let corral = Corral::start(CorralOptions::new(home.path()))
+            .await
+            .unwrap();
+        corral
+            .set_setting("engines.fake.path", Some(FAKE))
+            .await
+            .unwrap();
+        corral
+            .set_setting("cancel.grace_ms", Some("200"))
+            .await
+            .unwrap();
+        let project = corral
+            .add_project(NewProject {
+                name: "p".into(),
+                path: projects.path().to_string_lossy().into_owned(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let session = corral
+            .open_session(NewSession {
+                project_id: project.id,
+                engine: "fake".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut events = corral.subscribe();
+        let sent = corral
+            .send(NewPrompt {
+                session_id: session.id,
+                text: "@fake delay=4000\nlong work".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let pid = loop {
+            let event = events.recv().await.unwrap();
+            if event.kind == "run.started" {
+                break event.payload["pid"].as_i64().unwrap();
+            }
+        };
+        (sent.prompt.id, pid)
+    });
+    assert!(!process_gone(pid), "the orphaned engine still runs");
+
+    actix::System::new().block_on(async {
+        let corral = Corral::start(CorralOptions::new(home.path()))
+            .await
+            .unwrap();
+        assert_eq!(corral.recovered().interrupted_runs.len(), 1);
+        // Ended at boot (SIGTERM to its group), long before its 4 s delay is over.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !process_gone(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            process_gone(pid),
+            "the leftover engine was not ended at boot"
+        );
+        let done = tokio::time::timeout(Duration::from_secs(30), corral.wait_prompt(&prompt_id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        let runs = corral.read(|c| work::runs_of(c, &prompt_id)).unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].status, "interrupted");
+        assert_eq!(runs[0].retry_decision.as_deref(), Some("requeued"));
+        assert_eq!(runs[1].status, "succeeded");
+    });
+}

@@ -45,6 +45,10 @@ const STDERR_TAIL: usize = 20;
 /// readers stop reading and the child blocks on its pipe: memory stays bounded.
 const LINE_BUFFER: usize = 256;
 
+/// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that
+/// comes at once, the common case, costs no event).
+const SLOT_NOTICE: Duration = Duration::from_millis(20);
+
 /// Events gathered before they are handed to the ledger in one write.
 const EVENT_BATCH: usize = 256;
 
@@ -334,13 +338,39 @@ impl Worker {
                 project: project.id.clone(),
                 groups: locking_groups.clone(),
             };
-            let slot = tokio::select! {
-                slot = self.shared.slots.acquire(request) => match slot {
-                    Ok(slot) => slot,
-                    Err(error) => return PromptEnd::failed(format!("slot: {error}")),
-                },
-                _ = Self::cancelled(&mut self.cancel, &prompt.id) => return PromptEnd::cancelled(),
+            let slots = self.shared.slots.clone();
+            let acquire = slots.acquire(request);
+            tokio::pin!(acquire);
+            let mut notice = std::pin::pin!(tokio::time::sleep(SLOT_NOTICE));
+            let mut noticed = false;
+            let slot = loop {
+                tokio::select! {
+                    slot = &mut acquire => match slot {
+                        Ok(slot) => break slot,
+                        Err(error) => return PromptEnd::failed(format!("slot: {error}")),
+                    },
+                    _ = &mut notice, if !noticed => {
+                        noticed = true;
+                        self.event(
+                            Some(&prompt.id),
+                            None,
+                            "slot.waiting",
+                            json!({ "engine": kind.as_str(), "project": project.name, "groups": locking_groups }),
+                        )
+                        .await;
+                    }
+                    _ = Self::cancelled(&mut self.cancel, &prompt.id) => return PromptEnd::cancelled(),
+                }
             };
+            if noticed {
+                self.event(
+                    Some(&prompt.id),
+                    None,
+                    "slot.granted",
+                    json!({ "waited_ms": waited.elapsed().as_millis() as u64 }),
+                )
+                .await;
+            }
 
             // 2. The run's row, then the child.
             let spec = RunSpec {
@@ -399,8 +429,6 @@ impl Worker {
                 .await;
             let ended_at = crate::store::now_ms();
             drop(slot);
-            let slot_wait_ms = waited.elapsed().as_millis() as u64;
-            tracing::debug!(slot_wait_ms, run_id, "run ended");
 
             // 3. The engine's thread: keep what the run reported.
             if let Some(reported) = reported_thread {

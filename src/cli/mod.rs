@@ -13,6 +13,7 @@
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
 //!    outcome, and the signal only when a signal really ended a process.
 
+pub mod demo;
 pub mod invocation;
 pub mod monitor;
 pub mod run;
@@ -43,6 +44,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show the supervisor at work for a few seconds, on the bundled fake engine.
+    Demo(demo::DemoArgs),
     /// Run a command in its own process group and record it in the exec ledger.
     Run(run::RunArgs),
     /// The exec history and what runs now (also: ps, top, mon).
@@ -253,6 +256,7 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         // `run` owns a child: it handles SIGINT/SIGTERM itself, ending the child's group first.
         Command::Run(args) => run::execute(context, args).await,
         Command::Monitor(args) => interruptible(monitor::execute(context, args)).await,
+        Command::Demo(args) => interruptible(demo::execute(context, args)).await,
         Command::Panic => panic!("panic requested with `corral __panic`"),
     }
 }

@@ -10,11 +10,13 @@ pub mod show;
 
 use std::path::Path;
 
+use rusqlite::Connection;
 use serde::Serialize;
 
 use super::{CliError, Context, Exit};
 use crate::process;
 use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
+use crate::store::work::{self, PromptStatus};
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -53,32 +55,107 @@ pub async fn execute(context: &Context, args: &MonitorArgs) -> Result<Exit, CliE
 /// How many recent commands the overview shows.
 const OVERVIEW_RECENT: usize = 10;
 
+/// The overview: sessions, what runs now, and recent commands.
 #[derive(Debug, Serialize)]
-struct Overview {
-    /// Sessions and their state (filled once the supervisor records sessions).
-    items: Vec<serde_json::Value>,
-    active: Active,
-    recent_commands: ExecPage,
+pub struct Overview {
+    /// Every session and its state.
+    pub items: Vec<SessionItem>,
+    pub active: Active,
+    pub recent_commands: ExecPage,
 }
 
 #[derive(Debug, Serialize)]
-struct Active {
+pub struct Active {
     /// Execs still running: not completed, and their process alive.
-    execs: Vec<Exec>,
+    pub execs: Vec<Exec>,
     /// Execs never completed whose process is gone; `corral monitor prune` closes them.
-    gaps: Vec<Exec>,
+    pub gaps: Vec<Exec>,
 }
 
-fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
-    let connection = context.reader()?;
-    let scope = repo_scope(args.all, None)?;
+/// A session as the overview shows it.
+#[derive(Debug, Serialize)]
+pub struct SessionItem {
+    pub id: String,
+    pub title: Option<String>,
+    pub project: Option<String>,
+    pub engine: String,
+    /// `active`, `queued`, `waiting`, `finished`, `failed` or `unknown`.
+    pub state: &'static str,
+    /// Why it is in that state, in one line.
+    pub reason: String,
+    /// The command to run next about it.
+    pub next_action: String,
+}
+
+/// The state of one session, from its record and its prompts.
+fn session_item(
+    session: &work::Session,
+    prompts: &[work::Prompt],
+    project: Option<String>,
+) -> SessionItem {
+    let running = prompts.iter().find(|p| p.status == PromptStatus::Running);
+    let queued = prompts
+        .iter()
+        .filter(|p| p.status == PromptStatus::Queued)
+        .count();
+    let last_final = prompts
+        .iter()
+        .filter(|p| p.status.is_final() && p.status != PromptStatus::Cancelled)
+        .max_by_key(|p| (p.finished_at, p.created_at));
+    let first_line = |text: &str| {
+        text.lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let (state, reason) = if session.archived_at.is_some() {
+        ("finished", "completion is recorded".to_string())
+    } else if let Some(prompt) = running {
+        ("active", format!("running: {}", first_line(&prompt.text)))
+    } else if queued > 0 {
+        ("queued", format!("{queued} prompt(s) queued"))
+    } else {
+        match last_final {
+            Some(prompt) if prompt.status == PromptStatus::Failed => (
+                "failed",
+                prompt.error.clone().unwrap_or_else(|| "failed".into()),
+            ),
+            Some(prompt) => (
+                "waiting",
+                first_line(prompt.answer.as_deref().unwrap_or("")),
+            ),
+            None => ("unknown", "No current provider observation".to_string()),
+        }
+    };
+    let next_action = match state {
+        "active" | "queued" => format!("corral watch {}", session.id),
+        "waiting" => format!("corral attach {}", session.id),
+        _ => format!("corral history {}", session.id),
+    };
+    SessionItem {
+        id: session.id.clone(),
+        title: session.title.clone(),
+        project,
+        engine: session.engine.clone(),
+        state,
+        reason,
+        next_action,
+    }
+}
+
+/// Reads the overview. `scope` limits execs to a repository (see [`repo_scope`]).
+pub fn build_overview(
+    connection: &Connection,
+    scope: Option<Option<String>>,
+) -> rusqlite::Result<Overview> {
     let filter = ExecFilter {
         repo: scope.clone(),
         ..ExecFilter::default()
     };
-    let recent = exec::list(&connection, &filter, None, OVERVIEW_RECENT)?;
+    let recent = exec::list(connection, &filter, None, OVERVIEW_RECENT)?;
     let (mut execs, mut gaps) = (Vec::new(), Vec::new());
-    for open in exec::open_execs(&connection)? {
+    for open in exec::open_execs(connection)? {
         if scope.as_ref().is_some_and(|repo| *repo != open.exec.repo) {
             continue;
         }
@@ -92,14 +169,54 @@ fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
             gaps.push(open.exec);
         }
     }
-    let overview = Overview {
-        items: Vec::new(),
+    let projects: std::collections::HashMap<String, String> = work::projects(connection)?
+        .into_iter()
+        .map(|project| (project.id, project.name))
+        .collect();
+    let mut items = Vec::new();
+    for session in work::sessions(connection)? {
+        let prompts = work::prompts_of(connection, &session.id)?;
+        let project = session
+            .project_id
+            .as_ref()
+            .and_then(|id| projects.get(id).cloned());
+        items.push(session_item(&session, &prompts, project));
+    }
+    Ok(Overview {
+        items,
         active: Active { execs, gaps },
         recent_commands: recent,
-    };
-    if args.json {
-        print_json(&overview);
-        return Ok(Exit::success());
+    })
+}
+
+/// Prints the overview as text.
+pub fn print_overview(overview: &Overview) {
+    if !overview.items.is_empty() {
+        println!("SESSIONS ({})", overview.items.len());
+        println!(
+            "{:<18}  {:<12}  {:<8}  {:<8}  {:<30}  REASON",
+            "ID", "PROJECT", "ENGINE", "STATE", "TITLE"
+        );
+        for item in &overview.items {
+            let title: String = item
+                .title
+                .as_deref()
+                .unwrap_or("-")
+                .chars()
+                .take(30)
+                .collect();
+            let reason: String = item.reason.chars().take(60).collect();
+            println!(
+                "{:<18}  {:<12}  {:<8}  {:<8}  {:<30}  {}",
+                &item.id[..item.id.len().min(SHORT_ID)],
+                item.project.as_deref().unwrap_or("-"),
+                item.engine,
+                item.state,
+                title,
+                reason
+            );
+        }
+        println!();
     }
     println!("RUNNING ({})", overview.active.execs.len());
     print_table(&overview.active.execs);
@@ -112,6 +229,16 @@ fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
     }
     println!("\nRECENT COMMANDS");
     print_table(&overview.recent_commands.entries);
+}
+
+fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
+    let connection = context.reader()?;
+    let overview = build_overview(&connection, repo_scope(args.all, None)?)?;
+    if args.json {
+        print_json(&overview);
+    } else {
+        print_overview(&overview);
+    }
     Ok(Exit::success())
 }
 
