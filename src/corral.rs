@@ -23,6 +23,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::broadcast;
@@ -32,7 +33,7 @@ use crate::actors::ledger::{
     SetGroupLocking, SetSetting,
 };
 use crate::actors::slots::{SlotLimits, SlotsHandle};
-use crate::actors::supervisor::{Boot, CancelRunning, Dispatch, Shared, Supervisor};
+use crate::actors::supervisor::{Boot, CancelRunning, CountWorking, Dispatch, Shared, Supervisor};
 use crate::engine::EngineKind;
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::work::{
@@ -328,6 +329,50 @@ impl Corral {
     /// The settings in effect.
     pub fn settings(&self) -> Arc<Settings> {
         self.shared.settings()
+    }
+
+    /// Applies one ledger write (for the daemon's methods that change records).
+    pub(crate) async fn write<W: crate::actors::ledger::LedgerWrite>(
+        &self,
+        write: W,
+    ) -> Result<W::Output, CorralError> {
+        Ok(self.shared.ledger.write(write).await?)
+    }
+
+    /// The slot manager's state: limits, running and waiting requests.
+    pub async fn slots(&self) -> Option<crate::actors::slots::SlotSnapshot> {
+        self.shared.slots.snapshot().await.ok()
+    }
+
+    /// How many sessions have a worker running now.
+    pub async fn working(&self) -> usize {
+        self.supervisor.send(CountWorking).await.unwrap_or(0)
+    }
+
+    /// Stops the supervisor's work: running prompts may finish for `grace`; then every child
+    /// still running has its process group ended, its run closed as `interrupted` and its
+    /// prompt requeued (it runs again, first, at the next start). Returns once every worker
+    /// stopped (or after a bounded wait). Queued prompts stay queued.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.shared.begin_drain();
+        let mut events = self.subscribe();
+        let finish_by = tokio::time::Instant::now() + grace;
+        // Re-checked on every event: a prompt's end is an event.
+        while self.working().await > 0 {
+            tokio::select! {
+                _ = events.recv() => {}
+                _ = tokio::time::sleep_until(finish_by) => break,
+            }
+        }
+        self.shared.begin_shutdown();
+        let stop_by =
+            tokio::time::Instant::now() + self.settings().cancel_grace + Duration::from_secs(5);
+        while self.working().await > 0 {
+            tokio::select! {
+                _ = events.recv() => {}
+                _ = tokio::time::sleep_until(stop_by) => break,
+            }
+        }
     }
 
     /// The home this supervisor runs in.

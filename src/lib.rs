@@ -9,11 +9,14 @@
 
 pub mod actors;
 pub mod cli;
+pub mod client;
 mod corral;
+pub mod daemon;
 pub mod engine;
 pub mod framing;
 pub mod home;
 pub mod process;
+pub mod protocol;
 pub mod repo;
 pub mod store;
 

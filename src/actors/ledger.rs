@@ -479,6 +479,59 @@ ledger_write!(
     |this, connection| work::set_setting(connection, &this.name, this.value.as_deref())
 );
 
+ledger_write!(
+    /// Claims a session's driver for an exec; `is_live` tells whether a holder still runs.
+    ClaimDriver {
+        session_id: String,
+        exec_id: String,
+        take_over: bool,
+        is_live: Box<dyn Fn(&str) -> bool + Send>,
+    } -> Result<work::DriverClaim, work::ClaimRefused>,
+    |this, connection| work::claim_driver(
+        connection,
+        &this.session_id,
+        &this.exec_id,
+        this.take_over,
+        &*this.is_live,
+    )
+);
+
+ledger_write!(
+    /// Releases a driver claim of one generation (a stale one changes nothing).
+    ReleaseDriver { session_id: String, generation: i64 } -> Option<work::DriverClaim>,
+    |this, connection| work::release_driver(connection, &this.session_id, this.generation)
+);
+
+ledger_write!(
+    /// An engine child starts: bumps the provider generation, replies with the driver's exec.
+    EngineStarted { session_id: String } -> Option<String>,
+    |this, connection| work::engine_started(connection, &this.session_id)
+);
+
+ledger_write!(
+    /// Puts a running prompt back in the queue (daemon shutdown).
+    RequeuePrompt { prompt_id: String } -> (),
+    |this, connection| work::requeue(connection, &this.prompt_id)
+);
+
+ledger_write!(
+    /// Changes a project's settings or archives it.
+    ChangeProject { id: String, change: work::ProjectChange } -> Option<work::Project>,
+    |this, connection| work::change_project(connection, &this.id, &this.change)
+);
+
+ledger_write!(
+    /// Renames (a human title) or archives a session.
+    ChangeSession { id: String, title: Option<String>, archive: bool } -> Option<work::Session>,
+    |this, connection| work::change_session(connection, &this.id, this.title.as_deref(), this.archive)
+);
+
+ledger_write!(
+    /// Finds or creates the wave of that name in a repository; replies with its id.
+    WaveNamed { name: String, repo: Option<String> } -> String,
+    |this, connection| work::wave_named(connection, &this.name, this.repo.as_deref())
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

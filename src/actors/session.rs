@@ -30,7 +30,10 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{mpsc, watch};
 
-use super::ledger::{EndRun, FinishPrompt, RunSpawned, SetGeneratedTitle, SetThread, StartRun};
+use super::ledger::{
+    EndRun, EngineStarted, FinishPrompt, RequeuePrompt, RunSpawned, SetGeneratedTitle, SetThread,
+    StartRun,
+};
 use super::slots::SlotRequest;
 use super::supervisor::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunSpec, RunVerdict, Sandbox};
@@ -107,6 +110,7 @@ impl SessionActor {
             session_id: self.session_id.clone(),
             shared: self.shared.clone(),
             cancel: self.cancel.subscribe(),
+            shutdown: self.shared.shutdown_signal(),
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
             actor.working = false;
@@ -150,6 +154,17 @@ struct Worker {
     session_id: String,
     shared: Arc<Shared>,
     cancel: watch::Receiver<Option<String>>,
+    /// Set when the daemon shuts down: the current prompt is requeued, not cancelled.
+    shutdown: watch::Receiver<bool>,
+}
+
+/// Why the worker stopped waiting for a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The prompt was cancelled.
+    Cancel,
+    /// The daemon shuts down: the prompt goes back to the queue.
+    Shutdown,
 }
 
 /// How a prompt ended.
@@ -157,6 +172,8 @@ struct PromptEnd {
     status: PromptStatus,
     error: Option<String>,
     answer: Option<String>,
+    /// Stopped by a shutdown: back to the queue rather than ended.
+    requeue: bool,
 }
 
 impl PromptEnd {
@@ -165,14 +182,16 @@ impl PromptEnd {
             status: PromptStatus::Failed,
             error: Some(message.into()),
             answer: None,
+            requeue: false,
         }
     }
 
-    fn cancelled() -> Self {
+    fn stopped(stop: Stop) -> Self {
         PromptEnd {
             status: PromptStatus::Cancelled,
             error: None,
             answer: None,
+            requeue: stop == Stop::Shutdown,
         }
     }
 }
@@ -185,7 +204,7 @@ enum RunOutcome {
         signal: Option<String>,
         answer: Option<String>,
     },
-    Cancelled,
+    Stopped(Stop),
     TimedOut,
 }
 
@@ -205,7 +224,28 @@ impl Worker {
         let mut next = Some(first);
         while let Some(prompt) = next {
             let prompt_id = prompt.id.clone();
-            let end = self.run_prompt(prompt).await;
+            let end = if *self.shutdown.borrow() || self.shared.is_draining() {
+                PromptEnd::stopped(Stop::Shutdown)
+            } else {
+                self.run_prompt(prompt).await
+            };
+            if end.requeue {
+                let _ = self
+                    .shared
+                    .ledger
+                    .write(RequeuePrompt {
+                        prompt_id: prompt_id.clone(),
+                    })
+                    .await;
+                self.event(
+                    Some(&prompt_id),
+                    None,
+                    "prompt.requeued",
+                    json!({ "reason": "daemon shutdown" }),
+                )
+                .await;
+                return;
+            }
             // The prompt's end is committed before its event is published, so that whoever
             // reacts to the event reads the final state.
             let finished = self
@@ -239,16 +279,36 @@ impl Worker {
         self.cancel.borrow().as_deref() == Some(prompt_id)
     }
 
-    /// Resolves when `prompt_id` is cancelled.
-    async fn cancelled(cancel: &mut watch::Receiver<Option<String>>, prompt_id: &str) {
-        loop {
-            if cancel.borrow_and_update().as_deref() == Some(prompt_id) {
-                return;
+    /// Resolves when `prompt_id` is cancelled or the daemon shuts down.
+    async fn stopped(
+        cancel: &mut watch::Receiver<Option<String>>,
+        shutdown: &mut watch::Receiver<bool>,
+        prompt_id: &str,
+    ) -> Stop {
+        let cancelled = async {
+            loop {
+                if cancel.borrow_and_update().as_deref() == Some(prompt_id) {
+                    return Stop::Cancel;
+                }
+                if cancel.changed().await.is_err() {
+                    // The actor is gone: nobody can cancel any more.
+                    std::future::pending::<()>().await;
+                }
             }
-            if cancel.changed().await.is_err() {
-                // The actor is gone: nobody can cancel any more.
-                std::future::pending::<()>().await;
+        };
+        let shutting_down = async {
+            loop {
+                if *shutdown.borrow_and_update() {
+                    return Stop::Shutdown;
+                }
+                if shutdown.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
             }
+        };
+        tokio::select! {
+            stop = cancelled => stop,
+            stop = shutting_down => stop,
         }
     }
 
@@ -322,7 +382,10 @@ impl Worker {
 
         loop {
             if self.is_cancelled(&prompt.id) {
-                return PromptEnd::cancelled();
+                return PromptEnd::stopped(Stop::Cancel);
+            }
+            if *self.shutdown.borrow() {
+                return PromptEnd::stopped(Stop::Shutdown);
             }
             attempt += 1;
             let settings = self.shared.settings();
@@ -359,7 +422,9 @@ impl Worker {
                         )
                         .await;
                     }
-                    _ = Self::cancelled(&mut self.cancel, &prompt.id) => return PromptEnd::cancelled(),
+                    stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
+                        return PromptEnd::stopped(stop)
+                    }
                 }
             };
             if noticed {
@@ -385,7 +450,18 @@ impl Worker {
             };
             let argv = adapter.argv(&spec);
             let run_id = uuid::Uuid::now_v7().to_string();
-            let exec_id = self.shared.exec_id.clone();
+            // The current driver's exec is the parent of what the agent runs; without one,
+            // the exec hosting the supervisor.
+            let driver = self
+                .shared
+                .ledger
+                .write(EngineStarted {
+                    session_id: self.session_id.clone(),
+                })
+                .await
+                .ok()
+                .flatten();
+            let exec_id = driver.or_else(|| self.shared.exec_id.clone());
             let started = self
                 .shared
                 .ledger
@@ -447,10 +523,24 @@ impl Worker {
 
             // 4. Judge and decide.
             let (verdict, exit_code, signal, answer) = match outcome {
-                RunOutcome::Cancelled => {
+                RunOutcome::Stopped(Stop::Cancel) => {
                     self.end_run(&run_id, ended_at, None, None, "cancelled", None, None, None)
                         .await;
-                    return PromptEnd::cancelled();
+                    return PromptEnd::stopped(Stop::Cancel);
+                }
+                RunOutcome::Stopped(Stop::Shutdown) => {
+                    self.end_run(
+                        &run_id,
+                        ended_at,
+                        None,
+                        None,
+                        "interrupted",
+                        None,
+                        Some("requeued"),
+                        None,
+                    )
+                    .await;
+                    return PromptEnd::stopped(Stop::Shutdown);
                 }
                 RunOutcome::TimedOut => {
                     let message = format!(
@@ -494,6 +584,7 @@ impl Worker {
                         status: PromptStatus::Done,
                         error: None,
                         answer,
+                        requeue: false,
                     };
                 }
                 RunVerdict::Failed { message } => message,
@@ -584,7 +675,9 @@ impl Worker {
             // The slot was released above: other sessions run while this one sleeps.
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = Self::cancelled(&mut self.cancel, &prompt.id) => return PromptEnd::cancelled(),
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
+                    return PromptEnd::stopped(stop)
+                }
             }
         }
     }
@@ -765,7 +858,9 @@ impl Worker {
                         }
                     }
                 }
-                _ = Self::cancelled(&mut self.cancel, &prompt.id) => break Some(RunOutcome::Cancelled),
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
+                    break Some(RunOutcome::Stopped(stop))
+                }
                 _ = &mut deadline => break Some(RunOutcome::TimedOut),
             }
             if status.is_some() && !streams_open {
@@ -780,7 +875,8 @@ impl Worker {
             }
             self.shared.append_events(std::mem::take(&mut batch)).await;
             let reason = match stop {
-                RunOutcome::Cancelled => "cancelled",
+                RunOutcome::Stopped(Stop::Cancel) => "cancelled",
+                RunOutcome::Stopped(Stop::Shutdown) => "daemon shutdown",
                 _ => "timed out",
             };
             self.event(

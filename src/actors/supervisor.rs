@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use actix::prelude::*;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use super::ledger::{AppendEvents, CurrentOrNext, LedgerHandle, Recover};
 use super::session::{CancelPrompt, SessionActor, StartWork};
@@ -34,6 +34,10 @@ pub struct Shared {
     pub events: broadcast::Sender<Event>,
     /// The exec hosting this supervisor: the default parent of the agents' own commands.
     pub exec_id: Option<String>,
+    /// Set once when the daemon shuts down: workers requeue their prompt and stop.
+    shutdown: watch::Sender<bool>,
+    /// Set when a shutdown begins: running prompts may finish, but no new one starts.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// How many events a slow subscriber may fall behind before it is told it lagged (it can
@@ -57,7 +61,29 @@ impl Shared {
             settings: RwLock::new(Arc::new(settings)),
             events: broadcast::channel(EVENT_CHANNEL).0,
             exec_id,
+            shutdown: watch::channel(false).0,
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// A receiver that turns true when the supervisor shuts down.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// No new prompt starts from now on (running ones go on).
+    pub fn begin_drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Tells every worker to stop: running children are ended and their prompts requeued.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
     }
 
     /// The settings in effect now.
@@ -166,6 +192,32 @@ impl Handler<CountSessions> for Supervisor {
 
     fn handle(&mut self, _: CountSessions, _: &mut Context<Self>) -> usize {
         self.sessions.len()
+    }
+}
+
+/// How many session actors have a worker running now.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct CountWorking;
+
+impl Handler<CountWorking> for Supervisor {
+    type Result = ResponseFuture<usize>;
+
+    fn handle(&mut self, _: CountWorking, _: &mut Context<Self>) -> Self::Result {
+        let asks: Vec<_> = self
+            .sessions
+            .values()
+            .map(|actor| actor.send(super::session::IsWorking))
+            .collect();
+        Box::pin(async move {
+            let mut working = 0;
+            for ask in asks {
+                if matches!(ask.await, Ok(true)) {
+                    working += 1;
+                }
+            }
+            working
+        })
     }
 }
 

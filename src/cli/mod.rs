@@ -13,6 +13,7 @@
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
 //!    outcome, and the signal only when a signal really ended a process.
 
+pub mod daemon;
 pub mod demo;
 pub mod invocation;
 pub mod monitor;
@@ -44,6 +45,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the supervisor as a service on HOME/corral.sock (one per home).
+    Daemon(daemon::DaemonArgs),
     /// Show the supervisor at work for a few seconds, on the bundled fake engine.
     Demo(demo::DemoArgs),
     /// Run a command in its own process group and record it in the exec ledger.
@@ -257,6 +260,8 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Run(args) => run::execute(context, args).await,
         Command::Monitor(args) => interruptible(monitor::execute(context, args)).await,
         Command::Demo(args) => interruptible(demo::execute(context, args)).await,
+        // The daemon handles its own signals (graceful shutdown, then a second one at once).
+        Command::Daemon(args) => daemon::execute(context, args).await,
         Command::Panic => panic!("panic requested with `corral __panic`"),
     }
 }

@@ -166,6 +166,19 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 "#,
     },
+    Migration {
+        name: "driver claims",
+        sql: r#"
+CREATE TABLE driver_claims (
+    session_id          TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
+    exec_id             TEXT,                       -- the driver now; NULL: vacant
+    generation          INTEGER NOT NULL DEFAULT 0, -- bumped by every claim
+    provider_generation INTEGER NOT NULL DEFAULT 0, -- bumped by every engine child started
+    claimed_at          INTEGER,
+    released_at         INTEGER
+);
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -121,6 +121,20 @@ fn engine_of(name: &str, prefix: &str, suffix: &str) -> Option<Result<EngineKind
     Some(engine.parse::<EngineKind>())
 }
 
+/// The default of a known setting (`""` when unset by default), `None` for an unknown name.
+pub fn default_of(name: &str) -> Option<&'static str> {
+    if let Some(known) = KNOWN.iter().find(|known| known.name == name) {
+        return Some(known.default);
+    }
+    if matches!(engine_of(name, "slots.", ""), Some(Ok(_))) {
+        return Some("3");
+    }
+    if matches!(engine_of(name, "engines.", ".path"), Some(Ok(_))) {
+        return Some("");
+    }
+    None
+}
+
 /// Checks a setting's name and value; returns the value to store (normalized) or one line
 /// saying what is allowed.
 pub fn validate(name: &str, value: &str) -> Result<String, String> {
@@ -158,6 +172,12 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
             )),
         },
         "run.timeout_s" => count("run.timeout_s"),
+        "daemon.shutdown_grace_ms" => match value.parse::<u64>() {
+            Ok(ms) if ms <= 3_600_000 => Ok(ms.to_string()),
+            _ => Err(format!(
+                "daemon.shutdown_grace_ms must be 0..=3600000 milliseconds, not '{value}'"
+            )),
+        },
         "daemon.autostart" => match value {
             "true" | "false" => Ok(value.to_string()),
             _ => Err(format!(
@@ -195,6 +215,7 @@ pub struct Settings {
     pub cancel_grace: Duration,
     pub run_timeout: Duration,
     pub daemon_autostart: bool,
+    pub shutdown_grace: Duration,
 }
 
 /// The default limit per engine.
@@ -212,6 +233,7 @@ impl Default for Settings {
             cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
             run_timeout: Duration::from_secs(3600),
             daemon_autostart: true,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -252,6 +274,9 @@ impl Settings {
                 self.run_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
             }
             "daemon.autostart" => self.daemon_autostart = value == "true",
+            "daemon.shutdown_grace_ms" => {
+                self.shutdown_grace = Duration::from_millis(value.parse().map_err(|_| "number")?)
+            }
             _ => {
                 if let Some(engine) = name.strip_prefix("slots.") {
                     self.slots

@@ -891,3 +891,210 @@ pub fn events_after(
         .collect();
     rows
 }
+
+// ---------------------------------------------------------------------------------------------
+// Driver claims (fencing): at most one driver per session, a generation bumped by each claim.
+
+/// A session's driver claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverClaim {
+    pub session_id: String,
+    /// The exec driving the session now; `None`: vacant.
+    pub exec_id: Option<String>,
+    pub generation: i64,
+    pub provider_generation: i64,
+    pub claimed_at: Option<i64>,
+    pub released_at: Option<i64>,
+}
+
+fn claim_row(row: &Row<'_>) -> rusqlite::Result<DriverClaim> {
+    Ok(DriverClaim {
+        session_id: row.get(0)?,
+        exec_id: row.get(1)?,
+        generation: row.get(2)?,
+        provider_generation: row.get(3)?,
+        claimed_at: row.get(4)?,
+        released_at: row.get(5)?,
+    })
+}
+
+pub fn driver_claim(
+    connection: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<Option<DriverClaim>> {
+    connection
+        .query_row(
+            "SELECT session_id, exec_id, generation, provider_generation, claimed_at, released_at \
+             FROM driver_claims WHERE session_id = ?1",
+            [session_id],
+            claim_row,
+        )
+        .optional()
+}
+
+/// Why a claim was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClaimRefused {
+    /// Another live exec drives the session; `take_over` was not asked.
+    Held { exec_id: String },
+}
+
+/// Claims the session for `exec_id`. A live driver (its exec still open and its process
+/// alive, decided by `is_live`) is only replaced with `take_over`.
+pub(crate) fn claim_driver(
+    connection: &Connection,
+    session_id: &str,
+    exec_id: &str,
+    take_over: bool,
+    is_live: &dyn Fn(&str) -> bool,
+) -> rusqlite::Result<Result<DriverClaim, ClaimRefused>> {
+    let current = driver_claim(connection, session_id)?;
+    if let Some(holder) = current.as_ref().and_then(|claim| claim.exec_id.clone()) {
+        if holder != exec_id && !take_over && is_live(&holder) {
+            return Ok(Err(ClaimRefused::Held { exec_id: holder }));
+        }
+    }
+    connection.execute(
+        "INSERT INTO driver_claims (session_id, exec_id, generation, claimed_at) VALUES (?1, ?2, 1, ?3) \
+         ON CONFLICT (session_id) DO UPDATE SET exec_id = excluded.exec_id, \
+         generation = generation + 1, claimed_at = excluded.claimed_at, released_at = NULL",
+        params![session_id, exec_id, now_ms()],
+    )?;
+    Ok(Ok(
+        driver_claim(connection, session_id)?.expect("just written")
+    ))
+}
+
+/// Releases the claim of `generation`; a stale generation changes nothing. Returns the claim.
+pub(crate) fn release_driver(
+    connection: &Connection,
+    session_id: &str,
+    generation: i64,
+) -> rusqlite::Result<Option<DriverClaim>> {
+    connection.execute(
+        "UPDATE driver_claims SET exec_id = NULL, released_at = ?3 \
+         WHERE session_id = ?1 AND generation = ?2",
+        params![session_id, generation, now_ms()],
+    )?;
+    driver_claim(connection, session_id)
+}
+
+/// Bumps the provider generation (an engine child was started for the session) and returns
+/// the current driver's exec id, which the child gets as its `CORRAL_PARENT_EXEC`.
+pub(crate) fn engine_started(
+    connection: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<Option<String>> {
+    connection.execute(
+        "INSERT INTO driver_claims (session_id, provider_generation) VALUES (?1, 1) \
+         ON CONFLICT (session_id) DO UPDATE SET provider_generation = provider_generation + 1",
+        [session_id],
+    )?;
+    Ok(driver_claim(connection, session_id)?.and_then(|claim| claim.exec_id))
+}
+
+/// Puts a running prompt back in the queue (daemon shutdown): it runs again, first, later.
+pub(crate) fn requeue(connection: &Connection, prompt_id: &str) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE prompts SET status = 'queued' WHERE id = ?1 AND status = 'running'",
+        [prompt_id],
+    )?;
+    Ok(())
+}
+
+/// Updates a project's settings; `None` fields stay as they are.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectChange {
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    pub full_access: Option<bool>,
+    pub remote: Option<bool>,
+    pub groups: Option<Vec<String>>,
+    pub instructions: Option<String>,
+    pub archive: bool,
+}
+
+pub(crate) fn change_project(
+    connection: &Connection,
+    id: &str,
+    change: &ProjectChange,
+) -> rusqlite::Result<Option<Project>> {
+    let now = now_ms();
+    connection.execute(
+        "UPDATE projects SET engine = COALESCE(?2, engine), model = COALESCE(?3, model), \
+         full_access = COALESCE(?4, full_access), \
+         kind = COALESCE(CASE ?5 WHEN 1 THEN 'remote' WHEN 0 THEN 'local' END, kind), \
+         groups = COALESCE(?6, groups), instructions = COALESCE(?7, instructions), \
+         archived_at = CASE WHEN ?8 THEN COALESCE(archived_at, ?9) ELSE archived_at END \
+         WHERE id = ?1",
+        params![
+            id,
+            change.engine,
+            change.model,
+            change.full_access,
+            change.remote,
+            change
+                .groups
+                .as_ref()
+                .map(|groups| serde_json::to_string(groups).expect("strings serialize")),
+            change.instructions,
+            change.archive,
+            now,
+        ],
+    )?;
+    if let Some(groups) = &change.groups {
+        for group in groups {
+            connection.execute(
+                "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
+                params![group, now],
+            )?;
+        }
+    }
+    project(connection, id)
+}
+
+/// Renames or archives a session.
+pub(crate) fn change_session(
+    connection: &Connection,
+    id: &str,
+    title: Option<&str>,
+    archive: bool,
+) -> rusqlite::Result<Option<Session>> {
+    if let Some(title) = title {
+        connection.execute(
+            "UPDATE sessions SET title = ?2, title_source = 'human' WHERE id = ?1",
+            params![id, title],
+        )?;
+    }
+    if archive {
+        connection.execute(
+            "UPDATE sessions SET archived_at = COALESCE(archived_at, ?2) WHERE id = ?1",
+            params![id, now_ms()],
+        )?;
+    }
+    session(connection, id)
+}
+
+/// Creates a wave (a named batch of sessions) in `repo`, or finds the one of that name there.
+pub(crate) fn wave_named(
+    connection: &Connection,
+    name: &str,
+    repo: Option<&str>,
+) -> rusqlite::Result<String> {
+    let found: Option<String> = connection
+        .query_row(
+            "SELECT id FROM waves WHERE name = ?1 AND repo IS ?2",
+            params![name, repo],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    connection.execute(
+        "INSERT INTO waves (id, name, repo, created_at) VALUES (?1, ?2, ?3, ?4)",
+        params![id, name, repo, now_ms()],
+    )?;
+    Ok(id)
+}

@@ -1,0 +1,37 @@
+//! `corral daemon [--detach]`: runs the supervisor as a service on the home's socket.
+
+use super::{CliError, Context, Exit};
+use crate::daemon::{self, DaemonOptions};
+
+#[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// Run in the background (its own session; output to HOME/daemon.log; pid in
+    /// HOME/daemon.pid) and return once it serves.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliError> {
+    if context.ledger.is_none() {
+        return Err(CliError::silent(1));
+    }
+    if args.detach {
+        let home = context.home.clone();
+        let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&home))
+            .await
+            .map_err(|error| CliError::failure(error.to_string()))?
+            .map_err(CliError::failure)?;
+        println!(
+            "corral daemon started (pid {pid}), socket {}",
+            daemon::socket_path(&context.home).display()
+        );
+        return Ok(Exit::success());
+    }
+    daemon::run(DaemonOptions {
+        home: context.home.clone(),
+        exec_id: Some(context.invocation.id.clone()),
+    })
+    .await
+    .map_err(CliError::failure)?;
+    Ok(Exit::success())
+}

@@ -1,0 +1,164 @@
+//! The client side of the control protocol: what the CLI (or any Rust program) uses to talk to
+//! a daemon. It connects to `$CORRAL_HOME/corral.sock`, does the `initialize` handshake, and
+//! calls methods; notifications that arrive while a call waits for its answer are kept for
+//! [`Client::next_notification`].
+//!
+//! [`connect_or_spawn`] is the CLI's way in: when no daemon answers, it starts one in the
+//! background (unless told not to) and says so on stderr.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+
+use crate::daemon;
+use crate::protocol::{Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION};
+
+/// Why a call did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No daemon listens for this home.
+    #[error("no daemon answers at {0} (start one with `corral daemon --detach`)")]
+    NoDaemon(String),
+    /// The daemon answered with an error object.
+    #[error("{0}")]
+    Rpc(RpcError),
+    #[error("connection to the daemon: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon broke the protocol: {0}")]
+    Protocol(String),
+    #[error("{0}")]
+    Spawn(String),
+}
+
+/// A connection to a daemon, past the handshake.
+pub struct Client {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    next_id: u64,
+    notifications: VecDeque<Notification>,
+    /// What `initialize` answered.
+    pub daemon: Value,
+}
+
+impl Client {
+    /// Connects to the daemon of `home` and does the handshake, as exec `exec_id`.
+    pub async fn connect(home: &Path, exec_id: Option<&str>) -> Result<Client, ClientError> {
+        let path = daemon::socket_path(home);
+        daemon::check_socket_path(&path).map_err(ClientError::Spawn)?;
+        let stream = match UnixStream::connect(&path).await {
+            Ok(stream) => stream,
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                return Err(ClientError::NoDaemon(path.display().to_string()))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let (read, writer) = stream.into_split();
+        let mut client = Client {
+            reader: BufReader::new(read),
+            writer,
+            next_id: 1,
+            notifications: VecDeque::new(),
+            daemon: Value::Null,
+        };
+        client.daemon = client
+            .call(
+                "initialize",
+                json!({ "protocol": PROTOCOL_VERSION, "client": "corral-cli", "exec_id": exec_id }),
+            )
+            .await?;
+        Ok(client)
+    }
+
+    /// Calls `method` and waits for its answer.
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line = serde_json::to_string(&Request::new(id, method, params))
+            .map_err(|error| ClientError::Protocol(error.to_string()))?;
+        line.push('\n');
+        self.writer.write_all(line.as_bytes()).await?;
+        loop {
+            let message = self.read_message().await?;
+            if message.get("id").and_then(Value::as_u64) == Some(id) {
+                let response: Response = serde_json::from_value(message)
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                return match (response.result, response.error) {
+                    (_, Some(error)) => Err(ClientError::Rpc(error)),
+                    (Some(result), None) => Ok(result),
+                    (None, None) => Ok(Value::Null),
+                };
+            }
+            if message.get("method").is_some() {
+                if let Ok(notification) = serde_json::from_value(message) {
+                    self.notifications.push_back(notification);
+                }
+            }
+            // A response to nothing we asked (id null: a framing error) is skipped.
+        }
+    }
+
+    /// The next notification (kept from earlier calls, or read now). `None` when the daemon
+    /// closed the connection.
+    pub async fn next_notification(&mut self) -> Result<Option<Notification>, ClientError> {
+        if let Some(notification) = self.notifications.pop_front() {
+            return Ok(Some(notification));
+        }
+        loop {
+            let message = match self.read_message().await {
+                Ok(message) => message,
+                Err(ClientError::Io(error))
+                    if error.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    return Ok(None)
+                }
+                Err(error) => return Err(error),
+            };
+            if message.get("method").is_some() {
+                return serde_json::from_value(message)
+                    .map(Some)
+                    .map_err(|error| ClientError::Protocol(error.to_string()));
+            }
+        }
+    }
+
+    async fn read_message(&mut self) -> Result<Value, ClientError> {
+        let mut line = Vec::new();
+        let read = tokio::io::AsyncReadExt::take(&mut self.reader, MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if read == 0 {
+            return Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        serde_json::from_slice(&line).map_err(|error| ClientError::Protocol(error.to_string()))
+    }
+}
+
+/// Connects to the daemon of `home`; when none answers and `spawn` allows it, starts one in
+/// the background first and says so on stderr.
+pub async fn connect_or_spawn(
+    home: &Path,
+    exec_id: Option<&str>,
+    spawn: bool,
+) -> Result<Client, ClientError> {
+    match Client::connect(home, exec_id).await {
+        Err(ClientError::NoDaemon(path)) if spawn => {
+            let owned = home.to_path_buf();
+            let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&owned))
+                .await
+                .map_err(|error| ClientError::Spawn(error.to_string()))?
+                .map_err(ClientError::Spawn)?;
+            eprintln!("corral: no daemon answered at {path}; started one (pid {pid})");
+            Client::connect(home, exec_id).await
+        }
+        other => other,
+    }
+}

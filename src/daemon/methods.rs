@@ -1,0 +1,518 @@
+//! The daemon's methods: each request becomes calls on the [`Corral`] handle.
+//!
+//! Selectors (`project`, `session`, `prompt` params) accept an exact id, an exact name or
+//! title, or a unique id prefix; a selector that matches several is an error with code
+//! `AMBIGUOUS` whose `data.candidates` lists them.
+
+use std::rc::Rc;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::server::Connection;
+use crate::actors::ledger::{ChangeProject, ChangeSession, ClaimDriver, ReleaseDriver, WaveNamed};
+use crate::protocol::{
+    code, ClaimParams, ProjectAddParams, ProjectSetParams, ReleaseParams, RpcError, SendParams,
+    SessionNewParams, METHODS,
+};
+use crate::store::settings::{self, KNOWN};
+use crate::store::work::{
+    self, ClaimRefused, NewProject, NewPrompt, NewSession, Project, Prompt, Session,
+};
+use crate::{Corral, CorralError};
+
+impl From<CorralError> for RpcError {
+    fn from(error: CorralError) -> Self {
+        let code = match &error {
+            CorralError::NotFound(_) => code::NOT_FOUND,
+            CorralError::Invalid(_) => code::INVALID_PARAMS,
+            CorralError::Store(_) => code::INTERNAL,
+        };
+        RpcError::new(code, error.to_string())
+    }
+}
+
+fn params<T: DeserializeOwned>(value: &Value) -> Result<T, RpcError> {
+    let value = if value.is_null() {
+        json!({})
+    } else {
+        value.clone()
+    };
+    serde_json::from_value(value)
+        .map_err(|error| RpcError::new(code::INVALID_PARAMS, error.to_string()))
+}
+
+fn string_param<'a>(value: &'a Value, name: &str) -> Result<&'a str, RpcError> {
+    value
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::new(code::INVALID_PARAMS, format!("{name} is required")))
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(value).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
+}
+
+fn store_error(error: CorralError) -> RpcError {
+    error.into()
+}
+
+/// Picks the one item a selector names: exact id, then exact name, then unique id prefix.
+fn select<T>(
+    kind: &str,
+    selector: &str,
+    items: Vec<T>,
+    id: impl Fn(&T) -> &str,
+    name: impl Fn(&T) -> Option<&str>,
+) -> Result<T, RpcError> {
+    let selector = selector.trim();
+    if selector.is_empty() {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("the {kind} selector is empty"),
+        ));
+    }
+    let position = items
+        .iter()
+        .position(|item| id(item) == selector)
+        .or_else(|| {
+            let named: Vec<usize> = items
+                .iter()
+                .enumerate()
+                .filter(|(_, item)| name(item) == Some(selector))
+                .map(|(index, _)| index)
+                .collect();
+            (named.len() == 1).then(|| named[0])
+        });
+    if let Some(position) = position {
+        return Ok(items.into_iter().nth(position).expect("a found position"));
+    }
+    let mut matches: Vec<T> = items
+        .into_iter()
+        .filter(|item| id(item).starts_with(selector) || name(item) == Some(selector))
+        .collect();
+    match matches.len() {
+        0 => Err(RpcError::new(
+            code::NOT_FOUND,
+            format!("No {kind} matches '{selector}'"),
+        )),
+        1 => Ok(matches.remove(0)),
+        _ => {
+            let candidates: Vec<String> = matches
+                .iter()
+                .map(|item| match name(item) {
+                    Some(name) => format!("{} ({name})", id(item)),
+                    None => id(item).to_string(),
+                })
+                .collect();
+            Err(RpcError::new(
+                code::AMBIGUOUS,
+                format!("Ambiguous {kind} '{selector}': {}", candidates.join(", ")),
+            )
+            .with_data(json!({ "candidates": candidates })))
+        }
+    }
+}
+
+pub fn resolve_project(corral: &Corral, selector: &str) -> Result<Project, RpcError> {
+    let projects = corral.read(work::projects).map_err(store_error)?;
+    select("project", selector, projects, |p| &p.id, |p| Some(&p.name))
+}
+
+pub fn resolve_session(corral: &Corral, selector: &str) -> Result<Session, RpcError> {
+    let sessions = corral.read(work::sessions).map_err(store_error)?;
+    select(
+        "session",
+        selector,
+        sessions,
+        |s| &s.id,
+        |s| s.title.as_deref(),
+    )
+}
+
+fn resolve_prompt(corral: &Corral, selector: &str) -> Result<Prompt, RpcError> {
+    let selector = selector.trim();
+    let found = corral
+        .read(|c| {
+            let mut statement = c.prepare(
+                "SELECT id FROM prompts WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 11",
+            )?;
+            let ids = statement
+                .query_map(
+                    rusqlite::params![selector, format!("{selector}\u{7f}")],
+                    |row| row.get::<_, String>(0),
+                )?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(ids)
+        })
+        .map_err(store_error)?;
+    let id = select("prompt", selector, found, |id| id.as_str(), |_| None)?;
+    corral
+        .read(|c| work::prompt(c, &id))
+        .map_err(store_error)?
+        .ok_or_else(|| RpcError::new(code::NOT_FOUND, format!("No prompt matches '{selector}'")))
+}
+
+/// Whether an exec (a driver) still runs: not completed, and its process alive.
+fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
+    let Ok(connection) = crate::store::open_reader(&crate::store::store_path(home)) else {
+        return false;
+    };
+    let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = connection
+        .query_row(
+            "SELECT pid, pid_start, completed_at FROM execs WHERE id = ?1",
+            [exec_id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .ok();
+    match row {
+        Some((Some(pid), start, None)) => {
+            crate::process::is_alive(pid as u32, start.map(|s| s as u64))
+        }
+        _ => false,
+    }
+}
+
+pub async fn call(
+    connection: &Rc<Connection>,
+    method: &str,
+    params_value: &Value,
+) -> Result<Value, RpcError> {
+    let context = &connection.context;
+    let corral = &context.corral;
+    match method {
+        "status" => {
+            let sessions = corral.read(work::sessions).map_err(store_error)?;
+            let working = corral.working().await;
+            let slots = corral.slots().await;
+            Ok(json!({
+                "daemon": {
+                    "pid": std::process::id(),
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "home": context.home.to_string_lossy(),
+                    "shutting_down": context.is_shutting_down(),
+                },
+                "sessions": sessions.len(),
+                "working": working,
+                "slots": slots,
+            }))
+        }
+        "project.add" => {
+            let p: ProjectAddParams = params(params_value)?;
+            let project = corral
+                .add_project(NewProject {
+                    name: p.name,
+                    path: p.path,
+                    engine: p.engine,
+                    model: p.model,
+                    full_access: p.full_access,
+                    remote: p.remote,
+                    groups: p.groups,
+                    instructions: p.instructions,
+                })
+                .await?;
+            to_value(&project)
+        }
+        "project.list" => {
+            let all = params_value
+                .get("all")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let projects: Vec<Project> = corral
+                .read(work::projects)
+                .map_err(store_error)?
+                .into_iter()
+                .filter(|p| all || p.archived_at.is_none())
+                .collect();
+            to_value(&projects)
+        }
+        "project.show" => to_value(&resolve_project(
+            corral,
+            string_param(params_value, "project")?,
+        )?),
+        "project.set" | "project.archive" => {
+            let p: ProjectSetParams = params(params_value)?;
+            let project = resolve_project(corral, &p.project)?;
+            if let Some(engine) = &p.engine {
+                engine
+                    .parse::<crate::engine::EngineKind>()
+                    .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))?;
+            }
+            let change = work::ProjectChange {
+                engine: p.engine,
+                model: p.model,
+                full_access: p.full_access,
+                remote: p.remote,
+                groups: p.groups,
+                instructions: p.instructions,
+                archive: method == "project.archive",
+            };
+            let changed = corral
+                .write(ChangeProject {
+                    id: project.id,
+                    change,
+                })
+                .await?
+                .ok_or_else(|| RpcError::new(code::NOT_FOUND, "the project is gone"))?;
+            to_value(&changed)
+        }
+        "group.set" => {
+            let name = string_param(params_value, "name")?;
+            let locking = params_value
+                .get("locking")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            corral.set_group_locking(name, locking).await?;
+            Ok(json!({ "name": name, "locking": locking }))
+        }
+        "session.new" => {
+            let p: SessionNewParams = params(params_value)?;
+            let project = resolve_project(corral, &p.project)?;
+            let wave_id = match &p.wave {
+                Some(name) => {
+                    let repo = crate::repo::toplevel_text(std::path::Path::new(&project.path));
+                    Some(
+                        corral
+                            .write(WaveNamed {
+                                name: name.clone(),
+                                repo,
+                            })
+                            .await?,
+                    )
+                }
+                None => None,
+            };
+            let session = corral
+                .open_session(NewSession {
+                    project_id: project.id,
+                    engine: p.engine.unwrap_or_default(),
+                    model: p.model,
+                    reasoning_effort: p.reasoning_effort,
+                    title: p.title,
+                    task: p.task,
+                    wave_id,
+                })
+                .await?;
+            to_value(&session)
+        }
+        "session.list" => {
+            let all = params_value
+                .get("all")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let project = match params_value.get("project").and_then(Value::as_str) {
+                Some(selector) => Some(resolve_project(corral, selector)?.id),
+                None => None,
+            };
+            let sessions: Vec<Session> = corral
+                .read(work::sessions)
+                .map_err(store_error)?
+                .into_iter()
+                .filter(|s| all || s.archived_at.is_none())
+                .filter(|s| project.is_none() || s.project_id == project)
+                .collect();
+            to_value(&sessions)
+        }
+        "session.show" => {
+            let session = resolve_session(corral, string_param(params_value, "session")?)?;
+            let prompts = corral
+                .read(|c| work::prompts_of(c, &session.id))
+                .map_err(store_error)?;
+            let driver = corral
+                .read(|c| work::driver_claim(c, &session.id))
+                .map_err(store_error)?;
+            Ok(json!({ "session": session, "prompts": prompts, "driver": driver }))
+        }
+        "session.rename" | "session.archive" => {
+            let session = resolve_session(corral, string_param(params_value, "session")?)?;
+            let title = if method == "session.rename" {
+                let title = string_param(params_value, "title")?.trim();
+                if title.is_empty() {
+                    return Err(RpcError::new(code::INVALID_PARAMS, "the title is empty"));
+                }
+                Some(title.to_string())
+            } else {
+                None
+            };
+            let changed = corral
+                .write(ChangeSession {
+                    id: session.id,
+                    title,
+                    archive: method == "session.archive",
+                })
+                .await?
+                .ok_or_else(|| RpcError::new(code::NOT_FOUND, "the session is gone"))?;
+            to_value(&changed)
+        }
+        "prompt.send" => {
+            if context.is_shutting_down() {
+                return Err(RpcError::new(code::BUSY, "the daemon is shutting down"));
+            }
+            let p: SendParams = params(params_value)?;
+            let session = resolve_session(corral, &p.session)?;
+            if let Some(generation) = p.generation {
+                let claim = corral
+                    .read(|c| work::driver_claim(c, &session.id))
+                    .map_err(store_error)?;
+                if let Some(claim) = claim.filter(|claim| claim.generation != generation) {
+                    let by = claim
+                        .exec_id
+                        .clone()
+                        .unwrap_or_else(|| "nobody (released)".into());
+                    return Err(RpcError::new(
+                        code::SUPERSEDED,
+                        format!("superseded by exec {by}"),
+                    )
+                    .with_data(json!({ "driver": claim })));
+                }
+            }
+            let sender = connection.exec_id.borrow().clone();
+            let enqueued = corral
+                .send(NewPrompt {
+                    session_id: session.id,
+                    text: p.text,
+                    images: p.images,
+                    read_only: p.read_only,
+                    sender_exec_id: sender,
+                })
+                .await?;
+            to_value(&enqueued.prompt)
+        }
+        "prompt.cancel" => {
+            let target = string_param(params_value, "target")?;
+            // A prompt, or a session: its running prompt and everything queued on it.
+            match resolve_prompt(corral, target) {
+                Ok(prompt) => {
+                    let found = corral.cancel(&prompt.id).await?;
+                    Ok(json!({ "cancelled": [{ "prompt": prompt.id, "found": found }] }))
+                }
+                Err(error) if error.code == code::NOT_FOUND => {
+                    let session = resolve_session(corral, target)?;
+                    let prompts = corral
+                        .read(|c| work::prompts_of(c, &session.id))
+                        .map_err(store_error)?;
+                    let mut cancelled = Vec::new();
+                    for prompt in prompts.iter().filter(|p| !p.status.is_final()) {
+                        let found = corral.cancel(&prompt.id).await?;
+                        cancelled.push(json!({ "prompt": prompt.id, "found": found }));
+                    }
+                    Ok(json!({ "cancelled": cancelled }))
+                }
+                Err(error) => Err(error),
+            }
+        }
+        "prompt.wait" => {
+            let prompt = resolve_prompt(corral, string_param(params_value, "prompt")?)?;
+            to_value(&corral.wait_prompt(&prompt.id).await?)
+        }
+        "history" => {
+            let session = resolve_session(corral, string_param(params_value, "session")?)?;
+            let prompts = corral
+                .read(|c| work::prompts_of(c, &session.id))
+                .map_err(store_error)?;
+            let runs = corral
+                .read(|c| work::runs_of_session(c, &session.id))
+                .map_err(store_error)?;
+            Ok(json!({ "session": session, "prompts": prompts, "runs": runs }))
+        }
+        "settings.get" => {
+            let name = string_param(params_value, "name")?;
+            let default = settings::default_of(name).ok_or_else(|| {
+                RpcError::new(code::NOT_FOUND, format!("unknown setting '{name}'"))
+            })?;
+            let stored = corral
+                .read(|c| Ok(settings::get(c, name)))
+                .map_err(store_error)?;
+            Ok(json!({ "name": name, "value": stored, "default": default }))
+        }
+        "settings.set" => {
+            let name = string_param(params_value, "name")?;
+            let value = params_value.get("value").and_then(Value::as_str);
+            corral.set_setting(name, value).await?;
+            let stored = corral
+                .read(|c| Ok(settings::get(c, name)))
+                .map_err(store_error)?;
+            Ok(json!({ "name": name, "value": stored }))
+        }
+        "settings.list" => {
+            let stored: Vec<(String, String)> = corral
+                .read(|c| {
+                    let mut statement =
+                        c.prepare("SELECT name, value FROM settings ORDER BY name")?;
+                    let rows = statement
+                        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    Ok(rows)
+                })
+                .map_err(store_error)?;
+            let known: Vec<Value> = KNOWN
+                .iter()
+                .map(|k| json!({ "name": k.name, "default": k.default, "meaning": k.meaning }))
+                .collect();
+            let stored: Vec<Value> = stored
+                .into_iter()
+                .map(|(n, v)| json!({ "name": n, "value": v }))
+                .collect();
+            Ok(json!({ "known": known, "stored": stored }))
+        }
+        "driver.claim" => {
+            let p: ClaimParams = params(params_value)?;
+            let session = resolve_session(corral, &p.session)?;
+            let exec_id = connection.exec_id.borrow().clone().ok_or_else(|| {
+                RpcError::new(
+                    code::INVALID_PARAMS,
+                    "a driver needs an exec: initialize with exec_id",
+                )
+            })?;
+            let home = context.home.clone();
+            let claimed = corral
+                .write(ClaimDriver {
+                    session_id: session.id,
+                    exec_id,
+                    take_over: p.take_over,
+                    is_live: Box::new(move |exec| exec_is_live(&home, exec)),
+                })
+                .await?;
+            match claimed {
+                Ok(claim) => to_value(&claim),
+                Err(ClaimRefused::Held { exec_id }) => Err(RpcError::new(
+                    code::CLAIMED,
+                    format!("the session is driven by exec {exec_id}; use --take-over to take it"),
+                )
+                .with_data(json!({ "driver": exec_id }))),
+            }
+        }
+        "driver.release" => {
+            let p: ReleaseParams = params(params_value)?;
+            let session = resolve_session(corral, &p.session)?;
+            to_value(
+                &corral
+                    .write(ReleaseDriver {
+                        session_id: session.id,
+                        generation: p.generation,
+                    })
+                    .await?,
+            )
+        }
+        "driver.show" => {
+            let session = resolve_session(corral, string_param(params_value, "session")?)?;
+            to_value(
+                &corral
+                    .read(|c| work::driver_claim(c, &session.id))
+                    .map_err(store_error)?,
+            )
+        }
+        "shutdown" => {
+            // Asking for a stop is the same as SIGTERM (the CLI's `daemon stop`).
+            // SAFETY: kill on our own pid.
+            unsafe {
+                libc::kill(std::process::id() as i32, libc::SIGTERM);
+            }
+            Ok(json!({ "stopping": true }))
+        }
+        other => Err(
+            RpcError::new(code::METHOD_NOT_FOUND, format!("unknown method '{other}'"))
+                .with_data(json!({ "methods": METHODS })),
+        ),
+    }
+}

@@ -1,0 +1,291 @@
+//! `corral daemon`: the supervisor as a service on a Unix socket.
+//!
+//! Layout: this file owns the daemon's life (one per home, the socket, signals, shutdown);
+//! [`server`] serves connections (framing, handshake, peer check, subscriptions); [`methods`]
+//! turns each request into calls on the [`Corral`] handle.
+//!
+//! Life of a daemon:
+//! 1. take an exclusive `flock` on `$CORRAL_HOME/daemon.lock` (a second daemon reads the
+//!    holder's pid from it and says so); holding it is what makes any socket file at the path
+//!    stale, so it is replaced — a live daemon's socket is never stolen;
+//! 2. bind `$CORRAL_HOME/corral.sock`, mode 0600; start the supervisor (boot reconciliation
+//!    resumes what a killed daemon left);
+//! 3. serve until SIGTERM/SIGINT: stop accepting, let running prompts finish for
+//!    `daemon.shutdown_grace_ms`, then end their process groups and requeue them; a second
+//!    signal skips the grace; remove the socket; exit 0.
+
+pub mod methods;
+pub mod server;
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+
+use crate::{Corral, CorralOptions};
+
+/// The socket's file name in the home.
+pub const SOCKET_FILE: &str = "corral.sock";
+/// The lock's file name in the home.
+pub const LOCK_FILE: &str = "daemon.lock";
+/// Where a detached daemon writes its pid.
+pub const PID_FILE: &str = "daemon.pid";
+/// Where a detached daemon's stdout and stderr go.
+pub const LOG_FILE: &str = "daemon.log";
+
+/// `sun_path` holds 108 bytes on Linux, the last one a NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The line a daemon started with [`READY_ENV`] prints on stdout once it serves.
+pub const READY_LINE: &str = "corral daemon ready";
+/// Set by `corral daemon --detach` for its child: print [`READY_LINE`], then send stdout to
+/// the log file.
+pub const READY_ENV: &str = "CORRAL_DAEMON_NOTIFY";
+
+/// The socket path of a home.
+pub fn socket_path(home: &Path) -> PathBuf {
+    home.join(SOCKET_FILE)
+}
+
+/// Checks that a socket path fits in `sun_path`.
+pub fn check_socket_path(path: &Path) -> Result<(), String> {
+    let length = path.as_os_str().len();
+    if length > MAX_SOCKET_PATH {
+        return Err(format!(
+            "socket path {} is {length} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH} \
+             (use a shorter CORRAL_HOME)",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The exclusive lock of a home's daemon, held for the daemon's whole life.
+pub struct DaemonLock {
+    file: std::fs::File,
+}
+
+impl DaemonLock {
+    /// Takes the lock, or says who holds it.
+    pub fn acquire(home: &Path) -> Result<DaemonLock, String> {
+        let path = home.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if !locked {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            return Err(format!(
+                "a daemon already runs for {} (pid {} holds {})",
+                home.display(),
+                if holder.is_empty() { "?" } else { holder },
+                path.display()
+            ));
+        }
+        file.set_len(0)
+            .and_then(|_| writeln!(file, "{}", std::process::id()))
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+        Ok(DaemonLock { file })
+    }
+}
+
+impl Drop for DaemonLock {
+    fn drop(&mut self) {
+        // SAFETY: as above; the lock also goes with the descriptor when the process exits.
+        unsafe {
+            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+}
+
+/// What the daemon needs to start.
+pub struct DaemonOptions {
+    pub home: PathBuf,
+    /// The daemon's own exec id (the default parent of the agents' commands).
+    pub exec_id: Option<String>,
+}
+
+/// Runs a daemon in the foreground until it is told to stop. Needs a running actix system.
+pub async fn run(options: DaemonOptions) -> Result<(), String> {
+    let home = options.home;
+    let socket = socket_path(&home);
+    check_socket_path(&socket)?;
+    let _lock = DaemonLock::acquire(&home)?;
+    // We hold the lock: whatever socket file is there belongs to a dead daemon.
+    match std::fs::remove_file(&socket) {
+        Ok(()) => tracing::info!(path = %socket.display(), "replaced a stale socket"),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(format!(
+                "cannot remove the stale socket {}: {error}",
+                socket.display()
+            ))
+        }
+    }
+    let listener = UnixListener::bind(&socket)
+        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|error| format!("cannot restrict {}: {error}", socket.display()))?;
+
+    let corral = Corral::start(CorralOptions {
+        home: home.clone(),
+        exec_id: options.exec_id,
+    })
+    .await
+    .map_err(|error| error.to_string())?;
+
+    let signals = watch_signals()?;
+    if std::env::var_os(READY_ENV).is_some() {
+        announce_ready(&home);
+    }
+    let started = Instant::now();
+    let context = Rc::new(server::DaemonContext::new(corral.clone(), home.clone()));
+    let outcome = serve_until_signal(listener, context.clone(), signals, &corral).await;
+    let _ = std::fs::remove_file(&socket);
+    // The pid file names a live daemon only; remove it if it is ours.
+    let pid_file = home.join(PID_FILE);
+    if std::fs::read_to_string(&pid_file)
+        .is_ok_and(|pid| pid.trim() == std::process::id().to_string())
+    {
+        let _ = std::fs::remove_file(&pid_file);
+    }
+    tracing::info!(uptime_s = started.elapsed().as_secs(), "daemon stopped");
+    outcome
+}
+
+async fn serve_until_signal(
+    listener: UnixListener,
+    context: Rc<server::DaemonContext>,
+    mut signals: mpsc::UnboundedReceiver<i32>,
+    corral: &Corral,
+) -> Result<(), String> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    actix::spawn(server::serve(stream, context.clone()));
+                }
+                Err(error) => tracing::warn!(%error, "accept failed"),
+            },
+            signal = signals.recv() => {
+                tracing::info!(signal, "shutting down");
+                break;
+            }
+        }
+    }
+    // Stop accepting: new clients get "connection refused" and may start another daemon only
+    // after this one released its lock.
+    drop(listener);
+    context.begin_shutdown();
+    let grace = corral.settings().shutdown_grace;
+    tokio::select! {
+        _ = corral.shutdown(grace) => {}
+        _ = signals.recv() => {
+            // A second signal: no more grace.
+            corral.shutdown(Duration::ZERO).await;
+        }
+    }
+    Ok(())
+}
+
+/// SIGTERM and SIGINT, delivered as messages (signal-hook's iterator on its own thread).
+fn watch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|error| format!("cannot watch signals: {error}"))?;
+    let (sender, receiver) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("corral-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if sender.send(signal).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|error| format!("cannot watch signals: {error}"))?;
+    Ok(receiver)
+}
+
+/// Tells the `--detach` parent that the socket serves, then sends stdout to the log.
+fn announce_ready(home: &Path) {
+    println!("{READY_LINE} {}", std::process::id());
+    let _ = std::io::stdout().flush();
+    if let Ok(log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(home.join(LOG_FILE))
+    {
+        // SAFETY: dup2 onto our own stdout; the log file stays open in its place.
+        unsafe {
+            libc::dup2(log.as_raw_fd(), libc::STDOUT_FILENO);
+        }
+    }
+}
+
+/// Starts a daemon for `home` in the background (its own session, output to the log file),
+/// waits until it serves, and returns its pid. Used by `corral daemon --detach` and by the
+/// CLI's auto-start.
+pub fn spawn_detached(home: &Path) -> Result<u32, String> {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let exe =
+        std::env::current_exe().map_err(|error| format!("cannot find corral itself: {error}"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(home.join(LOG_FILE))
+        .map_err(|error| format!("cannot open the daemon log: {error}"))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("--home")
+        .arg(home)
+        .arg("daemon")
+        .env(READY_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal and group.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("cannot start a daemon: {error}"))?;
+    let pid = child.id();
+    let stdout = child.stdout.take().ok_or("no pipe to the daemon")?;
+    let mut line = String::new();
+    // The daemon prints the ready line once it serves, or exits (its reason is in the log).
+    let read = std::io::BufReader::new(stdout).read_line(&mut line);
+    if read.is_err() || !line.starts_with(READY_LINE) {
+        let status = child.wait().ok();
+        let log = std::fs::read_to_string(home.join(LOG_FILE)).unwrap_or_default();
+        let reason = log
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no reason logged");
+        return Err(format!(
+            "the daemon did not start ({}): {reason}",
+            status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown status".into())
+        ));
+    }
+    let _ = std::fs::write(home.join(PID_FILE), format!("{pid}\n"));
+    Ok(pid)
+}

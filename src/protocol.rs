@@ -1,0 +1,290 @@
+//! The control protocol between the daemon and its clients (the CLI, or any program).
+//!
+//! JSON-RPC 2.0 over a Unix socket, one JSON object per line, at most [`MAX_LINE`] bytes a
+//! line. A client starts with `initialize` (the version handshake), then calls methods; a
+//! subscription streams `events.event` notifications until `events.unsubscribe` or the
+//! connection closes. `docs/protocol.md` has an example of every method.
+//!
+//! This module only holds the wire types (pueue's split: protocol types here, the daemon in
+//! `crate::daemon`, the client in `crate::client`); both sides share them, so they cannot
+//! drift apart.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The protocol version this build speaks. A client with another version is refused at
+/// `initialize` with [`code::VERSION_MISMATCH`].
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The longest line either side accepts (1 MiB). A longer request is answered with
+/// [`code::INVALID_REQUEST`] and the rest of the line is skipped.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Error codes: JSON-RPC's own, then corral's (−32000 … −32099, the server-error range).
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL: i64 = -32603;
+    /// No project, session, prompt or setting by that selector.
+    pub const NOT_FOUND: i64 = -32004;
+    /// A selector that matches several things; `data.candidates` lists them.
+    pub const AMBIGUOUS: i64 = -32005;
+    /// The daemon cannot take this now (shutting down, store locked).
+    pub const BUSY: i64 = -32006;
+    /// The caller's driver claim was taken over; `data.driver` names the current driver.
+    pub const SUPERSEDED: i64 = -32007;
+    /// `initialize` with another protocol version, or a call before `initialize`.
+    pub const VERSION_MISMATCH: i64 = -32008;
+    /// The session has a live driver and the claim did not ask to take over.
+    pub const CLAIMED: i64 = -32009;
+}
+
+/// A request (with an `id`) or a notification (without).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub jsonrpc: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub params: Value,
+}
+
+impl Request {
+    pub fn new(id: u64, method: &str, params: Value) -> Self {
+        Request {
+            jsonrpc: "2.0".into(),
+            id: Some(Value::from(id)),
+            method: method.into(),
+            params,
+        }
+    }
+}
+
+/// An error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+/// A response: `result` or `error`, never both.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    pub jsonrpc: String,
+    pub id: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RpcError>,
+}
+
+impl Response {
+    pub fn ok(id: Value, result: Value) -> Self {
+        Response {
+            jsonrpc: "2.0".into(),
+            id,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn err(id: Value, error: RpcError) -> Self {
+        Response {
+            jsonrpc: "2.0".into(),
+            id,
+            result: None,
+            error: Some(error),
+        }
+    }
+}
+
+/// A notification from the daemon (no `id`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Notification {
+    pub jsonrpc: String,
+    pub method: String,
+    pub params: Value,
+}
+
+impl Notification {
+    pub fn new(method: &str, params: Value) -> Self {
+        Notification {
+            jsonrpc: "2.0".into(),
+            method: method.into(),
+            params,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Method parameters (results are the model types of `crate::store`, or small objects).
+
+/// `initialize`: the version handshake; also tells the daemon which exec the client is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct InitializeParams {
+    pub protocol: u32,
+    #[serde(default)]
+    pub client: Option<String>,
+    /// The client's exec id (the CLI's own exec row), used as the driver of what it sends.
+    #[serde(default)]
+    pub exec_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InitializeResult {
+    pub protocol: u32,
+    pub corral_version: String,
+    pub daemon_pid: u32,
+    pub home: String,
+}
+
+/// `project.add`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProjectAddParams {
+    pub name: String,
+    pub path: String,
+    #[serde(default)]
+    pub engine: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub full_access: bool,
+    #[serde(default)]
+    pub remote: bool,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub instructions: Option<String>,
+}
+
+/// `project.set`: only the fields given change.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProjectSetParams {
+    pub project: String,
+    #[serde(default)]
+    pub engine: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub full_access: Option<bool>,
+    #[serde(default)]
+    pub remote: Option<bool>,
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+    #[serde(default)]
+    pub instructions: Option<String>,
+}
+
+/// `session.new`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SessionNewParams {
+    pub project: String,
+    #[serde(default)]
+    pub engine: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub task: Option<String>,
+    #[serde(default)]
+    pub wave: Option<String>,
+}
+
+/// `prompt.send`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SendParams {
+    pub session: String,
+    pub text: String,
+    #[serde(default)]
+    pub images: Vec<String>,
+    #[serde(default)]
+    pub read_only: bool,
+    /// The driver claim the sender holds (`send --wait`, `attach`): refused with
+    /// [`code::SUPERSEDED`] once another driver took the session over.
+    #[serde(default)]
+    pub generation: Option<i64>,
+}
+
+/// `events.subscribe`: replay stored events after `after`, then stream live ones.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SubscribeParams {
+    pub session: String,
+    #[serde(default)]
+    pub after: i64,
+}
+
+/// `driver.claim`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClaimParams {
+    pub session: String,
+    #[serde(default)]
+    pub take_over: bool,
+}
+
+/// `driver.release`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReleaseParams {
+    pub session: String,
+    pub generation: i64,
+}
+
+/// Every method the daemon serves, for `docs/protocol.md` and the unknown-method error.
+pub const METHODS: &[&str] = &[
+    "initialize",
+    "status",
+    "project.add",
+    "project.list",
+    "project.show",
+    "project.set",
+    "project.archive",
+    "group.set",
+    "session.new",
+    "session.list",
+    "session.show",
+    "session.rename",
+    "session.archive",
+    "prompt.send",
+    "prompt.cancel",
+    "prompt.wait",
+    "history",
+    "events.subscribe",
+    "events.unsubscribe",
+    "settings.get",
+    "settings.set",
+    "settings.list",
+    "driver.claim",
+    "driver.release",
+    "driver.show",
+    "shutdown",
+];
