@@ -47,10 +47,32 @@ pub fn is_alive(pid: u32, start: Option<u64>) -> bool {
     }
 }
 
-/// Whether any process is left in group `pgid`.
+/// Whether any live process is left in group `pgid`. Zombies do not count: they will never
+/// run again, and an orphan's zombie lingers until init (which may be slow, or in a container
+/// may never) reaps it.
 pub fn group_exists(pgid: i32) -> bool {
     // SAFETY: signal 0 sends nothing; it only asks whether the group has members.
-    unsafe { libc::killpg(pgid, 0) == 0 }
+    if unsafe { libc::killpg(pgid, 0) } != 0 {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some(after_name) = stat.rfind(')').map(|at| &stat[at + 1..]) else {
+                return false;
+            };
+            let mut fields = after_name.split_whitespace();
+            let state = fields.next();
+            // Fields after the name: state, ppid, pgrp.
+            let group = fields.nth(1).and_then(|field| field.parse::<i32>().ok());
+            state != Some("Z") && group == Some(pgid)
+        })
 }
 
 /// Sends `signal` to every process of group `pgid`. A group already gone is not an error.
@@ -75,6 +97,44 @@ pub async fn end_group(child: &mut Child, pgid: i32, grace: Duration) {
     }
     signal_group(pgid, libc::SIGKILL);
     let _ = child.wait().await;
+}
+
+/// Ends a process group that is not our child (left by a supervisor that died): SIGTERM,
+/// then SIGKILL to whatever is left when `grace` runs out. Returns when the group is empty.
+pub async fn end_orphan_group(pgid: i32, grace: Duration) {
+    signal_group(pgid, libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while group_exists(pgid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(STRAGGLER_POLL).await;
+    }
+    signal_group(pgid, libc::SIGKILL);
+    // SIGKILL cannot be ignored; the members disappear as soon as the kernel reaps them.
+    let reaped_by = tokio::time::Instant::now() + Duration::from_secs(2);
+    while group_exists(pgid) && tokio::time::Instant::now() < reaped_by {
+        tokio::time::sleep(STRAGGLER_POLL).await;
+    }
+}
+
+/// The processes whose environment holds `name=value` (read from `/proc/PID/environ`, which
+/// only our own processes let us read). Finds a child whose pid was never recorded: a
+/// supervisor killed between spawning it and writing its pid.
+pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
+    let needle = format!("{name}={value}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|environ| {
+                    environ
+                        .split(|&byte| byte == 0)
+                        .any(|var| var == needle.as_bytes())
+                })
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 /// The conventional name of a signal number (`SIGKILL`), for the ledger's `signal` column.

@@ -733,6 +733,7 @@ impl Worker {
             .env("CORRAL_HOME", environment.home)
             .env("CORRAL_SESSION_ID", environment.session_id)
             .env("CORRAL_RUN_ATTEMPT", environment.attempt.to_string())
+            .env(super::supervisor::RUN_ID_ENV, run_id)
             // Engines' own backtraces are noise in a supervised run's error message.
             .env("RUST_BACKTRACE", "0");
         match environment.exec_id {

@@ -21,6 +21,10 @@ use crate::store::settings::Settings;
 use crate::store::work::{Event, NewEvent, Prompt, Recovered};
 use crate::store::ReaderPool;
 
+/// Every engine child carries its run's id in this variable, so that a child whose pid was
+/// never recorded can still be found after a crash.
+pub const RUN_ID_ENV: &str = "CORRAL_RUN_ID";
+
 /// What the supervisor and every session actor share.
 pub struct Shared {
     /// `CORRAL_HOME`, given to every engine child.
@@ -239,14 +243,21 @@ impl Handler<Boot> for Supervisor {
                     .await
                     .map_err(|error| error.to_string())?;
                 let grace = shared.settings().cancel_grace;
-                for (_, pid, start) in &recovered.interrupted_runs {
-                    let (Some(pid), start) = (*pid, start.map(|start| start as u64)) else {
-                        continue;
-                    };
-                    if process::is_alive(pid as u32, start) {
-                        // A child of a supervisor that died: end its group, never a recycled
-                        // pid (the start time matched).
-                        end_leftover(pid as i32, grace);
+                for (run_id, pid, start) in &recovered.interrupted_runs {
+                    match (*pid, start.map(|start| start as u64)) {
+                        // A child of a supervisor that died: end its group (never a recycled
+                        // pid: the start time matched) before its prompt runs again, so that
+                        // one thread is never driven by two children at once.
+                        (Some(pid), start) if process::is_alive(pid as u32, start) => {
+                            process::end_orphan_group(pid as i32, grace).await;
+                        }
+                        (Some(_), _) => {}
+                        // Killed between spawn and recording the pid: find it by its run id.
+                        (None, _) => {
+                            for pid in process::find_by_env(RUN_ID_ENV, run_id) {
+                                process::end_orphan_group(pid, grace).await;
+                            }
+                        }
                     }
                 }
                 let mut prompts = Vec::new();
@@ -273,13 +284,4 @@ impl Handler<Boot> for Supervisor {
             }),
         )
     }
-}
-
-/// Ends a leftover process group: SIGTERM now, SIGKILL after the grace period.
-fn end_leftover(pgid: i32, grace: std::time::Duration) {
-    process::signal_group(pgid, libc::SIGTERM);
-    actix::spawn(async move {
-        tokio::time::sleep(grace).await;
-        process::signal_group(pgid, libc::SIGKILL);
-    });
 }
