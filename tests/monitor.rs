@@ -332,7 +332,8 @@ fn overview_shows_running_gaps_and_recent_commands() {
         .unwrap();
     let overview = home.json(&["monitor", "--all", "--json"]);
     assert!(overview["items"].is_array());
-    let gaps: Vec<&str> = overview["active"]["gaps"]
+    assert!(overview["active"]["gaps"].is_array());
+    let gaps: Vec<&str> = overview["active"]["lost_execs"]
         .as_array()
         .unwrap()
         .iter()
@@ -358,4 +359,75 @@ fn overview_shows_running_gaps_and_recent_commands() {
     let text = home.run(&["top", "--all"]);
     assert!(text.status.success());
     assert!(stdout(&text).contains("RECENT COMMANDS"), "{text:?}");
+}
+
+#[test]
+fn overview_lists_sessions_by_state_and_runs_whose_engine_is_gone() {
+    let home = Home::new();
+    home.init_store();
+    let db = home.db();
+    db.execute_batch(
+        "INSERT INTO projects(id, name, path, created_at) VALUES ('p', 'proj', '/tmp', 1);
+         INSERT INTO sessions(id, project_id, engine, created_at) VALUES
+           ('s-waiting', 'p', 'fake', 1), ('s-failed', 'p', 'fake', 2),
+           ('s-unknown', 'p', 'fake', 3), ('s-active', 'p', 'fake', 4);
+         INSERT INTO sessions(id, project_id, engine, created_at, archived_at)
+           VALUES ('s-finished', 'p', 'fake', 5, 6);
+         INSERT INTO prompts(id, session_id, text, status, answer, created_at, finished_at) VALUES
+           ('q1', 's-waiting', 'hi', 'done', 'Review the API
+more', 1, 2);
+         INSERT INTO prompts(id, session_id, text, status, error, created_at, finished_at) VALUES
+           ('q2', 's-failed', 'hi', 'failed', 'quota exceeded', 1, 2);
+         INSERT INTO prompts(id, session_id, text, status, created_at) VALUES
+           ('q3', 's-active', 'long job', 'running', 1);
+         INSERT INTO runs(id, prompt_id, session_id, attempt, engine, argv, pid, started_at)
+           VALUES ('r-gone', 'q3', 's-active', 1, 'fake', '[]', 2147483647, 1);",
+    )
+    .unwrap();
+    let overview = home.json(&["monitor", "--all", "--json"]);
+    let items = overview["items"].as_array().unwrap();
+    for (id, state, reason, action) in [
+        (
+            "s-waiting",
+            "waiting",
+            "Review the API",
+            "corral attach s-waiting",
+        ),
+        (
+            "s-failed",
+            "failed",
+            "quota exceeded",
+            "corral history s-failed",
+        ),
+        (
+            "s-unknown",
+            "unknown",
+            "No current provider observation",
+            "corral history s-unknown",
+        ),
+        (
+            "s-active",
+            "active",
+            "running: long job",
+            "corral watch s-active",
+        ),
+        (
+            "s-finished",
+            "finished",
+            "completion is recorded",
+            "corral history s-finished",
+        ),
+    ] {
+        let item = items.iter().find(|item| item["id"] == id).unwrap();
+        assert_eq!(item["state"], state, "{item}");
+        assert_eq!(item["reason"], reason, "{item}");
+        assert_eq!(item["next_action"], action, "{item}");
+    }
+    let gaps: Vec<&str> = overview["active"]["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(gaps, ["r-gone"]);
 }

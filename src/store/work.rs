@@ -875,6 +875,15 @@ pub fn runs_of_session(connection: &Connection, session_id: &str) -> rusqlite::R
     rows
 }
 
+/// Every run marked running.
+pub fn running_runs(connection: &Connection) -> rusqlite::Result<Vec<Run>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' ORDER BY started_at, id"
+    ))?;
+    let rows = statement.query_map([], run_row)?.collect();
+    rows
+}
+
 /// A session's events with a number above `after`, oldest first, at most `limit`.
 pub fn events_after(
     connection: &Connection,

@@ -31,6 +31,10 @@ pub struct MonitorArgs {
     /// Print the overview as one JSON object.
     #[arg(long)]
     pub json: bool,
+
+    /// Redraw every second until interrupted (what `corral top` does in a terminal).
+    #[arg(long)]
+    pub live: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -48,7 +52,7 @@ pub async fn execute(context: &Context, args: &MonitorArgs) -> Result<Exit, CliE
         Some(MonitorAction::List(list)) => list::execute(context, list),
         Some(MonitorAction::Show(show)) => show::execute(context, show),
         Some(MonitorAction::Prune(prune)) => prune::execute(context, prune).await,
-        None => overview(context, args),
+        None => overview(context, args).await,
     }
 }
 
@@ -68,8 +72,11 @@ pub struct Overview {
 pub struct Active {
     /// Execs still running: not completed, and their process alive.
     pub execs: Vec<Exec>,
+    /// Runs marked running whose engine process is gone (a daemon died; the next one closes
+    /// them as interrupted and requeues their prompts).
+    pub gaps: Vec<work::Run>,
     /// Execs never completed whose process is gone; `corral monitor prune` closes them.
-    pub gaps: Vec<Exec>,
+    pub lost_execs: Vec<Exec>,
 }
 
 /// A session as the overview shows it.
@@ -154,7 +161,7 @@ pub fn build_overview(
         ..ExecFilter::default()
     };
     let recent = exec::list(connection, &filter, None, OVERVIEW_RECENT)?;
-    let (mut execs, mut gaps) = (Vec::new(), Vec::new());
+    let (mut execs, mut lost_execs) = (Vec::new(), Vec::new());
     for open in exec::open_execs(connection)? {
         if scope.as_ref().is_some_and(|repo| *repo != open.exec.repo) {
             continue;
@@ -166,9 +173,17 @@ pub fn build_overview(
         if alive {
             execs.push(open.exec);
         } else {
-            gaps.push(open.exec);
+            lost_execs.push(open.exec);
         }
     }
+    let gaps: Vec<work::Run> = work::running_runs(connection)?
+        .into_iter()
+        .filter(|run| {
+            !run.pid.is_some_and(|pid| {
+                process::is_alive(pid as u32, run.pid_start.map(|start| start as u64))
+            })
+        })
+        .collect();
     let projects: std::collections::HashMap<String, String> = work::projects(connection)?
         .into_iter()
         .map(|project| (project.id, project.name))
@@ -184,7 +199,11 @@ pub fn build_overview(
     }
     Ok(Overview {
         items,
-        active: Active { execs, gaps },
+        active: Active {
+            execs,
+            gaps,
+            lost_execs,
+        },
         recent_commands: recent,
     })
 }
@@ -222,24 +241,62 @@ pub fn print_overview(overview: &Overview) {
     print_table(&overview.active.execs);
     if !overview.active.gaps.is_empty() {
         println!(
-            "\nGAPS ({}): never completed, process gone; `corral monitor prune` closes them",
+            "\nGAPS ({}): runs marked running whose engine is gone (the next daemon requeues them)",
             overview.active.gaps.len()
         );
-        print_table(&overview.active.gaps);
+        for run in &overview.active.gaps {
+            println!(
+                "  run {} of prompt {} (pid {})",
+                run.id,
+                run.prompt_id,
+                run.pid
+                    .map(|pid| pid.to_string())
+                    .unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+    if !overview.active.lost_execs.is_empty() {
+        println!(
+            "\nLOST EXECS ({}): never completed, process gone; `corral monitor prune` closes them",
+            overview.active.lost_execs.len()
+        );
+        print_table(&overview.active.lost_execs);
     }
     println!("\nRECENT COMMANDS");
     print_table(&overview.recent_commands.entries);
 }
 
-fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
+/// How often `corral top` redraws. A display tick, not a wait for work: nothing to be woken by.
+const TOP_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
     let connection = context.reader()?;
-    let overview = build_overview(&connection, repo_scope(args.all, None)?)?;
-    if args.json {
-        print_json(&overview);
-    } else {
-        print_overview(&overview);
+    let scope = repo_scope(args.all, None)?;
+    // `corral top` (or `--live`) in a terminal redraws until interrupted.
+    let live = args.live
+        || (std::env::args().nth(1).as_deref() == Some("top")
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && !args.json);
+    loop {
+        let overview = build_overview(&connection, scope.clone())?;
+        if args.json {
+            print_json(&overview);
+        } else {
+            if live {
+                // Clear the screen and go home.
+                print!("\x1b[2J\x1b[H");
+                println!(
+                    "corral top — {} (Ctrl-C to leave)\n",
+                    format_time(crate::store::now_ms())
+                );
+            }
+            print_overview(&overview);
+        }
+        if !live {
+            return Ok(Exit::success());
+        }
+        tokio::time::sleep(TOP_REFRESH).await;
     }
-    Ok(Exit::success())
 }
 
 /// Which repository a listing is limited to: `None` = every one; `Some(None)` = execs made
