@@ -274,6 +274,8 @@ pub const METHODS: &[&str] = &[
     "session.show",
     "session.rename",
     "session.archive",
+    "session.steer",
+    "session.compact",
     "prompt.send",
     "prompt.cancel",
     "prompt.wait",

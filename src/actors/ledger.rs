@@ -532,6 +532,29 @@ ledger_write!(
     |this, connection| work::wave_named(connection, &this.name, this.repo.as_deref())
 );
 
+ledger_write!(
+    /// Keeps an app-server child's state (for `status` across daemon restarts).
+    SaveAppServer { project_id: String, state: serde_json::Value } -> (),
+    |this, connection| work::save_app_server(connection, &this.project_id, &this.state)
+);
+
+ledger_write!(
+    /// Records a compaction on the session; replies with the session.
+    RecordCompaction {
+        session_id: String,
+        messages: i64,
+        characters: i64,
+        reset_thread: bool,
+    } -> Option<work::Session>,
+    |this, connection| work::record_compaction(
+        connection,
+        &this.session_id,
+        this.messages,
+        this.characters,
+        this.reset_thread,
+    )
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,12 @@
 //!   front that gathers writes into group commits.
 //! - [`slots`]: the slot manager, which decides who may start an engine child now (engine and
 //!   total limits, project and group locks, FIFO waiters).
+//! - [`app_server`]: one long-lived `codex app-server` child per project, multiplexed and
+//!   supervised (restart backoff and intensity limit).
 //! - [`session`]: one per session with work; owns its engine children and retry policy.
 //! - [`supervisor`]: the registry of session actors, boot reconciliation, what they share.
 
+pub mod app_server;
 pub mod ledger;
 pub mod session;
 pub mod slots;

@@ -30,6 +30,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{mpsc, watch};
 
+use super::app_server::{self, AppServerActor};
 use super::ledger::{
     EndRun, EngineStarted, FinishPrompt, RequeuePrompt, RunSpawned, SetGeneratedTitle, SetThread,
     StartRun,
@@ -203,6 +204,9 @@ enum RunOutcome {
         exit_code: Option<i32>,
         signal: Option<String>,
         answer: Option<String>,
+        /// The class when the engine said it in a structured way (app-server's
+        /// `codexErrorInfo`, a closed transport); else it is read from the message.
+        class: Option<FailureClass>,
     },
     Stopped(Stop),
     TimedOut,
@@ -372,6 +376,7 @@ impl Worker {
         );
         let mut attempt = prompt.attempts;
         let (mut rate_limited, mut writer_conflicts, mut replayed) = (0usize, 0usize, false);
+        let mut overloaded = 0usize;
         self.event(
             Some(&prompt.id),
             None,
@@ -492,8 +497,20 @@ impl Worker {
                 exec_id: exec_id.as_deref(),
                 attempt,
             };
-            let (outcome, reported_thread) = self
-                .run_child(
+            let (outcome, reported_thread) = if kind == EngineKind::CodexAppServer {
+                let server = self.shared.app_server(&project, &program);
+                let turn = AppTurn {
+                    prompt: &prompt,
+                    run_id: &run_id,
+                    thread_id: spec.thread_id.as_deref(),
+                    text: &text,
+                    model: spec.model.as_deref(),
+                    sandbox,
+                    cwd: &project.path,
+                };
+                self.run_app_turn(&server, turn, &settings).await
+            } else {
+                self.run_child(
                     &prompt,
                     &run_id,
                     &argv,
@@ -502,7 +519,8 @@ impl Worker {
                     kind,
                     &settings,
                 )
-                .await;
+                .await
+            };
             let ended_at = crate::store::now_ms();
             drop(slot);
 
@@ -522,7 +540,7 @@ impl Worker {
             }
 
             // 4. Judge and decide.
-            let (verdict, exit_code, signal, answer) = match outcome {
+            let (verdict, exit_code, signal, answer, class_hint) = match outcome {
                 RunOutcome::Stopped(Stop::Cancel) => {
                     self.end_run(&run_id, ended_at, None, None, "cancelled", None, None, None)
                         .await;
@@ -565,7 +583,8 @@ impl Worker {
                     exit_code,
                     signal,
                     answer,
-                } => (verdict, exit_code, signal, answer),
+                    class,
+                } => (verdict, exit_code, signal, answer, class),
             };
             let message = match verdict {
                 RunVerdict::Succeeded => {
@@ -589,8 +608,23 @@ impl Worker {
                 }
                 RunVerdict::Failed { message } => message,
             };
-            let class = engine::classify_failure(kind, spec.thread_id.as_deref(), &message);
+            let class = class_hint.unwrap_or_else(|| {
+                engine::classify_failure(kind, spec.thread_id.as_deref(), &message)
+            });
             let decision = match class {
+                // Backoff with jitter (±20 %) over the rate-limit delays: an overloaded server
+                // is best not hit by every waiting session at the same instant.
+                FailureClass::Overloaded => settings
+                    .rate_limit_delays
+                    .get(overloaded)
+                    .map(|&delay| {
+                        overloaded += 1;
+                        Decision::Retry {
+                            delay: jitter(delay),
+                            new_thread: false,
+                        }
+                    })
+                    .unwrap_or(Decision::Fail),
                 FailureClass::RateLimit => settings
                     .rate_limit_delays
                     .get(rate_limited)
@@ -757,6 +791,7 @@ impl Worker {
                     exit_code: None,
                     signal: None,
                     answer: None,
+                    class: None,
                 };
                 return (outcome, None);
             }
@@ -794,7 +829,9 @@ impl Worker {
         drop(lines_tx);
 
         let adapter = kind.adapter();
-        let mut seen: Vec<EngineEvent> = Vec::new();
+        // Only the last terminal line decides a run (see `engine::judge`): keeping that one,
+        // not every event, keeps a long run's memory flat.
+        let mut terminal: Option<EngineEvent> = None;
         let mut stderr_tail: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL);
         let mut batch: Vec<NewEvent> = Vec::new();
         let mut answer: Option<String> = None;
@@ -844,7 +881,9 @@ impl Worker {
                             other => other,
                         };
                         batch.push(self.new_event(prompt, run_id, &event_kind(&event), event_payload(&event)));
-                        seen.push(event);
+                        if matches!(event, EngineEvent::TurnCompleted | EngineEvent::TurnFailed { .. }) {
+                            terminal = Some(event);
+                        }
                     }
                     if batch.len() >= EVENT_BATCH || lines.is_empty() {
                         self.shared.append_events(std::mem::take(&mut batch)).await;
@@ -896,7 +935,7 @@ impl Worker {
             .and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status))
             .map(process::signal_name);
         let tail: Vec<String> = stderr_tail.into_iter().collect();
-        let verdict = engine::judge(&seen, exit_code, signal.as_deref(), &tail);
+        let verdict = engine::judge(terminal.as_slice(), exit_code, signal.as_deref(), &tail);
         self.event(
             Some(&prompt.id),
             Some(run_id),
@@ -913,6 +952,7 @@ impl Worker {
             exit_code,
             signal,
             answer,
+            class: None,
         };
         (outcome, reported_thread)
     }
@@ -956,6 +996,244 @@ impl Worker {
                 json!({ "title": title }),
             ));
         }
+    }
+}
+
+/// `delay` ± 20 %, from the clock's nanoseconds (no randomness crate for one jitter).
+fn jitter(delay: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.subsec_nanos())
+        .unwrap_or(0);
+    let factor = 0.8 + 0.4 * (nanos % 1000) as f64 / 1000.0;
+    delay.mul_f64(factor)
+}
+
+/// One turn on an app-server.
+struct AppTurn<'a> {
+    prompt: &'a Prompt,
+    run_id: &'a str,
+    thread_id: Option<&'a str>,
+    text: &'a str,
+    model: Option<&'a str>,
+    sandbox: Sandbox,
+    cwd: &'a str,
+}
+
+impl Worker {
+    /// Runs one prompt as a turn of the project's app-server: resume or start the thread,
+    /// `turn/start`, follow the thread's notifications until `turn/completed` (or the transport
+    /// closes). Cancel is `turn/interrupt` first; a turn that does not end within the grace
+    /// period gets its child restarted.
+    async fn run_app_turn(
+        &mut self,
+        server: &Addr<AppServerActor>,
+        turn: AppTurn<'_>,
+        settings: &crate::store::settings::Settings,
+    ) -> (RunOutcome, Option<String>) {
+        let failed = |message: String, class: Option<FailureClass>| RunOutcome::Finished {
+            verdict: RunVerdict::Failed { message },
+            exit_code: None,
+            signal: None,
+            answer: None,
+            class,
+        };
+        let call = |method: &str, params: serde_json::Value| {
+            server.send(app_server::Call {
+                method: method.to_string(),
+                params,
+            })
+        };
+        let (generation, pid) = match server.send(app_server::EnsureRunning).await {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(reason)) => return (failed(reason, None), None),
+            Err(error) => return (failed(error.to_string(), None), None),
+        };
+        let _ = self
+            .shared
+            .ledger
+            .write(RunSpawned {
+                run_id: turn.run_id.to_string(),
+                pid,
+                pid_start: process::start_time(pid),
+            })
+            .await;
+        // The thread: resume the known one, or start one with the project's policy.
+        let thread_id = match turn.thread_id {
+            Some(thread) => match call("thread/resume", json!({ "threadId": thread })).await {
+                Ok(Ok(_)) => thread.to_string(),
+                Ok(Err(error)) => {
+                    let class = engine::app_server::classify_rpc_error(error.code, &error.message);
+                    return (failed(error.message, Some(class)), None);
+                }
+                Err(error) => return (failed(error.to_string(), None), None),
+            },
+            None => {
+                let sandbox = match turn.sandbox {
+                    Sandbox::ReadOnly => "read-only",
+                    Sandbox::WorkspaceWrite => "workspace-write",
+                    Sandbox::FullAccess => "danger-full-access",
+                };
+                let mut params =
+                    json!({ "cwd": turn.cwd, "sandbox": sandbox, "approvalPolicy": "never" });
+                if let Some(model) = turn.model {
+                    params["model"] = json!(model);
+                }
+                match call("thread/start", params).await {
+                    Ok(Ok(started)) => match started["thread"]["id"].as_str() {
+                        Some(id) => id.to_string(),
+                        None => {
+                            return (
+                                failed("thread/start answered no thread id".into(), None),
+                                None,
+                            )
+                        }
+                    },
+                    Ok(Err(error)) => {
+                        let class =
+                            engine::app_server::classify_rpc_error(error.code, &error.message);
+                        return (failed(error.message, Some(class)), None);
+                    }
+                    Err(error) => return (failed(error.to_string(), None), None),
+                }
+            }
+        };
+        self.event(
+            Some(&turn.prompt.id),
+            Some(turn.run_id),
+            "thread.started",
+            json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
+        )
+        .await;
+        let (sender, mut notifications) = mpsc::unbounded_channel();
+        server.do_send(app_server::WatchThread {
+            thread_id: thread_id.clone(),
+            sender,
+        });
+        let mut input = vec![json!({ "type": "text", "text": turn.text })];
+        for image in &turn.prompt.images {
+            input.push(json!({ "type": "localImage", "path": image }));
+        }
+        let turn_id = match call(
+            "turn/start",
+            json!({ "threadId": thread_id, "input": input }),
+        )
+        .await
+        {
+            Ok(Ok(started)) => started["turn"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            Ok(Err(error)) => {
+                server.do_send(app_server::UnwatchThread(thread_id.clone()));
+                let class = engine::app_server::classify_rpc_error(error.code, &error.message);
+                return (failed(error.message, Some(class)), Some(thread_id));
+            }
+            Err(error) => return (failed(error.to_string(), None), Some(thread_id)),
+        };
+        let mut answer = None;
+        let mut batch = Vec::new();
+        let deadline = tokio::time::sleep(settings.run_timeout);
+        tokio::pin!(deadline);
+        let mut stop: Option<Stop> = None;
+        let outcome = loop {
+            tokio::select! {
+                next = notifications.recv() => {
+                    let Some(next) = next else {
+                        break failed("the app-server stopped routing this turn".into(), Some(FailureClass::TransportClosed));
+                    };
+                    match next {
+                        app_server::TurnEvent::Notification { method, params } => {
+                            if method == "corral/serverRequest" {
+                                batch.push(self.new_event(turn.prompt, turn.run_id, "server.request", params.clone()));
+                            } else if method == "error" {
+                                // willRetry: true keeps the turn in progress: an event, not a failure.
+                                batch.push(self.new_event(turn.prompt, turn.run_id, "notice", json!({
+                                    "message": params["error"]["message"],
+                                    "will_retry": params["willRetry"],
+                                    "codex_error_info": params["error"]["codexErrorInfo"],
+                                })));
+                            } else {
+                                for event in engine::app_server::notification_events(&method, &params) {
+                                    let event = match event {
+                                        EngineEvent::Message { text } => {
+                                            let (title, visible) = framing::extract_title(&text);
+                                            if let Some(title) = title {
+                                                self.set_title(turn.prompt, turn.run_id, &title, &mut batch).await;
+                                            }
+                                            answer = Some(visible.clone());
+                                            EngineEvent::Message { text: visible }
+                                        }
+                                        other => other,
+                                    };
+                                    batch.push(self.new_event(turn.prompt, turn.run_id, &event_kind(&event), event_payload(&event)));
+                                }
+                            }
+                            if method == "turn/completed" && params["turn"]["id"].as_str().is_none_or(|id| id == turn_id) {
+                                let status = params["turn"]["status"].as_str().unwrap_or_default();
+                                let error = &params["turn"]["error"];
+                                break match (status, stop) {
+                                    ("completed", _) => RunOutcome::Finished {
+                                        verdict: RunVerdict::Succeeded,
+                                        exit_code: None,
+                                        signal: None,
+                                        answer: answer.clone(),
+                                        class: None,
+                                    },
+                                    (_, Some(stop)) => RunOutcome::Stopped(stop),
+                                    ("interrupted", None) => failed("the turn was interrupted".into(), None),
+                                    _ => failed(
+                                        error["message"].as_str().unwrap_or("the turn failed").to_string(),
+                                        Some(engine::app_server::classify_error(error)),
+                                    ),
+                                };
+                            }
+                        }
+                        app_server::TurnEvent::Invalid { line } => {
+                            batch.push(self.new_event(turn.prompt, turn.run_id, "raw", json!({ "line": line })));
+                        }
+                        app_server::TurnEvent::Closed { details } => {
+                            batch.push(self.new_event(turn.prompt, turn.run_id, "transport.closed", details.clone()));
+                            break match stop {
+                                Some(stop) => RunOutcome::Stopped(stop),
+                                None => failed(
+                                    format!("the app-server closed before turn/completed ({})", details["close_source"].as_str().unwrap_or("?")),
+                                    Some(FailureClass::TransportClosed),
+                                ),
+                            };
+                        }
+                    }
+                    if batch.len() >= EVENT_BATCH || notifications.is_empty() {
+                        self.shared.append_events(std::mem::take(&mut batch)).await;
+                    }
+                }
+                stopped = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id), if stop.is_none() => {
+                    stop = Some(stopped);
+                    let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
+                    // The turn has the grace period to end; then its child is restarted.
+                    deadline.as_mut().reset(tokio::time::Instant::now() + settings.cancel_grace);
+                }
+                _ = &mut deadline => {
+                    if let Some(stop) = stop {
+                        // The turn ignored turn/interrupt: restart the child.
+                        server.do_send(app_server::KillChild);
+                        break RunOutcome::Stopped(stop);
+                    }
+                    let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
+                    break RunOutcome::TimedOut;
+                }
+            }
+        };
+        server.do_send(app_server::UnwatchThread(thread_id.clone()));
+        self.shared.append_events(batch).await;
+        self.event(
+            Some(&turn.prompt.id),
+            Some(turn.run_id),
+            "run.exited",
+            json!({ "turn_id": turn_id, "app_server_pid": pid }),
+        )
+        .await;
+        (outcome, Some(thread_id))
     }
 }
 

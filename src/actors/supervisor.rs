@@ -13,12 +13,13 @@ use std::sync::{Arc, RwLock};
 use actix::prelude::*;
 use tokio::sync::{broadcast, watch};
 
-use super::ledger::{AppendEvents, CurrentOrNext, LedgerHandle, Recover};
+use super::app_server::{AppServerActor, AppServerState};
+use super::ledger::{AppendEvents, CurrentOrNext, LedgerHandle, Recover, SaveAppServer};
 use super::session::{CancelPrompt, SessionActor, StartWork};
 use super::slots::SlotsHandle;
 use crate::process;
 use crate::store::settings::Settings;
-use crate::store::work::{Event, NewEvent, Prompt, Recovered};
+use crate::store::work::{Event, NewEvent, Project, Prompt, Recovered};
 use crate::store::ReaderPool;
 
 /// Every engine child carries its run's id in this variable, so that a child whose pid was
@@ -42,6 +43,8 @@ pub struct Shared {
     shutdown: watch::Sender<bool>,
     /// Set when a shutdown begins: running prompts may finish, but no new one starts.
     draining: std::sync::atomic::AtomicBool,
+    /// The app-server child of each project that uses one, started on first use.
+    app_servers: std::sync::Mutex<HashMap<String, Addr<AppServerActor>>>,
 }
 
 /// How many events a slow subscriber may fall behind before it is told it lagged (it can
@@ -67,12 +70,53 @@ impl Shared {
             exec_id,
             shutdown: watch::channel(false).0,
             draining: std::sync::atomic::AtomicBool::new(false),
+            app_servers: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
     /// A receiver that turns true when the supervisor shuts down.
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// The app-server actor of a project, started on first use. Its state changes are kept
+    /// in the store.
+    pub fn app_server(&self, project: &Project, program: &std::path::Path) -> Addr<AppServerActor> {
+        let mut servers = self
+            .app_servers
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(addr) = servers.get(&project.id).filter(|addr| addr.connected()) {
+            return addr.clone();
+        }
+        let ledger = self.ledger.clone();
+        let project_id = project.id.clone();
+        let addr = AppServerActor::new(
+            project.id.clone(),
+            program.to_path_buf(),
+            project.path.clone(),
+            self.home.clone(),
+            project.full_access && project.kind != "remote",
+        )
+        .on_change(move |state: AppServerState| {
+            let ledger = ledger.clone();
+            let project_id = project_id.clone();
+            actix::spawn(async move {
+                let state = serde_json::to_value(&state).unwrap_or_default();
+                let _ = ledger.write(SaveAppServer { project_id, state }).await;
+            });
+        })
+        .start();
+        servers.insert(project.id.clone(), addr.clone());
+        addr
+    }
+
+    /// The live app-server actors (for `status`).
+    pub fn app_server_actors(&self) -> Vec<Addr<AppServerActor>> {
+        self.app_servers
+            .lock()
+            .map(|servers| servers.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// No new prompt starts from now on (running ones go on).
@@ -258,6 +302,20 @@ impl Handler<Boot> for Supervisor {
                                 process::end_orphan_group(pid, grace).await;
                             }
                         }
+                    }
+                }
+                // App-server children of a daemon that died.
+                let stored = shared
+                    .readers
+                    .read(crate::store::work::app_servers)
+                    .unwrap_or_default();
+                for state in stored {
+                    let (Some(pid), start) = (state["pid"].as_u64(), state["pid_start"].as_u64())
+                    else {
+                        continue;
+                    };
+                    if process::is_alive(pid as u32, start) {
+                        process::end_orphan_group(pid as i32, grace).await;
                     }
                 }
                 let mut prompts = Vec::new();

@@ -195,6 +195,7 @@ pub async fn call(
                 "sessions": sessions.len(),
                 "working": working,
                 "slots": slots,
+                "app_servers": corral.app_servers().await,
             }))
         }
         "project.add" => {
@@ -400,6 +401,15 @@ pub async fn call(
                 }
                 Err(error) => Err(error),
             }
+        }
+        "session.steer" => {
+            let session = resolve_session(corral, string_param(params_value, "session")?)?;
+            let text = string_param(params_value, "text")?;
+            Ok(corral.steer(&session.id, text).await?)
+        }
+        "session.compact" => {
+            let session = resolve_session(corral, string_param(params_value, "session")?)?;
+            Ok(corral.compact(&session.id).await?)
         }
         "prompt.wait" => {
             let prompt = resolve_prompt(corral, string_param(params_value, "prompt")?)?;

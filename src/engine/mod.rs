@@ -10,6 +10,7 @@
 //! stdin closed, judge a run by its last structured line and not by its exit code alone
 //! ([`RunVerdict`]), and classify failures for the retry policy ([`classify_failure`]).
 
+pub mod app_server;
 pub mod claude;
 pub mod codex;
 pub mod command;
@@ -33,15 +34,18 @@ pub enum EngineKind {
     Command,
     /// `corral-fake-engine`, speaking codex's `exec --json` format.
     Fake,
+    /// One long-lived `codex app-server` child per project, speaking JSON-RPC over stdio.
+    CodexAppServer,
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 5] = [
+    pub const ALL: [EngineKind; 6] = [
         EngineKind::Codex,
         EngineKind::Claude,
         EngineKind::Opencode,
         EngineKind::Command,
         EngineKind::Fake,
+        EngineKind::CodexAppServer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +55,7 @@ impl EngineKind {
             EngineKind::Opencode => "opencode",
             EngineKind::Command => "command",
             EngineKind::Fake => "fake",
+            EngineKind::CodexAppServer => "codex-app-server",
         }
     }
 
@@ -62,6 +67,7 @@ impl EngineKind {
             EngineKind::Opencode => "opencode",
             EngineKind::Command => "sh",
             EngineKind::Fake => "corral-fake-engine",
+            EngineKind::CodexAppServer => "codex",
         }
     }
 
@@ -73,6 +79,7 @@ impl EngineKind {
             EngineKind::Opencode => Box::new(opencode::Opencode),
             EngineKind::Command => Box::new(command::Command),
             EngineKind::Fake => Box::new(fake::Fake),
+            EngineKind::CodexAppServer => Box::new(app_server::AppServer),
         }
     }
 }
@@ -249,6 +256,10 @@ pub enum FailureClass {
     WriterConflict,
     /// codex with a thread: `no rollout found for thread id`: new thread, replay at once.
     MissingRollout,
+    /// app-server `serverOverloaded` or JSON-RPC error -32001: back off with jitter.
+    Overloaded,
+    /// app-server: the child's stdout ended or it exited before `turn/completed`.
+    TransportClosed,
     /// Anything else: fail with the engine's message.
     Other,
 }
@@ -259,6 +270,8 @@ impl FailureClass {
             FailureClass::RateLimit => "rate_limit",
             FailureClass::WriterConflict => "writer_conflict",
             FailureClass::MissingRollout => "missing_rollout",
+            FailureClass::Overloaded => "overloaded",
+            FailureClass::TransportClosed => "transport_closed_before_turn_completed",
             FailureClass::Other => "other",
         }
     }
@@ -272,7 +285,10 @@ pub fn classify_failure(
     message: &str,
 ) -> FailureClass {
     let lower = message.to_ascii_lowercase();
-    let codex_like = matches!(engine, EngineKind::Codex | EngineKind::Fake);
+    let codex_like = matches!(
+        engine,
+        EngineKind::Codex | EngineKind::Fake | EngineKind::CodexAppServer
+    );
     if codex_like && thread_id.is_some() {
         if lower.contains("no rollout found for thread id") {
             return FailureClass::MissingRollout;

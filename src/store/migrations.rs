@@ -179,6 +179,19 @@ CREATE TABLE driver_claims (
 );
 "#,
     },
+    Migration {
+        name: "app-server children",
+        sql: r#"
+CREATE TABLE app_servers (
+    project_id TEXT PRIMARY KEY NOT NULL REFERENCES projects(id),
+    state      TEXT NOT NULL,                       -- JSON: pid, generation, status, last exit, recent events
+    updated_at INTEGER NOT NULL
+);
+ALTER TABLE sessions ADD COLUMN compacted_message_count INTEGER;
+ALTER TABLE sessions ADD COLUMN compacted_character_count INTEGER;
+ALTER TABLE sessions ADD COLUMN compacted_at INTEGER;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

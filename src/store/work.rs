@@ -64,6 +64,10 @@ pub struct Session {
     pub created_at: i64,
     pub archived_at: Option<i64>,
     pub last_event_seq: i64,
+    /// Exchanges and characters compacted by the last `compact`, and when.
+    pub compacted_message_count: Option<i64>,
+    pub compacted_character_count: Option<i64>,
+    pub compacted_at: Option<i64>,
 }
 
 /// Where a prompt is in its life.
@@ -188,7 +192,8 @@ fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
 
 const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, thread_id, \
                                title, title_source, status, task, wave_id, created_at, \
-                               archived_at, last_event_seq";
+                               archived_at, last_event_seq, compacted_message_count, \
+                               compacted_character_count, compacted_at";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
@@ -206,6 +211,9 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
         created_at: row.get(11)?,
         archived_at: row.get(12)?,
         last_event_seq: row.get(13)?,
+        compacted_message_count: row.get(14)?,
+        compacted_character_count: row.get(15)?,
+        compacted_at: row.get(16)?,
     })
 }
 
@@ -374,12 +382,14 @@ pub(crate) fn insert_session(
         created_at: now_ms(),
         archived_at: None,
         last_event_seq: 0,
+        compacted_message_count: None,
+        compacted_character_count: None,
+        compacted_at: None,
     };
     connection.execute(
-        &format!(
-            "INSERT INTO sessions ({SESSION_COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-        ),
+        "INSERT INTO sessions (id, project_id, engine, model, reasoning_effort, thread_id, title, \
+         title_source, status, task, wave_id, created_at, archived_at, last_event_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             session.id,
             session.project_id,
@@ -1106,4 +1116,46 @@ pub(crate) fn wave_named(
         params![id, name, repo, now_ms()],
     )?;
     Ok(id)
+}
+
+// ---------------------------------------------------------------------------------------------
+// App-server children (state kept for `status` across daemon restarts).
+
+pub(crate) fn save_app_server(
+    connection: &Connection,
+    project_id: &str,
+    state: &serde_json::Value,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO app_servers (project_id, state, updated_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (project_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        params![project_id, state.to_string(), now_ms()],
+    )?;
+    Ok(())
+}
+
+/// The last known state of every app-server child, by project.
+pub fn app_servers(connection: &Connection) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut statement = connection.prepare("SELECT state FROM app_servers ORDER BY project_id")?;
+    let rows = statement
+        .query_map([], |row| row.get::<_, String>(0))?
+        .map(|row| row.map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)))
+        .collect();
+    rows
+}
+
+/// Records a compaction's counts on the session (and forgets the thread when it was reset).
+pub(crate) fn record_compaction(
+    connection: &Connection,
+    session_id: &str,
+    messages: i64,
+    characters: i64,
+    reset_thread: bool,
+) -> rusqlite::Result<Option<Session>> {
+    connection.execute(
+        "UPDATE sessions SET compacted_message_count = ?2, compacted_character_count = ?3, \
+         compacted_at = ?4, thread_id = CASE WHEN ?5 THEN NULL ELSE thread_id END WHERE id = ?1",
+        params![session_id, messages, characters, now_ms(), reset_thread],
+    )?;
+    session(connection, session_id)
 }

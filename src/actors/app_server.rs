@@ -1,0 +1,766 @@
+//! The app-server actor: one long-lived `codex app-server` child per project, supervised.
+//!
+//! One per project (not one per daemon): a project's threads share its working directory and
+//! sandbox policy, and a child that dies takes only that project's turns with it.
+//!
+//! The actor owns the child (its own process group, stdin/stdout piped, stderr kept as log
+//! events) and multiplexes JSON-RPC over it: [`Call`] sends a request and answers with the
+//! response; notifications are routed by `threadId` to the turn that watches the thread
+//! ([`WatchThread`]); server requests (approvals) are answered by the project's policy — deny
+//! by default, approve under full access — and unknown ones get an error reply, never silence.
+//!
+//! Supervision, as an OTP supervisor would: when stdout ends or the child exits, every turn in
+//! progress gets [`TurnEvent::Closed`] with what is known of the death (pid, exit code, signal,
+//! whether a trailing partial line was flushed, the close source); no turn is reported
+//! completed that the child did not complete. The next [`EnsureRunning`] restarts the child
+//! after a backoff; more than [`MAX_RESTARTS`] restarts within [`RESTART_WINDOW`] stop the
+//! restarts, fail the turns that ask, and show in `status` until the window has passed.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::process;
+use crate::protocol::RpcError;
+use crate::store::now_ms;
+
+/// More restarts than this within [`RESTART_WINDOW`] and the actor stops restarting.
+pub const MAX_RESTARTS: usize = 5;
+/// The window of the restart-intensity limit.
+pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+/// The first restart backoff; doubled for every restart in the window, at most 5 s.
+const RESTART_BACKOFF: Duration = Duration::from_millis(100);
+/// How many recent events the actor keeps for `status` (and the store).
+pub const RECENT_EVENTS: usize = 50;
+/// How long after one half of a death (stdout end, exit) the other is awaited before the
+/// turns are told with what is known.
+const DEATH_SETTLE: Duration = Duration::from_millis(500);
+
+/// What a turn watching a thread receives.
+#[derive(Debug, Clone)]
+pub enum TurnEvent {
+    /// A notification about the thread (`turn/started`, `item/…`, `error`, `turn/completed`…).
+    Notification { method: String, params: Value },
+    /// A line that was not JSON.
+    Invalid { line: String },
+    /// The transport closed before the turn completed.
+    Closed { details: Value },
+}
+
+/// The child's state, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerStatus {
+    Stopped,
+    Starting,
+    Running,
+    /// Restarts stopped (intensity limit); the reason says why.
+    Failed {
+        reason: String,
+    },
+}
+
+/// What `status --json` shows of one app-server child (and what the store keeps of it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppServerState {
+    pub project_id: String,
+    pub pid: Option<u32>,
+    pub pid_start: Option<u64>,
+    pub generation: u64,
+    pub status: ServerStatus,
+    pub last_exit: Option<Value>,
+    pub recent: Vec<Value>,
+}
+
+/// The live child of one generation.
+struct Live {
+    pid: u32,
+    pid_start: Option<u64>,
+    generation: u64,
+    /// Lines to write to its stdin.
+    stdin: mpsc::UnboundedSender<String>,
+    initialized: bool,
+    /// What is known of its death so far.
+    death: Option<Death>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Death {
+    source: Option<&'static str>,
+    stdout_ended: bool,
+    partial_len: Option<usize>,
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    exited: bool,
+}
+
+/// The actor. Private: talk to it through its `Addr` and the messages below.
+pub struct AppServerActor {
+    project_id: String,
+    program: PathBuf,
+    cwd: String,
+    home: PathBuf,
+    full_access: bool,
+    child: Option<Live>,
+    generation: u64,
+    status: ServerStatus,
+    next_id: u64,
+    pending: HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>,
+    turns: HashMap<String, mpsc::UnboundedSender<TurnEvent>>,
+    /// `EnsureRunning` callers waiting for the handshake.
+    waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
+    restarts: VecDeque<Instant>,
+    last_exit: Option<Value>,
+    recent: VecDeque<Value>,
+    /// Called with the state after every change worth keeping (persisted by the owner).
+    on_change: Option<Box<dyn Fn(AppServerState)>>,
+}
+
+impl AppServerActor {
+    pub fn new(
+        project_id: String,
+        program: PathBuf,
+        cwd: String,
+        home: PathBuf,
+        full_access: bool,
+    ) -> Self {
+        AppServerActor {
+            project_id,
+            program,
+            cwd,
+            home,
+            full_access,
+            child: None,
+            generation: 0,
+            status: ServerStatus::Stopped,
+            next_id: 1,
+            pending: HashMap::new(),
+            turns: HashMap::new(),
+            waiting: Vec::new(),
+            restarts: VecDeque::new(),
+            last_exit: None,
+            recent: VecDeque::new(),
+            on_change: None,
+        }
+    }
+
+    /// Persists each state change through `callback`.
+    pub fn on_change(mut self, callback: impl Fn(AppServerState) + 'static) -> Self {
+        self.on_change = Some(Box::new(callback));
+        self
+    }
+
+    fn state(&self) -> AppServerState {
+        AppServerState {
+            project_id: self.project_id.clone(),
+            pid: self.child.as_ref().map(|live| live.pid),
+            pid_start: self.child.as_ref().and_then(|live| live.pid_start),
+            generation: self.generation,
+            status: self.status.clone(),
+            last_exit: self.last_exit.clone(),
+            recent: self.recent.iter().cloned().collect(),
+        }
+    }
+
+    fn changed(&self) {
+        if let Some(callback) = &self.on_change {
+            callback(self.state());
+        }
+    }
+
+    fn remember(&mut self, kind: &str, detail: Value) {
+        if self.recent.len() == RECENT_EVENTS {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back(json!({ "at": now_ms(), "kind": kind, "detail": detail }));
+    }
+
+    fn write(&self, message: &Value) -> bool {
+        match &self.child {
+            Some(live) => live.stdin.send(message.to_string()).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Spawns a new generation of the child and starts the handshake.
+    fn spawn_child(&mut self, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let generation = self.generation;
+        self.status = ServerStatus::Starting;
+        let mut command = tokio::process::Command::new(&self.program);
+        command
+            .arg("app-server")
+            .current_dir(&self.cwd)
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("CORRAL_HOME", &self.home)
+            .env("RUST_BACKTRACE", "0");
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                let reason = format!(
+                    "engine 'codex-app-server' not found: {} ({error})",
+                    self.program.display()
+                );
+                self.status = ServerStatus::Stopped;
+                self.remember("spawn_failed", json!({ "error": reason }));
+                for waiter in self.waiting.drain(..) {
+                    let _ = waiter.send(Err(reason.clone()));
+                }
+                self.changed();
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        let (stdin_tx, mut stdin_rx) = mpsc::unbounded_channel::<String>();
+        if let Some(mut stdin) = child.stdin.take() {
+            actix::spawn(async move {
+                while let Some(mut line) = stdin_rx.recv().await {
+                    line.push('\n');
+                    if stdin.write_all(line.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let me = ctx.address();
+        if let Some(stdout) = child.stdout.take() {
+            actix::spawn(read_stdout(stdout, generation, me.clone()));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            actix::spawn(read_stderr(stderr, generation, me.clone()));
+        }
+        actix::spawn(async move {
+            let status = child.wait().await.ok();
+            me.do_send(Exited { generation, status });
+        });
+        self.child = Some(Live {
+            pid,
+            pid_start: process::start_time(pid),
+            generation,
+            stdin: stdin_tx,
+            initialized: false,
+            death: None,
+        });
+        self.remember("spawned", json!({ "pid": pid, "generation": generation }));
+        // The handshake: `initialize`, then the `initialized` notification.
+        let id = self.next_id;
+        self.next_id += 1;
+        let (sender, receiver) = oneshot::channel();
+        self.pending.insert(id, sender);
+        self.write(&json!({
+            "id": id,
+            "method": "initialize",
+            "params": { "clientInfo": { "name": "corral", "title": "corral", "version": env!("CARGO_PKG_VERSION") } }
+        }));
+        ctx.spawn(receiver.into_actor(self).map(move |answer, actor, _| {
+            let ready = matches!(answer, Ok(Ok(_)));
+            if ready {
+                actor.write(&json!({ "method": "initialized" }));
+                if let Some(live) = actor
+                    .child
+                    .as_mut()
+                    .filter(|live| live.generation == generation)
+                {
+                    live.initialized = true;
+                }
+                actor.status = ServerStatus::Running;
+            }
+            let result = if ready {
+                Ok((generation, pid))
+            } else {
+                Err(format!("the app-server did not initialize: {answer:?}"))
+            };
+            for waiter in actor.waiting.drain(..) {
+                let _ = waiter.send(result.clone());
+            }
+            actor.changed();
+        }));
+        self.changed();
+    }
+
+    /// A server request: approvals by the project's policy, anything else refused.
+    fn answer_server_request(&mut self, id: Value, method: &str, params: &Value) {
+        let decision = if self.full_access {
+            "accept"
+        } else {
+            "decline"
+        };
+        let legacy = if self.full_access {
+            "approved"
+        } else {
+            "denied"
+        };
+        let reply = match method {
+            "item/commandExecution/requestApproval"
+            | "item/fileChange/requestApproval"
+            | "item/permissions/requestApproval" => {
+                json!({ "id": id, "result": { "decision": decision } })
+            }
+            "execCommandApproval" | "applyPatchApproval" => {
+                json!({ "id": id, "result": { "decision": legacy } })
+            }
+            other => json!({
+                "id": id,
+                "error": { "code": -32601, "message": format!("corral does not handle the server request '{other}'") }
+            }),
+        };
+        let answered = reply
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| reply["error"].clone());
+        self.write(&reply);
+        self.remember(
+            "server_request",
+            json!({ "method": method, "answer": answered }),
+        );
+        if let Some(thread) = params["threadId"].as_str() {
+            if let Some(turn) = self.turns.get(thread) {
+                let _ = turn.send(TurnEvent::Notification {
+                    method: "corral/serverRequest".into(),
+                    params: json!({ "method": method, "answer": answered, "request": params }),
+                });
+            }
+        }
+    }
+
+    /// Tells every turn in progress and every pending call that the transport closed.
+    fn report_death(&mut self) {
+        let Some(live) = self.child.take() else {
+            return;
+        };
+        let death = live.death.unwrap_or_default();
+        let details = json!({
+            "pid": live.pid,
+            "generation": live.generation,
+            "exit_code": death.exit_code,
+            "signal": death.signal,
+            "status": if death.exited { "exited" } else { "unknown" },
+            "partial_line_flushed": death.partial_len.is_some(),
+            "partial_line_length": death.partial_len.unwrap_or(0),
+            "close_source": death.source.unwrap_or("unknown"),
+            "turn_status": "inProgress",
+        });
+        for (_, turn) in self.turns.drain() {
+            let _ = turn.send(TurnEvent::Closed {
+                details: details.clone(),
+            });
+        }
+        for (_, call) in self.pending.drain() {
+            let _ = call.send(Err(RpcError::new(
+                -32603,
+                "the app-server transport closed",
+            )));
+        }
+        for waiter in self.waiting.drain(..) {
+            let _ = waiter.send(Err("the app-server exited during its handshake".into()));
+        }
+        self.last_exit = Some(details.clone());
+        self.remember("closed", details);
+        self.status = ServerStatus::Stopped;
+        self.changed();
+    }
+
+    /// Restarts in the window; drops the ones older than it.
+    fn recent_restarts(&mut self) -> usize {
+        let now = Instant::now();
+        while self
+            .restarts
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > RESTART_WINDOW)
+        {
+            self.restarts.pop_front();
+        }
+        self.restarts.len()
+    }
+}
+
+impl Actor for AppServerActor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        if let Some(live) = &self.child {
+            process::signal_group(live.pid as i32, libc::SIGKILL);
+        }
+    }
+}
+
+async fn read_stdout(pipe: impl AsyncRead + Unpin, generation: u64, actor: Addr<AppServerActor>) {
+    let mut reader = BufReader::new(pipe);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer).await {
+            Ok(0) | Err(_) => {
+                actor.do_send(StdoutEnded {
+                    generation,
+                    partial_len: None,
+                });
+                return;
+            }
+            Ok(_) => {
+                let complete = buffer.last() == Some(&b'\n');
+                let line = String::from_utf8_lossy(&buffer).trim_end().to_string();
+                let length = buffer.len();
+                actor.do_send(StdoutLine { generation, line });
+                if !complete {
+                    // The last line had no newline: it was still parsed; say so at the close.
+                    actor.do_send(StdoutEnded {
+                        generation,
+                        partial_len: Some(length),
+                    });
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn read_stderr(pipe: impl AsyncRead + Unpin, generation: u64, actor: Addr<AppServerActor>) {
+    let mut lines = BufReader::new(pipe).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        actor.do_send(StderrLine { generation, line });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages.
+
+/// Starts the child if it is not running; answers `(generation, pid)` once it serves.
+#[derive(Message)]
+#[rtype(result = "Result<(u64, u32), String>")]
+pub struct EnsureRunning;
+
+impl Handler<EnsureRunning> for AppServerActor {
+    type Result = ResponseFuture<Result<(u64, u32), String>>;
+
+    fn handle(&mut self, _: EnsureRunning, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(live) = self
+            .child
+            .as_ref()
+            .filter(|live| live.initialized && live.death.is_none())
+        {
+            let ready = Ok((live.generation, live.pid));
+            return Box::pin(async move { ready });
+        }
+        let (sender, receiver) = oneshot::channel();
+        self.waiting.push(sender);
+        // `Starting` without a child: a restart is already scheduled.
+        if self.child.is_none() && self.status != ServerStatus::Starting {
+            let restarts = self.recent_restarts();
+            if self.generation > 0 && restarts >= MAX_RESTARTS {
+                let reason = format!(
+                    "the app-server restarted {restarts} times within {} s; not restarting (try again later)",
+                    RESTART_WINDOW.as_secs()
+                );
+                self.status = ServerStatus::Failed {
+                    reason: reason.clone(),
+                };
+                for waiter in self.waiting.drain(..) {
+                    let _ = waiter.send(Err(reason.clone()));
+                }
+                self.changed();
+            } else if self.generation > 0 {
+                // A restart: back off, doubling with each restart in the window.
+                self.restarts.push_back(Instant::now());
+                let backoff =
+                    (RESTART_BACKOFF * 2u32.pow(restarts as u32)).min(Duration::from_secs(5));
+                // `Starting` makes concurrent callers wait instead of scheduling twice.
+                self.status = ServerStatus::Starting;
+                ctx.run_later(backoff, |actor, ctx| actor.spawn_child(ctx));
+                self.remember(
+                    "restarting",
+                    json!({ "backoff_ms": backoff.as_millis() as u64 }),
+                );
+            } else {
+                self.spawn_child(ctx);
+            }
+        }
+        Box::pin(async move {
+            receiver
+                .await
+                .unwrap_or_else(|_| Err("the app-server actor stopped".into()))
+        })
+    }
+}
+
+/// Sends a request and answers with its result (or its error object).
+#[derive(Message)]
+#[rtype(result = "Result<Value, RpcError>")]
+pub struct Call {
+    pub method: String,
+    pub params: Value,
+}
+
+impl Handler<Call> for AppServerActor {
+    type Result = ResponseFuture<Result<Value, RpcError>>;
+
+    fn handle(&mut self, call: Call, _: &mut Context<Self>) -> Self::Result {
+        let id = self.next_id;
+        self.next_id += 1;
+        let (sender, receiver) = oneshot::channel();
+        let sent = self.write(&json!({ "id": id, "method": call.method, "params": call.params }));
+        if !sent {
+            return Box::pin(async { Err(RpcError::new(-32603, "the app-server is not running")) });
+        }
+        self.pending.insert(id, sender);
+        Box::pin(async move {
+            receiver
+                .await
+                .unwrap_or_else(|_| Err(RpcError::new(-32603, "the app-server transport closed")))
+        })
+    }
+}
+
+/// Routes a thread's notifications to a turn (replacing any earlier watcher of the thread).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WatchThread {
+    pub thread_id: String,
+    pub sender: mpsc::UnboundedSender<TurnEvent>,
+}
+
+impl Handler<WatchThread> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, watch: WatchThread, _: &mut Context<Self>) {
+        if self.child.is_none() {
+            let _ = watch.sender.send(TurnEvent::Closed {
+                details: json!({ "close_source": "not running", "turn_status": "notStarted" }),
+            });
+            return;
+        }
+        self.turns.insert(watch.thread_id, watch.sender);
+    }
+}
+
+/// Stops routing a thread's notifications.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UnwatchThread(pub String);
+
+impl Handler<UnwatchThread> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, UnwatchThread(thread): UnwatchThread, _: &mut Context<Self>) {
+        self.turns.remove(&thread);
+    }
+}
+
+/// Ends the child's process group (a turn that ignores `turn/interrupt`); the next
+/// `EnsureRunning` starts a new one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct KillChild;
+
+impl Handler<KillChild> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, _: KillChild, _: &mut Context<Self>) {
+        if let Some(pid) = self.child.as_ref().map(|live| live.pid) {
+            self.remember(
+                "killed",
+                json!({ "pid": pid, "reason": "a turn did not end after turn/interrupt" }),
+            );
+            process::signal_group(pid as i32, libc::SIGKILL);
+        }
+    }
+}
+
+/// The state for `status`.
+#[derive(Message)]
+#[rtype(result = "AppServerState")]
+pub struct Snapshot;
+
+impl Handler<Snapshot> for AppServerActor {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.state())
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StdoutLine {
+    generation: u64,
+    line: String,
+}
+
+impl Handler<StdoutLine> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, message: StdoutLine, _: &mut Context<Self>) {
+        if self.child.as_ref().map(|live| live.generation) != Some(message.generation) {
+            return;
+        }
+        let value: Value = match serde_json::from_str(&message.line) {
+            Ok(value @ Value::Object(_)) => value,
+            _ => {
+                // An invalid line is an event, never a crash.
+                let line = message.line;
+                self.remember("invalid_line", json!({ "line": line }));
+                for turn in self.turns.values() {
+                    let _ = turn.send(TurnEvent::Invalid { line: line.clone() });
+                }
+                return;
+            }
+        };
+        let method = value
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        match (value.get("id").cloned(), method) {
+            (Some(id), Some(method)) => {
+                let params = value.get("params").cloned().unwrap_or(Value::Null);
+                self.answer_server_request(id, &method, &params);
+            }
+            (Some(id), None) => {
+                let Some(id) = id.as_u64() else { return };
+                if let Some(call) = self.pending.remove(&id) {
+                    let answer = match value.get("error") {
+                        Some(error) => Err(serde_json::from_value(error.clone())
+                            .unwrap_or_else(|_| RpcError::new(-32603, error.to_string()))),
+                        None => Ok(value.get("result").cloned().unwrap_or(Value::Null)),
+                    };
+                    let _ = call.send(answer);
+                }
+            }
+            (None, Some(method)) => {
+                let params = value.get("params").cloned().unwrap_or(Value::Null);
+                let thread = params["threadId"]
+                    .as_str()
+                    .or_else(|| params["thread"]["id"].as_str())
+                    .map(str::to_string);
+                if matches!(
+                    method.as_str(),
+                    "error" | "turn/completed" | "thread/started"
+                ) {
+                    self.remember(&method, params.clone());
+                }
+                if let Some(turn) = thread.and_then(|thread| self.turns.get(&thread)) {
+                    let _ = turn.send(TurnEvent::Notification { method, params });
+                }
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StderrLine {
+    generation: u64,
+    line: String,
+}
+
+impl Handler<StderrLine> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, message: StderrLine, _: &mut Context<Self>) {
+        tracing::debug!(
+            generation = message.generation,
+            line = message.line,
+            "app-server stderr"
+        );
+        self.remember("stderr", json!({ "line": message.line }));
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StdoutEnded {
+    generation: u64,
+    partial_len: Option<usize>,
+}
+
+impl Handler<StdoutEnded> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, message: StdoutEnded, ctx: &mut Context<Self>) {
+        let Some(live) = self
+            .child
+            .as_mut()
+            .filter(|live| live.generation == message.generation)
+        else {
+            return;
+        };
+        let death = live.death.get_or_insert_with(Death::default);
+        death.source.get_or_insert("stdout.end");
+        death.stdout_ended = true;
+        death.partial_len = message.partial_len;
+        if death.exited {
+            self.report_death();
+            return;
+        }
+        // Without stdout the child is useless: end it, and report once it is gone.
+        process::signal_group(live.pid as i32, libc::SIGTERM);
+        let generation = message.generation;
+        ctx.run_later(DEATH_SETTLE, move |actor, _| {
+            if actor
+                .child
+                .as_ref()
+                .is_some_and(|live| live.generation == generation)
+            {
+                if let Some(live) = &actor.child {
+                    process::signal_group(live.pid as i32, libc::SIGKILL);
+                }
+                actor.report_death();
+            }
+        });
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Exited {
+    generation: u64,
+    status: Option<std::process::ExitStatus>,
+}
+
+impl Handler<Exited> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, message: Exited, ctx: &mut Context<Self>) {
+        let Some(live) = self
+            .child
+            .as_mut()
+            .filter(|live| live.generation == message.generation)
+        else {
+            return;
+        };
+        let death = live.death.get_or_insert_with(Death::default);
+        death.source.get_or_insert("exit");
+        death.exited = true;
+        death.exit_code = message.status.and_then(|status| status.code());
+        death.signal = message
+            .status
+            .and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status))
+            .map(process::signal_name);
+        if death.stdout_ended {
+            self.report_death();
+            return;
+        }
+        // The reader may still hold the last lines: give it a moment to flush them.
+        let generation = message.generation;
+        ctx.run_later(DEATH_SETTLE, move |actor, _| {
+            if actor
+                .child
+                .as_ref()
+                .is_some_and(|live| live.generation == generation)
+            {
+                actor.report_death();
+            }
+        });
+    }
+}
