@@ -1,8 +1,8 @@
-//! The fake engine (`corral-fake-engine`) speaks codex's `exec --json` and claude's
-//! `stream-json` exactly, and does what its directives say.
+//! The fake engine (`corral-fake-engine`) speaks codex's `exec --json`, codex's `app-server`
+//! JSON-RPC and claude's `stream-json` exactly, and does what its directives say.
 
 use std::borrow::BorrowMut;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read as _, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -806,4 +806,973 @@ fn anything_else_is_a_usage_error() {
         assert_eq!(stdout(&output), "", "{args:?}");
         assert!(stderr_has(&output, "usage: corral-fake-engine"), "{args:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// app-server mode
+// ---------------------------------------------------------------------------------------------
+
+/// What the reader of an app-server's stdout saw.
+enum Read {
+    Line(String),
+    /// Bytes before EOF without a newline.
+    Partial(Vec<u8>),
+    Eof,
+}
+
+/// One message of an app-server: its line as written, and parsed.
+struct Msg {
+    raw: String,
+    value: Value,
+}
+
+impl std::ops::Index<&str> for Msg {
+    type Output = Value;
+
+    fn index(&self, key: &str) -> &Value {
+        &self.value[key]
+    }
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+impl Msg {
+    fn method(&self) -> &str {
+        self.value["method"].as_str().unwrap_or("")
+    }
+
+    /// Whether this is the answer to our request `id`.
+    fn answers(&self, id: i64) -> bool {
+        self.value.get("method").is_none() && self.value["id"] == json!(id)
+    }
+}
+
+/// Parses one line of an app-server and checks what every message of codex has in common.
+fn wire_message(raw: String) -> Msg {
+    let value: Value =
+        serde_json::from_str(&raw).unwrap_or_else(|error| panic!("not JSON ({error}): {raw}"));
+    assert!(value.is_object(), "{raw}");
+    assert!(
+        value.get("jsonrpc").is_none(),
+        "codex sends no jsonrpc field: {raw}"
+    );
+    let method = value.get("method");
+    match value.get("id") {
+        // A server request: integer id.
+        Some(id) if method.is_some() => assert!(id.is_i64(), "{raw}"),
+        // A response.
+        Some(_) => assert!(
+            value.get("result").is_some() != value.get("error").is_some(),
+            "{raw}"
+        ),
+        // A notification.
+        None => {
+            assert!(method.is_some_and(Value::is_string), "{raw}");
+            assert!(value["emittedAtMs"].is_u64(), "no emittedAtMs: {raw}");
+        }
+    }
+    Msg { raw, value }
+}
+
+/// A `corral-fake-engine app-server` with piped stdin, stdout and stderr; killed and reaped
+/// when dropped.
+struct AppServer {
+    running: Running,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::sync::mpsc::Receiver<Read>,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    next_id: i64,
+    cwd: String,
+}
+
+fn app_server(state: &std::path::Path) -> AppServer {
+    app_server_with(state, &[])
+}
+
+fn app_server_with(state: &std::path::Path, env: &[(&str, &str)]) -> AppServer {
+    let mut command = fake(&[
+        "-c",
+        "a=b",
+        "app-server",
+        "--listen",
+        "stdio://",
+        "-c",
+        "x=1",
+    ]);
+    command
+        .env("CORRAL_FAKE_STATE", state)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("the fake engine starts");
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        loop {
+            let mut bytes = Vec::new();
+            let read = match reader.read_until(b'\n', &mut bytes) {
+                Ok(0) | Err(_) => Read::Eof,
+                Ok(_) if bytes.ends_with(b"\n") => {
+                    bytes.pop();
+                    Read::Line(String::from_utf8_lossy(&bytes).into_owned())
+                }
+                Ok(_) => Read::Partial(bytes),
+            };
+            let eof = matches!(read, Read::Eof);
+            if sender.send(read).is_err() || eof {
+                return;
+            }
+        }
+    });
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&stderr);
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(read @ 1..) = stderr_pipe.read(&mut buffer) {
+            sink.lock().unwrap().extend_from_slice(&buffer[..read]);
+        }
+    });
+    AppServer {
+        running: Running(child),
+        stdin,
+        stdout: receiver,
+        stderr,
+        next_id: 1,
+        cwd: state.to_string_lossy().into_owned(),
+    }
+}
+
+impl AppServer {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, message: &Value) {
+        self.send_raw(&message.to_string());
+    }
+
+    /// Sends a request; returns its id.
+    fn request(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"id": id, "method": method, "params": params}));
+        id
+    }
+
+    fn read(&mut self, limit: Duration) -> Option<Read> {
+        self.stdout.recv_timeout(limit).ok()
+    }
+
+    /// The next message (within [`LIMIT`]).
+    fn next(&mut self) -> Msg {
+        match self.read(LIMIT) {
+            Some(Read::Line(line)) => wire_message(line),
+            Some(Read::Partial(bytes)) => panic!(
+                "unterminated line {:?}; stderr:\n{}",
+                String::from_utf8_lossy(&bytes),
+                self.stderr()
+            ),
+            Some(Read::Eof) => panic!("stdout ended; stderr:\n{}", self.stderr()),
+            None => panic!("nothing in time; stderr:\n{}", self.stderr()),
+        }
+    }
+
+    /// The messages up to and including the first one that `last` accepts.
+    fn until(&mut self, last: impl Fn(&Msg) -> bool) -> Vec<Msg> {
+        let mut seen = Vec::new();
+        loop {
+            let message = self.next();
+            let done = last(&message);
+            seen.push(message);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    /// Asserts that nothing comes on stdout for `ms` milliseconds.
+    fn quiet(&mut self, ms: u64) {
+        match self.read(Duration::from_millis(ms)) {
+            None => {}
+            Some(Read::Line(line)) => panic!("unexpected line: {line}"),
+            Some(Read::Partial(bytes)) => panic!("unexpected bytes: {bytes:?}"),
+            Some(Read::Eof) => panic!("unexpected EOF; stderr:\n{}", self.stderr()),
+        }
+    }
+
+    /// Sends a request and returns its answer, with everything that came before it.
+    fn call_all(&mut self, method: &str, params: Value) -> Vec<Msg> {
+        let id = self.request(method, params);
+        self.until(|message| message.answers(id))
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Msg {
+        self.call_all(method, params).pop().unwrap()
+    }
+
+    fn initialize(&mut self) {
+        let answer = self.call(
+            "initialize",
+            json!({"clientInfo": {"name": "corral-test", "title": "Test", "version": "0.0.1"}}),
+        );
+        assert!(answer["result"]["userAgent"].is_string(), "{answer:?}");
+        self.send(&json!({"method": "initialized"}));
+    }
+
+    /// thread/start in the state dir; returns the thread id (after `thread/started`).
+    fn start_thread(&mut self) -> String {
+        let cwd = self.cwd.clone();
+        let answer = self.call("thread/start", json!({"cwd": cwd}));
+        let thread = answer["result"]["thread"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no thread: {answer:?}"))
+            .to_string();
+        let started = self.next();
+        assert_eq!(started.method(), "thread/started", "{started:?}");
+        assert_eq!(started["params"]["thread"]["id"], json!(thread));
+        thread
+    }
+
+    /// turn/start with TEXT; returns the turn id.
+    fn start_turn(&mut self, thread: &str, text: &str) -> String {
+        let input = json!([{"type": "text", "text": text}]);
+        let answer = self.call("turn/start", json!({"threadId": thread, "input": input}));
+        let turn = &answer["result"]["turn"];
+        assert_eq!(turn["status"], "inProgress", "{answer:?}");
+        turn["id"].as_str().unwrap().to_string()
+    }
+
+    /// A whole turn: its notifications up to `turn/completed`.
+    fn turn(&mut self, thread: &str, text: &str) -> Vec<Msg> {
+        self.start_turn(thread, text);
+        self.until(|message| message.method() == "turn/completed")
+    }
+
+    /// Closes stdin and waits for the end.
+    fn close(&mut self) -> ExitStatus {
+        self.stdin.take();
+        wait_for(&mut self.running.0, LIMIT).expect("the fake engine ends in time")
+    }
+}
+
+fn methods(messages: &[Msg]) -> Vec<&str> {
+    messages.iter().map(Msg::method).collect()
+}
+
+/// The final answer of a turn's notifications (the completed agentMessage).
+fn answer_of(messages: &[Msg]) -> String {
+    let answers: Vec<&Value> = messages
+        .iter()
+        .filter(|message| {
+            message.method() == "item/completed"
+                && message["params"]["item"]["type"] == "agentMessage"
+        })
+        .map(|message| &message["params"]["item"]["text"])
+        .collect();
+    assert_eq!(answers.len(), 1, "{messages:#?}");
+    answers[0].as_str().unwrap().to_string()
+}
+
+fn last_turn(messages: &[Msg]) -> &Value {
+    let last = messages.last().unwrap();
+    assert_eq!(last.method(), "turn/completed", "{last:?}");
+    &last["params"]["turn"]
+}
+
+fn state() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn app_server_handshake_rules() {
+    let state = state();
+    let mut server = app_server(state.path());
+    let early = server.call("thread/start", json!({}));
+    assert_eq!(
+        early.raw,
+        r#"{"error":{"code":-32600,"message":"Not initialized"},"id":1}"#
+    );
+    // An unparseable line is ignored.
+    server.send_raw("this is not JSON {");
+    let id = server.request(
+        "initialize",
+        json!({"clientInfo": {"name": "corral-test", "version": "1"}}),
+    );
+    let answer = server.next();
+    assert!(
+        answer.raw.starts_with(&format!(
+            r#"{{"id":{id},"result":{{"userAgent":"corral-fake-engine/"#
+        )),
+        "{answer:?}"
+    );
+    assert_eq!(
+        answer["result"]["userAgent"],
+        format!("corral-fake-engine/{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(answer["result"]["platformFamily"], "unix");
+    assert_eq!(answer["result"]["platformOs"], "linux");
+    assert!(answer["result"]["codexHome"].is_string());
+    server.send(&json!({"method": "initialized"}));
+    let again = server.call(
+        "initialize",
+        json!({"clientInfo": {"name": "x", "version": "1"}}),
+    );
+    assert_eq!(
+        again.raw,
+        r#"{"error":{"code":-32600,"message":"Already initialized"},"id":3}"#
+    );
+    let unknown = server.call("model/bogus", json!({}));
+    assert_eq!(
+        unknown.raw,
+        r#"{"error":{"code":-32600,"message":"Invalid request: unknown variant `model/bogus`"},"id":4}"#
+    );
+    let missing = server.call("turn/start", json!({"input": []}));
+    assert_eq!(
+        missing["error"]["message"],
+        "Invalid request: missing field `threadId`"
+    );
+    // A string id is echoed as it came.
+    server.send(&json!({"id": "x-1", "method": "nope", "params": {}}));
+    assert_eq!(server.next()["id"], "x-1");
+    server.quiet(100);
+    assert_eq!(server.close().code(), Some(0));
+    let stderr = server.stderr();
+    assert!(
+        stderr
+            .lines()
+            .next()
+            .is_some_and(|line| line.contains("app-server")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("this is not JSON {"), "{stderr}");
+}
+
+#[test]
+fn app_server_turn_streams_deltas_and_completes() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let cwd = state.path().to_string_lossy().into_owned();
+    let params = json!({
+        "cwd": cwd,
+        "model": "gpt-test",
+        "approvalPolicy": "never",
+        "sandbox": "workspace-write",
+    });
+    let started = server.call("thread/start", params);
+    let result = &started["result"];
+    let thread = result["thread"]["id"].as_str().unwrap().to_string();
+    let uuid = uuid::Uuid::parse_str(&thread).expect("a UUID");
+    assert_eq!(uuid.get_version_num(), 7);
+    assert_eq!(result["model"], "gpt-test");
+    assert_eq!(result["cwd"], json!(cwd));
+    assert_eq!(result["approvalPolicy"], "never");
+    assert_eq!(
+        result["sandbox"],
+        json!({"type": "workspaceWrite", "writableRoots": [cwd], "networkAccess": false,
+               "excludeTmpdirEnvVar": false, "excludeSlashTmp": false})
+    );
+    assert_eq!(result["thread"]["status"], json!({"type": "idle"}));
+    let notification = server.next();
+    assert_eq!(notification.method(), "thread/started");
+    assert_eq!(notification["params"]["thread"]["id"], json!(thread));
+
+    let text = "say hi\n@fake answer=hello from fake";
+    let turn = server.start_turn(&thread, text);
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(
+        methods(&messages),
+        [
+            "thread/status/changed",
+            "turn/started",
+            "item/started",
+            "item/completed",
+            "item/started",
+            "item/agentMessage/delta",
+            "item/agentMessage/delta",
+            "item/agentMessage/delta",
+            "item/completed",
+            "thread/tokenUsage/updated",
+            "account/rateLimits/updated",
+            "thread/status/changed",
+            "turn/completed",
+        ],
+        "{messages:#?}"
+    );
+    assert_eq!(
+        messages[0]["params"],
+        json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}})
+    );
+    assert_eq!(messages[1]["params"]["turn"]["id"], json!(turn));
+    assert_eq!(messages[1]["params"]["turn"]["status"], "inProgress");
+    let user = &messages[3]["params"]["item"];
+    assert_eq!(user["type"], "userMessage");
+    assert_eq!(
+        user["content"],
+        json!([{"type": "text", "text": text, "text_elements": []}])
+    );
+    let deltas: Vec<&str> = messages[5..8]
+        .iter()
+        .map(|message| message["params"]["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, ["hello", " from", " fake"]);
+    let item_id = &messages[4]["params"]["item"]["id"];
+    assert!(messages[5..8]
+        .iter()
+        .all(|message| &message["params"]["itemId"] == item_id
+            && message["params"]["turnId"] == json!(turn)));
+    assert_eq!(answer_of(&messages), "hello from fake");
+    assert_eq!(
+        messages[11]["params"]["status"],
+        json!({"type": "idle"}),
+        "{messages:#?}"
+    );
+    let completed = messages.last().unwrap();
+    assert!(
+        completed.raw.starts_with(&format!(
+            r#"{{"method":"turn/completed","params":{{"threadId":"{thread}","turn":{{"id":"{turn}","rootTurnId":"{turn}","items":[{{"type":"agentMessage","#
+        )),
+        "{completed:?}"
+    );
+    assert!(
+        completed
+            .raw
+            .contains(r#""itemsView":"summary","status":"completed","error":null,"startedAt":"#),
+        "{completed:?}"
+    );
+    let done = last_turn(&messages);
+    assert_eq!(done["items"][0]["text"], "hello from fake");
+    assert!(done["durationMs"].is_u64() && done["completedAt"].is_u64());
+
+    // A second turn of the same thread; usage adds up.
+    let messages = server.turn(&thread, "again");
+    assert_eq!(answer_of(&messages), "fake answer: again");
+    let usage = messages
+        .iter()
+        .find(|message| message.method() == "thread/tokenUsage/updated")
+        .unwrap();
+    assert_eq!(usage["params"]["tokenUsage"]["total"]["inputTokens"], 200);
+    assert_eq!(usage["params"]["tokenUsage"]["last"]["inputTokens"], 100);
+    assert_eq!(server.close().code(), Some(0));
+}
+
+#[test]
+fn app_server_threads_outlive_the_process_like_rollouts() {
+    let state = state();
+    let mut first = app_server(state.path());
+    first.initialize();
+    let thread = first.start_thread();
+    assert_eq!(answer_of(&first.turn(&thread, "one")), "fake answer: one");
+    assert_eq!(first.close().code(), Some(0));
+
+    let mut second = app_server(state.path());
+    second.initialize();
+    let resumed = second.call_all("thread/resume", json!({"threadId": thread}));
+    assert_eq!(resumed.len(), 2, "{resumed:#?}");
+    assert_eq!(resumed[0].method(), "thread/status/changed");
+    assert_eq!(resumed[1]["result"]["thread"]["id"], json!(thread));
+    assert_eq!(resumed[1]["result"]["thread"]["preview"], "one");
+    assert_eq!(answer_of(&second.turn(&thread, "two")), "fake answer: two");
+
+    let missing = "00000000-0000-4000-8000-000000000000";
+    let answer = second.call("thread/resume", json!({"threadId": missing}));
+    assert_eq!(
+        answer.raw,
+        format!(
+            r#"{{"error":{{"code":-32600,"message":"no rollout found for thread id {missing}"}},"id":{}}}"#,
+            answer["id"]
+        )
+    );
+    // A turn on a thread that no process has.
+    let input = json!([{"type": "text", "text": "x"}]);
+    let answer = second.call("turn/start", json!({"threadId": missing, "input": input}));
+    assert_eq!(
+        answer["error"]["message"],
+        format!("no rollout found for thread id {missing}")
+    );
+
+    // While the second process holds the thread, a third cannot resume it.
+    let mut third = app_server(state.path());
+    third.initialize();
+    let answer = third.call("thread/resume", json!({"threadId": thread}));
+    assert_eq!(
+        answer.raw,
+        format!(
+            r#"{{"error":{{"code":-32600,"message":"thread {thread} already has an active writer"}},"id":{}}}"#,
+            answer["id"]
+        )
+    );
+    // Known but not resumed here.
+    let answer = third.call("turn/start", json!({"threadId": thread, "input": input}));
+    assert_eq!(
+        answer["error"]["message"],
+        format!("thread not found: {thread}")
+    );
+    // Once the second is gone, the third can.
+    assert_eq!(second.close().code(), Some(0));
+    let answer = third.call("thread/resume", json!({"threadId": thread}));
+    assert_eq!(
+        answer["result"]["thread"]["id"],
+        json!(thread),
+        "{answer:?}"
+    );
+    assert_eq!(
+        answer_of(&third.turn(&thread, "three")),
+        "fake answer: three"
+    );
+    assert_eq!(third.close().code(), Some(0));
+}
+
+#[test]
+fn app_server_will_retry_reports_retries_then_completes() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let messages = server.turn(&thread, "hi\n@fake will-retry=2");
+    let errors: Vec<&Msg> = messages
+        .iter()
+        .filter(|message| message.method() == "error")
+        .collect();
+    assert_eq!(errors.len(), 2, "{messages:#?}");
+    for (index, error) in errors.iter().enumerate() {
+        assert_eq!(
+            error["params"]["error"],
+            json!({
+                "message": format!("Reconnecting... {}/2", index + 1),
+                "codexErrorInfo": {"responseStreamDisconnected": {"httpStatusCode": 429}},
+                "additionalDetails": CODEX_429,
+                "misalignment": null,
+            })
+        );
+        assert_eq!(error["params"]["willRetry"], true);
+        assert_eq!(error["params"]["threadId"], json!(thread));
+    }
+    assert_eq!(last_turn(&messages)["status"], "completed");
+    assert_eq!(answer_of(&messages), "fake answer: hi");
+}
+
+/// The failure of a turn: its `error` notification and `turn/completed`, after a
+/// `systemError` status; returns the error object.
+fn failure_of(messages: &[Msg]) -> Value {
+    let count = messages.len();
+    assert!(count >= 3, "{messages:#?}");
+    assert_eq!(
+        methods(&messages[count - 3..]),
+        ["thread/status/changed", "error", "turn/completed"],
+        "{messages:#?}"
+    );
+    assert_eq!(
+        messages[count - 3]["params"]["status"],
+        json!({"type": "systemError"})
+    );
+    let notification = &messages[count - 2];
+    assert_eq!(notification["params"]["willRetry"], false);
+    let error = notification["params"]["error"].clone();
+    let turn = last_turn(messages);
+    assert_eq!(turn["status"], "failed");
+    assert_eq!(turn["items"], json!([]));
+    assert_eq!(turn["error"], error);
+    assert!(!messages
+        .iter()
+        .any(|message| message.method() == "item/agentMessage/delta"));
+    error
+}
+
+#[test]
+fn app_server_rate_limit_fails_the_first_turns_of_a_text_across_processes() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let text = "hi\n@fake rate-limit=1";
+    let messages = server.turn(&thread, text);
+    let error = failure_of(&messages);
+    assert_eq!(
+        error,
+        json!({
+            "message": CODEX_429,
+            "codexErrorInfo": {"responseTooManyFailedAttempts": {"httpStatusCode": 429}},
+            "additionalDetails": null,
+            "misalignment": null,
+        })
+    );
+    let notification = &messages[messages.len() - 2];
+    let turn = last_turn(&messages)["id"].as_str().unwrap();
+    assert!(
+        notification.raw.starts_with(&format!(
+            r#"{{"method":"error","params":{{"error":{{"message":"{CODEX_429}","codexErrorInfo":{{"responseTooManyFailedAttempts":{{"httpStatusCode":429}}}},"additionalDetails":null,"misalignment":null}},"willRetry":false,"threadId":"{thread}","turnId":"{turn}"}},"emittedAtMs":"#
+        )),
+        "{notification:?}"
+    );
+    let completed = messages.last().unwrap();
+    assert!(
+        completed.raw.contains(&format!(
+            r#""items":[],"itemsView":"notLoaded","status":"failed","error":{{"message":"{CODEX_429}","#
+        )),
+        "{completed:?}"
+    );
+    let messages = server.turn(&thread, text);
+    assert_eq!(last_turn(&messages)["status"], "completed");
+
+    // rate-limit=2: one failure in this process, one in the next, then success.
+    let text = "other\n@fake rate-limit=2";
+    failure_of(&server.turn(&thread, text));
+    assert_eq!(server.close().code(), Some(0));
+    let mut next = app_server(state.path());
+    next.initialize();
+    next.call("thread/resume", json!({"threadId": thread}));
+    failure_of(&next.turn(&thread, text));
+    assert_eq!(last_turn(&next.turn(&thread, text))["status"], "completed");
+}
+
+#[test]
+fn app_server_usage_limit_overload_and_fail_fail_the_turn() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let error = failure_of(&server.turn(&thread, "hi\n@fake usage-limit"));
+    assert_eq!(error["codexErrorInfo"], "usageLimitExceeded");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("You’ve hit your usage limit.")
+            && message.ends_with("try again at 7:28 AM."),
+        "{message}"
+    );
+    let error = failure_of(&server.turn(&thread, "hi\n@fake overloaded"));
+    assert_eq!(error["codexErrorInfo"], "serverOverloaded");
+    let error = failure_of(&server.turn(&thread, "hi\n@fake fail=it broke; badly"));
+    assert_eq!(
+        error,
+        json!({"message": "it broke; badly", "codexErrorInfo": "other",
+               "additionalDetails": null, "misalignment": null})
+    );
+    // The thread goes on.
+    assert_eq!(
+        answer_of(&server.turn(&thread, "fine")),
+        "fake answer: fine"
+    );
+}
+
+/// Starts a turn and reads up to its userMessage's `item/completed`; returns the turn id.
+fn start_and_settle(server: &mut AppServer, thread: &str, text: &str) -> String {
+    let turn = server.start_turn(thread, text);
+    let messages = server.until(|message| {
+        message.method() == "item/completed" && message["params"]["item"]["type"] == "userMessage"
+    });
+    assert_eq!(
+        methods(&messages),
+        [
+            "thread/status/changed",
+            "turn/started",
+            "item/started",
+            "item/completed"
+        ]
+    );
+    turn
+}
+
+#[test]
+fn app_server_interrupt_ends_a_hanging_turn() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let turn = start_and_settle(&mut server, &thread, "wait\n@fake hang");
+    server.quiet(200);
+    let id = server.request(
+        "turn/interrupt",
+        json!({"threadId": thread, "turnId": turn}),
+    );
+    assert_eq!(server.next().raw, format!(r#"{{"id":{id},"result":{{}}}}"#));
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(
+        methods(&messages),
+        ["thread/status/changed", "turn/completed"]
+    );
+    assert_eq!(messages[0]["params"]["status"], json!({"type": "idle"}));
+    let completed = &messages[1];
+    assert!(
+        completed.raw.starts_with(&format!(
+            r#"{{"method":"turn/completed","params":{{"threadId":"{thread}","turn":{{"id":"{turn}","rootTurnId":"{turn}","items":[],"itemsView":"notLoaded","status":"interrupted","error":null,"startedAt":"#
+        )),
+        "{completed:?}"
+    );
+    // The thread takes a new turn.
+    assert_eq!(
+        answer_of(&server.turn(&thread, "next")),
+        "fake answer: next"
+    );
+
+    // ignore-interrupt: answered, but the turn goes on.
+    let turn = start_and_settle(&mut server, &thread, "stuck\n@fake ignore-interrupt");
+    let id = server.request(
+        "turn/interrupt",
+        json!({"threadId": thread, "turnId": turn}),
+    );
+    assert_eq!(server.next().raw, format!(r#"{{"id":{id},"result":{{}}}}"#));
+    server.quiet(300);
+    let input = json!([{"type": "text", "text": "more"}]);
+    let busy = server.call("turn/start", json!({"threadId": thread, "input": input}));
+    assert!(
+        busy["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("already has a turn in progress")),
+        "{busy:?}"
+    );
+    assert_eq!(server.close().code(), Some(0));
+}
+
+#[test]
+fn app_server_steer_completes_a_hanging_turn() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let no_turn = server.call(
+        "turn/steer",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "x"}]}),
+    );
+    assert_eq!(
+        no_turn.raw,
+        format!(
+            r#"{{"error":{{"code":-32600,"message":"no active turn to steer"}},"id":{}}}"#,
+            no_turn["id"]
+        )
+    );
+    let turn = start_and_settle(&mut server, &thread, "wait\n@fake hang");
+    let wrong = server.call(
+        "turn/steer",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "x"}],
+               "expectedTurnId": "not-this-one"}),
+    );
+    assert!(wrong["error"]["message"].is_string(), "{wrong:?}");
+    server.quiet(100);
+    let steered = server.call(
+        "turn/steer",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "go left"}],
+               "expectedTurnId": turn}),
+    );
+    assert_eq!(steered["result"], json!({"turnId": turn}), "{steered:?}");
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(answer_of(&messages), "steered: go left");
+    assert_eq!(last_turn(&messages)["status"], "completed");
+    assert_eq!(last_turn(&messages)["id"], json!(turn));
+}
+
+#[test]
+fn app_server_exit_mid_turn_leaves_a_partial_line() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    start_and_settle(&mut server, &thread, "bye\n@fake exit-mid-turn=3");
+    let partial = match server.read(LIMIT) {
+        Some(Read::Partial(bytes)) => bytes,
+        Some(Read::Line(line)) => panic!("a whole line: {line}"),
+        _ => panic!("no partial line; stderr:\n{}", server.stderr()),
+    };
+    assert!(!partial.is_empty() && !partial.ends_with(b"\n"));
+    assert!(partial.starts_with(b"{\"method\":"), "{partial:?}");
+    assert!(serde_json::from_slice::<Value>(&partial).is_err());
+    assert!(matches!(server.read(LIMIT), Some(Read::Eof)));
+    let status = wait_for(&mut server.running.0, LIMIT).expect("it exits");
+    assert_eq!(status.code(), Some(3));
+}
+
+#[test]
+fn app_server_crash_dies_by_sigkill_mid_turn() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    start_and_settle(&mut server, &thread, "bye\n@fake crash");
+    assert!(matches!(server.read(LIMIT), Some(Read::Eof)));
+    let status = wait_for(&mut server.running.0, LIMIT).expect("it dies");
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    // Its lock is stale: another process resumes the thread.
+    let mut next = app_server(state.path());
+    next.initialize();
+    let answer = next.call("thread/resume", json!({"threadId": thread}));
+    assert_eq!(
+        answer["result"]["thread"]["id"],
+        json!(thread),
+        "{answer:?}"
+    );
+}
+
+#[test]
+fn app_server_approval_requests_wait_for_the_client() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let marker = state.path().join("ran.txt");
+    let command = format!("echo ran > '{}'", marker.display());
+    let text = format!("do it\n@fake approval=command\n@fake run={command}");
+    let turn = server.start_turn(&thread, &text);
+    let messages = server.until(|message| message.value.get("id").is_some());
+    let request = messages.last().unwrap();
+    let started = &messages[messages.len() - 2];
+    assert_eq!(started.method(), "item/started");
+    let item = &started["params"]["item"];
+    assert_eq!(item["type"], "commandExecution");
+    assert_eq!(item["status"], "inProgress");
+    let id = request["id"].as_i64().expect("an integer id");
+    assert!(
+        request.raw.starts_with(&format!(
+            r#"{{"id":{id},"method":"item/commandExecution/requestApproval","params":{{"threadId":"{thread}","turnId":"{turn}","itemId":{},"command":{}"#,
+            item["id"],
+            json!(command)
+        )),
+        "{request:?}"
+    );
+    // Nothing happens until the client answers.
+    server.quiet(200);
+    server.send(&json!({"id": id, "result": {"decision": "decline"}}));
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(answer_of(&messages), "approval: decline");
+    let declined = messages
+        .iter()
+        .find(|message| {
+            message.method() == "item/completed"
+                && message["params"]["item"]["type"] == "commandExecution"
+        })
+        .expect("the command's item completes");
+    assert_eq!(declined["params"]["item"]["status"], "declined");
+    assert!(!marker.exists(), "a declined command ran");
+
+    // Accepted: the command runs.
+    server.start_turn(&thread, &text);
+    let request = server
+        .until(|message| message.value.get("id").is_some())
+        .pop()
+        .unwrap();
+    let id = request["id"].as_i64().unwrap();
+    server.send(&json!({"id": id, "result": {"decision": "accept"}}));
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(answer_of(&messages), "approval: accept");
+    assert!(marker.exists(), "an accepted command did not run");
+
+    // A file change, answered with an error.
+    server.start_turn(&thread, "edit\n@fake approval=file");
+    let request = server
+        .until(|message| message.value.get("id").is_some())
+        .pop()
+        .unwrap();
+    assert_eq!(request.method(), "item/fileChange/requestApproval");
+    assert_eq!(request["params"]["threadId"], json!(thread));
+    assert!(request["params"]["itemId"].is_string());
+    let id = request["id"].as_i64().unwrap();
+    server.send(&json!({"id": id, "error": {"code": -32000, "message": "no UI"}}));
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(answer_of(&messages), "approval: error no UI");
+}
+
+#[test]
+fn app_server_unknown_server_request_gets_the_clients_error() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let turn = server.start_turn(&thread, "hi\n@fake unknown-request");
+    let request = server
+        .until(|message| message.value.get("id").is_some())
+        .pop()
+        .unwrap();
+    assert_eq!(request.method(), "fake/unknownRequest");
+    assert_eq!(request["params"]["turnId"], json!(turn));
+    let id = request["id"].as_i64().expect("an integer id");
+    server.send(&json!({"id": id, "error": {"code": -32601, "message": "Method not found"}}));
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(answer_of(&messages), "unknown request: Method not found");
+}
+
+#[test]
+fn app_server_compaction_reports_a_context_compaction_item() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let id = server.request("thread/compact/start", json!({"threadId": thread}));
+    assert_eq!(server.next().raw, format!(r#"{{"id":{id},"result":{{}}}}"#));
+    let messages = server.until(|message| message.method() == "turn/completed");
+    let compacted = messages
+        .iter()
+        .find(|message| message.method() == "item/completed")
+        .expect("an item/completed");
+    let item = &compacted["params"]["item"];
+    assert_eq!(item["type"], "contextCompaction");
+    assert!(item["id"].is_string());
+    assert_eq!(compacted["params"]["threadId"], json!(thread));
+    assert_eq!(last_turn(&messages)["status"], "completed");
+    let missing = "00000000-0000-4000-8000-000000000001";
+    let answer = server.call("thread/compact/start", json!({"threadId": missing}));
+    assert_eq!(
+        answer["error"],
+        json!({"code": -32600, "message": format!("no rollout found for thread id {missing}")})
+    );
+}
+
+#[test]
+fn app_server_runs_turns_of_several_threads_at_once() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let slow = server.start_thread();
+    let fast = server.start_thread();
+    let slow_turn = start_and_settle(&mut server, &slow, "slow\n@fake hang");
+    let messages = server.turn(&fast, "fast\n@fake deltas=2\n@fake interval=10");
+    // Only the fast thread's turn speaks (account/rateLimits/updated names no thread).
+    assert!(messages
+        .iter()
+        .filter(|message| message.method() != "account/rateLimits/updated")
+        .all(|message| message["params"]["threadId"] == json!(fast)));
+    assert_eq!(answer_of(&messages), "fake answer: fast");
+    server.call(
+        "turn/interrupt",
+        json!({"threadId": slow, "turnId": slow_turn}),
+    );
+    let messages = server.until(|message| message.method() == "turn/completed");
+    assert_eq!(last_turn(&messages)["status"], "interrupted");
+    assert_eq!(messages.last().unwrap()["params"]["threadId"], json!(slow));
+}
+
+#[test]
+fn app_server_exits_0_promptly_when_stdin_closes() {
+    let state = state();
+    let mut server = app_server(state.path());
+    server.initialize();
+    let thread = server.start_thread();
+    let lock = state.path().join("threads").join(format!("{thread}.lock"));
+    assert!(lock.exists());
+    start_and_settle(&mut server, &thread, "wait\n@fake hang");
+    let started = Instant::now();
+    assert_eq!(server.close().code(), Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!lock.exists(), "the thread's lock is left behind");
+    assert!(state
+        .path()
+        .join("threads")
+        .join(format!("{thread}.json"))
+        .exists());
 }

@@ -146,7 +146,7 @@ mod tests {
             .filter(|message| {
                 message["method"] == "error" && message["params"]["willRetry"] == false
             })
-            .last()
+            .next_back()
             .map(|message| message["params"]["error"].clone())
             .expect("a final error")
     }

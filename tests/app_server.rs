@@ -1,0 +1,468 @@
+//! The codex-app-server engine through the library, on the fake engine's app-server mode: one
+//! long-lived child per project, turns, retries as the protocol says, transport loss and
+//! restarts, server requests, steering, compaction, and the child's state in `status`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use corral::store::work::{
+    self, NewProject, NewPrompt, NewSession, Project, PromptStatus, Run, Session,
+};
+use corral::{Corral, CorralOptions};
+
+const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
+const ENGINE: &str = "codex-app-server";
+
+struct Bench {
+    corral: Corral,
+    home: tempfile::TempDir,
+    projects: tempfile::TempDir,
+}
+
+impl Bench {
+    async fn start() -> Bench {
+        let home = tempfile::tempdir().unwrap();
+        Self::start_in(home).await
+    }
+
+    async fn start_in(home: tempfile::TempDir) -> Bench {
+        let corral = Corral::start(CorralOptions::new(home.path()))
+            .await
+            .unwrap();
+        for (name, value) in [
+            ("engines.codex-app-server.path", FAKE),
+            ("retry.rate_limit_delays", "0.05,0.05"),
+            ("cancel.grace_ms", "300"),
+        ] {
+            corral.set_setting(name, Some(value)).await.unwrap();
+        }
+        Bench {
+            corral,
+            home,
+            projects: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    async fn project(&self, name: &str, full_access: bool) -> Project {
+        let path = self.projects.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        self.corral
+            .add_project(NewProject {
+                name: name.into(),
+                path: path.to_string_lossy().into_owned(),
+                full_access,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn session(&self, project: &Project) -> Session {
+        self.corral
+            .open_session(NewSession {
+                project_id: project.id.clone(),
+                engine: ENGINE.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn send(&self, session: &Session, text: &str) -> String {
+        self.corral
+            .send(NewPrompt {
+                session_id: session.id.clone(),
+                text: text.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .prompt
+            .id
+    }
+
+    async fn wait(&self, prompt: &str) -> work::Prompt {
+        match tokio::time::timeout(Duration::from_secs(30), self.corral.wait_prompt(prompt)).await {
+            Ok(prompt) => prompt.unwrap(),
+            Err(_) => {
+                let prompt = self
+                    .corral
+                    .read(|c| work::prompt(c, prompt))
+                    .unwrap()
+                    .unwrap();
+                let events = self
+                    .corral
+                    .read(|c| work::events_after(c, &prompt.session_id, 0, 1000))
+                    .unwrap();
+                panic!("prompt {prompt:?} did not end; events {events:#?}");
+            }
+        }
+    }
+
+    async fn run(&self, session: &Session, text: &str) -> work::Prompt {
+        let prompt = self.send(session, text).await;
+        self.wait(&prompt).await
+    }
+
+    fn runs(&self, prompt: &str) -> Vec<Run> {
+        self.corral.read(|c| work::runs_of(c, prompt)).unwrap()
+    }
+
+    fn events_of(&self, prompt: &work::Prompt) -> Vec<work::Event> {
+        self.corral
+            .read(|c| work::events_after(c, &prompt.session_id, 0, 100_000))
+            .unwrap()
+            .into_iter()
+            .filter(|event| event.prompt_id.as_deref() == Some(&prompt.id))
+            .collect()
+    }
+
+    fn session_now(&self, session: &Session) -> Session {
+        self.corral
+            .read(|c| work::session(c, &session.id))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Gives the session a thread id its app-server has never heard of.
+    fn lose_thread(&self, session: &Session) {
+        let db = rusqlite::Connection::open(self.home.path().join("corral.db")).unwrap();
+        db.busy_timeout(Duration::from_secs(5)).unwrap();
+        db.execute(
+            "UPDATE sessions SET thread_id = '00000000-0000-4000-8000-000000000000' WHERE id = ?1",
+            [&session.id],
+        )
+        .unwrap();
+    }
+}
+
+fn actix_test<F: Future<Output = ()>>(body: impl FnOnce() -> F) {
+    actix::System::new().block_on(body());
+}
+
+fn alive(pid: i64) -> bool {
+    corral::process::is_alive(pid as u32, None)
+}
+
+#[test]
+fn turns_run_on_one_long_lived_child_and_resume_the_thread() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let project = bench.project("p", false).await;
+        let session = bench.session(&project).await;
+        let first = bench
+            .run(&session, "@fake answer=hello from the app server\nsay hi")
+            .await;
+        assert_eq!(first.status, PromptStatus::Done, "{first:?}");
+        assert_eq!(first.answer.as_deref(), Some("hello from the app server"));
+        let kinds: Vec<String> = bench
+            .events_of(&first)
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        for kind in [
+            "thread.started",
+            "message.delta",
+            "message",
+            "turn.completed",
+        ] {
+            assert!(kinds.iter().any(|k| k == kind), "{kind} missing: {kinds:?}");
+        }
+        let thread = bench.session_now(&session).thread_id.expect("a thread");
+        let second = bench.run(&session, "again").await;
+        assert_eq!(second.status, PromptStatus::Done);
+        let (a, b) = (&bench.runs(&first.id)[0], &bench.runs(&second.id)[0]);
+        assert_eq!(a.pid, b.pid, "one child serves both turns");
+        assert_eq!(b.thread_id.as_deref(), Some(thread.as_str()));
+        assert_eq!(
+            bench.session_now(&session).thread_id.as_deref(),
+            Some(thread.as_str())
+        );
+    });
+}
+
+#[test]
+fn will_retry_errors_keep_the_turn_in_progress() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let done = bench.run(&session, "@fake will-retry=2\nwork").await;
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        assert_eq!(bench.runs(&done.id).len(), 1);
+        let notices = bench
+            .events_of(&done)
+            .into_iter()
+            .filter(|e| e.kind == "notice" && e.payload["will_retry"] == true)
+            .count();
+        assert_eq!(notices, 2);
+    });
+}
+
+#[test]
+fn failed_turns_are_classified_by_codex_error_info() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let limited = bench.run(&session, "@fake rate-limit=1\nwork").await;
+        assert_eq!(limited.status, PromptStatus::Done, "{limited:?}");
+        let runs = bench.runs(&limited.id);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].failure_class.as_deref(), Some("rate_limit"));
+
+        let usage = bench.run(&session, "@fake usage-limit\nwork").await;
+        assert_eq!(usage.status, PromptStatus::Failed);
+        assert!(
+            usage.error.as_deref().unwrap().contains("usage limit"),
+            "{usage:?}"
+        );
+        assert!(
+            usage.error.as_deref().unwrap().contains("try again at"),
+            "the reset time is shown"
+        );
+        assert_eq!(
+            bench.runs(&usage.id).len(),
+            1,
+            "a usage limit is not retried"
+        );
+
+        let overloaded = bench.run(&session, "@fake overloaded\nwork").await;
+        assert_eq!(overloaded.status, PromptStatus::Failed);
+        let runs = bench.runs(&overloaded.id);
+        assert_eq!(runs.len(), 3, "two backoffs, then fail");
+        assert_eq!(runs[0].failure_class.as_deref(), Some("overloaded"));
+    });
+}
+
+#[test]
+fn a_missing_rollout_starts_a_new_thread_and_replays() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        bench.lose_thread(&session);
+        let done = bench.run(&session, "replay me").await;
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        let runs = bench.runs(&done.id);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].failure_class.as_deref(), Some("missing_rollout"));
+        let thread = bench.session_now(&session).thread_id.unwrap();
+        assert_ne!(thread, "00000000-0000-4000-8000-000000000000");
+    });
+}
+
+#[test]
+fn a_transport_loss_fails_the_turn_with_its_details_and_the_child_restarts() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let lost = bench.run(&session, "@fake exit-mid-turn=3\nwork").await;
+        assert_eq!(lost.status, PromptStatus::Failed, "{lost:?}");
+        let runs = bench.runs(&lost.id);
+        assert_eq!(runs.len(), 1, "a transport loss is not retried");
+        assert_eq!(
+            runs[0].failure_class.as_deref(),
+            Some("transport_closed_before_turn_completed")
+        );
+        let closed = bench
+            .events_of(&lost)
+            .into_iter()
+            .find(|e| e.kind == "transport.closed")
+            .expect("a transport.closed event");
+        assert_eq!(closed.payload["exit_code"], 3, "{closed:?}");
+        assert_eq!(closed.payload["partial_line_flushed"], true, "{closed:?}");
+        assert!(closed.payload["partial_line_length"].as_u64().unwrap() > 0);
+        assert!(closed.payload["pid"].as_u64().is_some());
+        assert!(closed.payload["close_source"].is_string());
+        // No turn is reported completed that the child did not complete.
+        assert!(bench
+            .events_of(&lost)
+            .iter()
+            .all(|e| e.kind != "turn.completed"));
+
+        let next = bench.run(&session, "after the restart").await;
+        assert_eq!(next.status, PromptStatus::Done, "{next:?}");
+        assert_ne!(bench.runs(&next.id)[0].pid, runs[0].pid, "a new child");
+        let states = bench.corral.app_servers().await;
+        assert_eq!(states[0]["generation"], 2, "{states:?}");
+        assert_eq!(states[0]["last_exit"]["exit_code"], 3);
+    });
+}
+
+#[test]
+fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        // The first child and five restarts all crash.
+        for _ in 0..6 {
+            let crashed = bench.run(&session, "@fake crash\nwork").await;
+            assert_eq!(crashed.status, PromptStatus::Failed);
+        }
+        let refused = bench.run(&session, "work").await;
+        assert_eq!(refused.status, PromptStatus::Failed);
+        assert!(
+            refused.error.as_deref().unwrap().contains("not restarting"),
+            "{refused:?}"
+        );
+        let states = bench.corral.app_servers().await;
+        assert!(
+            states[0]["status"]["failed"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("within 60 s"),
+            "{states:?}"
+        );
+    });
+}
+
+#[test]
+fn cancel_interrupts_the_turn_and_restarts_a_child_that_ignores_it() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let mut events = bench.corral.subscribe();
+        let hanging = bench.send(&session, "@fake hang\nwork").await;
+        loop {
+            let event = events.recv().await.unwrap();
+            if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&hanging) {
+                break;
+            }
+        }
+        bench.corral.cancel(&hanging).await.unwrap();
+        assert_eq!(bench.wait(&hanging).await.status, PromptStatus::Cancelled);
+        let pid = bench.runs(&hanging)[0].pid.unwrap();
+        assert!(alive(pid), "turn/interrupt was enough: the child stays");
+
+        let stubborn = bench
+            .send(&session, "@fake ignore-interrupt\n@fake hang\nwork")
+            .await;
+        loop {
+            let event = events.recv().await.unwrap();
+            if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&stubborn) {
+                break;
+            }
+        }
+        bench.corral.cancel(&stubborn).await.unwrap();
+        assert_eq!(bench.wait(&stubborn).await.status, PromptStatus::Cancelled);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            !alive(pid),
+            "the child that ignored turn/interrupt was restarted"
+        );
+        assert_eq!(bench.run(&session, "next").await.status, PromptStatus::Done);
+    });
+}
+
+#[test]
+fn approvals_follow_the_project_policy_and_unknown_requests_get_an_error() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let safe = bench.session(&bench.project("safe", false).await).await;
+        let trusted = bench.session(&bench.project("trusted", true).await).await;
+        let denied = bench.run(&safe, "@fake approval=command\nwork").await;
+        assert_eq!(
+            denied.answer.as_deref(),
+            Some("approval: decline"),
+            "{denied:?}"
+        );
+        assert!(bench
+            .events_of(&denied)
+            .iter()
+            .any(|e| e.kind == "server.request"));
+        let approved = bench.run(&trusted, "@fake approval=file\nwork").await;
+        assert_eq!(
+            approved.answer.as_deref(),
+            Some("approval: accept"),
+            "{approved:?}"
+        );
+        let unknown = bench.run(&safe, "@fake unknown-request\nwork").await;
+        assert!(
+            unknown
+                .answer
+                .as_deref()
+                .unwrap()
+                .contains("does not handle"),
+            "{unknown:?}"
+        );
+    });
+}
+
+#[test]
+fn steering_adds_to_the_running_turn() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        bench.run(&session, "open the thread").await;
+        let mut events = bench.corral.subscribe();
+        let hanging = bench.send(&session, "@fake hang\nwork").await;
+        loop {
+            let event = events.recv().await.unwrap();
+            if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&hanging) {
+                break;
+            }
+        }
+        bench
+            .corral
+            .steer(&session.id, "also update the docs")
+            .await
+            .unwrap();
+        let done = bench.wait(&hanging).await;
+        assert_eq!(
+            done.answer.as_deref(),
+            Some("steered: also update the docs"),
+            "{done:?}"
+        );
+    });
+}
+
+#[test]
+fn compaction_records_counts_and_resets_a_missing_thread() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let done = bench
+            .run(&session, "@fake answer=An answer\nFirst request")
+            .await;
+        let compacted = bench.corral.compact(&session.id).await.unwrap();
+        assert_eq!(compacted["thread_reset"], false, "{compacted}");
+        assert_eq!(compacted["compacted"]["messages"], 1);
+        let expected = (done.text.chars().count() + "An answer".len()) as i64;
+        assert_eq!(compacted["compacted"]["characters"], expected);
+        let now = bench.session_now(&session);
+        assert_eq!(now.compacted_message_count, Some(1));
+        assert!(now.thread_id.is_some());
+
+        bench.lose_thread(&session);
+        let reset = bench.corral.compact(&session.id).await.unwrap();
+        assert_eq!(reset["thread_reset"], true, "{reset}");
+        assert_eq!(bench.session_now(&session).thread_id, None);
+    });
+}
+
+#[test]
+fn the_childs_state_survives_a_supervisor_restart() {
+    let home = tempfile::tempdir().unwrap();
+    let home_path = home.path().to_path_buf();
+    let (pid, home, projects) = actix::System::new().block_on(async {
+        let bench = Bench::start_in(home).await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let done = bench.run(&session, "work").await;
+        let states = bench.corral.app_servers().await;
+        assert_eq!(states.len(), 1);
+        assert_eq!(states[0]["status"], "running", "{states:?}");
+        assert!(!states[0]["recent"].as_array().unwrap().is_empty());
+        let pid = bench.runs(&done.id)[0].pid.unwrap();
+        // Keep the home: the next supervisor reads it.
+        (pid, bench.home, bench.projects)
+    });
+    actix::System::new().block_on(async {
+        let corral = Corral::start(CorralOptions::new(&home_path)).await.unwrap();
+        let states = corral.app_servers().await;
+        assert_eq!(states.len(), 1, "read back from the store");
+        assert_eq!(states[0]["pid"], pid);
+        assert!(!alive(pid), "the orphaned app-server was ended at boot");
+    });
+    drop((home, projects));
+}
