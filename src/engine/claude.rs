@@ -26,7 +26,7 @@ use std::ffi::OsString;
 
 use serde_json::{Map, Value};
 
-use super::{Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
+use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
 
 /// The `claude` adapter.
 pub struct Claude;
@@ -216,20 +216,6 @@ fn stream_event(event: &Value) -> Option<Vec<EngineEvent>> {
     Some(vec![EngineEvent::MessageDelta {
         text: delta.get("text")?.as_str()?.to_string(),
     }])
-}
-
-fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    object.get(key).and_then(Value::as_str)
-}
-
-fn raw(line: &str) -> Vec<EngineEvent> {
-    vec![EngineEvent::Raw {
-        line: line.to_string(),
-    }]
-}
-
-fn non_empty(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|value| !value.is_empty())
 }
 
 #[cfg(test)]

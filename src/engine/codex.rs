@@ -29,9 +29,9 @@
 
 use std::ffi::OsString;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::{Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
+use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
 
 /// The `codex` adapter.
 pub struct Codex;
@@ -174,20 +174,6 @@ fn progressing_item(item: &Value) -> Option<Vec<EngineEvent>> {
         }]),
         _ => Some(Vec::new()),
     }
-}
-
-fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    object.get(key).and_then(Value::as_str)
-}
-
-fn raw(line: &str) -> Vec<EngineEvent> {
-    vec![EngineEvent::Raw {
-        line: line.to_string(),
-    }]
-}
-
-fn non_empty(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|value| !value.is_empty())
 }
 
 /// A TOML basic string: codex reads `--config` values as TOML.

@@ -199,6 +199,28 @@ pub trait Engine: Send + Sync {
     fn parse_line(&self, line: &str) -> Vec<EngineEvent>;
 }
 
+// Small helpers the output parsers share.
+
+/// A string field of a JSON object.
+pub(crate) fn str_field<'a>(
+    object: &'a serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<&'a str> {
+    object.get(key).and_then(serde_json::Value::as_str)
+}
+
+/// A line kept as it was: not the engine's JSON, or a shape the parser does not know.
+pub(crate) fn raw(line: &str) -> Vec<EngineEvent> {
+    vec![EngineEvent::Raw {
+        line: line.to_string(),
+    }]
+}
+
+/// An optional setting that counts only when it says something.
+pub(crate) fn non_empty(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|value| !value.is_empty())
+}
+
 /// How a run ended, judged from its last structured line first and its exit status second.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunVerdict {

@@ -24,7 +24,7 @@ use std::ffi::OsString;
 
 use serde_json::{Map, Value};
 
-use super::{Engine, EngineEvent, EngineKind, RunSpec};
+use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec};
 
 /// The `opencode` adapter.
 pub struct Opencode;
@@ -128,20 +128,6 @@ fn error_message(error: Option<&Value>) -> String {
         message.push_str(&format!(" (HTTP {status})"));
     }
     message
-}
-
-fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    object.get(key).and_then(Value::as_str)
-}
-
-fn raw(line: &str) -> Vec<EngineEvent> {
-    vec![EngineEvent::Raw {
-        line: line.to_string(),
-    }]
-}
-
-fn non_empty(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|value| !value.is_empty())
 }
 
 #[cfg(test)]
