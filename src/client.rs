@@ -152,11 +152,21 @@ pub async fn connect_or_spawn(
     match Client::connect(home, exec_id).await {
         Err(ClientError::NoDaemon(path)) if spawn => {
             let owned = home.to_path_buf();
-            let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&owned))
+            let spawned = tokio::task::spawn_blocking(move || daemon::spawn_detached(&owned))
                 .await
-                .map_err(|error| ClientError::Spawn(error.to_string()))?
-                .map_err(ClientError::Spawn)?;
-            eprintln!("corral: no daemon answered at {path}; started one (pid {pid})");
+                .map_err(|error| ClientError::Spawn(error.to_string()))?;
+            match spawned {
+                Ok(pid) => {
+                    eprintln!("corral: no daemon answered at {path}; started one (pid {pid})")
+                }
+                // Another client may have started one at the same moment: its daemon won the
+                // lock, and ours stood down. Connect to the winner.
+                Err(reason) => {
+                    return Client::connect(home, exec_id)
+                        .await
+                        .map_err(|_| ClientError::Spawn(reason));
+                }
+            }
             Client::connect(home, exec_id).await
         }
         other => other,

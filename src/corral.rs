@@ -51,6 +51,9 @@ pub enum CorralError {
     Invalid(String),
     #[error("{0}")]
     Store(String),
+    /// The sender's driver claim was taken over; this is the claim now.
+    #[error("superseded by exec {}", .0.exec_id.as_deref().unwrap_or("(released)"))]
+    Superseded(work::DriverClaim),
 }
 
 impl From<LedgerError> for CorralError {
@@ -238,7 +241,12 @@ impl Corral {
                 "session '{session_id}' is archived"
             )));
         }
-        let enqueued = self.shared.ledger.write(EnqueuePrompt { prompt }).await?;
+        let enqueued = self
+            .shared
+            .ledger
+            .write(EnqueuePrompt { prompt })
+            .await?
+            .map_err(CorralError::Superseded)?;
         if let Some(started) = enqueued.started.clone() {
             self.supervisor.do_send(Dispatch(started));
         }

@@ -398,7 +398,7 @@ ledger_write!(
 
 ledger_write!(
     /// Queues a prompt: `running` when the session is free, else `queued` (one transaction).
-    EnqueuePrompt { prompt: work::NewPrompt } -> work::Enqueued,
+    EnqueuePrompt { prompt: work::NewPrompt } -> Result<work::Enqueued, work::DriverClaim>,
     |this, connection| work::enqueue(connection, &this.prompt)
 );
 

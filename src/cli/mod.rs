@@ -2,7 +2,9 @@
 //!
 //! Layout: this file defines the arguments (clap derive) and the path every invocation takes
 //! ([`main`]); [`invocation`] turns the process into an exec row and completes it on every way
-//! out; one file per command below it ([`run`], [`monitor`]).
+//! out; one file per command below it ([`run`], [`monitor`], and the daemon's clients:
+//! [`project`], [`session`], [`send`], [`cancel`], [`watch`], [`history`], [`attach`],
+//! [`status`], [`config`], [`completions`]; what those share is in [`remote`]).
 //!
 //! The path of an invocation:
 //! 1. parse; a parse that ends the process (`--help`, `--version`, a usage error) is an *early
@@ -13,11 +15,22 @@
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
 //!    outcome, and the signal only when a signal really ended a process.
 
+pub mod attach;
+pub mod cancel;
+pub mod completions;
+pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod history;
 pub mod invocation;
 pub mod monitor;
+pub mod project;
+pub mod remote;
 pub mod run;
+pub mod send;
+pub mod session;
+pub mod status;
+pub mod watch;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -39,6 +52,10 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
 
+    /// Never start a daemon: when none answers, say so and exit 1.
+    #[arg(long, global = true)]
+    pub no_spawn: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -54,6 +71,26 @@ pub enum Command {
     /// The exec history and what runs now (also: ps, top, mon).
     #[command(visible_aliases = ["ps", "top", "mon"])]
     Monitor(monitor::MonitorArgs),
+    /// Projects: named working directories with their engine and rules.
+    Project(project::ProjectArgs),
+    /// Sessions: agent conversations in a project.
+    Session(session::SessionArgs),
+    /// Queue a prompt on a session (--wait: drive it, wait, print the answer).
+    Send(send::SendArgs),
+    /// Cancel a prompt, or everything running or queued on a session.
+    Cancel(cancel::CancelArgs),
+    /// A session's events (--follow: live).
+    Watch(watch::WatchArgs),
+    /// A session's prompts with their answers, errors and runs.
+    History(history::HistoryArgs),
+    /// Drive a session: its events live, prompts from stdin.
+    Attach(attach::AttachArgs),
+    /// The daemon: pid, version, home, sessions, slots.
+    Status(status::StatusArgs),
+    /// Settings: get, set, unset, list.
+    Config(config::ConfigArgs),
+    /// Print a shell completion script.
+    Completions(completions::CompletionsArgs),
     /// Panics on purpose: lets the tests see that a panic still completes the exec.
     #[command(name = "__panic", hide = true)]
     Panic,
@@ -151,6 +188,8 @@ pub struct Context {
     /// `None` when the store is not ours: the command runs without recording.
     pub ledger: Option<LedgerHandle>,
     pub invocation: Invocation,
+    /// `--no-spawn`: a command that needs the daemon never starts one.
+    pub no_spawn: bool,
 }
 
 impl Context {
@@ -262,6 +301,17 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Demo(args) => interruptible(demo::execute(context, args)).await,
         // The daemon handles its own signals (graceful shutdown, then a second one at once).
         Command::Daemon(args) => daemon::execute(context, args).await,
+        Command::Project(args) => interruptible(project::execute(context, args)).await,
+        Command::Session(args) => interruptible(session::execute(context, args)).await,
+        // `send --wait` and `attach` hold a driver claim: they release it on SIGINT/SIGTERM.
+        Command::Send(args) => send::execute(context, args).await,
+        Command::Attach(args) => attach::execute(context, args).await,
+        Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
+        Command::Watch(args) => interruptible(watch::execute(context, args)).await,
+        Command::History(args) => interruptible(history::execute(context, args)).await,
+        Command::Status(args) => interruptible(status::execute(context, args)).await,
+        Command::Config(args) => interruptible(config::execute(context, args)).await,
+        Command::Completions(args) => completions::execute(context, args),
         Command::Panic => panic!("panic requested with `corral __panic`"),
     }
 }
@@ -317,6 +367,7 @@ async fn open(cli: &Cli, argv: Vec<OsString>) -> Result<Context, CliError> {
         store_path,
         ledger,
         invocation: Invocation::capture(argv),
+        no_spawn: cli.no_spawn,
     })
 }
 

@@ -24,6 +24,7 @@ use crate::{Corral, CorralError};
 impl From<CorralError> for RpcError {
     fn from(error: CorralError) -> Self {
         let code = match &error {
+            CorralError::Superseded(_) => code::SUPERSEDED,
             CorralError::NotFound(_) => code::NOT_FOUND,
             CorralError::Invalid(_) => code::INVALID_PARAMS,
             CorralError::Store(_) => code::INTERNAL,
@@ -351,22 +352,6 @@ pub async fn call(
             }
             let p: SendParams = params(params_value)?;
             let session = resolve_session(corral, &p.session)?;
-            if let Some(generation) = p.generation {
-                let claim = corral
-                    .read(|c| work::driver_claim(c, &session.id))
-                    .map_err(store_error)?;
-                if let Some(claim) = claim.filter(|claim| claim.generation != generation) {
-                    let by = claim
-                        .exec_id
-                        .clone()
-                        .unwrap_or_else(|| "nobody (released)".into());
-                    return Err(RpcError::new(
-                        code::SUPERSEDED,
-                        format!("superseded by exec {by}"),
-                    )
-                    .with_data(json!({ "driver": claim })));
-                }
-            }
             let sender = connection.exec_id.borrow().clone();
             let enqueued = corral
                 .send(NewPrompt {
@@ -375,9 +360,26 @@ pub async fn call(
                     images: p.images,
                     read_only: p.read_only,
                     sender_exec_id: sender,
+                    // Checked in the enqueue's own transaction: a take-over cannot slip in
+                    // between the check and the queueing.
+                    driver_generation: p.generation,
                 })
-                .await?;
-            to_value(&enqueued.prompt)
+                .await;
+            match enqueued {
+                Ok(enqueued) => to_value(&enqueued.prompt),
+                Err(CorralError::Superseded(claim)) => {
+                    let by = match (&claim.exec_id, &claim.last_exec_id) {
+                        (Some(exec), _) => format!("superseded by exec {exec}"),
+                        (None, Some(last)) => format!("superseded by exec {last} (since released)"),
+                        (None, None) => format!(
+                            "superseded: the driver claim is at generation {}",
+                            claim.generation
+                        ),
+                    };
+                    Err(RpcError::new(code::SUPERSEDED, by).with_data(json!({ "driver": claim })))
+                }
+                Err(error) => Err(error.into()),
+            }
         }
         "prompt.cancel" => {
             let target = string_param(params_value, "target")?;
@@ -437,6 +439,16 @@ pub async fn call(
         }
         "settings.set" => {
             let name = string_param(params_value, "name")?;
+            // A value is validated with the name (and a clearer message); an unset is not.
+            if params_value.get("value").is_none_or(Value::is_null)
+                && settings::default_of(name).is_none()
+            {
+                let names: Vec<&str> = KNOWN.iter().map(|known| known.name).collect();
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("unknown setting '{name}' (known: {})", names.join(", ")),
+                ));
+            }
             let value = params_value.get("value").and_then(Value::as_str);
             corral.set_setting(name, value).await?;
             let stored = corral

@@ -143,10 +143,9 @@ mod tests {
             .lines()
             .filter_map(|line| line.strip_prefix("< "))
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|message| {
+            .rfind(|message| {
                 message["method"] == "error" && message["params"]["willRetry"] == false
             })
-            .next_back()
             .map(|message| message["params"]["error"].clone())
             .expect("a final error")
     }

@@ -172,6 +172,7 @@ CREATE TABLE events (
 CREATE TABLE driver_claims (
     session_id          TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
     exec_id             TEXT,                       -- the driver now; NULL: vacant
+    last_exec_id        TEXT,                       -- the last driver, kept after a release
     generation          INTEGER NOT NULL DEFAULT 0, -- bumped by every claim
     provider_generation INTEGER NOT NULL DEFAULT 0, -- bumped by every engine child started
     claimed_at          INTEGER,
@@ -208,7 +209,16 @@ pub fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<
     let mut version: u32 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     while version < target.min(SCHEMA_VERSION) {
         let step = &MIGRATIONS[version as usize];
-        let transaction = connection.transaction()?;
+        // IMMEDIATE: take the write lock first (waiting out busy_timeout); a deferred
+        // transaction that reads and then writes fails at once when another writer is in.
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Another process may have migrated while we waited for the lock.
+        let current: u32 = transaction.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        if current > version {
+            version = current;
+            continue;
+        }
         transaction.execute_batch(step.sql)?;
         transaction.pragma_update(None, "application_id", APPLICATION_ID)?;
         transaction.pragma_update(None, "user_version", version + 1)?;

@@ -73,6 +73,12 @@ pub const KNOWN: &[Known] = &[
         default: "true",
         meaning: "the CLI starts a daemon when none answers",
     },
+    Known {
+        name: "daemon.shutdown_grace_ms",
+        default: "10000",
+        meaning:
+            "on SIGTERM, how long running prompts may finish before they are ended and requeued",
+    },
 ];
 
 /// The stored value of `name`, if any. A store too old to have settings has none.

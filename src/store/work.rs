@@ -418,6 +418,8 @@ pub struct NewPrompt {
     pub images: Vec<String>,
     pub read_only: bool,
     pub sender_exec_id: Option<String>,
+    /// The sender's driver claim generation: the prompt is refused if the claim moved on.
+    pub driver_generation: Option<i64>,
 }
 
 /// What [`enqueue`] decided.
@@ -433,7 +435,17 @@ pub struct Enqueued {
 /// Queues a prompt in one transaction: it becomes `running` when nothing else runs or waits
 /// on the session (the caller then starts the worker), else it is `queued` (the session's
 /// worker takes it in order).
-pub(crate) fn enqueue(connection: &Connection, new: &NewPrompt) -> rusqlite::Result<Enqueued> {
+pub(crate) fn enqueue(
+    connection: &Connection,
+    new: &NewPrompt,
+) -> rusqlite::Result<Result<Enqueued, DriverClaim>> {
+    if let Some(generation) = new.driver_generation {
+        if let Some(claim) = driver_claim(connection, &new.session_id)? {
+            if claim.generation != generation {
+                return Ok(Err(claim));
+            }
+        }
+    }
     let id = uuid::Uuid::now_v7().to_string();
     connection.execute(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
@@ -450,7 +462,7 @@ pub(crate) fn enqueue(connection: &Connection, new: &NewPrompt) -> rusqlite::Res
     )?;
     let started = claim_next(connection, &new.session_id, None)?;
     let prompt = prompt(connection, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-    Ok(Enqueued { prompt, started })
+    Ok(Ok(Enqueued { prompt, started }))
 }
 
 fn set_session_status(
@@ -920,6 +932,8 @@ pub struct DriverClaim {
     pub session_id: String,
     /// The exec driving the session now; `None`: vacant.
     pub exec_id: Option<String>,
+    /// The last exec that claimed it (kept when it releases, to name who superseded whom).
+    pub last_exec_id: Option<String>,
     pub generation: i64,
     pub provider_generation: i64,
     pub claimed_at: Option<i64>,
@@ -934,6 +948,7 @@ fn claim_row(row: &Row<'_>) -> rusqlite::Result<DriverClaim> {
         provider_generation: row.get(3)?,
         claimed_at: row.get(4)?,
         released_at: row.get(5)?,
+        last_exec_id: row.get(6)?,
     })
 }
 
@@ -943,8 +958,8 @@ pub fn driver_claim(
 ) -> rusqlite::Result<Option<DriverClaim>> {
     connection
         .query_row(
-            "SELECT session_id, exec_id, generation, provider_generation, claimed_at, released_at \
-             FROM driver_claims WHERE session_id = ?1",
+            "SELECT session_id, exec_id, generation, provider_generation, claimed_at, released_at, \
+             last_exec_id FROM driver_claims WHERE session_id = ?1",
             [session_id],
             claim_row,
         )
@@ -974,9 +989,11 @@ pub(crate) fn claim_driver(
         }
     }
     connection.execute(
-        "INSERT INTO driver_claims (session_id, exec_id, generation, claimed_at) VALUES (?1, ?2, 1, ?3) \
+        "INSERT INTO driver_claims (session_id, exec_id, last_exec_id, generation, claimed_at) \
+         VALUES (?1, ?2, ?2, 1, ?3) \
          ON CONFLICT (session_id) DO UPDATE SET exec_id = excluded.exec_id, \
-         generation = generation + 1, claimed_at = excluded.claimed_at, released_at = NULL",
+         last_exec_id = excluded.exec_id, generation = generation + 1, \
+         claimed_at = excluded.claimed_at, released_at = NULL",
         params![session_id, exec_id, now_ms()],
     )?;
     Ok(Ok(

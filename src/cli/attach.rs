@@ -1,0 +1,146 @@
+//! `corral attach SESSION [--take-over]`: drive a session interactively.
+//!
+//! It claims the session's driver (refused while another live exec drives, unless
+//! `--take-over`), prints the session's events live (`#SEQ KIND summary`), and sends each
+//! line read from stdin as a prompt with the claim's generation. At the end of its input it
+//! waits for the prompts it sent to end, releases the claim and exits 0. When another exec
+//! took the session over, the next send is refused with `superseded by exec …`: attach says so
+//! and exits 1.
+
+use std::collections::HashSet;
+use std::io::Write;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::remote::{self, EventStream, Interrupts};
+use super::{CliError, Context, Exit};
+use crate::client::Client;
+
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The session: its id, title, or a unique id prefix.
+    pub session: String,
+    /// Take the session over from a driver that is still live.
+    #[arg(long)]
+    pub take_over: bool,
+}
+
+pub async fn execute(context: &Context, args: &AttachArgs) -> Result<Exit, CliError> {
+    let mut interrupts = Interrupts::watch();
+    let mut client = tokio::select! {
+        client = remote::connect(context) => client?,
+        signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
+    };
+    let (session, generation) = tokio::select! {
+        claimed = super::send::claim(&mut client, &args.session, args.take_over) => claimed?,
+        signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
+    };
+    // The claim is ours from here: every way out releases it.
+    let result = tokio::select! {
+        result = drive(context, &mut client, &session, generation) => result,
+        signal = interrupts.recv() => {
+            // A call may have been cut mid-way: release on a fresh connection.
+            if let Ok(mut fresh) = Client::connect(&context.home, Some(&context.invocation.id)).await {
+                remote::release(&mut fresh, &session.id, generation).await;
+            }
+            return Ok(Exit::interrupted(signal));
+        }
+    };
+    remote::release(&mut client, &session.id, generation).await;
+    result
+}
+
+async fn drive(
+    context: &Context,
+    client: &mut Client,
+    session: &remote::SessionRef,
+    generation: i64,
+) -> Result<Exit, CliError> {
+    let mut events = EventStream::open(context, &session.id, session.last_event_seq).await?;
+    eprintln!(
+        "corral: attached to session {} as its driver (generation {generation}); one prompt \
+         per line, end of input (Ctrl-D) to detach",
+        session.id
+    );
+    let mut lines = stdin_lines();
+    let mut input_open = true;
+    // Prompts this attach sent that have not ended: the end of input waits for them.
+    let mut pending: HashSet<String> = HashSet::new();
+    loop {
+        if !input_open && pending.is_empty() {
+            return Ok(Exit::success());
+        }
+        tokio::select! {
+            line = lines.recv(), if input_open => match line {
+                Some(Ok(line)) => {
+                    let text = line.trim();
+                    if text.is_empty() {
+                        continue;
+                    }
+                    let params = json!({
+                        "session": session.id,
+                        "text": text,
+                        "generation": generation,
+                    });
+                    match client.call("prompt.send", params).await {
+                        Ok(prompt) => {
+                            let id = remote::text(&prompt, "id").to_string();
+                            eprintln!("corral: sent {id} ({})", remote::text(&prompt, "status"));
+                            pending.insert(id);
+                        }
+                        Err(error) if remote::is_superseded(&error) => {
+                            return Err(remote::failure(error));
+                        }
+                        // A prompt refused for itself (empty, an archived session) ends
+                        // nothing; a broken connection ends the attach.
+                        Err(error) if remote::rpc_error(&error).is_some() => {
+                            eprintln!("corral: {}", remote::one_line(&error.to_string()));
+                        }
+                        Err(error) => return Err(remote::failure(error)),
+                    }
+                }
+                None => input_open = false,
+                Some(Err(error)) => {
+                    return Err(CliError::failure(format!("reading stdin: {error}")));
+                }
+            },
+            event = events.next() => {
+                let event = event?;
+                // A closed stdout ends nothing: the prompts still run.
+                let _ = writeln!(std::io::stdout(), "{}", remote::event_line(&event));
+                if matches!(
+                    event.kind.as_str(),
+                    "prompt.done" | "prompt.failed" | "prompt.cancelled"
+                ) {
+                    if let Some(prompt) = &event.prompt_id {
+                        pending.remove(prompt);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The lines of stdin, read on a thread of their own (a blocking read never holds the
+/// runtime); the channel closes at the end of input.
+fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
+    let (sender, receiver) = mpsc::channel(16);
+    let spawned = std::thread::Builder::new()
+        .name("corral-stdin".into())
+        .spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::stdin().lock().lines() {
+                let failed = line.is_err();
+                if sender.blocking_send(line).is_err() || failed {
+                    return;
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        let (sender, receiver) = mpsc::channel(1);
+        let _ = sender.try_send(Err(error));
+        return receiver;
+    }
+    receiver
+}

@@ -1,0 +1,278 @@
+//! `corral project add|list|show|set|archive`: the working directories sessions run in.
+//!
+//! Every subcommand is one daemon call (`project.*`); `--json` prints its result as it is.
+
+use std::path::PathBuf;
+
+use clap::ArgAction;
+use serde_json::{json, Value};
+
+use super::remote::{self, absolute, print_json, short_id, text, time};
+use super::{CliError, Context, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct ProjectArgs {
+    #[command(subcommand)]
+    pub action: ProjectAction,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ProjectAction {
+    /// Add a project: a name for a working directory, with its engine and rules.
+    Add(AddArgs),
+    /// The projects (archived ones with --all).
+    List(ListArgs),
+    /// One project.
+    Show(ShowArgs),
+    /// Change a project's settings; only the options given change.
+    Set(SetArgs),
+    /// Archive a project (its sessions stay readable).
+    Archive(ShowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// The project's name (a selector for it).
+    pub name: String,
+    /// Its working directory.
+    pub path: PathBuf,
+    /// The engine its sessions use unless told otherwise (codex, claude, opencode, command,
+    /// fake).
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
+    /// The engine's model.
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Run its engines without sandbox or approvals.
+    #[arg(long)]
+    pub full_access: bool,
+    /// A remote project: its engines always run read-only.
+    #[arg(long)]
+    pub remote: bool,
+    /// An execution group it belongs to (repeatable); projects sharing a locking group never
+    /// run at once.
+    #[arg(long = "group", value_name = "GROUP")]
+    pub groups: Vec<String>,
+    /// House rules put before every prompt it sends.
+    #[arg(long, value_name = "TEXT")]
+    pub instructions: Option<String>,
+    /// Print the new project as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Archived projects too.
+    #[arg(long)]
+    pub all: bool,
+    /// Print the list as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The project: its id, name, or a unique id prefix.
+    pub project: String,
+    /// Print the project as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SetArgs {
+    /// The project: its id, name, or a unique id prefix.
+    pub project: String,
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Run its engines without sandbox or approvals.
+    #[arg(long, value_name = "true|false", action = ArgAction::Set)]
+    pub full_access: Option<bool>,
+    /// Remote: its engines always run read-only.
+    #[arg(long, value_name = "true|false", action = ArgAction::Set)]
+    pub remote: Option<bool>,
+    /// Its execution groups (repeatable); replaces the list.
+    #[arg(long = "group", value_name = "GROUP", conflicts_with = "no_groups")]
+    pub groups: Vec<String>,
+    /// Take it out of every execution group.
+    #[arg(long)]
+    pub no_groups: bool,
+    #[arg(long, value_name = "TEXT")]
+    pub instructions: Option<String>,
+    /// Print the changed project as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliError> {
+    match &args.action {
+        ProjectAction::Add(add) => self::add(context, add).await,
+        ProjectAction::List(list) => self::list(context, list).await,
+        ProjectAction::Show(show) => {
+            let mut client = remote::connect(context).await?;
+            let project = remote::call(
+                &mut client,
+                "project.show",
+                json!({ "project": show.project }),
+            )
+            .await?;
+            print(&project, show.json);
+            Ok(Exit::success())
+        }
+        ProjectAction::Set(set) => self::set(context, set).await,
+        ProjectAction::Archive(archive) => {
+            let mut client = remote::connect(context).await?;
+            let project = remote::call(
+                &mut client,
+                "project.archive",
+                json!({ "project": archive.project }),
+            )
+            .await?;
+            if archive.json {
+                print_json(&project);
+            } else {
+                println!(
+                    "archived project {} ({})",
+                    text(&project, "name"),
+                    text(&project, "id")
+                );
+            }
+            Ok(Exit::success())
+        }
+    }
+}
+
+async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
+    let params = json!({
+        "name": args.name,
+        "path": absolute(&args.path)?,
+        "engine": args.engine,
+        "model": args.model,
+        "full_access": args.full_access,
+        "remote": args.remote,
+        "groups": args.groups,
+        "instructions": args.instructions,
+    });
+    let mut client = remote::connect(context).await?;
+    let project = remote::call(&mut client, "project.add", params).await?;
+    if args.json {
+        print_json(&project);
+    } else {
+        println!(
+            "added project {} ({}) at {}",
+            text(&project, "name"),
+            text(&project, "id"),
+            text(&project, "path")
+        );
+    }
+    Ok(Exit::success())
+}
+
+async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
+    let mut client = remote::connect(context).await?;
+    let projects = remote::call(&mut client, "project.list", json!({ "all": args.all })).await?;
+    if args.json {
+        print_json(&projects);
+        return Ok(Exit::success());
+    }
+    let projects = projects.as_array().cloned().unwrap_or_default();
+    if projects.is_empty() {
+        println!("(no projects; add one with `corral project add NAME PATH`)");
+        return Ok(Exit::success());
+    }
+    println!(
+        "{:<18}  {:<16}  {:<8}  {:<6}  {:<16}  PATH",
+        "ID", "NAME", "ENGINE", "KIND", "GROUPS"
+    );
+    for project in &projects {
+        let mut name = text(project, "name").to_string();
+        if project.get("archived_at").is_some_and(|at| !at.is_null()) {
+            name.push_str(" (archived)");
+        }
+        println!(
+            "{:<18}  {:<16}  {:<8}  {:<6}  {:<16}  {}",
+            short_id(project, "id"),
+            name,
+            text(project, "engine"),
+            text(project, "kind"),
+            groups(project),
+            text(project, "path"),
+        );
+    }
+    Ok(Exit::success())
+}
+
+async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
+    let groups = if args.no_groups {
+        Some(Vec::new())
+    } else if args.groups.is_empty() {
+        None
+    } else {
+        Some(args.groups.clone())
+    };
+    if args.engine.is_none()
+        && args.model.is_none()
+        && args.full_access.is_none()
+        && args.remote.is_none()
+        && groups.is_none()
+        && args.instructions.is_none()
+    {
+        return Err(CliError::usage(
+            "nothing to change: give --engine, --model, --full-access, --remote, --group, \
+             --no-groups or --instructions",
+        ));
+    }
+    let params = json!({
+        "project": args.project,
+        "engine": args.engine,
+        "model": args.model,
+        "full_access": args.full_access,
+        "remote": args.remote,
+        "groups": groups,
+        "instructions": args.instructions,
+    });
+    let mut client = remote::connect(context).await?;
+    let project = remote::call(&mut client, "project.set", params).await?;
+    print(&project, args.json);
+    Ok(Exit::success())
+}
+
+fn groups(project: &Value) -> String {
+    let groups: Vec<&str> = project
+        .get("groups")
+        .and_then(Value::as_array)
+        .map(|groups| groups.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if groups.is_empty() {
+        "-".into()
+    } else {
+        groups.join(",")
+    }
+}
+
+/// One project, as text or JSON.
+fn print(project: &Value, json: bool) {
+    if json {
+        print_json(project);
+        return;
+    }
+    let access = if project["full_access"].as_bool() == Some(true) {
+        "full (no sandbox, no approvals)"
+    } else {
+        "sandboxed"
+    };
+    println!("name:         {}", text(project, "name"));
+    println!("id:           {}", text(project, "id"));
+    println!("path:         {}", text(project, "path"));
+    println!("engine:       {}", text(project, "engine"));
+    println!("model:        {}", text(project, "model"));
+    println!("access:       {access}");
+    println!("kind:         {}", text(project, "kind"));
+    println!("groups:       {}", groups(project));
+    println!("instructions: {}", text(project, "instructions"));
+    println!("created:      {} UTC", time(project, "created_at"));
+    println!("archived:     {}", time(project, "archived_at"));
+}

@@ -1,0 +1,411 @@
+//! What the commands that drive the daemon share: connecting (starting a daemon when none
+//! answers, unless `--no-spawn` or the setting `daemon.autostart` = false says not to),
+//! turning the daemon's errors into exit codes, following a session's events, and printing
+//! them as `#SEQ KIND summary` lines.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{CliError, Context};
+use crate::client::{self, Client, ClientError};
+use crate::protocol::{code, RpcError};
+use crate::store::work::Event;
+
+/// The setting that lets the CLI start a daemon.
+const AUTOSTART: &str = "daemon.autostart";
+
+/// Events buffered between the socket reader and the printing command. A reader that falls
+/// further behind makes the daemon send `events.lagged`; the stream then re-subscribes.
+const EVENT_BUFFER: usize = 1024;
+
+/// How many characters of a summary a line shows.
+const SUMMARY_CHARS: usize = 200;
+
+/// Whether this command may start a daemon: not with `--no-spawn`, not when the store says
+/// `daemon.autostart = false`.
+fn may_spawn(context: &Context) -> bool {
+    if context.no_spawn {
+        return false;
+    }
+    let stored = crate::store::open_reader(&context.store_path)
+        .ok()
+        .and_then(|connection| crate::store::settings::get(&connection, AUTOSTART));
+    stored.as_deref().map(str::trim) != Some("false")
+}
+
+/// Connects to the home's daemon as this exec, starting one when allowed.
+pub async fn connect(context: &Context) -> Result<Client, CliError> {
+    let exec_id = Some(context.invocation.id.as_str());
+    match client::connect_or_spawn(&context.home, exec_id, may_spawn(context)).await {
+        Ok(client) => Ok(client),
+        // Two CLIs that start a daemon at the same moment: the one whose daemon lost the
+        // home's lock finds the winner's.
+        Err(ClientError::Spawn(reason)) => Client::connect(&context.home, exec_id)
+            .await
+            .map_err(|_| failure(ClientError::Spawn(reason))),
+        Err(error) => Err(failure(error)),
+    }
+}
+
+/// One line: newlines and tabs become spaces.
+pub fn one_line(text: &str) -> String {
+    let joined: Vec<&str> = text.split_whitespace().collect();
+    joined.join(" ")
+}
+
+/// At most `chars` characters, with `…` when cut.
+pub fn cut(text: &str, chars: usize) -> String {
+    if text.chars().count() <= chars {
+        return text.to_string();
+    }
+    let mut short: String = text.chars().take(chars.saturating_sub(1)).collect();
+    short.push('…');
+    short
+}
+
+/// A client error as a failure: its message on one line, exit 1.
+pub fn failure(error: ClientError) -> CliError {
+    match error {
+        ClientError::Rpc(error) => CliError::failure(one_line(&error.message)),
+        other => CliError::failure(one_line(&other.to_string())),
+    }
+}
+
+/// The daemon's error object, when that is what ended a call.
+pub fn rpc_error(error: &ClientError) -> Option<&RpcError> {
+    match error {
+        ClientError::Rpc(error) => Some(error),
+        _ => None,
+    }
+}
+
+/// Calls `method`; any error is a failure (exit 1).
+pub async fn call(client: &mut Client, method: &str, params: Value) -> Result<Value, CliError> {
+    client.call(method, params).await.map_err(failure)
+}
+
+/// Prints a method's result as pretty JSON.
+pub fn print_json(value: &Value) {
+    super::monitor::print_json(value);
+}
+
+/// A path as the daemon must see it: absolute (the daemon's working directory is not ours).
+pub fn absolute(path: &Path) -> Result<String, CliError> {
+    let path = std::path::absolute(path)
+        .map_err(|error| CliError::failure(format!("{}: {error}", path.display())))?;
+    Ok(path.to_string_lossy().into_owned())
+}
+
+/// A string field of a JSON object, or `-`.
+pub fn text<'a>(value: &'a Value, name: &str) -> &'a str {
+    value.get(name).and_then(Value::as_str).unwrap_or("-")
+}
+
+/// A time field (ms since the epoch) as UTC text, or `-`.
+pub fn time(value: &Value, name: &str) -> String {
+    value
+        .get(name)
+        .and_then(Value::as_i64)
+        .map(super::monitor::format_time)
+        .unwrap_or_else(|| "-".into())
+}
+
+/// How many characters of an id a table shows (a valid selector prefix in practice).
+pub const SHORT_ID: usize = 18;
+
+/// The short form of an id field.
+pub fn short_id(value: &Value, name: &str) -> String {
+    let id = text(value, name);
+    id.chars().take(SHORT_ID).collect()
+}
+
+/// The first non-blank line of a text.
+pub fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .unwrap_or("")
+}
+
+/// An event as one line: `#SEQ KIND summary`.
+pub fn event_line(event: &Event) -> String {
+    let summary = cut(&one_line(&summary(event)), SUMMARY_CHARS);
+    if summary.is_empty() {
+        format!("#{} {}", event.seq, event.kind)
+    } else {
+        format!("#{} {} {summary}", event.seq, event.kind)
+    }
+}
+
+/// What an event says, in a few words.
+fn summary(event: &Event) -> String {
+    let payload = &event.payload;
+    let field = |name: &str| payload.get(name).and_then(Value::as_str);
+    let number = |name: &str| payload.get(name).and_then(Value::as_i64);
+    let compact = |value: &Value| match value {
+        Value::Null => String::new(),
+        Value::Object(map) if map.is_empty() => String::new(),
+        other => other.to_string(),
+    };
+    match event.kind.as_str() {
+        "prompt.started" => first_line(field("text").unwrap_or("")).to_string(),
+        "prompt.done" => first_line(field("answer").unwrap_or("")).to_string(),
+        "prompt.failed" | "prompt.cancelled" => field("error").unwrap_or("").to_string(),
+        "prompt.requeued" => field("reason").unwrap_or("").to_string(),
+        "run.started" => format!(
+            "pid {} ({})",
+            number("pid").map(|p| p.to_string()).unwrap_or("?".into()),
+            field("engine").unwrap_or("?")
+        ),
+        "run.exited" => {
+            if let Some(by) = field("ended_by") {
+                format!("ended: {by}")
+            } else {
+                let status = match (number("exit_code"), field("signal")) {
+                    (_, Some(signal)) => format!("signal {signal}"),
+                    (Some(code), None) => format!("exit {code}"),
+                    (None, None) => "exit ?".into(),
+                };
+                format!("{}, {status}", field("verdict").unwrap_or("?"))
+            }
+        }
+        "retry.scheduled" => {
+            let delay = number("delay_ms").unwrap_or(0) as f64 / 1000.0;
+            let mut line = format!(
+                "{}: attempt {} in {delay}s",
+                field("reason").unwrap_or("?"),
+                number("next_attempt")
+                    .map(|a| a.to_string())
+                    .unwrap_or("?".into()),
+            );
+            if let Some(message) = field("message").filter(|m| !m.is_empty()) {
+                line.push_str(" (");
+                line.push_str(message);
+                line.push(')');
+            }
+            line
+        }
+        "slot.waiting" => format!(
+            "for a {} slot (project {})",
+            field("engine").unwrap_or("?"),
+            field("project").unwrap_or("?")
+        ),
+        "slot.granted" => format!("after {} ms", number("waited_ms").unwrap_or(0)),
+        "title.generated" => field("title").unwrap_or("").to_string(),
+        "thread.started" => field("thread_id").unwrap_or("").to_string(),
+        "message" | "message.delta" => field("text").unwrap_or("").to_string(),
+        "tool" => {
+            let detail = payload.get("detail").map(compact).unwrap_or_default();
+            format!("{} {detail}", field("name").unwrap_or("?"))
+        }
+        "notice" | "turn.failed" => field("message").unwrap_or("").to_string(),
+        "raw" => field("line").unwrap_or("").to_string(),
+        "usage" => payload.get("usage").map(compact).unwrap_or_default(),
+        _ => compact(payload),
+    }
+}
+
+/// What the daemon's `session.show` says about a session, resolved from the user's selector:
+/// its id and its last event number (where a fresh subscription starts).
+pub struct SessionRef {
+    pub id: String,
+    pub last_event_seq: i64,
+    /// The whole `session.show` result.
+    pub shown: Value,
+}
+
+/// Resolves a session selector through the daemon.
+pub async fn session(client: &mut Client, selector: &str) -> Result<SessionRef, CliError> {
+    let shown = call(client, "session.show", json!({ "session": selector })).await?;
+    let session = &shown["session"];
+    let id = session
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| CliError::failure("the daemon answered a session without an id"))?
+        .to_string();
+    let last_event_seq = session
+        .get("last_event_seq")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    Ok(SessionRef {
+        id,
+        last_event_seq,
+        shown,
+    })
+}
+
+/// A session's events after a sequence number, in order, each once: stored ones first, then
+/// live ones. It reads on a connection of its own (so that the command's calls on its main
+/// connection never interleave with the stream), and when the daemon says the reader lagged
+/// it subscribes again from where it stopped.
+pub struct EventStream {
+    events: mpsc::Receiver<Result<Event, CliError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EventStream {
+    /// Subscribes to session `session_id` (an id, not a selector) after `after`.
+    pub async fn open(
+        context: &Context,
+        session_id: &str,
+        after: i64,
+    ) -> Result<EventStream, CliError> {
+        let mut client = Client::connect(&context.home, Some(&context.invocation.id))
+            .await
+            .map_err(failure)?;
+        let subscription = subscribe(&mut client, session_id, after).await?;
+        let (sender, events) = mpsc::channel(EVENT_BUFFER);
+        let task = tokio::task::spawn_local(pump(
+            client,
+            session_id.to_string(),
+            subscription,
+            after,
+            sender,
+        ));
+        Ok(EventStream { events, task })
+    }
+
+    /// The next event; an error when the connection ended or broke. Cancel-safe.
+    pub async fn next(&mut self) -> Result<Event, CliError> {
+        match self.events.recv().await {
+            Some(item) => item,
+            None => Err(CliError::failure("the daemon closed the connection")),
+        }
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn subscribe(client: &mut Client, session_id: &str, after: i64) -> Result<u64, CliError> {
+    let answer = call(
+        client,
+        "events.subscribe",
+        json!({ "session": session_id, "after": after }),
+    )
+    .await?;
+    answer
+        .get("subscription")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| CliError::failure("the daemon answered a subscription without an id"))
+}
+
+/// Reads notifications and forwards the subscription's events, re-subscribing after a lag.
+async fn pump(
+    mut client: Client,
+    session_id: String,
+    mut subscription: u64,
+    after: i64,
+    sender: mpsc::Sender<Result<Event, CliError>>,
+) {
+    let mut last = after;
+    loop {
+        let notification = match client.next_notification().await {
+            Ok(Some(notification)) => notification,
+            Ok(None) => {
+                let _ = sender
+                    .send(Err(CliError::failure("the daemon closed the connection")))
+                    .await;
+                return;
+            }
+            Err(error) => {
+                let _ = sender.send(Err(failure(error))).await;
+                return;
+            }
+        };
+        let params = &notification.params;
+        // Notices of an earlier subscription (ended by a lag) are left out.
+        if params.get("subscription").and_then(Value::as_u64) != Some(subscription) {
+            continue;
+        }
+        match notification.method.as_str() {
+            "events.event" => {
+                let Ok(event) = serde_json::from_value::<Event>(params["event"].clone()) else {
+                    continue;
+                };
+                if event.seq <= last {
+                    continue;
+                }
+                last = event.seq;
+                if sender.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+            "events.lagged" => {
+                // The daemon ended that subscription; the next starts where this one stopped.
+                let resume = params
+                    .get("resume_after")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(last)
+                    .min(last);
+                match subscribe(&mut client, &session_id, resume).await {
+                    Ok(id) => subscription = id,
+                    Err(error) => {
+                        let _ = sender.send(Err(error)).await;
+                        return;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, for the commands that hold a driver claim and release it before they
+/// go. Commands that hold nothing are made interruptible by the dispatcher instead.
+pub struct Interrupts {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    pub fn watch() -> Interrupts {
+        use tokio::signal::unix::{signal, SignalKind};
+        Interrupts {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+        }
+    }
+
+    /// Resolves with the signal's number when one arrives. Cancel-safe.
+    pub async fn recv(&mut self) -> i32 {
+        async fn on(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = on(&mut self.interrupt) => libc::SIGINT,
+            _ = on(&mut self.terminate) => libc::SIGTERM,
+        }
+    }
+}
+
+/// Releases a driver claim; a failure is only said, never the command's result.
+pub async fn release(client: &mut Client, session_id: &str, generation: i64) {
+    if let Err(error) = client
+        .call(
+            "driver.release",
+            json!({ "session": session_id, "generation": generation }),
+        )
+        .await
+    {
+        eprintln!(
+            "corral: could not release the driver claim: {}",
+            one_line(&error.to_string())
+        );
+    }
+}
+
+/// Whether an error is the daemon's refusal of a superseded driver.
+pub fn is_superseded(error: &ClientError) -> bool {
+    rpc_error(error).is_some_and(|error| error.code == code::SUPERSEDED)
+}

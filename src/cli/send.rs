@@ -1,0 +1,184 @@
+//! `corral send SESSION PROMPT… [--image F]… [--wait] [--read-only] [--take-over]`: queues a
+//! prompt on a session.
+//!
+//! Without `--wait` it prints the prompt's id and whether it runs now or waits its turn.
+//! With `--wait` this exec becomes the session's driver first (`driver.claim`, refused while
+//! another live exec drives unless `--take-over`), sends with the claim's generation (so a
+//! driver that was taken over in between is refused), follows the session's events until the
+//! prompt ends, prints the answer, and releases the claim: exit 0 for `done`, 1 for `failed`
+//! or `cancelled` with the error on stderr.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use super::remote::{self, absolute, print_json, EventStream, Interrupts};
+use super::{CliError, Context, Exit};
+use crate::client::Client;
+
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// The session: its id, title, or a unique id prefix.
+    pub session: String,
+    /// The prompt; its words are joined by spaces (use `--` before words starting with `-`).
+    #[arg(required = true, value_name = "PROMPT")]
+    pub prompt: Vec<String>,
+    /// An image to attach (repeatable).
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<PathBuf>,
+    /// Wait for the prompt to end and print its answer (this exec drives the session).
+    #[arg(long)]
+    pub wait: bool,
+    /// The engine may read but not write.
+    #[arg(long)]
+    pub read_only: bool,
+    /// With --wait: take the session over from a driver that is still live.
+    #[arg(long, requires = "wait")]
+    pub take_over: bool,
+    /// Print the prompt as JSON (with --wait: the ended prompt).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliError> {
+    let text = args.prompt.join(" ");
+    let mut images = Vec::with_capacity(args.images.len());
+    for image in &args.images {
+        images.push(absolute(image)?);
+    }
+    let mut interrupts = Interrupts::watch();
+    let mut client = tokio::select! {
+        client = remote::connect(context) => client?,
+        signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
+    };
+    if !args.wait {
+        let params = json!({
+            "session": args.session,
+            "text": text,
+            "images": images,
+            "read_only": args.read_only,
+        });
+        let prompt = tokio::select! {
+            prompt = remote::call(&mut client, "prompt.send", params) => prompt?,
+            signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
+        };
+        if args.json {
+            print_json(&prompt);
+        } else {
+            println!(
+                "{} {}",
+                remote::text(&prompt, "id"),
+                remote::text(&prompt, "status")
+            );
+        }
+        return Ok(Exit::success());
+    }
+
+    let (session, generation) = tokio::select! {
+        claimed = claim(&mut client, &args.session, args.take_over) => claimed?,
+        signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
+    };
+    let params = json!({
+        "session": session.id,
+        "text": text,
+        "images": images,
+        "read_only": args.read_only,
+        "generation": generation,
+    });
+    let outcome = tokio::select! {
+        outcome = send_and_follow(context, &mut client, &session, params) => outcome,
+        signal = interrupts.recv() => {
+            // The call or the stream was dropped mid-way: release on a fresh connection.
+            if let Ok(mut fresh) = Client::connect(&context.home, Some(&context.invocation.id)).await {
+                remote::release(&mut fresh, &session.id, generation).await;
+            }
+            return Ok(Exit::interrupted(signal));
+        }
+    };
+    remote::release(&mut client, &session.id, generation).await;
+    let prompt = outcome?;
+    if args.json {
+        print_json(&prompt);
+    }
+    match prompt.get("status").and_then(Value::as_str) {
+        Some("done") => {
+            if !args.json {
+                println!("{}", remote::text(&prompt, "answer").trim_end());
+            }
+            Ok(Exit::success())
+        }
+        status => {
+            let status = status.unwrap_or("unknown");
+            let error = prompt
+                .get("error")
+                .and_then(Value::as_str)
+                .map(remote::one_line)
+                .unwrap_or_else(|| status.to_string());
+            Err(CliError::failure(format!(
+                "prompt {} {status}: {error}",
+                remote::text(&prompt, "id")
+            )))
+        }
+    }
+}
+
+/// Resolves the session and claims its driver for this exec: the session and the claim's
+/// generation.
+pub async fn claim(
+    client: &mut Client,
+    selector: &str,
+    take_over: bool,
+) -> Result<(remote::SessionRef, i64), CliError> {
+    let session = remote::session(client, selector).await?;
+    let claim = remote::call(
+        client,
+        "driver.claim",
+        json!({ "session": session.id, "take_over": take_over }),
+    )
+    .await?;
+    let generation = claim
+        .get("generation")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| CliError::failure("the daemon answered a claim without a generation"))?;
+    Ok((session, generation))
+}
+
+/// Subscribes from the session's current end, sends, and follows the events until the prompt
+/// ends; returns the ended prompt.
+async fn send_and_follow(
+    context: &Context,
+    client: &mut Client,
+    session: &remote::SessionRef,
+    params: Value,
+) -> Result<Value, CliError> {
+    // Listening starts before the prompt exists, from the session's last event: nothing of
+    // this prompt can be missed.
+    let mut events = EventStream::open(context, &session.id, session.last_event_seq).await?;
+    let prompt = remote::call(client, "prompt.send", params).await?;
+    let prompt_id = remote::text(&prompt, "id").to_string();
+    loop {
+        let event = events.next().await.map_err(|error| {
+            let reason = error.message.unwrap_or_default();
+            CliError::failure(format!(
+                "{reason} before prompt {prompt_id} ended (see `corral history {}`)",
+                session.id
+            ))
+        })?;
+        if event.prompt_id.as_deref() != Some(prompt_id.as_str()) {
+            continue;
+        }
+        match event.kind.as_str() {
+            "prompt.done" | "prompt.failed" | "prompt.cancelled" => break,
+            "prompt.requeued" => {
+                return Err(CliError::failure(format!(
+                    "the daemon is stopping; prompt {prompt_id} is queued again and runs when a \
+                     daemon starts (see `corral history {}`)",
+                    session.id
+                )))
+            }
+            _ => {}
+        }
+    }
+    // The prompt's end is committed before its event: this answers at once.
+    remote::call(client, "prompt.wait", json!({ "prompt": prompt_id })).await
+}

@@ -1,0 +1,251 @@
+//! `corral session new|list|show|rename|archive`: agent conversations in a project.
+//!
+//! Every subcommand is one daemon call (`session.*`, plus `project.list` to name projects in
+//! the listing); `--json` prints the method's result as it is.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::remote::{self, cut, first_line, one_line, print_json, short_id, text, time};
+use super::{CliError, Context, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct SessionArgs {
+    #[command(subcommand)]
+    pub action: SessionAction,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SessionAction {
+    /// Open a session in a project; prints its id.
+    New(NewArgs),
+    /// The sessions (archived ones with --all).
+    List(ListArgs),
+    /// One session: its record, its prompts and its driver.
+    Show(ShowArgs),
+    /// Give a session a title (a title you set is never replaced by a generated one).
+    Rename(RenameArgs),
+    /// Archive a session.
+    Archive(ShowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// The project: its id, name, or a unique id prefix.
+    pub project: String,
+    /// The engine (default: the project's, else codex).
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The reasoning effort passed to the engine.
+    #[arg(long, value_name = "EFFORT")]
+    pub effort: Option<String>,
+    /// A title (else the agent proposes one with its first answer).
+    #[arg(long, value_name = "TITLE")]
+    pub title: Option<String>,
+    /// The task this session works on.
+    #[arg(long, value_name = "KEY")]
+    pub task: Option<String>,
+    /// The wave (a named batch of sessions) it belongs to.
+    #[arg(long, value_name = "WAVE")]
+    pub wave: Option<String>,
+    /// Print the new session as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only this project's sessions.
+    #[arg(long, value_name = "PROJECT")]
+    pub project: Option<String>,
+    /// Archived sessions too.
+    #[arg(long)]
+    pub all: bool,
+    /// Print the list as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The session: its id, title, or a unique id prefix.
+    pub session: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RenameArgs {
+    /// The session: its id, title, or a unique id prefix.
+    pub session: String,
+    /// The new title.
+    pub title: String,
+    /// Print the renamed session as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliError> {
+    let mut client = remote::connect(context).await?;
+    match &args.action {
+        SessionAction::New(new) => {
+            let params = json!({
+                "project": new.project,
+                "engine": new.engine,
+                "model": new.model,
+                "reasoning_effort": new.effort,
+                "title": new.title,
+                "task": new.task,
+                "wave": new.wave,
+            });
+            let session = remote::call(&mut client, "session.new", params).await?;
+            if new.json {
+                print_json(&session);
+            } else {
+                println!("{}", text(&session, "id"));
+            }
+        }
+        SessionAction::List(list) => {
+            let mut params = json!({ "all": list.all });
+            if let Some(project) = &list.project {
+                params["project"] = json!(project);
+            }
+            let sessions = remote::call(&mut client, "session.list", params).await?;
+            if list.json {
+                print_json(&sessions);
+                return Ok(Exit::success());
+            }
+            let projects = remote::call(&mut client, "project.list", json!({ "all": true }))
+                .await?
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            print_list(
+                sessions.as_array().map(Vec::as_slice).unwrap_or(&[]),
+                &projects,
+            );
+        }
+        SessionAction::Show(show) => {
+            let shown = remote::call(
+                &mut client,
+                "session.show",
+                json!({ "session": show.session }),
+            )
+            .await?;
+            if show.json {
+                print_json(&shown);
+            } else {
+                print_shown(&shown);
+            }
+        }
+        SessionAction::Rename(rename) => {
+            let session = remote::call(
+                &mut client,
+                "session.rename",
+                json!({ "session": rename.session, "title": rename.title }),
+            )
+            .await?;
+            if rename.json {
+                print_json(&session);
+            } else {
+                println!(
+                    "session {} is now titled '{}'",
+                    text(&session, "id"),
+                    text(&session, "title")
+                );
+            }
+        }
+        SessionAction::Archive(archive) => {
+            let session = remote::call(
+                &mut client,
+                "session.archive",
+                json!({ "session": archive.session }),
+            )
+            .await?;
+            if archive.json {
+                print_json(&session);
+            } else {
+                println!("archived session {}", text(&session, "id"));
+            }
+        }
+    }
+    Ok(Exit::success())
+}
+
+fn print_list(sessions: &[Value], projects: &[Value]) {
+    if sessions.is_empty() {
+        println!("(no sessions; open one with `corral session new PROJECT`)");
+        return;
+    }
+    let names: HashMap<&str, &str> = projects
+        .iter()
+        .map(|project| (text(project, "id"), text(project, "name")))
+        .collect();
+    println!(
+        "{:<18}  {:<16}  {:<8}  {:<19}  TITLE",
+        "ID", "PROJECT", "ENGINE", "CREATED (UTC)"
+    );
+    for session in sessions {
+        let project = names
+            .get(text(session, "project_id"))
+            .copied()
+            .unwrap_or("-");
+        let mut title = cut(&one_line(text(session, "title")), 60);
+        if session.get("archived_at").is_some_and(|at| !at.is_null()) {
+            title.push_str(" (archived)");
+        }
+        println!(
+            "{:<18}  {:<16}  {:<8}  {:<19}  {}",
+            short_id(session, "id"),
+            project,
+            text(session, "engine"),
+            time(session, "created_at"),
+            title
+        );
+    }
+}
+
+fn print_shown(shown: &Value) {
+    let session = &shown["session"];
+    let title = match session.get("title_source").and_then(Value::as_str) {
+        Some(source) => format!("{} ({source})", text(session, "title")),
+        None => text(session, "title").to_string(),
+    };
+    println!("id:        {}", text(session, "id"));
+    println!("title:     {title}");
+    println!("project:   {}", text(session, "project_id"));
+    println!("engine:    {}", text(session, "engine"));
+    println!("model:     {}", text(session, "model"));
+    println!("effort:    {}", text(session, "reasoning_effort"));
+    println!("thread:    {}", text(session, "thread_id"));
+    println!("task:      {}", text(session, "task"));
+    println!("wave:      {}", text(session, "wave_id"));
+    println!("created:   {} UTC", time(session, "created_at"));
+    println!("archived:  {}", time(session, "archived_at"));
+    println!(
+        "events:    {}",
+        session["last_event_seq"].as_i64().unwrap_or(0)
+    );
+    let driver = &shown["driver"];
+    match driver.get("exec_id").and_then(Value::as_str) {
+        Some(exec) => println!(
+            "driver:    exec {exec} (generation {})",
+            driver["generation"].as_i64().unwrap_or(0)
+        ),
+        None => println!("driver:    none"),
+    }
+    let prompts = shown["prompts"].as_array().cloned().unwrap_or_default();
+    println!("prompts:   {}", prompts.len());
+    for prompt in &prompts {
+        println!(
+            "  {:<18}  {:<9}  {}",
+            short_id(prompt, "id"),
+            text(prompt, "status"),
+            cut(first_line(text(prompt, "text")), 70)
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! `corral status`: the daemon (pid, version, home), how many sessions it knows, how many
+//! work now, and its slots (limits, what runs, what waits).
+
+use serde_json::{json, Value};
+
+use super::remote::{self, print_json, text};
+use super::{CliError, Context, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print the daemon's status as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliError> {
+    let mut client = remote::connect(context).await?;
+    let status = remote::call(&mut client, "status", json!({})).await?;
+    if args.json {
+        print_json(&status);
+        return Ok(Exit::success());
+    }
+    let daemon = &status["daemon"];
+    let stopping = if daemon["shutting_down"].as_bool() == Some(true) {
+        " (shutting down)"
+    } else {
+        ""
+    };
+    println!(
+        "daemon:   pid {}, corral {}{stopping}",
+        daemon["pid"].as_u64().unwrap_or(0),
+        text(daemon, "version")
+    );
+    println!("home:     {}", text(daemon, "home"));
+    println!("sessions: {}", status["sessions"].as_u64().unwrap_or(0));
+    println!("working:  {}", status["working"].as_u64().unwrap_or(0));
+    println!("slots:    {}", slots(&status["slots"]));
+    Ok(Exit::success())
+}
+
+/// `fake 1/3, codex 0/3 (others 3 each), total 4, 2 waiting`.
+fn slots(slots: &Value) -> String {
+    if slots.is_null() {
+        return "unknown".into();
+    }
+    let limits = &slots["limits"];
+    let default = limits["default_per_engine"].as_u64().unwrap_or(0);
+    let running = slots["running_per_engine"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let per_engine = limits["per_engine"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut engines: Vec<&String> = running.keys().chain(per_engine.keys()).collect();
+    engines.sort();
+    engines.dedup();
+    let mut parts: Vec<String> = engines
+        .iter()
+        .map(|engine| {
+            let limit = per_engine
+                .get(*engine)
+                .and_then(Value::as_u64)
+                .unwrap_or(default);
+            let busy = running.get(*engine).and_then(Value::as_u64).unwrap_or(0);
+            format!("{engine} {busy}/{limit}")
+        })
+        .collect();
+    parts.push(format!("others {default} each"));
+    let mut line = parts.join(", ");
+    match limits["total"].as_u64() {
+        Some(total) => line.push_str(&format!("; total {total}")),
+        None => line.push_str("; no total limit"),
+    }
+    let waiting = slots["waiting"].as_array().map(Vec::len).unwrap_or(0);
+    line.push_str(&format!("; {waiting} waiting"));
+    line
+}

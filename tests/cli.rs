@@ -1,0 +1,1065 @@
+//! The CLI as a client of the daemon: each test starts a real daemon on a home of its own and
+//! drives it only through the `corral` binary (one test also opens the socket itself, to play
+//! a driver whose claim goes stale). Prompts run on the fake engine. Every test stops its
+//! daemon at the end and checks that no process of its home is left.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// How long any one step may take before the test fails instead of hanging.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A temporary home with a project directory in it, and the daemon it may have.
+struct TestHome {
+    dir: tempfile::TempDir,
+}
+
+impl TestHome {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        TestHome { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The project directory.
+    fn work(&self) -> PathBuf {
+        self.path().join("work")
+    }
+
+    /// `corral ARGS…` in this home, from the home, with no corral variable of ours.
+    fn corral(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CORRAL_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("CORRAL_HOME", self.path())
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let child = self
+            .corral(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("corral starts");
+        finish(child)
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "{args:?} failed: {}\nstdout: {}",
+            stderr(&output),
+            stdout(&output)
+        );
+        stdout(&output)
+    }
+
+    /// Runs a command that must succeed and print JSON.
+    fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text)
+            .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {text}"))
+    }
+
+    /// Runs a command that must fail with `code`; its stderr.
+    fn fails(&self, args: &[&str], code: i32) -> String {
+        let output = self.run(args);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{args:?}: stdout {} stderr {}",
+            stdout(&output),
+            stderr(&output)
+        );
+        stderr(&output)
+    }
+
+    /// `corral daemon --detach`.
+    fn start_daemon(&self) {
+        let out = self.ok(&["daemon", "--detach"]);
+        assert!(out.contains("corral daemon started"), "{out}");
+        assert!(self.daemon_pid().is_some());
+    }
+
+    /// The fake engine, short retry delays, a quick shutdown and a project `p` on it.
+    fn setup_fake(&self) {
+        let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+        self.ok(&["config", "set", "engines.fake.path", fake]);
+        self.ok(&["config", "set", "retry.rate_limit_delays", "0.05"]);
+        self.ok(&["config", "set", "daemon.shutdown_grace_ms", "500"]);
+        self.ok(&["config", "set", "cancel.grace_ms", "500"]);
+        let work = self.work();
+        self.ok(&[
+            "project",
+            "add",
+            "p",
+            work.to_str().unwrap(),
+            "--engine",
+            "fake",
+        ]);
+    }
+
+    /// A new session in project `p`: its id.
+    fn session(&self, title: &str) -> String {
+        let session = self.json(&["session", "new", "p", "--title", title, "--json"]);
+        session["id"].as_str().expect("an id").to_string()
+    }
+
+    fn daemon_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.path().join("daemon.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse().ok())
+    }
+
+    /// SIGTERM to the daemon, then waits until it and every process of this home are gone.
+    fn stop_daemon(&self) {
+        if let Some(pid) = self.daemon_pid() {
+            // SAFETY: kill on a pid we read from our own home.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+            wait_until("the daemon exits", || !alive(pid));
+        }
+        wait_until("no process of the home is left", || {
+            processes_of(self.path()).is_empty()
+        });
+        assert!(!self.path().join("corral.sock").exists());
+    }
+}
+
+impl Drop for TestHome {
+    fn drop(&mut self) {
+        // A failed test still stops its daemon (and kills it when it does not stop).
+        if let Some(pid) = self.daemon_pid() {
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+            let until = Instant::now() + Duration::from_secs(10);
+            while alive(pid) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) {
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        for pid in processes_of(self.path()) {
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Waits for a child's output, failing the test (and killing the child) after [`DEADLINE`].
+fn finish(child: Child) -> Output {
+    let pid = child.id() as i32;
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(DEADLINE) {
+        Ok(output) => output.expect("the child's output"),
+        Err(_) => {
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            panic!("a corral command did not end within {DEADLINE:?}");
+        }
+    }
+}
+
+/// Waits for a child that is read elsewhere (its pipes taken).
+fn wait_status(child: &mut Child) -> ExitStatus {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("a corral command did not end within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let until = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Live processes whose environment names `home` as their CORRAL_HOME: the daemon, the CLIs
+/// and the engine children of this test.
+fn processes_of(home: &Path) -> Vec<i32> {
+    let wanted = format!("CORRAL_HOME={}", home.display());
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let names_home = environ
+            .split(|&byte| byte == 0)
+            .any(|variable| variable == wanted.as_bytes());
+        if names_home && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Reads a pipe's lines on a thread; they arrive on the channel.
+fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// The next line that contains `needle` (earlier ones are returned too, for the message).
+fn line_containing(lines: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
+    let until = Instant::now() + DEADLINE;
+    let mut seen = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.contains(needle);
+                seen.push(line);
+                if found {
+                    return seen;
+                }
+            }
+            Err(_) => panic!("no line containing {needle:?}; saw {seen:?}"),
+        }
+    }
+}
+
+/// `#SEQ KIND …` lines as (seq, kind).
+fn parse_events(text: &str) -> Vec<(i64, String)> {
+    text.lines()
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            let seq = words
+                .next()
+                .and_then(|word| word.strip_prefix('#'))
+                .and_then(|seq| seq.parse().ok())
+                .unwrap_or_else(|| panic!("not an event line: {line}"));
+            (seq, words.next().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+fn prompts(history: &Value) -> Vec<Value> {
+    history["prompts"].as_array().cloned().unwrap_or_default()
+}
+
+fn runs(history: &Value) -> Vec<Value> {
+    history["runs"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn the_whole_prompt_life_cycle() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    let id = home.session("life");
+
+    // send --wait prints the answer.
+    assert_eq!(
+        home.ok(&["send", "life", "hello", "world", "--wait"]),
+        "fake answer: hello world\n"
+    );
+    // A rate-limited prompt is retried and still answers.
+    assert_eq!(
+        home.ok(&["send", "life", "@fake rate-limit=1\nretry me", "--wait"]),
+        "fake answer: retry me\n"
+    );
+    // A failing prompt: exit 1, the error on stderr, nothing on stdout.
+    let output = home.run(&[
+        "send",
+        "life",
+        "@fake fail=the engine exploded\nboom",
+        "--wait",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("the engine exploded"),
+        "{output:?}"
+    );
+    assert_eq!(stdout(&output), "");
+
+    // history shows each prompt with its status, answer or error, and runs.
+    let text = home.ok(&["history", "life"]);
+    assert!(text.contains("fake answer: hello world"), "{text}");
+    assert!(text.contains("attempts 2"), "{text}");
+    assert!(text.contains("rate_limit"), "{text}");
+    assert!(text.contains("error: "), "{text}");
+    let history = home.json(&["history", &id, "--json"]);
+    let sent = prompts(&history);
+    assert_eq!(sent.len(), 3, "{history}");
+    assert_eq!(sent[0]["status"], "done");
+    assert_eq!(sent[0]["answer"], "fake answer: hello world");
+    assert_eq!(sent[1]["status"], "done");
+    assert_eq!(sent[1]["attempts"], 2);
+    assert_eq!(sent[2]["status"], "failed");
+    let all_runs = runs(&history);
+    let retried: Vec<&Value> = all_runs
+        .iter()
+        .filter(|run| run["prompt_id"] == sent[1]["id"])
+        .collect();
+    assert_eq!(retried.len(), 2, "{history}");
+    assert_eq!(retried[0]["failure_class"], "rate_limit");
+    assert_eq!(retried[1]["status"], "succeeded");
+
+    // watch --after 0 prints every stored event, in order, once.
+    let shown = home.json(&["session", "show", "life", "--json"]);
+    let last = shown["session"]["last_event_seq"].as_i64().unwrap();
+    let events = parse_events(&home.ok(&["watch", "life", "--after", "0"]));
+    let seqs: Vec<i64> = events.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+    let kinds: Vec<&str> = events.iter().map(|(_, kind)| kind.as_str()).collect();
+    assert_eq!(kinds[0], "prompt.started");
+    for kind in [
+        "run.started",
+        "retry.scheduled",
+        "prompt.done",
+        "prompt.failed",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    let first_done = kinds.iter().position(|k| *k == "prompt.done").unwrap();
+    let retry = kinds.iter().position(|k| *k == "retry.scheduled").unwrap();
+    assert!(first_done < retry, "{kinds:?}");
+    // --after N: only what follows N.
+    let tail = parse_events(&home.ok(&["watch", "life", "--after", "5"]));
+    assert_eq!(tail.first().map(|(seq, _)| *seq), Some(6));
+    assert_eq!(tail.len() as i64, last - 5);
+    assert_eq!(
+        home.ok(&["watch", "life", "--after", &last.to_string()]),
+        ""
+    );
+    // --json: one event object per line.
+    let json_lines = home.ok(&["watch", "life", "--after", "0", "--json"]);
+    let parsed: Vec<Value> = json_lines
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(parsed.len() as i64, last);
+    assert_eq!(parsed[0]["seq"], 1);
+    assert_eq!(parsed[0]["session_id"], id.as_str());
+
+    // watch --follow streams what happens next.
+    let mut follower = home
+        .corral(&["watch", "life", "--after", &last.to_string(), "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(follower.stdout.take().unwrap());
+    assert_eq!(
+        home.ok(&["send", "life", "followed", "--wait"]),
+        "fake answer: followed\n"
+    );
+    let seen = line_containing(&lines, "prompt.done fake answer: followed");
+    assert!(
+        seen[0].starts_with(&format!("#{} prompt.started followed", last + 1)),
+        "{seen:?}"
+    );
+    unsafe {
+        libc::kill(follower.id() as i32, libc::SIGTERM);
+    }
+    assert_eq!(wait_status(&mut follower).code(), Some(143));
+
+    // Images: a relative path is the CLI's, not the daemon's; a missing one is refused.
+    std::fs::write(home.work().join("pic.png"), b"not really a png").unwrap();
+    assert_eq!(
+        home.ok(&["send", "life", "look", "--image", "work/pic.png", "--wait"]),
+        "fake answer: look\n"
+    );
+    let history = home.json(&["history", "life", "--json"]);
+    let picture = home.work().join("pic.png").canonicalize().unwrap();
+    assert_eq!(
+        prompts(&history).last().unwrap()["images"],
+        json!([picture.to_str().unwrap()])
+    );
+    let missing = home.fails(&["send", "life", "look", "--image", "work/none.png"], 1);
+    assert!(missing.contains("image not found"), "{missing}");
+
+    // cancel: a running prompt is ended.
+    let sent = home.ok(&["send", "life", "@fake delay=20000\nslow"]);
+    let (prompt, status) = sent.trim().split_once(' ').unwrap();
+    assert_eq!(status, "running", "{sent}");
+    let cancelled = home.ok(&["cancel", prompt]);
+    assert!(cancelled.contains("cancelled"), "{cancelled}");
+    wait_until("the cancelled prompt ends", || {
+        let history = home.json(&["history", "life", "--json"]);
+        prompts(&history).last().unwrap()["status"] == "cancelled"
+    });
+    // Cancelling a session with nothing left to cancel says so and succeeds.
+    assert!(home
+        .ok(&["cancel", "life"])
+        .contains("no prompt was cancelled"));
+
+    home.stop_daemon();
+}
+
+#[test]
+fn two_clis_sending_at_once_never_overlap() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    home.session("pair");
+
+    // Two CLIs send at the same moment: one runs, the other waits its turn.
+    let first = home
+        .corral(&["send", "pair", "@fake delay=600\nfirst"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second = home
+        .corral(&["send", "pair", "@fake delay=600\nsecond"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (first, second) = (finish(first), finish(second));
+    assert!(first.status.success() && second.status.success());
+    let mut statuses: Vec<String> = [&first, &second]
+        .iter()
+        .map(|output| {
+            stdout(output)
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, ["queued", "running"]);
+
+    // Two waiting CLIs: the second takes the driver over while the first waits.
+    let waiter = home
+        .corral(&["send", "pair", "@fake delay=300\nthird", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the third prompt is queued", || {
+        prompts(&home.json(&["history", "pair", "--json"])).len() == 3
+    });
+    let taker = home
+        .corral(&["send", "pair", "fourth", "--wait", "--take-over"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (waiter, taker) = (finish(waiter), finish(taker));
+    assert!(waiter.status.success(), "{waiter:?}");
+    assert_eq!(stdout(&waiter), "fake answer: third\n");
+    assert!(taker.status.success(), "{taker:?}");
+    assert_eq!(stdout(&taker), "fake answer: fourth\n");
+
+    wait_until("every prompt is done", || {
+        prompts(&home.json(&["history", "pair", "--json"]))
+            .iter()
+            .all(|prompt| prompt["status"] == "done")
+    });
+    let history = home.json(&["history", "pair", "--json"]);
+    assert_eq!(prompts(&history).len(), 4);
+    let mut runs = runs(&history);
+    assert_eq!(runs.len(), 4, "{history}");
+    runs.sort_by_key(|run| run["started_at"].as_i64().unwrap());
+    for pair in runs.windows(2) {
+        let ended = pair[0]["ended_at"].as_i64().expect("an ended run");
+        let started = pair[1]["started_at"].as_i64().unwrap();
+        assert!(ended <= started, "runs overlap: {pair:?}");
+    }
+    // Prompts ran one after the other, in the order they were queued.
+    let prompts = prompts(&history);
+    for pair in prompts.windows(2) {
+        assert!(pair[0]["finished_at"].as_i64() <= pair[1]["started_at"].as_i64());
+    }
+
+    home.stop_daemon();
+}
+
+#[test]
+fn a_superseded_driver_is_refused() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    home.session("drv");
+
+    // A attaches: it drives the session.
+    let mut attach = home
+        .corral(&["attach", "drv"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let attach_err = lines_of(attach.stderr.take().unwrap());
+    let _attach_out = lines_of(attach.stdout.take().unwrap());
+    line_containing(&attach_err, "attached to session");
+    let driver = home.json(&["session", "show", "drv", "--json"])["driver"].clone();
+    let a_exec = driver["exec_id"].as_str().expect("a driver").to_string();
+    let a_generation = driver["generation"].as_i64().unwrap();
+
+    // Another exec cannot drive it without taking it over.
+    let refused = home.fails(&["send", "drv", "not mine", "--wait"], 1);
+    assert!(
+        refused.contains(&format!("driven by exec {a_exec}")),
+        "{refused}"
+    );
+    assert!(refused.contains("--take-over"), "{refused}");
+    assert_eq!(refused.lines().count(), 1, "{refused}");
+
+    // B takes it over and waits for its prompt.
+    let taker = home
+        .corral(&[
+            "send",
+            "drv",
+            "@fake delay=3000\ntaken over",
+            "--wait",
+            "--take-over",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut b_exec = String::new();
+    wait_until("B drives the session", || {
+        let driver = home.json(&["session", "show", "drv", "--json"])["driver"].clone();
+        match driver["exec_id"].as_str() {
+            Some(exec) if exec != a_exec => {
+                assert!(driver["generation"].as_i64().unwrap() > a_generation);
+                b_exec = exec.to_string();
+                true
+            }
+            _ => false,
+        }
+    });
+
+    // A's next prompt carries its old generation: refused, and attach ends with exit 1.
+    let mut input = attach.stdin.take().unwrap();
+    writeln!(input, "from the old driver").unwrap();
+    input.flush().unwrap();
+    line_containing(&attach_err, &format!("superseded by exec {b_exec}"));
+    assert_eq!(wait_status(&mut attach).code(), Some(1));
+    drop(input);
+
+    let taker = finish(taker);
+    assert!(taker.status.success(), "{taker:?}");
+    assert_eq!(stdout(&taker), "fake answer: taken over\n");
+    // B released its claim; the refused prompts were never queued.
+    let shown = home.json(&["session", "show", "drv", "--json"]);
+    assert!(shown["driver"]["exec_id"].is_null(), "{shown}");
+    let texts: Vec<String> = prompts(&shown)
+        .iter()
+        .map(|prompt| prompt["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts, ["@fake delay=3000\ntaken over"]);
+
+    home.stop_daemon();
+}
+
+/// One JSON-RPC request on a raw socket connection; the response.
+fn rpc(
+    stream: &mut BufReader<std::os::unix::net::UnixStream>,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> Value {
+    let request = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let writer = stream.get_mut();
+    writeln!(writer, "{request}").unwrap();
+    writer.flush().unwrap();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stream.read_line(&mut line).unwrap() > 0,
+            "the daemon hung up"
+        );
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    }
+}
+
+#[test]
+fn a_stale_generation_is_refused_over_the_socket() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    home.session("raw");
+
+    // A: a program on the socket that claims the session.
+    let socket = std::os::unix::net::UnixStream::connect(home.path().join("corral.sock")).unwrap();
+    socket.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut a = BufReader::new(socket);
+    let init = rpc(
+        &mut a,
+        1,
+        "initialize",
+        json!({ "protocol": 1, "client": "test", "exec_id": "exec-a-of-the-test" }),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    let claim = rpc(&mut a, 2, "driver.claim", json!({ "session": "raw" }));
+    let generation = claim["result"]["generation"].as_i64().expect("a claim");
+
+    // B takes over through the CLI.
+    assert_eq!(
+        home.ok(&["send", "raw", "mine now", "--wait", "--take-over"]),
+        "fake answer: mine now\n"
+    );
+
+    // A's send with its old generation is refused.
+    let refused = rpc(
+        &mut a,
+        3,
+        "prompt.send",
+        json!({ "session": "raw", "text": "stale", "generation": generation }),
+    );
+    assert_eq!(refused["error"]["code"], -32007, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("superseded by exec"), "{message}");
+    drop(a);
+    let history = home.json(&["history", "raw", "--json"]);
+    assert_eq!(prompts(&history).len(), 1, "{history}");
+
+    home.stop_daemon();
+}
+
+#[test]
+fn config_refuses_unknown_names_and_bad_values_with_exit_2() {
+    let home = TestHome::new();
+    home.start_daemon();
+
+    let unknown = home.fails(&["config", "set", "no.such", "1"], 2);
+    assert!(unknown.contains("unknown setting 'no.such'"), "{unknown}");
+    assert!(
+        unknown.contains("slots.total") && unknown.contains("daemon.autostart"),
+        "{unknown}"
+    );
+    assert_eq!(unknown.lines().count(), 1, "{unknown}");
+    let bad = home.fails(&["config", "set", "daemon.autostart", "maybe"], 2);
+    assert!(bad.contains("true or false"), "{bad}");
+    let zero = home.fails(&["config", "set", "slots.fake", "0"], 2);
+    assert!(zero.contains("at least 1"), "{zero}");
+    let engine = home.fails(&["config", "set", "slots.nosuch", "2"], 2);
+    assert!(
+        engine.contains("codex") && engine.contains("fake"),
+        "{engine}"
+    );
+    let get = home.fails(&["config", "get", "no.such"], 2);
+    assert!(
+        get.contains("unknown setting") && get.contains("slots.total"),
+        "{get}"
+    );
+    home.fails(&["config", "unset", "no.such"], 2);
+
+    // A good value is stored, read back and applied at once.
+    assert_eq!(
+        home.ok(&["config", "set", "slots.fake", "2"]),
+        "slots.fake = 2\n"
+    );
+    assert_eq!(home.ok(&["config", "get", "slots.fake"]), "2\n");
+    assert_eq!(home.ok(&["config", "get", "slots.codex"]), "3\n");
+    let status = home.json(&["status", "--json"]);
+    assert_eq!(
+        status["slots"]["limits"]["per_engine"]["fake"], 2,
+        "{status}"
+    );
+    let list = home.json(&["config", "list", "--json"]);
+    assert!(list["stored"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({ "name": "slots.fake", "value": "2" })));
+    assert!(home.ok(&["config", "list"]).contains("slots.fake"));
+    home.ok(&["config", "unset", "slots.fake"]);
+    assert_eq!(home.ok(&["config", "get", "slots.fake"]), "3\n");
+
+    home.stop_daemon();
+}
+
+#[test]
+fn ambiguous_selectors_list_their_candidates() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    let one = home.session("twin");
+    let two = home.session("twin");
+
+    for command in [
+        vec!["session", "show", "twin"],
+        vec!["send", "twin", "hello"],
+        vec!["history", "twin"],
+        vec!["watch", "twin"],
+    ] {
+        let error = home.fails(&command, 1);
+        assert!(
+            error.contains("Ambiguous session 'twin'"),
+            "{command:?}: {error}"
+        );
+        assert!(error.contains(&one) && error.contains(&two), "{error}");
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+    // A prefix both share is ambiguous too; a unique one resolves.
+    let common: String = one
+        .chars()
+        .zip(two.chars())
+        .take_while(|(a, b)| a == b)
+        .map(|(a, _)| a)
+        .collect();
+    let error = home.fails(&["session", "show", &common], 1);
+    assert!(error.contains(&one) && error.contains(&two), "{error}");
+    let unique = &one[..one.len() - 1];
+    let shown = home.json(&["session", "show", unique, "--json"]);
+    assert_eq!(shown["session"]["id"], one.as_str());
+    assert!(home
+        .fails(&["session", "show", "nosuch"], 1)
+        .contains("No session matches"));
+
+    // Projects: a shared id prefix lists both, with their names.
+    home.ok(&["project", "add", "q", home.work().to_str().unwrap()]);
+    let error = home.fails(&["project", "show", "0"], 1);
+    assert!(error.contains("(p)") && error.contains("(q)"), "{error}");
+
+    home.stop_daemon();
+}
+
+#[test]
+fn auto_start_says_so_once_and_no_spawn_does_not_start() {
+    let home = TestHome::new();
+
+    // --no-spawn with no daemon: one line, exit 1, nothing started.
+    for args in [
+        vec!["status", "--no-spawn"],
+        vec!["--no-spawn", "session", "list"],
+    ] {
+        let error = home.fails(&args, 1);
+        assert_eq!(error.lines().count(), 1, "{error}");
+        assert!(error.contains("no daemon answers"), "{error}");
+    }
+    assert!(home.daemon_pid().is_none());
+    assert!(processes_of(home.path()).is_empty());
+
+    // The first command starts one and says so in one line.
+    let output = home.run(&["status"]);
+    assert!(output.status.success(), "{output:?}");
+    let said = stderr(&output);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    let pid = home.daemon_pid().expect("a pid file");
+    assert!(said.contains(&format!("started one (pid {pid})")), "{said}");
+    assert!(stdout(&output).contains(&format!("pid {pid}")));
+    // The leftover check sees the daemon (so it would see one left behind).
+    assert!(processes_of(home.path()).contains(&pid));
+    // The next one finds it and says nothing.
+    let output = home.run(&["status"]);
+    assert!(output.status.success());
+    assert_eq!(stderr(&output), "");
+
+    // daemon.autostart = false: no daemon is started either.
+    home.ok(&["config", "set", "daemon.autostart", "false"]);
+    home.stop_daemon();
+    let error = home.fails(&["status"], 1);
+    assert_eq!(error.lines().count(), 1, "{error}");
+    assert!(home.daemon_pid().is_none());
+    assert!(processes_of(home.path()).is_empty());
+}
+
+#[test]
+fn completions_print_a_script() {
+    let home = TestHome::new();
+    let script = home.ok(&["completions", "bash"]);
+    assert!(script.contains("_corral()"), "{script}");
+    assert!(script.contains("complete -F _corral"), "{script}");
+    for command in ["attach", "watch", "send", "history", "config"] {
+        assert!(script.contains(command), "{command} missing");
+    }
+    assert!(home.ok(&["completions", "zsh"]).contains("#compdef corral"));
+    home.fails(&["completions", "tcsh"], 2);
+    // No daemon was needed.
+    assert!(home.daemon_pid().is_none());
+    assert!(!home.path().join("corral.sock").exists());
+}
+
+#[test]
+fn projects_and_sessions_are_managed_through_the_daemon() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+
+    // A relative path is the CLI's, not the daemon's.
+    let web = home.json(&[
+        "project",
+        "add",
+        "web",
+        "work",
+        "--engine",
+        "fake",
+        "--model",
+        "m1",
+        "--group",
+        "g1",
+        "--group",
+        "g2",
+        "--instructions",
+        "be brief",
+        "--json",
+    ]);
+    let work = home.work().canonicalize().unwrap();
+    assert_eq!(web["path"], work.to_str().unwrap());
+    assert_eq!(web["groups"], json!(["g1", "g2"]));
+    assert_eq!(web["instructions"], "be brief");
+    assert_eq!(web["full_access"], false);
+    assert!(home
+        .fails(&["project", "add", "web", "work"], 1)
+        .contains("exists already"));
+    assert!(home
+        .fails(&["project", "add", "x", "no/such/dir"], 1)
+        .contains("not an existing"));
+
+    let set = home.json(&[
+        "project",
+        "set",
+        "web",
+        "--full-access",
+        "true",
+        "--remote",
+        "true",
+        "--no-groups",
+        "--json",
+    ]);
+    assert_eq!(set["full_access"], true);
+    assert_eq!(set["kind"], "remote");
+    assert_eq!(set["groups"], json!([]));
+    assert_eq!(set["model"], "m1");
+    home.fails(&["project", "set", "web"], 2);
+    home.fails(&["project", "set", "web", "--full-access", "maybe"], 2);
+    assert!(home
+        .ok(&["project", "show", "web"])
+        .contains("full (no sandbox"));
+    assert!(home.ok(&["project", "list"]).contains("web"));
+    home.ok(&["project", "archive", "web"]);
+    let names = |args: &[&str]| -> Vec<String> {
+        home.json(args)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&["project", "list", "--json"]), ["p"]);
+    assert_eq!(names(&["project", "list", "--all", "--json"]), ["p", "web"]);
+
+    let session = home.json(&[
+        "session", "new", "p", "--title", "one", "--effort", "high", "--task", "T-1", "--wave",
+        "w1", "--json",
+    ]);
+    assert_eq!(session["reasoning_effort"], "high");
+    assert_eq!(session["task"], "T-1");
+    assert_eq!(session["engine"], "fake");
+    assert!(session["wave_id"].is_string(), "{session}");
+    let id = session["id"].as_str().unwrap();
+    // Without --json, `session new` prints the id alone.
+    let plain = home.ok(&["session", "new", "p"]);
+    assert_eq!(plain.trim().len(), id.len(), "{plain}");
+    assert!(home
+        .ok(&["session", "rename", "one", "uno"])
+        .contains("'uno'"));
+    assert!(home.ok(&["session", "list"]).contains("uno"));
+    let listed = home.json(&["session", "list", "--project", "p", "--json"]);
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    home.ok(&["session", "archive", "uno"]);
+    assert_eq!(
+        home.json(&["session", "list", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        home.json(&["session", "list", "--all", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(home
+        .fails(&["send", "uno", "hello"], 1)
+        .contains("archived"));
+    assert!(home
+        .ok(&["session", "show", id])
+        .contains("title:     uno (human)"));
+
+    let status = home.json(&["status", "--json"]);
+    assert_eq!(
+        status["daemon"]["pid"].as_i64(),
+        home.daemon_pid().map(i64::from)
+    );
+    assert_eq!(status["sessions"], 2);
+    let text = home.ok(&["status"]);
+    assert!(text.contains("sessions: 2"), "{text}");
+
+    home.stop_daemon();
+}
+
+#[test]
+fn a_stalled_watcher_misses_nothing_and_repeats_nothing() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    home.session("flood");
+
+    // A follower that nobody reads for a while: its pipe, its stream and the daemon's buffers
+    // fill up, and 30,000 events run well past the daemon's broadcast buffer (16,384): the
+    // daemon says `events.lagged` and the follower subscribes again from where it stopped.
+    let mut follower = home
+        .corral(&["watch", "flood", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let errors = lines_of(follower.stderr.take().unwrap());
+    let mut out = follower.stdout.take().unwrap();
+    // The session is never held up by the stalled reader.
+    assert_eq!(
+        home.ok(&["send", "flood", "@fake deltas=30000\nflood", "--wait"]),
+        "fake answer: flood\n"
+    );
+    let last = home.json(&["session", "show", "flood", "--json"])["session"]["last_event_seq"]
+        .as_i64()
+        .unwrap();
+    assert!(last > 30_000, "{last}");
+    // Now read: every event once, in order.
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(&mut out);
+        let mut expected = 1;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = sender.send(Err(format!("ended before #{expected}")));
+                return;
+            }
+            let seq: i64 = line
+                .split_whitespace()
+                .next()
+                .and_then(|word| word.strip_prefix('#'))
+                .and_then(|seq| seq.parse().ok())
+                .unwrap_or(-1);
+            if seq != expected {
+                let _ = sender.send(Err(format!("#{expected} expected, got {line}")));
+                return;
+            }
+            if seq == last {
+                let _ = sender.send(Ok(()));
+                return;
+            }
+            expected += 1;
+        }
+    });
+    let read = receiver
+        .recv_timeout(DEADLINE)
+        .expect("the follower printed everything");
+    unsafe {
+        libc::kill(follower.id() as i32, libc::SIGTERM);
+    }
+    assert_eq!(wait_status(&mut follower).code(), Some(143));
+    let said: Vec<String> = errors.try_iter().collect();
+    read.unwrap_or_else(|error| panic!("{error}; stderr {said:?}"));
+
+    home.stop_daemon();
+}
+
+#[test]
+fn two_first_commands_at_once_share_one_daemon() {
+    let home = TestHome::new();
+    // The store exists (a first command made it); no daemon runs.
+    home.ok(&["monitor", "list", "--all"]);
+    let children: Vec<Child> = (0..2)
+        .map(|_| {
+            home.corral(&["status", "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<Output> = children.into_iter().map(finish).collect();
+    let mut pids = Vec::new();
+    let mut announced = 0;
+    for output in &outputs {
+        assert!(output.status.success(), "{output:?}");
+        let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+        pids.push(status["daemon"]["pid"].as_i64().unwrap());
+        announced += stderr(output).matches("started one").count();
+    }
+    assert_eq!(pids[0], pids[1], "one daemon serves both");
+    assert_eq!(announced, 1, "{outputs:?}");
+    assert_eq!(home.daemon_pid().map(i64::from), Some(pids[0]));
+
+    home.stop_daemon();
+}
