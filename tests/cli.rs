@@ -1063,3 +1063,80 @@ fn two_first_commands_at_once_share_one_daemon() {
 
     home.stop_daemon();
 }
+
+#[test]
+fn app_server_sessions_compact_steer_and_show_their_child_in_status() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    home.ok(&["config", "set", "engines.codex-app-server.path", fake]);
+    let session = home.json(&[
+        "session",
+        "new",
+        "p",
+        "--engine",
+        "codex-app-server",
+        "--title",
+        "app",
+        "--json",
+    ]);
+    assert_eq!(session["engine"], "codex-app-server");
+    let answer = home.ok(&[
+        "send",
+        "app",
+        "@fake answer=from the app server\nhello",
+        "--wait",
+    ]);
+    assert!(answer.contains("from the app server"), "{answer}");
+
+    // Steer a hanging turn: the turn ends with the steering text.
+    let sent = home.ok(&["send", "app", "@fake hang\nwork"]);
+    let prompt = sent.split_whitespace().next().unwrap().to_string();
+    wait_until("the turn runs", || {
+        let history = home.json(&["history", "app", "--json"]);
+        runs(&history).len() >= 2
+    });
+    let mut steered = false;
+    for _ in 0..50 {
+        if home
+            .run(&["steer", "app", "more", "context"])
+            .status
+            .success()
+        {
+            steered = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(steered, "steer was refused while the turn ran");
+    wait_until("the steered turn ends", || {
+        let history = home.json(&["history", "app", "--json"]);
+        prompts(&history)
+            .iter()
+            .any(|p| p["id"] == prompt.as_str() && p["status"] == "done")
+    });
+    let history = home.json(&["history", "app", "--json"]);
+    let steered = prompts(&history)
+        .into_iter()
+        .find(|p| p["id"] == prompt.as_str())
+        .unwrap();
+    assert_eq!(steered["answer"], "steered: more context", "{steered}");
+
+    let compacted = home.ok(&["compact", "app"]);
+    assert!(compacted.contains("compacted 2 exchange(s)"), "{compacted}");
+    let status = home.json(&["status", "--json"]);
+    let servers = status["app_servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1, "{status}");
+    assert!(servers[0]["pid"].as_u64().is_some(), "{status}");
+    assert_eq!(servers[0]["status"], "running");
+
+    // A fake session cannot be steered or compacted.
+    home.session("plain");
+    let refused = home.fails(&["compact", "plain"], 1);
+    assert!(
+        refused.contains("only codex-app-server sessions"),
+        "{refused}"
+    );
+    home.stop_daemon();
+}

@@ -17,6 +17,7 @@
 
 pub mod attach;
 pub mod cancel;
+pub mod compact;
 pub mod completions;
 pub mod config;
 pub mod daemon;
@@ -30,6 +31,7 @@ pub mod run;
 pub mod send;
 pub mod session;
 pub mod status;
+pub mod steer;
 pub mod watch;
 
 use std::ffi::OsString;
@@ -79,6 +81,10 @@ pub enum Command {
     Send(send::SendArgs),
     /// Cancel a prompt, or everything running or queued on a session.
     Cancel(cancel::CancelArgs),
+    /// Add text to the turn running on a codex-app-server session.
+    Steer(steer::SteerArgs),
+    /// Compact a codex-app-server session's thread context.
+    Compact(compact::CompactArgs),
     /// A session's events (--follow: live).
     Watch(watch::WatchArgs),
     /// A session's prompts with their answers, errors and runs.
@@ -307,6 +313,8 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Send(args) => send::execute(context, args).await,
         Command::Attach(args) => attach::execute(context, args).await,
         Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
+        Command::Steer(args) => interruptible(steer::execute(context, args)).await,
+        Command::Compact(args) => interruptible(compact::execute(context, args)).await,
         Command::Watch(args) => interruptible(watch::execute(context, args)).await,
         Command::History(args) => interruptible(history::execute(context, args)).await,
         Command::Status(args) => interruptible(status::execute(context, args)).await,

@@ -1,0 +1,38 @@
+//! `corral compact SESSION`: asks the engine to compact a codex-app-server session's thread
+//! context, and records what was compacted on the session. A thread whose rollout is missing
+//! is reset instead (the next prompt starts a new thread), and the command says so.
+
+use serde_json::json;
+
+use super::remote::{self, print_json};
+use super::{CliError, Context, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    /// The session (its id, title, or a unique id prefix).
+    pub session: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn execute(context: &Context, args: &CompactArgs) -> Result<Exit, CliError> {
+    let mut client = remote::connect(context).await?;
+    let result = remote::call(
+        &mut client,
+        "session.compact",
+        json!({ "session": args.session }),
+    )
+    .await?;
+    if args.json {
+        print_json(&result);
+        return Ok(Exit::success());
+    }
+    println!(
+        "compacted {} exchange(s), {} character(s): {}",
+        result["compacted"]["messages"],
+        result["compacted"]["characters"],
+        remote::text(&result, "note")
+    );
+    Ok(Exit::success())
+}

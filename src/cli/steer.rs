@@ -1,0 +1,35 @@
+//! `corral steer SESSION TEXT…`: adds text to the turn running on a codex-app-server session
+//! (`turn/steer`), without waiting for the turn to end.
+
+use serde_json::json;
+
+use super::remote::{self, print_json};
+use super::{CliError, Context, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct SteerArgs {
+    /// The session (its id, title, or a unique id prefix).
+    pub session: String,
+    /// The text to add (words are joined by spaces).
+    #[arg(required = true, trailing_var_arg = true)]
+    pub text: Vec<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn execute(context: &Context, args: &SteerArgs) -> Result<Exit, CliError> {
+    let mut client = remote::connect(context).await?;
+    let result = remote::call(
+        &mut client,
+        "session.steer",
+        json!({ "session": args.session, "text": args.text.join(" ") }),
+    )
+    .await?;
+    if args.json {
+        print_json(&result);
+    } else {
+        println!("steered the running turn of {}", args.session);
+    }
+    Ok(Exit::success())
+}
