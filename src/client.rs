@@ -15,7 +15,11 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::daemon;
-use crate::protocol::{Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION};
+use crate::protocol::{Notification, Request, Response, RpcError, PROTOCOL_VERSION};
+
+/// The longest answer line the client reads (a bound against a broken peer, not a limit of
+/// the protocol's answers in practice).
+const MAX_ANSWER: usize = 1 << 30;
 
 /// Why a call did not get an answer.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +136,8 @@ impl Client {
 
     async fn read_message(&mut self) -> Result<Value, ClientError> {
         let mut line = Vec::new();
-        let read = tokio::io::AsyncReadExt::take(&mut self.reader, MAX_LINE as u64 + 1)
+        // The 1 MiB limit is on requests; answers (a long history) may be longer.
+        let read = tokio::io::AsyncReadExt::take(&mut self.reader, MAX_ANSWER as u64)
             .read_until(b'\n', &mut line)
             .await?;
         if read == 0 {

@@ -75,6 +75,11 @@ pub struct CorralOptions {
     pub home: PathBuf,
     /// The exec hosting the supervisor (default parent of the agents' own `corral` calls).
     pub exec_id: Option<String>,
+    /// The caller already checked the store's header (`store::inspect`) before it opened any
+    /// connection to it. Checking again would open and close a plain descriptor on a file
+    /// this process holds SQLite locks on, and closing any descriptor of a file drops every
+    /// POSIX lock the process holds on it: SQLite's included.
+    pub store_checked: bool,
 }
 
 impl CorralOptions {
@@ -82,6 +87,7 @@ impl CorralOptions {
         CorralOptions {
             home: home.into(),
             exec_id: None,
+            store_checked: false,
         }
     }
 }
@@ -109,7 +115,7 @@ impl Corral {
     /// manager and the supervisor, and resumes what a previous supervisor left.
     pub async fn start(options: CorralOptions) -> Result<Corral, CorralError> {
         let path = store::store_path(&options.home);
-        if store::inspect(&path)? == Compatibility::Incompatible {
+        if !options.store_checked && store::inspect(&path)? == Compatibility::Incompatible {
             return Err(CorralError::Store(store::UNAVAILABLE.into()));
         }
         let (ledger, _) = LedgerHandle::start(&path, true).await?;

@@ -27,6 +27,7 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
         );
         return Ok(Exit::success());
     }
+    init_logging();
     daemon::run(DaemonOptions {
         home: context.home.clone(),
         exec_id: Some(context.invocation.id.clone()),
@@ -34,4 +35,18 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
     .await
     .map_err(CliError::failure)?;
     Ok(Exit::success())
+}
+
+/// The daemon logs to stderr (which `--detach` sends to HOME/daemon.log): refused peers,
+/// restarts, shutdowns. `CORRAL_LOG` sets the level (error, warn, info, debug, trace).
+fn init_logging() {
+    let level = std::env::var("CORRAL_LOG")
+        .ok()
+        .and_then(|level| level.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::INFO);
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_ansi(false)
+        .try_init();
 }

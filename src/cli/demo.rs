@@ -76,6 +76,7 @@ pub async fn execute(context: &Context, args: &DemoArgs) -> Result<Exit, CliErro
     let corral = Corral::start(CorralOptions {
         home: home.path().to_path_buf(),
         exec_id: Some(context.invocation.id.clone()),
+        store_checked: false,
     })
     .await
     .map_err(fail)?;

@@ -141,6 +141,8 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let corral = Corral::start(CorralOptions {
         home: home.clone(),
         exec_id: options.exec_id,
+        // `corral daemon` inspected the store before its own exec was recorded in it.
+        store_checked: true,
     })
     .await
     .map_err(|error| error.to_string())?;

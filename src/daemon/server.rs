@@ -186,11 +186,13 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
         subscriptions: RefCell::new(HashMap::new()),
     });
     let mut reader = BufReader::new(read);
+    let handshake_deadline = tokio::time::Instant::now() + handshake_timeout();
     loop {
         let next = if connection.initialized.get() {
             read_line(&mut reader).await
         } else {
-            match tokio::time::timeout(handshake_timeout(), read_line(&mut reader)).await {
+            // One deadline from the accept: talking without initializing does not extend it.
+            match tokio::time::timeout_at(handshake_deadline, read_line(&mut reader)).await {
                 Ok(line) => line,
                 Err(_) => {
                     let error = RpcError::new(
@@ -241,6 +243,18 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
                 }
             }
         };
+        if request.method == "initialize" {
+            // Inline, so that the next line is read knowing whether the handshake is done.
+            let result = handle(&connection, &request).await;
+            if let Some(id) = request.id.clone() {
+                let response = match result {
+                    Ok(value) => Response::ok(id, value),
+                    Err(error) => Response::err(id, error),
+                };
+                connection.respond(response).await;
+            }
+            continue;
+        }
         let connection = connection.clone();
         actix::spawn(async move {
             let id = request.id.clone();
