@@ -117,23 +117,19 @@ mod tests {
     const SAMPLES: [(&str, &str); 4] = [
         (
             "appserver_429.txt",
-            include_str!("../../../shared/reference/codex-0.171.0-samples/appserver_429.txt"),
+            include_str!("../../tests/data/codex-0.171.0-samples/appserver_429.txt"),
         ),
         (
             "appserver_quota.txt",
-            include_str!("../../../shared/reference/codex-0.171.0-samples/appserver_quota.txt"),
+            include_str!("../../tests/data/codex-0.171.0-samples/appserver_quota.txt"),
         ),
         (
             "appserver_usage_limit.txt",
-            include_str!(
-                "../../../shared/reference/codex-0.171.0-samples/appserver_usage_limit.txt"
-            ),
+            include_str!("../../tests/data/codex-0.171.0-samples/appserver_usage_limit.txt"),
         ),
         (
             "appserver_failed_ratelimit.txt",
-            include_str!(
-                "../../../shared/reference/codex-0.171.0-samples/appserver_failed_ratelimit.txt"
-            ),
+            include_str!("../../tests/data/codex-0.171.0-samples/appserver_failed_ratelimit.txt"),
         ),
     ];
 
@@ -192,8 +188,7 @@ mod tests {
 
     #[test]
     fn notifications_of_a_successful_turn_become_events() {
-        let transcript =
-            include_str!("../../../shared/reference/codex-0.171.0-samples/appserver_ok.txt");
+        let transcript = include_str!("../../tests/data/codex-0.171.0-samples/appserver_ok.txt");
         let events: Vec<EngineEvent> = transcript
             .lines()
             .filter_map(|line| line.strip_prefix("< "))

@@ -401,17 +401,17 @@ mod tests {
             Sample {
                 name: $name,
                 stdout: include_str!(concat!(
-                    "../../../shared/reference/codex-0.171.0-samples/",
+                    "../../tests/data/codex-0.171.0-samples/",
                     $name,
                     ".jsonl"
                 )),
                 stderr: include_str!(concat!(
-                    "../../../shared/reference/codex-0.171.0-samples/",
+                    "../../tests/data/codex-0.171.0-samples/",
                     $name,
                     ".stderr"
                 )),
                 meta: include_str!(concat!(
-                    "../../../shared/reference/codex-0.171.0-samples/",
+                    "../../tests/data/codex-0.171.0-samples/",
                     $name,
                     ".meta"
                 )),
