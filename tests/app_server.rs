@@ -466,3 +466,44 @@ fn the_childs_state_survives_a_supervisor_restart() {
     });
     drop((home, projects));
 }
+
+#[test]
+fn the_agents_commands_know_their_session_and_the_turns_driver() {
+    actix_test(|| async {
+        let home = tempfile::tempdir().unwrap();
+        let corral = Corral::start(CorralOptions {
+            exec_id: Some("host-exec-1".into()),
+            ..CorralOptions::new(home.path())
+        })
+        .await
+        .unwrap();
+        corral
+            .set_setting("engines.codex-app-server.path", Some(FAKE))
+            .await
+            .unwrap();
+        let bench = Bench {
+            corral,
+            home,
+            projects: tempfile::tempdir().unwrap(),
+        };
+        let session = bench.session(&bench.project("p", false).await).await;
+        let command = format!(
+            "@fake run={} monitor list --all --limit 1\nwork",
+            env!("CARGO_BIN_EXE_corral")
+        );
+        let done = bench.run(&session, &command).await;
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        let db = rusqlite::Connection::open(bench.home.path().join("corral.db")).unwrap();
+        let (parent, caller, via_agent): (Option<String>, Option<String>, bool) = db
+            .query_row(
+                "SELECT parent_exec_id, caller_session_id, via_agent FROM execs \
+                 WHERE command LIKE '%monitor%list%'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(caller.as_deref(), Some(session.id.as_str()));
+        assert_eq!(parent.as_deref(), Some("host-exec-1"));
+        assert!(via_agent);
+    });
+}

@@ -204,6 +204,11 @@ impl AppServerActor {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("CORRAL_HOME", &self.home)
+            // One child serves every session of the project: no session's identity belongs
+            // in its environment (each thread gets its own, see `session::driver_file`).
+            .env_remove("CORRAL_PARENT_EXEC")
+            .env_remove("CORRAL_SESSION_ID")
+            .env_remove("CORRAL_TRACE_ID")
             .env("RUST_BACKTRACE", "0");
         let mut child = match command.spawn() {
             Ok(child) => child,

@@ -507,6 +507,7 @@ impl Worker {
                     model: spec.model.as_deref(),
                     sandbox,
                     cwd: &project.path,
+                    driver_exec: exec_id.as_deref(),
                 };
                 self.run_app_turn(&server, turn, &settings).await
             } else {
@@ -1018,6 +1019,27 @@ struct AppTurn<'a> {
     model: Option<&'a str>,
     sandbox: Sandbox,
     cwd: &'a str,
+    /// The exec that drives this turn: the parent of the commands the agent runs in it.
+    driver_exec: Option<&'a str>,
+}
+
+/// Where the exec driving a session's current turn is written for an app-server's agent: the
+/// child is long-lived and serves many sessions, so its environment cannot say it; the
+/// thread's commands get this file's path instead (`CORRAL_DRIVER_FILE`), and a `corral` run
+/// there reads its parent from it.
+pub fn driver_file(home: &Path, session_id: &str) -> PathBuf {
+    home.join("drivers").join(session_id)
+}
+
+/// Writes the driver file atomically (a temporary file renamed over it).
+fn write_driver_file(home: &Path, session_id: &str, exec_id: Option<&str>) -> std::io::Result<()> {
+    let path = driver_file(home, session_id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, exec_id.unwrap_or(""))?;
+    std::fs::rename(temporary, path)
 }
 
 impl Worker {
@@ -1074,8 +1096,19 @@ impl Worker {
                     Sandbox::WorkspaceWrite => "workspace-write",
                     Sandbox::FullAccess => "danger-full-access",
                 };
-                let mut params =
-                    json!({ "cwd": turn.cwd, "sandbox": sandbox, "approvalPolicy": "never" });
+                // The commands the agent runs in this thread learn their session and where to
+                // read the exec driving the current turn (codex's shell environment policy).
+                let driver_file = driver_file(&self.shared.home, &self.session_id);
+                let mut params = json!({
+                    "cwd": turn.cwd,
+                    "sandbox": sandbox,
+                    "approvalPolicy": "never",
+                    "config": { "shell_environment_policy.set": {
+                        "CORRAL_HOME": self.shared.home.to_string_lossy(),
+                        "CORRAL_SESSION_ID": self.session_id,
+                        "CORRAL_DRIVER_FILE": driver_file.to_string_lossy(),
+                    } },
+                });
                 if let Some(model) = turn.model {
                     params["model"] = json!(model);
                 }
@@ -1110,6 +1143,10 @@ impl Worker {
             thread_id: thread_id.clone(),
             sender,
         });
+        if let Err(error) = write_driver_file(&self.shared.home, &self.session_id, turn.driver_exec)
+        {
+            tracing::warn!(%error, "the driver file was not written");
+        }
         let mut input = vec![json!({ "type": "text", "text": turn.text })];
         for image in &turn.prompt.images {
             input.push(json!({ "type": "localImage", "path": image }));

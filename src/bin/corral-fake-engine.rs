@@ -785,10 +785,16 @@ fn exit(script: &Script, code: i32) -> ! {
     std::process::exit(script.exit.unwrap_or(code))
 }
 
-/// Runs `sh -c CMD` (in `cwd`, else the current directory) with stderr merged into stdout;
-/// returns its output and exit code.
-fn run_command(command: &str, cwd: Option<&std::path::Path>) -> (String, i32) {
+/// Runs `sh -c CMD` (in `cwd`, else the current directory, with `env` added, as codex's
+/// `shell_environment_policy.set` does) with stderr merged into stdout; returns its output
+/// and exit code.
+fn run_command(
+    command: &str,
+    cwd: Option<&std::path::Path>,
+    env: &[(String, String)],
+) -> (String, i32) {
     let mut child = Command::new("sh");
+    child.envs(env.iter().map(|(name, value)| (name, value)));
     if let Some(cwd) = cwd.filter(|cwd| cwd.is_dir()) {
         child.current_dir(cwd);
     }
@@ -877,7 +883,7 @@ fn codex(script: &Script, prompt: &str, resumed: Option<&str>, attempt: u64) -> 
             "exit_code" => J::null(),
             "status" => "in_progress",
         }});
-        let (output, code) = run_command(command, None);
+        let (output, code) = run_command(command, None, &[]);
         let status = if code == 0 { "completed" } else { "failed" };
         out.line(&obj! {"type" => "item.completed", "item" => obj! {
             "id" => &id,
@@ -1062,7 +1068,7 @@ impl Claude {
             "input" => obj! {"command" => command, "description" => "Run a command"},
         }]);
         self.out.line(&call);
-        let (output, code) = run_command(command, None);
+        let (output, code) = run_command(command, None, &[]);
         let result = obj! {
             "type" => "user",
             "message" => obj! {
@@ -2131,6 +2137,29 @@ mod app_server {
             }
         }
 
+        /// The variables the thread's config asks commands to get
+        /// (`config: {"shell_environment_policy.set": {NAME: VALUE}}` at `thread/start`).
+        fn shell_env(&self) -> Vec<(String, String)> {
+            locked(&self.server.threads)
+                .get(&self.thread)
+                .and_then(|loaded| {
+                    let set = loaded
+                        .record
+                        .get("startParams")?
+                        .get("config")?
+                        .get("shell_environment_policy.set")?;
+                    Some(
+                        set.as_object()?
+                            .iter()
+                            .filter_map(|(name, value)| {
+                                Some((name.clone(), value.as_str()?.to_string()))
+                            })
+                            .collect(),
+                    )
+                })
+                .unwrap_or_default()
+        }
+
         fn cwd(&self) -> String {
             locked(&self.server.threads)
                 .get(&self.thread)
@@ -2142,7 +2171,8 @@ mod app_server {
         fn finish_command(&self, id: &str, command: &str) {
             let started = Instant::now();
             let cwd = self.cwd();
-            let (output, code) = run_command(command, Some(std::path::Path::new(&cwd)));
+            let env = self.shell_env();
+            let (output, code) = run_command(command, Some(std::path::Path::new(&cwd)), &env);
             let status = if code == 0 { "completed" } else { "failed" };
             let elapsed = started.elapsed().as_millis() as u64;
             self.item_completed(self.command_item(

@@ -35,6 +35,17 @@ pub struct Invocation {
     started_at: i64,
 }
 
+/// Set for the commands an app-server's agent runs: the file holding the exec that drives the
+/// session's current turn (the long-lived engine's environment cannot carry it).
+pub const ENV_DRIVER_FILE: &str = "CORRAL_DRIVER_FILE";
+
+/// The parent named by [`ENV_DRIVER_FILE`], if any.
+fn driver_from_file() -> Option<String> {
+    let path = env_value(ENV_DRIVER_FILE)?;
+    let exec = std::fs::read_to_string(path).ok()?;
+    Some(exec.trim().to_string()).filter(|exec| !exec.is_empty())
+}
+
 fn env_value(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
 }
@@ -47,7 +58,7 @@ impl Invocation {
         Invocation {
             trace_id: env_value(ENV_TRACE_ID).unwrap_or_else(|| id.clone()),
             id,
-            parent_exec_id: env_value(ENV_PARENT_EXEC),
+            parent_exec_id: env_value(ENV_PARENT_EXEC).or_else(driver_from_file),
             caller_session_id: env_value(ENV_SESSION_ID),
             argv: argv
                 .into_iter()
