@@ -92,7 +92,7 @@ fn report(label: &str, samples_ns: &[u64]) -> (u64, u64) {
 
 struct Bench {
     corral: Corral,
-    events: broadcast::Receiver<work::Event>,
+    events: broadcast::Receiver<std::sync::Arc<corral::actors::supervisor::Published>>,
     stamps: PathBuf,
     projects: tempfile::TempDir,
 }

@@ -33,12 +33,14 @@ use crate::actors::ledger::{
     SetGroupLocking, SetSetting,
 };
 use crate::actors::slots::{SlotLimits, SlotsHandle};
-use crate::actors::supervisor::{Boot, CancelRunning, CountWorking, Dispatch, Shared, Supervisor};
+use crate::actors::supervisor::{
+    Boot, CancelRunning, CountWorking, Dispatch, Published, Shared, Supervisor,
+};
 use crate::engine::EngineKind;
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::work::{
-    self, CancelFound, Enqueued, Event, NewProject, NewPrompt, NewSession, Project, Prompt,
-    Recovered, Session,
+    self, CancelFound, Enqueued, NewProject, NewPrompt, NewSession, Project, Prompt, Recovered,
+    Session,
 };
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
 
@@ -282,7 +284,7 @@ impl Corral {
     /// Every event stored from now on, of every session (filter by `session_id`). A receiver
     /// that falls more than `EVENT_CHANNEL` behind gets `Lagged` and can read the rest from
     /// the store (`store::work::events_after`).
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
         self.shared.events.subscribe()
     }
 

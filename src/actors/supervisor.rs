@@ -36,7 +36,7 @@ pub struct Shared {
     /// The current settings; replaced whole when one changes.
     settings: RwLock<Arc<Settings>>,
     /// Every stored event, published after its commit (subscribers filter by session).
-    pub events: broadcast::Sender<Event>,
+    pub events: broadcast::Sender<Arc<Published>>,
     /// The exec hosting this supervisor: the default parent of the agents' own commands.
     pub exec_id: Option<String>,
     /// Set once when the daemon shuts down: workers requeue their prompt and stop.
@@ -45,6 +45,37 @@ pub struct Shared {
     draining: std::sync::atomic::AtomicBool,
     /// The app-server child of each project that uses one, started on first use.
     app_servers: std::sync::Mutex<HashMap<String, Addr<AppServerActor>>>,
+}
+
+/// An event as published to subscribers: the stored event, and its JSON text made once for
+/// all of them (ten watchers of a daemon would otherwise serialize every event ten times, on
+/// the thread the sessions run on). Derefs to the [`Event`].
+#[derive(Debug)]
+pub struct Published {
+    event: Event,
+    json: std::sync::OnceLock<String>,
+}
+
+impl Published {
+    pub fn new(event: Event) -> Self {
+        Published {
+            event,
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The event as JSON text, serialized on first use.
+    pub fn json(&self) -> &str {
+        self.json
+            .get_or_init(|| serde_json::to_string(&self.event).expect("events serialize"))
+    }
+}
+
+impl std::ops::Deref for Published {
+    type Target = Event;
+    fn deref(&self) -> &Event {
+        &self.event
+    }
 }
 
 /// How many events a slow subscriber may fall behind before it is told it lagged (it can
@@ -158,7 +189,7 @@ impl Shared {
             Ok(stored) => {
                 for event in stored {
                     // No subscriber is not an error.
-                    let _ = self.events.send(event);
+                    let _ = self.events.send(Arc::new(Published::new(event)));
                 }
             }
             Err(error) => tracing::error!(%error, "events not stored"),

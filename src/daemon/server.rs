@@ -357,18 +357,19 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
 async fn forward(
     corral: Corral,
     out: mpsc::Sender<String>,
-    mut live: broadcast::Receiver<work::Event>,
+    mut live: broadcast::Receiver<std::sync::Arc<crate::actors::supervisor::Published>>,
     session_id: String,
     subscription: u64,
     after: i64,
 ) {
-    let notify = |event: &work::Event| {
-        serde_json::to_string(&Notification::new(
-            "events.event",
-            json!({ "subscription": subscription, "event": event }),
-        ))
-        .expect("events serialize")
+    // The event's JSON text is made once for every subscriber (see `Published`).
+    let notify_json = |event: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"events.event","params":{{"subscription":{subscription},"event":{event}}}}}"#
+        )
     };
+    let notify =
+        |event: &work::Event| notify_json(&serde_json::to_string(event).expect("events serialize"));
     let lagged = |resume_after: i64| {
         serde_json::to_string(&Notification::new(
             "events.lagged",
@@ -399,7 +400,7 @@ async fn forward(
             Ok(event) if event.session_id == session_id && event.seq > last => {
                 // Waiting here holds only this subscription: the session publishes into the
                 // broadcast buffer and never waits for us.
-                if out.send(notify(&event)).await.is_err() {
+                if out.send(notify_json(event.json())).await.is_err() {
                     return;
                 }
                 last = event.seq;
