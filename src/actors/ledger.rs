@@ -432,8 +432,10 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Writes a run's row before its child is spawned.
-    StartRun { run: work::NewRun } -> (),
+    /// Writes a run's row before its child is spawned, bumping the session's provider
+    /// generation; replies with the exec the child gets as its parent (the driver's, else
+    /// the run's default).
+    StartRun { run: work::NewRun } -> Option<String>,
     |this, connection| work::insert_run(connection, &this.run)
 );
 
@@ -500,12 +502,6 @@ ledger_write!(
     /// Releases a driver claim of one generation (a stale one changes nothing).
     ReleaseDriver { session_id: String, generation: i64 } -> Option<work::DriverClaim>,
     |this, connection| work::release_driver(connection, &this.session_id, this.generation)
-);
-
-ledger_write!(
-    /// An engine child starts: bumps the provider generation, replies with the driver's exec.
-    EngineStarted { session_id: String } -> Option<String>,
-    |this, connection| work::engine_started(connection, &this.session_id)
 );
 
 ledger_write!(

@@ -32,8 +32,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::app_server::{self, AppServerActor};
 use super::ledger::{
-    EndRun, EngineStarted, FinishPrompt, RequeuePrompt, RunSpawned, SetGeneratedTitle, SetThread,
-    StartRun,
+    EndRun, FinishPrompt, RequeuePrompt, RunSpawned, SetGeneratedTitle, SetThread, StartRun,
 };
 use super::slots::SlotRequest;
 use super::supervisor::Shared;
@@ -455,18 +454,9 @@ impl Worker {
             };
             let argv = adapter.argv(&spec);
             let run_id = uuid::Uuid::now_v7().to_string();
-            // The current driver's exec is the parent of what the agent runs; without one,
-            // the exec hosting the supervisor.
-            let driver = self
-                .shared
-                .ledger
-                .write(EngineStarted {
-                    session_id: self.session_id.clone(),
-                })
-                .await
-                .ok()
-                .flatten();
-            let exec_id = driver.or_else(|| self.shared.exec_id.clone());
+            // The run's row and the driver's exec in one transaction: the current driver's
+            // exec is the parent of what the agent runs; without one, the exec hosting the
+            // supervisor.
             let started = self
                 .shared
                 .ledger
@@ -482,13 +472,14 @@ impl Worker {
                             .map(|a| a.to_string_lossy().into_owned())
                             .collect(),
                         thread_id: thread_id.clone(),
-                        exec_id: exec_id.clone(),
+                        exec_id: self.shared.exec_id.clone(),
                     },
                 })
                 .await;
-            if let Err(error) = started {
-                return PromptEnd::failed(format!("store: {error}"));
-            }
+            let exec_id = match started {
+                Ok(exec_id) => exec_id,
+                Err(error) => return PromptEnd::failed(format!("store: {error}")),
+            };
             let shared = self.shared.clone();
             let session_id = self.session_id.clone();
             let environment = ChildEnv {

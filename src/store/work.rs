@@ -596,7 +596,13 @@ pub struct NewRun {
     pub exec_id: Option<String>,
 }
 
-pub(crate) fn insert_run(connection: &Connection, run: &NewRun) -> rusqlite::Result<()> {
+/// Writes a run's row. The exec recorded as its parent is the session's current driver, else
+/// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
+pub(crate) fn insert_run(
+    connection: &Connection,
+    run: &NewRun,
+) -> rusqlite::Result<Option<String>> {
+    let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
     connection.execute(
         "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, started_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -608,7 +614,7 @@ pub(crate) fn insert_run(connection: &Connection, run: &NewRun) -> rusqlite::Res
             run.engine,
             serde_json::to_string(&run.argv).expect("strings serialize"),
             run.thread_id,
-            run.exec_id,
+            exec_id,
             now_ms(),
         ],
     )?;
@@ -616,7 +622,7 @@ pub(crate) fn insert_run(connection: &Connection, run: &NewRun) -> rusqlite::Res
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         [&run.prompt_id],
     )?;
-    Ok(())
+    Ok(exec_id)
 }
 
 /// The child of a run was spawned: its identity, to end it (or find it after a crash).
