@@ -20,6 +20,7 @@ pub mod cancel;
 pub mod compact;
 pub mod completions;
 pub mod config;
+pub mod connect;
 pub mod daemon;
 pub mod demo;
 pub mod history;
@@ -91,6 +92,8 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Drive a session: its events live, prompts from stdin.
     Attach(attach::AttachArgs),
+    /// Serve codex's app-server protocol on a Unix socket, attached to a session's thread.
+    Connect(connect::ConnectArgs),
     /// The daemon: pid, version, home, sessions, slots.
     Status(status::StatusArgs),
     /// Settings: get, set, unset, list.
@@ -312,6 +315,8 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         // `send --wait` and `attach` hold a driver claim: they release it on SIGINT/SIGTERM.
         Command::Send(args) => send::execute(context, args).await,
         Command::Attach(args) => attach::execute(context, args).await,
+        // `connect` holds claims per native connection: it closes them on SIGINT/SIGTERM.
+        Command::Connect(args) => connect::execute(context, args).await,
         Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
         Command::Steer(args) => interruptible(steer::execute(context, args)).await,
         Command::Compact(args) => interruptible(compact::execute(context, args)).await,
