@@ -39,6 +39,18 @@ pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
 const RESTART_BACKOFF: Duration = Duration::from_millis(100);
 /// How many recent events the actor keeps for `status` (and the store).
 pub const RECENT_EVENTS: usize = 50;
+/// How long a new child may take to answer `initialize` before it is killed (and the attempt
+/// counts toward the restart limit). `CORRAL_APP_SERVER_INIT_TIMEOUT_MS` overrides it.
+const INIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn init_timeout() -> Duration {
+    std::env::var("CORRAL_APP_SERVER_INIT_TIMEOUT_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(INIT_TIMEOUT)
+}
+
 /// How long after one half of a death (stdout end, exit) the other is awaited before the
 /// turns are told with what is known.
 const DEATH_SETTLE: Duration = Duration::from_millis(500);
@@ -268,6 +280,25 @@ impl AppServerActor {
             "method": "initialize",
             "params": { "clientInfo": { "name": "corral", "title": "corral", "version": env!("CARGO_PKG_VERSION") } }
         }));
+        let timeout = init_timeout();
+        ctx.run_later(timeout, move |actor, _| {
+            let Some(live) = actor.child.as_ref().filter(|live| live.generation == generation) else {
+                return;
+            };
+            if live.initialized {
+                return;
+            }
+            let pid = live.pid;
+            let reason = format!(
+                "the app-server did not answer initialize within {} ms; it was killed (the next turn restarts it)",
+                timeout.as_millis()
+            );
+            actor.remember("initialize_timeout", json!({ "pid": pid, "timeout_ms": timeout.as_millis() as u64 }));
+            for waiter in actor.waiting.drain(..) {
+                let _ = waiter.send(Err(reason.clone()));
+            }
+            process::signal_group(pid as i32, libc::SIGKILL);
+        });
         ctx.spawn(receiver.into_actor(self).map(move |answer, actor, _| {
             let ready = matches!(answer, Ok(Ok(_)));
             if ready {
@@ -496,6 +527,25 @@ impl Handler<EnsureRunning> for AppServerActor {
                 .await
                 .unwrap_or_else(|_| Err("the app-server actor stopped".into()))
         })
+    }
+}
+
+/// When the actor has stopped restarting (the intensity limit): how long until a restart is
+/// allowed again. `None` when it is not in that state.
+#[derive(Message)]
+#[rtype(result = "Option<Duration>")]
+pub struct RetryAfter;
+
+impl Handler<RetryAfter> for AppServerActor {
+    type Result = Option<Duration>;
+
+    fn handle(&mut self, _: RetryAfter, _: &mut Context<Self>) -> Option<Duration> {
+        if !matches!(self.status, ServerStatus::Failed { .. }) {
+            return None;
+        }
+        self.recent_restarts();
+        let oldest = self.restarts.front()?;
+        Some(RESTART_WINDOW.saturating_sub(oldest.elapsed()) + Duration::from_millis(10))
     }
 }
 

@@ -72,10 +72,34 @@ impl Worker {
                 params,
             })
         };
-        let (generation, pid) = match server.send(app_server::EnsureRunning).await {
-            Ok(Ok(ready)) => ready,
-            Ok(Err(reason)) => return (failed(reason, None), None),
-            Err(error) => return (failed(error.to_string(), None), None),
+        // A child that hit the restart limit is waited for, not failed: the prompt stays
+        // this worker's (nothing is lost) until restarts are allowed again, or it is cancelled.
+        let mut announced = false;
+        let (generation, pid) = loop {
+            let reason = match server.send(app_server::EnsureRunning).await {
+                Ok(Ok(ready)) => break ready,
+                Ok(Err(reason)) => reason,
+                Err(error) => return (failed(error.to_string(), None), None),
+            };
+            let Ok(Some(wait)) = server.send(app_server::RetryAfter).await else {
+                return (failed(reason, None), None);
+            };
+            if !announced {
+                announced = true;
+                self.event(
+                    Some(&turn.prompt.id),
+                    Some(turn.run_id),
+                    "app_server.unavailable",
+                    json!({ "reason": reason, "retry_in_ms": wait.as_millis() as u64 }),
+                )
+                .await;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id) => {
+                    return (RunOutcome::Stopped(stop), None);
+                }
+            }
         };
         let _ = self
             .shared
