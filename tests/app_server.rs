@@ -297,12 +297,34 @@ fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
             let crashed = bench.run(&session, "@fake crash\nwork").await;
             assert_eq!(crashed.status, PromptStatus::Failed);
         }
-        let refused = bench.run(&session, "work").await;
-        assert_eq!(refused.status, PromptStatus::Failed);
+        // The next prompt is not failed (nor lost): it waits until restarts are allowed again.
+        let mut events = bench.corral.subscribe();
+        let waiting = bench.send(&session, "work").await;
+        let unavailable = loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+                .await
+                .expect("an app_server.unavailable event")
+                .unwrap();
+            if event.kind == "app_server.unavailable"
+                && event.prompt_id.as_deref() == Some(&waiting)
+            {
+                break event;
+            }
+        };
         assert!(
-            refused.error.as_deref().unwrap().contains("not restarting"),
-            "{refused:?}"
+            unavailable.payload["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not restarting"),
+            "{unavailable:?}"
         );
+        assert!(unavailable.payload["retry_in_ms"].as_u64().unwrap() > 0);
+        let now = bench
+            .corral
+            .read(|c| work::prompt(c, &waiting))
+            .unwrap()
+            .unwrap();
+        assert_eq!(now.status, PromptStatus::Running, "{now:?}");
         let states = bench.corral.app_servers().await;
         assert!(
             states[0]["status"]["failed"]["reason"]
@@ -311,6 +333,9 @@ fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
                 .contains("within 60 s"),
             "{states:?}"
         );
+        // A waiting prompt can be cancelled.
+        bench.corral.cancel(&waiting).await.unwrap();
+        assert_eq!(bench.wait(&waiting).await.status, PromptStatus::Cancelled);
     });
 }
 
@@ -505,5 +530,187 @@ fn the_agents_commands_know_their_session_and_the_turns_driver() {
         assert_eq!(caller.as_deref(), Some(session.id.as_str()));
         assert_eq!(parent.as_deref(), Some("host-exec-1"));
         assert!(via_agent);
+    });
+}
+
+#[test]
+fn a_last_line_without_a_newline_still_completes_the_turn() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let done = bench
+            .run(
+                &session,
+                "@fake final-no-newline\n@fake answer=the last line had no newline\nwork",
+            )
+            .await;
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        assert_eq!(done.answer.as_deref(), Some("the last line had no newline"));
+        let runs = bench.runs(&done.id);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].status, "succeeded", "{runs:?}");
+        assert_eq!(runs[0].failure_class, None, "not a transport failure");
+        let kinds: Vec<String> = bench.events_of(&done).into_iter().map(|e| e.kind).collect();
+        assert!(kinds.iter().any(|k| k == "turn.completed"), "{kinds:?}");
+        assert!(kinds.iter().all(|k| k != "transport.closed"), "{kinds:?}");
+
+        // The child exited after that line: the next prompt gets a new one.
+        let next = bench.run(&session, "after the exit").await;
+        assert_eq!(next.status, PromptStatus::Done, "{next:?}");
+        assert_ne!(bench.runs(&next.id)[0].pid, runs[0].pid, "a new child");
+    });
+}
+
+#[test]
+fn a_close_before_completion_fails_only_that_turn() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let first = bench.run(&session, "first").await;
+        let second = bench.run(&session, "second").await;
+        let lost = bench.run(&session, "@fake exit-mid-turn=1\nthird").await;
+        assert_eq!(lost.status, PromptStatus::Failed, "{lost:?}");
+        let runs = bench.runs(&lost.id);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(
+            runs[0].failure_class.as_deref(),
+            Some("transport_closed_before_turn_completed")
+        );
+        assert!(bench
+            .events_of(&lost)
+            .iter()
+            .any(|e| e.kind == "transport.closed"));
+        for earlier in [&first, &second] {
+            let now = bench
+                .corral
+                .read(|c| work::prompt(c, &earlier.id))
+                .unwrap()
+                .unwrap();
+            assert_eq!(now.status, PromptStatus::Done, "{now:?}");
+            let runs = bench.runs(&earlier.id);
+            assert_eq!(runs.len(), 1, "{runs:?}");
+            assert_eq!(runs[0].status, "succeeded", "{runs:?}");
+            assert_eq!(runs[0].pid, bench.runs(&lost.id)[0].pid, "the same child");
+            assert!(
+                bench
+                    .events_of(&now)
+                    .iter()
+                    .all(|e| e.kind != "transport.closed"),
+                "the close is not reported on an earlier turn"
+            );
+        }
+    });
+}
+
+#[test]
+fn garbage_on_stdout_is_a_raw_event_and_the_turn_completes() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let done = bench
+            .run(&session, "@fake garbage\n@fake answer=fine\nwork")
+            .await;
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        assert_eq!(done.answer.as_deref(), Some("fine"));
+        let raw: Vec<String> = bench
+            .events_of(&done)
+            .into_iter()
+            .filter(|e| e.kind == "raw")
+            .map(|e| e.payload["line"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert!(
+            raw.iter().any(|line| line.contains("this is not JSON")),
+            "{raw:?}"
+        );
+        assert_eq!(bench.runs(&done.id)[0].status, "succeeded");
+    });
+}
+
+#[test]
+fn stray_and_duplicate_responses_neither_crash_nor_restart_the_child() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let session = bench.session(&bench.project("p", false).await).await;
+        let stray = bench
+            .run(&session, "@fake stray-response\n@fake answer=stray\nwork")
+            .await;
+        assert_eq!(stray.status, PromptStatus::Done, "{stray:?}");
+        assert_eq!(stray.answer.as_deref(), Some("stray"));
+        let double = bench
+            .run(&session, "@fake double-response\n@fake answer=double\nwork")
+            .await;
+        assert_eq!(double.status, PromptStatus::Done, "{double:?}");
+        assert_eq!(double.answer.as_deref(), Some("double"));
+        assert_eq!(bench.runs(&double.id).len(), 1, "the turn ran once");
+        let next = bench.run(&session, "next").await;
+        assert_eq!(next.status, PromptStatus::Done, "{next:?}");
+        let pid = bench.runs(&stray.id)[0].pid;
+        assert!(pid.is_some());
+        assert_eq!(bench.runs(&double.id)[0].pid, pid, "the same child");
+        assert_eq!(bench.runs(&next.id)[0].pid, pid, "the same child");
+        assert!(alive(pid.unwrap()));
+        let states = bench.corral.app_servers().await;
+        assert_eq!(states[0]["generation"], 1, "no restart: {states:?}");
+    });
+}
+
+#[test]
+fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
+    // Read by the supervisor when it spawns a child; the same value for every test here.
+    std::env::set_var("CORRAL_APP_SERVER_INIT_TIMEOUT_MS", "300");
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let wrapper = bench.projects.path().join("no-initialize.sh");
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\nCORRAL_FAKE_APP_SERVER=no-initialize exec '{FAKE}' \"$@\"\n"),
+        )
+        .unwrap();
+        let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&wrapper, permissions).unwrap();
+        bench
+            .corral
+            .set_setting(
+                "engines.codex-app-server.path",
+                Some(wrapper.to_str().unwrap()),
+            )
+            .await
+            .unwrap();
+        let session = bench.session(&bench.project("p", false).await).await;
+        let first = bench.run(&session, "work").await;
+        assert_eq!(first.status, PromptStatus::Failed, "{first:?}");
+        assert!(
+            first
+                .error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("initialize"),
+            "{first:?}"
+        );
+        let states = bench.corral.app_servers().await;
+        assert!(states[0]["generation"].as_u64().unwrap() >= 1, "{states:?}");
+        let recent = states[0]["recent"].as_array().unwrap();
+        assert!(
+            recent.iter().any(|event| event["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("initialize")),
+            "{states:?}"
+        );
+
+        // The next prompt restarts the child: the attempt counted toward the limit.
+        let second = bench.run(&session, "again").await;
+        assert_eq!(second.status, PromptStatus::Failed, "{second:?}");
+        let states = bench.corral.app_servers().await;
+        assert!(states[0]["generation"].as_u64().unwrap() >= 2, "{states:?}");
+        assert!(
+            states[0]["recent"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|event| event["kind"] == "restarting"),
+            "{states:?}"
+        );
     });
 }

@@ -371,10 +371,11 @@ impl AppServerActor {
     }
 
     /// Tells every turn in progress and every pending call that the transport closed.
-    fn report_death(&mut self) {
+    fn report_death(&mut self, ctx: &mut Context<Self>) {
         let Some(live) = self.child.take() else {
             return;
         };
+        let served = live.initialized;
         let death = live.death.unwrap_or_default();
         let details = json!({
             "pid": live.pid,
@@ -398,13 +399,58 @@ impl AppServerActor {
                 "the app-server transport closed",
             )));
         }
-        for waiter in self.waiting.drain(..) {
-            let _ = waiter.send(Err("the app-server exited during its handshake".into()));
-        }
         self.last_exit = Some(details.clone());
         self.remember("closed", details);
         self.status = ServerStatus::Stopped;
+        if served {
+            // Callers that asked while this child was dying asked for a running child: start
+            // one (a restart, counted toward the limit).
+            if !self.waiting.is_empty() {
+                self.start_for_waiters(ctx);
+            }
+        } else {
+            for waiter in self.waiting.drain(..) {
+                let _ = waiter.send(Err("the app-server exited during its handshake".into()));
+            }
+        }
         self.changed();
+    }
+
+    /// Starts a child for the waiting callers, unless one is starting: at once the first time,
+    /// after a backoff for a restart, or not at all past the restart limit (the waiters are
+    /// then told why).
+    fn start_for_waiters(&mut self, ctx: &mut Context<Self>) {
+        // `Starting` without a child: a restart is already scheduled.
+        if self.child.is_none() && self.status != ServerStatus::Starting {
+            let restarts = self.recent_restarts();
+            if self.generation > 0 && restarts >= MAX_RESTARTS {
+                let reason = format!(
+                "the app-server restarted {restarts} times within {} s; not restarting (try again later)",
+                RESTART_WINDOW.as_secs()
+            );
+                self.status = ServerStatus::Failed {
+                    reason: reason.clone(),
+                };
+                for waiter in self.waiting.drain(..) {
+                    let _ = waiter.send(Err(reason.clone()));
+                }
+                self.changed();
+            } else if self.generation > 0 {
+                // A restart: back off, doubling with each restart in the window.
+                self.restarts.push_back(Instant::now());
+                let backoff =
+                    (RESTART_BACKOFF * 2u32.pow(restarts as u32)).min(Duration::from_secs(5));
+                // `Starting` makes concurrent callers wait instead of scheduling twice.
+                self.status = ServerStatus::Starting;
+                ctx.run_later(backoff, |actor, ctx| actor.spawn_child(ctx));
+                self.remember(
+                    "restarting",
+                    json!({ "backoff_ms": backoff.as_millis() as u64 }),
+                );
+            } else {
+                self.spawn_child(ctx);
+            }
+        }
     }
 
     /// Restarts in the window; drops the ones older than it.
@@ -491,37 +537,7 @@ impl Handler<EnsureRunning> for AppServerActor {
         }
         let (sender, receiver) = oneshot::channel();
         self.waiting.push(sender);
-        // `Starting` without a child: a restart is already scheduled.
-        if self.child.is_none() && self.status != ServerStatus::Starting {
-            let restarts = self.recent_restarts();
-            if self.generation > 0 && restarts >= MAX_RESTARTS {
-                let reason = format!(
-                    "the app-server restarted {restarts} times within {} s; not restarting (try again later)",
-                    RESTART_WINDOW.as_secs()
-                );
-                self.status = ServerStatus::Failed {
-                    reason: reason.clone(),
-                };
-                for waiter in self.waiting.drain(..) {
-                    let _ = waiter.send(Err(reason.clone()));
-                }
-                self.changed();
-            } else if self.generation > 0 {
-                // A restart: back off, doubling with each restart in the window.
-                self.restarts.push_back(Instant::now());
-                let backoff =
-                    (RESTART_BACKOFF * 2u32.pow(restarts as u32)).min(Duration::from_secs(5));
-                // `Starting` makes concurrent callers wait instead of scheduling twice.
-                self.status = ServerStatus::Starting;
-                ctx.run_later(backoff, |actor, ctx| actor.spawn_child(ctx));
-                self.remember(
-                    "restarting",
-                    json!({ "backoff_ms": backoff.as_millis() as u64 }),
-                );
-            } else {
-                self.spawn_child(ctx);
-            }
-        }
+        self.start_for_waiters(ctx);
         Box::pin(async move {
             receiver
                 .await
@@ -755,13 +771,13 @@ impl Handler<StdoutEnded> for AppServerActor {
         death.stdout_ended = true;
         death.partial_len = message.partial_len;
         if death.exited {
-            self.report_death();
+            self.report_death(ctx);
             return;
         }
         // Without stdout the child is useless: end it, and report once it is gone.
         process::signal_group(live.pid as i32, libc::SIGTERM);
         let generation = message.generation;
-        ctx.run_later(DEATH_SETTLE, move |actor, _| {
+        ctx.run_later(DEATH_SETTLE, move |actor, ctx| {
             if actor
                 .child
                 .as_ref()
@@ -770,7 +786,7 @@ impl Handler<StdoutEnded> for AppServerActor {
                 if let Some(live) = &actor.child {
                     process::signal_group(live.pid as i32, libc::SIGKILL);
                 }
-                actor.report_death();
+                actor.report_death(ctx);
             }
         });
     }
@@ -803,18 +819,18 @@ impl Handler<Exited> for AppServerActor {
             .and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status))
             .map(process::signal_name);
         if death.stdout_ended {
-            self.report_death();
+            self.report_death(ctx);
             return;
         }
         // The reader may still hold the last lines: give it a moment to flush them.
         let generation = message.generation;
-        ctx.run_later(DEATH_SETTLE, move |actor, _| {
+        ctx.run_later(DEATH_SETTLE, move |actor, ctx| {
             if actor
                 .child
                 .as_ref()
                 .is_some_and(|live| live.generation == generation)
             {
-                actor.report_death();
+                actor.report_death(ctx);
             }
         });
     }

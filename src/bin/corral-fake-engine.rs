@@ -130,7 +130,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `initialize {clientInfo}` | `{"userAgent":"corral-fake-engine/<version>","codexHome":<state dir>,"platformFamily":"unix","platformOs":"linux"}`. A second one: error `Already initialized`. Any other request before it: error `Not initialized`. |
+//! | `initialize {clientInfo}` | `{"userAgent":"corral-fake-engine/<version>","codexHome":<state dir>,"platformFamily":"unix","platformOs":"linux"}`. A second one: error `Already initialized`. Any other request before it: error `Not initialized`. No answer at all under `CORRAL_FAKE_APP_SERVER=no-initialize` (below). |
 //! | `thread/start {cwd?, model?, approvalPolicy?, sandbox?, …}` | `{"thread":{"id":<UUIDv7>,…},"model":…,"modelProvider":"fake",…,"cwd":…,"approvalPolicy":…,"sandbox":…,…}` then the notification `thread/started {thread}`. `cwd`, `model` (default `fake-model`) and `approvalPolicy` (default `on-request`) are echoed as given; `sandbox` `read-only` (the default), `workspace-write` and `danger-full-access` become codex's policy objects (`{"type":"readOnly","networkAccess":false}`, `{"type":"workspaceWrite","writableRoots":[cwd],…}`, `{"type":"dangerFullAccess"}`), anything else is echoed as given. The thread's file keeps the params as given (`startParams`). |
 //! | `thread/resume {threadId, …}` | The thread (same result shape, after a `thread/status/changed {idle}` notification) if its file is in the state dir; settings given override the stored ones. No file: error `no rollout found for thread id <id>`. Open in another live fake: error `thread <id> already has an active writer`. |
 //! | `turn/start {threadId, input}` | `{"turn":{"id":<UUIDv7>,…,"status":"inProgress",…}}`, then the turn's notifications (below). `input` items: `{type:"text",text}`, `{type:"localImage",path}`, `{type:"image",url}` (shown in the userMessage item); the text items, one per line, are the turn's prompt. Refused when the thread has a turn in progress (`thread <id> already has a turn in progress: <turn>`). |
@@ -185,10 +185,21 @@
 //! | `approval=command` | Mid-turn, `item/started` of a `commandExecution` (the `run` command, else `touch fake-engine.txt`), then the server request `{"id":N,"method":"item/commandExecution/requestApproval","params":{"threadId","turnId","itemId","command","cwd","commandActions"}}`; waits for the client's response. The answer is `approval: <result.decision>` (`approval: error <message>` for an error response). Decisions starting with `accept` run the `run` command, if any; the item completes `completed`/`failed`, else `declined`. |
 //! | `approval=file` | The same with a `fileChange` item (one added file `fake-engine.txt`) and `item/fileChange/requestApproval` `{"threadId","turnId","itemId","reason":null,"grantRoot":null}`; nothing is written. |
 //! | `unknown-request` | Sends the server request `fake/unknownRequest {threadId, turnId}`, waits for the response; the answer is `unknown request: <error message>` (or `<result JSON>`). |
+//! | `final-no-newline` | The turn ends as it would, but its last line (`turn/completed`) is written without a trailing newline; then the process exits 0 at once (stdin unread, thread locks removed). |
+//! | `stray-response` | Before answering `turn/start`, writes a response to a request id the client never sent: `{"id":987654,"result":{}}`. The turn then runs as usual. |
+//! | `double-response` | Answers `turn/start` twice: the same response line (same id) is written two times in a row. The turn runs once. |
 //!
-//! Order of a turn's directives: `stderr`; the turn's start; `exit-mid-turn`, `crash`;
+//! **Environment switch** (read at start, not a directive): `CORRAL_FAKE_APP_SERVER=no-initialize`
+//! makes the process never answer `initialize` (each one is logged on stderr and left
+//! unanswered; any other request still gets `Not initialized`); it keeps reading stdin until
+//! EOF, then exits 0. Another non-empty value logs a warning and is ignored.
+//!
+//! Order of a turn's directives: `stray-response`, the `turn/start` answer (twice with
+//! `double-response`); `stderr`; the turn's start; `exit-mid-turn`, `crash`;
 //! `delay`; `will-retry`; `rate-limit`, `usage-limit`, `overloaded`, `fail` (and the failed
-//! end); `approval` (else `run`); `unknown-request`; `deltas`; `garbage`; `hang`; the answer.
+//! end); `approval` (else `run`); `unknown-request`; `deltas`; `garbage`; `hang`; the answer;
+//! the end's `turn/completed` (whatever its status; unterminated and exit 0 with
+//! `final-no-newline`).
 //! The answer is `steered: <text>` after a steer, else the approval's or unknown request's
 //! text, else as in the exec form (`answer`, `echo-env`, the default, the title rule).
 
@@ -209,7 +220,8 @@ Scripted by CORRAL_FAKE_SCRIPT (directives separated by ';' or newlines) and by 
 deltas=N interval=MS exit=CODE rate-limit=N writer-conflict=N missing-rollout fail=MESSAGE
 crash partial garbage hang ignore-sigterm stderr=TEXT title=TEXT echo-env run=CMD; app-server
 only: will-retry=N usage-limit overloaded ignore-interrupt exit-mid-turn=CODE
-approval=command|file unknown-request (state dir: CORRAL_FAKE_STATE)";
+approval=command|file unknown-request final-no-newline stray-response double-response
+(state dir: CORRAL_FAKE_STATE; CORRAL_FAKE_APP_SERVER=no-initialize never answers initialize)";
 
 const TITLE_MARKER: &str = "corral-title:";
 const CODEX_RATE_LIMIT: &str = "exceeded retry limit, last status: 429 Too Many Requests";
@@ -577,6 +589,9 @@ struct Script {
     exit_mid_turn: Option<i32>,
     approval: Option<Approval>,
     unknown_request: bool,
+    final_no_newline: bool,
+    stray_response: bool,
+    double_response: bool,
 }
 
 /// What `approval=` asks the client to approve.
@@ -648,6 +663,9 @@ impl Script {
                 })
             }
             "unknown-request" => flag(&mut self.unknown_request)?,
+            "final-no-newline" => flag(&mut self.final_no_newline)?,
+            "stray-response" => flag(&mut self.stray_response)?,
+            "double-response" => flag(&mut self.double_response)?,
             _ => return Err(format!("unknown directive '{name}'")),
         }
         Ok(())
@@ -1187,6 +1205,8 @@ mod app_server {
     const OVERLOADED: &str =
         "We're currently experiencing high demand, which may cause temporary errors.";
     const CONTEXT_WINDOW: u64 = 121_600;
+    /// The id of `stray-response`'s answer to a request that was never sent.
+    const STRAY_RESPONSE_ID: i64 = 987_654;
     const METHODS: [&str; 7] = [
         "initialize",
         "thread/start",
@@ -1804,11 +1824,17 @@ mod app_server {
                 });
                 number
             };
-            self.wire.respond(
-                id,
-                obj! {"turn" => turn_json(&turn, "inProgress", None, J::null(), None, None, None)},
-            );
             let (script, warnings) = Script::load(&self.env_script, &text);
+            if script.stray_response {
+                // A response to a request id the client never sent.
+                self.wire.respond(&J::from(STRAY_RESPONSE_ID), obj! {});
+            }
+            let answer =
+                obj! {"turn" => turn_json(&turn, "inProgress", None, J::null(), None, None, None)};
+            self.wire.respond(id, answer.clone());
+            if script.double_response {
+                self.wire.respond(id, answer);
+            }
             let turn = Turn {
                 server: Arc::clone(self),
                 thread,
@@ -2451,10 +2477,20 @@ mod app_server {
                 Some(now_s()),
                 Some(duration),
             );
-            self.wire().notify(
-                "turn/completed",
-                obj! {"threadId" => &self.thread, "turn" => turn},
-            );
+            let params = obj! {"threadId" => &self.thread, "turn" => turn};
+            if !self.script.final_no_newline {
+                self.wire().notify("turn/completed", params);
+                return;
+            }
+            // The last line, without its newline, then the process ends at once.
+            self.server.unlock_all();
+            let line =
+                obj! {"method" => "turn/completed", "params" => params, "emittedAtMs" => now_ms()};
+            let mut stdout = self.wire().lock();
+            let _ = stdout.write_all(line.0.as_bytes());
+            let _ = stdout.flush();
+            log("INFO", "final-no-newline: exiting with 0");
+            std::process::exit(0);
         }
 
         fn finish(self, end: End) {
@@ -2551,6 +2587,17 @@ mod app_server {
                 libc::signal(libc::SIGTERM, libc::SIG_IGN);
             }
         }
+        let no_initialize = match std::env::var("CORRAL_FAKE_APP_SERVER") {
+            Ok(mode) if mode.trim() == "no-initialize" => true,
+            Ok(mode) if !mode.trim().is_empty() => {
+                log(
+                    "WARN",
+                    &format!("CORRAL_FAKE_APP_SERVER: unknown mode '{mode}' (ignored)"),
+                );
+                false
+            }
+            _ => false,
+        };
         let state = state_dir();
         let server = Arc::new(Server {
             wire: Wire {
@@ -2599,6 +2646,11 @@ mod app_server {
                     continue;
                 }
             };
+            if no_initialize && message.get("method").and_then(Value::as_str) == Some("initialize")
+            {
+                log("INFO", "no-initialize: initialize left unanswered");
+                continue;
+            }
             handle(&server, message, &mut initialized);
         }
         log("INFO", "stdin closed: exiting");
