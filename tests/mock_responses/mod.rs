@@ -14,6 +14,9 @@
 //! - Every request is recorded (method, path, headers, body) for the test's assertions, even
 //!   one to a path other than `/v1/responses` (answered 404), so a test can also check that
 //!   codex asked for nothing else.
+//! - A [`Answer::Hang`] takes the request and sends nothing back, holding the connection
+//!   open until the mock is dropped or [`HANG_LIMIT`] has passed: a turn that waits on the
+//!   model, for interrupt tests.
 //! - The request body is read by `Content-Length`, or decoded from chunked transfer encoding.
 //!   Each answer says `Connection: close` and the connection is closed after it: a client then
 //!   never reuses a connection, so there is no keep-alive state to get wrong.
@@ -31,6 +34,9 @@ use serde_json::{json, Value};
 /// How long a connection may sit idle mid-request before the mock gives up on it: long
 /// enough for any real client, short enough that a stuck one does not outlive the test.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest a [`Answer::Hang`] holds its connection (the mock's drop ends it sooner).
+pub const HANG_LIMIT: Duration = Duration::from_secs(20);
 
 /// The largest request body accepted (codex sends ~21–40 KB; a history grows it).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -51,6 +57,9 @@ pub enum Answer {
     RateLimited { retry_after_s: Option<u64> },
     /// HTTP 500 with an OpenAI-style `server_error` body.
     ServerError,
+    /// No answer at all: the request is read and the connection held open, silent, until the
+    /// mock is dropped or [`HANG_LIMIT`] has passed; then it is closed without a response.
+    Hang,
 }
 
 impl Answer {
@@ -195,11 +204,12 @@ fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>, stopping: Arc<At
         }
         let Ok(stream) = stream else { continue };
         let state = state.clone();
+        let stopping = stopping.clone();
         // Connection threads are not joined: each ends when its peer is answered or times out.
         let _ = std::thread::Builder::new()
             .name("mock-responses-conn".into())
             .spawn(move || {
-                if let Err(error) = serve(stream, &state) {
+                if let Err(error) = serve(stream, &state, &stopping) {
                     eprintln!("mock responses: connection error: {error}");
                 }
             });
@@ -207,7 +217,7 @@ fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>, stopping: Arc<At
 }
 
 /// Reads one request, records it, answers it, and closes the connection.
-fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
+fn serve(stream: TcpStream, state: &Mutex<State>, stopping: &AtomicBool) -> std::io::Result<()> {
     stream.set_read_timeout(Some(READ_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let Some(request) = read_request(&mut reader)? else {
@@ -225,6 +235,10 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         answer
     };
     let response = match answer {
+        Some(Some(Answer::Hang)) => {
+            hang(&stream, stopping);
+            return Ok(());
+        }
         Some(Some(answer)) => render(&answer, next_id()),
         Some(None) => http_json(
             500,
@@ -243,6 +257,30 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
     // Half-close first so the client reads the whole answer before it sees the end.
     let _ = stream.shutdown(Shutdown::Write);
     Ok(())
+}
+
+/// Holds `stream` open and silent until the mock stops, the peer hangs up, or [`HANG_LIMIT`]
+/// has passed; then closes it with no response.
+fn hang(stream: &TcpStream, stopping: &AtomicBool) {
+    let deadline = std::time::Instant::now() + HANG_LIMIT;
+    // A short read timeout doubles as the polling interval; a read of 0 bytes is the peer
+    // closing (an interrupted turn drops its request).
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut byte = [0u8; 1];
+    let mut reader = stream;
+    while !stopping.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+        match reader.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// A number for response and item ids, unique within the test process.
@@ -374,6 +412,7 @@ fn render(answer: &Answer, id: u64) -> Vec<u8> {
                 ),
             )
         }
+        Answer::Hang => unreachable!("a hang is served by `hang`, not rendered"),
         Answer::ServerError => http_json(
             500,
             &[],
@@ -582,6 +621,36 @@ mod tests {
             "{unscripted}"
         );
         assert_eq!(mock.requests().len(), 4);
+    }
+
+    #[test]
+    fn a_hang_sends_nothing_until_the_mock_is_dropped() {
+        let mock = MockResponses::start();
+        mock.script([Answer::Hang]);
+        let mut stream = TcpStream::connect(mock.address).unwrap();
+        stream.write_all(&post("{}")).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut buffer = [0u8; 16];
+        let silent = stream.read(&mut buffer).unwrap_err();
+        assert!(
+            matches!(
+                silent.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{silent:?}"
+        );
+        assert_eq!(mock.requests().len(), 1, "the hung request is recorded");
+        let started = std::time::Instant::now();
+        drop(mock);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "closed without a response");
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 
     #[test]
