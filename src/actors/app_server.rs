@@ -101,6 +101,9 @@ struct Live {
     initialized: bool,
     /// What is known of its death so far.
     death: Option<Death>,
+    /// Threads this child has started or resumed: resuming one again is answered without a
+    /// round trip (a session's every turn would otherwise resume its thread first).
+    loaded: std::collections::HashSet<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -125,6 +128,9 @@ pub struct AppServerActor {
     status: ServerStatus,
     next_id: u64,
     pending: HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>,
+    /// Requests that load a thread when they succeed (`thread/start`: `None`, the id is in the
+    /// answer; `thread/resume`: the id asked for).
+    loading: HashMap<u64, Option<String>>,
     turns: HashMap<String, mpsc::UnboundedSender<TurnEvent>>,
     /// `EnsureRunning` callers waiting for the handshake.
     waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
@@ -154,6 +160,7 @@ impl AppServerActor {
             status: ServerStatus::Stopped,
             next_id: 1,
             pending: HashMap::new(),
+            loading: HashMap::new(),
             turns: HashMap::new(),
             waiting: Vec::new(),
             restarts: VecDeque::new(),
@@ -268,6 +275,7 @@ impl AppServerActor {
             stdin: stdin_tx,
             initialized: false,
             death: None,
+            loaded: std::collections::HashSet::new(),
         });
         self.remember("spawned", json!({ "pid": pid, "generation": generation }));
         // The handshake: `initialize`, then the `initialized` notification.
@@ -393,6 +401,7 @@ impl AppServerActor {
                 details: details.clone(),
             });
         }
+        self.loading.clear();
         for (_, call) in self.pending.drain() {
             let _ = call.send(Err(RpcError::new(
                 -32603,
@@ -577,8 +586,32 @@ impl Handler<Call> for AppServerActor {
     type Result = ResponseFuture<Result<Value, RpcError>>;
 
     fn handle(&mut self, call: Call, _: &mut Context<Self>) -> Self::Result {
+        if call.method == "thread/resume" {
+            let thread = call.params["threadId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let loaded = self
+                .child
+                .as_ref()
+                .is_some_and(|live| live.loaded.contains(&thread));
+            if loaded {
+                let answer = json!({ "thread": { "id": thread }, "alreadyLoaded": true });
+                return Box::pin(async move { Ok(answer) });
+            }
+        }
         let id = self.next_id;
         self.next_id += 1;
+        match call.method.as_str() {
+            "thread/start" => {
+                self.loading.insert(id, None);
+            }
+            "thread/resume" => {
+                let thread = call.params["threadId"].as_str().map(str::to_string);
+                self.loading.insert(id, thread);
+            }
+            _ => {}
+        }
         let (sender, receiver) = oneshot::channel();
         let sent = self.write(&json!({ "id": id, "method": call.method, "params": call.params }));
         if !sent {
@@ -698,6 +731,14 @@ impl Handler<StdoutLine> for AppServerActor {
             }
             (Some(id), None) => {
                 let Some(id) = id.as_u64() else { return };
+                let loads = self.loading.remove(&id);
+                if let (Some(loads), None) = (loads, value.get("error")) {
+                    let thread = loads
+                        .or_else(|| value["result"]["thread"]["id"].as_str().map(str::to_string));
+                    if let (Some(thread), Some(live)) = (thread, self.child.as_mut()) {
+                        live.loaded.insert(thread);
+                    }
+                }
                 if let Some(call) = self.pending.remove(&id) {
                     let answer = match value.get("error") {
                         Some(error) => Err(serde_json::from_value(error.clone())
