@@ -309,3 +309,33 @@ fn a_panic_completes_its_exec_as_failed() {
         .unwrap();
     assert_eq!(row, (101, "failed".into()));
 }
+
+#[test]
+fn a_home_on_a_read_only_filesystem_fails_with_one_line() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mount_point = scratch.path().join("ro");
+    std::fs::create_dir(&mount_point).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=1m", "none"])
+        .arg(&mount_point)
+        .output();
+    match mounted {
+        Ok(output) if output.status.success() => {}
+        other => {
+            println!("skipping: cannot mount a read-only tmpfs here ({other:?})");
+            return;
+        }
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["run", "--", "true"])
+        .env("CORRAL_HOME", &mount_point)
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("umount")
+        .arg(&mount_point)
+        .output();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(message.contains("cannot open the store"), "{message}");
+}
