@@ -370,7 +370,8 @@ fn overview_lists_sessions_by_state_and_runs_whose_engine_is_gone() {
         "INSERT INTO projects(id, name, path, created_at) VALUES ('p', 'proj', '/tmp', 1);
          INSERT INTO sessions(id, project_id, engine, created_at) VALUES
            ('s-waiting', 'p', 'fake', 1), ('s-failed', 'p', 'fake', 2),
-           ('s-unknown', 'p', 'fake', 3), ('s-active', 'p', 'fake', 4);
+           ('s-unknown', 'p', 'fake', 3), ('s-active', 'p', 'fake', 4),
+           ('s-cancelled', 'p', 'fake', 7);
          INSERT INTO sessions(id, project_id, engine, created_at, archived_at)
            VALUES ('s-finished', 'p', 'fake', 5, 6);
          INSERT INTO prompts(id, session_id, text, status, answer, created_at, finished_at) VALUES
@@ -380,6 +381,8 @@ more', 1, 2);
            ('q2', 's-failed', 'hi', 'failed', 'quota exceeded', 1, 2);
          INSERT INTO prompts(id, session_id, text, status, created_at) VALUES
            ('q3', 's-active', 'long job', 'running', 1);
+         INSERT INTO prompts(id, session_id, text, status, created_at, finished_at) VALUES
+           ('q4', 's-cancelled', 'runaway task', 'cancelled', 1, 2);
          INSERT INTO runs(id, prompt_id, session_id, attempt, engine, argv, pid, started_at)
            VALUES ('r-gone', 'q3', 's-active', 1, 'fake', '[]', 2147483647, 1);",
     )

@@ -107,7 +107,7 @@ fn session_item(
         .count();
     let last_final = prompts
         .iter()
-        .filter(|p| p.status.is_final() && p.status != PromptStatus::Cancelled)
+        .filter(|p| p.status.is_final())
         .max_by_key(|p| (p.finished_at, p.created_at));
     let first_line = |text: &str| {
         text.lines()
@@ -127,6 +127,11 @@ fn session_item(
             Some(prompt) if prompt.status == PromptStatus::Failed => (
                 "failed",
                 prompt.error.clone().unwrap_or_else(|| "failed".into()),
+            ),
+            // The person stopped it: the session waits for what they do next.
+            Some(prompt) if prompt.status == PromptStatus::Cancelled => (
+                "waiting",
+                format!("cancelled: {}", first_line(&prompt.text)),
             ),
             Some(prompt) => (
                 "waiting",
