@@ -633,7 +633,7 @@ fn a_silent_client_is_closed_after_the_handshake_timeout() {
 // read loop asks for the next line `connection.initialized` is still false and the read is
 // put under the handshake timeout. A client that initializes and then sends nothing for the
 // handshake timeout (10 s by default; 300 ms here) is told "no initialize within the handshake
-// timeout" and disconnected. Fails until fixed.
+// timeout" and disconnected. (Fixed; this test keeps it so.)
 #[test]
 fn an_initialized_client_may_stay_idle_past_the_handshake_timeout() {
     let mut daemon = Daemon::start(&[("CORRAL_HANDSHAKE_TIMEOUT_MS", "300")]);
@@ -662,7 +662,7 @@ fn an_initialized_client_may_stay_idle_past_the_handshake_timeout() {
 // (any line: each is refused with -32008) more often than the timeout keeps its connection
 // for as long as it likes. The module doc says "a client must `initialize` within
 // HANDSHAKE_TIMEOUT". A deadline fixed at accept time (checked against `initialized`) fixes
-// this and the idle-client bug above. Fails until fixed.
+// this and the idle-client bug above. (Fixed; this test keeps it so.)
 #[test]
 fn a_client_that_never_initializes_is_closed_even_if_it_keeps_talking() {
     let mut daemon = Daemon::start(&[("CORRAL_HANDSHAKE_TIMEOUT_MS", "300")]);
@@ -894,8 +894,8 @@ fn a_peer_of_another_user_is_refused() {
 
 // FIXED BUG (src/daemon/server.rs, `serve`, with no tracing subscriber anywhere): a refused
 // peer is reported with `tracing::warn!`, but nothing installs a subscriber, so the refusal
-// reaches neither stderr nor HOME/daemon.log; the issue asks for "refused, logged". Fails
-// until the daemon logs it.
+// reaches neither stderr nor HOME/daemon.log; the issue asks for "refused, logged". (Fixed:
+// the daemon now logs to stderr, which --detach sends to daemon.log.)
 #[test]
 fn a_refused_peer_is_logged() {
     if !is_root() {
@@ -1142,7 +1142,7 @@ fn subscribing_after_an_offset_misses_and_repeats_nothing_across_a_reconnect() {
 // including SQLite's shared lock, and SQLite never takes it again. Any other process that
 // opens the store read-write and closes it then believes it is the last connection: it
 // checkpoints and deletes corral.db-wal and -shm under the running daemon, whose later writes
-// go to the deleted file and are lost. Fails until fixed.
+// go to the deleted file and are lost. (Fixed; this test keeps it so.)
 #[test]
 fn an_outside_connection_to_the_store_does_not_hide_the_daemons_writes() {
     let mut daemon = Daemon::start(&[]);
@@ -1189,7 +1189,7 @@ fn an_outside_connection_to_the_store_does_not_hide_the_daemons_writes() {
 // daemon writes answers of any length (a session's whole history in one line), but the client
 // reads at most MAX_LINE + 1 bytes of a line and fails to parse the rest: `corral history` of
 // a long session (here 12 prompts of 100 kB) fails with "the daemon broke the protocol" and the
-// connection is out of step. Fails until fixed.
+// connection is out of step. (Fixed; this test keeps it so.)
 #[test]
 fn a_long_history_reaches_the_client() {
     let mut daemon = Daemon::start(&[]);
