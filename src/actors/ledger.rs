@@ -551,6 +551,24 @@ ledger_write!(
     )
 );
 
+/// A write and the events that describe it, in one savepoint: the events are numbered and
+/// stored only if the write succeeds, and both reach the store in the same commit (one commit
+/// on a worker's path instead of two). Replies with the write's output and the stored events,
+/// for the caller to publish.
+pub struct WithEvents<W> {
+    pub write: W,
+    pub events: Vec<work::NewEvent>,
+}
+
+impl<W: LedgerWrite> LedgerWrite for WithEvents<W> {
+    type Output = (W::Output, Vec<work::Event>);
+    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
+        let output = self.write.apply(connection)?;
+        let events = work::append_events(connection, self.events)?;
+        Ok((output, events))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,6 +179,23 @@ impl Shared {
         }
     }
 
+    /// Applies `write` with the events that describe it in one commit, then publishes them.
+    pub async fn write_with_events<W: super::ledger::LedgerWrite>(
+        &self,
+        write: W,
+        events: Vec<NewEvent>,
+    ) -> Result<W::Output, super::ledger::LedgerError> {
+        let (output, stored) = self
+            .ledger
+            .write(super::ledger::WithEvents { write, events })
+            .await?;
+        for event in stored {
+            // No subscriber is not an error.
+            let _ = self.events.send(Arc::new(Published::new(event)));
+        }
+        Ok(output)
+    }
+
     /// Stores events and then publishes them. A store error is logged: losing the event
     /// stream must not stop the engine child that produces it.
     pub async fn append_events(&self, events: Vec<NewEvent>) {

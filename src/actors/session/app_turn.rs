@@ -101,15 +101,6 @@ impl Worker {
                 }
             }
         };
-        let _ = self
-            .shared
-            .ledger
-            .write(RunSpawned {
-                run_id: turn.run_id.to_string(),
-                pid,
-                pid_start: process::start_time(pid),
-            })
-            .await;
         // The thread: resume the known one, or start one with the project's policy.
         let thread_id = match turn.thread_id {
             Some(thread) => match call("thread/resume", json!({ "threadId": thread })).await {
@@ -161,13 +152,21 @@ impl Worker {
                 }
             }
         };
-        self.event(
-            Some(&turn.prompt.id),
-            Some(turn.run_id),
+        // The child serving the run, with the event saying which thread: one commit.
+        let started = self.new_event(
+            turn.prompt,
+            turn.run_id,
             "thread.started",
             json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
-        )
-        .await;
+        );
+        let spawned = RunSpawned {
+            run_id: turn.run_id.to_string(),
+            pid,
+            pid_start: process::start_time(pid),
+        };
+        if let Err(error) = self.shared.write_with_events(spawned, vec![started]).await {
+            tracing::error!(%error, run_id = turn.run_id, "the run's child was not recorded");
+        }
         let (sender, mut notifications) = mpsc::unbounded_channel();
         server.do_send(app_server::WatchThread {
             thread_id: thread_id.clone(),
@@ -292,14 +291,13 @@ impl Worker {
             }
         };
         server.do_send(app_server::UnwatchThread(thread_id.clone()));
-        self.shared.append_events(batch).await;
-        self.event(
-            Some(&turn.prompt.id),
-            Some(turn.run_id),
+        batch.push(self.new_event(
+            turn.prompt,
+            turn.run_id,
             "run.exited",
             json!({ "turn_id": turn_id, "app_server_pid": pid }),
-        )
-        .await;
+        ));
+        self.shared.append_events(batch).await;
         (outcome, Some(thread_id))
     }
 }

@@ -81,26 +81,24 @@ impl Worker {
         };
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
-        let _ = self
-            .shared
-            .ledger
-            .write(RunSpawned {
-                run_id: run_id.to_string(),
-                pid,
-                pid_start: process::start_time(pid),
-            })
-            .await;
-        self.event(
-            Some(&prompt.id),
-            Some(run_id),
+        let started = self.new_event(
+            prompt,
+            run_id,
             "run.started",
             json!({
                 "pid": pid,
                 "engine": kind.as_str(),
                 "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
             }),
-        )
-        .await;
+        );
+        let spawned = RunSpawned {
+            run_id: run_id.to_string(),
+            pid,
+            pid_start: process::start_time(pid),
+        };
+        if let Err(error) = self.shared.write_with_events(spawned, vec![started]).await {
+            tracing::error!(%error, run_id, "the run's pid was not recorded");
+        }
 
         let (lines_tx, mut lines) = mpsc::channel::<Line>(LINE_BUFFER);
         if let Some(stdout) = child.stdout.take() {

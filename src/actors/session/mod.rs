@@ -242,23 +242,21 @@ impl Worker {
             }
             // The prompt's end is committed before its event is published, so that whoever
             // reacts to the event reads the final state.
-            let finished = self
-                .shared
-                .ledger
-                .write(FinishPrompt {
-                    prompt_id: prompt_id.clone(),
-                    status: end.status,
-                    error: end.error.clone(),
-                    answer: end.answer.clone(),
-                })
-                .await;
-            self.event(
-                Some(&prompt_id),
-                None,
-                &format!("prompt.{}", end.status.as_str()),
-                json!({ "error": end.error, "answer": end.answer }),
-            )
-            .await;
+            let ended = NewEvent {
+                session_id: self.session_id.clone(),
+                prompt_id: Some(prompt_id.clone()),
+                run_id: None,
+                kind: format!("prompt.{}", end.status.as_str()),
+                payload: json!({ "error": end.error, "answer": end.answer }),
+            };
+            let finish = FinishPrompt {
+                prompt_id: prompt_id.clone(),
+                status: end.status,
+                error: end.error.clone(),
+                answer: end.answer.clone(),
+            };
+            // One commit for the end and its event; the event is published after it.
+            let finished = self.shared.write_with_events(finish, vec![ended]).await;
             next = match finished {
                 Ok(next) => next,
                 Err(error) => {
