@@ -3,6 +3,7 @@
 //! `turn/completed` or the transport closes.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use actix::prelude::*;
 use serde_json::json;
@@ -15,6 +16,9 @@ use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
 use crate::framing;
 use crate::process;
 use crate::store::work::Prompt;
+
+/// How long a turn's events may wait to be stored with the next ones.
+const FLUSH_AFTER: Duration = Duration::from_millis(20);
 
 /// One turn on an app-server.
 pub(super) struct AppTurn<'a> {
@@ -152,29 +156,26 @@ impl Worker {
                 }
             }
         };
-        // The child serving the run, with the event saying which thread: one commit.
-        let started = self.new_event(
+        // Which child and thread serve the run: an event now (with the turn's first batch);
+        // the run's row learns the pid at the end, with the last batch (the app-server's own
+        // orphans are found through its actor's state, not through runs).
+        let mut batch = vec![self.new_event(
             turn.prompt,
             turn.run_id,
             "thread.started",
             json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
-        );
-        let spawned = RunSpawned {
-            run_id: turn.run_id.to_string(),
-            pid,
-            pid_start: process::start_time(pid),
-        };
-        if let Err(error) = self.shared.write_with_events(spawned, vec![started]).await {
-            tracing::error!(%error, run_id = turn.run_id, "the run's child was not recorded");
-        }
+        )];
         let (sender, mut notifications) = mpsc::unbounded_channel();
         server.do_send(app_server::WatchThread {
             thread_id: thread_id.clone(),
             sender,
         });
-        if let Err(error) = write_driver_file(&self.shared.home, &self.session_id, turn.driver_exec)
-        {
-            tracing::warn!(%error, "the driver file was not written");
+        let driver = turn.driver_exec.map(str::to_string);
+        if self.driver_written.as_ref() != Some(&driver) {
+            match write_driver_file(&self.shared.home, &self.session_id, turn.driver_exec) {
+                Ok(()) => self.driver_written = Some(driver),
+                Err(error) => tracing::warn!(%error, "the driver file was not written"),
+            }
         }
         let mut input = vec![json!({ "type": "text", "text": turn.text })];
         for image in &turn.prompt.images {
@@ -198,12 +199,20 @@ impl Worker {
             Err(error) => return (failed(error.to_string(), None), Some(thread_id)),
         };
         let mut answer = None;
-        let mut batch = Vec::new();
         let deadline = tokio::time::sleep(settings.run_timeout);
         tokio::pin!(deadline);
+        // Events are stored when a batch is full or has waited FLUSH_AFTER, and at the turn's
+        // end: a quick turn costs one commit, a long one streams with a short delay.
+        let flush = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(flush);
+        let mut flush_armed = false;
         let mut stop: Option<Stop> = None;
         let outcome = loop {
             tokio::select! {
+                _ = &mut flush, if flush_armed => {
+                    flush_armed = false;
+                    self.shared.append_events(std::mem::take(&mut batch)).await;
+                }
                 next = notifications.recv() => {
                     let Some(next) = next else {
                         break failed("the app-server stopped routing this turn".into(), Some(FailureClass::TransportClosed));
@@ -269,8 +278,12 @@ impl Worker {
                             };
                         }
                     }
-                    if batch.len() >= EVENT_BATCH || notifications.is_empty() {
+                    if batch.len() >= EVENT_BATCH {
+                        flush_armed = false;
                         self.shared.append_events(std::mem::take(&mut batch)).await;
+                    } else if !batch.is_empty() && !flush_armed {
+                        flush_armed = true;
+                        flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_AFTER);
                     }
                 }
                 stopped = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id), if stop.is_none() => {
@@ -297,7 +310,14 @@ impl Worker {
             "run.exited",
             json!({ "turn_id": turn_id, "app_server_pid": pid }),
         ));
-        self.shared.append_events(batch).await;
+        let spawned = RunSpawned {
+            run_id: turn.run_id.to_string(),
+            pid,
+            pid_start: process::start_time(pid),
+        };
+        if let Err(error) = self.shared.write_with_events(spawned, batch).await {
+            tracing::error!(%error, run_id = turn.run_id, "the run's end was not recorded");
+        }
         (outcome, Some(thread_id))
     }
 }

@@ -102,6 +102,7 @@ impl SessionActor {
             shared: self.shared.clone(),
             cancel: self.cancel.subscribe(),
             shutdown: self.shared.shutdown_signal(),
+            driver_written: None,
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
             actor.working = false;
@@ -147,6 +148,9 @@ struct Worker {
     cancel: watch::Receiver<Option<String>>,
     /// Set when the daemon shuts down: the current prompt is requeued, not cancelled.
     shutdown: watch::Receiver<bool>,
+    /// What this worker last wrote to the session's driver file (app-server turns), so that
+    /// an unchanged driver costs no file write.
+    driver_written: Option<Option<String>>,
 }
 
 /// Why the worker stopped waiting for a prompt.
