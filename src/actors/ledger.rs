@@ -569,6 +569,25 @@ impl<W: LedgerWrite> LedgerWrite for WithEvents<W> {
     }
 }
 
+/// Two writes in one savepoint (both or neither), in order.
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: LedgerWrite, B: LedgerWrite> LedgerWrite for Both<A, B> {
+    type Output = (A::Output, B::Output);
+    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
+        let first = self.0.apply(connection)?;
+        Ok((first, self.1.apply(connection)?))
+    }
+}
+
+/// A write that may have nothing to do.
+impl<W: LedgerWrite> LedgerWrite for Option<W> {
+    type Output = Option<W::Output>;
+    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
+        self.map(|write| write.apply(connection)).transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,7 +29,9 @@ use tokio::sync::watch;
 mod app_turn;
 mod child;
 
-use super::ledger::{EndRun, FinishPrompt, RequeuePrompt, SetGeneratedTitle, SetThread, StartRun};
+use super::ledger::{
+    Both, EndRun, FinishPrompt, RequeuePrompt, SetGeneratedTitle, SetThread, StartRun,
+};
 use super::slots::SlotRequest;
 use super::supervisor::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunSpec, RunVerdict, Sandbox};
@@ -103,6 +105,7 @@ impl SessionActor {
             cancel: self.cancel.subscribe(),
             shutdown: self.shared.shutdown_signal(),
             driver_written: None,
+            pending_end: None,
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
             actor.working = false;
@@ -151,6 +154,9 @@ struct Worker {
     /// What this worker last wrote to the session's driver file (app-server turns), so that
     /// an unchanged driver costs no file write.
     driver_written: Option<Option<String>>,
+    /// The end of the prompt's last run, written with the prompt's end (one commit); a run
+    /// followed by a retry is written at once instead.
+    pending_end: Option<RunEnd>,
 }
 
 /// Why the worker stopped waiting for a prompt.
@@ -228,6 +234,7 @@ impl Worker {
                 self.run_prompt(prompt).await
             };
             if end.requeue {
+                self.flush_end().await;
                 let _ = self
                     .shared
                     .ledger
@@ -259,8 +266,14 @@ impl Worker {
                 error: end.error.clone(),
                 answer: end.answer.clone(),
             };
-            // One commit for the end and its event; the event is published after it.
-            let finished = self.shared.write_with_events(finish, vec![ended]).await;
+            // One commit for the last run's end, the prompt's end and its event; the event is
+            // published after it.
+            let last_run = self.pending_end.take().map(|end| EndRun { end });
+            let finished = self
+                .shared
+                .write_with_events(Both(last_run, finish), vec![ended])
+                .await
+                .map(|(_, next)| next);
             next = match finished {
                 Ok(next) => next,
                 Err(error) => {
@@ -666,6 +679,8 @@ impl Worker {
             let Decision::Retry { delay, new_thread } = decision else {
                 return PromptEnd::failed(message);
             };
+            // A retry follows: this run's end is history now.
+            self.flush_end().await;
             if new_thread {
                 thread_id = None;
                 let _ = self
@@ -701,9 +716,11 @@ impl Worker {
         }
     }
 
+    /// Closes a run: kept to be written with the prompt's end (see `pending_end`), unless a
+    /// retry follows (`flush_end`).
     #[allow(clippy::too_many_arguments)]
     async fn end_run(
-        &self,
+        &mut self,
         run_id: &str,
         ended_at: i64,
         exit_code: Option<i32>,
@@ -723,8 +740,17 @@ impl Worker {
             retry_decision: decision.map(str::to_string),
             error: error.map(str::to_string),
         };
-        if let Err(error) = self.shared.ledger.write(EndRun { end }).await {
-            tracing::error!(%error, run_id, "could not close the run");
+        self.flush_end().await;
+        self.pending_end = Some(end);
+    }
+
+    /// Writes a run's end that waits for its prompt's end, now.
+    async fn flush_end(&mut self) {
+        if let Some(end) = self.pending_end.take() {
+            let run_id = end.run_id.clone();
+            if let Err(error) = self.shared.ledger.write(EndRun { end }).await {
+                tracing::error!(%error, run_id, "could not close the run");
+            }
         }
     }
 
