@@ -105,6 +105,15 @@ impl Worker {
                 }
             }
         };
+        // The child serving the run, recorded before anything can fail.
+        let spawned = RunSpawned {
+            run_id: turn.run_id.to_string(),
+            pid,
+            pid_start: process::start_time(pid),
+        };
+        if let Err(error) = self.shared.ledger.write(spawned).await {
+            tracing::error!(%error, run_id = turn.run_id, "the run's child was not recorded");
+        }
         // The thread: resume the known one, or start one with the project's policy.
         let thread_id = match turn.thread_id {
             Some(thread) => match call("thread/resume", json!({ "threadId": thread })).await {
@@ -156,9 +165,7 @@ impl Worker {
                 }
             }
         };
-        // Which child and thread serve the run: an event now (with the turn's first batch);
-        // the run's row learns the pid at the end, with the last batch (the app-server's own
-        // orphans are found through its actor's state, not through runs).
+        // Which thread serves the run: an event with the turn's first batch.
         let mut batch = vec![self.new_event(
             turn.prompt,
             turn.run_id,
@@ -310,14 +317,7 @@ impl Worker {
             "run.exited",
             json!({ "turn_id": turn_id, "app_server_pid": pid }),
         ));
-        let spawned = RunSpawned {
-            run_id: turn.run_id.to_string(),
-            pid,
-            pid_start: process::start_time(pid),
-        };
-        if let Err(error) = self.shared.write_with_events(spawned, batch).await {
-            tracing::error!(%error, run_id = turn.run_id, "the run's end was not recorded");
-        }
+        self.shared.append_events(batch).await;
         (outcome, Some(thread_id))
     }
 }
