@@ -714,3 +714,44 @@ fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
         );
     });
 }
+
+#[test]
+fn a_thread_another_child_holds_is_a_writer_conflict_retried_on_the_same_thread() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        bench
+            .corral
+            .set_setting("retry.writer_conflict_delays", Some("0.05,0.05"))
+            .await
+            .unwrap();
+        // Two projects: two app-server children. The first holds its thread open.
+        let first = bench.session(&bench.project("a", false).await).await;
+        assert_eq!(
+            bench.run(&first, "open the thread").await.status,
+            PromptStatus::Done
+        );
+        let held = bench.session_now(&first).thread_id.unwrap();
+        let second = bench.session(&bench.project("b", false).await).await;
+        let db = rusqlite::Connection::open(bench.home.path().join("corral.db")).unwrap();
+        db.busy_timeout(Duration::from_secs(5)).unwrap();
+        db.execute(
+            "UPDATE sessions SET thread_id = ?1 WHERE id = ?2",
+            [&held, &second.id],
+        )
+        .unwrap();
+        let refused = bench.run(&second, "write to it too").await;
+        assert_eq!(refused.status, PromptStatus::Failed, "{refused:?}");
+        assert!(
+            refused.error.as_deref().unwrap().contains("active writer"),
+            "{refused:?}"
+        );
+        let runs = bench.runs(&refused.id);
+        assert_eq!(runs.len(), 3, "two retries, then fail: {runs:?}");
+        assert!(runs
+            .iter()
+            .all(|run| run.failure_class.as_deref() == Some("writer_conflict")));
+        assert!(runs
+            .iter()
+            .all(|run| run.thread_id.as_deref() == Some(held.as_str())));
+    });
+}
