@@ -260,41 +260,16 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 
 /// Whether a process exists and is not a zombie.
 fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
+    corral::process::is_alive(pid as u32, None)
 }
 
-/// Live processes whose environment names `home` as their CORRAL_HOME.
+/// Live processes whose environment names `home` as their CORRAL_HOME: the daemon, the CLIs
+/// and the engine children of this test.
 fn processes_of(home: &Path) -> Vec<i32> {
-    let wanted = format!("CORRAL_HOME={}", home.display());
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|&byte| byte == 0)
-            .any(|variable| variable == wanted.as_bytes())
-            && alive(pid)
-        {
-            found.push(pid);
-        }
-    }
-    found
+    corral::process::find_by_env("CORRAL_HOME", &home.to_string_lossy())
+        .into_iter()
+        .filter(|&pid| alive(pid))
+        .collect()
 }
 
 fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {

@@ -90,15 +90,7 @@ fn a_command_killed_by_a_signal_records_that_signal() {
 }
 
 fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .trim_start()
-            .starts_with('Z'),
-    }
+    !corral::process::is_alive(pid as u32, None)
 }
 
 fn interrupt(signal: i32, expected: i32, script: &str) {
