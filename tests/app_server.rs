@@ -333,6 +333,30 @@ fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
                 .contains("within 60 s"),
             "{states:?}"
         );
+        // It waits without a slot: with one slot in all, another project's session runs.
+        assert!(bench.runs(&waiting).is_empty(), "no run while it waits");
+        bench
+            .corral
+            .set_setting("slots.total", Some("1"))
+            .await
+            .unwrap();
+        bench
+            .corral
+            .set_setting("engines.fake.path", Some(FAKE))
+            .await
+            .unwrap();
+        let other = bench.project("q", false).await;
+        let other = bench
+            .corral
+            .open_session(NewSession {
+                project_id: other.id.clone(),
+                engine: "fake".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let beside = bench.run(&other, "meanwhile").await;
+        assert_eq!(beside.status, PromptStatus::Done, "{beside:?}");
         // A waiting prompt can be cancelled.
         bench.corral.cancel(&waiting).await.unwrap();
         assert_eq!(bench.wait(&waiting).await.status, PromptStatus::Cancelled);

@@ -4,6 +4,7 @@
 //! inside its transaction; reads ([`list`], [`find_by_prefix`], [`open_execs`]) run on a
 //! read-only connection of the caller's own.
 
+use super::Cached;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
@@ -357,7 +358,7 @@ pub fn list(
         "SELECT {COLUMNS} FROM execs {condition} ORDER BY started_at DESC, id DESC LIMIT ?{}",
         values.len()
     );
-    let mut statement = connection.prepare(&sql)?;
+    let mut statement = connection.prepare_cached(&sql)?;
     let mut entries = statement
         .query_map(params_from_iter(values), from_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -385,7 +386,7 @@ pub fn find_by_prefix(
     // A range scan on the primary key: ids are ASCII, so every id with the prefix sorts
     // between the prefix and the prefix followed by the highest ASCII character.
     let upper = format!("{prefix}\u{7f}");
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM execs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3"
     ))?;
     let rows = statement
@@ -403,7 +404,7 @@ pub struct OpenExec {
 
 /// Every exec not completed, newest first.
 pub fn open_execs(connection: &Connection) -> rusqlite::Result<Vec<OpenExec>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {COLUMNS}, pid_start FROM execs WHERE completed_at IS NULL \
          ORDER BY started_at DESC, id DESC"
     ))?;
@@ -426,7 +427,7 @@ pub fn waves_matching(
     repo: Option<Option<&str>>,
 ) -> rusqlite::Result<Vec<(String, Option<String>)>> {
     let by_id: Option<(String, Option<String>)> = connection
-        .query_row(
+        .row(
             "SELECT id, repo FROM waves WHERE id = ?1",
             [selector],
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -435,7 +436,7 @@ pub fn waves_matching(
     if let Some(wave) = by_id {
         return Ok(vec![wave]);
     }
-    let mut statement = connection.prepare("SELECT id, repo FROM waves WHERE name = ?1")?;
+    let mut statement = connection.prepare_cached("SELECT id, repo FROM waves WHERE name = ?1")?;
     let waves = statement
         .query_map([selector], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<rusqlite::Result<Vec<(String, Option<String>)>>>()?;

@@ -21,7 +21,38 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, Params, Row};
+
+/// How many prepared statements a connection keeps: every write and read the supervisor runs
+/// on a turn's path fits, so none is parsed twice (parsing costs more than running one).
+const STATEMENT_CACHE: usize = 128;
+
+/// Statements through the connection's statement cache. The ledger and the readers run the
+/// same few dozen statements over and over; `Connection::execute` and `query_row` would parse
+/// each one again every time.
+pub(crate) trait Cached {
+    /// `execute`, with the statement cached.
+    fn run<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    /// `query_row`, with the statement cached.
+    fn row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn run<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
 
 /// corral's SQLite `application_id`: the bytes `"CRRL"`. A store whose header carries another
 /// non-zero id belongs to another program and is never written.
@@ -191,6 +222,24 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     connection.busy_timeout(busy_timeout())?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(connection)
+}
+
+/// Opens the connection of the ledger's WAL checkpointer: read-write, because a checkpoint
+/// writes the database file, but it runs nothing but checkpoints (no pragma, no statement).
+/// The ledger's writer has opened and checked the store before.
+pub fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
+    let connection = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    connection.busy_timeout(busy_timeout())?;
+    // Closing must not checkpoint either: the checkpointer's checkpoints are its messages.
+    connection.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
     Ok(connection)
 }
 
@@ -209,6 +258,7 @@ pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), Store
     }
     let connection = Connection::open_with_flags(path, flags)?;
     connection.busy_timeout(busy_timeout())?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     let version = check_connection(&connection).map_err(|error| match error {
         StoreError::Sqlite(error) => StoreError::from_sqlite(path, error),
         other => other,
@@ -235,9 +285,10 @@ pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), Store
     Ok((connection, version))
 }
 
-/// Checkpoints and truncates the WAL when it has grown past [`WAL_AUTOCHECKPOINT_PAGES`].
-/// Best effort: a busy reader only postpones it to a later writer.
-fn truncate_long_wal(connection: &Connection, path: &Path) {
+/// Checkpoints and truncates the WAL when it has grown past [`WAL_AUTOCHECKPOINT_PAGES`]; a
+/// short one is left as it is. Run when a writer opens the store and when the ledger is idle.
+/// Best effort: a busy reader only postpones it.
+pub(crate) fn truncate_long_wal(connection: &Connection, path: &Path) {
     let page_size: u64 = connection
         .query_row("PRAGMA page_size", [], |row| row.get(0))
         .unwrap_or(4096);

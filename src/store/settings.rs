@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::Cached;
 use crate::engine::EngineKind;
 
 /// Time between SIGTERM and SIGKILL when corral ends a process group.
@@ -84,7 +85,7 @@ pub const KNOWN: &[Known] = &[
 /// The stored value of `name`, if any. A store too old to have settings has none.
 pub fn get(connection: &Connection, name: &str) -> Option<String> {
     connection
-        .query_row(
+        .row(
             "SELECT value FROM settings WHERE name = ?1",
             [name],
             |row| row.get(0),
@@ -249,7 +250,7 @@ impl Settings {
     /// (written by hand) keeps the default rather than stopping the supervisor.
     pub fn load(connection: &Connection) -> rusqlite::Result<Settings> {
         let mut settings = Settings::default();
-        let mut statement = connection.prepare("SELECT name, value FROM settings")?;
+        let mut statement = connection.prepare_cached("SELECT name, value FROM settings")?;
         let rows = statement
             .query_map([], |row| {
                 Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))

@@ -15,7 +15,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
-use super::now_ms;
+use super::{now_ms, Cached};
 
 /// A working directory with settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -312,7 +312,7 @@ pub(crate) fn insert_project(
         created_at: now_ms(),
         archived_at: None,
     };
-    connection.execute(
+    connection.run(
         &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
         params![
             project.id,
@@ -329,7 +329,7 @@ pub(crate) fn insert_project(
         ],
     )?;
     for group in &project.groups {
-        connection.execute(
+        connection.run(
             "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
             params![group, project.created_at],
         )?;
@@ -342,7 +342,7 @@ pub(crate) fn set_group_locking(
     name: &str,
     locking: bool,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "INSERT INTO execution_groups (name, locking, created_at) VALUES (?1, ?2, ?3) \
          ON CONFLICT (name) DO UPDATE SET locking = excluded.locking",
         params![name, locking, now_ms()],
@@ -386,7 +386,7 @@ pub(crate) fn insert_session(
         compacted_character_count: None,
         compacted_at: None,
     };
-    connection.execute(
+    connection.run(
         "INSERT INTO sessions (id, project_id, engine, model, reasoning_effort, thread_id, title, \
          title_source, status, task, wave_id, created_at, archived_at, last_event_seq) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -447,7 +447,7 @@ pub(crate) fn enqueue(
         }
     }
     let id = uuid::Uuid::now_v7().to_string();
-    connection.execute(
+    connection.run(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
          created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
         params![
@@ -470,7 +470,7 @@ fn set_session_status(
     session_id: &str,
     status: &str,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "UPDATE sessions SET status = ?2 WHERE id = ?1",
         params![session_id, status],
     )?;
@@ -488,7 +488,7 @@ pub(crate) fn finish_and_claim_next(
 ) -> rusqlite::Result<Option<Prompt>> {
     let now = now_ms();
     let session_id: Option<String> = connection
-        .query_row(
+        .row(
             "SELECT session_id FROM prompts WHERE id = ?1",
             [prompt_id],
             |row| row.get(0),
@@ -497,7 +497,7 @@ pub(crate) fn finish_and_claim_next(
     let Some(session_id) = session_id else {
         return Ok(None);
     };
-    connection.execute(
+    connection.run(
         "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
          WHERE id = ?1 AND status IN ('running', 'queued')",
         params![prompt_id, status.as_str(), error, answer, now],
@@ -512,7 +512,7 @@ pub(crate) fn claim_next(
     session_id: &str,
     last: Option<PromptStatus>,
 ) -> rusqlite::Result<Option<Prompt>> {
-    let running: bool = connection.query_row(
+    let running: bool = connection.row(
         "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
         [session_id],
         |row| row.get(0),
@@ -521,7 +521,7 @@ pub(crate) fn claim_next(
         return Ok(None);
     }
     let next: Option<String> = connection
-        .query_row(
+        .row(
             "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
              ORDER BY created_at, id LIMIT 1",
             [session_id],
@@ -530,7 +530,7 @@ pub(crate) fn claim_next(
         .optional()?;
     match next {
         Some(id) => {
-            connection.execute(
+            connection.run(
                 "UPDATE prompts SET status = 'running', started_at = ?2 WHERE id = ?1",
                 params![id, now_ms()],
             )?;
@@ -570,7 +570,7 @@ pub(crate) fn cancel_prompt(
     };
     Ok(Some(match found.status {
         PromptStatus::Queued => {
-            connection.execute(
+            connection.run(
                 "UPDATE prompts SET status = 'cancelled', finished_at = ?2 WHERE id = ?1",
                 params![prompt_id, now_ms()],
             )?;
@@ -594,6 +594,10 @@ pub struct NewRun {
     pub argv: Vec<String>,
     pub thread_id: Option<String>,
     pub exec_id: Option<String>,
+    /// The child serving the run when it is known before the run starts (an app-server
+    /// turn's long-lived child): its pid and start time, written with the row in one commit.
+    /// An engine child spawned for the run is recorded by [`run_spawned`] instead.
+    pub child: Option<(u32, Option<u64>)>,
 }
 
 /// Writes a run's row. The exec recorded as its parent is the session's current driver, else
@@ -603,9 +607,9 @@ pub(crate) fn insert_run(
     run: &NewRun,
 ) -> rusqlite::Result<Option<String>> {
     let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
-    connection.execute(
-        "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, started_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    connection.run(
+        "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
+         started_at, pid, pid_start, pgid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10)",
         params![
             run.id,
             run.prompt_id,
@@ -616,9 +620,11 @@ pub(crate) fn insert_run(
             run.thread_id,
             exec_id,
             now_ms(),
+            run.child.map(|(pid, _)| pid),
+            run.child.and_then(|(_, start)| start).map(|start| start as i64),
         ],
     )?;
-    connection.execute(
+    connection.run(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         [&run.prompt_id],
     )?;
@@ -632,7 +638,7 @@ pub(crate) fn run_spawned(
     pid: u32,
     pid_start: Option<u64>,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "UPDATE runs SET pid = ?2, pid_start = ?3, pgid = ?2 WHERE id = ?1",
         params![run_id, pid, pid_start.map(|start| start as i64)],
     )?;
@@ -656,7 +662,7 @@ pub struct RunEnd {
 }
 
 pub(crate) fn end_run(connection: &Connection, end: &RunEnd) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "UPDATE runs SET ended_at = ?2, exit_code = ?3, signal = ?4, status = ?5, \
          failure_class = ?6, retry_decision = ?7, error = ?8 WHERE id = ?1",
         params![
@@ -678,7 +684,7 @@ pub(crate) fn set_thread(
     session_id: &str,
     thread_id: Option<&str>,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "UPDATE sessions SET thread_id = ?2 WHERE id = ?1",
         params![session_id, thread_id],
     )?;
@@ -691,7 +697,7 @@ pub(crate) fn set_generated_title(
     session_id: &str,
     title: &str,
 ) -> rusqlite::Result<bool> {
-    let changed = connection.execute(
+    let changed = connection.run(
         "UPDATE sessions SET title = ?2, title_source = 'generated' \
          WHERE id = ?1 AND (title_source IS NULL OR title_source <> 'human')",
         params![session_id, title],
@@ -759,17 +765,17 @@ pub struct Recovered {
 /// Boot reconciliation: closes runs left running as `interrupted` and lists the sessions whose
 /// work must resume (a prompt left `running` stays running: the new worker takes it again).
 pub(crate) fn recover(connection: &Connection) -> rusqlite::Result<Recovered> {
-    let mut statement =
-        connection.prepare("SELECT id, pid, pid_start FROM runs WHERE status = 'running'")?;
+    let mut statement = connection
+        .prepare_cached("SELECT id, pid, pid_start FROM runs WHERE status = 'running'")?;
     let interrupted_runs = statement
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
         .collect::<rusqlite::Result<Vec<(String, Option<i64>, Option<i64>)>>>()?;
-    connection.execute(
+    connection.run(
         "UPDATE runs SET status = 'interrupted', ended_at = ?1, retry_decision = 'requeued' \
          WHERE status = 'running'",
         [now_ms()],
     )?;
-    let mut statement = connection.prepare(
+    let mut statement = connection.prepare_cached(
         "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
     )?;
     let sessions = statement
@@ -788,7 +794,7 @@ pub(crate) fn current_or_next(
     session_id: &str,
 ) -> rusqlite::Result<Option<Prompt>> {
     let running: Option<String> = connection
-        .query_row(
+        .row(
             "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'running'",
             [session_id],
             |row| row.get(0),
@@ -806,12 +812,12 @@ pub(crate) fn set_setting(
     value: Option<&str>,
 ) -> rusqlite::Result<()> {
     match value {
-        Some(value) => connection.execute(
+        Some(value) => connection.run(
             "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3) \
              ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
             params![name, value, now_ms()],
         )?,
-        None => connection.execute("DELETE FROM settings WHERE name = ?1", [name])?,
+        None => connection.run("DELETE FROM settings WHERE name = ?1", [name])?,
     };
     Ok(())
 }
@@ -821,7 +827,7 @@ pub(crate) fn set_setting(
 
 pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Project>> {
     connection
-        .query_row(
+        .row(
             &format!("SELECT {PROJECT_COLUMNS} FROM projects WHERE id = ?1"),
             [id],
             project_row,
@@ -830,7 +836,7 @@ pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Pro
 }
 
 pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {PROJECT_COLUMNS} FROM projects ORDER BY created_at, id"
     ))?;
     let rows = statement.query_map([], project_row)?.collect();
@@ -839,7 +845,7 @@ pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {
 
 pub fn execution_groups(connection: &Connection) -> rusqlite::Result<Vec<ExecutionGroup>> {
     let mut statement =
-        connection.prepare("SELECT name, locking FROM execution_groups ORDER BY name")?;
+        connection.prepare_cached("SELECT name, locking FROM execution_groups ORDER BY name")?;
     let rows = statement
         .query_map([], |row| {
             Ok(ExecutionGroup {
@@ -853,7 +859,7 @@ pub fn execution_groups(connection: &Connection) -> rusqlite::Result<Vec<Executi
 
 pub fn session(connection: &Connection, id: &str) -> rusqlite::Result<Option<Session>> {
     connection
-        .query_row(
+        .row(
             &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
             [id],
             session_row,
@@ -862,7 +868,7 @@ pub fn session(connection: &Connection, id: &str) -> rusqlite::Result<Option<Ses
 }
 
 pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<Session>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at, id"
     ))?;
     let rows = statement.query_map([], session_row)?.collect();
@@ -871,7 +877,7 @@ pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<Session>> {
 
 pub fn prompt(connection: &Connection, id: &str) -> rusqlite::Result<Option<Prompt>> {
     connection
-        .query_row(
+        .row(
             &format!("SELECT {PROMPT_COLUMNS} FROM prompts WHERE id = ?1"),
             [id],
             prompt_row,
@@ -880,7 +886,7 @@ pub fn prompt(connection: &Connection, id: &str) -> rusqlite::Result<Option<Prom
 }
 
 pub fn prompts_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Prompt>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {PROMPT_COLUMNS} FROM prompts WHERE session_id = ?1 ORDER BY created_at, id"
     ))?;
     let rows = statement.query_map([session_id], prompt_row)?.collect();
@@ -888,7 +894,7 @@ pub fn prompts_of(connection: &Connection, session_id: &str) -> rusqlite::Result
 }
 
 pub fn runs_of(connection: &Connection, prompt_id: &str) -> rusqlite::Result<Vec<Run>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE prompt_id = ?1 ORDER BY attempt, started_at"
     ))?;
     let rows = statement.query_map([prompt_id], run_row)?.collect();
@@ -896,7 +902,7 @@ pub fn runs_of(connection: &Connection, prompt_id: &str) -> rusqlite::Result<Vec
 }
 
 pub fn runs_of_session(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Run>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ?1 ORDER BY started_at, id"
     ))?;
     let rows = statement.query_map([session_id], run_row)?.collect();
@@ -905,7 +911,7 @@ pub fn runs_of_session(connection: &Connection, session_id: &str) -> rusqlite::R
 
 /// Every run marked running.
 pub fn running_runs(connection: &Connection) -> rusqlite::Result<Vec<Run>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' ORDER BY started_at, id"
     ))?;
     let rows = statement.query_map([], run_row)?.collect();
@@ -963,7 +969,7 @@ pub fn driver_claim(
     session_id: &str,
 ) -> rusqlite::Result<Option<DriverClaim>> {
     connection
-        .query_row(
+        .row(
             "SELECT session_id, exec_id, generation, provider_generation, claimed_at, released_at, \
              last_exec_id FROM driver_claims WHERE session_id = ?1",
             [session_id],
@@ -994,7 +1000,7 @@ pub(crate) fn claim_driver(
             return Ok(Err(ClaimRefused::Held { exec_id: holder }));
         }
     }
-    connection.execute(
+    connection.run(
         "INSERT INTO driver_claims (session_id, exec_id, last_exec_id, generation, claimed_at) \
          VALUES (?1, ?2, ?2, 1, ?3) \
          ON CONFLICT (session_id) DO UPDATE SET exec_id = excluded.exec_id, \
@@ -1013,7 +1019,7 @@ pub(crate) fn release_driver(
     session_id: &str,
     generation: i64,
 ) -> rusqlite::Result<Option<DriverClaim>> {
-    connection.execute(
+    connection.run(
         "UPDATE driver_claims SET exec_id = NULL, released_at = ?3 \
          WHERE session_id = ?1 AND generation = ?2",
         params![session_id, generation, now_ms()],
@@ -1027,7 +1033,7 @@ pub(crate) fn engine_started(
     connection: &Connection,
     session_id: &str,
 ) -> rusqlite::Result<Option<String>> {
-    connection.execute(
+    connection.run(
         "INSERT INTO driver_claims (session_id, provider_generation) VALUES (?1, 1) \
          ON CONFLICT (session_id) DO UPDATE SET provider_generation = provider_generation + 1",
         [session_id],
@@ -1037,7 +1043,7 @@ pub(crate) fn engine_started(
 
 /// Puts a running prompt back in the queue (daemon shutdown): it runs again, first, later.
 pub(crate) fn requeue(connection: &Connection, prompt_id: &str) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "UPDATE prompts SET status = 'queued' WHERE id = ?1 AND status = 'running'",
         [prompt_id],
     )?;
@@ -1062,7 +1068,7 @@ pub(crate) fn change_project(
     change: &ProjectChange,
 ) -> rusqlite::Result<Option<Project>> {
     let now = now_ms();
-    connection.execute(
+    connection.run(
         "UPDATE projects SET engine = COALESCE(?2, engine), model = COALESCE(?3, model), \
          full_access = COALESCE(?4, full_access), \
          kind = COALESCE(CASE ?5 WHEN 1 THEN 'remote' WHEN 0 THEN 'local' END, kind), \
@@ -1086,7 +1092,7 @@ pub(crate) fn change_project(
     )?;
     if let Some(groups) = &change.groups {
         for group in groups {
-            connection.execute(
+            connection.run(
                 "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
                 params![group, now],
             )?;
@@ -1103,13 +1109,13 @@ pub(crate) fn change_session(
     archive: bool,
 ) -> rusqlite::Result<Option<Session>> {
     if let Some(title) = title {
-        connection.execute(
+        connection.run(
             "UPDATE sessions SET title = ?2, title_source = 'human' WHERE id = ?1",
             params![id, title],
         )?;
     }
     if archive {
-        connection.execute(
+        connection.run(
             "UPDATE sessions SET archived_at = COALESCE(archived_at, ?2) WHERE id = ?1",
             params![id, now_ms()],
         )?;
@@ -1124,7 +1130,7 @@ pub(crate) fn wave_named(
     repo: Option<&str>,
 ) -> rusqlite::Result<String> {
     let found: Option<String> = connection
-        .query_row(
+        .row(
             "SELECT id FROM waves WHERE name = ?1 AND repo IS ?2",
             params![name, repo],
             |row| row.get(0),
@@ -1134,7 +1140,7 @@ pub(crate) fn wave_named(
         return Ok(id);
     }
     let id = uuid::Uuid::now_v7().to_string();
-    connection.execute(
+    connection.run(
         "INSERT INTO waves (id, name, repo, created_at) VALUES (?1, ?2, ?3, ?4)",
         params![id, name, repo, now_ms()],
     )?;
@@ -1149,7 +1155,7 @@ pub(crate) fn save_app_server(
     project_id: &str,
     state: &serde_json::Value,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.run(
         "INSERT INTO app_servers (project_id, state, updated_at) VALUES (?1, ?2, ?3) \
          ON CONFLICT (project_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
         params![project_id, state.to_string(), now_ms()],
@@ -1159,7 +1165,8 @@ pub(crate) fn save_app_server(
 
 /// The last known state of every app-server child, by project.
 pub fn app_servers(connection: &Connection) -> rusqlite::Result<Vec<serde_json::Value>> {
-    let mut statement = connection.prepare("SELECT state FROM app_servers ORDER BY project_id")?;
+    let mut statement =
+        connection.prepare_cached("SELECT state FROM app_servers ORDER BY project_id")?;
     let rows = statement
         .query_map([], |row| row.get::<_, String>(0))?
         .map(|row| row.map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)))
@@ -1175,7 +1182,7 @@ pub(crate) fn record_compaction(
     characters: i64,
     reset_thread: bool,
 ) -> rusqlite::Result<Option<Session>> {
-    connection.execute(
+    connection.run(
         "UPDATE sessions SET compacted_message_count = ?2, compacted_character_count = ?3, \
          compacted_at = ?4, thread_id = CASE WHEN ?5 THEN NULL ELSE thread_id END WHERE id = ?1",
         params![session_id, messages, characters, now_ms(), reset_thread],

@@ -9,12 +9,10 @@ use actix::prelude::*;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{event_kind, event_payload, RunOutcome, Stop, Worker, EVENT_BATCH};
+use super::{event_kind, event_payload, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
-use crate::actors::ledger::RunSpawned;
 use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
 use crate::framing;
-use crate::process;
 use crate::store::work::Prompt;
 
 /// How long a turn's events may wait to be stored with the next ones.
@@ -31,6 +29,9 @@ pub(super) struct AppTurn<'a> {
     pub(super) cwd: &'a str,
     /// The exec that drives this turn: the parent of the commands the agent runs in it.
     pub(super) driver_exec: Option<&'a str>,
+    /// The generation and pid of the child serving the turn (already recorded on the run).
+    pub(super) generation: u64,
+    pub(super) pid: u32,
 }
 
 /// Where the exec driving a session's current turn is written for an app-server's agent: the
@@ -53,6 +54,43 @@ fn write_driver_file(home: &Path, session_id: &str, exec_id: Option<&str>) -> st
 }
 
 impl Worker {
+    /// Waits until the project's app-server child runs. A child that hit the restart limit is
+    /// waited for, not failed: the prompt stays this worker's (nothing is lost) until restarts
+    /// are allowed again, or it is cancelled.
+    pub(super) async fn wait_app_server(
+        &mut self,
+        server: &Addr<AppServerActor>,
+        prompt_id: &str,
+    ) -> Result<(), PromptEnd> {
+        let mut announced = false;
+        loop {
+            let reason = match server.send(app_server::EnsureRunning).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(reason)) => reason,
+                Err(error) => return Err(PromptEnd::failed(error.to_string())),
+            };
+            let Ok(Some(wait)) = server.send(app_server::RetryAfter).await else {
+                return Err(PromptEnd::failed(reason));
+            };
+            if !announced {
+                announced = true;
+                self.event(
+                    Some(prompt_id),
+                    None,
+                    "app_server.unavailable",
+                    json!({ "reason": reason, "retry_in_ms": wait.as_millis() as u64 }),
+                )
+                .await;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, prompt_id) => {
+                    return Err(PromptEnd::stopped(stop));
+                }
+            }
+        }
+    }
+
     /// Runs one prompt as a turn of the project's app-server: resume or start the thread,
     /// `turn/start`, follow the thread's notifications until `turn/completed` (or the transport
     /// closes). Cancel is `turn/interrupt` first; a turn that does not end within the grace
@@ -76,44 +114,7 @@ impl Worker {
                 params,
             })
         };
-        // A child that hit the restart limit is waited for, not failed: the prompt stays
-        // this worker's (nothing is lost) until restarts are allowed again, or it is cancelled.
-        let mut announced = false;
-        let (generation, pid) = loop {
-            let reason = match server.send(app_server::EnsureRunning).await {
-                Ok(Ok(ready)) => break ready,
-                Ok(Err(reason)) => reason,
-                Err(error) => return (failed(error.to_string(), None), None),
-            };
-            let Ok(Some(wait)) = server.send(app_server::RetryAfter).await else {
-                return (failed(reason, None), None);
-            };
-            if !announced {
-                announced = true;
-                self.event(
-                    Some(&turn.prompt.id),
-                    Some(turn.run_id),
-                    "app_server.unavailable",
-                    json!({ "reason": reason, "retry_in_ms": wait.as_millis() as u64 }),
-                )
-                .await;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id) => {
-                    return (RunOutcome::Stopped(stop), None);
-                }
-            }
-        };
-        // The child serving the run, recorded before anything can fail.
-        let spawned = RunSpawned {
-            run_id: turn.run_id.to_string(),
-            pid,
-            pid_start: process::start_time(pid),
-        };
-        if let Err(error) = self.shared.ledger.write(spawned).await {
-            tracing::error!(%error, run_id = turn.run_id, "the run's child was not recorded");
-        }
+        let (generation, pid) = (turn.generation, turn.pid);
         // The thread: resume the known one, or start one with the project's policy.
         let thread_id = match turn.thread_id {
             Some(thread) => match call("thread/resume", json!({ "threadId": thread })).await {
@@ -218,7 +219,7 @@ impl Worker {
             tokio::select! {
                 _ = &mut flush, if flush_armed => {
                     flush_armed = false;
-                    self.shared.append_events(std::mem::take(&mut batch)).await;
+                    self.store_events(std::mem::take(&mut batch)).await;
                 }
                 next = notifications.recv() => {
                     let Some(next) = next else {
@@ -287,7 +288,7 @@ impl Worker {
                     }
                     if batch.len() >= EVENT_BATCH {
                         flush_armed = false;
-                        self.shared.append_events(std::mem::take(&mut batch)).await;
+                        self.store_events(std::mem::take(&mut batch)).await;
                     } else if !batch.is_empty() && !flush_armed {
                         flush_armed = true;
                         flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_AFTER);
@@ -317,7 +318,8 @@ impl Worker {
             "run.exited",
             json!({ "turn_id": turn_id, "app_server_pid": pid }),
         ));
-        self.shared.append_events(batch).await;
+        // Stored with the run's end (one commit with the prompt's end for a last run).
+        self.deferred.append(&mut batch);
         (outcome, Some(thread_id))
     }
 }

@@ -167,7 +167,7 @@ impl Worker {
                         }
                     }
                     if batch.len() >= EVENT_BATCH || lines.is_empty() {
-                        self.shared.append_events(std::mem::take(&mut batch)).await;
+                        self.store_events(std::mem::take(&mut batch)).await;
                     }
                 }
                 exit = child.wait(), if status.is_none() => {
@@ -194,22 +194,16 @@ impl Worker {
             while let Ok(line) = lines.try_recv() {
                 batch.push(self.new_event(prompt, run_id, "raw", json!({ "line": line.text })));
             }
-            self.shared.append_events(std::mem::take(&mut batch)).await;
             let reason = match stop {
                 RunOutcome::Stopped(Stop::Cancel) => "cancelled",
                 RunOutcome::Stopped(Stop::Shutdown) => "daemon shutdown",
                 _ => "timed out",
             };
-            self.event(
-                Some(&prompt.id),
-                Some(run_id),
-                "run.exited",
-                json!({ "ended_by": reason }),
-            )
-            .await;
+            batch.push(self.new_event(prompt, run_id, "run.exited", json!({ "ended_by": reason })));
+            // Stored with the run's end.
+            self.deferred.append(&mut batch);
             return (stop, reported_thread);
         }
-        self.shared.append_events(std::mem::take(&mut batch)).await;
         let status = status.or_else(|| child.try_wait().ok().flatten());
         let exit_code = status.and_then(|status| status.code());
         let signal = status
@@ -217,17 +211,18 @@ impl Worker {
             .map(process::signal_name);
         let tail: Vec<String> = stderr_tail.into_iter().collect();
         let verdict = engine::judge(terminal.as_slice(), exit_code, signal.as_deref(), &tail);
-        self.event(
-            Some(&prompt.id),
-            Some(run_id),
+        batch.push(self.new_event(
+            prompt,
+            run_id,
             "run.exited",
             json!({
                 "exit_code": exit_code,
                 "signal": signal,
                 "verdict": match &verdict { RunVerdict::Succeeded => "succeeded", RunVerdict::Failed { .. } => "failed" },
             }),
-        )
-        .await;
+        ));
+        // Stored with the run's end (one commit with the prompt's end for a last run).
+        self.deferred.append(&mut batch);
         let outcome = RunOutcome::Finished {
             verdict,
             exit_code,

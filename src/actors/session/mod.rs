@@ -29,6 +29,7 @@ use tokio::sync::watch;
 mod app_turn;
 mod child;
 
+use super::app_server;
 use super::ledger::{
     Both, EndRun, FinishPrompt, RequeuePrompt, SetGeneratedTitle, SetThread, StartRun,
 };
@@ -106,6 +107,7 @@ impl SessionActor {
             shutdown: self.shared.shutdown_signal(),
             driver_written: None,
             pending_end: None,
+            deferred: Vec::new(),
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
             actor.working = false;
@@ -157,6 +159,11 @@ struct Worker {
     /// The end of the prompt's last run, written with the prompt's end (one commit); a run
     /// followed by a retry is written at once instead.
     pending_end: Option<RunEnd>,
+    /// Events not stored yet, in order: they go with the next write (the run's row, the
+    /// prompt's end), so that a quick turn costs three commits in all — its prompt queued, its
+    /// run started, its prompt ended — however many events it has. Every write of events
+    /// takes these first, so the order of a session's events is kept.
+    deferred: Vec<NewEvent>,
 }
 
 /// Why the worker stopped waiting for a prompt.
@@ -266,12 +273,14 @@ impl Worker {
                 error: end.error.clone(),
                 answer: end.answer.clone(),
             };
-            // One commit for the last run's end, the prompt's end and its event; the event is
-            // published after it.
+            // One commit for the last run's end, the prompt's end, its events and the ones
+            // still deferred; the events are published after it.
             let last_run = self.pending_end.take().map(|end| EndRun { end });
+            let mut events = std::mem::take(&mut self.deferred);
+            events.push(ended);
             let finished = self
                 .shared
-                .write_with_events(Both(last_run, finish), vec![ended])
+                .write_with_events(Both(last_run, finish), events)
                 .await
                 .map(|(_, next)| next);
             next = match finished {
@@ -321,8 +330,9 @@ impl Worker {
         }
     }
 
+    /// Stores one event now (with the deferred ones before it) and publishes it.
     async fn event(
-        &self,
+        &mut self,
         prompt_id: Option<&str>,
         run_id: Option<&str>,
         kind: &str,
@@ -335,7 +345,17 @@ impl Worker {
             kind: kind.to_string(),
             payload,
         };
-        self.shared.append_events(vec![event]).await;
+        self.store_events(vec![event]).await;
+    }
+
+    /// Stores `events` now, after the deferred ones.
+    async fn store_events(&mut self, mut events: Vec<NewEvent>) {
+        if !self.deferred.is_empty() {
+            let mut all = std::mem::take(&mut self.deferred);
+            all.append(&mut events);
+            events = all;
+        }
+        self.shared.append_events(events).await;
     }
 
     async fn run_prompt(&mut self, prompt: Prompt) -> PromptEnd {
@@ -382,13 +402,14 @@ impl Worker {
         let mut attempt = prompt.attempts;
         let (mut rate_limited, mut writer_conflicts, mut replayed) = (0usize, 0usize, false);
         let mut overloaded = 0usize;
-        self.event(
-            Some(&prompt.id),
-            None,
-            "prompt.started",
-            json!({ "text": prompt.text, "images": prompt.images }),
-        )
-        .await;
+        // Stored with the run's row (or with whatever is written first).
+        self.deferred.push(NewEvent {
+            session_id: self.session_id.clone(),
+            prompt_id: Some(prompt.id.clone()),
+            run_id: None,
+            kind: "prompt.started".into(),
+            payload: json!({ "text": prompt.text, "images": prompt.images }),
+        });
 
         loop {
             if self.is_cancelled(&prompt.id) {
@@ -402,6 +423,17 @@ impl Worker {
             let program = match resolve_program(kind, &settings.engine_paths) {
                 Ok(program) => program,
                 Err(message) => return PromptEnd::failed(message),
+            };
+            // An app-server's child must be up before a slot is taken: a prompt waiting out a
+            // failed child holds no slot that other sessions could use.
+            let server = if kind == EngineKind::CodexAppServer {
+                let server = self.shared.app_server(&project, &program);
+                if let Err(stop) = self.wait_app_server(&server, &prompt.id).await {
+                    return stop;
+                }
+                Some(server)
+            } else {
+                None
             };
 
             // 1. A slot: engine permit + project lock + locking group locks.
@@ -447,7 +479,21 @@ impl Worker {
                 .await;
             }
 
-            // 2. The run's row, then the child.
+            // 2. The run's row, then the child. An app-server's child is asked again now that
+            // the slot is held: it may have been restarted (or lost) during the wait.
+            let serving = match &server {
+                Some(server) => match server.send(app_server::EnsureRunning).await {
+                    Ok(Ok(serving)) => Some(serving),
+                    // Lost since: wait for it again, without the slot.
+                    Ok(Err(_)) => {
+                        drop(slot);
+                        attempt -= 1;
+                        continue;
+                    }
+                    Err(error) => return PromptEnd::failed(error.to_string()),
+                },
+                None => None,
+            };
             let spec = RunSpec {
                 program: program.clone(),
                 prompt: text.clone(),
@@ -465,22 +511,25 @@ impl Worker {
             // supervisor.
             let started = self
                 .shared
-                .ledger
-                .write(StartRun {
-                    run: work::NewRun {
-                        id: run_id.clone(),
-                        prompt_id: prompt.id.clone(),
-                        session_id: self.session_id.clone(),
-                        attempt,
-                        engine: kind.as_str().to_string(),
-                        argv: argv
-                            .iter()
-                            .map(|a| a.to_string_lossy().into_owned())
-                            .collect(),
-                        thread_id: thread_id.clone(),
-                        exec_id: self.shared.exec_id.clone(),
+                .write_with_events(
+                    StartRun {
+                        run: work::NewRun {
+                            id: run_id.clone(),
+                            prompt_id: prompt.id.clone(),
+                            session_id: self.session_id.clone(),
+                            attempt,
+                            engine: kind.as_str().to_string(),
+                            argv: argv
+                                .iter()
+                                .map(|a| a.to_string_lossy().into_owned())
+                                .collect(),
+                            thread_id: thread_id.clone(),
+                            exec_id: self.shared.exec_id.clone(),
+                            child: serving.map(|(_, pid)| (pid, crate::process::start_time(pid))),
+                        },
                     },
-                })
+                    std::mem::take(&mut self.deferred),
+                )
                 .await;
             let exec_id = match started {
                 Ok(exec_id) => exec_id,
@@ -494,31 +543,33 @@ impl Worker {
                 exec_id: exec_id.as_deref(),
                 attempt,
             };
-            let (outcome, reported_thread) = if kind == EngineKind::CodexAppServer {
-                let server = self.shared.app_server(&project, &program);
-                let turn = AppTurn {
-                    prompt: &prompt,
-                    run_id: &run_id,
-                    thread_id: spec.thread_id.as_deref(),
-                    text: &text,
-                    model: spec.model.as_deref(),
-                    sandbox,
-                    cwd: &project.path,
-                    driver_exec: exec_id.as_deref(),
+            let (outcome, reported_thread) =
+                if let (Some(server), Some((generation, pid))) = (&server, serving) {
+                    let turn = AppTurn {
+                        prompt: &prompt,
+                        run_id: &run_id,
+                        thread_id: spec.thread_id.as_deref(),
+                        text: &text,
+                        model: spec.model.as_deref(),
+                        sandbox,
+                        cwd: &project.path,
+                        driver_exec: exec_id.as_deref(),
+                        generation,
+                        pid,
+                    };
+                    self.run_app_turn(server, turn, &settings).await
+                } else {
+                    self.run_child(
+                        &prompt,
+                        &run_id,
+                        &argv,
+                        &project.path,
+                        environment,
+                        kind,
+                        &settings,
+                    )
+                    .await
                 };
-                self.run_app_turn(&server, turn, &settings).await
-            } else {
-                self.run_child(
-                    &prompt,
-                    &run_id,
-                    &argv,
-                    &project.path,
-                    environment,
-                    kind,
-                    &settings,
-                )
-                .await
-            };
             let ended_at = crate::store::now_ms();
             drop(slot);
 
@@ -744,11 +795,12 @@ impl Worker {
         self.pending_end = Some(end);
     }
 
-    /// Writes a run's end that waits for its prompt's end, now.
+    /// Writes a run's end that waits for its prompt's end now, with the deferred events.
     async fn flush_end(&mut self) {
         if let Some(end) = self.pending_end.take() {
             let run_id = end.run_id.clone();
-            if let Err(error) = self.shared.ledger.write(EndRun { end }).await {
+            let events = std::mem::take(&mut self.deferred);
+            if let Err(error) = self.shared.write_with_events(EndRun { end }, events).await {
                 tracing::error!(%error, run_id, "could not close the run");
             }
         }
