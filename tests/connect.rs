@@ -965,3 +965,35 @@ fn an_app_server_session_streams_deltas_and_takes_steering() {
     assert_eq!(connect.stop(libc::SIGTERM), Some(143));
     home.stop();
 }
+
+#[test]
+fn an_approval_is_answered_by_the_projects_policy_and_shown_as_the_items_outcome() {
+    let home = Home::new();
+    home.start();
+    home.session("asks", "codex-app-server");
+    let mut connect = home.connect("asks", &home.socket());
+    let mut a = Native::initialized(&home.socket());
+    let turn = turn_id(&turn_start(&mut a, "@fake approval=command\nwork"));
+    let seen = a.turn(&turn);
+    // Project p has no full access: the command is declined by policy, and the native
+    // client sees the item complete as declined. No request of the server reaches it.
+    let command = seen
+        .iter()
+        .find(|m| {
+            m["method"] == "item/completed" && m["params"]["item"]["type"] == "commandExecution"
+        })
+        .unwrap_or_else(|| panic!("no command item in {seen:#?}"));
+    assert_eq!(command["params"]["item"]["status"], "declined", "{command}");
+    assert!(
+        seen.iter()
+            .chain(a.pending.iter())
+            .all(|m| m.get("id").is_none()),
+        "{seen:#?}"
+    );
+    assert_eq!(
+        seen.last().unwrap()["params"]["turn"]["status"],
+        "completed"
+    );
+    assert_eq!(connect.stop(libc::SIGTERM), Some(143));
+    home.stop();
+}
