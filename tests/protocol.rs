@@ -1133,6 +1133,61 @@ fn subscribing_after_an_offset_misses_and_repeats_nothing_across_a_reconnect() {
     daemon.stop_cleanly();
 }
 
+#[test]
+fn a_subscription_ended_by_lag_is_gone_and_a_bad_offset_is_refused() {
+    let mut daemon = Daemon::start(&[]);
+    let mut conn = daemon.connect();
+    let session = daemon.session(&mut conn, "firehose");
+    for after in [json!("7"), json!(-1), json!(1.5)] {
+        let refused = conn.request(
+            "events.subscribe",
+            json!({ "session": session, "after": after }),
+        );
+        assert_eq!(error_code(&refused), -32602, "after {after}: {refused}");
+    }
+    let refused = conn.request("events.unsubscribe", json!({}));
+    assert_eq!(error_code(&refused), -32602, "{refused}");
+
+    // A client that does not read while 40,000 events stream falls behind and lags.
+    let mut slow = daemon.connect();
+    let subscribed = slow.call(
+        "events.subscribe",
+        json!({ "session": session, "after": 0 }),
+    );
+    let subscription = subscribed["subscription"].clone();
+    let prompt = conn.call(
+        "prompt.send",
+        json!({ "session": session, "text": "@fake deltas=40000\nflood" }),
+    );
+    let done = conn.call("prompt.wait", json!({ "prompt": prompt["id"] }));
+    assert_eq!(done["status"], "done", "{done}");
+    let lagged = loop {
+        let notification = slow.notification();
+        if notification["method"] == "events.lagged" {
+            break notification;
+        }
+    };
+    assert_eq!(lagged["params"]["subscription"], subscription, "{lagged}");
+    // The lagged subscription ended: it is not the connection's any more.
+    let gone = slow.request(
+        "events.unsubscribe",
+        json!({ "subscription": subscription }),
+    );
+    assert_eq!(error_code(&gone), -32004, "{gone}");
+    // A new one resumes from the notice's sequence.
+    let resumed = slow.call(
+        "events.subscribe",
+        json!({ "session": session, "after": lagged["params"]["resume_after"] }),
+    );
+    assert_ne!(resumed["subscription"], subscription);
+    let next = slow.event();
+    assert_eq!(
+        next["seq"].as_i64().unwrap(),
+        lagged["params"]["resume_after"].as_i64().unwrap() + 1
+    );
+    daemon.stop_cleanly();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Found while writing these tests
 

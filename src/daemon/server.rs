@@ -312,7 +312,12 @@ async fn handle(connection: &Rc<Connection>, request: &Request) -> Result<Value,
             let id = params
                 .get("subscription")
                 .and_then(Value::as_u64)
-                .unwrap_or(0);
+                .ok_or_else(|| {
+                    RpcError::new(
+                        code::INVALID_PARAMS,
+                        "subscription is required (the number events.subscribe answered)",
+                    )
+                })?;
             match connection.subscriptions.borrow_mut().remove(&id) {
                 Some(task) => {
                     task.abort();
@@ -335,21 +340,39 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
         .get("session")
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::new(code::INVALID_PARAMS, "session is required"))?;
-    let after = params.get("after").and_then(Value::as_i64).unwrap_or(0);
+    let after = match params.get("after") {
+        None | Some(Value::Null) => 0,
+        Some(after) => after.as_i64().filter(|after| *after >= 0).ok_or_else(|| {
+            RpcError::new(
+                code::INVALID_PARAMS,
+                format!("after must be an event sequence number (an integer >= 0), not {after}"),
+            )
+        })?,
+    };
     let session = methods::resolve_session(&connection.context.corral, selector)?;
     let id = connection.context.next_subscription.get();
     connection.context.next_subscription.set(id + 1);
     // Listen before reading the store: an event committed in between is seen twice at most,
     // and the sequence numbers drop the repeat.
     let live = connection.context.corral.subscribe();
-    let task = actix::spawn(forward(
+    let forwarding = forward(
         connection.context.corral.clone(),
         connection.out.clone(),
         live,
         session.id.clone(),
         id,
         after,
-    ));
+    );
+    // A subscription that ends by itself (lagged, the client gone) leaves the connection's
+    // table: `events.unsubscribe` then says it is unknown, and nothing is kept for it.
+    let owner = Rc::downgrade(connection);
+    let task = actix::spawn(async move {
+        forwarding.await;
+        if let Some(connection) = owner.upgrade() {
+            connection.subscriptions.borrow_mut().remove(&id);
+        }
+    });
+    // (The task has not run yet: it is spawned on this thread, which has not yielded.)
     connection.subscriptions.borrow_mut().insert(id, task);
     Ok(json!({ "subscription": id, "session": session.id, "after": after }))
 }
