@@ -427,6 +427,7 @@ fn echo_env_answers_with_the_corral_variables() {
             "CORRAL_SESSION_ID": "0190-session",
             "CORRAL_PARENT_EXEC": null,
             "CORRAL_RUN_ATTEMPT": "2",
+            "CLAUDE_CODE_MAX_RETRIES": null,
         })
     );
 }

@@ -708,6 +708,19 @@ fn a_claude_session_runs_on_the_claude_format() {
             bench.runs(&limited.id)[0].failure_class.as_deref(),
             Some("rate_limit")
         );
+        // Claude's own retries are turned down: corral's policy does the waiting.
+        let env = bench.run(&session, "@fake echo-env\nwork").await;
+        let env: serde_json::Value = serde_json::from_str(env.answer.as_deref().unwrap()).unwrap();
+        assert_eq!(env["CLAUDE_CODE_MAX_RETRIES"], "2", "{env}");
+        // Other engines are left alone.
+        let codex = bench.session(&project, "fake").await;
+        let env = bench.run(&codex, "@fake echo-env\nwork").await;
+        let env: serde_json::Value = serde_json::from_str(env.answer.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            env["CLAUDE_CODE_MAX_RETRIES"],
+            serde_json::Value::Null,
+            "{env}"
+        );
     });
 }
 

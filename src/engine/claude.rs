@@ -16,6 +16,11 @@
 //!   files to attach). The path is kept as the OS gave it, not re-encoded.
 //! - The reasoning effort has no claude flag and is not passed.
 //!
+//! - `CLAUDE_CODE_MAX_RETRIES` is [`MAX_RETRIES`] unless set in corral's environment: claude
+//!   retries an API error 10 times by default (up to 32 s apart), and corral's retry policy
+//!   comes after that, so each corral retry would stack a minute of claude's own on top.
+//!   A couple of quick ones ride over a blip; longer waits are corral's (`retry.*` settings).
+//!
 //! The output is one JSON object per line ([`Claude::parse_line`]): `system/init` (the session
 //! id), `assistant` and `user` messages, and a final `result`. The `result`'s `is_error` decides
 //! the turn, not its `subtype`: an API error (429, 529, 500, a timeout) is `"subtype":"success"`
@@ -31,9 +36,16 @@ use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec,
 /// The `claude` adapter.
 pub struct Claude;
 
+/// The retries claude makes of its own before it reports an API error (its default: 10).
+pub const MAX_RETRIES: &str = "2";
+
 impl Engine for Claude {
     fn kind(&self) -> EngineKind {
         EngineKind::Claude
+    }
+
+    fn env(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("CLAUDE_CODE_MAX_RETRIES", MAX_RETRIES)]
     }
 
     fn argv(&self, spec: &RunSpec) -> Vec<OsString> {

@@ -197,6 +197,11 @@ pub trait Engine: Send + Sync {
     fn argv(&self, spec: &RunSpec) -> Vec<OsString>;
     /// The events one stdout line carries (possibly none).
     fn parse_line(&self, line: &str) -> Vec<EngineEvent>;
+    /// Variables the child gets unless corral's own environment sets them (a person's
+    /// choice wins).
+    fn env(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
 }
 
 // Small helpers the output parsers share.

@@ -57,6 +57,11 @@ impl Worker {
             Some(exec_id) => command.env("CORRAL_PARENT_EXEC", exec_id),
             None => command.env_remove("CORRAL_PARENT_EXEC"),
         };
+        for (name, value) in kind.adapter().env() {
+            if std::env::var_os(name).is_none() {
+                command.env(name, value);
+            }
+        }
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
