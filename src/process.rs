@@ -3,7 +3,9 @@
 //!
 //! Every child corral starts is the leader of its own process group, so that ending it ends
 //! everything it started (a shell's children, an engine's tool calls) and a terminal's Ctrl-C
-//! reaches corral, which decides, rather than the child directly.
+//! reaches corral, which decides, rather than the child directly. The one exception is a
+//! command `corral run` starts from a terminal's foreground: [`Foreground`] lends it the
+//! terminal, as a shell does, so that it can read it (and Ctrl-C and Ctrl-Z reach it).
 
 use std::time::Duration;
 
@@ -160,4 +162,106 @@ pub fn signal_name(signal: i32) -> String {
         _ => return format!("SIG{signal}"),
     };
     name.to_string()
+}
+
+/// The foreground of the terminal on stdin, lent to a child's process group while it runs.
+///
+/// A process group that is not the terminal's foreground is stopped (SIGTTIN, SIGTTOU) when
+/// it reads the terminal or changes its modes: an editor `git commit` opens, a password
+/// prompt. corral runs its command in a group of its own, so when corral itself is in the
+/// foreground it hands the terminal to that group and takes it back when the command ends or
+/// stops. Dropping the value takes the terminal back.
+pub struct Foreground {
+    /// corral's own process group, the terminal's foreground before.
+    ours: libc::pid_t,
+    /// The child's process group.
+    lent_to: libc::pid_t,
+}
+
+impl Foreground {
+    /// Lends the terminal on stdin to group `pgid` when corral is in its foreground; `None`
+    /// when stdin is not a terminal or corral runs in the background.
+    pub fn lend(pgid: i32) -> Option<Foreground> {
+        // SAFETY: queries of this process and of fd 0, which may not be a terminal at all.
+        let ours = unsafe {
+            if libc::isatty(0) != 1 {
+                return None;
+            }
+            let ours = libc::getpgrp();
+            if libc::tcgetpgrp(0) != ours {
+                return None;
+            }
+            ours
+        };
+        let foreground = Foreground {
+            ours,
+            lent_to: pgid,
+        };
+        foreground.give(pgid);
+        Some(foreground)
+    }
+
+    /// Gives the terminal back to corral's group if the command's group has it.
+    pub fn take_back(&self) {
+        // SAFETY: a query of fd 0.
+        if unsafe { libc::tcgetpgrp(0) } == self.lent_to {
+            set_terminal_foreground(self.ours);
+        }
+    }
+
+    /// Lends the terminal to the command again if it came back to corral's group (a shell's
+    /// `fg`; after a `bg` corral stays in the background and does not take it).
+    pub fn lend_again(&self) {
+        // SAFETY: a query of fd 0.
+        if unsafe { libc::tcgetpgrp(0) } == self.ours {
+            self.give(self.lent_to);
+        }
+    }
+
+    fn give(&self, pgid: libc::pid_t) {
+        set_terminal_foreground(pgid);
+        // The command may have touched the terminal before it was its own, and been stopped
+        // for it: wake it (nothing happens to a running group).
+        // SAFETY: a signal to a group corral started.
+        unsafe { libc::killpg(pgid, libc::SIGCONT) };
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        self.take_back();
+    }
+}
+
+/// Makes `pgid` the terminal's foreground. Called from a background group (taking the terminal
+/// back), `tcsetpgrp` would stop the caller with SIGTTOU unless the signal is blocked, so it is
+/// blocked on this thread for the call.
+fn set_terminal_foreground(pgid: libc::pid_t) {
+    // SAFETY: the signal sets are initialized by sigemptyset before use; the mask is restored.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut previous);
+        libc::tcsetpgrp(0, pgid);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+    }
+}
+
+/// Whether child `pid` has stopped (Ctrl-Z, SIGTTIN, …) since this was last asked. Only stops
+/// are consumed: the child's exit stays for whoever waits for it.
+pub fn child_stopped(pid: u32) -> bool {
+    // SAFETY: waitid fills the zeroed siginfo; WNOHANG never blocks; without WEXITED no exit
+    // is reaped.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let found = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WSTOPPED | libc::WNOHANG,
+        );
+        found == 0 && info.si_pid() != 0
+    }
 }

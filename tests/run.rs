@@ -213,3 +213,175 @@ fn children_inherit_their_exec_as_parent_and_sessions_mark_via_agent() {
     assert_eq!(inner.3.as_deref(), Some("session-7"));
     assert!(inner.4);
 }
+
+// ---------------------------------------------------------------------------------------------
+// From a terminal: an interactive bash on a pseudo-terminal, with job control, runs corral the
+// way a person's shell does.
+
+/// A pseudo-terminal with an interactive bash on it as the session leader.
+struct Terminal {
+    master: std::fs::File,
+    output: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Everything the terminal showed so far.
+    seen: String,
+    shell: std::process::Child,
+}
+
+/// How long the terminal may take to show what a step expects.
+const TERMINAL_DEADLINE: Duration = Duration::from_secs(20);
+
+impl Terminal {
+    fn bash(home: &Home) -> Terminal {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty fills the two descriptors; no name, termios or size is asked for.
+        let opened = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: both descriptors were just opened and are owned here alone.
+        let (master, slave) =
+            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        let mut bash = std::process::Command::new("bash");
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CORRAL_") {
+                bash.env_remove(key);
+            }
+        }
+        bash.args(["--norc", "--noprofile", "-i"])
+            .current_dir(home.path())
+            .env("CORRAL_HOME", home.path())
+            .env("PS1", "$ ")
+            .env("TERM", "dumb")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: only async-signal-safe calls between fork and exec: a new session whose
+        // controlling terminal is the pty on stdin, as a terminal window sets up a shell.
+        unsafe {
+            bash.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let shell = bash.spawn().expect("bash starts");
+        let master = std::fs::File::from(master);
+        let mut reader = master.try_clone().unwrap();
+        let (sender, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buffer = [0u8; 4096];
+            // Ends with EIO once every process holding the terminal is gone.
+            while let Ok(read) = reader.read(&mut buffer) {
+                if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
+                    return;
+                }
+            }
+        });
+        Terminal {
+            master,
+            output,
+            seen: String::new(),
+            shell,
+        }
+    }
+
+    /// Types `text` (a `\x1a` is Ctrl-Z).
+    fn type_in(&mut self, text: &str) {
+        use std::io::Write;
+        self.master.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Waits until the terminal has shown `marker` (after what was expected before).
+    fn expect(&mut self, marker: &str) {
+        let until = Instant::now() + TERMINAL_DEADLINE;
+        loop {
+            if let Some(at) = self.seen.find(marker) {
+                self.seen.drain(..at + marker.len());
+                return;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(bytes) => self.seen.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(_) => panic!(
+                    "the terminal never showed {marker:?}; it shows {:?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        // Whatever is left of the shell's session (after a failure: a stopped job).
+        let session = self.shell.id() as i32;
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .collect();
+            if fields.get(3).and_then(|field| field.parse::<i32>().ok()) == Some(session) {
+                // SAFETY: a signal to a process of this test's own terminal session.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = self.shell.wait();
+    }
+}
+
+#[test]
+fn from_a_terminal_the_command_reads_it_and_stops_and_continues_with_the_job() {
+    let home = Home::new();
+    let mut terminal = Terminal::bash(&home);
+    terminal.expect("$ ");
+    let corral = env!("CARGO_BIN_EXE_corral");
+    // The markers are computed, so that the echo of the typed line never matches them.
+    terminal.type_in(&format!(
+        "{corral} run -- sh -c 'echo ready:$((1+1)); read a; echo got:$a; read b; echo then:$b'\n"
+    ));
+    terminal.expect("ready:2");
+    // The command reads the terminal: it has it, not corral's group.
+    terminal.type_in("hello\n");
+    terminal.expect("got:hello");
+    // Ctrl-Z stops the command, and corral with it: the shell sees the job stop.
+    terminal.type_in("\x1a");
+    terminal.expect("Stopped");
+    terminal.expect("$ ");
+    // `fg` continues corral, which lends the terminal again and continues the command.
+    terminal.type_in("fg\n");
+    terminal.type_in("again\n");
+    terminal.expect("then:again");
+    terminal.type_in("echo status:$?\n");
+    terminal.expect("status:0");
+    assert_eq!(
+        exec_of(&home, "echo ready"),
+        (Some("succeeded".into()), Some(0), None, true)
+    );
+    terminal.type_in("exit\n");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let pid = terminal.shell.id();
+    std::thread::spawn(move || {
+        let mut status = 0;
+        // SAFETY: waits for the test's own child.
+        unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+        let _ = sender.send(status);
+    });
+    receiver
+        .recv_timeout(TERMINAL_DEADLINE)
+        .expect("the shell exits");
+}

@@ -4,6 +4,12 @@
 //! SIGINT or SIGTERM to corral ends CMD's whole group first (SIGTERM, then SIGKILL after
 //! `cancel.grace_ms`), then corral exits 130 or 143 as `interrupted`. Processes CMD leaves
 //! running in its group after it exits on its own are left alone: backgrounding is its call.
+//!
+//! From a terminal's foreground, CMD gets the terminal while it runs (see
+//! `process::Foreground`), so it can read it; the terminal's Ctrl-C then goes to CMD, as
+//! under a shell, and its exit says what it did. When CMD stops (Ctrl-Z), corral takes the
+//! terminal back and stops too, so the shell sees the job stop; when the shell continues corral
+//! (`fg`), corral lends the terminal again and continues CMD.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -38,6 +44,9 @@ pub async fn execute(context: &Context, args: &RunArgs) -> Result<Exit, CliError
         .map_err(|error| CliError::failure(format!("cannot watch SIGINT: {error}")))?;
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|error| CliError::failure(format!("cannot watch SIGTERM: {error}")))?;
+    // A child that stops (Ctrl-Z) says so with SIGCHLD.
+    let mut children = signal(SignalKind::child())
+        .map_err(|error| CliError::failure(format!("cannot watch SIGCHLD: {error}")))?;
 
     let program = &args.command[0];
     let mut command = tokio::process::Command::new(program);
@@ -53,19 +62,37 @@ pub async fn execute(context: &Context, args: &RunArgs) -> Result<Exit, CliError
             program.to_string_lossy()
         )),
     })?;
-    let pgid = child.id().map(|pid| pid as i32).unwrap_or(0);
+    let pid = child.id().unwrap_or(0);
+    let pgid = pid as i32;
     OWNED_GROUP.store(pgid, Ordering::SeqCst);
+    let foreground = process::Foreground::lend(pgid);
 
-    let stop = tokio::select! {
-        status = child.wait() => {
-            OWNED_GROUP.store(0, Ordering::SeqCst);
-            let status = status
-                .map_err(|error| CliError::failure(format!("waiting for the command: {error}")))?;
-            return Ok(exit_of(status));
+    let stop = loop {
+        tokio::select! {
+            status = child.wait() => {
+                drop(foreground);
+                OWNED_GROUP.store(0, Ordering::SeqCst);
+                let status = status.map_err(|error| {
+                    CliError::failure(format!("waiting for the command: {error}"))
+                })?;
+                return Ok(exit_of(status));
+            }
+            _ = children.recv(), if foreground.is_some() => {
+                if let Some(foreground) = foreground.as_ref().filter(|_| process::child_stopped(pid)) {
+                    // The job stops as a whole, as under a shell; it goes on when we do.
+                    foreground.take_back();
+                    // SAFETY: stops this process; it returns once a SIGCONT continues it.
+                    unsafe { libc::raise(libc::SIGTSTP) };
+                    foreground.lend_again();
+                    // SAFETY: a signal to the group corral started.
+                    unsafe { libc::killpg(pgid, libc::SIGCONT) };
+                }
+            }
+            _ = interrupt.recv() => break libc::SIGINT,
+            _ = terminate.recv() => break libc::SIGTERM,
         }
-        _ = interrupt.recv() => libc::SIGINT,
-        _ = terminate.recv() => libc::SIGTERM,
     };
+    drop(foreground);
     let grace = settings::cancel_grace(context.reader().ok().as_ref());
     process::end_group(&mut child, pgid, grace).await;
     OWNED_GROUP.store(0, Ordering::SeqCst);
