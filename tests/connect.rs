@@ -406,6 +406,15 @@ fn methods(notifications: &[Value]) -> Vec<&str> {
         .collect()
 }
 
+/// The `item/completed` of the command the agent ran in a turn.
+fn command_item(seen: &[Value]) -> &Value {
+    seen.iter()
+        .find(|m| {
+            m["method"] == "item/completed" && m["params"]["item"]["type"] == "commandExecution"
+        })
+        .unwrap_or_else(|| panic!("no command item in {seen:#?}"))
+}
+
 fn turn_start(native: &mut Native, text: &str) -> Value {
     native.request(
         "turn/start",
@@ -728,12 +737,7 @@ fn the_agents_own_corral_call_is_recorded_under_the_native_connection() {
     let turn = turn_id(&turn_start(&mut a, &prompt));
     let seen = a.turn(&turn);
     // The command the agent ran is shown as the engine's item.
-    let command = seen
-        .iter()
-        .find(|m| {
-            m["method"] == "item/completed" && m["params"]["item"]["type"] == "commandExecution"
-        })
-        .unwrap_or_else(|| panic!("no command item in {seen:#?}"));
+    let command = command_item(&seen);
     assert_eq!(command["params"]["item"]["exitCode"], 0, "{command}");
     assert_eq!(
         seen.last().unwrap()["params"]["turn"]["status"],
@@ -977,12 +981,7 @@ fn an_approval_is_answered_by_the_projects_policy_and_shown_as_the_items_outcome
     let seen = a.turn(&turn);
     // Project p has no full access: the command is declined by policy, and the native
     // client sees the item complete as declined. No request of the server reaches it.
-    let command = seen
-        .iter()
-        .find(|m| {
-            m["method"] == "item/completed" && m["params"]["item"]["type"] == "commandExecution"
-        })
-        .unwrap_or_else(|| panic!("no command item in {seen:#?}"));
+    let command = command_item(&seen);
     assert_eq!(command["params"]["item"]["status"], "declined", "{command}");
     assert!(
         seen.iter()
