@@ -3,101 +3,32 @@
 //! a driver whose claim goes stale). Prompts run on the fake engine. Every test stops its
 //! daemon at the end and checks that no process of its home is left.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::ops::Deref;
+use std::process::{Child, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// How long any one step may take before the test fails instead of hanging.
-const DEADLINE: Duration = Duration::from_secs(60);
+use common::daemon::{finish, lines_of, processes_of, wait_until, DaemonHome, DEADLINE};
 
-/// A temporary home with a project directory in it, and the daemon it may have.
-struct TestHome {
-    dir: tempfile::TempDir,
+/// A daemon home with the fake engine set up the way these tests use it.
+struct TestHome(DaemonHome);
+
+impl Deref for TestHome {
+    type Target = DaemonHome;
+
+    fn deref(&self) -> &DaemonHome {
+        &self.0
+    }
 }
 
 impl TestHome {
     fn new() -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        std::fs::create_dir(dir.path().join("work")).unwrap();
-        TestHome { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// The project directory.
-    fn work(&self) -> PathBuf {
-        self.path().join("work")
-    }
-
-    /// `corral ARGS…` in this home, from the home, with no corral variable of ours.
-    fn corral(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                command.env_remove(key);
-            }
-        }
-        command
-            .args(args)
-            .current_dir(self.path())
-            .env("CORRAL_HOME", self.path())
-            .stdin(Stdio::null());
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let child = self
-            .corral(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("corral starts");
-        finish(child)
-    }
-
-    /// Runs a command that must succeed; its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args);
-        assert!(
-            output.status.success(),
-            "{args:?} failed: {}\nstdout: {}",
-            stderr(&output),
-            stdout(&output)
-        );
-        stdout(&output)
-    }
-
-    /// Runs a command that must succeed and print JSON.
-    fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(args);
-        serde_json::from_str(&text)
-            .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {text}"))
-    }
-
-    /// Runs a command that must fail with `code`; its stderr.
-    fn fails(&self, args: &[&str], code: i32) -> String {
-        let output = self.run(args);
-        assert_eq!(
-            output.status.code(),
-            Some(code),
-            "{args:?}: stdout {} stderr {}",
-            stdout(&output),
-            stderr(&output)
-        );
-        stderr(&output)
-    }
-
-    /// `corral daemon --detach`.
-    fn start_daemon(&self) {
-        let out = self.ok(&["daemon", "--detach"]);
-        assert!(out.contains("corral daemon started"), "{out}");
-        assert!(self.daemon_pid().is_some());
+        TestHome(DaemonHome::new())
     }
 
     /// The fake engine, short retry delays, a quick shutdown and a project `p` on it.
@@ -123,52 +54,6 @@ impl TestHome {
         let session = self.json(&["session", "new", "p", "--title", title, "--json"]);
         session["id"].as_str().expect("an id").to_string()
     }
-
-    fn daemon_pid(&self) -> Option<i32> {
-        std::fs::read_to_string(self.path().join("daemon.pid"))
-            .ok()
-            .and_then(|pid| pid.trim().parse().ok())
-    }
-
-    /// SIGTERM to the daemon, then waits until it and every process of this home are gone.
-    fn stop_daemon(&self) {
-        if let Some(pid) = self.daemon_pid() {
-            // SAFETY: kill on a pid we read from our own home.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-            wait_until("the daemon exits", || !alive(pid));
-        }
-        wait_until("no process of the home is left", || {
-            processes_of(self.path()).is_empty()
-        });
-        assert!(!self.path().join("corral.sock").exists());
-    }
-}
-
-impl Drop for TestHome {
-    fn drop(&mut self) {
-        // A failed test still stops its daemon (and kills it when it does not stop).
-        if let Some(pid) = self.daemon_pid() {
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-            let until = Instant::now() + Duration::from_secs(10);
-            while alive(pid) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if alive(pid) {
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-        }
-        for pid in processes_of(self.path()) {
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
 }
 
 fn stdout(output: &Output) -> String {
@@ -177,24 +62,6 @@ fn stdout(output: &Output) -> String {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Waits for a child's output, failing the test (and killing the child) after [`DEADLINE`].
-fn finish(child: Child) -> Output {
-    let pid = child.id() as i32;
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    match receiver.recv_timeout(DEADLINE) {
-        Ok(output) => output.expect("the child's output"),
-        Err(_) => {
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-            panic!("a corral command did not end within {DEADLINE:?}");
-        }
-    }
 }
 
 /// Waits for a child that is read elsewhere (its pipes taken).
@@ -210,42 +77,6 @@ fn wait_status(child: &mut Child) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let until = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < until, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether a process exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    corral::process::is_alive(pid as u32, None)
-}
-
-/// Live processes whose environment names `home` as their CORRAL_HOME: the daemon, the CLIs
-/// and the engine children of this test.
-fn processes_of(home: &Path) -> Vec<i32> {
-    corral::process::find_by_env("CORRAL_HOME", &home.to_string_lossy())
-        .into_iter()
-        .filter(|&pid| alive(pid))
-        .collect()
-}
-
-/// Reads a pipe's lines on a thread; they arrive on the channel.
-fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    receiver
 }
 
 /// The next line that contains `needle` (earlier ones are returned too, for the message).

@@ -3,101 +3,48 @@
 //! raw Unix sockets. Every test stops its `corral connect` and its daemon, and checks that no
 //! process of its home is left.
 
+mod common;
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
+use std::ops::Deref;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// How long any one step may take before the test fails instead of hanging.
-const DEADLINE: Duration = Duration::from_secs(60);
+use common::daemon::{kill, lines_of, wait_until, DaemonHome, DEADLINE};
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
-/// A temporary home with a project directory, the daemon it may have, and the native socket's
-/// place.
-struct Home {
-    dir: tempfile::TempDir,
+/// A daemon home with the fake engine and a project `p`, and the native socket's place.
+struct Home(DaemonHome);
+
+impl Deref for Home {
+    type Target = DaemonHome;
+
+    fn deref(&self) -> &DaemonHome {
+        &self.0
+    }
 }
 
 impl Home {
     fn new() -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        std::fs::create_dir(dir.path().join("work")).unwrap();
-        Home { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
+        Home(DaemonHome::new())
     }
 
     fn socket(&self) -> PathBuf {
         self.path().join("native.sock")
     }
 
-    /// `corral ARGS…` in this home, with no other corral variable of ours.
-    fn corral(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(CORRAL);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                command.env_remove(key);
-            }
-        }
-        command
-            .args(args)
-            .current_dir(self.path())
-            .env("CORRAL_HOME", self.path())
-            .stdin(Stdio::null());
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let child = self
-            .corral(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("corral starts");
-        let pid = child.id() as i32;
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = sender.send(child.wait_with_output());
-        });
-        match receiver.recv_timeout(DEADLINE) {
-            Ok(output) => output.expect("the command's output"),
-            Err(_) => {
-                kill(pid, libc::SIGKILL);
-                panic!("corral {args:?} did not end within {DEADLINE:?}");
-            }
-        }
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args);
-        assert!(
-            output.status.success(),
-            "{args:?} failed: {}\nstdout: {}",
-            String::from_utf8_lossy(&output.stderr),
-            String::from_utf8_lossy(&output.stdout)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(args);
-        serde_json::from_str(&text).unwrap_or_else(|error| panic!("{args:?}: {error}: {text}"))
-    }
-
     /// A daemon, the fake engine, short delays, and a project `p` on the fake engine.
     fn start(&self) {
-        let out = self.ok(&["daemon", "--detach"]);
-        assert!(out.contains("corral daemon started"), "{out}");
+        self.start_daemon();
         for (name, value) in [
             ("engines.fake.path", FAKE),
             ("engines.codex-app-server.path", FAKE),
@@ -106,7 +53,7 @@ impl Home {
         ] {
             self.ok(&["config", "set", name, value]);
         }
-        let work = self.path().join("work");
+        let work = self.work();
         self.ok(&[
             "project",
             "add",
@@ -130,10 +77,6 @@ impl Home {
         self.json(&["session", "show", session, "--json"])["driver"].clone()
     }
 
-    fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(self.path().join("corral.db")).unwrap()
-    }
-
     /// An exec row: (command, parent, outcome, exit code).
     fn exec(&self, id: &str) -> (Value, Option<String>, Option<String>, Option<i64>) {
         self.db()
@@ -153,21 +96,9 @@ impl Home {
             .unwrap_or_else(|error| panic!("exec {id}: {error}"))
     }
 
-    fn daemon_pid(&self) -> Option<i32> {
-        std::fs::read_to_string(self.path().join("daemon.pid"))
-            .ok()
-            .and_then(|pid| pid.trim().parse().ok())
-    }
-
     /// Stops the daemon and waits until no process of this home is left.
     fn stop(&self) {
-        if let Some(pid) = self.daemon_pid() {
-            kill(pid, libc::SIGTERM);
-            wait_until("the daemon exits", || !alive(pid));
-        }
-        wait_until("no process of the home is left", || {
-            processes_of(self.path()).is_empty()
-        });
+        self.stop_daemon();
     }
 
     /// `corral connect SESSION --socket PATH`, once it says where it listens.
@@ -193,22 +124,6 @@ impl Home {
             }
         };
         connect
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        // A failed test still ends what it started.
-        if let Some(pid) = self.daemon_pid() {
-            kill(pid, libc::SIGTERM);
-            let until = Instant::now() + Duration::from_secs(10);
-            while alive(pid) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        for pid in processes_of(self.path()) {
-            kill(pid, libc::SIGKILL);
-        }
     }
 }
 
@@ -241,48 +156,6 @@ impl Drop for Connect {
             let _ = self.child.wait();
         }
     }
-}
-
-fn kill(pid: i32, signal: i32) {
-    // SAFETY: kill on a pid this test started or read from its own home.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let until = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < until, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether a process exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    corral::process::is_alive(pid as u32, None)
-}
-
-/// Live processes whose environment names `home` as their CORRAL_HOME: the daemon, the CLIs
-/// and the engine children of this test.
-fn processes_of(home: &Path) -> Vec<i32> {
-    corral::process::find_by_env("CORRAL_HOME", &home.to_string_lossy())
-        .into_iter()
-        .filter(|&pid| alive(pid))
-        .collect()
-}
-
-fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    receiver
 }
 
 /// A native client: what a person's Codex client would be, on the raw socket.

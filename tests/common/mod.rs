@@ -1,5 +1,8 @@
-//! What the integration tests share: a temporary home and the built `corral` binary in it.
+//! What the integration tests share: a temporary home and the built `corral` binary in it
+//! (`Home`), and a home with a real daemon (`daemon::DaemonHome`).
 #![allow(dead_code)]
+
+pub mod daemon;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,212 @@
+//! A home with a real daemon, driven through the built `corral` binary as a user would, for
+//! the tests of the CLI as the daemon's client (`tests/cli.rs`, `tests/connect.rs`). A home
+//! stops its daemon when dropped, and kills whatever of it is left, so a failed test leaves
+//! no process behind.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long any one step may take before the test fails instead of hanging.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A temporary home with a project directory `work` in it, and the daemon it may have.
+pub struct DaemonHome {
+    dir: tempfile::TempDir,
+}
+
+impl DaemonHome {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        DaemonHome { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The project directory.
+    pub fn work(&self) -> PathBuf {
+        self.path().join("work")
+    }
+
+    /// `corral ARGS…` in this home, from the home, stdin closed, with no corral variable of
+    /// the environment the tests run in.
+    pub fn corral(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CORRAL_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("CORRAL_HOME", self.path())
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `corral ARGS…` to its end (at most [`DEADLINE`]); its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let child = self
+            .corral(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("corral starts");
+        finish(child)
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "{args:?} failed: {}\nstdout: {}",
+            text(&output.stderr),
+            text(&output.stdout)
+        );
+        text(&output.stdout)
+    }
+
+    /// Runs a command that must succeed and print JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text)
+            .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {text}"))
+    }
+
+    /// Runs a command that must fail with `code`; its stderr.
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let output = self.run(args);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{args:?}: stdout {} stderr {}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        text(&output.stderr)
+    }
+
+    /// `corral daemon --detach`.
+    pub fn start_daemon(&self) {
+        let out = self.ok(&["daemon", "--detach"]);
+        assert!(out.contains("corral daemon started"), "{out}");
+        assert!(self.daemon_pid().is_some());
+    }
+
+    pub fn daemon_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.path().join("daemon.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse().ok())
+    }
+
+    /// SIGTERM to the daemon, then waits until it and every process of this home are gone,
+    /// and checks that it removed its socket.
+    pub fn stop_daemon(&self) {
+        if let Some(pid) = self.daemon_pid() {
+            kill(pid, libc::SIGTERM);
+            wait_until("the daemon exits", || !alive(pid));
+        }
+        wait_until("no process of the home is left", || {
+            processes_of(self.path()).is_empty()
+        });
+        assert!(!self.path().join("corral.sock").exists());
+    }
+
+    /// The store, for reading what the daemon recorded.
+    pub fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.path().join("corral.db")).unwrap()
+    }
+}
+
+impl Drop for DaemonHome {
+    fn drop(&mut self) {
+        // A failed test still stops its daemon (and kills it when it does not stop).
+        if let Some(pid) = self.daemon_pid() {
+            kill(pid, libc::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(10);
+            while alive(pid) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) {
+                kill(pid, libc::SIGKILL);
+            }
+        }
+        for pid in processes_of(self.path()) {
+            kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Waits for a child's output, failing the test (and killing the child) after [`DEADLINE`].
+pub fn finish(child: Child) -> Output {
+    let pid = child.id() as i32;
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(DEADLINE) {
+        Ok(output) => output.expect("the child's output"),
+        Err(_) => {
+            kill(pid, libc::SIGKILL);
+            panic!("a corral command did not end within {DEADLINE:?}");
+        }
+    }
+}
+
+pub fn kill(pid: i32, signal: i32) {
+    // SAFETY: kill on a pid a test started or read from its own home.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Waits until `condition` holds, failing the test after [`DEADLINE`]. For what no
+/// notification tells a test about: another process's exit, a file appearing.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let until = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    corral::process::is_alive(pid as u32, None)
+}
+
+/// Live processes whose environment names `home` as their CORRAL_HOME: the daemon, the CLIs
+/// and the engine children of a test.
+pub fn processes_of(home: &Path) -> Vec<i32> {
+    corral::process::find_by_env("CORRAL_HOME", &home.to_string_lossy())
+        .into_iter()
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// Reads a pipe's lines on a thread; they arrive on the channel.
+pub fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
