@@ -179,12 +179,14 @@ pub struct Foreground {
 }
 
 impl Foreground {
-    /// Lends the terminal on stdin to group `pgid` when corral is in its foreground; `None`
-    /// when stdin is not a terminal or corral runs in the background.
+    /// Lends the terminal on stdin to group `pgid` when corral is in its foreground and its
+    /// stdin and stdout are that terminal; `None` otherwise: no terminal, corral in the
+    /// background, or corral inside a pipeline (`corral run -- git log | less`), whose other
+    /// members need the terminal to stay their group's.
     pub fn lend(pgid: i32) -> Option<Foreground> {
-        // SAFETY: queries of this process and of fd 0, which may not be a terminal at all.
+        // SAFETY: queries of this process and of fds 0 and 1, which may not be terminals.
         let ours = unsafe {
-            if libc::isatty(0) != 1 {
+            if libc::isatty(0) != 1 || libc::isatty(1) != 1 {
                 return None;
             }
             let ours = libc::getpgrp();
@@ -210,11 +212,15 @@ impl Foreground {
     }
 
     /// Lends the terminal to the command again if it came back to corral's group (a shell's
-    /// `fg`; after a `bg` corral stays in the background and does not take it).
+    /// `fg`), and continues the command. After a `bg` corral is in the background: the command
+    /// is only continued.
     pub fn lend_again(&self) {
         // SAFETY: a query of fd 0.
         if unsafe { libc::tcgetpgrp(0) } == self.ours {
             self.give(self.lent_to);
+        } else {
+            // SAFETY: a signal to the group corral started.
+            unsafe { libc::killpg(self.lent_to, libc::SIGCONT) };
         }
     }
 

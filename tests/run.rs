@@ -372,6 +372,14 @@ fn from_a_terminal_the_command_reads_it_and_stops_and_continues_with_the_job() {
         exec_of(&home, "echo ready"),
         (Some("succeeded".into()), Some(0), None, true)
     );
+    // Inside a pipeline corral keeps the terminal with the job: the pipeline's last program
+    // reads it while corral's command still runs.
+    terminal.type_in(&format!(
+        "{corral} run -- sh -c 'sleep 0.5; echo x' | sh -c 'read a </dev/tty; echo piped:$((40+2)):$a'\n"
+    ));
+    terminal.type_in("hello\n");
+    terminal.expect("piped:42:hello");
+    terminal.expect("$ ");
     terminal.type_in("exit\n");
     let (sender, receiver) = std::sync::mpsc::channel();
     let pid = terminal.shell.id();

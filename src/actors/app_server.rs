@@ -555,6 +555,24 @@ impl Handler<EnsureRunning> for AppServerActor {
     }
 }
 
+/// The child serving now, `(generation, pid)`, if one is running and initialized. Unlike
+/// [`EnsureRunning`] it never starts one: a worker holding a slot asks this, so that it never
+/// waits for a (re)start with the slot.
+#[derive(Message)]
+#[rtype(result = "Option<(u64, u32)>")]
+pub struct Serving;
+
+impl Handler<Serving> for AppServerActor {
+    type Result = Option<(u64, u32)>;
+
+    fn handle(&mut self, _: Serving, _: &mut Context<Self>) -> Option<(u64, u32)> {
+        self.child
+            .as_ref()
+            .filter(|live| live.initialized && live.death.is_none())
+            .map(|live| (live.generation, live.pid))
+    }
+}
+
 /// When the actor has stopped restarting (the intensity limit): how long until a restart is
 /// allowed again. `None` when it is not in that state.
 #[derive(Message)]

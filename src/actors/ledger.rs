@@ -36,9 +36,14 @@ use crate::store::{migrations, open_writer, work, Cached, StoreError};
 /// on nobody's path. A few dozen small commits make a WAL of a few hundred KiB.
 const CHECKPOINT_EVERY: u64 = 32;
 
-/// How long the ledger must have had no write before it truncates a WAL that grew long (a
-/// truncation waits for the writer, so it is done only when there is none).
+/// How long the ledger must have had no write before it truncates a WAL that grew long. The
+/// truncation runs on the writer's thread (a write that arrives meanwhile waits in the front
+/// for its few milliseconds, like behind a commit), and never waits for a reader.
 const IDLE_CHECKPOINT: Duration = Duration::from_millis(50);
+
+/// SQLite's autocheckpoint, turned back on in the writer if the checkpointer cannot run, so
+/// that the WAL stays bounded anyway (SQLite's default).
+const FALLBACK_AUTOCHECKPOINT_PAGES: u32 = 1000;
 
 /// The most writes one transaction takes. Bounds how long a single commit can hold the write
 /// lock (readers in WAL mode are never blocked, but other processes' writers are).
@@ -208,6 +213,48 @@ impl Handler<Commit> for LedgerWriter {
     }
 }
 
+/// Truncates a WAL that grew long (see `store::truncate_long_wal`), sent by the front when
+/// the ledger is idle. Without waiting for readers: the busy timeout is 0 for the call, so a
+/// reader in the middle of a transaction only postpones it.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct TruncateLong;
+
+impl Handler<TruncateLong> for LedgerWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: TruncateLong, _: &mut SyncContext<Self>) {
+        let Some(connection) = &self.connection else {
+            return;
+        };
+        if connection.busy_timeout(Duration::ZERO).is_ok() {
+            crate::store::truncate_long_wal(connection, &self.path);
+        }
+        if let Err(error) = connection.busy_timeout(crate::store::busy_timeout()) {
+            tracing::warn!(%error, "the writer's busy timeout could not be restored");
+        }
+    }
+}
+
+/// Turns SQLite's autocheckpoint back on in the writer: the checkpointer cannot run.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct AutoCheckpoint;
+
+impl Handler<AutoCheckpoint> for LedgerWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: AutoCheckpoint, _: &mut SyncContext<Self>) {
+        if let Some(connection) = &self.connection {
+            let set =
+                connection.pragma_update(None, "wal_autocheckpoint", FALLBACK_AUTOCHECKPOINT_PAGES);
+            if let Err(error) = set {
+                tracing::warn!(%error, "the writer's autocheckpoint could not be turned on");
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The checkpointer.
 
@@ -226,40 +273,34 @@ impl Actor for LedgerCheckpointer {
     type Context = SyncContext<Self>;
 }
 
-/// A checkpoint: `Passive` beside the commits; `TruncateLong` when the ledger is idle, which
-/// also truncates a WAL that grew long (see `store::truncate_long_wal`).
-#[derive(Message, Clone, Copy, PartialEq, Eq, Debug)]
-#[rtype(result = "()")]
-enum Checkpoint {
-    Passive,
-    TruncateLong,
-}
+/// A passive checkpoint: as many WAL frames as no reader still needs are copied into the
+/// database file, without blocking the writer. Replies `false` when the checkpointer cannot
+/// open the store.
+#[derive(Message)]
+#[rtype(result = "bool")]
+struct Checkpoint;
 
 impl Handler<Checkpoint> for LedgerCheckpointer {
-    type Result = ();
+    type Result = bool;
 
-    fn handle(&mut self, checkpoint: Checkpoint, _: &mut SyncContext<Self>) {
+    fn handle(&mut self, _: Checkpoint, _: &mut SyncContext<Self>) -> bool {
         if self.connection.is_none() {
             match crate::store::open_checkpointer(&self.path) {
                 Ok(connection) => self.connection = Some(connection),
                 Err(error) => {
                     tracing::warn!(%error, "the WAL checkpointer could not open the store");
-                    return;
+                    return false;
                 }
             }
         }
         let Some(connection) = &self.connection else {
-            return;
+            return false;
         };
-        match checkpoint {
-            Checkpoint::Passive => {
-                let result = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-                if let Err(error) = result {
-                    tracing::debug!(%error, "WAL checkpoint postponed");
-                }
-            }
-            Checkpoint::TruncateLong => crate::store::truncate_long_wal(connection, &self.path),
+        let result = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        if let Err(error) = result {
+            tracing::debug!(%error, "WAL checkpoint postponed");
         }
+        true
     }
 }
 
@@ -277,6 +318,8 @@ struct Ledger {
     committing: bool,
     /// The checkpointer, once the first checkpoint is due.
     checkpointer: Option<Addr<LedgerCheckpointer>>,
+    /// Set when the checkpointer could not run: SQLite's autocheckpoint does its work.
+    checkpointer_failed: bool,
     /// Whether a checkpoint is with the checkpointer now (one at a time).
     checkpointing: bool,
     /// Commits since the last checkpoint was asked for.
@@ -296,7 +339,8 @@ pub struct LedgerStats {
     pub commits: u64,
     /// Writes in those transactions.
     pub writes: u64,
-    /// Checkpoints asked of the checkpointer.
+    /// Checkpoints asked for: passive ones of the checkpointer, idle truncations of the
+    /// writer.
     pub checkpoints: u64,
 }
 
@@ -351,7 +395,7 @@ impl Ledger {
                     ledger.uncheckpointed += 1;
                     ledger.flush(ctx);
                     if ledger.uncheckpointed >= CHECKPOINT_EVERY {
-                        ledger.checkpoint(Checkpoint::Passive, ctx);
+                        ledger.checkpoint(ctx);
                     }
                     if !ledger.committing {
                         ledger.arm_idle_checkpoint(ctx);
@@ -360,10 +404,10 @@ impl Ledger {
         );
     }
 
-    /// Hands a checkpoint to the checkpointer, unless one is running (the next commit asks
-    /// again).
-    fn checkpoint(&mut self, checkpoint: Checkpoint, ctx: &mut Context<Self>) {
-        if self.checkpointing {
+    /// Hands a passive checkpoint to the checkpointer, unless one is running (the next
+    /// commit asks again).
+    fn checkpoint(&mut self, ctx: &mut Context<Self>) {
+        if self.checkpointing || self.checkpointer_failed {
             return;
         }
         self.checkpointing = true;
@@ -378,11 +422,16 @@ impl Ledger {
         });
         ctx.spawn(
             checkpointer
-                .send(checkpoint)
+                .send(Checkpoint)
                 .into_actor(self)
-                .map(|_, ledger, _| {
+                .map(|ran, ledger, _| {
                     ledger.checkpointing = false;
-                    ledger.checkpointed.send_modify(|done| *done += 1);
+                    if matches!(ran, Ok(true)) {
+                        ledger.checkpointed.send_modify(|done| *done += 1);
+                    } else {
+                        ledger.checkpointer_failed = true;
+                        ledger.writer.do_send(AutoCheckpoint);
+                    }
                 }),
         );
     }
@@ -393,12 +442,24 @@ impl Ledger {
         if let Some(idle) = self.idle.take() {
             ctx.cancel_future(idle);
         }
-        self.idle = Some(ctx.run_later(IDLE_CHECKPOINT, |ledger, ctx| {
-            ledger.idle = None;
-            if !ledger.committing && ledger.checkpointer.is_some() {
-                ledger.checkpoint(Checkpoint::TruncateLong, ctx);
-            }
-        }));
+        self.idle =
+            Some(ctx.run_later(IDLE_CHECKPOINT, |ledger, ctx| {
+                ledger.idle = None;
+                // A commit in flight arms the timer again when it ends. A short process (fewer
+                // commits than one checkpoint's worth) leaves the WAL to the next opener.
+                if ledger.committing || ledger.stats.commits < CHECKPOINT_EVERY {
+                    return;
+                }
+                ledger.committing = true;
+                ledger.stats.checkpoints += 1;
+                ctx.spawn(ledger.writer.send(TruncateLong).into_actor(ledger).map(
+                    |_, ledger, ctx| {
+                        ledger.committing = false;
+                        ledger.checkpointed.send_modify(|done| *done += 1);
+                        ledger.flush(ctx);
+                    },
+                ));
+            }));
     }
 }
 
@@ -433,6 +494,7 @@ impl LedgerHandle {
             pending: Vec::new(),
             committing: false,
             checkpointer: None,
+            checkpointer_failed: false,
             checkpointing: false,
             uncheckpointed: 0,
             idle: None,

@@ -44,9 +44,12 @@ pub async fn execute(context: &Context, args: &RunArgs) -> Result<Exit, CliError
         .map_err(|error| CliError::failure(format!("cannot watch SIGINT: {error}")))?;
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|error| CliError::failure(format!("cannot watch SIGTERM: {error}")))?;
-    // A child that stops (Ctrl-Z) says so with SIGCHLD.
+    // A child that stops (Ctrl-Z) says so with SIGCHLD; a shell's `fg` continues corral with
+    // SIGCONT.
     let mut children = signal(SignalKind::child())
         .map_err(|error| CliError::failure(format!("cannot watch SIGCHLD: {error}")))?;
+    let mut continued = signal(SignalKind::from_raw(libc::SIGCONT))
+        .map_err(|error| CliError::failure(format!("cannot watch SIGCONT: {error}")))?;
 
     let program = &args.command[0];
     let mut command = tokio::process::Command::new(program);
@@ -81,20 +84,28 @@ pub async fn execute(context: &Context, args: &RunArgs) -> Result<Exit, CliError
                 if let Some(foreground) = foreground.as_ref().filter(|_| process::child_stopped(pid)) {
                     // The job stops as a whole, as under a shell; it goes on when we do.
                     foreground.take_back();
-                    // SAFETY: stops this process; it returns once a SIGCONT continues it.
-                    unsafe { libc::raise(libc::SIGTSTP) };
+                    // SAFETY: stops corral's whole process group (the shell's job: a pipeline's
+                    // other members too), as a stopped program does; it returns once continued.
+                    unsafe { libc::kill(0, libc::SIGTSTP) };
                     foreground.lend_again();
-                    // SAFETY: a signal to the group corral started.
-                    unsafe { libc::killpg(pgid, libc::SIGCONT) };
+                }
+            }
+            // After a `bg` corral runs on without the terminal; the `fg` that follows continues
+            // it, and the command gets the terminal back.
+            _ = continued.recv(), if foreground.is_some() => {
+                if let Some(foreground) = foreground.as_ref() {
+                    foreground.lend_again();
                 }
             }
             _ = interrupt.recv() => break libc::SIGINT,
             _ = terminate.recv() => break libc::SIGTERM,
         }
     };
-    drop(foreground);
+    // The command is ended while it still has the terminal: its handlers may restore the
+    // terminal's modes, which a background group cannot do.
     let grace = settings::cancel_grace(context.reader().ok().as_ref());
     process::end_group(&mut child, pgid, grace).await;
+    drop(foreground);
     OWNED_GROUP.store(0, Ordering::SeqCst);
     Ok(Exit::interrupted(stop))
 }

@@ -234,7 +234,8 @@ pub fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    connection.busy_timeout(busy_timeout())?;
+    // Passive checkpoints never wait; nothing else runs here.
+    connection.busy_timeout(Duration::ZERO)?;
     // Closing must not checkpoint either: the checkpointer's checkpoints are its messages.
     connection.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
@@ -275,8 +276,9 @@ pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), Store
         connection.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
         truncate_long_wal(&connection, path);
         // The last connection to close would checkpoint the whole WAL and fsync: every short
-        // `corral` process would pay for it on exit. The autocheckpoint above keeps the WAL
-        // short instead, and the WAL stays (it is part of the store, durable as it is).
+        // `corral` process would pay for it on exit. The WAL is kept short otherwise (the
+        // autocheckpoint above, or the ledger's own checkpoints, which replace it), and it
+        // stays (it is part of the store, durable as it is).
         connection.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,

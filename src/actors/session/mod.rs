@@ -482,10 +482,10 @@ impl Worker {
             // 2. The run's row, then the child. An app-server's child is asked again now that
             // the slot is held: it may have been restarted (or lost) during the wait.
             let serving = match &server {
-                Some(server) => match server.send(app_server::EnsureRunning).await {
-                    Ok(Ok(serving)) => Some(serving),
-                    // Lost since: wait for it again, without the slot.
-                    Ok(Err(_)) => {
+                Some(server) => match server.send(app_server::Serving).await {
+                    Ok(Some(serving)) => Some(serving),
+                    // Lost since: wait for it again (a restart, maybe), without the slot.
+                    Ok(None) => {
                         drop(slot);
                         attempt -= 1;
                         continue;
