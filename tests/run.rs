@@ -373,9 +373,9 @@ fn from_a_terminal_the_command_reads_it_and_stops_and_continues_with_the_job() {
         (Some("succeeded".into()), Some(0), None, true)
     );
     // Inside a pipeline corral keeps the terminal with the job: the pipeline's last program
-    // reads it while corral's command still runs.
+    // reads it while corral's command still runs (it starts reading once corral has started).
     terminal.type_in(&format!(
-        "{corral} run -- sh -c 'sleep 0.5; echo x' | sh -c 'read a </dev/tty; echo piped:$((40+2)):$a'\n"
+        "{corral} run -- sh -c 'sleep 1; echo x' | sh -c 'sleep 0.3; read a </dev/tty; echo piped:$((40+2)):$a'\n"
     ));
     terminal.type_in("hello\n");
     terminal.expect("piped:42:hello");
