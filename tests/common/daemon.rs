@@ -35,20 +35,10 @@ impl DaemonHome {
         self.path().join("work")
     }
 
-    /// `corral ARGS…` in this home, from the home, stdin closed, with no corral variable of
-    /// the environment the tests run in.
+    /// `corral ARGS…` in this home (see [`super::corral_in`]), stdin closed.
     pub fn corral(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                command.env_remove(key);
-            }
-        }
-        command
-            .args(args)
-            .current_dir(self.path())
-            .env("CORRAL_HOME", self.path())
-            .stdin(Stdio::null());
+        let mut command = super::corral_in(self.path(), args);
+        command.stdin(Stdio::null());
         command
     }
 

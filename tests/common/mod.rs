@@ -29,20 +29,9 @@ impl Home {
         self.path().join("corral.db")
     }
 
-    /// `corral ARGS…` in this home, run from the home (outside any repository), with no
-    /// corral variable inherited from the environment the tests run in.
+    /// `corral ARGS…` in this home (see [`corral_in`]).
     pub fn corral(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                command.env_remove(key);
-            }
-        }
-        command
-            .args(args)
-            .current_dir(self.path())
-            .env("CORRAL_HOME", self.path());
-        command
+        corral_in(self.path(), args)
     }
 
     /// Runs `corral ARGS…` and returns its output.
@@ -83,6 +72,22 @@ impl Home {
             )
             .unwrap()
     }
+}
+
+/// `corral ARGS…` with `home` as its home, run from the home (outside any repository), with
+/// no corral variable inherited from the environment the tests run in.
+pub fn corral_in(home: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CORRAL_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .args(args)
+        .current_dir(home)
+        .env("CORRAL_HOME", home);
+    command
 }
 
 pub fn stderr(output: &Output) -> String {
