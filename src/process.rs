@@ -199,7 +199,7 @@ impl Foreground {
             ours,
             lent_to: pgid,
         };
-        foreground.give(pgid);
+        foreground.give();
         Some(foreground)
     }
 
@@ -217,19 +217,20 @@ impl Foreground {
     pub fn lend_again(&self) {
         // SAFETY: a query of fd 0.
         if unsafe { libc::tcgetpgrp(0) } == self.ours {
-            self.give(self.lent_to);
+            self.give();
         } else {
             // SAFETY: a signal to the group corral started.
             unsafe { libc::killpg(self.lent_to, libc::SIGCONT) };
         }
     }
 
-    fn give(&self, pgid: libc::pid_t) {
-        set_terminal_foreground(pgid);
-        // The command may have touched the terminal before it was its own, and been stopped
-        // for it: wake it (nothing happens to a running group).
+    /// Makes the command's group the terminal's foreground, and continues it: it may have
+    /// touched the terminal before it was its own, and been stopped for it (nothing happens to
+    /// a running group).
+    fn give(&self) {
+        set_terminal_foreground(self.lent_to);
         // SAFETY: a signal to a group corral started.
-        unsafe { libc::killpg(pgid, libc::SIGCONT) };
+        unsafe { libc::killpg(self.lent_to, libc::SIGCONT) };
     }
 }
 

@@ -2,126 +2,68 @@
 //! long-lived child per project, turns, retries as the protocol says, transport loss and
 //! restarts, server requests, steering, compaction, and the child's state in `status`.
 
-use std::future::Future;
+mod common;
+
+use std::ops::Deref;
 use std::time::Duration;
 
-use corral::store::work::{
-    self, NewProject, NewPrompt, NewSession, Project, PromptStatus, Run, Session,
-};
+use common::library::{actix_test, Library};
+use corral::store::work::{self, NewProject, NewSession, Project, PromptStatus, Session};
 use corral::{Corral, CorralOptions};
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 const ENGINE: &str = "codex-app-server";
 
-struct Bench {
-    corral: Corral,
-    home: tempfile::TempDir,
-    projects: tempfile::TempDir,
+/// A supervisor whose `codex-app-server` engine is the fake engine's app-server mode.
+struct Bench(Library);
+
+impl Deref for Bench {
+    type Target = Library;
+
+    fn deref(&self) -> &Library {
+        &self.0
+    }
 }
 
 impl Bench {
     async fn start() -> Bench {
-        let home = tempfile::tempdir().unwrap();
-        Self::start_in(home).await
+        Self::start_in(tempfile::tempdir().unwrap()).await
     }
 
     async fn start_in(home: tempfile::TempDir) -> Bench {
-        let corral = Corral::start(CorralOptions::new(home.path()))
-            .await
-            .unwrap();
-        for (name, value) in [
+        let settings = [
             ("engines.codex-app-server.path", FAKE),
             ("retry.rate_limit_delays", "0.05,0.05"),
             ("cancel.grace_ms", "300"),
-        ] {
-            corral.set_setting(name, Some(value)).await.unwrap();
-        }
-        Bench {
-            corral,
-            home,
-            projects: tempfile::tempdir().unwrap(),
-        }
+        ];
+        Bench(Library::start_in(home, &settings).await)
     }
 
     async fn project(&self, name: &str, full_access: bool) -> Project {
-        let path = self.projects.path().join(name);
-        std::fs::create_dir_all(&path).unwrap();
-        self.corral
-            .add_project(NewProject {
-                name: name.into(),
-                path: path.to_string_lossy().into_owned(),
-                full_access,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
+        self.add_project(NewProject {
+            name: name.into(),
+            full_access,
+            ..Default::default()
+        })
+        .await
     }
 
+    /// A session on the app-server engine.
     async fn session(&self, project: &Project) -> Session {
-        self.corral
-            .open_session(NewSession {
-                project_id: project.id.clone(),
-                engine: ENGINE.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
+        self.0.session(project, ENGINE).await
     }
 
+    /// Sends a prompt: its id.
     async fn send(&self, session: &Session, text: &str) -> String {
-        self.corral
-            .send(NewPrompt {
-                session_id: session.id.clone(),
-                text: text.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .prompt
-            .id
+        self.0.send(session, text).await.prompt.id
     }
 
-    async fn wait(&self, prompt: &str) -> work::Prompt {
-        match tokio::time::timeout(Duration::from_secs(30), self.corral.wait_prompt(prompt)).await {
-            Ok(prompt) => prompt.unwrap(),
-            Err(_) => {
-                let prompt = self
-                    .corral
-                    .read(|c| work::prompt(c, prompt))
-                    .unwrap()
-                    .unwrap();
-                let events = self
-                    .corral
-                    .read(|c| work::events_after(c, &prompt.session_id, 0, 1000))
-                    .unwrap();
-                panic!("prompt {prompt:?} did not end; events {events:#?}");
-            }
-        }
-    }
-
-    async fn run(&self, session: &Session, text: &str) -> work::Prompt {
-        let prompt = self.send(session, text).await;
-        self.wait(&prompt).await
-    }
-
-    fn runs(&self, prompt: &str) -> Vec<Run> {
-        self.corral.read(|c| work::runs_of(c, prompt)).unwrap()
-    }
-
+    /// The events of one prompt.
     fn events_of(&self, prompt: &work::Prompt) -> Vec<work::Event> {
-        self.corral
-            .read(|c| work::events_after(c, &prompt.session_id, 0, 100_000))
-            .unwrap()
+        self.session_events(&prompt.session_id)
             .into_iter()
             .filter(|event| event.prompt_id.as_deref() == Some(&prompt.id))
             .collect()
-    }
-
-    fn session_now(&self, session: &Session) -> Session {
-        self.corral
-            .read(|c| work::session(c, &session.id))
-            .unwrap()
-            .unwrap()
     }
 
     /// Gives the session a thread id its app-server has never heard of.
@@ -134,10 +76,6 @@ impl Bench {
         )
         .unwrap();
     }
-}
-
-fn actix_test<F: Future<Output = ()>>(body: impl FnOnce() -> F) {
-    actix::System::new().block_on(body());
 }
 
 fn alive(pid: i64) -> bool {
@@ -504,7 +442,8 @@ fn the_childs_state_survives_a_supervisor_restart() {
         assert!(!states[0]["recent"].as_array().unwrap().is_empty());
         let pid = bench.runs(&done.id)[0].pid.unwrap();
         // Keep the home: the next supervisor reads it.
-        (pid, bench.home, bench.projects)
+        let Bench(library) = bench;
+        (pid, library.home, library.projects)
     });
     actix::System::new().block_on(async {
         let corral = Corral::start(CorralOptions::new(&home_path)).await.unwrap();
@@ -530,11 +469,11 @@ fn the_agents_commands_know_their_session_and_the_turns_driver() {
             .set_setting("engines.codex-app-server.path", Some(FAKE))
             .await
             .unwrap();
-        let bench = Bench {
+        let bench = Bench(Library {
             corral,
             home,
             projects: tempfile::tempdir().unwrap(),
-        };
+        });
         let session = bench.session(&bench.project("p", false).await).await;
         let command = format!(
             "@fake run={} monitor list --all --limit 1\nwork",

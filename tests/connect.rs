@@ -77,6 +77,14 @@ impl Home {
         self.json(&["session", "show", session, "--json"])["driver"].clone()
     }
 
+    /// The exec holding the session's driver claim.
+    fn driver_exec(&self, session: &str) -> String {
+        self.driver(session)["exec_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no driver of {session}"))
+            .to_string()
+    }
+
     /// An exec row: (command, parent, outcome, exit code).
     fn exec(&self, id: &str) -> (Value, Option<String>, Option<String>, Option<i64>) {
         self.db()
@@ -478,10 +486,7 @@ fn two_connections_see_every_turn_and_only_the_driver_writes() {
         seen.last().unwrap()["params"]["turn"]["status"],
         "completed"
     );
-    let b_exec = home.driver(&session)["exec_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let b_exec = home.driver_exec(&session);
     assert!(b_exec != a_exec && b_exec != cli_exec);
     // The refused prompts were never queued.
     let history = home.json(&["history", "shared", "--json"]);
@@ -536,10 +541,7 @@ fn the_driver_interrupts_a_hanging_turn() {
 
     // A hand-over while A's next turn hangs: the CLI takes the session over (its prompt
     // queues behind the hanging one). A's interrupt is now refused, naming the CLI's exec.
-    let a_exec = home.driver(&session)["exec_id"]
-        .as_str()
-        .expect("A drives")
-        .to_string();
+    let a_exec = home.driver_exec(&session); // A drives
     let turn = turn_id(&turn_start(&mut a, "@fake hang\nwork again"));
     a.until("turn/started", |m| {
         m["method"] == "turn/started" && m["params"]["turn"]["id"] == turn
@@ -617,10 +619,7 @@ fn the_agents_own_corral_call_is_recorded_under_the_native_connection() {
         "completed"
     );
 
-    let a_exec = home.driver(&session)["exec_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a_exec = home.driver_exec(&session);
     let (parent, caller, via_agent): (String, String, bool) = home
         .db()
         .query_row(
@@ -657,10 +656,7 @@ fn sigterm_closes_the_connections_releases_the_claim_and_removes_the_socket() {
     let mut b = Native::initialized(&home.socket());
     let turn = turn_id(&turn_start(&mut a, "one turn"));
     a.turn(&turn);
-    let a_exec = home.driver(&session)["exec_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a_exec = home.driver_exec(&session);
 
     assert_eq!(connect.stop(libc::SIGTERM), Some(143));
     a.closed();
@@ -701,10 +697,7 @@ fn a_closed_connection_gives_the_claim_back() {
     let mut b = Native::initialized(&home.socket());
     let turn = turn_id(&turn_start(&mut a, "first"));
     a.turn(&turn);
-    let a_exec = home.driver(&session)["exec_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a_exec = home.driver_exec(&session);
     drop(a);
     wait_until("A's exec is completed", || home.exec(&a_exec).2.is_some());
     assert!(home.driver(&session)["exec_id"].is_null());

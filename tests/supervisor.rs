@@ -1,9 +1,12 @@
 //! The supervisor through its library handle, on the fake engine: prompts, events, the retry
 //! policy, the one-worker rule, cancellation, slots, and bad input.
 
-use std::future::Future;
+mod common;
+
+use std::ops::Deref;
 use std::time::Duration;
 
+use common::library::{actix_test, Library};
 use corral::store::work::{
     self, CancelFound, Event, NewProject, NewPrompt, NewSession, Project, PromptStatus, Run,
     Session,
@@ -13,120 +16,40 @@ use corral::{Corral, CorralOptions};
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
 /// A temporary home with a supervisor on the fake engine, fast retry delays and a short grace.
-struct Bench {
-    corral: Corral,
-    home: tempfile::TempDir,
-    projects: tempfile::TempDir,
+struct Bench(Library);
+
+impl Deref for Bench {
+    type Target = Library;
+
+    fn deref(&self) -> &Library {
+        &self.0
+    }
 }
 
 impl Bench {
     async fn start() -> Bench {
-        let home = tempfile::tempdir().unwrap();
-        let corral = Corral::start(CorralOptions::new(home.path()))
-            .await
-            .unwrap();
-        for (name, value) in [
+        let settings = [
             ("engines.fake.path", FAKE),
             ("engines.claude.path", FAKE),
             ("retry.rate_limit_delays", "0.05,0.1"),
             ("retry.writer_conflict_delays", "0.05,0.05,0.05"),
             ("cancel.grace_ms", "300"),
-        ] {
-            corral.set_setting(name, Some(value)).await.unwrap();
-        }
-        Bench {
-            corral,
-            home,
-            projects: tempfile::tempdir().unwrap(),
-        }
+        ];
+        Bench(Library::start_in(tempfile::tempdir().unwrap(), &settings).await)
     }
 
     async fn project(&self, name: &str, groups: &[&str]) -> Project {
-        let path = self.projects.path().join(name);
-        std::fs::create_dir_all(&path).unwrap();
-        self.corral
-            .add_project(NewProject {
-                name: name.into(),
-                path: path.to_string_lossy().into_owned(),
-                groups: groups.iter().map(|g| g.to_string()).collect(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-    }
-
-    async fn session(&self, project: &Project, engine: &str) -> Session {
-        self.corral
-            .open_session(NewSession {
-                project_id: project.id.clone(),
-                engine: engine.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-    }
-
-    async fn send(&self, session: &Session, text: &str) -> work::Enqueued {
-        self.corral
-            .send(NewPrompt {
-                session_id: session.id.clone(),
-                text: text.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-    }
-
-    /// Sends and waits for the prompt's end.
-    async fn run(&self, session: &Session, text: &str) -> work::Prompt {
-        let sent = self.send(session, text).await;
-        self.wait(&sent.prompt.id).await
-    }
-
-    async fn wait(&self, prompt_id: &str) -> work::Prompt {
-        match tokio::time::timeout(Duration::from_secs(30), self.corral.wait_prompt(prompt_id))
-            .await
-        {
-            Ok(prompt) => prompt.unwrap(),
-            Err(_) => {
-                let prompt = self
-                    .corral
-                    .read(|c| work::prompt(c, prompt_id))
-                    .unwrap()
-                    .unwrap();
-                let events = self
-                    .corral
-                    .read(|c| work::events_after(c, &prompt.session_id, 0, 1000))
-                    .unwrap();
-                let runs = self.runs(prompt_id);
-                panic!(
-                    "prompt {prompt:?} did not end within 30 s; runs {runs:#?}; events {events:#?}"
-                );
-            }
-        }
-    }
-
-    fn runs(&self, prompt_id: &str) -> Vec<Run> {
-        self.corral.read(|c| work::runs_of(c, prompt_id)).unwrap()
+        self.add_project(NewProject {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        })
+        .await
     }
 
     fn events(&self, session: &Session) -> Vec<Event> {
-        self.corral
-            .read(|c| work::events_after(c, &session.id, 0, 100_000))
-            .unwrap()
+        self.session_events(&session.id)
     }
-
-    fn session_now(&self, session: &Session) -> Session {
-        self.corral
-            .read(|c| work::session(c, &session.id))
-            .unwrap()
-            .unwrap()
-    }
-}
-
-/// Runs an async test body in its own actix system.
-fn actix_test<F: Future<Output = ()>>(body: impl FnOnce() -> F) {
-    actix::System::new().block_on(body());
 }
 
 fn kinds(events: &[Event]) -> Vec<&str> {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod library;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -260,13 +260,12 @@ impl Worker {
             }
             // The prompt's end is committed before its event is published, so that whoever
             // reacts to the event reads the final state.
-            let ended = NewEvent {
-                session_id: self.session_id.clone(),
-                prompt_id: Some(prompt_id.clone()),
-                run_id: None,
-                kind: format!("prompt.{}", end.status.as_str()),
-                payload: json!({ "error": end.error, "answer": end.answer }),
-            };
+            let ended = self.session_event(
+                Some(&prompt_id),
+                None,
+                &format!("prompt.{}", end.status.as_str()),
+                json!({ "error": end.error, "answer": end.answer }),
+            );
             let finish = FinishPrompt {
                 prompt_id: prompt_id.clone(),
                 status: end.status,
@@ -338,14 +337,25 @@ impl Worker {
         kind: &str,
         payload: serde_json::Value,
     ) {
-        let event = NewEvent {
+        let event = self.session_event(prompt_id, run_id, kind, payload);
+        self.store_events(vec![event]).await;
+    }
+
+    /// An event of this session.
+    fn session_event(
+        &self,
+        prompt_id: Option<&str>,
+        run_id: Option<&str>,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> NewEvent {
+        NewEvent {
             session_id: self.session_id.clone(),
             prompt_id: prompt_id.map(str::to_string),
             run_id: run_id.map(str::to_string),
             kind: kind.to_string(),
             payload,
-        };
-        self.store_events(vec![event]).await;
+        }
     }
 
     /// Stores `events` now, after the deferred ones.
@@ -403,13 +413,13 @@ impl Worker {
         let (mut rate_limited, mut writer_conflicts, mut replayed) = (0usize, 0usize, false);
         let mut overloaded = 0usize;
         // Stored with the run's row (or with whatever is written first).
-        self.deferred.push(NewEvent {
-            session_id: self.session_id.clone(),
-            prompt_id: Some(prompt.id.clone()),
-            run_id: None,
-            kind: "prompt.started".into(),
-            payload: json!({ "text": prompt.text, "images": prompt.images }),
-        });
+        let started = self.session_event(
+            Some(&prompt.id),
+            None,
+            "prompt.started",
+            json!({ "text": prompt.text, "images": prompt.images }),
+        );
+        self.deferred.push(started);
 
         loop {
             if self.is_cancelled(&prompt.id) {
@@ -813,13 +823,7 @@ impl Worker {
         kind: &str,
         payload: serde_json::Value,
     ) -> NewEvent {
-        NewEvent {
-            session_id: self.session_id.clone(),
-            prompt_id: Some(prompt.id.clone()),
-            run_id: Some(run_id.to_string()),
-            kind: kind.to_string(),
-            payload,
-        }
+        self.session_event(Some(&prompt.id), Some(run_id), kind, payload)
     }
 
     async fn set_title(
