@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 continue;
             }
             println!("#{:<3} {:<16} {}", event.seq, event.kind, event.payload);
-            if event.kind.starts_with("prompt.") && event.kind != "prompt.started" {
+            if event.kind.ends_prompt() {
                 break;
             }
         }

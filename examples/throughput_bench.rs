@@ -159,11 +159,7 @@ fn main() {
         let mut ended = 0;
         while ended < runs {
             match events.recv().await {
-                Ok(event)
-                    if event.kind.starts_with("prompt.") && event.kind != "prompt.started" =>
-                {
-                    ended += 1
-                }
+                Ok(event) if event.kind.ends_prompt() => ended += 1,
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => ended = finished(&corral),
                 Err(RecvError::Closed) => panic!("the supervisor stopped"),

@@ -37,6 +37,7 @@ use crate::actors::supervisor::{
     Boot, CancelRunning, CountWorking, Dispatch, Published, Shared, Supervisor,
 };
 use crate::engine::EngineKind;
+use crate::events::EventKind;
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::work::{
     self, CancelFound, Enqueued, NewProject, NewPrompt, NewSession, Project, Prompt, Recovered,
@@ -303,8 +304,8 @@ impl Corral {
                 match events.recv().await {
                     Ok(event)
                         if event.prompt_id.as_deref() == Some(prompt_id)
-                            && event.kind.starts_with("prompt.")
-                            && event.kind != "prompt.started" =>
+                            && (event.kind.ends_prompt()
+                                || event.kind == EventKind::PromptRequeued) =>
                     {
                         break
                     }

@@ -4,6 +4,7 @@
 //! - [`store`]: the SQLite file, its migrations, and the exec ledger's model and SQL;
 //! - [`actors`]: the actix actors; today the [`actors::ledger`], the only writer of the store;
 //! - [`cli`]: the `corral` command line, one file per command;
+//! - [`events`]: the kinds of a session's events, shared by their emitters and readers;
 //! - [`process`]: process groups and pid identity; [`repo`]: git top-level discovery;
 //!   [`home`]: where corral keeps its state.
 
@@ -13,6 +14,7 @@ pub mod client;
 mod corral;
 pub mod daemon;
 pub mod engine;
+pub mod events;
 pub mod framing;
 pub mod home;
 pub mod process;

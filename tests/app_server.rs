@@ -96,7 +96,7 @@ fn turns_run_on_one_long_lived_child_and_resume_the_thread() {
         let kinds: Vec<String> = bench
             .events_of(&first)
             .into_iter()
-            .map(|e| e.kind)
+            .map(|e| e.kind.to_string())
             .collect();
         for kind in [
             "thread.started",
@@ -513,7 +513,11 @@ fn a_last_line_without_a_newline_still_completes_the_turn() {
         assert_eq!(runs.len(), 1, "{runs:?}");
         assert_eq!(runs[0].status, "succeeded", "{runs:?}");
         assert_eq!(runs[0].failure_class, None, "not a transport failure");
-        let kinds: Vec<String> = bench.events_of(&done).into_iter().map(|e| e.kind).collect();
+        let kinds: Vec<String> = bench
+            .events_of(&done)
+            .into_iter()
+            .map(|e| e.kind.to_string())
+            .collect();
         assert!(kinds.iter().any(|k| k == "turn.completed"), "{kinds:?}");
         assert!(kinds.iter().all(|k| k != "transport.closed"), "{kinds:?}");
 

@@ -35,6 +35,7 @@ use super::remote::{self, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::client::{Client, ClientError};
+use crate::events::EventKind;
 use crate::protocol::{code, RpcError, MAX_LINE};
 use crate::store::exec::{ExecCompletion, NewExec, Outcome};
 use crate::store::now_ms;
@@ -1095,7 +1096,7 @@ impl Translator {
         let at = event.at;
         let payload = &event.payload;
         let mut out = Vec::new();
-        if event.kind == "thread.started" {
+        if event.kind == EventKind::ThreadStarted {
             if let Some(thread) = payload["thread_id"].as_str() {
                 if self.thread_id.as_deref() != Some(thread) {
                     self.thread_id = Some(thread.to_string());
@@ -1121,16 +1122,16 @@ impl Translator {
         };
         let thread = self.thread();
         let text = |name: &str| payload[name].as_str().unwrap_or_default().to_string();
-        match event.kind.as_str() {
-            "prompt.started" => {
+        match &event.kind {
+            EventKind::PromptStarted => {
                 out.push(notification(
                     "thread/status/changed",
                     json!({ "threadId": thread, "status": { "type": "active", "activeFlags": [] } }),
                     at,
                 ));
             }
-            "turn.started" => self.ensure_started(&turn, at, &mut out),
-            "message.delta" => {
+            EventKind::TurnStarted => self.ensure_started(&turn, at, &mut out),
+            EventKind::MessageDelta => {
                 self.ensure_started(&turn, at, &mut out);
                 let delta = text("text");
                 let item = self.open_message(&turn, at, &mut out);
@@ -1143,11 +1144,11 @@ impl Translator {
                     at,
                 ));
             }
-            "message" => {
+            EventKind::Message => {
                 self.ensure_started(&turn, at, &mut out);
                 self.complete_message(&turn, text("text"), at, &mut out);
             }
-            "tool" => {
+            EventKind::Tool => {
                 self.ensure_started(&turn, at, &mut out);
                 let view = self.view(&turn);
                 let mut item = engine_item(&payload["detail"], payload["name"].as_str());
@@ -1166,7 +1167,7 @@ impl Translator {
                     at,
                 ));
             }
-            "usage" => {
+            EventKind::Usage => {
                 self.ensure_started(&turn, at, &mut out);
                 out.push(notification(
                     "thread/tokenUsage/updated",
@@ -1174,7 +1175,7 @@ impl Translator {
                     at,
                 ));
             }
-            "notice" => {
+            EventKind::Notice => {
                 self.ensure_started(&turn, at, &mut out);
                 // Nothing is final before the prompt ends: corral may still retry.
                 let will_retry = payload["will_retry"].as_bool().unwrap_or(true);
@@ -1190,10 +1191,10 @@ impl Translator {
                     at,
                 ));
             }
-            "turn.failed" => {
+            EventKind::TurnFailed => {
                 self.view(&turn).failure = Some(text("message"));
             }
-            "retry.scheduled" => {
+            EventKind::RetryScheduled => {
                 self.ensure_started(&turn, at, &mut out);
                 let view = self.view(&turn);
                 // A new attempt streams its own message.
@@ -1221,7 +1222,7 @@ impl Translator {
                     at,
                 ));
             }
-            "prompt.requeued" => {
+            EventKind::PromptRequeued => {
                 self.ensure_started(&turn, at, &mut out);
                 out.push(error_notification(
                     &thread,
@@ -1235,12 +1236,12 @@ impl Translator {
                     at,
                 ));
             }
-            "prompt.done" | "prompt.failed" | "prompt.cancelled" => {
+            EventKind::PromptDone | EventKind::PromptFailed | EventKind::PromptCancelled => {
                 self.ensure_started(&turn, at, &mut out);
                 let answer = payload["answer"].as_str().map(str::to_string);
                 let view = self.view(&turn);
                 let streamed = view.open.is_some();
-                if event.kind == "prompt.done" && (streamed || view.messages == 0) {
+                if event.kind == EventKind::PromptDone && (streamed || view.messages == 0) {
                     // The answer was streamed but never completed, or never shown at all.
                     let text = answer
                         .or_else(|| view.open.as_ref().map(|(_, text)| text.clone()))
@@ -1249,9 +1250,9 @@ impl Translator {
                         self.complete_message(&turn, text, at, &mut out);
                     }
                 }
-                let (status, error) = match event.kind.as_str() {
-                    "prompt.done" => ("completed", Value::Null),
-                    "prompt.failed" => {
+                let (status, error) = match &event.kind {
+                    EventKind::PromptDone => ("completed", Value::Null),
+                    EventKind::PromptFailed => {
                         let error = json!({
                             "message": payload["error"].as_str().unwrap_or("the turn failed"),
                             "codexErrorInfo": null,

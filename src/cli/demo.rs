@@ -17,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::monitor::{build_overview, print_overview};
 use super::{CliError, Context, Exit};
+use crate::events::EventKind;
 use crate::store::work::{Event, NewProject, NewPrompt, NewSession};
 use crate::{Corral, CorralOptions};
 
@@ -148,7 +149,7 @@ pub async fn execute(context: &Context, args: &DemoArgs) -> Result<Exit, CliErro
                     if let Some(line) = describe(&event, &names, &mut retry_due) {
                         println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
                     }
-                    if event.kind.starts_with("prompt.") && event.kind != "prompt.started" {
+                    if event.kind.ends_prompt() {
                         open -= 1;
                     }
                 }
@@ -199,8 +200,8 @@ fn describe(
 ) -> Option<String> {
     let name = names.get(&event.session_id).copied().unwrap_or("?");
     let payload = &event.payload;
-    let text = match event.kind.as_str() {
-        "slot.waiting" => {
+    let text = match &event.kind {
+        EventKind::SlotWaiting => {
             let groups = payload["groups"].as_array().map(|g| g.len()).unwrap_or(0);
             if groups > 0 {
                 "waiting for a slot (engine limit, project or group lock)".to_string()
@@ -208,15 +209,17 @@ fn describe(
                 "waiting for a slot (engine limit)".to_string()
             }
         }
-        "slot.granted" => format!("got a slot after {} ms", payload["waited_ms"]),
-        "run.started" => format!("engine started, pid {}", payload["pid"]),
-        "title.generated" => format!("titled \"{}\"", payload["title"].as_str().unwrap_or("")),
+        EventKind::SlotGranted => format!("got a slot after {} ms", payload["waited_ms"]),
+        EventKind::RunStarted => format!("engine started, pid {}", payload["pid"]),
+        EventKind::TitleGenerated => {
+            format!("titled \"{}\"", payload["title"].as_str().unwrap_or(""))
+        }
         // A command shows twice (started, completed): the completed one says it.
-        "tool" if payload["detail"]["status"] != "in_progress" => format!(
+        EventKind::Tool if payload["detail"]["status"] != "in_progress" => format!(
             "agent ran: {}",
             payload["detail"]["command"].as_str().unwrap_or("a tool")
         ),
-        "retry.scheduled" => {
+        EventKind::RetryScheduled => {
             let delay = payload["delay_ms"].as_u64().unwrap_or(0);
             retry_due.insert(
                 event.session_id.clone(),
@@ -229,7 +232,7 @@ fn describe(
                 delay as f64 / 1000.0
             )
         }
-        "run.exited" => {
+        EventKind::RunExited => {
             retry_due.remove(&event.session_id);
             match payload["ended_by"].as_str() {
                 Some(reason) => format!("engine {reason}, process group ended"),
@@ -239,7 +242,7 @@ fn describe(
                 ),
             }
         }
-        "prompt.done" => format!(
+        EventKind::PromptDone => format!(
             "done: {}",
             payload["answer"]
                 .as_str()
@@ -248,8 +251,8 @@ fn describe(
                 .next()
                 .unwrap_or("")
         ),
-        "prompt.failed" => format!("failed: {}", payload["error"].as_str().unwrap_or("")),
-        "prompt.cancelled" => "cancelled".to_string(),
+        EventKind::PromptFailed => format!("failed: {}", payload["error"].as_str().unwrap_or("")),
+        EventKind::PromptCancelled => "cancelled".to_string(),
         _ => return None,
     };
     Some(format!("{name:<8} {text}"))

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::{CliError, Context};
 use crate::client::{self, Client, ClientError};
+use crate::events::EventKind;
 use crate::protocol::{code, RpcError};
 use crate::store::work::Event;
 
@@ -149,17 +150,19 @@ fn summary(event: &Event) -> String {
         Value::Object(map) if map.is_empty() => String::new(),
         other => other.to_string(),
     };
-    match event.kind.as_str() {
-        "prompt.started" => first_line(field("text").unwrap_or("")).to_string(),
-        "prompt.done" => first_line(field("answer").unwrap_or("")).to_string(),
-        "prompt.failed" | "prompt.cancelled" => field("error").unwrap_or("").to_string(),
-        "prompt.requeued" => field("reason").unwrap_or("").to_string(),
-        "run.started" => format!(
+    match &event.kind {
+        EventKind::PromptStarted => first_line(field("text").unwrap_or("")).to_string(),
+        EventKind::PromptDone => first_line(field("answer").unwrap_or("")).to_string(),
+        EventKind::PromptFailed | EventKind::PromptCancelled => {
+            field("error").unwrap_or("").to_string()
+        }
+        EventKind::PromptRequeued => field("reason").unwrap_or("").to_string(),
+        EventKind::RunStarted => format!(
             "pid {} ({})",
             number("pid").map(|p| p.to_string()).unwrap_or("?".into()),
             field("engine").unwrap_or("?")
         ),
-        "run.exited" => {
+        EventKind::RunExited => {
             if let Some(by) = field("ended_by") {
                 format!("ended: {by}")
             } else {
@@ -171,7 +174,7 @@ fn summary(event: &Event) -> String {
                 format!("{}, {status}", field("verdict").unwrap_or("?"))
             }
         }
-        "retry.scheduled" => {
+        EventKind::RetryScheduled => {
             let delay = number("delay_ms").unwrap_or(0) as f64 / 1000.0;
             let mut line = format!(
                 "{}: attempt {} in {delay}s",
@@ -187,22 +190,22 @@ fn summary(event: &Event) -> String {
             }
             line
         }
-        "slot.waiting" => format!(
+        EventKind::SlotWaiting => format!(
             "for a {} slot (project {})",
             field("engine").unwrap_or("?"),
             field("project").unwrap_or("?")
         ),
-        "slot.granted" => format!("after {} ms", number("waited_ms").unwrap_or(0)),
-        "title.generated" => field("title").unwrap_or("").to_string(),
-        "thread.started" => field("thread_id").unwrap_or("").to_string(),
-        "message" | "message.delta" => field("text").unwrap_or("").to_string(),
-        "tool" => {
+        EventKind::SlotGranted => format!("after {} ms", number("waited_ms").unwrap_or(0)),
+        EventKind::TitleGenerated => field("title").unwrap_or("").to_string(),
+        EventKind::ThreadStarted => field("thread_id").unwrap_or("").to_string(),
+        EventKind::Message | EventKind::MessageDelta => field("text").unwrap_or("").to_string(),
+        EventKind::Tool => {
             let detail = payload.get("detail").map(compact).unwrap_or_default();
             format!("{} {detail}", field("name").unwrap_or("?"))
         }
-        "notice" | "turn.failed" => field("message").unwrap_or("").to_string(),
-        "raw" => field("line").unwrap_or("").to_string(),
-        "usage" => payload.get("usage").map(compact).unwrap_or_default(),
+        EventKind::Notice | EventKind::TurnFailed => field("message").unwrap_or("").to_string(),
+        EventKind::Raw => field("line").unwrap_or("").to_string(),
+        EventKind::Usage => payload.get("usage").map(compact).unwrap_or_default(),
         _ => compact(payload),
     }
 }

@@ -16,6 +16,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 use super::{now_ms, Cached};
+use crate::events::EventKind;
 
 /// A working directory with settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,7 +164,7 @@ pub struct Event {
     pub prompt_id: Option<String>,
     pub run_id: Option<String>,
     pub at: i64,
-    pub kind: String,
+    pub kind: EventKind,
     pub payload: serde_json::Value,
 }
 
@@ -274,7 +275,7 @@ fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
         prompt_id: row.get(2)?,
         run_id: row.get(3)?,
         at: row.get(4)?,
-        kind: row.get(5)?,
+        kind: EventKind::parse(&row.get::<_, String>(5)?),
         payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::String(payload)),
     })
 }
@@ -711,7 +712,7 @@ pub struct NewEvent {
     pub session_id: String,
     pub prompt_id: Option<String>,
     pub run_id: Option<String>,
-    pub kind: String,
+    pub kind: EventKind,
     pub payload: serde_json::Value,
 }
 
@@ -737,7 +738,7 @@ pub(crate) fn append_events(
             event.prompt_id,
             event.run_id,
             at,
-            event.kind,
+            event.kind.as_str(),
             event.payload.to_string(),
         ])?;
         numbered.push(Event {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::{event_kind, event_payload, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
 use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
+use crate::events::EventKind;
 use crate::framing;
 use crate::store::work::Prompt;
 
@@ -77,7 +78,7 @@ impl Worker {
                 self.event(
                     Some(prompt_id),
                     None,
-                    "app_server.unavailable",
+                    EventKind::AppServerUnavailable,
                     json!({ "reason": reason, "retry_in_ms": wait.as_millis() as u64 }),
                 )
                 .await;
@@ -170,7 +171,7 @@ impl Worker {
         let mut batch = vec![self.new_event(
             turn.prompt,
             turn.run_id,
-            "thread.started",
+            EventKind::ThreadStarted,
             json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
         )];
         let (sender, mut notifications) = mpsc::unbounded_channel();
@@ -228,10 +229,10 @@ impl Worker {
                     match next {
                         app_server::TurnEvent::Notification { method, params } => {
                             if method == "corral/serverRequest" {
-                                batch.push(self.new_event(turn.prompt, turn.run_id, "server.request", params.clone()));
+                                batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::ServerRequest, params.clone()));
                             } else if method == "error" {
                                 // willRetry: true keeps the turn in progress: an event, not a failure.
-                                batch.push(self.new_event(turn.prompt, turn.run_id, "notice", json!({
+                                batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::Notice, json!({
                                     "message": params["error"]["message"],
                                     "will_retry": params["willRetry"],
                                     "codex_error_info": params["error"]["codexErrorInfo"],
@@ -249,7 +250,7 @@ impl Worker {
                                         }
                                         other => other,
                                     };
-                                    batch.push(self.new_event(turn.prompt, turn.run_id, &event_kind(&event), event_payload(&event)));
+                                    batch.push(self.new_event(turn.prompt, turn.run_id, event_kind(&event), event_payload(&event)));
                                 }
                             }
                             if method == "turn/completed" && params["turn"]["id"].as_str().is_none_or(|id| id == turn_id) {
@@ -273,10 +274,10 @@ impl Worker {
                             }
                         }
                         app_server::TurnEvent::Invalid { line } => {
-                            batch.push(self.new_event(turn.prompt, turn.run_id, "raw", json!({ "line": line })));
+                            batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::Raw, json!({ "line": line })));
                         }
                         app_server::TurnEvent::Closed { details } => {
-                            batch.push(self.new_event(turn.prompt, turn.run_id, "transport.closed", details.clone()));
+                            batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::TransportClosed, details.clone()));
                             break match stop {
                                 Some(stop) => RunOutcome::Stopped(stop),
                                 None => failed(
@@ -315,7 +316,7 @@ impl Worker {
         batch.push(self.new_event(
             turn.prompt,
             turn.run_id,
-            "run.exited",
+            EventKind::RunExited,
             json!({ "turn_id": turn_id, "app_server_pid": pid }),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).

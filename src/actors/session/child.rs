@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use super::{event_kind, event_payload, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::ledger::RunSpawned;
 use crate::engine::{self, EngineEvent, EngineKind, RunVerdict};
+use crate::events::EventKind;
 use crate::framing;
 use crate::process;
 use crate::store::work::{NewEvent, Prompt};
@@ -89,7 +90,7 @@ impl Worker {
         let started = self.new_event(
             prompt,
             run_id,
-            "run.started",
+            EventKind::RunStarted,
             json!({
                 "pid": pid,
                 "engine": kind.as_str(),
@@ -148,7 +149,7 @@ impl Worker {
                         }
                     };
                     if line.stream == Stream::Stderr {
-                        batch.push(self.new_event(prompt, run_id, "stderr", json!({ "line": line.text })));
+                        batch.push(self.new_event(prompt, run_id, EventKind::Stderr, json!({ "line": line.text })));
                     }
                     for event in events {
                         let event = match event {
@@ -166,7 +167,7 @@ impl Worker {
                             }
                             other => other,
                         };
-                        batch.push(self.new_event(prompt, run_id, &event_kind(&event), event_payload(&event)));
+                        batch.push(self.new_event(prompt, run_id, event_kind(&event), event_payload(&event)));
                         if matches!(event, EngineEvent::TurnCompleted | EngineEvent::TurnFailed { .. }) {
                             terminal = Some(event);
                         }
@@ -197,14 +198,24 @@ impl Worker {
             process::end_group(&mut child, pgid, settings.cancel_grace).await;
             // What the child printed before it ended still belongs to the run.
             while let Ok(line) = lines.try_recv() {
-                batch.push(self.new_event(prompt, run_id, "raw", json!({ "line": line.text })));
+                batch.push(self.new_event(
+                    prompt,
+                    run_id,
+                    EventKind::Raw,
+                    json!({ "line": line.text }),
+                ));
             }
             let reason = match stop {
                 RunOutcome::Stopped(Stop::Cancel) => "cancelled",
                 RunOutcome::Stopped(Stop::Shutdown) => "daemon shutdown",
                 _ => "timed out",
             };
-            batch.push(self.new_event(prompt, run_id, "run.exited", json!({ "ended_by": reason })));
+            batch.push(self.new_event(
+                prompt,
+                run_id,
+                EventKind::RunExited,
+                json!({ "ended_by": reason }),
+            ));
             // Stored with the run's end.
             self.deferred.append(&mut batch);
             return (stop, reported_thread);
@@ -219,7 +230,7 @@ impl Worker {
         batch.push(self.new_event(
             prompt,
             run_id,
-            "run.exited",
+            EventKind::RunExited,
             json!({
                 "exit_code": exit_code,
                 "signal": signal,

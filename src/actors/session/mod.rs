@@ -36,6 +36,7 @@ use super::ledger::{
 use super::slots::SlotRequest;
 use super::supervisor::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunSpec, RunVerdict, Sandbox};
+use crate::events::EventKind;
 use crate::framing;
 use crate::store::work::{self, NewEvent, Prompt, PromptStatus, RunEnd};
 pub use app_turn::driver_file;
@@ -252,7 +253,7 @@ impl Worker {
                 self.event(
                     Some(&prompt_id),
                     None,
-                    "prompt.requeued",
+                    EventKind::PromptRequeued,
                     json!({ "reason": "daemon shutdown" }),
                 )
                 .await;
@@ -263,7 +264,7 @@ impl Worker {
             let ended = self.session_event(
                 Some(&prompt_id),
                 None,
-                &format!("prompt.{}", end.status.as_str()),
+                EventKind::prompt_end(end.status),
                 json!({ "error": end.error, "answer": end.answer }),
             );
             let finish = FinishPrompt {
@@ -334,7 +335,7 @@ impl Worker {
         &mut self,
         prompt_id: Option<&str>,
         run_id: Option<&str>,
-        kind: &str,
+        kind: EventKind,
         payload: serde_json::Value,
     ) {
         let event = self.session_event(prompt_id, run_id, kind, payload);
@@ -346,14 +347,14 @@ impl Worker {
         &self,
         prompt_id: Option<&str>,
         run_id: Option<&str>,
-        kind: &str,
+        kind: EventKind,
         payload: serde_json::Value,
     ) -> NewEvent {
         NewEvent {
             session_id: self.session_id.clone(),
             prompt_id: prompt_id.map(str::to_string),
             run_id: run_id.map(str::to_string),
-            kind: kind.to_string(),
+            kind,
             payload,
         }
     }
@@ -416,7 +417,7 @@ impl Worker {
         let started = self.session_event(
             Some(&prompt.id),
             None,
-            "prompt.started",
+            EventKind::PromptStarted,
             json!({ "text": prompt.text, "images": prompt.images }),
         );
         self.deferred.push(started);
@@ -469,7 +470,7 @@ impl Worker {
                         self.event(
                             Some(&prompt.id),
                             None,
-                            "slot.waiting",
+                            EventKind::SlotWaiting,
                             json!({ "engine": kind.as_str(), "project": project.name, "groups": locking_groups }),
                         )
                         .await;
@@ -483,7 +484,7 @@ impl Worker {
                 self.event(
                     Some(&prompt.id),
                     None,
-                    "slot.granted",
+                    EventKind::SlotGranted,
                     json!({ "waited_ms": waited.elapsed().as_millis() as u64 }),
                 )
                 .await;
@@ -756,7 +757,7 @@ impl Worker {
             self.event(
                 Some(&prompt.id),
                 Some(&run_id),
-                "retry.scheduled",
+                EventKind::RetryScheduled,
                 json!({
                     "reason": class.as_str(),
                     "attempt": attempt,
@@ -820,7 +821,7 @@ impl Worker {
         &self,
         prompt: &Prompt,
         run_id: &str,
-        kind: &str,
+        kind: EventKind,
         payload: serde_json::Value,
     ) -> NewEvent {
         self.session_event(Some(&prompt.id), Some(run_id), kind, payload)
@@ -845,7 +846,7 @@ impl Worker {
             batch.push(self.new_event(
                 prompt,
                 run_id,
-                "title.generated",
+                EventKind::TitleGenerated,
                 json!({ "title": title }),
             ));
         }
@@ -863,20 +864,19 @@ fn jitter(delay: Duration) -> Duration {
 }
 
 /// The event kind of an engine event.
-fn event_kind(event: &EngineEvent) -> String {
+fn event_kind(event: &EngineEvent) -> EventKind {
     match event {
-        EngineEvent::ThreadStarted { .. } => "thread.started",
-        EngineEvent::TurnStarted => "turn.started",
-        EngineEvent::MessageDelta { .. } => "message.delta",
-        EngineEvent::Message { .. } => "message",
-        EngineEvent::Tool { .. } => "tool",
-        EngineEvent::Usage { .. } => "usage",
-        EngineEvent::Notice { .. } => "notice",
-        EngineEvent::TurnCompleted => "turn.completed",
-        EngineEvent::TurnFailed { .. } => "turn.failed",
-        EngineEvent::Raw { .. } => "raw",
+        EngineEvent::ThreadStarted { .. } => EventKind::ThreadStarted,
+        EngineEvent::TurnStarted => EventKind::TurnStarted,
+        EngineEvent::MessageDelta { .. } => EventKind::MessageDelta,
+        EngineEvent::Message { .. } => EventKind::Message,
+        EngineEvent::Tool { .. } => EventKind::Tool,
+        EngineEvent::Usage { .. } => EventKind::Usage,
+        EngineEvent::Notice { .. } => EventKind::Notice,
+        EngineEvent::TurnCompleted => EventKind::TurnCompleted,
+        EngineEvent::TurnFailed { .. } => EventKind::TurnFailed,
+        EngineEvent::Raw { .. } => EventKind::Raw,
     }
-    .to_string()
 }
 
 fn event_payload(event: &EngineEvent) -> serde_json::Value {
