@@ -20,6 +20,12 @@
 //!   returns a [`SlotGuard`] that releases it on drop; dropping the `acquire` future while it
 //!   waits withdraws the request.
 //!
+//! A request may name its [`SlotOwner`] (the session it is for,
+//! [`SlotsHandle::acquire_for`]). The table does not use owners to decide anything; it only
+//! keeps them so that a waiter can be told *why* it waits and *who* holds what it needs:
+//! [`SlotTable::blocker`] (pure) and [`SlotsHandle::blocker`] return a [`Blocker`], the
+//! `held_by` of the `slot.waiting` event.
+//!
 //! # The grant rule
 //!
 //! Grants are atomic: a request gets all its resources at once or none. Waiters are scanned in
@@ -98,6 +104,87 @@ impl SlotRequest {
     }
 }
 
+/// Who a request is for: the session whose run it is. Only reported, never used to decide a
+/// grant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SlotOwner {
+    /// The session's id; [`SlotsHandle::blocker`] finds a session's waiting request by it.
+    pub session: String,
+    /// What a person calls the session (its title), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl SlotOwner {
+    /// The owner `session`, labelled `label` when there is one.
+    pub fn new(session: impl Into<String>, label: Option<impl Into<String>>) -> SlotOwner {
+        SlotOwner {
+            session: session.into(),
+            label: label.map(Into::into),
+        }
+    }
+}
+
+/// Why a waiting request is not granted now, and who is in the way: the first reason found in
+/// this order — its project's lock, one of its groups' locks, its engine's limit, the total
+/// limit (all held by *running* requests), then the claim of an earlier waiter (the FIFO rule:
+/// a waiter keeps what it needs for itself, see the module doc).
+///
+/// Serialized with a `reason` tag, e.g. `{"reason":"project_lock","project":"P","holder":
+/// {"session":"S","label":"Refactor"}}`; this is the `held_by` of a `slot.waiting` event. A
+/// holder is `None` (left out) when its request named no owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Blocker {
+    /// A running request holds the project's lock (`project` is the request's project).
+    ProjectLock {
+        project: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<SlotOwner>,
+    },
+    /// A running request holds the lock of `group`, one of the request's locking groups.
+    GroupLock {
+        group: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<SlotOwner>,
+    },
+    /// `running` requests of `engine` run and its limit is `limit` (0: the engine is paused);
+    /// `holders` are the owners of those that named one, in ticket order.
+    EngineLimit {
+        engine: String,
+        limit: usize,
+        running: usize,
+        holders: Vec<SlotOwner>,
+    },
+    /// `running` requests run over all engines and `slots.total` is `limit`.
+    TotalLimit {
+        limit: usize,
+        running: usize,
+        holders: Vec<SlotOwner>,
+    },
+    /// Nothing running is in the way, but an earlier waiter (`holder`) claims something this
+    /// request needs (`claim`), so it is served first.
+    Queue {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<SlotOwner>,
+        claim: Claim,
+    },
+}
+
+/// What an earlier waiter claims that a later one needs ([`Blocker::Queue`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Claim {
+    /// The same project.
+    Project { project: String },
+    /// A locking group both need.
+    Group { group: String },
+    /// The last permit of the engine's limit.
+    Engine { engine: String },
+    /// The last permit of the total limit.
+    Total,
+}
+
 /// The concurrency limits (settings `slots.<engine>` and `slots.total`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotLimits {
@@ -144,6 +231,9 @@ fn sorted_map<S: Serializer>(
 pub struct SlotEntry {
     pub ticket: Ticket,
     pub request: SlotRequest,
+    /// Who it is for, when the request said ([`SlotsHandle::acquire_for`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<SlotOwner>,
 }
 
 /// The state of the table at one moment, for `corral status` and tests.
@@ -181,6 +271,8 @@ pub struct SlotTable {
     /// Running requests per engine; an engine is removed when its count drops to 0, so the
     /// map only ever holds engines that run.
     running_per_engine: HashMap<String, usize>,
+    /// The owner of each known ticket (running or waiting) that named one; removed with it.
+    owners: HashMap<Ticket, SlotOwner>,
 }
 
 impl SlotTable {
@@ -199,11 +291,25 @@ impl SlotTable {
     /// A ticket the table already knows is not registered twice: the answer is its current
     /// state (granted or not) and nothing changes.
     pub fn request(&mut self, ticket: Ticket, request: SlotRequest) -> bool {
+        self.request_for(ticket, request, None)
+    }
+
+    /// [`request`](Self::request), on behalf of `owner` (kept only to be reported by
+    /// [`blocker`](Self::blocker) and snapshots; it changes no decision).
+    pub fn request_for(
+        &mut self,
+        ticket: Ticket,
+        request: SlotRequest,
+        owner: Option<SlotOwner>,
+    ) -> bool {
         if self.running.contains_key(&ticket) {
             return true;
         }
         if self.waiting.iter().any(|(known, _)| *known == ticket) {
             return false;
+        }
+        if let Some(owner) = owner {
+            self.owners.insert(ticket, owner);
         }
         self.waiting.push_back((ticket, request.normalized()));
         let granted = self.grant_waiters();
@@ -266,6 +372,7 @@ impl SlotTable {
         let entry = |ticket: &Ticket, request: &SlotRequest| SlotEntry {
             ticket: *ticket,
             request: request.clone(),
+            owner: self.owners.get(ticket).cloned(),
         };
         SlotSnapshot {
             limits: self.limits.clone(),
@@ -287,8 +394,137 @@ impl SlotTable {
         }
     }
 
+    /// The owner `ticket` was requested for, if it named one and is still known.
+    pub fn owner(&self, ticket: Ticket) -> Option<&SlotOwner> {
+        self.owners.get(&ticket)
+    }
+
+    /// The first waiting ticket requested for session `session` (a session's worker has at
+    /// most one request at a time, so there is at most one).
+    pub fn waiting_for(&self, session: &str) -> Option<Ticket> {
+        self.waiting
+            .iter()
+            .map(|(ticket, _)| *ticket)
+            .find(|ticket| {
+                self.owners
+                    .get(ticket)
+                    .is_some_and(|o| o.session == session)
+            })
+    }
+
+    /// Why the waiting `ticket` is not granted now (see [`Blocker`] for the order in which
+    /// reasons are looked for). `None` when the ticket is not waiting: it runs, or the table
+    /// does not know it. Every waiting ticket has a blocker, since every operation grants
+    /// whatever fits.
+    pub fn blocker(&self, ticket: Ticket) -> Option<Blocker> {
+        let index = self
+            .waiting
+            .iter()
+            .position(|(known, _)| *known == ticket)?;
+        let request = &self.waiting[index].1;
+        let owner_of = |ticket: &Ticket| self.owners.get(ticket).cloned();
+
+        // 1. What runs.
+        if self.held_projects.contains(&request.project) {
+            let holder = self
+                .running
+                .iter()
+                .find(|(_, running)| running.project == request.project)
+                .and_then(|(ticket, _)| owner_of(ticket));
+            return Some(Blocker::ProjectLock {
+                project: request.project.clone(),
+                holder,
+            });
+        }
+        if let Some(group) = request
+            .groups
+            .iter()
+            .find(|group| self.held_groups.contains(*group))
+        {
+            let holder = self
+                .running
+                .iter()
+                .find(|(_, running)| running.groups.contains(group))
+                .and_then(|(ticket, _)| owner_of(ticket));
+            return Some(Blocker::GroupLock {
+                group: group.clone(),
+                holder,
+            });
+        }
+        let engine = request.engine.as_str();
+        let engine_limit = self.limits.for_engine(engine);
+        let engine_running = self.running_of(engine);
+        if engine_running >= engine_limit {
+            return Some(Blocker::EngineLimit {
+                engine: engine.to_string(),
+                limit: engine_limit,
+                running: engine_running,
+                holders: self
+                    .running
+                    .iter()
+                    .filter(|(_, running)| running.engine == engine)
+                    .filter_map(|(ticket, _)| owner_of(ticket))
+                    .collect(),
+            });
+        }
+        if let Some(total) = self
+            .limits
+            .total
+            .filter(|total| self.running.len() >= *total)
+        {
+            return Some(Blocker::TotalLimit {
+                limit: total,
+                running: self.running.len(),
+                holders: self.running.keys().filter_map(owner_of).collect(),
+            });
+        }
+
+        // 2. The claims of the waiters before it, in arrival order (the rule of `choose`):
+        // the first one after whose claim this request no longer fits is the one in its way.
+        let mut engine_claimed = 0;
+        for (position, (earlier, claimed)) in self.waiting.iter().take(index).enumerate() {
+            let same_engine = claimed.engine == engine;
+            if same_engine {
+                engine_claimed += 1;
+            }
+            let claim = if claimed.project == request.project {
+                Some(Claim::Project {
+                    project: request.project.clone(),
+                })
+            } else if let Some(group) = request.groups.iter().find(|g| claimed.groups.contains(g)) {
+                Some(Claim::Group {
+                    group: group.clone(),
+                })
+            } else if same_engine && engine_running + engine_claimed >= engine_limit {
+                // It took the engine's last permit.
+                Some(Claim::Engine {
+                    engine: engine.to_string(),
+                })
+            } else if self
+                .limits
+                .total
+                .is_some_and(|total| self.running.len() + position + 1 >= total)
+            {
+                // It took the total's last permit.
+                Some(Claim::Total)
+            } else {
+                None
+            };
+            if let Some(claim) = claim {
+                return Some(Blocker::Queue {
+                    holder: owner_of(earlier),
+                    claim,
+                });
+            }
+        }
+        // Not reached while the table keeps its invariant (every operation ends with a scan
+        // that grants whatever fits); the property test checks that it is not.
+        None
+    }
+
     /// Removes `ticket` whatever its state; rescans when that freed anything.
     fn forget(&mut self, ticket: Ticket) -> Vec<Ticket> {
+        self.owners.remove(&ticket);
         if let Some(request) = self.running.remove(&ticket) {
             self.held_projects.remove(&request.project);
             for group in &request.groups {
@@ -420,16 +656,22 @@ impl SlotManager {
 /// that withdraws the ticket when dropped).
 #[derive(Message)]
 #[rtype(result = "Waiting")]
-struct Acquire(SlotRequest);
+struct Acquire {
+    request: SlotRequest,
+    owner: Option<SlotOwner>,
+}
 
 impl Handler<Acquire> for SlotManager {
     type Result = MessageResult<Acquire>;
 
-    fn handle(&mut self, Acquire(request): Acquire, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, acquire: Acquire, ctx: &mut Context<Self>) -> Self::Result {
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
         let (waker, wake) = oneshot::channel();
-        if self.table.request(ticket, request) {
+        if self
+            .table
+            .request_for(ticket, acquire.request, acquire.owner)
+        {
             // Granted now: the receiver is in the reply, so this cannot fail; if the reply is
             // never delivered, dropping it cancels the ticket (see `Waiting`).
             let _ = waker.send(());
@@ -499,6 +741,22 @@ impl Handler<Snapshot> for SlotManager {
 
     fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.table.snapshot())
+    }
+}
+
+/// Asks why a session's waiting request is not granted.
+#[derive(Message)]
+#[rtype(result = "Option<Blocker>")]
+struct Blocked {
+    session: String,
+}
+
+impl Handler<Blocked> for SlotManager {
+    type Result = Option<Blocker>;
+
+    fn handle(&mut self, Blocked { session }: Blocked, _: &mut Context<Self>) -> Self::Result {
+        let ticket = self.table.waiting_for(&session)?;
+        self.table.blocker(ticket)
     }
 }
 
@@ -597,9 +855,28 @@ impl SlotsHandle {
     /// Waits until `request` is granted and returns its slot. Dropping this future while it
     /// waits withdraws the request (later waiters it held back may then be granted).
     pub async fn acquire(&self, request: SlotRequest) -> Result<SlotGuard, SlotError> {
+        self.acquire_as(request, None).await
+    }
+
+    /// [`acquire`](Self::acquire) on behalf of `owner`: while the request waits,
+    /// [`blocker`](Self::blocker)`(&owner.session)` says why, and while it runs, the requests it
+    /// holds back are told that `owner` holds what they need.
+    pub async fn acquire_for(
+        &self,
+        request: SlotRequest,
+        owner: SlotOwner,
+    ) -> Result<SlotGuard, SlotError> {
+        self.acquire_as(request, Some(owner)).await
+    }
+
+    async fn acquire_as(
+        &self,
+        request: SlotRequest,
+        owner: Option<SlotOwner>,
+    ) -> Result<SlotGuard, SlotError> {
         let Waiting { guard, wake } = self
             .manager
-            .send(Acquire(request))
+            .send(Acquire { request, owner })
             .await
             .map_err(|_| SlotError::Stopped)?;
         // The waker is dropped without a send only when the manager stops (a `Cancel` drops
@@ -615,6 +892,26 @@ impl SlotsHandle {
     pub async fn set_limits(&self, limits: SlotLimits) -> Result<(), SlotError> {
         self.manager
             .send(SetLimits(limits))
+            .await
+            .map_err(|_| SlotError::Stopped)
+    }
+
+    /// Why the request that session `session` waits with (made by
+    /// [`acquire_for`](Self::acquire_for) with an owner of that session) is not granted now.
+    ///
+    /// Meant for the `acquire_for` caller itself, which cannot see its ticket while its future
+    /// waits: keep that future pinned and unpolled-but-alive (e.g. in a `select!` branch) and
+    /// ask this from another branch, after the wait has been noticed (the worker asks after
+    /// 20 ms). The manager handles messages in order, so a call made after the `acquire_for`
+    /// future's first poll sees its request. `Ok(None)` means the session has no waiting
+    /// request: it was granted meanwhile (its future is about to resolve), withdrawn, or never
+    /// named an owner. A session's worker has one request at a time; if a session had several
+    /// waiting, this would answer for the earliest.
+    pub async fn blocker(&self, session: &str) -> Result<Option<Blocker>, SlotError> {
+        self.manager
+            .send(Blocked {
+                session: session.to_string(),
+            })
             .await
             .map_err(|_| SlotError::Stopped)
     }
@@ -834,6 +1131,193 @@ mod tests {
         assert_eq!(back, snapshot);
     }
 
+    // -- SlotTable::blocker ---------------------------------------------------------------------
+
+    fn owner(session: &str) -> SlotOwner {
+        SlotOwner::new(session, Some(format!("title of {session}")))
+    }
+
+    #[test]
+    fn a_blocker_names_the_session_holding_the_project() {
+        let mut table = SlotTable::default();
+        assert!(table.request_for(t(1), req("codex", "p", &["g"]), Some(owner("first"))));
+        assert!(!table.request_for(t(2), req("claude", "p", &[]), Some(owner("second"))));
+        assert_eq!(
+            table.blocker(t(2)),
+            Some(Blocker::ProjectLock {
+                project: "p".into(),
+                holder: Some(owner("first")),
+            })
+        );
+        assert_eq!(table.waiting_for("second"), Some(t(2)));
+        // Not waiting: running, or unknown.
+        assert_eq!(table.blocker(t(1)), None);
+        assert_eq!(table.blocker(t(9)), None);
+        assert_eq!(table.waiting_for("first"), None);
+        assert_eq!(table.release(t(1)), [t(2)]);
+        assert_eq!(table.blocker(t(2)), None);
+        assert_eq!(table.waiting_for("second"), None);
+    }
+
+    #[test]
+    fn a_blocker_names_the_group_and_its_holder() {
+        let mut table = SlotTable::default();
+        assert!(table.request_for(t(1), req("codex", "a", &["deploy"]), Some(owner("s1"))));
+        assert!(!table.request_for(t(2), req("codex", "b", &["deploy", "x"]), None));
+        assert_eq!(
+            table.blocker(t(2)),
+            Some(Blocker::GroupLock {
+                group: "deploy".into(),
+                holder: Some(owner("s1")),
+            })
+        );
+        // A holder that named no owner is reported without one.
+        assert!(table.request(t(3), req("codex", "c", &["y"])));
+        assert!(!table.request_for(t(4), req("codex", "d", &["y"]), Some(owner("s4"))));
+        assert_eq!(
+            table.blocker(t(4)),
+            Some(Blocker::GroupLock {
+                group: "y".into(),
+                holder: None,
+            })
+        );
+    }
+
+    #[test]
+    fn a_blocker_names_every_holder_of_a_full_engine() {
+        let mut table = SlotTable::new(limits(&[("fake", 2)], None));
+        assert!(table.request_for(t(1), req("fake", "a", &[]), Some(owner("s1"))));
+        assert!(table.request(t(2), req("fake", "b", &[])));
+        assert!(table.request_for(t(3), req("codex", "c", &[]), Some(owner("s3"))));
+        assert!(!table.request_for(t(4), req("fake", "d", &[]), Some(owner("s4"))));
+        assert_eq!(
+            table.blocker(t(4)),
+            Some(Blocker::EngineLimit {
+                engine: "fake".into(),
+                limit: 2,
+                running: 2,
+                holders: vec![owner("s1")],
+            })
+        );
+        // A paused engine: limit 0, nothing of it runs.
+        table.set_limits(limits(&[("fake", 2), ("claude", 0)], None));
+        assert!(!table.request(t(5), req("claude", "e", &[])));
+        assert_eq!(
+            table.blocker(t(5)),
+            Some(Blocker::EngineLimit {
+                engine: "claude".into(),
+                limit: 0,
+                running: 0,
+                holders: vec![],
+            })
+        );
+    }
+
+    #[test]
+    fn a_blocker_says_when_the_total_is_reached() {
+        let mut table = SlotTable::new(limits(&[], Some(2)));
+        assert!(table.request_for(t(1), req("codex", "a", &[]), Some(owner("s1"))));
+        assert!(table.request_for(t(2), req("claude", "b", &[]), Some(owner("s2"))));
+        assert!(!table.request(t(3), req("fake", "c", &[])));
+        assert_eq!(
+            table.blocker(t(3)),
+            Some(Blocker::TotalLimit {
+                limit: 2,
+                running: 2,
+                holders: vec![owner("s1"), owner("s2")],
+            })
+        );
+    }
+
+    #[test]
+    fn a_blocker_names_the_earlier_waiter_in_the_way() {
+        let mut table = SlotTable::new(limits(&[("codex", 2)], None));
+        assert!(table.request_for(t(1), req("codex", "x", &["a"]), Some(owner("s1"))));
+        // s2 waits for group a and claims b; s3 needs b: it waits behind s2, not behind s1.
+        assert!(!table.request_for(t(2), req("claude", "big", &["a", "b"]), Some(owner("s2"))));
+        assert!(!table.request_for(t(3), req("claude", "small", &["b"]), Some(owner("s3"))));
+        assert_eq!(
+            table.blocker(t(3)),
+            Some(Blocker::Queue {
+                holder: Some(owner("s2")),
+                claim: Claim::Group { group: "b".into() },
+            })
+        );
+        // The same project as an earlier waiter.
+        assert!(!table.request_for(t(4), req("fake", "big", &[]), Some(owner("s4"))));
+        assert_eq!(
+            table.blocker(t(4)),
+            Some(Blocker::Queue {
+                holder: Some(owner("s2")),
+                claim: Claim::Project {
+                    project: "big".into()
+                },
+            })
+        );
+        // codex has 1 of 2 running; a codex waiter blocked by its project claims the last one.
+        assert!(!table.request_for(t(5), req("codex", "x", &[]), Some(owner("s5"))));
+        assert!(!table.request_for(t(6), req("codex", "y", &[]), Some(owner("s6"))));
+        assert_eq!(
+            table.blocker(t(6)),
+            Some(Blocker::Queue {
+                holder: Some(owner("s5")),
+                claim: Claim::Engine {
+                    engine: "codex".into()
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn a_blocker_names_the_waiter_that_took_the_last_of_the_total() {
+        let mut table = SlotTable::new(limits(&[], Some(3)));
+        assert!(table.request_for(t(1), req("codex", "x", &[]), Some(owner("s1"))));
+        // 1 runs of 3: the first two waiters claim the two permits left.
+        assert!(!table.request_for(t(2), req("claude", "x", &[]), Some(owner("s2"))));
+        assert!(!table.request_for(t(3), req("fake", "x", &[]), Some(owner("s3"))));
+        assert!(!table.request_for(t(4), req("opencode", "z", &[]), Some(owner("s4"))));
+        assert_eq!(
+            table.blocker(t(4)),
+            Some(Blocker::Queue {
+                holder: Some(owner("s3")),
+                claim: Claim::Total,
+            })
+        );
+    }
+
+    #[test]
+    fn a_blocker_serializes_with_its_reason() {
+        let blocker = Blocker::ProjectLock {
+            project: "p".into(),
+            holder: Some(owner("s1")),
+        };
+        let json = serde_json::to_value(&blocker).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "reason": "project_lock",
+                "project": "p",
+                "holder": { "session": "s1", "label": "title of s1" },
+            })
+        );
+        assert_eq!(serde_json::from_value::<Blocker>(json).unwrap(), blocker);
+        let queue = Blocker::Queue {
+            holder: None,
+            claim: Claim::Engine {
+                engine: "fake".into(),
+            },
+        };
+        let json = serde_json::to_value(&queue).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "reason": "queue",
+                "claim": { "kind": "engine", "engine": "fake" },
+            })
+        );
+        assert_eq!(serde_json::from_value::<Blocker>(json).unwrap(), queue);
+    }
+
     // -- SlotTable, random sequences -----------------------------------------------------------
 
     const ENGINES: [&str; 3] = ["codex", "claude", "fake"];
@@ -983,6 +1467,8 @@ mod tests {
             }
         }
 
+        check_blockers(table, model, &running, &waiting)?;
+
         // Work-conserving: the first waiter has nobody before it, so it waits only if it does
         // not fit beside what runs.
         if let Some(head) = waiting.first() {
@@ -994,6 +1480,139 @@ mod tests {
                 table.running_of(&request.engine) >= limits.for_engine(&request.engine);
             let total_full = limits.total.is_some_and(|total| running.len() >= total);
             prop_assert!(locked || engine_full || total_full, "{} could run", head);
+        }
+        Ok(())
+    }
+
+    /// The ticket of an owner the property test made (`s<N>`).
+    fn ticket_of(owner: &SlotOwner) -> Ticket {
+        t(owner.session[1..].parse().unwrap())
+    }
+
+    /// Every waiting ticket has a blocker, and it is true: what it names is in the way, and the
+    /// reasons before it in the order of [`Blocker`] are not. Running tickets have none.
+    fn check_blockers(
+        table: &SlotTable,
+        model: &Model,
+        running: &[Ticket],
+        waiting: &[Ticket],
+    ) -> Result<(), TestCaseError> {
+        let limits = table.limits();
+        for ticket in running {
+            prop_assert_eq!(table.blocker(*ticket), None);
+        }
+        for (index, ticket) in waiting.iter().enumerate() {
+            let request = model.request(*ticket);
+            prop_assert_eq!(table.waiting_for(&format!("s{}", ticket.0)), Some(*ticket));
+            let blocker = table.blocker(*ticket);
+            prop_assert!(blocker.is_some(), "{} waits for nothing", ticket);
+            let project_held = running
+                .iter()
+                .any(|other| model.request(*other).project == request.project);
+            let group_held = running.iter().any(|other| {
+                let other = model.request(*other);
+                request
+                    .groups
+                    .iter()
+                    .any(|group| other.groups.contains(group))
+            });
+            let engine_limit = limits.for_engine(&request.engine);
+            let engine_running = running
+                .iter()
+                .filter(|other| model.request(**other).engine == request.engine)
+                .count();
+            let engine_full = engine_running >= engine_limit;
+            let total_full = limits.total.is_some_and(|total| running.len() >= total);
+            match blocker.unwrap() {
+                Blocker::ProjectLock { project, holder } => {
+                    prop_assert_eq!(&project, &request.project);
+                    let holder = ticket_of(&holder.unwrap());
+                    prop_assert!(running.contains(&holder));
+                    prop_assert_eq!(&model.request(holder).project, &project);
+                }
+                Blocker::GroupLock { group, holder } => {
+                    prop_assert!(!project_held);
+                    prop_assert!(request.groups.contains(&group));
+                    let holder = ticket_of(&holder.unwrap());
+                    prop_assert!(running.contains(&holder));
+                    prop_assert!(model.request(holder).groups.contains(&group));
+                }
+                Blocker::EngineLimit {
+                    engine,
+                    limit,
+                    running: count,
+                    holders,
+                } => {
+                    prop_assert!(!project_held && !group_held);
+                    prop_assert_eq!(&engine, &request.engine);
+                    prop_assert_eq!(limit, engine_limit);
+                    prop_assert_eq!(count, engine_running);
+                    prop_assert!(engine_full);
+                    let holders: Vec<Ticket> = holders.iter().map(ticket_of).collect();
+                    let expected: Vec<Ticket> = running
+                        .iter()
+                        .copied()
+                        .filter(|other| model.request(*other).engine == engine)
+                        .collect();
+                    prop_assert_eq!(holders, expected);
+                }
+                Blocker::TotalLimit {
+                    limit,
+                    running: count,
+                    holders,
+                } => {
+                    prop_assert!(!project_held && !group_held && !engine_full);
+                    prop_assert_eq!(Some(limit), limits.total);
+                    prop_assert_eq!(count, running.len());
+                    prop_assert!(total_full);
+                    let holders: Vec<Ticket> = holders.iter().map(ticket_of).collect();
+                    prop_assert_eq!(holders, running.to_vec());
+                }
+                Blocker::Queue { holder, claim } => {
+                    prop_assert!(!project_held && !group_held && !engine_full && !total_full);
+                    let holder = ticket_of(&holder.unwrap());
+                    let position = waiting[..index].iter().position(|other| *other == holder);
+                    prop_assert!(position.is_some(), "{} is not ahead of {}", holder, ticket);
+                    let position = position.unwrap();
+                    let ahead = model.request(holder);
+                    // The holder is the first waiter ahead after whose claim it no longer fits.
+                    let fits_after = |upto: usize| {
+                        let earlier = &waiting[..=upto];
+                        let conflict = earlier
+                            .iter()
+                            .any(|other| Model::conflict(model.request(*other), request));
+                        let engine_claimed = earlier
+                            .iter()
+                            .filter(|other| model.request(**other).engine == request.engine)
+                            .count();
+                        let total_claimed = earlier.len();
+                        !conflict
+                            && engine_running + engine_claimed < engine_limit
+                            && limits
+                                .total
+                                .is_none_or(|total| running.len() + total_claimed < total)
+                    };
+                    prop_assert!(!fits_after(position), "{} is not in the way", holder);
+                    if position > 0 {
+                        prop_assert!(fits_after(position - 1), "one before {} is", holder);
+                    }
+                    match claim {
+                        Claim::Project { project } => {
+                            prop_assert_eq!(&project, &request.project);
+                            prop_assert_eq!(&ahead.project, &project);
+                        }
+                        Claim::Group { group } => {
+                            prop_assert!(request.groups.contains(&group));
+                            prop_assert!(ahead.groups.contains(&group));
+                        }
+                        Claim::Engine { engine } => {
+                            prop_assert_eq!(&engine, &request.engine);
+                            prop_assert_eq!(&ahead.engine, &engine);
+                        }
+                        Claim::Total => prop_assert!(limits.total.is_some()),
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -1016,7 +1635,12 @@ mod tests {
                             (0..3).filter(|bit| groups & (1 << bit) != 0).map(|bit| GROUPS[bit]),
                         );
                         model.requests.push((request.clone(), State::Waiting));
-                        if table.request(ticket, request) { vec![ticket] } else { Vec::new() }
+                        let owner = SlotOwner::new(format!("s{}", ticket.0), None::<String>);
+                        if table.request_for(ticket, request, Some(owner)) {
+                            vec![ticket]
+                        } else {
+                            Vec::new()
+                        }
                     }
                     Op::Release(index) => {
                         let running = model.tickets_in(State::Running);
@@ -1137,6 +1761,37 @@ mod tests {
             drop(waiter);
             let snapshot = soon(slots.snapshot()).await.unwrap();
             assert!(snapshot.running.is_empty() && snapshot.waiting.is_empty());
+        });
+    }
+
+    #[test]
+    fn a_waiting_session_learns_who_holds_its_slot() {
+        actix::System::new().block_on(async {
+            let slots = SlotsHandle::start(limits(&[("fake", 1)], None));
+            let first = soon(slots.acquire_for(req("fake", "a", &[]), owner("first")))
+                .await
+                .unwrap();
+            assert_eq!(soon(slots.blocker("first")).await.unwrap(), None, "it runs");
+            let mut second = Box::pin(slots.acquire_for(req("fake", "b", &[]), owner("second")));
+            assert!((&mut second).now_or_never().is_none());
+            // Asked after the first poll, as the worker does: the request is registered.
+            assert_eq!(
+                soon(slots.blocker("second")).await.unwrap(),
+                Some(Blocker::EngineLimit {
+                    engine: "fake".into(),
+                    limit: 1,
+                    running: 1,
+                    holders: vec![owner("first")],
+                })
+            );
+            let snapshot = soon(slots.snapshot()).await.unwrap();
+            assert_eq!(snapshot.running[0].owner, Some(owner("first")));
+            assert_eq!(snapshot.waiting[0].owner, Some(owner("second")));
+            drop(first);
+            let second = soon(second).await.unwrap();
+            assert_eq!(soon(slots.blocker("second")).await.unwrap(), None);
+            drop(second);
+            assert_eq!(soon(slots.blocker("nobody")).await.unwrap(), None);
         });
     }
 
