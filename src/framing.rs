@@ -32,6 +32,16 @@ pub fn frame(text: &str, instructions: Option<&str>, ask_title: bool) -> String 
     framed
 }
 
+/// The title of a `command` session: its command's first non-blank line, at most 120
+/// characters.
+pub fn command_title(command: &str) -> Option<String> {
+    let line = command
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())?;
+    Some(line.chars().take(120).collect())
+}
+
 /// Splits a `<!-- corral-title: … -->` line off the start of an answer: the title (if any,
 /// non-empty) and the answer without that line and the blank lines after it.
 pub fn extract_title(answer: &str) -> (Option<String>, String) {
@@ -68,6 +78,15 @@ mod tests {
         assert_eq!((title, answer.as_str()), (None, "No title here."));
         let (title, answer) = extract_title("<!-- a comment -->\nBody");
         assert_eq!((title, answer.as_str()), (None, "<!-- a comment -->\nBody"));
+    }
+
+    #[test]
+    fn a_command_is_titled_by_its_first_line() {
+        assert_eq!(
+            command_title("\n  make test \necho done").as_deref(),
+            Some("make test")
+        );
+        assert_eq!(command_title(" \n "), None);
     }
 
     #[test]

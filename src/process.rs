@@ -89,8 +89,12 @@ pub fn signal_group(pgid: i32, signal: i32) {
 
 /// Ends the process group led by `child`: SIGTERM to the whole group, then SIGKILL to whatever
 /// is left when `grace` runs out. Returns once the leader is reaped and the group is empty (or
-/// has been sent SIGKILL, which cannot be ignored).
-pub async fn end_group(child: &mut Child, pgid: i32, grace: Duration) {
+/// has been sent SIGKILL, which cannot be ignored). Returns how the leader ended.
+pub async fn end_group(
+    child: &mut Child,
+    pgid: i32,
+    grace: Duration,
+) -> Option<std::process::ExitStatus> {
     signal_group(pgid, libc::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     let _ = tokio::time::timeout_at(deadline, child.wait()).await;
@@ -98,7 +102,7 @@ pub async fn end_group(child: &mut Child, pgid: i32, grace: Duration) {
         tokio::time::sleep(STRAGGLER_POLL).await;
     }
     signal_group(pgid, libc::SIGKILL);
-    let _ = child.wait().await;
+    child.wait().await.ok()
 }
 
 /// Ends a process group that is not our child (left by a supervisor that died): SIGTERM,

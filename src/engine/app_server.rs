@@ -65,9 +65,9 @@ pub fn notification_events(method: &str, params: &Value) -> Vec<EngineEvent> {
         }],
         "turn/completed" => match params["turn"]["status"].as_str() {
             Some("completed") => vec![EngineEvent::TurnCompleted],
-            Some("failed") => vec![EngineEvent::TurnFailed {
-                message: text(&params["turn"]["error"]["message"]),
-            }],
+            Some("failed") => vec![EngineEvent::failed(text(
+                &params["turn"]["error"]["message"],
+            ))],
             _ => vec![],
         },
         _ => vec![],
@@ -104,7 +104,7 @@ pub fn classify_rpc_error(code: i64, message: &str) -> FailureClass {
     } else if code == -32001 {
         FailureClass::Overloaded
     } else {
-        super::classify_failure(EngineKind::CodexAppServer, None, message)
+        super::classify_failure(EngineKind::CodexAppServer, None, &[message])
     }
 }
 

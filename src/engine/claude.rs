@@ -31,7 +31,9 @@ use std::ffi::OsString;
 
 use serde_json::{Map, Value};
 
-use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
+use super::{
+    non_empty, raw, str_field, Engine, EngineEvent, EngineKind, FailureClass, RunSpec, Sandbox,
+};
 
 /// The `claude` adapter.
 pub struct Claude;
@@ -46,6 +48,10 @@ impl Engine for Claude {
 
     fn env(&self) -> Vec<(&'static str, &'static str)> {
         vec![("CLAUDE_CODE_MAX_RETRIES", MAX_RETRIES)]
+    }
+
+    fn final_line(&self) -> Option<&'static str> {
+        Some("its final `result` line")
     }
 
     fn argv(&self, spec: &RunSpec) -> Vec<OsString> {
@@ -80,6 +86,22 @@ impl Engine for Claude {
         };
         let events = match str_field(&object, "type") {
             Some("system") => system(&object),
+            // An API error comes as a synthetic assistant message (`"error": "rate_limit"`,
+            // model `<synthetic>`): the failure's words, not the agent's.
+            Some("assistant") if object.get("error").is_some_and(|e| !e.is_null()) => {
+                Some(vec![EngineEvent::Notice {
+                    message: content_blocks(&object)
+                        .map(assistant_blocks)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|event| match event {
+                            EngineEvent::Message { text } => Some(text),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                }])
+            }
             Some("assistant") => content_blocks(&object).map(assistant_blocks),
             Some("user") => Some(user_blocks(&object)),
             Some("result") => Some(result(&object)),
@@ -171,8 +193,11 @@ fn result(object: &Map<String, Value>) -> Vec<EngineEvent> {
         .and_then(Value::as_bool)
         .unwrap_or(subtype != Some("success"));
     if is_error {
+        let status = object.get("api_error_status").and_then(Value::as_u64);
         return vec![EngineEvent::TurnFailed {
             message: failure_message(object, subtype),
+            class: status.and_then(FailureClass::from_http_status),
+            retry_after_ms: None,
         }];
     }
     let mut events = Vec::new();
@@ -399,7 +424,10 @@ mod tests {
                 EngineEvent::TurnCompleted,
             ]
         );
-        assert_eq!(judge(&events, Some(0), None, &[]), RunVerdict::Succeeded);
+        assert_eq!(
+            judge(&events, Some(0), None, &[], None),
+            RunVerdict::Succeeded
+        );
     }
 
     #[test]
@@ -417,20 +445,25 @@ mod tests {
                 EngineEvent::Notice {
                     message: "API retry 2/2: rate_limit (HTTP 429)".into()
                 },
-                EngineEvent::Message { text: text.into() },
+                // The synthetic assistant line is the failure's words, not an answer.
+                EngineEvent::Notice {
+                    message: text.into()
+                },
                 EngineEvent::TurnFailed {
-                    message: failure.clone()
+                    message: failure.clone(),
+                    class: Some(FailureClass::RateLimit),
+                    retry_after_ms: None
                 },
             ]
         );
         assert_eq!(
-            judge(&events, Some(1), None, &[]),
+            judge(&events, Some(1), None, &[], None),
             RunVerdict::Failed {
                 message: failure.clone()
             }
         );
         assert_eq!(
-            classify_failure(EngineKind::Claude, None, &failure),
+            classify_failure(EngineKind::Claude, None, &[&failure]),
             FailureClass::RateLimit
         );
     }
@@ -443,19 +476,19 @@ mod tests {
         assert_eq!(
             events,
             [EngineEvent::TurnFailed {
-                message: "API Error: try later (HTTP 429)".into()
+                message: "API Error: try later (HTTP 429)".into(),
+                class: Some(FailureClass::RateLimit),
+                retry_after_ms: None
             }]
         );
         // A timeout has no status: nothing is appended.
         let timeout = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"result":"Request timed out"}"#;
         assert_eq!(
             Claude.parse_line(timeout),
-            [EngineEvent::TurnFailed {
-                message: "Request timed out".into()
-            }]
+            [EngineEvent::failed("Request timed out")]
         );
         assert_eq!(
-            classify_failure(EngineKind::Claude, None, "Request timed out"),
+            classify_failure(EngineKind::Claude, None, &["Request timed out"]),
             FailureClass::Other
         );
     }
@@ -465,20 +498,21 @@ mod tests {
         let events = parse(&[UNKNOWN_RESUME_ID]);
         let message = "No conversation found with session ID: 00000000-0000-4000-8000-000000000000";
         // No ThreadStarted: the id names no session.
+        assert_eq!(events, [EngineEvent::failed(message)]);
         assert_eq!(
-            events,
-            [EngineEvent::TurnFailed {
-                message: message.into()
-            }]
-        );
-        assert_eq!(
-            judge(&events, Some(1), None, &[message.into()]),
+            judge(
+                &events,
+                Some(1),
+                None,
+                &[message.into()],
+                Claude.final_line()
+            ),
             RunVerdict::Failed {
                 message: message.into()
             }
         );
         assert_eq!(
-            classify_failure(EngineKind::Claude, Some("00000000"), message),
+            classify_failure(EngineKind::Claude, Some("00000000"), &[message]),
             FailureClass::Other
         );
     }
@@ -488,16 +522,14 @@ mod tests {
         let line = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"result":"","errors":["first","second"]}"#;
         assert_eq!(
             Claude.parse_line(line),
-            [EngineEvent::TurnFailed {
-                message: "first; second".into()
-            }]
+            [EngineEvent::failed("first; second")]
         );
         let bare = r#"{"type":"result","subtype":"error_max_turns"}"#;
         assert_eq!(
             Claude.parse_line(bare),
-            [EngineEvent::TurnFailed {
-                message: "claude reported an error (error_max_turns)".into()
-            }]
+            [EngineEvent::failed(
+                "claude reported an error (error_max_turns)"
+            )]
         );
     }
 

@@ -31,7 +31,9 @@ use std::ffi::OsString;
 
 use serde_json::Value;
 
-use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
+use super::{
+    non_empty, raw, str_field, Engine, EngineEvent, EngineKind, FailureClass, RunSpec, Sandbox,
+};
 
 /// The `codex` adapter.
 pub struct Codex;
@@ -48,6 +50,28 @@ impl Engine for Codex {
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
         parse_exec_line(line)
     }
+
+    fn final_line(&self) -> Option<&'static str> {
+        Some(FINAL_LINE)
+    }
+}
+
+/// What a complete `codex exec --json` run ends with.
+pub const FINAL_LINE: &str = "its final `turn.completed` line";
+
+/// The class of a `turn.failed` message. codex reports a provider's rate limit only in words
+/// of its own making (`exceeded retry limit, last status: 429 Too Many Requests`, `rate limit
+/// exceeded: …`), never as a status field, so these phrases are its structured error; a usage
+/// limit or a quota also comes as a 429 and is not retried.
+pub fn failure_class(message: &str) -> Option<FailureClass> {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("usage limit") || lower.contains("quota") {
+        return Some(FailureClass::Other);
+    }
+    if lower.contains("last status: 429") || lower.starts_with("rate limit exceeded") {
+        return Some(FailureClass::RateLimit);
+    }
+    None
 }
 
 /// The argv of one `codex exec --json` turn (see the module documentation).
@@ -123,8 +147,8 @@ pub fn parse_exec_line(line: &str) -> Vec<EngineEvent> {
         }
         // A failed turn is a failure even if its message is missing: the verdict must not
         // depend on the message's shape.
-        Some("turn.failed") => Some(vec![EngineEvent::TurnFailed {
-            message: object
+        Some("turn.failed") => {
+            let message = object
                 .get("error")
                 .and_then(|error| error.get("message"))
                 .and_then(Value::as_str)
@@ -132,8 +156,13 @@ pub fn parse_exec_line(line: &str) -> Vec<EngineEvent> {
                 .unwrap_or_else(|| match object.get("error") {
                     Some(error) if !error.is_null() => error.to_string(),
                     _ => "codex reported a failed turn without a message".to_string(),
-                }),
-        }]),
+                });
+            Some(vec![EngineEvent::TurnFailed {
+                class: failure_class(&message),
+                retry_after_ms: super::try_again_in(&message).map(|d| d.as_millis() as u64),
+                message,
+            }])
+        }
         Some("error") => str_field(&object, "message").map(|message| {
             vec![EngineEvent::Notice {
                 message: message.to_string(),
@@ -435,7 +464,7 @@ mod tests {
                 .and_then(|code| code.parse().ok());
             assert!(exit_code.is_some(), "{}: no exit code in meta", self.name);
             let stderr: Vec<String> = self.stderr.lines().map(str::to_string).collect();
-            let verdict = judge(&events, exit_code, None, &stderr);
+            let verdict = judge(&events, exit_code, None, &stderr, Codex.final_line());
             Outcome {
                 events,
                 verdict,
@@ -649,12 +678,19 @@ mod tests {
             let outcome = sample.run();
             assert_eq!(thread_ids(&outcome.events), [thread_id], "{}", sample.name);
             assert!(messages(&outcome.events).is_empty(), "{}", sample.name);
-            assert_eq!(
-                outcome.events.last(),
-                Some(&EngineEvent::TurnFailed {
-                    message: message.into()
-                }),
-                "{}",
+            let Some(EngineEvent::TurnFailed {
+                message: said,
+                class: structured,
+                ..
+            }) = outcome.events.last()
+            else {
+                panic!("{}: {:?}", sample.name, outcome.events.last());
+            };
+            assert_eq!(said, message, "{}", sample.name);
+            // What the structured error says agrees with the words, where it says anything.
+            assert!(
+                structured.is_none_or(|structured| structured == class),
+                "{}: {structured:?}",
                 sample.name
             );
             assert_eq!(
@@ -668,7 +704,7 @@ mod tests {
             // A new thread (no thread id) and a resumed one classify alike here.
             for thread in [None, Some(thread_id)] {
                 assert_eq!(
-                    classify_failure(EngineKind::Codex, thread, message),
+                    classify_failure(EngineKind::Codex, thread, &[message]),
                     class,
                     "{}",
                     sample.name
@@ -726,7 +762,7 @@ mod tests {
             }
         );
         assert_eq!(
-            classify_failure(EngineKind::Codex, None, message),
+            classify_failure(EngineKind::Codex, None, &[message]),
             FailureClass::Other
         );
     }
@@ -752,12 +788,12 @@ mod tests {
         );
         for engine in [EngineKind::Codex, EngineKind::Fake] {
             assert_eq!(
-                classify_failure(engine, Some(thread_id), last_line),
+                classify_failure(engine, Some(thread_id), &[last_line]),
                 FailureClass::MissingRollout
             );
         }
         assert_eq!(
-            classify_failure(EngineKind::Codex, None, last_line),
+            classify_failure(EngineKind::Codex, None, &[last_line]),
             FailureClass::Other
         );
     }
@@ -827,15 +863,13 @@ mod tests {
     fn a_failed_turn_without_a_message_still_fails() {
         assert_eq!(
             parse_exec_line(r#"{"type":"turn.failed"}"#),
-            [EngineEvent::TurnFailed {
-                message: "codex reported a failed turn without a message".into()
-            }]
+            [EngineEvent::failed(
+                "codex reported a failed turn without a message"
+            )]
         );
         assert_eq!(
             parse_exec_line(r#"{"type":"turn.failed","error":{"code":7}}"#),
-            [EngineEvent::TurnFailed {
-                message: r#"{"code":7}"#.into()
-            }]
+            [EngineEvent::failed(r#"{"code":7}"#)]
         );
     }
 

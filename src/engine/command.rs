@@ -142,9 +142,12 @@ mod tests {
     #[test]
     fn judged_by_the_exit_status() {
         let events = Command.parse_line("done");
-        assert_eq!(judge(&events, Some(0), None, &[]), RunVerdict::Succeeded);
         assert_eq!(
-            judge(&events, Some(2), None, &["boom".into()]),
+            judge(&events, Some(0), None, &[], None),
+            RunVerdict::Succeeded
+        );
+        assert_eq!(
+            judge(&events, Some(2), None, &["boom".into()], None),
             RunVerdict::Failed {
                 message: "boom".into()
             }

@@ -26,6 +26,10 @@ impl Engine for Fake {
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
         codex::parse_exec_line(line)
     }
+
+    fn final_line(&self) -> Option<&'static str> {
+        Some(codex::FINAL_LINE)
+    }
 }
 
 #[cfg(test)]
@@ -102,9 +106,7 @@ mod tests {
                 EngineEvent::Message {
                     text: "done".into()
                 },
-                EngineEvent::TurnFailed {
-                    message: "scripted failure".into()
-                },
+                EngineEvent::failed("scripted failure"),
                 EngineEvent::Raw {
                     line: "not json".into()
                 },

@@ -183,6 +183,14 @@ pub enum EngineEvent {
     /// The turn failed with the engine's own message.
     TurnFailed {
         message: String,
+        /// The failure's class when the engine's structured error says it (an HTTP status,
+        /// an error type or code); `None`: read from the words by [`classify_failure`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        class: Option<FailureClass>,
+        /// How long the provider asked to wait before trying again (`Retry-After`), when the
+        /// engine reports it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
     },
     /// A line that is not the engine's JSON (kept as it was, lossily decoded).
     Raw {
@@ -190,17 +198,40 @@ pub enum EngineEvent {
     },
 }
 
+impl EngineEvent {
+    /// A failed turn that says nothing but its message.
+    pub fn failed(message: impl Into<String>) -> EngineEvent {
+        EngineEvent::TurnFailed {
+            message: message.into(),
+            class: None,
+            retry_after_ms: None,
+        }
+    }
+}
+
 /// An engine adapter.
 pub trait Engine: Send + Sync {
     fn kind(&self) -> EngineKind;
     /// The child's argv, program first.
     fn argv(&self, spec: &RunSpec) -> Vec<OsString>;
+    /// What the child reads on stdin, which is then closed (`None`: stdin is /dev/null). An
+    /// engine that reads its prompt there gets it byte for byte, whatever it starts with and
+    /// however long it is (Linux refuses one argv string over 128 KiB).
+    fn stdin(&self, _spec: &RunSpec) -> Option<String> {
+        None
+    }
     /// The events one stdout line carries (possibly none).
     fn parse_line(&self, line: &str) -> Vec<EngineEvent>;
     /// Variables the child gets unless corral's own environment sets them (a person's
     /// choice wins).
     fn env(&self) -> Vec<(&'static str, &'static str)> {
         Vec::new()
+    }
+    /// What a complete run's output ends with, in words for an error (`None`: the engine has
+    /// no structured output and its exit status decides, as for `command`). A run that exits
+    /// without it did not finish its turn, whatever its exit code.
+    fn final_line(&self) -> Option<&'static str> {
+        None
     }
 }
 
@@ -238,18 +269,21 @@ pub enum RunVerdict {
 
 /// Judges a finished run: a `TurnCompleted` after the last `TurnFailed` is a success whatever
 /// the exit code (codex prints `error` lines in turns that succeed); a `TurnFailed` is a
-/// failure with its message; with neither, exit code 0 succeeds (`command`), anything else fails
-/// with the last stderr line or the exit status.
+/// failure with its message. With neither, an engine with structured output (`final_line`)
+/// failed — its turn did not finish, even on exit 0 (claude reads a prompt `-v please` as its
+/// own flags and exits 0 with no result) — and an engine without (`command`) succeeds on exit
+/// 0. A failure without the engine's words names the last stderr line or the exit status.
 pub fn judge(
     events: &[EngineEvent],
     exit_code: Option<i32>,
     signal: Option<&str>,
     stderr_tail: &[String],
+    final_line: Option<&str>,
 ) -> RunVerdict {
     for event in events.iter().rev() {
         match event {
             EngineEvent::TurnCompleted => return RunVerdict::Succeeded,
-            EngineEvent::TurnFailed { message } => {
+            EngineEvent::TurnFailed { message, .. } => {
                 return RunVerdict::Failed {
                     message: message.clone(),
                 }
@@ -257,20 +291,34 @@ pub fn judge(
             _ => {}
         }
     }
-    if exit_code == Some(0) {
-        return RunVerdict::Succeeded;
-    }
-    let message = stderr_tail
+    let last_stderr = stderr_tail
         .iter()
         .rev()
         .find(|line| !line.trim().is_empty())
-        .map(|line| line.trim().to_string())
-        .unwrap_or_else(|| match (exit_code, signal) {
-            (Some(code), _) => format!("the engine exited with status {code}"),
-            (None, Some(signal)) => format!("the engine was killed by {signal}"),
-            (None, None) => "the engine ended without a result".to_string(),
-        });
-    RunVerdict::Failed { message }
+        .map(|line| line.trim().to_string());
+    let status = match (exit_code, signal) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by {signal}"),
+        (None, None) => "ended".to_string(),
+    };
+    match final_line {
+        None if exit_code == Some(0) => RunVerdict::Succeeded,
+        None => RunVerdict::Failed {
+            message: last_stderr.unwrap_or_else(|| format!("the engine {status}")),
+        },
+        // A failing exit with words on stderr: those words are the clearest reason.
+        Some(_) if exit_code != Some(0) && last_stderr.is_some() => RunVerdict::Failed {
+            message: last_stderr.unwrap_or_default(),
+        },
+        Some(final_line) => {
+            let mut message = format!("the engine {status} without {final_line}");
+            if let Some(line) = last_stderr {
+                message.push_str(": ");
+                message.push_str(&line);
+            }
+            RunVerdict::Failed { message }
+        }
+    }
 }
 
 /// Why a run failed, as the retry policy sees it.
@@ -304,31 +352,97 @@ impl FailureClass {
     }
 }
 
-/// Classifies a failure message. The thread rules apply to codex only, and only when the run
-/// resumed a thread (a new thread cannot conflict or lose its rollout).
+impl FailureClass {
+    /// The class of an HTTP status a provider answered (as an engine's structured error
+    /// reports it): 429 is a rate limit, 503 and Anthropic's 529 an overloaded server.
+    pub fn from_http_status(status: u64) -> Option<FailureClass> {
+        match status {
+            429 => Some(FailureClass::RateLimit),
+            503 | 529 => Some(FailureClass::Overloaded),
+            _ => None,
+        }
+    }
+}
+
+/// The words that say a request was rate limited, lower-cased. Only whole phrases count: the
+/// digits `429` inside a message (`cannot open report_14290.txt`) say nothing.
+const RATE_LIMIT_PHRASES: &[&str] = &[
+    "rate limit",
+    "rate_limit",
+    "ratelimit",
+    "too many requests",
+    "last status: 429",
+    "http 429",
+    "status 429",
+    "status code 429",
+    "(429)",
+];
+
+/// Quotas and usage limits read like rate limits but waiting does not lift them.
+const NOT_A_RATE_LIMIT: &[&str] = &["usage limit", "quota", "insufficient_quota"];
+
+/// Classifies a failure from its words, for engines whose errors say no more than text:
+/// `texts` are the failure's message, then the run's notices and stderr lines (codex says a
+/// writer conflict on stderr, or in an `error` line on stdout). The thread rules apply to
+/// codex only, and only when the run resumed a thread (a new thread cannot conflict or lose
+/// its rollout).
 pub fn classify_failure(
     engine: EngineKind,
     thread_id: Option<&str>,
-    message: &str,
+    texts: &[&str],
 ) -> FailureClass {
-    let lower = message.to_ascii_lowercase();
+    let lower: Vec<String> = texts.iter().map(|text| text.to_ascii_lowercase()).collect();
+    let any = |needle: &str| lower.iter().any(|text| text.contains(needle));
     let codex_like = matches!(
         engine,
         EngineKind::Codex | EngineKind::Fake | EngineKind::CodexAppServer
     );
     if codex_like && thread_id.is_some() {
-        if lower.contains("no rollout found for thread id") {
+        if any("no rollout found for thread id") {
             return FailureClass::MissingRollout;
         }
-        if lower.contains("already has an active writer") {
+        if any("already has an active writer") {
             return FailureClass::WriterConflict;
         }
     }
-    if lower.contains("429") || lower.contains("rate limit") || lower.contains("too many requests")
+    // The failure's own message decides whether it is a rate limit (a notice of an earlier,
+    // recovered retry does not).
+    let message = lower.first().map(String::as_str).unwrap_or_default();
+    if NOT_A_RATE_LIMIT
+        .iter()
+        .any(|phrase| message.contains(phrase))
+    {
+        return FailureClass::Other;
+    }
+    if RATE_LIMIT_PHRASES
+        .iter()
+        .any(|phrase| message.contains(phrase))
     {
         return FailureClass::RateLimit;
     }
     FailureClass::Other
+}
+
+/// A provider's "try again in 1.5s" (codex's rate-limit message), as a delay.
+pub fn try_again_in(message: &str) -> Option<std::time::Duration> {
+    let lower = message.to_ascii_lowercase();
+    let rest = &lower[lower.find("try again in ")? + "try again in ".len()..];
+    let number: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let value: f64 = number.parse().ok()?;
+    let unit = rest[number.len()..].trim_start();
+    let seconds = if unit.starts_with("ms") {
+        value / 1000.0
+    } else if unit.starts_with('s') {
+        value
+    } else if unit.starts_with('m') {
+        value * 60.0
+    } else {
+        return None;
+    };
+    (seconds.is_finite() && seconds >= 0.0).then(|| std::time::Duration::from_secs_f64(seconds))
 }
 
 #[cfg(test)]
@@ -339,24 +453,24 @@ mod tests {
     fn classification_follows_the_design_table() {
         let rollout = "thread/resume failed: no rollout found for thread id 01a1 (code -32600)";
         assert_eq!(
-            classify_failure(EngineKind::Codex, Some("t"), rollout),
+            classify_failure(EngineKind::Codex, Some("t"), &[rollout]),
             FailureClass::MissingRollout
         );
         assert_eq!(
-            classify_failure(EngineKind::Codex, None, rollout),
+            classify_failure(EngineKind::Codex, None, &[rollout]),
             FailureClass::Other
         );
         assert_eq!(
-            classify_failure(EngineKind::Claude, Some("t"), rollout),
+            classify_failure(EngineKind::Claude, Some("t"), &[rollout]),
             FailureClass::Other
         );
         let writer = "thread-store conflict: thread abc already has an active writer";
         assert_eq!(
-            classify_failure(EngineKind::Codex, Some("abc"), writer),
+            classify_failure(EngineKind::Codex, Some("abc"), &[writer]),
             FailureClass::WriterConflict
         );
         assert_eq!(
-            classify_failure(EngineKind::Codex, None, writer),
+            classify_failure(EngineKind::Codex, None, &[writer]),
             FailureClass::Other
         );
         for message in [
@@ -365,12 +479,41 @@ mod tests {
             "HTTP 429",
         ] {
             assert_eq!(
-                classify_failure(EngineKind::Claude, None, message),
+                classify_failure(EngineKind::Claude, None, &[message]),
                 FailureClass::RateLimit
             );
         }
         assert_eq!(
-            classify_failure(EngineKind::Codex, None, "Authentication failed"),
+            classify_failure(EngineKind::Codex, None, &["Authentication failed"]),
+            FailureClass::Other
+        );
+        // Digits in a file name are not an HTTP status.
+        assert_eq!(
+            classify_failure(EngineKind::Claude, None, &["cannot open report_14290.txt"]),
+            FailureClass::Other
+        );
+        // A writer conflict said on stderr (or a JSON error line), not in the failure.
+        assert_eq!(
+            classify_failure(
+                EngineKind::Codex,
+                Some("abc"),
+                &[
+                    "the engine exited with status 1 without `turn.completed`",
+                    writer
+                ]
+            ),
+            FailureClass::WriterConflict
+        );
+        // A recovered retry's notice does not make a later failure a rate limit.
+        assert_eq!(
+            classify_failure(
+                EngineKind::Codex,
+                None,
+                &[
+                    "Authentication failed",
+                    "Reconnecting... 1/2 (rate limit exceeded)"
+                ]
+            ),
             FailureClass::Other
         );
         // Usage limits and quotas are not rate limits: retrying cannot help.
@@ -378,7 +521,7 @@ mod tests {
             classify_failure(
                 EngineKind::Codex,
                 None,
-                "Quota exceeded. Check your plan and billing details."
+                &["Quota exceeded. Check your plan and billing details."]
             ),
             FailureClass::Other
         );
@@ -394,15 +537,14 @@ mod tests {
                 &[notice.clone(), EngineEvent::TurnCompleted],
                 Some(1),
                 None,
-                &[]
+                &[],
+                None
             ),
             RunVerdict::Succeeded
         );
-        let failed = EngineEvent::TurnFailed {
-            message: "quota".into(),
-        };
+        let failed = EngineEvent::failed("quota");
         assert_eq!(
-            judge(&[failed], Some(0), None, &[]),
+            judge(&[failed], Some(0), None, &[], None),
             RunVerdict::Failed {
                 message: "quota".into()
             }
@@ -412,19 +554,80 @@ mod tests {
                 &[],
                 Some(1),
                 None,
-                &["Error: no rollout found".into(), "".into()]
+                &["Error: no rollout found".into(), "".into()],
+                None
             ),
             RunVerdict::Failed {
                 message: "Error: no rollout found".into()
             }
         );
-        assert_eq!(judge(&[], Some(0), None, &[]), RunVerdict::Succeeded);
+        assert_eq!(judge(&[], Some(0), None, &[], None), RunVerdict::Succeeded);
         assert_eq!(
-            judge(&[], None, Some("SIGKILL"), &[]),
+            judge(&[], None, Some("SIGKILL"), &[], None),
             RunVerdict::Failed {
                 message: "the engine was killed by SIGKILL".into()
             }
         );
+    }
+
+    #[test]
+    fn an_engine_with_structured_output_must_end_its_turn() {
+        let final_line = Some("a `result` line");
+        assert_eq!(
+            judge(&[], Some(0), None, &[], final_line),
+            RunVerdict::Failed {
+                message: "the engine exited with status 0 without a `result` line".into()
+            }
+        );
+        assert_eq!(
+            judge(
+                &[],
+                Some(0),
+                None,
+                &["error: unknown option '-v'".into()],
+                final_line
+            ),
+            RunVerdict::Failed {
+                message: "the engine exited with status 0 without a `result` line: \
+                          error: unknown option '-v'"
+                    .into()
+            }
+        );
+        assert_eq!(
+            judge(
+                &[EngineEvent::TurnCompleted],
+                Some(0),
+                None,
+                &[],
+                final_line
+            ),
+            RunVerdict::Succeeded
+        );
+    }
+
+    #[test]
+    fn try_again_in_reads_the_providers_delay() {
+        let message =
+            "rate limit exceeded: Rate limit reached for mock-model. Please try again in 1.5s.";
+        assert_eq!(
+            try_again_in(message),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        assert_eq!(
+            try_again_in("Please try again in 250ms"),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(try_again_in("try again at 7:28 AM"), None);
+        assert_eq!(try_again_in("no advice"), None);
+        assert_eq!(
+            FailureClass::from_http_status(429),
+            Some(FailureClass::RateLimit)
+        );
+        assert_eq!(
+            FailureClass::from_http_status(529),
+            Some(FailureClass::Overloaded)
+        );
+        assert_eq!(FailureClass::from_http_status(401), None);
     }
 
     #[test]

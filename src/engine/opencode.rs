@@ -34,6 +34,10 @@ impl Engine for Opencode {
         EngineKind::Opencode
     }
 
+    fn final_line(&self) -> Option<&'static str> {
+        Some(FINAL_LINE)
+    }
+
     fn argv(&self, spec: &RunSpec) -> Vec<OsString> {
         let mut argv: Vec<OsString> = vec![spec.program.clone().into_os_string()];
         argv.extend(["run", "--format", "json"].map(OsString::from));
@@ -83,9 +87,7 @@ impl Engine for Opencode {
             }),
             Some("step_finish") => part.map(step_finish),
             // An error line fails the run even if its shape is unexpected.
-            Some("error") => Some(vec![EngineEvent::TurnFailed {
-                message: error_message(object.get("error")),
-            }]),
+            Some("error") => Some(vec![error_event(object.get("error"))]),
             _ => None,
         };
         events.unwrap_or_else(|| raw(line))
@@ -105,6 +107,45 @@ fn step_finish(part: &Map<String, Value>) -> Vec<EngineEvent> {
         events.push(EngineEvent::TurnCompleted);
     }
     events
+}
+
+/// What a complete run ends with: opencode prints no result line, its last step says `stop`.
+pub const FINAL_LINE: &str = "a final `step_finish` with reason `stop`";
+
+/// An `error` line: its words, and from its `data` the HTTP status (a 429 is a rate limit,
+/// unless its body says the quota is spent) and the provider's `retry-after-ms` or
+/// `retry-after` header.
+fn error_event(error: Option<&Value>) -> EngineEvent {
+    let data = error.and_then(|error| error.get("data"));
+    let status = data
+        .and_then(|data| data.get("statusCode"))
+        .and_then(Value::as_u64);
+    let body = data
+        .and_then(|data| data.get("responseBody"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let class = if body.contains("insufficient_quota") {
+        Some(super::FailureClass::Other)
+    } else {
+        status.and_then(super::FailureClass::from_http_status)
+    };
+    let headers = data.and_then(|data| data.get("responseHeaders"));
+    let header = |name: &str| -> Option<f64> {
+        let value = headers?.get(name)?;
+        value
+            .as_str()
+            .and_then(|text| text.trim().parse().ok())
+            .or_else(|| value.as_f64())
+    };
+    let retry_after_ms = header("retry-after-ms")
+        .or_else(|| header("retry-after").map(|seconds| seconds * 1000.0))
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .map(|ms| ms as u64);
+    EngineEvent::TurnFailed {
+        message: error_message(error),
+        class,
+        retry_after_ms,
+    }
 }
 
 /// `error.data.message` (else the error's name), with ` (HTTP <statusCode>)` appended so the
@@ -261,7 +302,44 @@ mod tests {
                 EngineEvent::TurnCompleted,
             ]
         );
-        assert_eq!(judge(&events, Some(0), None, &[]), RunVerdict::Succeeded);
+        assert_eq!(
+            judge(&events, Some(0), None, &[], None),
+            RunVerdict::Succeeded
+        );
+    }
+
+    #[test]
+    fn the_providers_retry_after_and_quota_are_read_from_the_error() {
+        let line = |headers: &str, body: &str| {
+            format!(
+                r#"{{"type":"error","sessionID":"ses_1","error":{{"name":"APIError","data":{{"message":"slow down","statusCode":429,"isRetryable":true,"responseHeaders":{headers},"responseBody":{body}}}}}}}"#
+            )
+        };
+        let failure = |line: String| match Opencode.parse_line(&line).pop() {
+            Some(EngineEvent::TurnFailed {
+                class,
+                retry_after_ms,
+                ..
+            }) => (class, retry_after_ms),
+            other => panic!("{other:?}"),
+        };
+        let rate_limit = Some(crate::engine::FailureClass::RateLimit);
+        assert_eq!(
+            failure(line(r#"{"retry-after-ms":"1500"}"#, r#""{}""#)),
+            (rate_limit, Some(1500))
+        );
+        assert_eq!(
+            failure(line(r#"{"retry-after":"30"}"#, r#""{}""#)),
+            (rate_limit, Some(30_000))
+        );
+        assert_eq!(failure(line("{}", r#""{}""#)), (rate_limit, None));
+        assert_eq!(
+            failure(line(
+                "{}",
+                r#""{\"error\":{\"code\":\"insufficient_quota\"}}""#
+            )),
+            (Some(crate::engine::FailureClass::Other), None)
+        );
     }
 
     #[test]
@@ -271,17 +349,19 @@ mod tests {
         assert_eq!(
             events,
             [EngineEvent::TurnFailed {
-                message: message.into()
+                message: message.into(),
+                class: Some(crate::engine::FailureClass::RateLimit),
+                retry_after_ms: None
             }]
         );
         assert_eq!(
-            judge(&events, Some(1), None, &[]),
+            judge(&events, Some(1), None, &[], None),
             RunVerdict::Failed {
                 message: message.into()
             }
         );
         assert_eq!(
-            classify_failure(EngineKind::Opencode, None, message),
+            classify_failure(EngineKind::Opencode, None, &[message]),
             FailureClass::RateLimit
         );
     }
@@ -296,7 +376,7 @@ mod tests {
             r#"{"type":"error","sessionID":"s","error":{"name":"ProviderAuthError","data":{"message":"bad key"}}}"#,
         ));
         assert_eq!(
-            judge(&events, Some(1), None, &[]),
+            judge(&events, Some(1), None, &[], None),
             RunVerdict::Failed {
                 message: "bad key".into()
             }
@@ -318,9 +398,7 @@ mod tests {
         ] {
             assert_eq!(
                 Opencode.parse_line(line),
-                [EngineEvent::TurnFailed {
-                    message: message.into()
-                }],
+                [EngineEvent::failed(message)],
                 "{line}"
             );
         }

@@ -9,8 +9,9 @@ use actix::prelude::*;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{event_kind, event_payload, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
+use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
+use crate::actors::ledger::SetThread;
 use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
 use crate::events::EventKind;
 use crate::framing;
@@ -108,6 +109,8 @@ impl Worker {
             signal: None,
             answer: None,
             class,
+            retry_after: None,
+            context: Vec::new(),
         };
         let call = |method: &str, params: serde_json::Value| {
             server.send(app_server::Call {
@@ -167,13 +170,25 @@ impl Worker {
                 }
             }
         };
-        // Which thread serves the run: an event with the turn's first batch.
-        let mut batch = vec![self.new_event(
-            turn.prompt,
-            turn.run_id,
-            EventKind::ThreadStarted,
-            json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
-        )];
+        // A new thread is stored the moment it exists, with its event, so that a daemon
+        // killed during this turn resumes it on the rerun; a resumed one is not told again.
+        let mut batch = Vec::new();
+        if turn.thread_id.is_none() {
+            let started = self.new_event(
+                turn.prompt,
+                turn.run_id,
+                EventKind::ThreadStarted,
+                json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
+            );
+            let events = self.take_deferred(vec![started]);
+            let set = SetThread {
+                session_id: self.session_id.clone(),
+                thread_id: Some(thread_id.clone()),
+            };
+            if let Err(error) = self.shared.write_with_events(set, events).await {
+                tracing::error!(%error, "the app-server thread was not stored");
+            }
+        }
         let (sender, mut notifications) = mpsc::unbounded_channel();
         server.do_send(app_server::WatchThread {
             thread_id: thread_id.clone(),
@@ -243,7 +258,7 @@ impl Worker {
                                         EngineEvent::Message { text } => {
                                             let (title, visible) = framing::extract_title(&text);
                                             if let Some(title) = title {
-                                                self.set_title(turn.prompt, turn.run_id, &title, &mut batch).await;
+                                                self.set_title(turn.prompt, Some(turn.run_id), &title, &mut batch).await;
                                             }
                                             answer = Some(visible.clone());
                                             EngineEvent::Message { text: visible }
@@ -263,8 +278,11 @@ impl Worker {
                                         signal: None,
                                         answer: answer.clone(),
                                         class: None,
+                                        retry_after: None,
+                                        context: Vec::new(),
                                     },
-                                    (_, Some(stop)) => RunOutcome::Stopped(stop),
+                                    // A turn has no process of its own: its exit is the turn's.
+                                    (_, Some(stop)) => RunOutcome::Stopped(stop, Exit::default()),
                                     ("interrupted", None) => failed("the turn was interrupted".into(), None),
                                     _ => failed(
                                         error["message"].as_str().unwrap_or("the turn failed").to_string(),
@@ -279,7 +297,7 @@ impl Worker {
                         app_server::TurnEvent::Closed { details } => {
                             batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::TransportClosed, details.clone()));
                             break match stop {
-                                Some(stop) => RunOutcome::Stopped(stop),
+                                Some(stop) => RunOutcome::Stopped(stop, Exit::default()),
                                 None => failed(
                                     format!("the app-server closed before turn/completed ({})", details["close_source"].as_str().unwrap_or("?")),
                                     Some(FailureClass::TransportClosed),
@@ -305,10 +323,10 @@ impl Worker {
                     if let Some(stop) = stop {
                         // The turn ignored turn/interrupt: restart the child.
                         server.do_send(app_server::KillChild);
-                        break RunOutcome::Stopped(stop);
+                        break RunOutcome::Stopped(stop, Exit::default());
                     }
                     let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
-                    break RunOutcome::TimedOut;
+                    break RunOutcome::TimedOut(Exit::default());
                 }
             }
         };

@@ -1,68 +1,87 @@
-//! A run as a child process: spawn it in its own process group with stdin closed, read its
-//! stdout and stderr line by line into events, and wait for it to end, to be cancelled (its
-//! whole group is ended), or to time out.
+//! A run as a child process: spawn it in its own process group (stdin closed, or carrying the
+//! prompt), read its stdout and stderr line by line into events, and wait for it to end, to be
+//! cancelled (its whole group is ended), or to time out.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::{event_kind, event_payload, RunOutcome, Stop, Worker, EVENT_BATCH};
-use crate::actors::ledger::RunSpawned;
-use crate::engine::{self, EngineEvent, EngineKind, RunVerdict};
+use super::{event_kind, event_payload, Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
+use crate::actors::ledger::{RunSpawned, SetThread};
+use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
 use crate::process;
 use crate::store::work::{NewEvent, Prompt};
 
-/// How many stderr lines a run keeps to explain a failure with no structured message.
+/// How many stderr lines (and notices) a run keeps to explain a failure with no structured
+/// message.
 const STDERR_TAIL: usize = 20;
 
 /// Lines in flight between a child's pipes and the worker. When the ledger falls behind, the
 /// readers stop reading and the child blocks on its pipe: memory stays bounded.
 const LINE_BUFFER: usize = 256;
 
+/// The longest output line kept whole. The rest of a longer line is read and dropped (the
+/// line is marked cut), so an engine printing a 1 GiB line costs the daemon this much at most
+/// per line in flight.
+pub const MAX_LINE: usize = 4 * 1024 * 1024;
+
+/// How much of its output the `command` engine's answer keeps: the last 64 KiB.
+const COMMAND_ANSWER: usize = 64 * 1024;
+
+/// One run to start as a child.
+pub(super) struct ChildRun<'a> {
+    pub(super) prompt: &'a Prompt,
+    pub(super) run_id: &'a str,
+    pub(super) argv: &'a [OsString],
+    /// Written to the child's stdin, which is then closed (`None`: stdin is /dev/null).
+    pub(super) stdin: Option<&'a str>,
+    pub(super) cwd: &'a str,
+    pub(super) environment: ChildEnv<'a>,
+    pub(super) kind: EngineKind,
+    /// The session's thread before this run: a thread the engine reports that differs from it
+    /// is new and stored at once.
+    pub(super) known_thread: Option<&'a str>,
+}
+
 impl Worker {
     /// Spawns the child, streams its output into events, and waits for it to end, to be
-    /// cancelled, or to time out.
-    #[allow(clippy::too_many_arguments)]
+    /// cancelled, or to time out. Returns the outcome and the thread the engine reported.
     pub(super) async fn run_child(
         &mut self,
-        prompt: &Prompt,
-        run_id: &str,
-        argv: &[OsString],
-        cwd: &str,
-        environment: ChildEnv<'_>,
-        kind: EngineKind,
+        run: ChildRun<'_>,
         settings: &crate::store::settings::Settings,
     ) -> (RunOutcome, Option<String>) {
+        let ChildRun {
+            prompt,
+            run_id,
+            argv,
+            stdin,
+            cwd,
+            environment,
+            kind,
+            known_thread,
+        } = run;
         let mut command = tokio::process::Command::new(&argv[0]);
         command
             .args(&argv[1..])
             .current_dir(cwd)
             .process_group(0)
-            .stdin(Stdio::null())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env("CORRAL_HOME", environment.home)
-            .env("CORRAL_SESSION_ID", environment.session_id)
-            .env("CORRAL_RUN_ATTEMPT", environment.attempt.to_string())
-            .env(crate::actors::supervisor::RUN_ID_ENV, run_id)
-            // Engines' own backtraces are noise in a supervised run's error message.
-            .env("RUST_BACKTRACE", "0");
-        match environment.exec_id {
-            Some(exec_id) => command.env("CORRAL_PARENT_EXEC", exec_id),
-            None => command.env_remove("CORRAL_PARENT_EXEC"),
-        };
-        for (name, value) in kind.adapter().env() {
-            if std::env::var_os(name).is_none() {
-                command.env(name, value);
-            }
-        }
+            .stderr(Stdio::piped());
+        environment.apply(&mut command, run_id, kind);
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
@@ -74,19 +93,21 @@ impl Worker {
                         argv[0].to_string_lossy()
                     )
                 };
-                let verdict = RunVerdict::Failed { message };
-                let outcome = RunOutcome::Finished {
-                    verdict,
-                    exit_code: None,
-                    signal: None,
-                    answer: None,
-                    class: None,
-                };
-                return (outcome, None);
+                return (RunOutcome::failed(message), None);
             }
         };
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
+        // The prompt goes in from a task of its own: a child that prints before it has read
+        // all of a large prompt must not wait on us while we wait on it.
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            let text = text.to_string();
+            tokio::spawn(async move {
+                // A child that exits without reading it all closes the pipe: not our error.
+                let _ = pipe.write_all(text.as_bytes()).await;
+                let _ = pipe.shutdown().await;
+            });
+        }
         let started = self.new_event(
             prompt,
             run_id,
@@ -120,9 +141,10 @@ impl Worker {
         // not every event, keeps a long run's memory flat.
         let mut terminal: Option<EngineEvent> = None;
         let mut stderr_tail: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL);
+        let mut notices: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL);
         let mut batch: Vec<NewEvent> = Vec::new();
-        let mut answer: Option<String> = None;
-        let mut reported_thread: Option<String> = None;
+        let mut answer = Answer::for_engine(kind);
+        let mut thread: Option<String> = known_thread.map(str::to_string);
         let deadline = tokio::time::sleep(settings.run_timeout);
         tokio::pin!(deadline);
         let mut streams_open = true;
@@ -138,31 +160,41 @@ impl Worker {
                         }
                         continue;
                     };
+                    if line.cut {
+                        batch.push(self.new_event(prompt, run_id, EventKind::Notice, json!({
+                            "message": format!("an output line longer than {MAX_LINE} bytes was cut"),
+                        })));
+                    }
                     let events = match line.stream {
                         Stream::Stdout => adapter.parse_line(&line.text),
                         Stream::Stderr => {
-                            if stderr_tail.len() == STDERR_TAIL {
-                                stderr_tail.pop_front();
-                            }
-                            stderr_tail.push_back(line.text.clone());
+                            keep_last(&mut stderr_tail, line.text.clone());
+                            batch.push(self.new_event(prompt, run_id, EventKind::Stderr, json!({ "line": line.text })));
                             vec![]
                         }
                     };
-                    if line.stream == Stream::Stderr {
-                        batch.push(self.new_event(prompt, run_id, EventKind::Stderr, json!({ "line": line.text })));
-                    }
+                    let mut new_thread = None;
                     for event in events {
                         let event = match event {
                             EngineEvent::Message { text } => {
                                 let (title, visible) = framing::extract_title(&text);
                                 if let Some(title) = title {
-                                    self.set_title(prompt, run_id, &title, &mut batch).await;
+                                    self.set_title(prompt, Some(run_id), &title, &mut batch).await;
                                 }
-                                answer = Some(visible.clone());
+                                answer.push(&visible);
                                 EngineEvent::Message { text: visible }
                             }
+                            // A thread is told once: when it is new to the session.
                             EngineEvent::ThreadStarted { ref thread_id } => {
-                                reported_thread = Some(thread_id.clone());
+                                if thread.as_deref() == Some(thread_id.as_str()) {
+                                    continue;
+                                }
+                                thread = Some(thread_id.clone());
+                                new_thread = Some(thread_id.clone());
+                                event
+                            }
+                            EngineEvent::Notice { ref message } => {
+                                keep_last(&mut notices, message.clone());
                                 event
                             }
                             other => other,
@@ -172,7 +204,15 @@ impl Worker {
                             terminal = Some(event);
                         }
                     }
-                    if batch.len() >= EVENT_BATCH || lines.is_empty() {
+                    if let Some(thread_id) = new_thread {
+                        // Stored the moment the engine names it (with its event), so that a
+                        // daemon killed during this run resumes the thread on the rerun.
+                        let events = self.take_deferred(std::mem::take(&mut batch));
+                        let set = SetThread { session_id: self.session_id.clone(), thread_id: Some(thread_id) };
+                        if let Err(error) = self.shared.write_with_events(set, events).await {
+                            tracing::error!(%error, run_id, "the engine's thread was not stored");
+                        }
+                    } else if batch.len() >= EVENT_BATCH || lines.is_empty() {
                         self.store_events(std::mem::take(&mut batch)).await;
                     }
                 }
@@ -186,16 +226,18 @@ impl Worker {
                     }
                 }
                 stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
-                    break Some(RunOutcome::Stopped(stop))
+                    break Some(Ended::Stopped(stop))
                 }
-                _ = &mut deadline => break Some(RunOutcome::TimedOut),
+                _ = &mut deadline => break Some(Ended::TimedOut),
             }
             if status.is_some() && !streams_open {
                 break None;
             }
         };
-        if let Some(stop) = stop {
-            process::end_group(&mut child, pgid, settings.cancel_grace).await;
+        let reported = thread.filter(|thread| Some(thread.as_str()) != known_thread);
+        if let Some(ended) = stop {
+            let status = process::end_group(&mut child, pgid, settings.cancel_grace).await;
+            let exit = Exit::of(status);
             // What the child printed before it ended still belongs to the run.
             while let Ok(line) = lines.try_recv() {
                 batch.push(self.new_event(
@@ -205,58 +247,165 @@ impl Worker {
                     json!({ "line": line.text }),
                 ));
             }
-            let reason = match stop {
-                RunOutcome::Stopped(Stop::Cancel) => "cancelled",
-                RunOutcome::Stopped(Stop::Shutdown) => "daemon shutdown",
-                _ => "timed out",
+            let reason = match ended {
+                Ended::Stopped(Stop::Cancel) => "cancelled",
+                Ended::Stopped(Stop::Shutdown) => "daemon shutdown",
+                Ended::TimedOut => "timed out",
             };
             batch.push(self.new_event(
                 prompt,
                 run_id,
                 EventKind::RunExited,
-                json!({ "ended_by": reason }),
+                json!({ "ended_by": reason, "exit_code": exit.code, "signal": exit.signal }),
             ));
             // Stored with the run's end.
             self.deferred.append(&mut batch);
-            return (stop, reported_thread);
+            let outcome = match ended {
+                Ended::Stopped(stop) => RunOutcome::Stopped(stop, exit),
+                Ended::TimedOut => RunOutcome::TimedOut(exit),
+            };
+            return (outcome, reported);
         }
         let status = status.or_else(|| child.try_wait().ok().flatten());
-        let exit_code = status.and_then(|status| status.code());
-        let signal = status
-            .and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status))
-            .map(process::signal_name);
+        let exit = Exit::of(status);
         let tail: Vec<String> = stderr_tail.into_iter().collect();
-        let verdict = engine::judge(terminal.as_slice(), exit_code, signal.as_deref(), &tail);
+        let verdict = engine::judge(
+            terminal.as_slice(),
+            exit.code,
+            exit.signal.as_deref(),
+            &tail,
+            adapter.final_line(),
+        );
         batch.push(self.new_event(
             prompt,
             run_id,
             EventKind::RunExited,
             json!({
-                "exit_code": exit_code,
-                "signal": signal,
+                "exit_code": exit.code,
+                "signal": exit.signal,
                 "verdict": match &verdict { RunVerdict::Succeeded => "succeeded", RunVerdict::Failed { .. } => "failed" },
             }),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).
         self.deferred.append(&mut batch);
+        let (class, retry_after) = match terminal {
+            Some(EngineEvent::TurnFailed {
+                class,
+                retry_after_ms,
+                ..
+            }) => (class, retry_after_ms.map(Duration::from_millis)),
+            _ => (None::<FailureClass>, None),
+        };
         let outcome = RunOutcome::Finished {
             verdict,
-            exit_code,
-            signal,
-            answer,
-            class: None,
+            exit_code: exit.code,
+            signal: exit.signal,
+            answer: answer.into_text(),
+            class,
+            retry_after,
+            context: notices.into_iter().chain(tail).collect(),
         };
-        (outcome, reported_thread)
+        (outcome, reported)
     }
 }
 
-/// The environment every engine child gets.
+/// What stopped a run before it ended on its own.
+enum Ended {
+    Stopped(Stop),
+    TimedOut,
+}
+
+fn keep_last(lines: &mut VecDeque<String>, line: String) {
+    if lines.len() == STDERR_TAIL {
+        lines.pop_front();
+    }
+    lines.push_back(line);
+}
+
+/// A run's answer: the agent's last message; for the `command` engine, whose every output
+/// line is a message, the whole output (its last [`COMMAND_ANSWER`] bytes).
+enum Answer {
+    Last(Option<String>),
+    Whole(String),
+}
+
+impl Answer {
+    fn for_engine(kind: EngineKind) -> Answer {
+        match kind {
+            EngineKind::Command => Answer::Whole(String::new()),
+            _ => Answer::Last(None),
+        }
+    }
+
+    fn push(&mut self, text: &str) {
+        match self {
+            Answer::Last(last) => *last = Some(text.to_string()),
+            Answer::Whole(whole) => {
+                if !whole.is_empty() {
+                    whole.push('\n');
+                }
+                whole.push_str(text);
+                if whole.len() > 2 * COMMAND_ANSWER {
+                    let mut cut = whole.len() - COMMAND_ANSWER;
+                    while !whole.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    whole.drain(..cut);
+                }
+            }
+        }
+    }
+
+    fn into_text(self) -> Option<String> {
+        match self {
+            Answer::Last(last) => last,
+            Answer::Whole(whole) if whole.is_empty() => None,
+            Answer::Whole(mut whole) => {
+                if whole.len() > COMMAND_ANSWER {
+                    let mut cut = whole.len() - COMMAND_ANSWER;
+                    while !whole.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    whole.drain(..cut);
+                }
+                Some(whole)
+            }
+        }
+    }
+}
+
+/// The environment every engine child gets, on top of the daemon's own.
 pub(super) struct ChildEnv<'a> {
     pub(super) home: &'a Path,
     pub(super) session_id: &'a str,
     /// The exec that drives the session now: the agent's own `corral` calls become its children.
     pub(super) exec_id: Option<&'a str>,
     pub(super) attempt: i64,
+}
+
+impl ChildEnv<'_> {
+    /// Sets the variables a child of run `run_id` gets: who it is (`CORRAL_HOME`,
+    /// `CORRAL_SESSION_ID`, `CORRAL_RUN_ID`, `CORRAL_RUN_ATTEMPT`), who drives it
+    /// (`CORRAL_PARENT_EXEC`), and the engine's own defaults ([`engine::Engine::env`]) unless
+    /// the daemon's environment sets them.
+    fn apply(&self, command: &mut tokio::process::Command, run_id: &str, kind: EngineKind) {
+        command
+            .env("CORRAL_HOME", self.home)
+            .env("CORRAL_SESSION_ID", self.session_id)
+            .env("CORRAL_RUN_ATTEMPT", self.attempt.to_string())
+            .env(crate::actors::supervisor::RUN_ID_ENV, run_id)
+            // Engines' own backtraces are noise in a supervised run's error message.
+            .env("RUST_BACKTRACE", "0");
+        match self.exec_id {
+            Some(exec_id) => command.env("CORRAL_PARENT_EXEC", exec_id),
+            None => command.env_remove("CORRAL_PARENT_EXEC"),
+        };
+        for (name, value) in kind.adapter().env() {
+            if std::env::var_os(name).is_none() {
+                command.env(name, value);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,26 +417,51 @@ enum Stream {
 struct Line {
     stream: Stream,
     text: String,
+    /// The line was longer than [`MAX_LINE`] and only its start is kept.
+    cut: bool,
 }
 
-/// Reads `pipe` line by line as bytes: invalid UTF-8 is decoded lossily, and a last line
-/// without a newline is delivered when the pipe closes.
+/// Reads `pipe` line by line as bytes: invalid UTF-8 is decoded lossily, a last line without a
+/// newline is delivered when the pipe closes, and a line longer than [`MAX_LINE`] keeps only
+/// its start (the rest is read and dropped).
 async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::Sender<Line>) {
     let mut reader = BufReader::new(pipe);
     let mut buffer = Vec::new();
     loop {
         buffer.clear();
-        match reader.read_until(b'\n', &mut buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                while matches!(buffer.last(), Some(b'\n' | b'\r')) {
-                    buffer.pop();
+        let mut cut = false;
+        let mut ended = false;
+        loop {
+            let available = match reader.fill_buf().await {
+                Ok([]) | Err(_) => {
+                    ended = true;
+                    break;
                 }
-                let text = String::from_utf8_lossy(&buffer).into_owned();
-                if lines.send(Line { stream, text }).await.is_err() {
-                    return;
-                }
+                Ok(available) => available,
+            };
+            let (take, newline) = match available.iter().position(|&b| b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (available.len(), false),
+            };
+            let room = MAX_LINE.saturating_sub(buffer.len());
+            if take > room {
+                cut = true;
             }
+            buffer.extend_from_slice(&available[..take.min(room)]);
+            reader.consume(take);
+            if newline {
+                break;
+            }
+        }
+        if ended && buffer.is_empty() {
+            return;
+        }
+        while matches!(buffer.last(), Some(b'\n' | b'\r')) {
+            buffer.pop();
+        }
+        let text = String::from_utf8_lossy(&buffer).into_owned();
+        if lines.send(Line { stream, text, cut }).await.is_err() || ended {
+            return;
         }
     }
 }

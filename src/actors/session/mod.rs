@@ -28,6 +28,7 @@ use tokio::sync::watch;
 
 mod app_turn;
 mod child;
+pub mod retry;
 
 use super::app_server;
 use super::ledger::{
@@ -41,7 +42,8 @@ use crate::framing;
 use crate::store::work::{self, NewEvent, Prompt, PromptStatus, RunEnd};
 pub use app_turn::driver_file;
 use app_turn::AppTurn;
-use child::ChildEnv;
+use child::{ChildEnv, ChildRun};
+use retry::{Decision, Failure, Policy, Retries};
 
 /// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that
 /// comes at once, the common case, costs no event).
@@ -212,23 +214,51 @@ enum RunOutcome {
         exit_code: Option<i32>,
         signal: Option<String>,
         answer: Option<String>,
-        /// The class when the engine said it in a structured way (app-server's
-        /// `codexErrorInfo`, a closed transport); else it is read from the message.
+        /// The class when the engine said it in a structured way (an HTTP status, app-server's
+        /// `codexErrorInfo`, a closed transport); else it is read from the words.
         class: Option<FailureClass>,
+        /// The provider's Retry-After, when the engine reported it.
+        retry_after: Option<Duration>,
+        /// The run's other words about its failure (notices, the stderr tail), which may name
+        /// a writer conflict or a lost rollout when the failure itself does not.
+        context: Vec<String>,
     },
-    Stopped(Stop),
-    TimedOut,
+    /// Cancelled or stopped by a shutdown; how the engine's process ended, if it had one.
+    Stopped(Stop, Exit),
+    TimedOut(Exit),
 }
 
-/// What the retry policy decided after a failed run.
-#[derive(Debug, Clone, PartialEq)]
-enum Decision {
-    /// Try again after `delay`, on the same thread unless `new_thread`.
-    Retry {
-        delay: Duration,
-        new_thread: bool,
-    },
-    Fail,
+impl RunOutcome {
+    /// A run that failed before the engine could say anything.
+    fn failed(message: String) -> RunOutcome {
+        RunOutcome::Finished {
+            verdict: RunVerdict::Failed { message },
+            exit_code: None,
+            signal: None,
+            answer: None,
+            class: None,
+            retry_after: None,
+            context: Vec::new(),
+        }
+    }
+}
+
+/// How an engine's process ended: its exit code, or the signal that killed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Exit {
+    code: Option<i32>,
+    signal: Option<String>,
+}
+
+impl Exit {
+    fn of(status: Option<std::process::ExitStatus>) -> Exit {
+        Exit {
+            code: status.and_then(|status| status.code()),
+            signal: status
+                .and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status))
+                .map(crate::process::signal_name),
+        }
+    }
 }
 
 impl Worker {
@@ -360,13 +390,19 @@ impl Worker {
     }
 
     /// Stores `events` now, after the deferred ones.
-    async fn store_events(&mut self, mut events: Vec<NewEvent>) {
-        if !self.deferred.is_empty() {
-            let mut all = std::mem::take(&mut self.deferred);
-            all.append(&mut events);
-            events = all;
-        }
+    async fn store_events(&mut self, events: Vec<NewEvent>) {
+        let events = self.take_deferred(events);
         self.shared.append_events(events).await;
+    }
+
+    /// The deferred events followed by `events`, to go with a write made now.
+    fn take_deferred(&mut self, mut events: Vec<NewEvent>) -> Vec<NewEvent> {
+        if self.deferred.is_empty() {
+            return events;
+        }
+        let mut all = std::mem::take(&mut self.deferred);
+        all.append(&mut events);
+        all
     }
 
     async fn run_prompt(&mut self, prompt: Prompt) -> PromptEnd {
@@ -403,16 +439,28 @@ impl Worker {
         };
         let adapter = kind.adapter();
         let mut thread_id = session.thread_id.clone();
-        let ask_title = session.title.is_none();
-        let text = framing::frame(&prompt.text, project.instructions.as_deref(), ask_title);
+        // The command engine gets the person's text as it is: a shell command line has no
+        // room for instructions or a title request; its title is its first line.
+        let text = if kind == EngineKind::Command {
+            if session.title.is_none() {
+                if let Some(title) = framing::command_title(&prompt.text) {
+                    let mut events = Vec::new();
+                    self.set_title(&prompt, None, &title, &mut events).await;
+                    self.deferred.append(&mut events);
+                }
+            }
+            prompt.text.clone()
+        } else {
+            let ask_title = session.title.is_none();
+            framing::frame(&prompt.text, project.instructions.as_deref(), ask_title)
+        };
         let sandbox = Sandbox::for_prompt(
             project.full_access,
             project.kind == "remote",
             prompt.read_only,
         );
         let mut attempt = prompt.attempts;
-        let (mut rate_limited, mut writer_conflicts, mut replayed) = (0usize, 0usize, false);
-        let mut overloaded = 0usize;
+        let mut retries = Retries::default();
         // Stored with the run's row (or with whatever is written first).
         let started = self.session_event(
             Some(&prompt.id),
@@ -516,6 +564,7 @@ impl Worker {
                 template: settings.command_template.clone(),
             };
             let argv = adapter.argv(&spec);
+            let stdin = adapter.stdin(&spec);
             let run_id = uuid::Uuid::now_v7().to_string();
             // The run's row and the driver's exec in one transaction: the current driver's
             // exec is the parent of what the agent runs; without one, the exec hosting the
@@ -570,48 +619,48 @@ impl Worker {
                     };
                     self.run_app_turn(server, turn, &settings).await
                 } else {
-                    self.run_child(
-                        &prompt,
-                        &run_id,
-                        &argv,
-                        &project.path,
+                    let run = ChildRun {
+                        prompt: &prompt,
+                        run_id: &run_id,
+                        argv: &argv,
+                        stdin: stdin.as_deref(),
+                        cwd: &project.path,
                         environment,
                         kind,
-                        &settings,
-                    )
-                    .await
+                        known_thread: thread_id.as_deref(),
+                    };
+                    self.run_child(run, &settings).await
                 };
             let ended_at = crate::store::now_ms();
             drop(slot);
 
-            // 3. The engine's thread: keep what the run reported.
+            // 3. The engine's thread: a new one was stored the moment the run reported it.
             if let Some(reported) = reported_thread {
-                if thread_id.as_deref() != Some(reported.as_str()) {
-                    thread_id = Some(reported.clone());
-                    let _ = self
-                        .shared
-                        .ledger
-                        .write(SetThread {
-                            session_id: self.session_id.clone(),
-                            thread_id: Some(reported),
-                        })
-                        .await;
-                }
+                thread_id = Some(reported);
             }
 
             // 4. Judge and decide.
-            let (verdict, exit_code, signal, answer, class_hint) = match outcome {
-                RunOutcome::Stopped(Stop::Cancel) => {
-                    self.end_run(&run_id, ended_at, None, None, "cancelled", None, None, None)
-                        .await;
-                    return PromptEnd::stopped(Stop::Cancel);
-                }
-                RunOutcome::Stopped(Stop::Shutdown) => {
+            let (verdict, exit_code, signal, answer, structured) = match outcome {
+                RunOutcome::Stopped(Stop::Cancel, exit) => {
                     self.end_run(
                         &run_id,
                         ended_at,
+                        exit.code,
+                        exit.signal.as_deref(),
+                        "cancelled",
                         None,
                         None,
+                        None,
+                    )
+                    .await;
+                    return PromptEnd::stopped(Stop::Cancel);
+                }
+                RunOutcome::Stopped(Stop::Shutdown, exit) => {
+                    self.end_run(
+                        &run_id,
+                        ended_at,
+                        exit.code,
+                        exit.signal.as_deref(),
                         "interrupted",
                         None,
                         Some("requeued"),
@@ -620,7 +669,7 @@ impl Worker {
                     .await;
                     return PromptEnd::stopped(Stop::Shutdown);
                 }
-                RunOutcome::TimedOut => {
+                RunOutcome::TimedOut(exit) => {
                     let message = format!(
                         "the engine ran longer than run.timeout_s ({} s) and was ended",
                         settings.run_timeout.as_secs()
@@ -628,8 +677,8 @@ impl Worker {
                     self.end_run(
                         &run_id,
                         ended_at,
-                        None,
-                        None,
+                        exit.code,
+                        exit.signal.as_deref(),
                         "failed",
                         Some("other"),
                         Some("fail"),
@@ -644,7 +693,15 @@ impl Worker {
                     signal,
                     answer,
                     class,
-                } => (verdict, exit_code, signal, answer, class),
+                    retry_after,
+                    context,
+                } => (
+                    verdict,
+                    exit_code,
+                    signal,
+                    answer,
+                    (class, retry_after, context),
+                ),
             };
             let message = match verdict {
                 RunVerdict::Succeeded => {
@@ -668,65 +725,18 @@ impl Worker {
                 }
                 RunVerdict::Failed { message } => message,
             };
-            let class = class_hint.unwrap_or_else(|| {
-                engine::classify_failure(kind, spec.thread_id.as_deref(), &message)
+            let (class, retry_after, context) = structured;
+            let class = class.unwrap_or_else(|| {
+                let mut texts = vec![message.as_str()];
+                texts.extend(context.iter().map(String::as_str));
+                engine::classify_failure(kind, spec.thread_id.as_deref(), &texts)
             });
-            let decision = match class {
-                // Backoff with jitter (±20 %) over the rate-limit delays: an overloaded server
-                // is best not hit by every waiting session at the same instant.
-                FailureClass::Overloaded => settings
-                    .rate_limit_delays
-                    .get(overloaded)
-                    .map(|&delay| {
-                        overloaded += 1;
-                        Decision::Retry {
-                            delay: jitter(delay),
-                            new_thread: false,
-                        }
-                    })
-                    .unwrap_or(Decision::Fail),
-                FailureClass::RateLimit => settings
-                    .rate_limit_delays
-                    .get(rate_limited)
-                    .map(|&delay| {
-                        rate_limited += 1;
-                        Decision::Retry {
-                            delay,
-                            new_thread: false,
-                        }
-                    })
-                    .unwrap_or(Decision::Fail),
-                FailureClass::WriterConflict => settings
-                    .writer_conflict_delays
-                    .get(writer_conflicts)
-                    .map(|&delay| {
-                        writer_conflicts += 1;
-                        Decision::Retry {
-                            delay,
-                            new_thread: false,
-                        }
-                    })
-                    .unwrap_or(Decision::Fail),
-                // Replay once: a second missing rollout on a brand-new thread is not that.
-                FailureClass::MissingRollout if !replayed => {
-                    replayed = true;
-                    Decision::Retry {
-                        delay: Duration::ZERO,
-                        new_thread: true,
-                    }
-                }
-                _ => Decision::Fail,
+            let policy = Policy {
+                rate_limit_delays: settings.rate_limit_delays.clone(),
+                writer_conflict_delays: settings.writer_conflict_delays.clone(),
             };
-            let decision_text = match &decision {
-                Decision::Retry {
-                    delay,
-                    new_thread: true,
-                } => {
-                    format!("replay in a new thread after {} ms", delay.as_millis())
-                }
-                Decision::Retry { delay, .. } => format!("retry after {} ms", delay.as_millis()),
-                Decision::Fail => "fail".to_string(),
-            };
+            let failure = Failure { class, retry_after };
+            let decision = retries.decide(&policy, &failure, jitter());
             self.end_run(
                 &run_id,
                 ended_at,
@@ -734,16 +744,20 @@ impl Worker {
                 signal.as_deref(),
                 "failed",
                 Some(class.as_str()),
-                Some(&decision_text),
+                Some(&decision.describe()),
                 Some(&message),
             )
             .await;
-            let Decision::Retry { delay, new_thread } = decision else {
-                return PromptEnd::failed(message);
+            let retry = match decision {
+                Decision::Retry(retry) => retry,
+                Decision::Fail { why: Some(why) } => {
+                    return PromptEnd::failed(format!("{message} ({why})"))
+                }
+                Decision::Fail { why: None } => return PromptEnd::failed(message),
             };
             // A retry follows: this run's end is history now.
             self.flush_end().await;
-            if new_thread {
+            if retry.new_thread {
                 thread_id = None;
                 let _ = self
                     .shared
@@ -762,12 +776,16 @@ impl Worker {
                     "reason": class.as_str(),
                     "attempt": attempt,
                     "next_attempt": attempt + 1,
-                    "delay_ms": delay.as_millis() as u64,
-                    "new_thread": new_thread,
+                    "delay_ms": retry.delay.as_millis() as u64,
+                    "retry": retry.number,
+                    "retries": retry.of,
+                    "retry_after_ms": retry_after.map(|after| after.as_millis() as u64),
+                    "new_thread": retry.new_thread,
                     "message": message,
                 }),
             )
             .await;
+            let delay = retry.delay;
             // The slot was released above: other sessions run while this one sleeps.
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
@@ -830,7 +848,7 @@ impl Worker {
     async fn set_title(
         &self,
         prompt: &Prompt,
-        run_id: &str,
+        run_id: Option<&str>,
         title: &str,
         batch: &mut Vec<NewEvent>,
     ) {
@@ -843,8 +861,8 @@ impl Worker {
             })
             .await;
         if matches!(set, Ok(true)) {
-            batch.push(self.new_event(
-                prompt,
+            batch.push(self.session_event(
+                Some(&prompt.id),
                 run_id,
                 EventKind::TitleGenerated,
                 json!({ "title": title }),
@@ -853,14 +871,14 @@ impl Worker {
     }
 }
 
-/// `delay` ± 20 %, from the clock's nanoseconds (no randomness crate for one jitter).
-fn jitter(delay: Duration) -> Duration {
+/// A jitter factor in `[0.8, 1.2]`, from the clock's nanoseconds (no randomness crate for one
+/// jitter).
+fn jitter() -> f64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|elapsed| elapsed.subsec_nanos())
         .unwrap_or(0);
-    let factor = 0.8 + 0.4 * (nanos % 1000) as f64 / 1000.0;
-    delay.mul_f64(factor)
+    0.8 + 0.4 * (nanos % 1000) as f64 / 1000.0
 }
 
 /// The event kind of an engine event.
