@@ -24,6 +24,8 @@
 //! generated wrapper script that sets `CODEX_HOME`, `HOME` and the dummy API key, then execs
 //! the real binary.
 
+// The HTTP core `mock_responses` is built on (with the Anthropic and Chat Completions mocks).
+mod mock_models;
 mod mock_responses;
 
 use std::future::Future;
