@@ -1,8 +1,10 @@
 //! What the integration tests share: a temporary home and the built `corral` binary in it
-//! (`Home`), and a home with a real daemon (`daemon::DaemonHome`).
+//! (`Home`), a home with a real daemon (`daemon::DaemonHome`), and the real engine CLIs in
+//! private environments (`engines`).
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod engines;
 pub mod library;
 
 use std::path::{Path, PathBuf};
