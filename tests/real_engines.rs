@@ -1,0 +1,743 @@
+//! corral's CLI and daemon driving the REAL engine CLIs — Claude Code 2.1.197, OpenCode
+//! 1.18.33 and Codex 0.171.0 — fully offline, each against a loopback mock model server the
+//! test starts itself: the Anthropic Messages API for claude and the OpenAI Chat Completions
+//! API for opencode (`mock_models/`), the OpenAI Responses API for codex (`mock_responses/`).
+//!
+//! For each engine, through `corral` commands only, as a person would use them:
+//!
+//! - a new session answers (`send --wait` prints the mock's answer), and a second prompt
+//!   resumes the same engine conversation (the mock sees the first turn replayed), with
+//!   `history --json` and `watch` showing the whole life cycle;
+//! - a rate-limited prompt (the mock's first requests are 429s) is retried by corral's policy
+//!   into success, each failed run recorded as `rate_limit`, each retry a `retry.scheduled`;
+//! - a run hanging on the model is cancelled with `corral cancel`, and its whole process group
+//!   is gone afterwards.
+//!
+//! Each test has its own daemon home, its own mock and its own private engine environment
+//! (`common::engines`), and ends by stopping its daemon and checking that no process of its
+//! home is left. An engine whose binary is not installed is skipped with a printed reason;
+//! that is the only skip.
+
+mod common;
+mod mock_models;
+mod mock_responses;
+
+use std::ops::Deref;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use common::daemon::{lines_of, wait_until, DaemonHome, DEADLINE};
+use common::engines::{binary_or_skip, engine_slot, Engine, EngineEnv, EngineSlot};
+use mock_models::anthropic::MockAnthropic;
+use mock_models::chat::MockChat;
+use mock_models::Answer;
+use mock_responses::MockResponses;
+
+/// OpenCode retries a 429 itself, 5 times, hard-coded (claude-opencode.md §2.4): one of its
+/// runs takes this many 429s to fail. The mocks' `retry-after-ms` keeps them quick.
+const OPENCODE_REQUESTS_PER_FAILED_RUN: usize = 6;
+
+/// The `retry-after-ms` the chat mock gives opencode, so its own retries take milliseconds.
+const OPENCODE_RETRY_AFTER_MS: u64 = 20;
+
+/// The mock model server an engine talks to.
+enum Mock {
+    Anthropic(MockAnthropic),
+    Chat(MockChat),
+    Responses(MockResponses),
+}
+
+impl Mock {
+    fn start(engine: Engine) -> Mock {
+        match engine {
+            Engine::Claude => Mock::Anthropic(MockAnthropic::start()),
+            Engine::Opencode => Mock::Chat(MockChat::start()),
+            Engine::Codex => Mock::Responses(MockResponses::start()),
+        }
+    }
+
+    fn base_url(&self) -> String {
+        match self {
+            Mock::Anthropic(mock) => mock.base_url(),
+            Mock::Chat(mock) => mock.base_url(),
+            Mock::Responses(mock) => mock.base_url(),
+        }
+    }
+
+    /// The next model call answers `text`.
+    fn answer(&self, text: &str) {
+        match self {
+            Mock::Anthropic(mock) => mock.script([Answer::text(text)]),
+            Mock::Chat(mock) => mock.script([Answer::text(text)]),
+            Mock::Responses(mock) => mock.script([mock_responses::Answer::text(text)]),
+        }
+    }
+
+    /// Enough 429s for `runs` whole engine runs to fail, with no retry hint the engine would
+    /// wait on (opencode gets `retry-after-ms: 20` so that its own five retries are quick).
+    fn rate_limit(&self, runs: usize) {
+        match self {
+            Mock::Anthropic(mock) => mock.script(vec![Answer::rate_limited(); runs]),
+            Mock::Chat(mock) => mock.script(vec![
+                Answer::rate_limited_ms(OPENCODE_RETRY_AFTER_MS);
+                runs * OPENCODE_REQUESTS_PER_FAILED_RUN
+            ]),
+            Mock::Responses(mock) => mock.script(vec![
+                mock_responses::Answer::RateLimited {
+                    retry_after_s: None
+                };
+                runs
+            ]),
+        }
+    }
+
+    /// The next model call hangs.
+    fn hang(&self) {
+        match self {
+            Mock::Anthropic(mock) => mock.script([Answer::Hang]),
+            Mock::Chat(mock) => mock.script([Answer::Hang]),
+            Mock::Responses(mock) => mock.script([mock_responses::Answer::Hang]),
+        }
+    }
+
+    /// The conversation of each model call (opencode's title calls aside), in arrival order:
+    /// its `user` and `assistant` messages as `(role, text)`.
+    fn conversations(&self) -> Vec<Vec<(String, String)>> {
+        let conversations: Vec<Vec<(String, String)>> = match self {
+            Mock::Anthropic(mock) => mock
+                .model_calls()
+                .iter()
+                .map(|call| call.conversation())
+                .collect(),
+            Mock::Chat(mock) => mock
+                .model_calls()
+                .iter()
+                .map(|call| call.conversation())
+                .collect(),
+            Mock::Responses(mock) => mock
+                .requests()
+                .iter()
+                .filter(|request| request.path == "/v1/responses")
+                .map(|request| request.messages())
+                .collect(),
+        };
+        conversations
+            .into_iter()
+            .map(|conversation| {
+                conversation
+                    .into_iter()
+                    .filter(|(role, _)| role == "user" || role == "assistant")
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn model_calls(&self) -> usize {
+        self.conversations().len()
+    }
+
+    fn unused_answers(&self) -> usize {
+        match self {
+            Mock::Anthropic(mock) => mock.unused_answers(),
+            Mock::Chat(mock) => mock.unused_answers(),
+            Mock::Responses(mock) => mock.unused_answers(),
+        }
+    }
+
+    /// How many of its connections the mock holds open on a hang.
+    fn hanging(&self) -> usize {
+        match self {
+            Mock::Anthropic(mock) => mock.hanging(),
+            Mock::Chat(mock) => mock.hanging(),
+            Mock::Responses(mock) => mock.hanging(),
+        }
+    }
+
+    /// What the mock received, for assertion messages: one line per request.
+    fn log(&self) -> String {
+        let lines: Vec<String> = match self {
+            Mock::Anthropic(mock) => mock
+                .calls()
+                .iter()
+                .map(|call| format!("{} {} → {}", call.request.method, call.path(), call.answer))
+                .collect(),
+            Mock::Chat(mock) => mock
+                .calls()
+                .iter()
+                .map(|call| {
+                    format!(
+                        "{} {} ({:?}) → {}",
+                        call.request.method,
+                        call.path(),
+                        call.kind,
+                        call.answer
+                    )
+                })
+                .collect(),
+            Mock::Responses(mock) => mock
+                .requests()
+                .iter()
+                .map(|request| format!("{} {}", request.method, request.path))
+                .collect(),
+        };
+        format!(
+            "mock log ({} requests):\n{}\nconversations: {:#?}",
+            lines.len(),
+            lines.join("\n"),
+            self.conversations()
+        )
+    }
+}
+
+/// One test's world: a daemon home with project `p` on the engine, the engine's mock and its
+/// private environment. Dropped in field order: the daemon and every process of the home
+/// first, then the mock (ending its hangs), then the engine's files.
+struct Rig {
+    home: DaemonHome,
+    mock: Mock,
+    env: EngineEnv,
+    _slot: EngineSlot,
+}
+
+impl Deref for Rig {
+    type Target = DaemonHome;
+
+    fn deref(&self) -> &DaemonHome {
+        &self.home
+    }
+}
+
+impl Rig {
+    /// The rig for `engine`, or `None` (after printing why) when its binary is not installed.
+    fn start(engine: Engine) -> Option<Rig> {
+        let binary = binary_or_skip(engine)?;
+        let slot = engine_slot();
+        let mock = Mock::start(engine);
+        let env = EngineEnv::new(engine, &binary, &mock.base_url());
+        let home = DaemonHome::new();
+        home.start_daemon();
+        env.configure(&home);
+        let work = home.work();
+        home.ok(&[
+            "project",
+            "add",
+            "p",
+            work.to_str().unwrap(),
+            "--engine",
+            engine.name(),
+        ]);
+        Some(Rig {
+            home,
+            mock,
+            env,
+            _slot: slot,
+        })
+    }
+
+    fn engine(&self) -> Engine {
+        self.env.engine()
+    }
+
+    /// A new session of project `p` (untitled when `title` is `None`): its id.
+    fn session(&self, title: Option<&str>) -> String {
+        let mut args = vec!["session", "new", "p", "--json"];
+        if let Some(title) = title {
+            args.extend(["--title", title]);
+        }
+        let session = self.json(&args);
+        session["id"].as_str().expect("a session id").to_string()
+    }
+
+    /// `corral send SESSION TEXT --wait`, which must succeed: what it printed.
+    fn send_wait(&self, session: &str, text: &str) -> String {
+        let output = self.run(&["send", session, text, "--wait"]);
+        assert!(
+            output.status.success(),
+            "send {text:?} failed: {}\nstdout: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&output.stdout),
+            self.story(session)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn history(&self, session: &str) -> Value {
+        self.json(&["history", session, "--json"])
+    }
+
+    fn session_show(&self, session: &str) -> Value {
+        self.json(&["session", "show", session, "--json"])["session"].clone()
+    }
+
+    /// Every stored event of the session, as `watch --after 0 --json` prints them.
+    fn events(&self, session: &str) -> Vec<Value> {
+        self.ok(&["watch", session, "--after", "0", "--json"])
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("one event object per line"))
+            .collect()
+    }
+
+    /// What happened, for assertion messages: corral's history and events, and the mock's log.
+    fn story(&self, session: &str) -> String {
+        let history = self.run(&["history", session]);
+        let watch = self.run(&["watch", session, "--after", "0"]);
+        format!(
+            "history:\n{}\nwatch:\n{}\n{}",
+            String::from_utf8_lossy(&history.stdout),
+            String::from_utf8_lossy(&watch.stdout),
+            self.mock.log()
+        )
+    }
+
+    /// The resume arguments corral passes the engine for `thread`.
+    fn resumes(&self, argv: &[String], thread: &str) -> bool {
+        let flag = match self.engine() {
+            Engine::Claude => "--resume",
+            Engine::Opencode => "--session",
+            Engine::Codex => "resume",
+        };
+        argv.windows(2)
+            .any(|pair| pair[0] == flag && pair[1] == thread)
+    }
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+fn array(value: &Value) -> Vec<Value> {
+    value.as_array().cloned().unwrap_or_default()
+}
+
+/// The kinds of a prompt's events, in order.
+fn kinds_of(events: &[Value], prompt_id: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|event| event["prompt_id"] == prompt_id)
+        .filter_map(|event| event["kind"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Asserts that `expected` occur in `kinds` in this order (other kinds may come between).
+fn assert_in_order(kinds: &[String], expected: &[&str], story: &str) {
+    let mut rest = kinds.iter();
+    for kind in expected {
+        assert!(
+            rest.any(|seen| seen == kind),
+            "{kind} missing, or out of order, in {kinds:?} (expected in order: {expected:?})\n{story}"
+        );
+    }
+}
+
+/// A new session answers; a second prompt resumes the engine's conversation, which the mock
+/// sees replayed; history and watch show both prompts' life cycles.
+fn a_new_session_answers_and_the_next_prompt_resumes_it(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    // Untitled: the first answer's title line names the session and is taken out of it.
+    let session = rig.session(None);
+    let first_answer = "<!-- corral-title: Mock greeting -->\nhello from the mock";
+    rig.mock.answer(first_answer);
+    assert_eq!(
+        rig.send_wait(&session, "say hi"),
+        "hello from the mock\n",
+        "{}",
+        rig.story(&session)
+    );
+    let shown = rig.session_show(&session);
+    assert_eq!(shown["title"], "Mock greeting", "{shown}");
+    let thread = shown["thread_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the session got the engine's conversation id: {shown}"))
+        .to_string();
+
+    rig.mock.answer("second answer");
+    assert_eq!(
+        rig.send_wait(&session, "and again"),
+        "second answer\n",
+        "{}",
+        rig.story(&session)
+    );
+    let story = rig.story(&session);
+    assert_eq!(
+        rig.session_show(&session)["thread_id"],
+        thread.as_str(),
+        "the same conversation"
+    );
+
+    // The mock: one model call per prompt, the second holding the first turn, then the new
+    // prompt. (Prompt texts are checked as contained: what else an engine or corral's framing
+    // puts around them is not this test's business.)
+    let conversations = rig.mock.conversations();
+    assert_eq!(conversations.len(), 2, "{story}");
+    let first = &conversations[0];
+    assert!(
+        matches!(first.last(), Some((role, text)) if role == "user" && text.contains("say hi")),
+        "the first call ends with the prompt: {first:#?}"
+    );
+    let second = &conversations[1];
+    let earlier_prompt = second
+        .iter()
+        .position(|(role, text)| role == "user" && text.contains("say hi"))
+        .unwrap_or_else(|| panic!("the earlier prompt is replayed: {second:#?}"));
+    let earlier_answer = second
+        .iter()
+        .position(|(role, text)| role == "assistant" && text == first_answer)
+        .unwrap_or_else(|| panic!("the earlier answer is replayed as given: {second:#?}"));
+    assert!(earlier_prompt < earlier_answer, "{second:#?}");
+    assert!(
+        matches!(second.last(), Some((role, text)) if role == "user" && text.contains("and again")),
+        "the second call ends with the new prompt: {second:#?}"
+    );
+    assert_eq!(rig.mock.unused_answers(), 0);
+
+    // history --json: two prompts done with their answers, one successful run each, the
+    // second resuming the first one's conversation.
+    let history = rig.history(&session);
+    let prompts = array(&history["prompts"]);
+    assert_eq!(prompts.len(), 2, "{history}");
+    for (prompt, answer) in prompts.iter().zip(["hello from the mock", "second answer"]) {
+        assert_eq!(prompt["status"], "done", "{story}");
+        assert_eq!(prompt["answer"], answer, "{story}");
+        assert_eq!(prompt["attempts"], 1, "{story}");
+    }
+    let runs = array(&history["runs"]);
+    assert_eq!(runs.len(), 2, "{history}");
+    for (run, prompt) in runs.iter().zip(&prompts) {
+        assert_eq!(run["prompt_id"], prompt["id"]);
+        assert_eq!(run["status"], "succeeded", "{story}");
+        assert_eq!(run["exit_code"], 0, "{story}");
+        assert_eq!(run["engine"], engine.name());
+        assert!(run["pid"].as_i64().is_some(), "{run}");
+    }
+    assert!(
+        !rig.resumes(&strings(&runs[0]["argv"]), &thread),
+        "the first run starts a new conversation: {}",
+        runs[0]["argv"]
+    );
+    assert!(
+        rig.resumes(&strings(&runs[1]["argv"]), &thread),
+        "the second run resumes {thread}: {}",
+        runs[1]["argv"]
+    );
+    assert_eq!(runs[1]["thread_id"], thread.as_str(), "{}", runs[1]);
+
+    // watch: each prompt's life cycle, in order, and the plain lines agree with the JSON.
+    let events = rig.events(&session);
+    for prompt in &prompts {
+        let id = prompt["id"].as_str().unwrap();
+        assert_in_order(
+            &kinds_of(&events, id),
+            &[
+                "prompt.started",
+                "run.started",
+                "message",
+                "run.exited",
+                "prompt.done",
+            ],
+            &story,
+        );
+    }
+    assert!(
+        events
+            .iter()
+            .any(|event| event["kind"] == "title.generated"),
+        "{story}"
+    );
+    let lines = rig.ok(&["watch", &session, "--after", "0"]);
+    assert_eq!(lines.lines().count(), events.len(), "{lines}");
+    for (line, event) in lines.lines().zip(&events) {
+        let expected = format!("#{} {}", event["seq"], event["kind"].as_str().unwrap());
+        assert!(line.starts_with(&expected), "{line:?} vs {event}");
+    }
+    let done = lines
+        .lines()
+        .filter(|line| line.contains(" prompt.done "))
+        .collect::<Vec<_>>();
+    assert_eq!(done.len(), 2, "{lines}");
+    assert!(done[1].contains("second answer"), "{lines}");
+
+    rig.stop_daemon();
+}
+
+/// A prompt whose first engine runs are rate-limited is retried by corral's policy, after its
+/// configured delays, until it succeeds.
+fn a_rate_limited_prompt_is_retried_into_success(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    let session = rig.session(Some("limits"));
+    rig.mock.rate_limit(2);
+    rig.mock.answer("recovered");
+    let started = Instant::now();
+    assert_eq!(
+        rig.send_wait(&session, "work despite the limit"),
+        "recovered\n",
+        "{}",
+        rig.story(&session)
+    );
+    let elapsed = started.elapsed();
+    let story = rig.story(&session);
+    assert_eq!(rig.mock.unused_answers(), 0, "{story}");
+    let expected_calls = match engine {
+        Engine::Opencode => 2 * OPENCODE_REQUESTS_PER_FAILED_RUN + 1,
+        _ => 3,
+    };
+    assert_eq!(rig.mock.model_calls(), expected_calls, "{story}");
+    assert!(
+        elapsed >= Duration::from_millis(200),
+        "two retries waited corral's delays ({elapsed:?})"
+    );
+
+    // history --json: the prompt is done after three attempts; two failed runs classed as
+    // rate limits with their retry decisions, then a successful one.
+    let history = rig.history(&session);
+    let prompts = array(&history["prompts"]);
+    assert_eq!(prompts.len(), 1, "{history}");
+    assert_eq!(prompts[0]["status"], "done", "{story}");
+    assert_eq!(prompts[0]["answer"], "recovered");
+    assert_eq!(prompts[0]["attempts"], 3, "{story}");
+    let runs = array(&history["runs"]);
+    assert_eq!(runs.len(), 3, "{story}");
+    for run in &runs[..2] {
+        assert_eq!(run["status"], "failed", "{story}");
+        assert_eq!(run["failure_class"], "rate_limit", "{story}");
+        assert_eq!(run["retry_decision"], "retry after 100 ms", "{story}");
+        assert!(run["error"].as_str().is_some_and(|error| !error.is_empty()));
+    }
+    assert_eq!(runs[2]["status"], "succeeded", "{story}");
+    assert_eq!(runs[2]["exit_code"], 0, "{story}");
+    let attempts: Vec<i64> = runs
+        .iter()
+        .filter_map(|run| run["attempt"].as_i64())
+        .collect();
+    assert_eq!(attempts, [1, 2, 3], "{story}");
+
+    // watch: each failed run's exit is followed by a retry, then the next run.
+    let events = rig.events(&session);
+    let kinds = kinds_of(&events, prompts[0]["id"].as_str().unwrap());
+    assert_in_order(
+        &kinds,
+        &[
+            "prompt.started",
+            "run.started",
+            "run.exited",
+            "retry.scheduled",
+            "run.started",
+            "run.exited",
+            "retry.scheduled",
+            "run.started",
+            "message",
+            "run.exited",
+            "prompt.done",
+        ],
+        &story,
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|kind| *kind == "retry.scheduled")
+            .count(),
+        2,
+        "{story}"
+    );
+    assert!(!kinds.iter().any(|kind| kind == "prompt.failed"), "{story}");
+    let lines = rig.ok(&["watch", &session, "--after", "0"]);
+    assert_eq!(
+        lines
+            .lines()
+            .filter(|line| line.contains(" retry.scheduled "))
+            .count(),
+        2,
+        "{lines}"
+    );
+
+    rig.stop_daemon();
+}
+
+/// The next line of `lines` for which `pick` gives something, within [`DEADLINE`].
+fn next_matching<T>(
+    lines: &mpsc::Receiver<String>,
+    what: &str,
+    mut pick: impl FnMut(&Value) -> Option<T>,
+) -> T {
+    let until = Instant::now() + DEADLINE;
+    let mut seen = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let event: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|error| panic!("not an event ({error}): {line}"));
+                if let Some(found) = pick(&event) {
+                    return found;
+                }
+                seen.push(line);
+            }
+            Err(_) => panic!("no {what} in the watch stream; saw {seen:#?}"),
+        }
+    }
+}
+
+/// A `watch --follow --json` of the session from its beginning; ended by [`stop`].
+fn follow(rig: &Rig, session: &str) -> (Child, mpsc::Receiver<String>) {
+    let mut follower = rig
+        .corral(&["watch", session, "--after", "0", "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch starts");
+    let lines = lines_of(follower.stdout.take().unwrap());
+    (follower, lines)
+}
+
+fn stop(mut child: Child) {
+    common::daemon::kill(child.id() as i32, libc::SIGTERM);
+    let until = Instant::now() + DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("watch --follow did not end on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A run waiting on a model that never answers is cancelled: the prompt is `cancelled`, and
+/// no process of the run's group (nor any process carrying its run id) is left.
+fn a_hanging_run_is_cancelled_with_its_whole_process_group(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    let session = rig.session(Some("hang"));
+    rig.mock.hang();
+    let (follower, lines) = follow(&rig, &session);
+
+    let sent = rig.ok(&["send", &session, "wait for ever"]);
+    let (prompt_id, status) = sent
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("send prints `ID STATUS`: {sent:?}"));
+    assert_eq!(status, "running", "{sent}");
+    let prompt_id = prompt_id.to_string();
+    let (run_id, pid) = next_matching(&lines, "run.started", |event| {
+        (event["kind"] == "run.started" && event["prompt_id"] == prompt_id.as_str()).then(|| {
+            (
+                event["run_id"].as_str().expect("the run's id").to_string(),
+                event["payload"]["pid"].as_i64().expect("the run's pid") as i32,
+            )
+        })
+    });
+    // The engine is waiting on the model: the mock holds its request.
+    wait_until("the engine's model call hangs", || rig.mock.hanging() == 1);
+    assert!(
+        corral::process::group_exists(pid),
+        "the run's group {pid} runs"
+    );
+
+    let cancelled = rig.ok(&["cancel", &prompt_id]);
+    assert!(cancelled.contains("cancelled"), "{cancelled}");
+    let ended = next_matching(&lines, "prompt.cancelled", |event| {
+        (event["prompt_id"] == prompt_id.as_str()
+            && ["prompt.cancelled", "prompt.done", "prompt.failed"]
+                .contains(&event["kind"].as_str().unwrap_or("")))
+        .then(|| event["kind"].as_str().unwrap().to_string())
+    });
+    assert_eq!(ended, "prompt.cancelled", "{}", rig.story(&session));
+    stop(follower);
+
+    // The whole group is gone (the engine led it: pgid = pid), and nothing that carries the
+    // run's id escaped it; the engine's connection to the mock closed with it.
+    wait_until("the run's group is gone", || {
+        !corral::process::group_exists(pid)
+    });
+    wait_until("no process carries the run's id", || {
+        corral::process::find_by_env("CORRAL_RUN_ID", &run_id)
+            .into_iter()
+            .all(|pid| !corral::process::is_alive(pid as u32, None))
+    });
+    wait_until("the mock's hung connection is closed", || {
+        rig.mock.hanging() == 0
+    });
+
+    let story = rig.story(&session);
+    let history = rig.history(&session);
+    let prompts = array(&history["prompts"]);
+    assert_eq!(prompts.len(), 1, "{story}");
+    assert_eq!(prompts[0]["status"], "cancelled", "{story}");
+    let runs = array(&history["runs"]);
+    assert_eq!(runs.len(), 1, "{story}");
+    assert_eq!(runs[0]["id"], run_id.as_str());
+    assert_eq!(runs[0]["status"], "cancelled", "{story}");
+    assert_eq!(runs[0]["pid"], pid, "{story}");
+    assert_eq!(runs[0]["pgid"], pid, "the run led its own group: {story}");
+    assert_in_order(
+        &kinds_of(&rig.events(&session), &prompt_id),
+        &[
+            "prompt.started",
+            "run.started",
+            "run.exited",
+            "prompt.cancelled",
+        ],
+        &story,
+    );
+    assert_eq!(rig.mock.model_calls(), 1, "{story}");
+
+    rig.stop_daemon();
+}
+
+#[test]
+fn claude_a_new_session_answers_and_the_next_prompt_resumes_it() {
+    a_new_session_answers_and_the_next_prompt_resumes_it(Engine::Claude);
+}
+
+#[test]
+fn claude_a_rate_limited_prompt_is_retried_into_success() {
+    a_rate_limited_prompt_is_retried_into_success(Engine::Claude);
+}
+
+#[test]
+fn claude_a_hanging_run_is_cancelled_with_its_whole_process_group() {
+    a_hanging_run_is_cancelled_with_its_whole_process_group(Engine::Claude);
+}
+
+#[test]
+fn opencode_a_new_session_answers_and_the_next_prompt_resumes_it() {
+    a_new_session_answers_and_the_next_prompt_resumes_it(Engine::Opencode);
+}
+
+#[test]
+fn opencode_a_rate_limited_prompt_is_retried_into_success() {
+    a_rate_limited_prompt_is_retried_into_success(Engine::Opencode);
+}
+
+#[test]
+fn opencode_a_hanging_run_is_cancelled_with_its_whole_process_group() {
+    a_hanging_run_is_cancelled_with_its_whole_process_group(Engine::Opencode);
+}
+
+#[test]
+fn codex_a_new_session_answers_and_the_next_prompt_resumes_it() {
+    a_new_session_answers_and_the_next_prompt_resumes_it(Engine::Codex);
+}
+
+#[test]
+fn codex_a_rate_limited_prompt_is_retried_into_success() {
+    a_rate_limited_prompt_is_retried_into_success(Engine::Codex);
+}
+
+#[test]
+fn codex_a_hanging_run_is_cancelled_with_its_whole_process_group() {
+    a_hanging_run_is_cancelled_with_its_whole_process_group(Engine::Codex);
+}
