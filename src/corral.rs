@@ -215,10 +215,15 @@ impl Corral {
         if session.engine.is_empty() {
             session.engine = project.engine.clone().unwrap_or_else(|| "codex".into());
         }
-        session
+        let kind = session
             .engine
             .parse::<EngineKind>()
             .map_err(CorralError::Invalid)?;
+        let template = &self.settings().command_template;
+        let model = session.model.as_deref().or(project.model.as_deref());
+        if let Some(why) = crate::engine::unsupported(kind, false, model, false, template) {
+            return Err(CorralError::Invalid(why));
+        }
         Ok(self.shared.ledger.write(CreateSession { session }).await?)
     }
 
@@ -250,6 +255,30 @@ impl Corral {
                 "session '{session_id}' is archived"
             )));
         }
+        // What the engine cannot do is said now, not found out by the run.
+        let kind = session
+            .engine
+            .parse::<EngineKind>()
+            .map_err(CorralError::Invalid)?;
+        let settings = self.settings();
+        let project_model = match &session.project_id {
+            Some(id) => self
+                .read(|connection| work::project(connection, id))?
+                .and_then(|project| project.model),
+            None => None,
+        };
+        let model = session.model.as_deref().or(project_model.as_deref());
+        if let Some(why) = crate::engine::unsupported(
+            kind,
+            !prompt.images.is_empty(),
+            model,
+            prompt.read_only,
+            &settings.command_template,
+        ) {
+            return Err(CorralError::Invalid(why));
+        }
+        crate::engine::resolve_program(kind, &settings.engine_paths)
+            .map_err(CorralError::Invalid)?;
         let enqueued = self
             .shared
             .ledger
@@ -385,7 +414,7 @@ impl Corral {
         let project = self
             .read(|c| work::project(c, &project_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
-        let program = crate::actors::session::resolve_program(
+        let program = crate::engine::resolve_program(
             EngineKind::CodexAppServer,
             &self.settings().engine_paths,
         )

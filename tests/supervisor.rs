@@ -348,22 +348,65 @@ fn cancelling_a_prompt_waiting_for_a_slot_or_a_retry_stops_the_wait() {
 }
 
 #[test]
-fn an_engine_that_is_not_installed_fails_the_prompt_with_the_path_tried() {
+fn an_engine_path_that_cannot_run_is_refused_naming_it() {
     actix_test(|| async {
         let bench = Bench::start().await;
-        bench
+        // At `config set`: a path that does not exist, or is not executable.
+        let refused = bench
             .corral
             .set_setting("engines.codex.path", Some("/nonexistent/codex"))
             .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("/nonexistent/codex does not exist"),
+            "{refused}"
+        );
+        let plain = bench.projects.path().join("codex-not-executable");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        let refused = bench
+            .corral
+            .set_setting("engines.codex.path", plain.to_str())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("is not executable"), "{refused}");
+
+        // At send: a path that was fine when set and is gone now; nothing is queued.
+        let script = bench.projects.path().join("codex-gone");
+        std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
+        bench
+            .corral
+            .set_setting("engines.codex.path", script.to_str())
+            .await
+            .unwrap();
+        std::fs::remove_file(&script).unwrap();
         let project = bench.project("p", &[]).await;
         let session = bench.session(&project, "codex").await;
-        let failed = bench.run(&session, "work").await;
-        assert_eq!(failed.status, PromptStatus::Failed);
-        assert_eq!(
-            failed.error.as_deref(),
-            Some("engine 'codex' not found: /nonexistent/codex")
+        let refused = bench
+            .corral
+            .send(NewPrompt {
+                session_id: session.id.clone(),
+                text: "work".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains(&format!(
+                "{} does not exist (engines.codex.path)",
+                script.display()
+            )),
+            "{refused}"
         );
+        let queued = bench
+            .corral
+            .read(|c| work::prompts_of(c, &session.id))
+            .unwrap();
+        assert!(queued.is_empty(), "{queued:?}");
     });
 }
 

@@ -235,6 +235,90 @@ pub trait Engine: Send + Sync {
     }
 }
 
+/// The executable of an engine: `engines.<name>.path`, else the default program found on
+/// `PATH` (for `fake`, first the `corral-fake-engine` beside the running binary). A path that
+/// does not exist or is not an executable file is refused, naming it.
+pub fn resolve_program(
+    kind: EngineKind,
+    paths: &std::collections::HashMap<String, PathBuf>,
+) -> Result<PathBuf, String> {
+    if let Some(path) = paths.get(kind.as_str()) {
+        check_executable(path)
+            .map_err(|why| format!("engine '{kind}': {why} (engines.{kind}.path)"))?;
+        return Ok(path.clone());
+    }
+    let name = kind.default_program();
+    if kind == EngineKind::Fake {
+        if let Some(beside) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join(name)))
+            .filter(|path| path.is_file())
+        {
+            return Ok(beside);
+        }
+    }
+    let search = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&search)
+        .map(|dir| dir.join(name))
+        .find(|path| check_executable(path).is_ok())
+        .ok_or_else(|| {
+            format!(
+                "engine '{kind}' not found: {name} is not on PATH ({}); set engines.{kind}.path",
+                search.to_string_lossy()
+            )
+        })
+}
+
+/// Whether `path` is a file this process may execute; else why not, naming it.
+pub fn check_executable(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let metadata = std::fs::metadata(path).map_err(|_| format!("{shown} does not exist"))?;
+    if !metadata.is_file() {
+        return Err(format!("{shown} is not a file"));
+    }
+    if metadata.permissions().mode() & 0o111 == 0 {
+        return Err(format!("{shown} is not executable"));
+    }
+    Ok(())
+}
+
+/// Why an engine cannot run a prompt with these settings, if it cannot: the `command` engine
+/// runs a program as it is told, with no sandbox, model or image input, and its template must
+/// say where the prompt goes.
+pub fn unsupported(
+    kind: EngineKind,
+    images: bool,
+    model: Option<&str>,
+    read_only: bool,
+    template: &[String],
+) -> Option<String> {
+    if kind != EngineKind::Command {
+        return None;
+    }
+    if images {
+        return Some("the command engine takes no images".into());
+    }
+    if let Some(model) = model.filter(|model| !model.is_empty()) {
+        return Some(format!(
+            "the command engine takes no model (this one: {model})"
+        ));
+    }
+    if read_only {
+        return Some("the command engine has no sandbox: it cannot run read-only".into());
+    }
+    if !template
+        .iter()
+        .any(|element| element.contains(command::PROMPT_PLACEHOLDER))
+    {
+        return Some(format!(
+            "engines.command.template has no {}: the prompt would go nowhere",
+            command::PROMPT_PLACEHOLDER
+        ));
+    }
+    None
+}
+
 // Small helpers the output parsers share.
 
 /// A string field of a JSON object.

@@ -170,6 +170,14 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
             if template.is_empty() {
                 return Err(format!("{name} must name a program"));
             }
+            if !template
+                .iter()
+                .any(|element| element.contains(crate::engine::command::PROMPT_PLACEHOLDER))
+            {
+                return Err(format!(
+                    "{name} must contain {{prompt}} where the prompt goes, e.g. [\"sh\",\"-c\",\"{{prompt}}\"]"
+                ));
+            }
             Ok(value.to_string())
         }
         "cancel.grace_ms" => match value.parse::<u64>() {
@@ -198,6 +206,11 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
             }
             if let Some(engine) = engine_of(name, "engines.", ".path") {
                 engine?;
+                // Empty: found on PATH again. Else it must be there, and runnable, now.
+                if !value.is_empty() {
+                    crate::engine::check_executable(std::path::Path::new(value))
+                        .map_err(|why| format!("{name}: {why}"))?;
+                }
                 return Ok(value.to_string());
             }
             let names: Vec<&str> = KNOWN.iter().map(|known| known.name).collect();

@@ -479,7 +479,7 @@ impl Worker {
             }
             attempt += 1;
             let settings = self.shared.settings();
-            let program = match resolve_program(kind, &settings.engine_paths) {
+            let program = match engine::resolve_program(kind, &settings.engine_paths) {
                 Ok(program) => program,
                 Err(message) => return PromptEnd::failed(message),
             };
@@ -903,35 +903,4 @@ fn event_payload(event: &EngineEvent) -> serde_json::Value {
         object.remove("kind");
     }
     value
-}
-
-/// The executable of an engine: `engines.<name>.path`, else the default program found on
-/// `PATH` (for `fake`, first the `corral-fake-engine` beside the running binary).
-pub fn resolve_program(
-    kind: EngineKind,
-    paths: &std::collections::HashMap<String, PathBuf>,
-) -> Result<PathBuf, String> {
-    if let Some(path) = paths.get(kind.as_str()) {
-        return Ok(path.clone());
-    }
-    let name = kind.default_program();
-    if kind == EngineKind::Fake {
-        if let Some(beside) = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|dir| dir.join(name)))
-            .filter(|path| path.is_file())
-        {
-            return Ok(beside);
-        }
-    }
-    let search = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&search)
-        .map(|dir| dir.join(name))
-        .find(|path| path.is_file())
-        .ok_or_else(|| {
-            format!(
-                "engine '{kind}' not found: {name} is not on PATH ({}); set engines.{kind}.path",
-                search.to_string_lossy()
-            )
-        })
 }

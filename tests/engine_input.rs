@@ -1,0 +1,223 @@
+//! What corral hands an engine and what it makes of what comes back, through the CLI and a
+//! real daemon: the `command` engine runs the command it is given (no framing, no title
+//! request; its title is its first line, its answer the whole output), settings an engine
+//! cannot honour are refused with one line, and engines that exit without their final
+//! structured line, print garbage, or never exit are failed with the reason.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use common::daemon::{processes_of, DaemonHome};
+
+/// An executable script in `dir` with this body.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A home with a project `p` on `engine`, quick cancellation, and one untitled session: its id.
+fn home_on(engine: &str) -> (DaemonHome, String) {
+    let home = DaemonHome::new();
+    home.ok(&["config", "set", "cancel.grace_ms", "300"]);
+    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "300"]);
+    let work = home.work();
+    home.ok(&[
+        "project",
+        "add",
+        "p",
+        work.to_str().unwrap(),
+        "--engine",
+        engine,
+    ]);
+    let session = home.json(&["session", "new", "p", "--json"]);
+    let id = session["id"].as_str().unwrap().to_string();
+    (home, id)
+}
+
+/// The session's stored events, as `watch --json` prints them (one object per line).
+fn events_of(home: &DaemonHome, session: &str) -> Vec<serde_json::Value> {
+    home.ok(&["watch", session, "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one event per line"))
+        .collect()
+}
+
+#[test]
+fn the_command_engine_runs_the_command_as_given_and_answers_with_all_its_output() {
+    let (home, session) = home_on("command");
+    // Backticks, quotes and several lines: a shell command line exactly as the person wrote it.
+    let command = "echo \"one `echo two`\"\nprintf 'three\\nfour\\n'";
+    let answer = home.ok(&["send", &session, command, "--wait"]);
+    assert_eq!(answer.trim_end(), "one two\nthree\nfour");
+
+    let shown = home.json(&["session", "show", &session, "--json"]);
+    assert_eq!(
+        shown["session"]["title"], "echo \"one `echo two`\"",
+        "{shown}"
+    );
+    let events = events_of(&home, &session);
+    let started = events
+        .iter()
+        .find(|event| event["kind"] == "run.started")
+        .expect("a run started");
+    // The argv carries the command alone: no instructions, no title request.
+    let argv: Vec<&str> = started["payload"]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(argv, ["sh", "-c", command]);
+    assert!(processes_of(home.path())
+        .iter()
+        .all(|&pid| Some(pid) == home.daemon_pid()));
+}
+
+#[test]
+fn the_command_engine_refuses_what_it_cannot_honour() {
+    let (home, session) = home_on("command");
+    let image = home.path().join("a.png");
+    std::fs::write(&image, b"png").unwrap();
+    let refused = home.fails(
+        &["send", &session, "ls", "--image", image.to_str().unwrap()],
+        1,
+    );
+    assert!(
+        refused.contains("the command engine takes no images"),
+        "{refused}"
+    );
+    let refused = home.fails(&["send", &session, "ls", "--read-only"], 1);
+    assert!(refused.contains("cannot run read-only"), "{refused}");
+    let refused = home.fails(&["session", "new", "p", "--model", "gpt-9"], 1);
+    assert!(refused.contains("takes no model"), "{refused}");
+    let refused = home.fails(
+        &[
+            "config",
+            "set",
+            "engines.command.template",
+            r#"["sh","-c","ls"]"#,
+        ],
+        2,
+    );
+    assert!(refused.contains("must contain {prompt}"), "{refused}");
+    assert_eq!(refused.trim().lines().count(), 1, "{refused}");
+    // Nothing was queued by any of them.
+    let history = home.json(&["history", &session, "--json"]);
+    assert!(
+        history["prompts"].as_array().is_none_or(|p| p.is_empty()),
+        "{history}"
+    );
+}
+
+#[test]
+fn an_engine_path_that_cannot_run_is_refused_at_config_set_and_at_send() {
+    let (home, session) = home_on("claude");
+    let refused = home.fails(
+        &[
+            "config",
+            "set",
+            "engines.claude.path",
+            "/nonexistent/claude",
+        ],
+        2,
+    );
+    assert!(
+        refused.contains("/nonexistent/claude does not exist"),
+        "{refused}"
+    );
+    let plain = home.path().join("claude-plain");
+    std::fs::write(&plain, "not a program").unwrap();
+    let refused = home.fails(
+        &[
+            "config",
+            "set",
+            "engines.claude.path",
+            plain.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(refused.contains("is not executable"), "{refused}");
+
+    let gone = script(home.path(), "claude-gone", "exit 0");
+    home.ok(&[
+        "config",
+        "set",
+        "engines.claude.path",
+        gone.to_str().unwrap(),
+    ]);
+    std::fs::remove_file(&gone).unwrap();
+    let refused = home.fails(&["send", &session, "hello"], 1);
+    assert!(
+        refused.contains(&format!("{} does not exist", gone.display())),
+        "{refused}"
+    );
+}
+
+#[test]
+fn an_engine_that_exits_0_without_its_final_line_has_failed() {
+    let (home, session) = home_on("claude");
+    let dir = home.path();
+    // Garbage and no result line.
+    let garbage = script(dir, "claude-garbage", "echo 'this is not JSON {'; exit 0");
+    home.ok(&[
+        "config",
+        "set",
+        "engines.claude.path",
+        garbage.to_str().unwrap(),
+    ]);
+    let failed = home.fails(&["send", &session, "hello", "--wait"], 1);
+    assert!(
+        failed.contains("without its final `result` line"),
+        "{failed}"
+    );
+    // Nothing at all.
+    let silent = script(dir, "claude-silent", "exit 0");
+    home.ok(&[
+        "config",
+        "set",
+        "engines.claude.path",
+        silent.to_str().unwrap(),
+    ]);
+    let failed = home.fails(&["send", &session, "again", "--wait"], 1);
+    assert!(
+        failed.contains("exited with status 0 without its final `result` line"),
+        "{failed}"
+    );
+    // The first prompt is still stored, failed, with its error: nothing was lost.
+    let history = home.json(&["history", &session, "--json"]);
+    let prompts = history["prompts"].as_array().unwrap();
+    assert_eq!(prompts.len(), 2, "{history}");
+    assert!(prompts.iter().all(|p| p["status"] == "failed"), "{history}");
+    // The garbage is kept as raw output, not taken for an answer.
+    let events = events_of(&home, &session);
+    assert!(events.iter().any(|e| e["kind"] == "raw"));
+    assert!(!events.iter().any(|e| e["kind"] == "message"));
+}
+
+#[test]
+fn an_engine_that_never_exits_is_ended_by_the_run_timeout() {
+    let (home, session) = home_on("claude");
+    let sleeper = script(home.path(), "claude-sleeps", "sleep 300 & sleep 300");
+    home.ok(&[
+        "config",
+        "set",
+        "engines.claude.path",
+        sleeper.to_str().unwrap(),
+    ]);
+    home.ok(&["config", "set", "run.timeout_s", "1"]);
+    let failed = home.fails(&["send", &session, "hello", "--wait"], 1);
+    assert!(
+        failed.contains("longer than run.timeout_s (1 s)"),
+        "{failed}"
+    );
+    // Its whole group is gone, the background sleep too.
+    let left: Vec<i32> = processes_of(home.path())
+        .into_iter()
+        .filter(|&pid| Some(pid) != home.daemon_pid())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
