@@ -87,7 +87,17 @@ impl Engine for Opencode {
             }),
             Some("step_finish") => part.map(step_finish),
             // An error line fails the run even if its shape is unexpected.
-            Some("error") => Some(vec![error_event(object.get("error"))]),
+            // A failed first call prints no `step_start`: the error line names the session.
+            Some("error") => {
+                let mut events: Vec<EngineEvent> = str_field(&object, "sessionID")
+                    .map(|session_id| EngineEvent::ThreadStarted {
+                        thread_id: session_id.to_string(),
+                    })
+                    .into_iter()
+                    .collect();
+                events.push(error_event(object.get("error")));
+                Some(events)
+            }
             _ => None,
         };
         events.unwrap_or_else(|| raw(line))
@@ -348,11 +358,17 @@ mod tests {
         let message = "mock: Rate limit reached for requests (HTTP 429)";
         assert_eq!(
             events,
-            [EngineEvent::TurnFailed {
-                message: message.into(),
-                class: Some(crate::engine::FailureClass::RateLimit),
-                retry_after_ms: None
-            }]
+            [
+                // A first call that fails prints no step_start: the session is named here.
+                EngineEvent::ThreadStarted {
+                    thread_id: "ses_dd4dfd16bffePpM1bJI6mByRZD".into()
+                },
+                EngineEvent::TurnFailed {
+                    message: message.into(),
+                    class: Some(crate::engine::FailureClass::RateLimit),
+                    retry_after_ms: None
+                }
+            ]
         );
         assert_eq!(
             judge(&events, Some(1), None, &[], None),

@@ -342,7 +342,15 @@ mod tests {
             .unwrap_err()
             .contains("unknown setting"));
         assert!(validate("daemon.autostart", "yes").is_err());
-        assert!(validate("engines.codex.path", "/opt/codex").is_ok());
+        // An engine path must be an executable file now; empty means PATH again.
+        assert!(validate("engines.codex.path", "/bin/sh").is_ok());
+        assert!(validate("engines.codex.path", "").is_ok());
+        assert!(validate("engines.codex.path", "/nonexistent/codex")
+            .unwrap_err()
+            .contains("/nonexistent/codex does not exist"));
+        assert!(validate("engines.command.template", r#"["sh","-c","ls"]"#)
+            .unwrap_err()
+            .contains("{prompt}"));
     }
 
     #[test]
