@@ -5,7 +5,9 @@
 //! line read from stdin as a prompt with the claim's generation. At the end of its input it
 //! waits for the prompts it sent to end, releases the claim and exits 0. When another exec
 //! took the session over, the next send is refused with `superseded by exec …`: attach says so
-//! and exits 1.
+//! and exits 1. On a terminal, a status line on stderr says what a prompt waits for (a slot, a
+//! retry, its app-server) while it waits (see [`super::progress`]); every line attach prints
+//! clears it first.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -13,6 +15,7 @@ use std::io::Write;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::progress::StatusLine;
 use super::remote::{self, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::client::Client;
@@ -67,6 +70,8 @@ async fn drive(
     let mut input_open = true;
     // Prompts this attach sent that have not ended: the end of input waits for them.
     let mut pending: HashSet<String> = HashSet::new();
+    // The session runs one prompt at a time: its events tell what that one waits for.
+    let mut status = StatusLine::stderr();
     loop {
         if !input_open && pending.is_empty() {
             return Ok(Exit::success());
@@ -86,7 +91,9 @@ async fn drive(
                     match client.call("prompt.send", params).await {
                         Ok(prompt) => {
                             let id = remote::text(&prompt, "id").to_string();
-                            eprintln!("corral: sent {id} ({})", remote::text(&prompt, "status"));
+                            status.print(|| {
+                                eprintln!("corral: sent {id} ({})", remote::text(&prompt, "status"))
+                            });
                             pending.insert(id);
                         }
                         Err(error) if remote::is_superseded(&error) => {
@@ -95,7 +102,9 @@ async fn drive(
                         // A prompt refused for itself (empty, an archived session) ends
                         // nothing; a broken connection ends the attach.
                         Err(error) if remote::rpc_error(&error).is_some() => {
-                            eprintln!("corral: {}", remote::one_line(&error.to_string()));
+                            status.print(|| {
+                                eprintln!("corral: {}", remote::one_line(&error.to_string()))
+                            });
                         }
                         Err(error) => return Err(remote::failure(error)),
                     }
@@ -108,7 +117,9 @@ async fn drive(
             event = events.next() => {
                 let event = event?;
                 // A closed stdout ends nothing: the prompts still run.
-                let _ = writeln!(std::io::stdout(), "{}", remote::event_line(&event));
+                status.observe_and_print(&event, || {
+                    let _ = writeln!(std::io::stdout(), "{}", remote::event_line(&event));
+                });
                 if matches!(
                     event.kind.as_str(),
                     "prompt.done" | "prompt.failed" | "prompt.cancelled"
@@ -118,6 +129,7 @@ async fn drive(
                     }
                 }
             }
+            () = status.tick() => {}
         }
     }
 }

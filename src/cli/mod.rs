@@ -26,6 +26,7 @@ pub mod demo;
 pub mod history;
 pub mod invocation;
 pub mod monitor;
+pub mod progress;
 pub mod project;
 pub mod remote;
 pub mod run;

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
+use super::progress::StatusLine;
 use super::remote::{self, absolute, print_json, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::client::Client;
@@ -144,7 +145,8 @@ pub async fn claim(
 }
 
 /// Subscribes from the session's current end, sends, and follows the events until the prompt
-/// ends; returns the ended prompt.
+/// ends; returns the ended prompt. Meanwhile, on a terminal, a status line on stderr says what
+/// the prompt waits for (a slot, a retry, its app-server), see [`super::progress`].
 async fn send_and_follow(
     context: &Context,
     client: &mut Client,
@@ -156,8 +158,14 @@ async fn send_and_follow(
     let mut events = EventStream::open(context, &session.id, session.last_event_seq).await?;
     let prompt = remote::call(client, "prompt.send", params).await?;
     let prompt_id = remote::text(&prompt, "id").to_string();
+    // Dropped on every way out (an error, an interrupt), which clears it.
+    let mut status = StatusLine::stderr();
     loop {
-        let event = events.next().await.map_err(|error| {
+        let event = tokio::select! {
+            event = events.next() => event,
+            () = status.tick() => continue,
+        };
+        let event = event.map_err(|error| {
             let reason = error.message.unwrap_or_default();
             CliError::failure(format!(
                 "{reason} before prompt {prompt_id} ended (see `corral history {}`)",
@@ -167,6 +175,7 @@ async fn send_and_follow(
         if event.prompt_id.as_deref() != Some(prompt_id.as_str()) {
             continue;
         }
+        status.observe(&event);
         match event.kind.as_str() {
             "prompt.done" | "prompt.failed" | "prompt.cancelled" => break,
             "prompt.requeued" => {
@@ -179,6 +188,7 @@ async fn send_and_follow(
             _ => {}
         }
     }
+    status.clear();
     // The prompt's end is committed before its event: this answers at once.
     remote::call(client, "prompt.wait", json!({ "prompt": prompt_id })).await
 }
