@@ -163,11 +163,23 @@ fn failed_turns_are_classified_by_codex_error_info() {
             "a usage limit is not retried"
         );
 
-        let overloaded = bench.run(&session, "@fake overloaded\nwork").await;
+        // A new conversation: each retry sends the prompt again, on a new thread.
+        let fresh = bench.session(&bench.project("q", false).await).await;
+        let overloaded = bench.run(&fresh, "@fake overloaded\nwork").await;
         assert_eq!(overloaded.status, PromptStatus::Failed);
         let runs = bench.runs(&overloaded.id);
         assert_eq!(runs.len(), 3, "two backoffs, then fail");
         assert_eq!(runs[0].failure_class.as_deref(), Some("overloaded"));
+
+        // A conversation under way holds the failed turn's prompt: the retry continues it
+        // rather than sending the prompt a second time.
+        let continued = bench.run(&session, "@fake overloaded\nwork").await;
+        assert_eq!(continued.status, PromptStatus::Done, "{continued:?}");
+        assert_eq!(bench.runs(&continued.id).len(), 2);
+        assert_eq!(
+            continued.answer.as_deref(),
+            Some("fake answer: Continue from where you left off.")
+        );
     });
 }
 

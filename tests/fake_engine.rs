@@ -786,6 +786,37 @@ fn claude_run_deltas_partial_and_crash() {
     assert!(serde_json::from_str::<Value>(lines[1]).is_err());
 }
 
+/// Runs COMMAND with `input` on its stdin; what it printed.
+fn run_with_stdin(mut command: Command, input: &str) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the fake engine starts");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    output
+}
+
+#[test]
+fn a_missing_prompt_or_dash_reads_the_prompt_from_stdin() {
+    let prompt = "-v \"quoted\"\n@fake answer=from stdin";
+    for args in [
+        &["exec", "--json", "--skip-git-repo-check", "--", "-"][..],
+        &["exec", "--json", "--skip-git-repo-check"][..],
+        &["exec", "--json", "--skip-git-repo-check", "resume", "t-1", "-"][..],
+        &["-p", "--verbose", "--output-format", "stream-json"][..],
+    ] {
+        let output = run_with_stdin(fake(args), prompt);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
+        assert!(stdout(&output).contains("from stdin"), "{args:?}: {output:?}");
+    }
+}
+
 #[test]
 fn anything_else_is_a_usage_error() {
     for args in [
@@ -793,14 +824,11 @@ fn anything_else_is_a_usage_error() {
         &["say hi"][..],
         &["exec", "--skip-git-repo-check", "x"][..],
         &["exec", "--json", "x"][..],
-        &["exec", "--json", "--skip-git-repo-check"][..],
         &["exec", "--json", "--skip-git-repo-check", "a", "b"][..],
-        &["exec", "--json", "--skip-git-repo-check", "resume", "x"][..],
         &["exec", "--json", "--skip-git-repo-check", "--bogus", "x"][..],
         &["--model"][..],
         &["-p", "--output-format", "stream-json", "x"][..],
         &["-p", "--verbose", "--output-format", "json", "x"][..],
-        &["-p", "--verbose", "--output-format", "stream-json"][..],
     ] {
         let output = run(fake(args));
         assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");

@@ -670,8 +670,13 @@ ledger_write!(
 
 ledger_write!(
     /// Sets (or forgets, with `None`) the engine's thread id of a session.
-    SetThread { session_id: String, thread_id: Option<String> } -> (),
-    |this, connection| work::set_thread(connection, &this.session_id, this.thread_id.as_deref())
+    SetThread { session_id: String, thread_id: Option<String>, resume_point: Option<String> } -> (),
+    |this, connection| work::set_thread(
+        connection,
+        &this.session_id,
+        this.thread_id.as_deref(),
+        this.resume_point.as_deref(),
+    )
 );
 
 ledger_write!(

@@ -16,7 +16,7 @@
 //! corral-fake-engine [--model M] [--config K=V]… [--sandbox S] [--ask-for-approval A]
 //!                    [--dangerously-bypass-approvals-and-sandbox]
 //!                    exec --json --skip-git-repo-check
-//!                    [resume [--image F]… THREAD | [--image F]…] [--] PROMPT
+//!                    [resume [--image F]… THREAD | [--image F]…] [--] [PROMPT]
 //! ```
 //!
 //! `resume THREAD` continues that thread: `thread.started` carries THREAD. Without it a new
@@ -28,8 +28,12 @@
 //!
 //! ```text
 //! corral-fake-engine -p --verbose --output-format stream-json [--model M] [--resume ID]
-//!                    [--dangerously-skip-permissions] [--] PROMPT
+//!                    [--resume-session-at UUID] [--dangerously-skip-permissions] [--] [PROMPT]
 //! ```
+//!
+//! In both forms, as in the real CLIs, a missing PROMPT (or `-`) means the prompt is all of
+//! stdin, byte for byte (`--resume-session-at` is accepted and ignored: the fake keeps no
+//! transcript).
 //!
 //! The session id is ID when resuming, else a new UUIDv4; the model (default `fake-model`) is
 //! shown in the `init` and `assistant` lines. `--print` and `-r` are accepted for `-p` and
@@ -42,7 +46,7 @@
 //! ```
 //!
 //! Anything else prints a usage on stderr and exits 2 (`--help` prints it on stdout, exit 0).
-//! In the exec and claude forms stdin is never read (corral starts them with stdin closed). Every stdout line is flushed
+//! In the exec and claude forms stdin is read only when it carries the prompt. Every stdout line is flushed
 //! as soon as it is written, so a reader sees the stream while the engine runs.
 //!
 //! # Output
@@ -418,6 +422,19 @@ fn parse_args(args: &[String]) -> Result<Invocation, String> {
     parse_claude(args)
 }
 
+/// The prompt given, or (none, or `-`) all of stdin, byte for byte.
+fn prompt_or_stdin(given: Option<&String>) -> Result<String, String> {
+    match given {
+        Some(prompt) if prompt != "-" => Ok(prompt.clone()),
+        _ => {
+            let mut prompt = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut prompt)
+                .map_err(|error| format!("reading the prompt from stdin: {error}"))?;
+            Ok(prompt)
+        }
+    }
+}
+
 fn parse_codex_exec(args: &[String]) -> Result<Invocation, String> {
     let (mut json_output, mut skip_git_check) = (false, false);
     // Positionals, each with whether it came after `--`.
@@ -462,19 +479,30 @@ fn parse_codex_exec(args: &[String]) -> Result<Invocation, String> {
     } else {
         &positionals[..]
     };
+    // As codex: no PROMPT, or `-`, reads the prompt from stdin.
     match (resume, rest) {
         (true, [(thread, _), (prompt, _)]) => Ok(Invocation {
             form: Form::Codex {
                 thread: Some(thread.clone()),
             },
-            prompt: prompt.clone(),
+            prompt: prompt_or_stdin(Some(prompt))?,
+        }),
+        (true, [(thread, _)]) => Ok(Invocation {
+            form: Form::Codex {
+                thread: Some(thread.clone()),
+            },
+            prompt: prompt_or_stdin(None)?,
         }),
         (false, [(prompt, _)]) => Ok(Invocation {
             form: Form::Codex { thread: None },
-            prompt: prompt.clone(),
+            prompt: prompt_or_stdin(Some(prompt))?,
         }),
-        (true, _) => Err("exec resume needs THREAD and PROMPT".into()),
-        (false, _) => Err("exec needs exactly one PROMPT".into()),
+        (false, []) => Ok(Invocation {
+            form: Form::Codex { thread: None },
+            prompt: prompt_or_stdin(None)?,
+        }),
+        (true, _) => Err("exec resume needs THREAD and at most one PROMPT".into()),
+        (false, _) => Err("exec takes at most one PROMPT".into()),
     }
 }
 
@@ -534,6 +562,9 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
             take_option(args, &mut i, &["--resume", "-r"], true)?
         {
             resume = Some(value);
+        } else if take_option(args, &mut i, &["--resume-session-at"], true)?.is_some() {
+            // Accepted; the fake keeps no transcript to cut.
+            continue;
         } else if arg.starts_with('-') && arg != "-" {
             return Err(format!("unknown option {arg}"));
         } else {
@@ -547,17 +578,20 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
     if !verbose || !stream_json {
         return Err("-p needs --verbose --output-format stream-json".into());
     }
-    match positionals.as_slice() {
-        [prompt] => Ok(Invocation {
-            form: Form::Claude {
-                resume,
-                model,
-                skip_permissions,
-            },
-            prompt: prompt.clone(),
-        }),
-        _ => Err("-p needs exactly one PROMPT".into()),
-    }
+    // As claude: with no PROMPT, stdin is the prompt.
+    let prompt = match positionals.as_slice() {
+        [prompt] => prompt.clone(),
+        [] => prompt_or_stdin(None)?,
+        _ => return Err("-p takes at most one PROMPT".into()),
+    };
+    Ok(Invocation {
+        form: Form::Claude {
+            resume,
+            model,
+            skip_permissions,
+        },
+        prompt,
+    })
 }
 
 /// What the directives asked for.

@@ -3,15 +3,22 @@
 //! The argv (measured against Claude Code 2.1.197, `../shared/reference/claude-opencode.md` §1):
 //!
 //! ```text
-//! claude -p --verbose --output-format stream-json [--model M] [--resume ID]
-//!        [--dangerously-skip-permissions] PROMPT
+//! claude -p --verbose --output-format stream-json [--model M]
+//!        [--resume ID [--resume-session-at UUID]] [--dangerously-skip-permissions] < PROMPT
 //! ```
 //!
+//! - The prompt is written to stdin, which is then closed: claude reads it byte for byte there,
+//!   while a positional `-v please` would be its `--version` (exit 0, no answer) and one argv
+//!   string cannot exceed 128 KiB.
+//! - `--resume-session-at UUID` (a hidden flag the Agent SDK uses) continues the session from
+//!   its message UUID, leaving later messages out: a retry after a failed turn continues from
+//!   the last assistant message of the last turn that succeeded, so the model sees the prompt
+//!   once ([`EngineEvent::ResumePoint`] is each assistant line's `uuid`).
 //! - `--verbose` is required: `-p` with `stream-json` refuses to run without it.
 //! - `--dangerously-skip-permissions` only with [`Sandbox::FullAccess`]. Claude has no sandbox
 //!   flag, so read-only and workspace-write both leave claude's default permission mode, in which
 //!   print mode denies the tools that would ask.
-//! - Claude has no image flag: each image is referenced from the prompt itself, appended as
+//! - Claude has no image flag: each image is referenced from the prompt text itself, appended as
 //!   `@/path/to/img.png`, one per line after the prompt text (claude reads `@path` references as
 //!   files to attach). The path is kept as the OS gave it, not re-encoded.
 //! - The reasoning effort has no claude flag and is not passed.
@@ -64,17 +71,27 @@ impl Engine for Claude {
         if let Some(session_id) = non_empty(&spec.thread_id) {
             argv.push("--resume".into());
             argv.push(session_id.into());
+            if let Some(point) = non_empty(&spec.resume_at) {
+                argv.push("--resume-session-at".into());
+                argv.push(point.into());
+            }
         }
         if spec.sandbox == Sandbox::FullAccess {
             argv.push("--dangerously-skip-permissions".into());
         }
-        let mut prompt = OsString::from(&spec.prompt);
-        for image in &spec.images {
-            prompt.push("\n@");
-            prompt.push(image);
-        }
-        argv.push(prompt);
         argv
+    }
+
+    /// The prompt goes on stdin, byte for byte: a positional starting with `-` is read as
+    /// claude's own flags (`-v please` prints the version and exits 0), and one argv string
+    /// cannot hold more than 128 KiB.
+    fn stdin(&self, spec: &RunSpec) -> Option<String> {
+        let mut prompt = spec.prompt.clone();
+        for image in &spec.images {
+            prompt.push_str("\n@");
+            prompt.push_str(&image.to_string_lossy());
+        }
+        Some(prompt)
     }
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
@@ -102,7 +119,13 @@ impl Engine for Claude {
                         .join("\n"),
                 }])
             }
-            Some("assistant") => content_blocks(&object).map(assistant_blocks),
+            Some("assistant") => content_blocks(&object).map(|blocks| {
+                let mut events = assistant_blocks(blocks);
+                if let Some(id) = str_field(&object, "uuid") {
+                    events.push(EngineEvent::ResumePoint { id: id.to_string() });
+                }
+                events
+            }),
             Some("user") => Some(user_blocks(&object)),
             Some("result") => Some(result(&object)),
             Some("stream_event") => object.get("event").and_then(stream_event),
@@ -275,6 +298,7 @@ mod tests {
             reasoning_effort: None,
             sandbox: Sandbox::WorkspaceWrite,
             template: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -309,9 +333,12 @@ mod tests {
                 "--verbose",
                 "--output-format",
                 "stream-json",
-                "say hi"
             ]
         );
+        // Whatever it starts with: `-v please` as a positional would be claude's --version.
+        for prompt in ["say hi", "-v please", "a \"b\"\nünï"] {
+            assert_eq!(Claude.stdin(&spec(prompt)).as_deref(), Some(prompt));
+        }
     }
 
     #[test]
@@ -334,8 +361,14 @@ mod tests {
                 "--resume",
                 "session-1",
                 "--dangerously-skip-permissions",
-                "Build",
             ]
+        );
+        // A retry continues from the last good message.
+        spec.resume_at = Some("0d97c49c".into());
+        let argv = strings(Claude.argv(&spec));
+        assert_eq!(
+            argv[7..11],
+            ["--resume", "session-1", "--resume-session-at", "0d97c49c"]
         );
     }
 
@@ -356,7 +389,6 @@ mod tests {
                     "--verbose",
                     "--output-format",
                     "stream-json",
-                    "Answer only"
                 ],
                 "{sandbox:?}"
             );
@@ -367,9 +399,11 @@ mod tests {
     fn images_are_referenced_from_the_prompt() {
         let mut spec = spec("Inspect these");
         spec.images = vec!["/data/a.png".into(), "/data/b c.jpg".into()];
-        let argv = strings(Claude.argv(&spec));
-        assert_eq!(argv.len(), 6);
-        assert_eq!(argv[5], "Inspect these\n@/data/a.png\n@/data/b c.jpg");
+        assert_eq!(Claude.argv(&spec).len(), 5);
+        assert_eq!(
+            Claude.stdin(&spec).as_deref(),
+            Some("Inspect these\n@/data/a.png\n@/data/b c.jpg")
+        );
     }
 
     // §1.3, verbatim (elisions aside).
@@ -416,6 +450,9 @@ mod tests {
                 },
                 EngineEvent::Message {
                     text: "Hello from mock (call 2, 2 messages in request).".into()
+                },
+                EngineEvent::ResumePoint {
+                    id: "0d97c49c-07c9-4a1c-bae0-d2621d874a8e".into()
                 },
                 EngineEvent::ThreadStarted {
                     thread_id: session.into()

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! codex [--model M] [--config model_reasoning_effort="E"] SANDBOX
-//!       exec --json --skip-git-repo-check [resume [--image F]… THREAD | [--image F]…] -- PROMPT
+//!       exec --json --skip-git-repo-check [resume [--image F]… THREAD | [--image F]…] -- - < PROMPT
 //! ```
 //!
 //! - SANDBOX is `--sandbox workspace-write --ask-for-approval never`, `--sandbox read-only
@@ -12,9 +12,10 @@
 //!   to approve anything, so codex must never ask.
 //! - `--skip-git-repo-check`: a project need not be a git repository (without it codex exits 1
 //!   with an empty stdout).
-//! - `--` always precedes the prompt, so a prompt starting with `-` is not read as a flag. It
-//!   also ends the top-level `--image` list, which takes several values per flag; under
-//!   `resume`, `--image` takes exactly one value, so it may precede the thread id.
+//! - The prompt is written to stdin (`-`), byte for byte: an argv string cannot hold more than
+//!   128 KiB, and nothing in it can be read as a flag. `--` before the `-` ends the top-level
+//!   `--image` list, which takes several values per flag; under `resume`, `--image` takes
+//!   exactly one value, so it may precede the thread id.
 //! - The effort goes through `--config` as a TOML string (`model_reasoning_effort="high"`), which
 //!   codex parses as TOML; quotes and backslashes in it are escaped.
 //! - An empty model, effort or thread id is treated as absent: none of them can mean anything.
@@ -49,6 +50,10 @@ impl Engine for Codex {
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
         parse_exec_line(line)
+    }
+
+    fn stdin(&self, spec: &RunSpec) -> Option<String> {
+        exec_stdin(spec)
     }
 
     fn final_line(&self) -> Option<&'static str> {
@@ -109,9 +114,16 @@ pub fn exec_argv(spec: &RunSpec) -> Vec<OsString> {
         }
         None => argv.extend(images),
     }
+    // The prompt itself comes on stdin ([`exec_stdin`]); `--` ends an `--image` list.
     argv.push("--".into());
-    argv.push(spec.prompt.clone().into());
+    argv.push("-".into());
     argv
+}
+
+/// What `codex exec … -` reads on stdin: the prompt, byte for byte (a positional could not
+/// hold more than 128 KiB).
+pub fn exec_stdin(spec: &RunSpec) -> Option<String> {
+    Some(spec.prompt.clone())
 }
 
 /// The events of one line of `codex exec --json` stdout.
@@ -244,6 +256,7 @@ mod tests {
             reasoning_effort: None,
             sandbox: Sandbox::WorkspaceWrite,
             template: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -267,7 +280,7 @@ mod tests {
                 "--json",
                 "--skip-git-repo-check",
                 "--",
-                "Modify app.py",
+                "-",
             ]
         );
     }
@@ -292,7 +305,7 @@ mod tests {
                 "--image",
                 "/data/b.jpg",
                 "--",
-                "Inspect",
+                "-",
             ]
         );
     }
@@ -318,7 +331,7 @@ mod tests {
                 "/data/a.png",
                 "thread-id",
                 "--",
-                "Continue",
+                "-",
             ]
         );
     }
@@ -329,7 +342,7 @@ mod tests {
         spec.thread_id = Some("thread-id".into());
         assert_eq!(
             strings(Codex.argv(&spec))[8..],
-            ["resume", "thread-id", "--", "Continue"]
+            ["resume", "thread-id", "--", "-"]
         );
     }
 
@@ -354,7 +367,7 @@ mod tests {
                 "--json",
                 "--skip-git-repo-check",
                 "--",
-                "Run task",
+                "-",
             ]
         );
     }
@@ -371,7 +384,7 @@ mod tests {
             "--json",
             "--skip-git-repo-check",
             "--",
-            "Answer only",
+            "-",
         ];
         // A read-only prompt, and a remote project even with full access granted.
         for sandbox in [
@@ -412,9 +425,17 @@ mod tests {
     }
 
     #[test]
-    fn a_prompt_starting_with_a_dash_follows_the_separator() {
-        let argv = strings(Codex.argv(&spec("--help me")));
-        assert_eq!(argv[argv.len() - 2..], ["--", "--help me"]);
+    fn the_prompt_goes_on_stdin_whatever_it_starts_with() {
+        for prompt in [
+            "--help me",
+            "a \"b c\"\nline two ünï",
+            &"x".repeat(200 * 1024),
+        ] {
+            let spec = spec(prompt);
+            let argv = strings(Codex.argv(&spec));
+            assert_eq!(argv[argv.len() - 2..], ["--", "-"]);
+            assert_eq!(Codex.stdin(&spec).as_deref(), Some(prompt));
+        }
     }
 
     /// One captured run of codex 0.171.0: stdout, stderr and `exit_code=` from the `.meta`.

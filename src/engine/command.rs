@@ -66,6 +66,7 @@ mod tests {
             reasoning_effort: None,
             sandbox: Sandbox::WorkspaceWrite,
             template: template.iter().map(|element| element.to_string()).collect(),
+            ..Default::default()
         }
     }
 

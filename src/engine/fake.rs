@@ -27,6 +27,10 @@ impl Engine for Fake {
         codex::parse_exec_line(line)
     }
 
+    fn stdin(&self, spec: &RunSpec) -> Option<String> {
+        codex::exec_stdin(spec)
+    }
+
     fn final_line(&self) -> Option<&'static str> {
         Some(codex::FINAL_LINE)
     }
@@ -56,6 +60,7 @@ mod tests {
             reasoning_effort: Some("low".into()),
             sandbox: Sandbox::WorkspaceWrite,
             template: Vec::new(),
+            ..Default::default()
         };
         assert_eq!(
             strings(Fake.argv(&spec)),
@@ -77,7 +82,7 @@ mod tests {
                 "/data/a.png",
                 "thread-id",
                 "--",
-                "Continue",
+                "-",
             ]
         );
         assert_eq!(Fake.kind(), EngineKind::Fake);

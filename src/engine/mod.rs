@@ -104,12 +104,13 @@ impl FromStr for EngineKind {
 }
 
 /// How much the engine may touch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sandbox {
     /// Read only: read-only prompts, and every prompt of a remote project.
     ReadOnly,
     /// Write inside the working tree, never ask for approval (the default).
+    #[default]
     WorkspaceWrite,
     /// No sandbox, no approvals: only with the project's explicit `full_access`.
     FullAccess,
@@ -129,8 +130,8 @@ impl Sandbox {
     }
 }
 
-/// Everything an adapter needs to build one run's argv.
-#[derive(Debug, Clone)]
+/// Everything an adapter needs to build one run's argv and stdin.
+#[derive(Debug, Clone, Default)]
 pub struct RunSpec {
     /// The engine's executable (resolved from `engines.<name>.path` or `PATH`).
     pub program: PathBuf,
@@ -138,8 +139,18 @@ pub struct RunSpec {
     pub prompt: String,
     /// Image files attached to the prompt.
     pub images: Vec<PathBuf>,
+    /// The directory the engine runs in (the project's); engines that key their
+    /// conversations by directory are told it explicitly.
+    pub cwd: PathBuf,
     /// The engine's own thread/session id to continue, if any.
     pub thread_id: Option<String>,
+    /// Where in that thread to continue from (the engine's id of the last message of the
+    /// last turn that succeeded), when a retry must not see the failed turn: claude's
+    /// `--resume-session-at`.
+    pub resume_at: Option<String>,
+    /// A title for a new conversation, where the engine would otherwise ask its model for one
+    /// (opencode's `--title`).
+    pub title: Option<String>,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
     pub sandbox: Sandbox,
@@ -180,6 +191,12 @@ pub enum EngineEvent {
     },
     /// The turn completed: the run succeeded, whatever came before.
     TurnCompleted,
+    /// Where the conversation stands after this line: the engine's id of its latest message,
+    /// from where a later retry can continue (claude's assistant `uuid`). Not stored as an
+    /// event: the worker keeps the last one of a run that succeeded.
+    ResumePoint {
+        id: String,
+    },
     /// The turn failed with the engine's own message.
     TurnFailed {
         message: String,

@@ -3,15 +3,15 @@
 //! The argv (measured against opencode 1.18.33, `../shared/reference/claude-opencode.md` §2):
 //!
 //! ```text
-//! opencode run --format json [--model M] [--session ID] [--file F]… -- PROMPT
+//! opencode run --format json [--model M] [--session ID | --title T] --dir CWD [--file F]… < PROMPT
 //! ```
 //!
-//! - `--` before the prompt is a deliberate addition to the form other projects use
-//!   (`… --file F PROMPT`): opencode declares `--file` as a yargs array option, which swallows
-//!   the following positional, so `--file /tmp/a.png Inspect` fails with
-//!   `File not found: Inspect` (opencode issues 40304 and 45501). `--` ends the file list, and it
-//!   also keeps a prompt starting with `-` from being read as a flag; opencode joins the words
-//!   after `--` into the message like any positional.
+//! - The prompt always goes on stdin, then stdin is closed: as positionals, opencode joins the
+//!   words and wraps every word with a space in double quotes (the model receives `"say hi"`),
+//!   and `--file`, a yargs array option, would swallow them (opencode issues 40304 and 45501).
+//!   On stdin it arrives byte for byte, whatever its length.
+//! - `--dir` always: a session resumed from another directory hangs for ever.
+//! - `--title` on a new session: otherwise opencode makes a model call of its own to invent one.
 //! - opencode has no sandbox or reasoning-effort flag here: the sandbox and the effort are not
 //!   passed.
 //!
@@ -45,17 +45,35 @@ impl Engine for Opencode {
             argv.push("--model".into());
             argv.push(model.into());
         }
-        if let Some(session_id) = non_empty(&spec.thread_id) {
-            argv.push("--session".into());
-            argv.push(session_id.into());
+        match non_empty(&spec.thread_id) {
+            Some(session_id) => {
+                argv.push("--session".into());
+                argv.push(session_id.into());
+            }
+            // A title of our own spares the model call opencode makes to invent one.
+            None => {
+                if let Some(title) = non_empty(&spec.title) {
+                    argv.push("--title".into());
+                    argv.push(title.into());
+                }
+            }
+        }
+        // A session resumed from another directory hangs for ever: name it always.
+        if !spec.cwd.as_os_str().is_empty() {
+            argv.push("--dir".into());
+            argv.push(spec.cwd.clone().into_os_string());
         }
         for image in &spec.images {
             argv.push("--file".into());
             argv.push(image.clone().into_os_string());
         }
-        argv.push("--".into());
-        argv.push(spec.prompt.clone().into());
         argv
+    }
+
+    /// Always on stdin: as positionals, opencode joins the words and wraps any with a space in
+    /// double quotes (the model gets `"say hi"`, quotes and all).
+    fn stdin(&self, spec: &RunSpec) -> Option<String> {
+        Some(spec.prompt.clone())
     }
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
@@ -201,6 +219,7 @@ mod tests {
             reasoning_effort: None,
             sandbox: Sandbox::WorkspaceWrite,
             template: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -212,14 +231,18 @@ mod tests {
 
     #[test]
     fn new_session() {
+        let mut spec = spec("say hi");
+        spec.cwd = "/src/app".into();
+        spec.title = Some("Say hi".into());
         assert_eq!(
-            strings(Opencode.argv(&spec("say hi"))),
-            ["opencode", "run", "--format", "json", "--", "say hi"]
+            strings(Opencode.argv(&spec)),
+            ["opencode", "run", "--format", "json", "--title", "Say hi", "--dir", "/src/app"]
         );
+        assert_eq!(Opencode.stdin(&spec).as_deref(), Some("say hi"));
     }
 
     #[test]
-    fn an_image_is_a_file_ended_by_the_separator() {
+    fn images_are_files_after_the_options() {
         let mut spec = spec("Inspect");
         spec.images = vec!["/tmp/screen.png".into()];
         assert_eq!(
@@ -230,9 +253,7 @@ mod tests {
                 "--format",
                 "json",
                 "--file",
-                "/tmp/screen.png",
-                "--",
-                "Inspect"
+                "/tmp/screen.png"
             ]
         );
     }
@@ -241,6 +262,8 @@ mod tests {
     fn resumed_session_with_model_and_images() {
         let mut spec = spec("second prompt");
         spec.thread_id = Some("ses_dd4e01c14ffevwLggtl2DM0ex0".into());
+        spec.title = Some("not for a resumed session".into());
+        spec.cwd = "/src/app".into();
         spec.model = Some("mock/mock-model".into());
         spec.reasoning_effort = Some("high".into());
         spec.images = vec!["/data/a.png".into(), "/data/b.jpg".into()];
@@ -255,28 +278,32 @@ mod tests {
                 "mock/mock-model",
                 "--session",
                 "ses_dd4e01c14ffevwLggtl2DM0ex0",
+                "--dir",
+                "/src/app",
                 "--file",
                 "/data/a.png",
                 "--file",
                 "/data/b.jpg",
-                "--",
-                "second prompt",
             ]
         );
     }
 
     #[test]
-    fn the_sandbox_changes_nothing() {
+    fn the_prompt_goes_on_stdin_as_written_and_the_sandbox_changes_nothing() {
         for sandbox in [
             Sandbox::for_prompt(false, false, true),
             Sandbox::for_prompt(true, true, false),
             Sandbox::FullAccess,
         ] {
-            let mut spec = spec("-v please");
+            let mut spec = spec("-v please \"quoted words\"\nünï");
             spec.sandbox = sandbox;
             assert_eq!(
                 strings(Opencode.argv(&spec)),
-                ["opencode", "run", "--format", "json", "--", "-v please"]
+                ["opencode", "run", "--format", "json"]
+            );
+            assert_eq!(
+                Opencode.stdin(&spec).as_deref(),
+                Some("-v please \"quoted words\"\nünï")
             );
         }
     }

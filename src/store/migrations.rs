@@ -193,6 +193,12 @@ ALTER TABLE sessions ADD COLUMN compacted_character_count INTEGER;
 ALTER TABLE sessions ADD COLUMN compacted_at INTEGER;
 "#,
     },
+    Migration {
+        name: "thread resume points",
+        sql: r#"
+ALTER TABLE sessions ADD COLUMN resume_point TEXT;  -- the engine's id of the last good message
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -56,6 +56,9 @@ pub struct Session {
     pub reasoning_effort: Option<String>,
     /// The engine's own thread/session id, once it has one.
     pub thread_id: Option<String>,
+    /// Where in that thread its last successful turn ended, in the engine's own words (claude's
+    /// last assistant message uuid): a retry continues from here, not after a failed turn.
+    pub resume_point: Option<String>,
     pub title: Option<String>,
     /// `human` or `generated`; a human title is never replaced.
     pub title_source: Option<String>,
@@ -194,7 +197,7 @@ fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
 const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, thread_id, \
                                title, title_source, status, task, wave_id, created_at, \
                                archived_at, last_event_seq, compacted_message_count, \
-                               compacted_character_count, compacted_at";
+                               compacted_character_count, compacted_at, resume_point";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
@@ -215,6 +218,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
         compacted_message_count: row.get(14)?,
         compacted_character_count: row.get(15)?,
         compacted_at: row.get(16)?,
+        resume_point: row.get(17)?,
     })
 }
 
@@ -375,6 +379,7 @@ pub(crate) fn insert_session(
         model: new.model.clone(),
         reasoning_effort: new.reasoning_effort.clone(),
         thread_id: None,
+        resume_point: None,
         title: new.title.clone(),
         title_source: new.title.as_ref().map(|_| "human".to_string()),
         status: "idle".into(),
@@ -680,14 +685,17 @@ pub(crate) fn end_run(connection: &Connection, end: &RunEnd) -> rusqlite::Result
     Ok(())
 }
 
+/// Sets a session's engine thread and where in it a retry would continue (`None`: after its
+/// last message).
 pub(crate) fn set_thread(
     connection: &Connection,
     session_id: &str,
     thread_id: Option<&str>,
+    resume_point: Option<&str>,
 ) -> rusqlite::Result<()> {
     connection.run(
-        "UPDATE sessions SET thread_id = ?2 WHERE id = ?1",
-        params![session_id, thread_id],
+        "UPDATE sessions SET thread_id = ?2, resume_point = ?3 WHERE id = ?1",
+        params![session_id, thread_id, resume_point],
     )?;
     Ok(())
 }

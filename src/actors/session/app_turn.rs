@@ -26,6 +26,8 @@ pub(super) struct AppTurn<'a> {
     pub(super) run_id: &'a str,
     pub(super) thread_id: Option<&'a str>,
     pub(super) text: &'a str,
+    /// The thread holds the prompt from a failed turn: `text` continues it, without images.
+    pub(super) continuing: bool,
     pub(super) model: Option<&'a str>,
     pub(super) sandbox: Sandbox,
     pub(super) cwd: &'a str,
@@ -111,6 +113,7 @@ impl Worker {
             class,
             retry_after: None,
             context: Vec::new(),
+            resume_point: None,
         };
         let call = |method: &str, params: serde_json::Value| {
             server.send(app_server::Call {
@@ -184,6 +187,7 @@ impl Worker {
             let set = SetThread {
                 session_id: self.session_id.clone(),
                 thread_id: Some(thread_id.clone()),
+                resume_point: None,
             };
             if let Err(error) = self.shared.write_with_events(set, events).await {
                 tracing::error!(%error, "the app-server thread was not stored");
@@ -202,7 +206,12 @@ impl Worker {
             }
         }
         let mut input = vec![json!({ "type": "text", "text": turn.text })];
-        for image in &turn.prompt.images {
+        let images = if turn.continuing {
+            &[][..]
+        } else {
+            &turn.prompt.images[..]
+        };
+        for image in images {
             input.push(json!({ "type": "localImage", "path": image }));
         }
         let turn_id = match call(
@@ -280,6 +289,7 @@ impl Worker {
                                         class: None,
                                         retry_after: None,
                                         context: Vec::new(),
+                                        resume_point: None,
                                     },
                                     // A turn has no process of its own: its exit is the turn's.
                                     (_, Some(stop)) => RunOutcome::Stopped(stop, Exit::default()),

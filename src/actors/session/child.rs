@@ -145,6 +145,7 @@ impl Worker {
         let mut batch: Vec<NewEvent> = Vec::new();
         let mut answer = Answer::for_engine(kind);
         let mut thread: Option<String> = known_thread.map(str::to_string);
+        let mut resume_point: Option<String> = None;
         let deadline = tokio::time::sleep(settings.run_timeout);
         tokio::pin!(deadline);
         let mut streams_open = true;
@@ -197,6 +198,11 @@ impl Worker {
                                 keep_last(&mut notices, message.clone());
                                 event
                             }
+                            // Kept, not stored: where a later retry may resume from.
+                            EngineEvent::ResumePoint { id } => {
+                                resume_point = Some(id);
+                                continue;
+                            }
                             other => other,
                         };
                         batch.push(self.new_event(prompt, run_id, event_kind(&event), event_payload(&event)));
@@ -208,7 +214,7 @@ impl Worker {
                         // Stored the moment the engine names it (with its event), so that a
                         // daemon killed during this run resumes the thread on the rerun.
                         let events = self.take_deferred(std::mem::take(&mut batch));
-                        let set = SetThread { session_id: self.session_id.clone(), thread_id: Some(thread_id) };
+                        let set = SetThread { session_id: self.session_id.clone(), thread_id: Some(thread_id), resume_point: None };
                         if let Err(error) = self.shared.write_with_events(set, events).await {
                             tracing::error!(%error, run_id, "the engine's thread was not stored");
                         }
@@ -304,6 +310,7 @@ impl Worker {
             class,
             retry_after,
             context: notices.into_iter().chain(tail).collect(),
+            resume_point,
         };
         (outcome, reported)
     }

@@ -43,7 +43,7 @@ use crate::store::work::{self, NewEvent, Prompt, PromptStatus, RunEnd};
 pub use app_turn::driver_file;
 use app_turn::AppTurn;
 use child::{ChildEnv, ChildRun};
-use retry::{Decision, Failure, Policy, Retries};
+use retry::{Before, Decision, Failure, Policy, Resend, Retries};
 
 /// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that
 /// comes at once, the common case, costs no event).
@@ -110,6 +110,7 @@ impl SessionActor {
             shutdown: self.shared.shutdown_signal(),
             driver_written: None,
             pending_end: None,
+            pending_thread: None,
             deferred: Vec::new(),
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
@@ -162,6 +163,9 @@ struct Worker {
     /// The end of the prompt's last run, written with the prompt's end (one commit); a run
     /// followed by a retry is written at once instead.
     pending_end: Option<RunEnd>,
+    /// Where the session's thread stands after a successful run (its resume point), written
+    /// with the prompt's end.
+    pending_thread: Option<SetThread>,
     /// Events not stored yet, in order: they go with the next write (the run's row, the
     /// prompt's end), so that a quick turn costs three commits in all — its prompt queued, its
     /// run started, its prompt ended — however many events it has. Every write of events
@@ -222,6 +226,8 @@ enum RunOutcome {
         /// The run's other words about its failure (notices, the stderr tail), which may name
         /// a writer conflict or a lost rollout when the failure itself does not.
         context: Vec<String>,
+        /// Where the conversation stands after a successful run, if the engine says.
+        resume_point: Option<String>,
     },
     /// Cancelled or stopped by a shutdown; how the engine's process ended, if it had one.
     Stopped(Stop, Exit),
@@ -239,6 +245,7 @@ impl RunOutcome {
             class: None,
             retry_after: None,
             context: Vec::new(),
+            resume_point: None,
         }
     }
 }
@@ -306,13 +313,14 @@ impl Worker {
             // One commit for the last run's end, the prompt's end, its events and the ones
             // still deferred; the events are published after it.
             let last_run = self.pending_end.take().map(|end| EndRun { end });
+            let thread = self.pending_thread.take();
             let mut events = std::mem::take(&mut self.deferred);
             events.push(ended);
             let finished = self
                 .shared
-                .write_with_events(Both(last_run, finish), events)
+                .write_with_events(Both(Both(last_run, finish), thread), events)
                 .await
-                .map(|(_, next)| next);
+                .map(|((_, next), _)| next);
             next = match finished {
                 Ok(next) => next,
                 Err(error) => {
@@ -461,6 +469,20 @@ impl Worker {
         );
         let mut attempt = prompt.attempts;
         let mut retries = Retries::default();
+        // Where the conversation stood: a retry goes on from here (see `retry::resend`).
+        let before = Before {
+            thread: session.thread_id.clone(),
+            resume_point: session.resume_point.clone(),
+        };
+        let mut resume_at: Option<String> = None;
+        // The conversation holds the prompt already: the next attempt continues it.
+        let mut continuing = false;
+        // A new conversation is titled by us, sparing an engine's own title call.
+        let new_title = session
+            .title
+            .clone()
+            .or_else(|| framing::command_title(&prompt.text))
+            .map(|title| title.chars().take(60).collect::<String>());
         // Stored with the run's row (or with whatever is written first).
         let started = self.session_event(
             Some(&prompt.id),
@@ -555,9 +577,20 @@ impl Worker {
             };
             let spec = RunSpec {
                 program: program.clone(),
-                prompt: text.clone(),
-                images: prompt.images.iter().map(PathBuf::from).collect(),
+                prompt: if continuing {
+                    retry::CONTINUATION.to_string()
+                } else {
+                    text.clone()
+                },
+                images: if continuing {
+                    Vec::new()
+                } else {
+                    prompt.images.iter().map(PathBuf::from).collect()
+                },
+                cwd: PathBuf::from(&project.path),
                 thread_id: thread_id.clone(),
+                resume_at: resume_at.clone(),
+                title: new_title.clone(),
                 model: session.model.clone().or_else(|| project.model.clone()),
                 reasoning_effort: session.reasoning_effort.clone(),
                 sandbox,
@@ -609,7 +642,8 @@ impl Worker {
                         prompt: &prompt,
                         run_id: &run_id,
                         thread_id: spec.thread_id.as_deref(),
-                        text: &text,
+                        text: &spec.prompt,
+                        continuing,
                         model: spec.model.as_deref(),
                         sandbox,
                         cwd: &project.path,
@@ -695,16 +729,24 @@ impl Worker {
                     class,
                     retry_after,
                     context,
+                    resume_point,
                 } => (
                     verdict,
                     exit_code,
                     signal,
                     answer,
-                    (class, retry_after, context),
+                    (class, retry_after, context, resume_point),
                 ),
             };
             let message = match verdict {
                 RunVerdict::Succeeded => {
+                    if let Some(point) = structured.3 {
+                        self.pending_thread = Some(SetThread {
+                            session_id: self.session_id.clone(),
+                            thread_id: thread_id.clone(),
+                            resume_point: Some(point),
+                        });
+                    }
                     self.end_run(
                         &run_id,
                         ended_at,
@@ -725,7 +767,7 @@ impl Worker {
                 }
                 RunVerdict::Failed { message } => message,
             };
-            let (class, retry_after, context) = structured;
+            let (class, retry_after, context, _) = structured;
             let class = class.unwrap_or_else(|| {
                 let mut texts = vec![message.as_str()];
                 texts.extend(context.iter().map(String::as_str));
@@ -757,16 +799,39 @@ impl Worker {
             };
             // A retry follows: this run's end is history now.
             self.flush_end().await;
-            if retry.new_thread {
-                thread_id = None;
-                let _ = self
-                    .shared
-                    .ledger
-                    .write(SetThread {
-                        session_id: self.session_id.clone(),
-                        thread_id: None,
-                    })
-                    .await;
+            let next = if retry.new_thread {
+                Resend::Prompt {
+                    thread: None,
+                    resume_at: None,
+                }
+            } else {
+                retry::resend(kind, class, &before, thread_id.as_deref())
+            };
+            match next {
+                Resend::Continue => continuing = true,
+                Resend::Prompt {
+                    thread,
+                    resume_at: at,
+                } => {
+                    continuing = false;
+                    resume_at = at;
+                    if thread != thread_id {
+                        // Back to where the conversation stood (or a new one).
+                        let resume_point = (thread == before.thread)
+                            .then(|| before.resume_point.clone())
+                            .flatten();
+                        thread_id = thread.clone();
+                        let _ = self
+                            .shared
+                            .ledger
+                            .write(SetThread {
+                                session_id: self.session_id.clone(),
+                                thread_id: thread,
+                                resume_point,
+                            })
+                            .await;
+                    }
+                }
             }
             self.event(
                 Some(&prompt.id),
@@ -780,7 +845,8 @@ impl Worker {
                     "retry": retry.number,
                     "retries": retry.of,
                     "retry_after_ms": retry_after.map(|after| after.as_millis() as u64),
-                    "new_thread": retry.new_thread,
+                    "new_thread": retry.new_thread || thread_id.is_none(),
+                    "continue": continuing,
                     "message": message,
                 }),
             )
@@ -894,6 +960,8 @@ fn event_kind(event: &EngineEvent) -> EventKind {
         EngineEvent::TurnCompleted => EventKind::TurnCompleted,
         EngineEvent::TurnFailed { .. } => EventKind::TurnFailed,
         EngineEvent::Raw { .. } => EventKind::Raw,
+        // The worker keeps resume points; none is ever stored as an event.
+        EngineEvent::ResumePoint { .. } => EventKind::Other("resume_point".into()),
     }
 }
 

@@ -9,10 +9,84 @@
 //! | writer conflict | wait `retry.writer_conflict_delays[n]`, same thread, then fail |
 //! | missing rollout | replay at once on a new thread, once per prompt |
 //! | anything else | fail |
+//!
+//! A retry must not show the model the person's prompt twice: a run that reached the model (a
+//! rate limit, an overload) left the prompt in the engine's conversation. [`resend`] says how
+//! the next attempt goes on instead:
+//!
+//! | the failed prompt | engine | the retry |
+//! |---|---|---|
+//! | began a new conversation | any | a new conversation with the prompt (the failed one is dropped) |
+//! | continued one | claude | the prompt again, resumed at the last good message (`--resume-session-at`) |
+//! | continued one | codex, codex-app-server, opencode | [`CONTINUATION`] on the same thread: the failed turn holds the prompt |
+//! | any | fake, command | the prompt again (no transcript to keep clean) |
+//!
+//! A failure before the model saw anything (a writer conflict, a lost rollout) sends the prompt
+//! again as it was.
 
 use std::time::Duration;
 
-use crate::engine::FailureClass;
+use crate::engine::{EngineKind, FailureClass};
+
+/// What a retry sends when the conversation already holds the person's prompt.
+pub const CONTINUATION: &str = "Continue from where you left off.";
+
+/// Where the session's conversation stood when the prompt began.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Before {
+    pub thread: Option<String>,
+    pub resume_point: Option<String>,
+}
+
+/// What the next attempt sends, and on which thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resend {
+    /// The prompt, on `thread` (`None`: a new conversation), from `resume_at` when set.
+    Prompt {
+        thread: Option<String>,
+        resume_at: Option<String>,
+    },
+    /// [`CONTINUATION`] on the current thread.
+    Continue,
+}
+
+/// How a retry of a prompt that failed with `class` goes on (see the module's table).
+/// `current` is the thread the failed run left the session on.
+pub fn resend(
+    kind: EngineKind,
+    class: FailureClass,
+    before: &Before,
+    current: Option<&str>,
+) -> Resend {
+    let as_it_was = Resend::Prompt {
+        thread: current.map(str::to_string),
+        resume_at: None,
+    };
+    let reached_the_model = matches!(class, FailureClass::RateLimit | FailureClass::Overloaded);
+    if !reached_the_model || matches!(kind, EngineKind::Fake | EngineKind::Command) {
+        return as_it_was;
+    }
+    if before.thread.is_none() {
+        return Resend::Prompt {
+            thread: None,
+            resume_at: None,
+        };
+    }
+    match kind {
+        EngineKind::Claude => Resend::Prompt {
+            thread: before.thread.clone(),
+            resume_at: before.resume_point.clone(),
+        },
+        EngineKind::Codex | EngineKind::CodexAppServer | EngineKind::Opencode => {
+            if current.is_some() {
+                Resend::Continue
+            } else {
+                as_it_was
+            }
+        }
+        EngineKind::Fake | EngineKind::Command => as_it_was,
+    }
+}
 
 /// The longest Retry-After honoured: a provider asking for more than this is not going to be
 /// waited out by a supervised run (the prompt fails, saying how long it was asked to wait).
@@ -245,6 +319,65 @@ mod tests {
         assert_eq!(
             Retries::default().decide(&policy(), &failure(FailureClass::TransportClosed), 1.0),
             Decision::Fail { why: None }
+        );
+    }
+
+    #[test]
+    fn a_retry_holds_the_prompt_once() {
+        let fresh = Before::default();
+        let ongoing = Before {
+            thread: Some("t".into()),
+            resume_point: Some("m1".into()),
+        };
+        let rate = FailureClass::RateLimit;
+        // A failed first turn: a new conversation, on every engine that keeps one.
+        for kind in [EngineKind::Claude, EngineKind::Codex, EngineKind::Opencode] {
+            assert_eq!(
+                resend(kind, rate, &fresh, Some("failed")),
+                Resend::Prompt {
+                    thread: None,
+                    resume_at: None
+                },
+                "{kind}"
+            );
+        }
+        assert_eq!(
+            resend(EngineKind::Claude, rate, &ongoing, Some("t")),
+            Resend::Prompt {
+                thread: Some("t".into()),
+                resume_at: Some("m1".into())
+            }
+        );
+        for kind in [
+            EngineKind::Codex,
+            EngineKind::Opencode,
+            EngineKind::CodexAppServer,
+        ] {
+            assert_eq!(
+                resend(kind, FailureClass::Overloaded, &ongoing, Some("t")),
+                Resend::Continue,
+                "{kind}"
+            );
+        }
+        // The engine never saw it: as it was.
+        assert_eq!(
+            resend(
+                EngineKind::Codex,
+                FailureClass::WriterConflict,
+                &ongoing,
+                Some("t")
+            ),
+            Resend::Prompt {
+                thread: Some("t".into()),
+                resume_at: None
+            }
+        );
+        assert_eq!(
+            resend(EngineKind::Fake, rate, &fresh, Some("f")),
+            Resend::Prompt {
+                thread: Some("f".into()),
+                resume_at: None
+            }
         );
     }
 
