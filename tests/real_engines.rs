@@ -139,6 +139,54 @@ impl Mock {
         self.conversations().len()
     }
 
+    /// The last model call's user messages, each as its text blocks, exactly as received
+    /// (claude puts its `<system-reminder>` blocks before the prompt's own block).
+    fn last_user_blocks(&self) -> Vec<Vec<String>> {
+        let users = |messages: Vec<(String, Vec<String>)>| -> Vec<Vec<String>> {
+            messages
+                .into_iter()
+                .filter(|(role, _)| role == "user")
+                .map(|(_, blocks)| blocks)
+                .collect()
+        };
+        match self {
+            Mock::Anthropic(mock) => mock.model_calls().last().map(|c| users(c.blocks())),
+            Mock::Chat(mock) => mock.model_calls().last().map(|c| users(c.blocks())),
+            Mock::Responses(mock) => mock
+                .requests()
+                .iter()
+                .rfind(|request| request.path == "/v1/responses")
+                .map(|request| {
+                    let input = request.json()["input"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    input
+                        .iter()
+                        .filter(|item| item["type"] == "message" && item["role"] == "user")
+                        .map(|item| match &item["content"] {
+                            Value::String(text) => vec![text.clone()],
+                            Value::Array(parts) => parts
+                                .iter()
+                                .filter_map(|part| part["text"].as_str().map(str::to_string))
+                                .collect(),
+                            _ => Vec::new(),
+                        })
+                        .collect()
+                }),
+        }
+        .unwrap_or_default()
+    }
+
+    /// How many times `text` occurs in the user messages of the last model call.
+    fn times_sent(&self, text: &str) -> usize {
+        self.last_user_blocks()
+            .iter()
+            .flatten()
+            .map(|block| block.matches(text).count())
+            .sum()
+    }
+
     fn unused_answers(&self) -> usize {
         match self {
             Mock::Anthropic(mock) => mock.unused_answers(),
@@ -262,6 +310,24 @@ impl Rig {
             self.story(session)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// `corral send SESSION - --wait` with `text` on stdin: its output.
+    fn send_stdin(&self, session: &str, text: &str) -> std::process::Output {
+        use std::io::Write;
+        let mut child = self
+            .corral(&["send", session, "--wait", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("corral starts");
+        let mut pipe = child.stdin.take().unwrap();
+        let text = text.to_string();
+        let writer = std::thread::spawn(move || pipe.write_all(text.as_bytes()));
+        let output = common::daemon::finish(child);
+        writer.join().unwrap().unwrap();
+        output
     }
 
     fn history(&self, session: &str) -> Value {
@@ -495,6 +561,8 @@ fn a_rate_limited_prompt_is_retried_into_success(engine: Engine) {
         _ => 3,
     };
     assert_eq!(rig.mock.model_calls(), expected_calls, "{story}");
+    // The failed first turns are dropped: the answering conversation has the prompt once.
+    assert_eq!(rig.mock.times_sent("work despite the limit"), 1, "{story}");
     assert!(
         elapsed >= Duration::from_millis(200),
         "two retries waited corral's delays ({elapsed:?})"
@@ -563,6 +631,111 @@ fn a_rate_limited_prompt_is_retried_into_success(engine: Engine) {
         "{lines}"
     );
 
+    rig.stop_daemon();
+}
+
+/// Texts a person sends that engines used to receive otherwise: a leading `-` (claude read it
+/// as its own flags), quotes and spaces (opencode wrapped multi-word prompts in quotes),
+/// several lines, non-ASCII, and one larger than Linux lets a single argv string be (128 KiB).
+fn awkward_prompts() -> Vec<String> {
+    let mut big = String::from("A long brief follows.\n");
+    while big.len() < 200 * 1024 {
+        big.push_str("0123456789 abcdefghij ünï \"q\" -x\n");
+    }
+    big.push_str("The end.");
+    vec![
+        "-v please".to_string(),
+        r#"say "hello world" and 'bye'  now"#.to_string(),
+        "line one\nline two\n\n  indented\tand tabbed\n".to_string(),
+        "ünïcødé ✓ 日本語 🦀 — «quotes»".to_string(),
+        big,
+    ]
+}
+
+/// Each awkward prompt, sent through `corral send` (the big one on stdin), reaches the model
+/// byte for byte as the user message's own text, and is answered.
+fn the_prompt_reaches_the_model_exactly_as_written(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    // Titled, and a project without instructions: nothing is added to the person's text.
+    let session = rig.session(Some("verbatim"));
+    for (n, prompt) in awkward_prompts().iter().enumerate() {
+        let answer = format!("answer {n}");
+        rig.mock.answer(&answer);
+        let output = if prompt.len() > 64 * 1024 {
+            rig.send_stdin(&session, prompt)
+        } else {
+            rig.run(&["send", &session, "--wait", "--", prompt])
+        };
+        let story = || rig.story(&session);
+        assert!(
+            output.status.success(),
+            "prompt {n} failed: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            story()
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            format!("{answer}\n")
+        );
+        let users = rig.mock.last_user_blocks();
+        let last = users.last().cloned().unwrap_or_default();
+        assert!(
+            last.iter().any(|block| block == prompt),
+            "prompt {n} did not arrive as written: sent {:?}…, the model's last user message \
+             was {:?}",
+            prompt.chars().take(80).collect::<String>(),
+            last.iter()
+                .map(|b| b.chars().take(120).collect::<String>())
+                .collect::<Vec<_>>()
+        );
+    }
+    let history = rig.history(&session);
+    let prompts = array(&history["prompts"]);
+    assert_eq!(prompts.len(), awkward_prompts().len(), "{history}");
+    for (stored, sent) in prompts.iter().zip(awkward_prompts()) {
+        assert_eq!(stored["status"], "done");
+        assert_eq!(stored["text"], sent.as_str(), "stored as sent");
+    }
+    rig.stop_daemon();
+}
+
+/// A prompt rate-limited in a conversation under way is retried into success, and the
+/// conversation the model finally answers holds the person's prompt once, and the project's
+/// instructions once per person's prompt (the retries added neither).
+fn a_retried_prompt_reaches_the_model_once(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    let rules = "House rule: answer in one line.";
+    rig.ok(&["project", "set", "p", "--instructions", rules]);
+    let session = rig.session(Some("once"));
+    rig.mock.answer("first answer");
+    assert_eq!(rig.send_wait(&session, "first question"), "first answer\n");
+    rig.mock.rate_limit(2);
+    rig.mock.answer("second answer");
+    assert_eq!(
+        rig.send_wait(&session, "second question"),
+        "second answer\n",
+        "{}",
+        rig.story(&session)
+    );
+    let story = rig.story(&session);
+    assert_eq!(rig.mock.unused_answers(), 0, "{story}");
+    assert_eq!(rig.mock.times_sent("second question"), 1, "{story}");
+    assert_eq!(rig.mock.times_sent("first question"), 1, "{story}");
+    assert_eq!(rig.mock.times_sent(rules), 2, "{story}");
+    let history = rig.history(&session);
+    let runs = array(&history["runs"]);
+    assert_eq!(runs.len(), 4, "{story}");
+    assert_eq!(runs[3]["status"], "succeeded", "{story}");
+    // The conversation went on: the last run resumed the session's thread.
+    let thread = rig.session_show(&session)["thread_id"]
+        .as_str()
+        .expect("a thread")
+        .to_string();
+    assert!(rig.resumes(&strings(&runs[3]["argv"]), &thread), "{story}");
     rig.stop_daemon();
 }
 
@@ -740,4 +913,34 @@ fn codex_a_rate_limited_prompt_is_retried_into_success() {
 #[test]
 fn codex_a_hanging_run_is_cancelled_with_its_whole_process_group() {
     a_hanging_run_is_cancelled_with_its_whole_process_group(Engine::Codex);
+}
+
+#[test]
+fn claude_the_prompt_reaches_the_model_exactly_as_written() {
+    the_prompt_reaches_the_model_exactly_as_written(Engine::Claude);
+}
+
+#[test]
+fn claude_a_retried_prompt_reaches_the_model_once() {
+    a_retried_prompt_reaches_the_model_once(Engine::Claude);
+}
+
+#[test]
+fn opencode_the_prompt_reaches_the_model_exactly_as_written() {
+    the_prompt_reaches_the_model_exactly_as_written(Engine::Opencode);
+}
+
+#[test]
+fn opencode_a_retried_prompt_reaches_the_model_once() {
+    a_retried_prompt_reaches_the_model_once(Engine::Opencode);
+}
+
+#[test]
+fn codex_the_prompt_reaches_the_model_exactly_as_written() {
+    the_prompt_reaches_the_model_exactly_as_written(Engine::Codex);
+}
+
+#[test]
+fn codex_a_retried_prompt_reaches_the_model_once() {
+    a_retried_prompt_reaches_the_model_once(Engine::Codex);
 }

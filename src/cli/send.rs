@@ -1,5 +1,6 @@
 //! `corral send SESSION PROMPT… [--image F]… [--wait] [--read-only] [--take-over]`: queues a
-//! prompt on a session.
+//! prompt on a session. A PROMPT of `-` alone reads the prompt from stdin, byte for byte (for
+//! text that is long — one argv string holds at most 128 KiB — or that a shell would mangle).
 //!
 //! Without `--wait` it prints the prompt's id and whether it runs now or waits its turn.
 //! With `--wait` this exec becomes the session's driver first (`driver.claim`, refused while
@@ -17,11 +18,37 @@ use super::remote::{self, absolute, print_json, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::client::Client;
 
+/// The prompt's text: its words joined by spaces, or with `-` alone, all of stdin as it is. A
+/// text the protocol cannot carry in one line is refused here, with its size.
+fn prompt_text(words: &[String]) -> Result<String, CliError> {
+    let text = match words {
+        [dash] if dash == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|error| {
+                CliError::failure(format!("reading the prompt from stdin: {error}"))
+            })?;
+            text
+        }
+        _ => words.join(" "),
+    };
+    // The request around the text takes well under 4 KiB.
+    let encoded = serde_json::to_string(&text).map_or(usize::MAX, |json| json.len());
+    if encoded + 4096 > crate::protocol::MAX_LINE {
+        return Err(CliError::failure(format!(
+            "the prompt is too long to send: {} bytes ({encoded} as JSON); a request is at most {} bytes",
+            text.len(),
+            crate::protocol::MAX_LINE
+        )));
+    }
+    Ok(text)
+}
+
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
     /// The session: its id, title, or a unique id prefix.
     pub session: String,
-    /// The prompt; its words are joined by spaces (use `--` before words starting with `-`).
+    /// The prompt; its words are joined by spaces (use `--` before words starting with `-`;
+    /// `-` alone reads it from stdin).
     #[arg(required = true, value_name = "PROMPT")]
     pub prompt: Vec<String>,
     /// An image to attach (repeatable).
@@ -42,7 +69,7 @@ pub struct SendArgs {
 }
 
 pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliError> {
-    let text = args.prompt.join(" ");
+    let text = prompt_text(&args.prompt)?;
     let mut images = Vec::with_capacity(args.images.len());
     for image in &args.images {
         images.push(absolute(image)?);
