@@ -311,18 +311,10 @@ fn numbers_after(text: &str, marker: &str) -> Vec<u64> {
     numbers
 }
 
-/// Whether a line holds a status line's text (`waiting 3 s for…`, `rate limited — …`,
-/// `app-server restarting — …`; an event line such as `#5 slot.waiting for a fake slot` is
-/// not one).
+/// Whether a line holds a status line: it begins with one of the spinner's frames (braille
+/// characters, which nothing else corral prints contains), e.g. `⠋ waiting 3 s for…`.
 fn has_status(line: &str) -> bool {
-    line.contains("rate limited — ")
-        || line.contains("app-server restarting — ")
-        || line.match_indices("waiting ").any(|(at, text)| {
-            line[at + text.len()..]
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_digit())
-        })
+    line.chars().any(|c| ('\u{2800}'..='\u{28ff}').contains(&c))
 }
 
 /// The status line is cleared when its wait ends and before anything is printed, so no
@@ -349,6 +341,7 @@ fn the_screen_model_keeps_what_a_terminal_keeps() {
     assert_eq!(screen.finished, ["⠋ waiting 1 s#7 slot.granted"]);
     assert!(has_status(&screen.finished[0]));
     assert!(!has_status("#5 slot.waiting for a fake slot (project q)"));
+    assert!(!has_status("#6 slot.granted after 1 ms"));
     assert!(has_status("⠙ rate limited — retry 1/3 in 4 s"));
     assert_eq!(
         numbers_after("in 5 s\rin 5 s\rin 4 s in x in 3 s", "in "),

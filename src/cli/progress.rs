@@ -33,6 +33,8 @@ use crate::actors::slots::{Blocker, Claim, SlotOwner};
 use crate::store::work::Event;
 
 /// The spinner's frames; it moves on at each redraw (once a second while a wait goes on).
+/// Braille characters, which nothing else corral prints contains: tests/status_line.rs finds
+/// the line on a terminal by them.
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// How many holders a line names before it says `and N more`.
