@@ -221,3 +221,85 @@ fn an_engine_that_never_exits_is_ended_by_the_run_timeout() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn a_daemon_killed_during_a_first_prompt_resumes_its_thread_on_the_rerun() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    home.ok(&["config", "set", "engines.fake.path", fake]);
+    home.ok(&["config", "set", "cancel.grace_ms", "300"]);
+    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "300"]);
+    let work = home.work();
+    home.ok(&[
+        "project",
+        "add",
+        "p",
+        work.to_str().unwrap(),
+        "--engine",
+        "fake",
+    ]);
+    let session = home.json(&["session", "new", "p", "--title", "crash", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.ok(&["send", &session, "@fake hang\nfirst"]);
+    // The thread is stored the moment the engine names it, while the run still hangs.
+    let mut thread = String::new();
+    common::daemon::wait_until("the session has the engine's thread", || {
+        let shown = home.json(&["session", "show", &session, "--json"]);
+        thread = shown["session"]["thread_id"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        !thread.is_empty()
+    });
+    let daemon = home.daemon_pid().unwrap();
+    common::daemon::kill(daemon, libc::SIGKILL);
+    common::daemon::wait_until("the daemon is gone", || !common::daemon::alive(daemon));
+
+    // The next daemon ends the old engine and runs the prompt again, on the same thread.
+    home.start_daemon();
+    let mut runs = Vec::new();
+    common::daemon::wait_until("the prompt runs again", || {
+        runs = home.json(&["history", &session, "--json"])["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        runs.len() == 2 && runs[1]["status"] == "running" && runs[1]["pid"].is_i64()
+    });
+    let argv: Vec<&str> = runs[1]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        argv.windows(2).any(|w| w == ["resume", thread.as_str()]),
+        "the rerun resumes {thread}: {argv:?}"
+    );
+    assert_eq!(runs[1]["thread_id"], thread.as_str());
+
+    // Cancelled, the run records how its engine ended.
+    let prompt = home.json(&["history", &session, "--json"])["prompts"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.ok(&["cancel", &prompt]);
+    common::daemon::wait_until("the run is closed", || {
+        let history = home.json(&["history", &session, "--json"]);
+        history["runs"][1]["status"] == "cancelled"
+    });
+    let history = home.json(&["history", &session, "--json"]);
+    let cancelled = &history["runs"][1];
+    assert!(
+        cancelled["signal"] == "SIGTERM" || cancelled["exit_code"].is_i64(),
+        "how it ended is recorded: {cancelled}"
+    );
+    // One thread, told once.
+    let told = events_of(&home, &session)
+        .iter()
+        .filter(|event| event["kind"] == "thread.started")
+        .count();
+    assert_eq!(told, 1, "thread.started once per new thread");
+    home.stop_daemon();
+}

@@ -768,3 +768,27 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
         assert_eq!(runs[1].status, "succeeded");
     });
 }
+
+#[test]
+fn an_output_line_longer_than_the_bound_is_cut_and_the_run_goes_on() {
+    actix_test(|| async {
+        let bench = Bench::start().await;
+        let project = bench.project("p", &[]).await;
+        let session = bench.session(&project, "fake").await;
+        // 6 MiB on one line: the daemon keeps 4 MiB of it, says so, and reads on.
+        let done = bench.run(&session, "@fake long-line=6291456\nwork").await;
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        assert_eq!(done.answer.as_deref(), Some("fake answer: work"));
+        let events = bench.session_events(&session.id);
+        let raw: Vec<usize> = events
+            .iter()
+            .filter(|e| e.kind == "raw")
+            .map(|e| e.payload["line"].as_str().unwrap_or_default().len())
+            .collect();
+        assert_eq!(raw, [4 * 1024 * 1024], "one raw line, cut to the bound");
+        assert!(events.iter().any(|e| e.kind == "notice"
+            && e.payload["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("was cut"))));
+    });
+}

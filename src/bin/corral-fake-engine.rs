@@ -92,6 +92,7 @@
 //! | `crash` | Print the stream up to the answer, then the first half of the answer's line without a newline, then kill itself with SIGKILL (a crash mid-stream). |
 //! | `partial` | Print the normal output, but leave the last line (`turn.completed` / `result`) without its trailing newline. |
 //! | `garbage` | Before the answer, also print the line `this is not JSON {"type":` and a line of invalid UTF-8 bytes. |
+//! | `long-line=N` | codex form: before the answer, print one line of N `x` bytes (not JSON). |
 //! | `hang` | Print the stream up to the answer (with no other directive: `thread.started` and `turn.started`, or claude's `init`), then sleep until killed. |
 //! | `ignore-sigterm` | Ignore SIGTERM from the start (SIGKILL still ends it). |
 //! | `stderr=TEXT` | Print TEXT as a line on stderr at the start. |
@@ -112,7 +113,7 @@
 //! 3. `thread.started` + `turn.started` (claude: `init`);
 //! 4. `delay`;
 //! 5. `rate-limit`, then `fail` (and exit);
-//! 6. `run`, the `deltas` progress items, `garbage`;
+//! 6. `run`, the `deltas` progress items, `garbage`, `long-line`;
 //! 7. `hang` (sleeps forever), `crash` (half the answer line, then SIGKILL);
 //! 8. the answer (`item.completed` agent_message / `assistant`), then `turn.completed` /
 //!    `result` (`partial`), and exit 0 or `exit=CODE`.
@@ -609,6 +610,8 @@ struct Script {
     crash: bool,
     partial: bool,
     garbage: bool,
+    /// Bytes of one raw line printed before the answer (`long-line=N`).
+    long_line: u64,
     hang: bool,
     ignore_sigterm: bool,
     stderr: Option<String>,
@@ -674,6 +677,7 @@ impl Script {
             "crash" => flag(&mut self.crash)?,
             "partial" => flag(&mut self.partial)?,
             "garbage" => flag(&mut self.garbage)?,
+            "long-line" => self.long_line = number(name, value)?,
             "hang" => flag(&mut self.hang)?,
             "ignore-sigterm" => flag(&mut self.ignore_sigterm)?,
             "stderr" => self.stderr = Some(text(name, value)?),
@@ -820,6 +824,18 @@ impl Out {
         self.bytes(b"this is not JSON {\"type\":\n");
         self.bytes(b"\xff\xfe invalid \xc3\x28 utf-8 \x80\n");
     }
+
+    /// One line of `bytes` `x` characters (not JSON), written in pieces.
+    fn long_line(&mut self, bytes: u64) {
+        let piece = [b'x'; 64 * 1024];
+        let mut left = bytes as usize;
+        while left > 0 {
+            let n = left.min(piece.len());
+            self.bytes(&piece[..n]);
+            left -= n;
+        }
+        self.bytes(b"\n");
+    }
 }
 
 fn sleep_ms(ms: u64) {
@@ -957,6 +973,9 @@ fn codex(script: &Script, prompt: &str, resumed: Option<&str>, attempt: u64) -> 
     }
     if script.garbage {
         out.garbage();
+    }
+    if script.long_line > 0 {
+        out.long_line(script.long_line);
     }
     if script.hang {
         sleep_forever();
