@@ -17,7 +17,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use common::daemon::{wait_until, DaemonHome, DEADLINE};
 
@@ -396,33 +396,21 @@ fn send_wait_on_a_terminal_shows_the_slot_wait_then_the_retry_countdown() {
     // What the worker said, and what the line made of it.
     let events = events(&home, "second");
     let waiting = payload_of(&events, "slot.waiting");
-    if waiting.get("held_by").is_some_and(|held| !held.is_null()) {
-        assert!(
-            output.contains("project p locked by session \"first\""),
-            "held_by {waiting} is not named: {output:?}"
-        );
-    } else {
-        // TODO(held_by): unconditional once the worker sends `held_by`.
-        eprintln!("note: slot.waiting has no held_by yet: {waiting}");
-        assert!(
-            output.contains(" s for a fake slot (project p)"),
-            "{output:?}"
-        );
-    }
+    assert_eq!(waiting["held_by"]["reason"], "project_lock", "{waiting}");
+    assert!(
+        output.contains("project p locked by session \"first\""),
+        "held_by {waiting} is not named: {output:?}"
+    );
     let retry = payload_of(&events, "retry.scheduled");
-    if retry.get("retry").is_some() && retry.get("retries").is_some() {
-        assert!(
-            output.contains("rate limited — retry 1/1 in "),
-            "{output:?}"
-        );
-    } else {
-        // TODO(retry counts): unconditional once the worker sends `retry`/`retries`.
-        eprintln!("note: retry.scheduled has no retry/retries yet: {retry}");
-        assert!(
-            output.contains("rate limited — attempt 2 in "),
-            "{output:?}"
-        );
-    }
+    assert_eq!(
+        (&retry["retry"], &retry["retries"]),
+        (&json!(1), &json!(1)),
+        "{retry}"
+    );
+    assert!(
+        output.contains("rate limited — retry 1/1 in "),
+        "{output:?}"
+    );
     home.stop_daemon();
 }
 
@@ -461,19 +449,11 @@ fn attach_on_a_terminal_shows_the_engine_limit_wait_between_its_event_lines() {
     }
     let events = events(&home, "second");
     let waiting = payload_of(&events, "slot.waiting");
-    if waiting.get("held_by").is_some_and(|held| !held.is_null()) {
-        assert!(
-            output.contains("fake limit 1 reached, held by session \"first\""),
-            "held_by {waiting} is not named: {output:?}"
-        );
-    } else {
-        // TODO(held_by): unconditional once the worker sends `held_by`.
-        eprintln!("note: slot.waiting has no held_by yet: {waiting}");
-        assert!(
-            output.contains(" s for a fake slot (project q)"),
-            "{output:?}"
-        );
-    }
+    assert_eq!(waiting["held_by"]["reason"], "engine_limit", "{waiting}");
+    assert!(
+        output.contains("fake limit 1 reached, held by session \"first\""),
+        "held_by {waiting} is not named: {output:?}"
+    );
     home.stop_daemon();
 }
 

@@ -120,10 +120,7 @@ async fn drive(
                 status.observe_and_print(&event, || {
                     let _ = writeln!(std::io::stdout(), "{}", remote::event_line(&event));
                 });
-                if matches!(
-                    event.kind.as_str(),
-                    "prompt.done" | "prompt.failed" | "prompt.cancelled"
-                ) {
+                if event.kind.ends_prompt() {
                     if let Some(prompt) = &event.prompt_id {
                         pending.remove(prompt);
                     }

@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::remote::{cut, one_line, SHORT_ID};
 use crate::actors::slots::{Blocker, Claim, SlotOwner};
+use crate::events::EventKind;
 use crate::store::work::Event;
 
 /// The spinner's frames; it moves on at each redraw (once a second while a wait goes on).
@@ -81,7 +82,7 @@ impl Wait {
     /// Follows one event of the prompt: `kind`, its `payload`, and `age`, how long ago it
     /// happened (so that a countdown started by an event read late is not too long). `now` is
     /// the moment it is read.
-    pub fn observe(&mut self, kind: &str, payload: &Value, age: Duration, now: Instant) {
+    pub fn observe(&mut self, kind: &EventKind, payload: &Value, age: Duration, now: Instant) {
         let at = now.checked_sub(age).unwrap_or(now);
         let text = |name: &str| {
             payload
@@ -92,7 +93,7 @@ impl Wait {
         let number = |name: &str| payload.get(name).and_then(Value::as_u64);
         let millis = |name: &str| Duration::from_millis(number(name).unwrap_or(0));
         *self = match kind {
-            "slot.waiting" => Wait::Slot {
+            EventKind::SlotWaiting => Wait::Slot {
                 since: at,
                 engine: text("engine").unwrap_or_else(|| "?".into()),
                 project: text("project").unwrap_or_else(|| "?".into()),
@@ -113,7 +114,7 @@ impl Wait {
                     .filter(|held_by| !held_by.is_null())
                     .and_then(|held_by| serde_json::from_value(held_by.clone()).ok()),
             },
-            "retry.scheduled" => Wait::Retry {
+            EventKind::RetryScheduled => Wait::Retry {
                 until: at + millis("delay_ms"),
                 reason: text("reason").unwrap_or_else(|| "failed".into()),
                 retry: number("retry"),
@@ -124,7 +125,7 @@ impl Wait {
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
             },
-            "app_server.unavailable" => Wait::AppServer {
+            EventKind::AppServerUnavailable => Wait::AppServer {
                 until: at + millis("retry_in_ms"),
                 reason: text("reason").unwrap_or_default(),
             },
@@ -135,12 +136,7 @@ impl Wait {
     /// [`observe`](Self::observe) for a session event read now.
     pub fn observe_event(&mut self, event: &Event, now: Instant) {
         let age = crate::store::now_ms().saturating_sub(event.at).max(0) as u64;
-        self.observe(
-            event.kind.as_str(),
-            &event.payload,
-            Duration::from_millis(age),
-            now,
-        );
+        self.observe(&event.kind, &event.payload, Duration::from_millis(age), now);
     }
 
     /// The line at `now`; `None` while nothing is waited for.
@@ -277,7 +273,7 @@ fn sessions(owners: &[SlotOwner]) -> String {
 
 /// Why a request waits, in words. `project` is the waiting prompt's project name (a blocker
 /// names projects by id).
-fn why(blocker: &Blocker, project: &str) -> String {
+pub fn why(blocker: &Blocker, project: &str) -> String {
     let by = |holder: &Option<SlotOwner>| match holder {
         Some(holder) => format!(" by {}", session(holder)),
         None => String::new(),
@@ -443,7 +439,7 @@ mod tests {
     use serde_json::json;
 
     fn at(wait: &mut Wait, kind: &str, payload: Value, now: Instant) {
-        wait.observe(kind, &payload, Duration::ZERO, now);
+        wait.observe(&EventKind::parse(kind), &payload, Duration::ZERO, now);
     }
 
     fn owner(session: &str, label: Option<&str>) -> SlotOwner {
@@ -496,7 +492,7 @@ mod tests {
         let now = Instant::now();
         let mut wait = Wait::default();
         wait.observe(
-            "retry.scheduled",
+            &EventKind::RetryScheduled,
             &json!({"reason": "rate_limit", "delay_ms": 10_000, "retry": 1, "retries": 3}),
             Duration::from_secs(4),
             now,

@@ -190,11 +190,23 @@ fn summary(event: &Event) -> String {
             }
             line
         }
-        EventKind::SlotWaiting => format!(
-            "for a {} slot (project {})",
-            field("engine").unwrap_or("?"),
-            field("project").unwrap_or("?")
-        ),
+        EventKind::SlotWaiting => {
+            let project = field("project").unwrap_or("?");
+            let mut line = format!(
+                "for a {} slot (project {project})",
+                field("engine").unwrap_or("?"),
+            );
+            // What holds it, in the words of the status line (a holder this build cannot
+            // read is left out).
+            if let Some(blocker) = payload
+                .get("held_by")
+                .and_then(|held| serde_json::from_value(held.clone()).ok())
+            {
+                line.push_str(": ");
+                line.push_str(&super::progress::why(&blocker, project));
+            }
+            line
+        }
         EventKind::SlotGranted => format!("after {} ms", number("waited_ms").unwrap_or(0)),
         EventKind::TitleGenerated => field("title").unwrap_or("").to_string(),
         EventKind::ThreadStarted => field("thread_id").unwrap_or("").to_string(),

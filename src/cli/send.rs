@@ -17,6 +17,7 @@ use super::progress::StatusLine;
 use super::remote::{self, absolute, print_json, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::client::Client;
+use crate::events::EventKind;
 
 /// The prompt's text: its words joined by spaces, or with `-` alone, all of stdin as it is. A
 /// text the protocol cannot carry in one line is refused here, with its size.
@@ -203,9 +204,9 @@ async fn send_and_follow(
             continue;
         }
         status.observe(&event);
-        match event.kind.as_str() {
-            "prompt.done" | "prompt.failed" | "prompt.cancelled" => break,
-            "prompt.requeued" => {
+        match &event.kind {
+            kind if kind.ends_prompt() => break,
+            EventKind::PromptRequeued => {
                 return Err(CliError::failure(format!(
                     "the daemon is stopping; prompt {prompt_id} is queued again and runs when a \
                      daemon starts (see `corral history {}`)",

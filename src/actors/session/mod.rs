@@ -34,7 +34,7 @@ use super::app_server;
 use super::ledger::{
     Both, EndRun, FinishPrompt, RequeuePrompt, SetGeneratedTitle, SetThread, StartRun,
 };
-use super::slots::SlotRequest;
+use super::slots::{SlotOwner, SlotRequest};
 use super::supervisor::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunSpec, RunVerdict, Sandbox};
 use crate::events::EventKind;
@@ -525,7 +525,9 @@ impl Worker {
                 groups: locking_groups.clone(),
             };
             let slots = self.shared.slots.clone();
-            let acquire = slots.acquire(request);
+            // Named as its owner, so that whoever waits behind this session is told who holds.
+            let owner = SlotOwner::new(self.session_id.clone(), session.title.clone());
+            let acquire = slots.acquire_for(request, owner);
             tokio::pin!(acquire);
             let mut notice = std::pin::pin!(tokio::time::sleep(SLOT_NOTICE));
             let mut noticed = false;
@@ -537,11 +539,18 @@ impl Worker {
                     },
                     _ = &mut notice, if !noticed => {
                         noticed = true;
+                        // What holds the slot: an engine limit, a project or group lock, by whom.
+                        let held_by = slots.blocker(&self.session_id).await.ok().flatten();
                         self.event(
                             Some(&prompt.id),
                             None,
                             EventKind::SlotWaiting,
-                            json!({ "engine": kind.as_str(), "project": project.name, "groups": locking_groups }),
+                            json!({
+                                "engine": kind.as_str(),
+                                "project": project.name,
+                                "groups": locking_groups,
+                                "held_by": held_by,
+                            }),
                         )
                         .await;
                     }
