@@ -808,12 +808,22 @@ fn a_missing_prompt_or_dash_reads_the_prompt_from_stdin() {
     for args in [
         &["exec", "--json", "--skip-git-repo-check", "--", "-"][..],
         &["exec", "--json", "--skip-git-repo-check"][..],
-        &["exec", "--json", "--skip-git-repo-check", "resume", "t-1", "-"][..],
+        &[
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "resume",
+            "t-1",
+            "-",
+        ][..],
         &["-p", "--verbose", "--output-format", "stream-json"][..],
     ] {
         let output = run_with_stdin(fake(args), prompt);
         assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
-        assert!(stdout(&output).contains("from stdin"), "{args:?}: {output:?}");
+        assert!(
+            stdout(&output).contains("from stdin"),
+            "{args:?}: {output:?}"
+        );
     }
 }
 
