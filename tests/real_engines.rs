@@ -621,6 +621,14 @@ fn a_rate_limited_prompt_is_retried_into_success(engine: Engine) {
         "{story}"
     );
     assert!(!kinds.iter().any(|kind| kind == "prompt.failed"), "{story}");
+    // A failed run's error text is not taken for the agent's words.
+    for run in &runs[..2] {
+        let said = events
+            .iter()
+            .filter(|event| event["run_id"] == run["id"] && event["kind"] == "message")
+            .count();
+        assert_eq!(said, 0, "no agent message in a failed run: {story}");
+    }
     let lines = rig.ok(&["watch", &session, "--after", "0"]);
     assert_eq!(
         lines
@@ -736,6 +744,67 @@ fn a_retried_prompt_reaches_the_model_once(engine: Engine) {
         .expect("a thread")
         .to_string();
     assert!(rig.resumes(&strings(&runs[3]["argv"]), &thread), "{story}");
+    rig.stop_daemon();
+}
+
+/// Claude: an overload (HTTP 529) and then a rate limit in a conversation under way, each
+/// classed as such by claude's `api_error_status`, are retried into an answer from a
+/// conversation that holds the prompt once.
+#[test]
+fn claude_an_overload_then_a_rate_limit_reach_the_model_once() {
+    let Some(rig) = Rig::start(Engine::Claude) else {
+        return;
+    };
+    let session = rig.session(Some("overloaded"));
+    rig.mock.answer("first answer");
+    rig.send_wait(&session, "first question");
+    if let Mock::Anthropic(mock) = &rig.mock {
+        mock.script([
+            Answer::Overloaded,
+            Answer::rate_limited(),
+            Answer::text("second answer"),
+        ]);
+    }
+    assert_eq!(
+        rig.send_wait(&session, "second question"),
+        "second answer\n"
+    );
+    let story = rig.story(&session);
+    assert_eq!(rig.mock.times_sent("second question"), 1, "{story}");
+    let runs = array(&rig.history(&session)["runs"]);
+    let classes: Vec<&str> = runs[1..]
+        .iter()
+        .map(|run| run["failure_class"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(classes, ["overloaded", "rate_limit", "-"], "{story}");
+    rig.stop_daemon();
+}
+
+/// OpenCode: a provider's `retry-after-ms` longer than corral's next delay is what corral
+/// waits (opencode reports the header on its error line).
+#[test]
+fn opencode_a_providers_retry_after_longer_than_corrals_delay_is_honoured() {
+    let Some(rig) = Rig::start(Engine::Opencode) else {
+        return;
+    };
+    let session = rig.session(Some("retry-after"));
+    if let Mock::Chat(mock) = &rig.mock {
+        mock.script(vec![
+            Answer::rate_limited_ms(300);
+            OPENCODE_REQUESTS_PER_FAILED_RUN
+        ]);
+        mock.script([Answer::text("waited")]);
+    }
+    assert_eq!(rig.send_wait(&session, "be patient"), "waited\n");
+    let story = rig.story(&session);
+    let retry = rig
+        .events(&session)
+        .into_iter()
+        .find(|event| event["kind"] == "retry.scheduled")
+        .unwrap_or_else(|| panic!("a retry: {story}"));
+    // corral's own delay is 100 ms (common::engines); the provider asked for 300.
+    assert_eq!(retry["payload"]["retry_after_ms"], 300, "{story}");
+    assert_eq!(retry["payload"]["delay_ms"], 300, "{story}");
     rig.stop_daemon();
 }
 
