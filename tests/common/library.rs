@@ -1,6 +1,7 @@
 //! The supervisor through its library handle, in the test's own process: a `Corral` on a
 //! temporary home with the settings a test file wants, and the calls its tests repeat
-//! (`tests/supervisor.rs`, `tests/app_server.rs`).
+//! (`tests/supervisor.rs`, `tests/app_server.rs`; `tests/real_codex.rs` runs its tests in
+//! [`actix_test`] too).
 
 use std::future::Future;
 use std::time::Duration;
@@ -113,7 +114,8 @@ impl Library {
     }
 }
 
-/// Runs an async test body in its own actix system.
-pub fn actix_test<F: Future<Output = ()>>(body: impl FnOnce() -> F) {
-    actix::System::new().block_on(body());
+/// Runs an async test body in its own actix system (the supervisor's actors need one); what
+/// the body returns.
+pub fn actix_test<T, F: Future<Output = T>>(body: impl FnOnce() -> F) -> T {
+    actix::System::new().block_on(body())
 }
