@@ -232,32 +232,15 @@ const TERMINAL_DEADLINE: Duration = Duration::from_secs(20);
 
 impl Terminal {
     fn bash(home: &Home) -> Terminal {
-        use std::os::fd::{FromRawFd, OwnedFd};
         use std::os::unix::process::CommandExt;
-        let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty fills the two descriptors; no name, termios or size is asked for.
-        let opened = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: both descriptors were just opened and are owned here alone.
-        let (master, slave) =
-            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-        let mut bash = std::process::Command::new("bash");
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                bash.env_remove(key);
-            }
-        }
+        // No window size is asked for.
+        let common::pty::Pair {
+            master,
+            slave,
+            output,
+        } = common::pty::open(None);
+        let mut bash = common::command_in("bash", home.path());
         bash.args(["--norc", "--noprofile", "-i"])
-            .current_dir(home.path())
-            .env("CORRAL_HOME", home.path())
             .env("PS1", "$ ")
             .env("TERM", "dumb")
             .stdin(slave.try_clone().unwrap())
@@ -274,19 +257,6 @@ impl Terminal {
             });
         }
         let shell = bash.spawn().expect("bash starts");
-        let master = std::fs::File::from(master);
-        let mut reader = master.try_clone().unwrap();
-        let (sender, output) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buffer = [0u8; 4096];
-            // Ends with EIO once every process holding the terminal is gone.
-            while let Ok(read) = reader.read(&mut buffer) {
-                if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
-                    return;
-                }
-            }
-        });
         Terminal {
             master,
             output,

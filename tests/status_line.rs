@@ -12,7 +12,7 @@
 mod common;
 
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -94,40 +94,11 @@ struct Pty {
 
 impl Pty {
     fn open() -> Pty {
-        let (mut master, mut slave) = (0, 0);
-        let size = libc::winsize {
-            ws_row: 30,
-            ws_col: 200,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: openpty fills the two descriptors; only a window size is given.
-        let opened = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                &size,
-            )
-        };
-        assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: both descriptors were just opened and are owned here alone.
-        let (master, slave) =
-            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-        let master = std::fs::File::from(master);
-        let mut reader = master.try_clone().unwrap();
-        let (sender, output) = mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buffer = [0u8; 4096];
-            // Ends with EIO once nobody holds the terminal any more.
-            while let Ok(read) = reader.read(&mut buffer) {
-                if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
-                    return;
-                }
-            }
-        });
+        let common::pty::Pair {
+            master,
+            slave,
+            output,
+        } = common::pty::open(Some((30, 200)));
         Pty {
             master,
             slave: Some(slave),

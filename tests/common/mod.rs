@@ -1,12 +1,14 @@
 //! What the integration tests share: a temporary home and the built `corral` binary in it
-//! (`Home`), a home with a real daemon (`daemon::DaemonHome`), and the real engine CLIs in
-//! private environments (`engines`).
+//! (`Home`), a home with a real daemon (`daemon::DaemonHome`), the real engine CLIs in
+//! private environments (`engines`), and a pseudo-terminal (`pty`).
 #![allow(dead_code)]
 
 pub mod daemon;
 pub mod engines;
 pub mod library;
+pub mod pty;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -80,16 +82,21 @@ impl Home {
 /// `corral ARGS…` with `home` as its home, run from the home (outside any repository), with
 /// no corral variable inherited from the environment the tests run in.
 pub fn corral_in(home: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+    let mut command = command_in(env!("CARGO_BIN_EXE_corral"), home);
+    command.args(args);
+    command
+}
+
+/// `program` as [`corral_in`] runs corral: from `home`, with `home` as its `CORRAL_HOME` and
+/// no other corral variable of the tests' environment (a shell that runs corral, say).
+pub fn command_in(program: impl AsRef<OsStr>, home: &Path) -> Command {
+    let mut command = Command::new(program);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CORRAL_") {
             command.env_remove(key);
         }
     }
-    command
-        .args(args)
-        .current_dir(home)
-        .env("CORRAL_HOME", home);
+    command.current_dir(home).env("CORRAL_HOME", home);
     command
 }
 
