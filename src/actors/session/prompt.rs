@@ -1,0 +1,555 @@
+//! One prompt, attempt after attempt: what its attempts share ([`PromptRun`]) and the steps
+//! of each one, in the order [`Worker::run_prompt`] takes them:
+//!
+//! ```text
+//! prepare ─► (app-server child up) ─► acquire_slot ─► start_run ─► child / app turn
+//!                     ▲                                                    │
+//!                     └──── sleep the delay (cancellable) ◄── settle ◄─────┘
+//!                                                              └─► done / failed / stopped
+//! ```
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::app_server;
+use super::app_turn::AppTurn;
+use super::child::{ChildEnv, ChildRun};
+use super::retry::{self, Before, Decision, Failure, Policy, Resend, Retries};
+use super::{jitter, Exit, PromptEnd, RunOutcome, Stop, Worker, SLOT_NOTICE};
+use crate::actors::ledger::{SetThread, StartRun};
+use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
+use crate::engine::{self, EngineKind, RunSpec, RunVerdict, Sandbox};
+use crate::events::EventKind;
+use crate::framing;
+use crate::store::settings::Settings;
+use crate::store::work::{self, Project, Prompt, PromptStatus, RunEnd, Session};
+
+/// What a prompt's attempts share: read once when it starts, moved on by each retry.
+pub(super) struct PromptRun {
+    pub(super) prompt: Prompt,
+    session: Session,
+    project: Project,
+    /// The project's groups that lock (a label-only group holds nothing).
+    locking_groups: Vec<String>,
+    kind: EngineKind,
+    /// The text the engine receives: framed (instructions, a title request) but for `command`.
+    text: String,
+    sandbox: Sandbox,
+    /// A title for a new conversation, sparing an engine's own title call.
+    new_title: Option<String>,
+    /// The attempt under way (the prompt's earlier attempts, from before a restart, count).
+    attempt: i64,
+    retries: Retries,
+    /// Where the conversation stood when the prompt began: a retry goes on from here.
+    before: Before,
+    /// The session's engine thread now.
+    thread_id: Option<String>,
+    /// Where in the thread the next attempt resumes (claude), when not after its last message.
+    resume_at: Option<String>,
+    /// The conversation holds the prompt already: the next attempt continues it.
+    continuing: bool,
+}
+
+impl PromptRun {
+    /// The engine's invocation for the attempt under way.
+    fn spec(&self, program: PathBuf, settings: &Settings) -> RunSpec {
+        RunSpec {
+            program,
+            prompt: if self.continuing {
+                retry::CONTINUATION.to_string()
+            } else {
+                self.text.clone()
+            },
+            images: if self.continuing {
+                Vec::new()
+            } else {
+                self.prompt.images.iter().map(PathBuf::from).collect()
+            },
+            cwd: PathBuf::from(&self.project.path),
+            thread_id: self.thread_id.clone(),
+            resume_at: self.resume_at.clone(),
+            title: self.new_title.clone(),
+            model: self
+                .session
+                .model
+                .clone()
+                .or_else(|| self.project.model.clone()),
+            reasoning_effort: self.session.reasoning_effort.clone(),
+            sandbox: self.sandbox,
+            template: settings.command_template.clone(),
+        }
+    }
+}
+
+/// A run's end with its exit and nothing failed yet.
+fn run_end(run_id: &str, ended_at: i64, exit: &Exit, status: &str) -> RunEnd {
+    RunEnd {
+        run_id: run_id.to_string(),
+        ended_at: Some(ended_at),
+        exit_code: exit.code,
+        signal: exit.signal.clone(),
+        status: status.to_string(),
+        failure_class: None,
+        retry_decision: None,
+        error: None,
+    }
+}
+
+impl Worker {
+    /// Runs `prompt` to its end: attempts, and the retries the policy grants between them.
+    pub(super) async fn run_prompt(&mut self, prompt: Prompt) -> PromptEnd {
+        let mut run = match self.prepare(prompt).await {
+            Ok(run) => run,
+            Err(end) => return end,
+        };
+        loop {
+            if self.is_cancelled(&run.prompt.id) {
+                return PromptEnd::stopped(Stop::Cancel);
+            }
+            if *self.shutdown.borrow() {
+                return PromptEnd::stopped(Stop::Shutdown);
+            }
+            run.attempt += 1;
+            let settings = self.shared.settings();
+            let program = match engine::resolve_program(run.kind, &settings.engine_paths) {
+                Ok(program) => program,
+                Err(message) => return PromptEnd::failed(message),
+            };
+            // An app-server's child must be up before a slot is taken: a prompt waiting out a
+            // failed child holds no slot that other sessions could use.
+            let server = if run.kind == EngineKind::CodexAppServer {
+                let server = self.shared.app_server(&run.project, &program);
+                if let Err(stop) = self.wait_app_server(&server, &run.prompt.id).await {
+                    return stop;
+                }
+                Some(server)
+            } else {
+                None
+            };
+            let slot = match self.acquire_slot(&run).await {
+                Ok(slot) => slot,
+                Err(end) => return end,
+            };
+            // An app-server's child is asked again now that the slot is held: it may have been
+            // restarted (or lost) during the wait.
+            let serving = match &server {
+                Some(server) => match server.send(app_server::Serving).await {
+                    Ok(Some(serving)) => Some(serving),
+                    // Lost since: wait for it again (a restart, maybe), without the slot.
+                    Ok(None) => {
+                        drop(slot);
+                        run.attempt -= 1;
+                        continue;
+                    }
+                    Err(error) => return PromptEnd::failed(error.to_string()),
+                },
+                None => None,
+            };
+            let spec = run.spec(program, &settings);
+            let adapter = run.kind.adapter();
+            let argv = adapter.argv(&spec);
+            let run_id = uuid::Uuid::now_v7().to_string();
+            let exec_id = match self.start_run(&run, &run_id, &argv, serving).await {
+                Ok(exec_id) => exec_id,
+                Err(end) => return end,
+            };
+            let (outcome, reported_thread) = match (&server, serving) {
+                (Some(server), Some((generation, pid))) => {
+                    let turn = AppTurn {
+                        prompt: &run.prompt,
+                        run_id: &run_id,
+                        thread_id: spec.thread_id.as_deref(),
+                        text: &spec.prompt,
+                        continuing: run.continuing,
+                        model: spec.model.as_deref(),
+                        sandbox: run.sandbox,
+                        cwd: &run.project.path,
+                        driver_exec: exec_id.as_deref(),
+                        generation,
+                        pid,
+                    };
+                    self.run_app_turn(server, turn, &settings).await
+                }
+                _ => {
+                    let shared = self.shared.clone();
+                    let stdin = adapter.stdin(&spec);
+                    let child = ChildRun {
+                        prompt: &run.prompt,
+                        run_id: &run_id,
+                        argv: &argv,
+                        stdin: stdin.as_deref(),
+                        cwd: &run.project.path,
+                        environment: ChildEnv {
+                            home: &shared.home,
+                            session_id: &self.session_id.clone(),
+                            exec_id: exec_id.as_deref(),
+                            attempt: run.attempt,
+                        },
+                        kind: run.kind,
+                        known_thread: run.thread_id.as_deref(),
+                    };
+                    self.run_child(child, &settings).await
+                }
+            };
+            let ended_at = crate::store::now_ms();
+            drop(slot);
+            // A new thread was stored the moment the run reported it.
+            if let Some(reported) = reported_thread {
+                run.thread_id = Some(reported);
+            }
+            let attempted = spec.thread_id.clone();
+            let delay = match self
+                .settle(&mut run, &run_id, ended_at, attempted, outcome, &settings)
+                .await
+            {
+                Ok(delay) => delay,
+                Err(end) => return end,
+            };
+            // The slot was released above: other sessions run while this one sleeps.
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
+                    return PromptEnd::stopped(stop)
+                }
+            }
+        }
+    }
+
+    /// Reads the session and its project, frames the text, and defers `prompt.started`.
+    async fn prepare(&mut self, prompt: Prompt) -> Result<PromptRun, PromptEnd> {
+        let read = self.shared.readers.read(|connection| {
+            let session = work::session(connection, &self.session_id)?;
+            let project = match session.as_ref().and_then(|s| s.project_id.clone()) {
+                Some(id) => work::project(connection, &id)?,
+                None => None,
+            };
+            let groups = work::execution_groups(connection)?;
+            Ok((session, project, groups))
+        });
+        let (session, project, groups) = match read {
+            Ok((Some(session), Some(project), groups)) => (session, project, groups),
+            Ok(_) => {
+                return Err(PromptEnd::failed(
+                    "the session or its project no longer exists",
+                ))
+            }
+            Err(error) => return Err(PromptEnd::failed(format!("store: {error}"))),
+        };
+        let locking_groups: Vec<String> = project
+            .groups
+            .iter()
+            .filter(|name| {
+                groups
+                    .iter()
+                    .find(|group| &group.name == *name)
+                    .is_none_or(|group| group.locking)
+            })
+            .cloned()
+            .collect();
+        let kind: EngineKind = session.engine.parse().map_err(PromptEnd::failed)?;
+        // The command engine gets the person's text as it is: a shell command line has no
+        // room for instructions or a title request; its title is its first line.
+        let text = if kind == EngineKind::Command {
+            if session.title.is_none() {
+                if let Some(title) = framing::command_title(&prompt.text) {
+                    let mut events = Vec::new();
+                    self.set_title(&prompt, None, &title, &mut events).await;
+                    self.deferred.append(&mut events);
+                }
+            }
+            prompt.text.clone()
+        } else {
+            let ask_title = session.title.is_none();
+            framing::frame(&prompt.text, project.instructions.as_deref(), ask_title)
+        };
+        let sandbox = Sandbox::for_prompt(
+            project.full_access,
+            project.kind == "remote",
+            prompt.read_only,
+        );
+        let new_title = session
+            .title
+            .clone()
+            .or_else(|| framing::command_title(&prompt.text))
+            .map(|title| title.chars().take(60).collect::<String>());
+        // Stored with the run's row (or with whatever is written first).
+        let started = self.session_event(
+            Some(&prompt.id),
+            None,
+            EventKind::PromptStarted,
+            json!({ "text": prompt.text, "images": prompt.images }),
+        );
+        self.deferred.push(started);
+        Ok(PromptRun {
+            attempt: prompt.attempts,
+            before: Before {
+                thread: session.thread_id.clone(),
+                resume_point: session.resume_point.clone(),
+            },
+            thread_id: session.thread_id.clone(),
+            prompt,
+            session,
+            project,
+            locking_groups,
+            kind,
+            text,
+            sandbox,
+            new_title,
+            retries: Retries::default(),
+            resume_at: None,
+            continuing: false,
+        })
+    }
+
+    /// A slot: engine permit + project lock + locking group locks. A wait longer than
+    /// [`SLOT_NOTICE`] is announced with what holds the slot.
+    async fn acquire_slot(&mut self, run: &PromptRun) -> Result<SlotGuard, PromptEnd> {
+        let waited = Instant::now();
+        let request = SlotRequest {
+            engine: run.kind.as_str().to_string(),
+            project: run.project.id.clone(),
+            groups: run.locking_groups.clone(),
+        };
+        let slots = self.shared.slots.clone();
+        // Named as its owner, so that whoever waits behind this session is told who holds.
+        let owner = SlotOwner::new(self.session_id.clone(), run.session.title.clone());
+        let acquire = slots.acquire_for(request, owner);
+        tokio::pin!(acquire);
+        let mut notice = std::pin::pin!(tokio::time::sleep(SLOT_NOTICE));
+        let mut noticed = false;
+        let slot = loop {
+            tokio::select! {
+                slot = &mut acquire => match slot {
+                    Ok(slot) => break slot,
+                    Err(error) => return Err(PromptEnd::failed(format!("slot: {error}"))),
+                },
+                _ = &mut notice, if !noticed => {
+                    noticed = true;
+                    // What holds the slot: an engine limit, a project or group lock, by whom.
+                    let held_by = slots.blocker(&self.session_id).await.ok().flatten();
+                    self.event(
+                        Some(&run.prompt.id),
+                        None,
+                        EventKind::SlotWaiting,
+                        json!({
+                            "engine": run.kind.as_str(),
+                            "project": run.project.name,
+                            "groups": run.locking_groups,
+                            "held_by": held_by,
+                        }),
+                    )
+                    .await;
+                }
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
+                    return Err(PromptEnd::stopped(stop))
+                }
+            }
+        };
+        if noticed {
+            self.event(
+                Some(&run.prompt.id),
+                None,
+                EventKind::SlotGranted,
+                json!({ "waited_ms": waited.elapsed().as_millis() as u64 }),
+            )
+            .await;
+        }
+        Ok(slot)
+    }
+
+    /// The run's row and the driver's exec in one transaction, with the deferred events: the
+    /// current driver's exec is the parent of what the agent runs (without one, the exec
+    /// hosting the supervisor). Returns that exec.
+    async fn start_run(
+        &mut self,
+        run: &PromptRun,
+        run_id: &str,
+        argv: &[std::ffi::OsString],
+        serving: Option<(u64, u32)>,
+    ) -> Result<Option<String>, PromptEnd> {
+        let row = work::NewRun {
+            id: run_id.to_string(),
+            prompt_id: run.prompt.id.clone(),
+            session_id: self.session_id.clone(),
+            attempt: run.attempt,
+            engine: run.kind.as_str().to_string(),
+            argv: argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            thread_id: run.thread_id.clone(),
+            exec_id: self.shared.exec_id.clone(),
+            child: serving.map(|(_, pid)| (pid, crate::process::start_time(pid))),
+        };
+        let events = std::mem::take(&mut self.deferred);
+        self.shared
+            .write_with_events(StartRun { run: row }, events)
+            .await
+            .map_err(|error| PromptEnd::failed(format!("store: {error}")))
+    }
+
+    /// Closes the run by its outcome and decides what follows: the prompt's end (`Err`), or
+    /// a retry after the delay returned, set up by the policy (`retry::resend`: what the next
+    /// attempt sends, on which thread) and announced with `retry.scheduled`.
+    async fn settle(
+        &mut self,
+        run: &mut PromptRun,
+        run_id: &str,
+        ended_at: i64,
+        attempted_thread: Option<String>,
+        outcome: RunOutcome,
+        settings: &Settings,
+    ) -> Result<Duration, PromptEnd> {
+        let (exit, message, class, retry_after, context) = match outcome {
+            RunOutcome::Stopped(Stop::Cancel, exit) => {
+                self.end_run(run_end(run_id, ended_at, &exit, "cancelled"))
+                    .await;
+                return Err(PromptEnd::stopped(Stop::Cancel));
+            }
+            RunOutcome::Stopped(Stop::Shutdown, exit) => {
+                let mut end = run_end(run_id, ended_at, &exit, "interrupted");
+                end.retry_decision = Some("requeued".into());
+                self.end_run(end).await;
+                return Err(PromptEnd::stopped(Stop::Shutdown));
+            }
+            RunOutcome::TimedOut(exit) => {
+                let message = format!(
+                    "the engine ran longer than run.timeout_s ({} s) and was ended",
+                    settings.run_timeout.as_secs()
+                );
+                let mut end = run_end(run_id, ended_at, &exit, "failed");
+                end.failure_class = Some("other".into());
+                end.retry_decision = Some("fail".into());
+                end.error = Some(message.clone());
+                self.end_run(end).await;
+                return Err(PromptEnd::failed(message));
+            }
+            RunOutcome::Finished {
+                verdict,
+                exit_code,
+                signal,
+                answer,
+                class,
+                retry_after,
+                context,
+                resume_point,
+            } => {
+                let exit = Exit {
+                    code: exit_code,
+                    signal,
+                };
+                match verdict {
+                    RunVerdict::Succeeded => {
+                        if let Some(point) = resume_point {
+                            self.pending_thread = Some(SetThread {
+                                session_id: self.session_id.clone(),
+                                thread_id: run.thread_id.clone(),
+                                resume_point: Some(point),
+                            });
+                        }
+                        self.end_run(run_end(run_id, ended_at, &exit, "succeeded"))
+                            .await;
+                        return Err(PromptEnd {
+                            status: PromptStatus::Done,
+                            error: None,
+                            answer,
+                            requeue: false,
+                        });
+                    }
+                    RunVerdict::Failed { message } => (exit, message, class, retry_after, context),
+                }
+            }
+        };
+        // The thread the failed run resumed decides the codex thread rules.
+        let class = class.unwrap_or_else(|| {
+            let mut texts = vec![message.as_str()];
+            texts.extend(context.iter().map(String::as_str));
+            engine::classify_failure(run.kind, attempted_thread.as_deref(), &texts)
+        });
+        let policy = Policy {
+            rate_limit_delays: settings.rate_limit_delays.clone(),
+            writer_conflict_delays: settings.writer_conflict_delays.clone(),
+        };
+        let decision = run
+            .retries
+            .decide(&policy, &Failure { class, retry_after }, jitter());
+        let mut end = run_end(run_id, ended_at, &exit, "failed");
+        end.failure_class = Some(class.as_str().into());
+        end.retry_decision = Some(decision.describe());
+        end.error = Some(message.clone());
+        self.end_run(end).await;
+        let retry = match decision {
+            Decision::Retry(retry) => retry,
+            Decision::Fail { why: Some(why) } => {
+                return Err(PromptEnd::failed(format!("{message} ({why})")))
+            }
+            Decision::Fail { why: None } => return Err(PromptEnd::failed(message)),
+        };
+        // A retry follows: this run's end is history now.
+        self.flush_end().await;
+        let next = if retry.new_thread {
+            Resend::Prompt {
+                thread: None,
+                resume_at: None,
+            }
+        } else {
+            retry::resend(run.kind, class, &run.before, run.thread_id.as_deref())
+        };
+        self.resend(run, next).await;
+        self.event(
+            Some(&run.prompt.id),
+            Some(run_id),
+            EventKind::RetryScheduled,
+            json!({
+                "reason": class.as_str(),
+                "attempt": run.attempt,
+                "next_attempt": run.attempt + 1,
+                "delay_ms": retry.delay.as_millis() as u64,
+                "retry": retry.number,
+                "retries": retry.of,
+                "retry_after_ms": retry_after.map(|after| after.as_millis() as u64),
+                "new_thread": retry.new_thread || run.thread_id.is_none(),
+                "continue": run.continuing,
+                "message": message,
+            }),
+        )
+        .await;
+        Ok(retry.delay)
+    }
+
+    /// Sets up the next attempt as `next` says: continue the failed turn, or send the prompt
+    /// on a thread (moving the session back to where its conversation stood, or to none).
+    async fn resend(&mut self, run: &mut PromptRun, next: Resend) {
+        match next {
+            Resend::Continue => run.continuing = true,
+            Resend::Prompt { thread, resume_at } => {
+                run.continuing = false;
+                run.resume_at = resume_at;
+                if thread != run.thread_id {
+                    let resume_point = (thread == run.before.thread)
+                        .then(|| run.before.resume_point.clone())
+                        .flatten();
+                    run.thread_id = thread.clone();
+                    let _ = self
+                        .shared
+                        .ledger
+                        .write(SetThread {
+                            session_id: self.session_id.clone(),
+                            thread_id: thread,
+                            resume_point,
+                        })
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Closes a run: kept to be written with the prompt's end (see `pending_end`), unless a
+    /// retry follows (`flush_end`).
+    async fn end_run(&mut self, end: RunEnd) {
+        self.flush_end().await;
+        self.pending_end = Some(end);
+    }
+}
