@@ -7,13 +7,13 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::ops::Deref;
-use std::process::{Child, ExitStatus, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use common::daemon::{finish, lines_of, processes_of, wait_until, DaemonHome, DEADLINE};
+use common::daemon::{finish, lines_of, processes_of, wait_for, wait_until, DaemonHome, DEADLINE};
 
 /// A daemon home with the fake engine set up the way these tests use it.
 struct TestHome(DaemonHome);
@@ -62,21 +62,6 @@ fn stdout(output: &Output) -> String {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Waits for a child that is read elsewhere (its pipes taken).
-fn wait_status(child: &mut Child) -> ExitStatus {
-    let until = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("a corral command did not end within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The next line that contains `needle` (earlier ones are returned too, for the message).
@@ -232,7 +217,7 @@ fn the_whole_prompt_life_cycle() {
     unsafe {
         libc::kill(follower.id() as i32, libc::SIGTERM);
     }
-    assert_eq!(wait_status(&mut follower).code(), Some(143));
+    assert_eq!(wait_for(&mut follower).code(), Some(143));
 
     // Images: a relative path is the CLI's, not the daemon's; a missing one is refused.
     std::fs::write(home.work().join("pic.png"), b"not really a png").unwrap();
@@ -410,7 +395,7 @@ fn a_superseded_driver_is_refused() {
     writeln!(input, "from the old driver").unwrap();
     input.flush().unwrap();
     line_containing(&attach_err, &format!("superseded by exec {b_exec}"));
-    assert_eq!(wait_status(&mut attach).code(), Some(1));
+    assert_eq!(wait_for(&mut attach).code(), Some(1));
     drop(input);
 
     let taker = finish(taker);
@@ -833,7 +818,7 @@ fn a_stalled_watcher_misses_nothing_and_repeats_nothing() {
     unsafe {
         libc::kill(follower.id() as i32, libc::SIGTERM);
     }
-    assert_eq!(wait_status(&mut follower).code(), Some(143));
+    assert_eq!(wait_for(&mut follower).code(), Some(143));
     let said: Vec<String> = errors.try_iter().collect();
     read.unwrap_or_else(|error| panic!("{error}; stderr {said:?}"));
 

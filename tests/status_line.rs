@@ -15,11 +15,11 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use common::daemon::{wait_until, DaemonHome, DEADLINE};
+use common::daemon::{wait_for, wait_until, DaemonHome, DEADLINE};
 
 /// A home with a daemon on the fake engine: rate-limit retries wait `retry_delay` seconds,
 /// projects `p` and `q`, sessions `first` (in p) and `second` (in `second_project`).
@@ -48,21 +48,6 @@ fn hold_a_slot(home: &DaemonHome, ms: u64) {
         let status = home.json(&["status", "--json"]);
         status["slots"]["running"].as_array().map(Vec::len) == Some(1)
     });
-}
-
-/// Waits for a child whose output is read elsewhere; fails (and kills it) after [`DEADLINE`].
-fn wait_for(child: &mut Child) -> std::process::ExitStatus {
-    let until = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("a corral command did not end within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The events of a session, as the daemon stored them.

@@ -140,6 +140,22 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Waits for a child whose output is read elsewhere (its pipes taken); fails the test (and
+/// kills the child) after [`DEADLINE`].
+pub fn wait_for(child: &mut Child) -> std::process::ExitStatus {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("a corral command did not end within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits for a child's output, failing the test (and killing the child) after [`DEADLINE`].
 pub fn finish(child: Child) -> Output {
     let pid = child.id() as i32;
