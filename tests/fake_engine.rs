@@ -1,6 +1,8 @@
 //! The fake engine (`corral-fake-engine`) speaks codex's `exec --json`, codex's `app-server`
 //! JSON-RPC and claude's `stream-json` exactly, and does what its directives say.
 
+mod common;
+
 use std::borrow::BorrowMut;
 use std::io::{BufRead, BufReader, Read as _, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -8,6 +10,8 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use common::stderr;
 
 const CODEX_TURN_COMPLETED: &str = r#"{"type":"turn.completed","usage":{"input_tokens":100,"cached_input_tokens":0,"cache_write_input_tokens":0,"output_tokens":10,"reasoning_output_tokens":0}}"#;
 const CODEX_429: &str = "exceeded retry limit, last status: 429 Too Many Requests";
@@ -101,10 +105,6 @@ fn run(mut command: impl BorrowMut<Command>) -> Output {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// stdout's lines; asserts that the last one ends with a newline.
@@ -786,22 +786,6 @@ fn claude_run_deltas_partial_and_crash() {
     assert!(serde_json::from_str::<Value>(lines[1]).is_err());
 }
 
-/// Runs COMMAND with `input` on its stdin; what it printed.
-fn run_with_stdin(mut command: Command, input: &str) -> Output {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the fake engine starts");
-    let mut pipe = child.stdin.take().unwrap();
-    let input = input.to_string();
-    let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
-    let output = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    output
-}
-
 #[test]
 fn a_missing_prompt_or_dash_reads_the_prompt_from_stdin() {
     let prompt = "-v \"quoted\"\n@fake answer=from stdin";
@@ -818,7 +802,9 @@ fn a_missing_prompt_or_dash_reads_the_prompt_from_stdin() {
         ][..],
         &["-p", "--verbose", "--output-format", "stream-json"][..],
     ] {
-        let output = run_with_stdin(fake(args), prompt);
+        let output = common::output_with_stdin(fake(args), prompt, |child| {
+            child.wait_with_output().unwrap()
+        });
         assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
         assert!(
             stdout(&output).contains("from stdin"),

@@ -9,8 +9,9 @@ pub mod library;
 pub mod pty;
 
 use std::ffi::OsStr;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use rusqlite::Connection;
 
@@ -98,6 +99,29 @@ pub fn command_in(program: impl AsRef<OsStr>, home: &Path) -> Command {
     }
     command.current_dir(home).env("CORRAL_HOME", home);
     command
+}
+
+/// Spawns `command` with its stdin, stdout and stderr piped, writes `input` to its stdin from a
+/// thread (an input larger than a pipe holds would otherwise wait on a child that waits for
+/// its output to be read), and collects the output with `wait`. The writing must have
+/// succeeded.
+pub fn output_with_stdin(
+    mut command: Command,
+    input: &str,
+    wait: impl FnOnce(Child) -> Output,
+) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("{:?} does not start: {error}", command.get_program()));
+    let mut pipe = child.stdin.take().unwrap();
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
+    let output = wait(child);
+    writer.join().unwrap().unwrap();
+    output
 }
 
 pub fn stderr(output: &Output) -> String {
