@@ -650,10 +650,23 @@ fn the_engine_environment_titles_and_instructions() {
             Some("Chosen by a person"),
             "a human title stays"
         );
-        // The project's instructions come first in what the engine received.
+        // The conversation under way has the instructions already: not sent again.
         let plain = bench.run(&session, "the request").await;
+        assert_eq!(plain.answer.as_deref(), Some("fake answer: the request"));
+        // A conversation that begins gets them first.
+        let fresh = bench
+            .corral
+            .open_session(NewSession {
+                project_id: project.id.clone(),
+                engine: "fake".into(),
+                title: Some("Another".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let first = bench.run(&fresh, "the request").await;
         assert_eq!(
-            plain.answer.as_deref(),
+            first.answer.as_deref(),
             Some("fake answer: House rule: show images inline.")
         );
     });

@@ -34,8 +34,11 @@ pub(super) struct PromptRun {
     /// The project's groups that lock (a label-only group holds nothing).
     locking_groups: Vec<String>,
     kind: EngineKind,
-    /// The text the engine receives: framed (instructions, a title request) but for `command`.
-    text: String,
+    /// The project's instructions, given when a conversation begins (the engine keeps them
+    /// in its history from then on); never to the `command` engine.
+    instructions: Option<String>,
+    /// The session has no title: the first prompt asks the agent for one.
+    ask_title: bool,
     sandbox: Sandbox,
     /// A title for a new conversation, sparing an engine's own title call.
     new_title: Option<String>,
@@ -53,6 +56,21 @@ pub(super) struct PromptRun {
 }
 
 impl PromptRun {
+    /// The text the engine receives: the person's, with the project's instructions first when
+    /// this attempt begins a conversation and a title request for an untitled session; the
+    /// `command` engine gets the person's text as it is (a shell command line has no room
+    /// for either).
+    fn text(&self) -> String {
+        if self.kind == EngineKind::Command {
+            return self.prompt.text.clone();
+        }
+        let instructions = self
+            .instructions
+            .as_deref()
+            .filter(|_| self.thread_id.is_none());
+        framing::frame(&self.prompt.text, instructions, self.ask_title)
+    }
+
     /// The engine's invocation for the attempt under way.
     fn spec(&self, program: PathBuf, settings: &Settings) -> RunSpec {
         RunSpec {
@@ -60,7 +78,7 @@ impl PromptRun {
             prompt: if self.continuing {
                 retry::CONTINUATION.to_string()
             } else {
-                self.text.clone()
+                self.text()
             },
             images: if self.continuing {
                 Vec::new()
@@ -249,21 +267,15 @@ impl Worker {
             .cloned()
             .collect();
         let kind: EngineKind = session.engine.parse().map_err(PromptEnd::failed)?;
-        // The command engine gets the person's text as it is: a shell command line has no
-        // room for instructions or a title request; its title is its first line.
-        let text = if kind == EngineKind::Command {
-            if session.title.is_none() {
-                if let Some(title) = framing::command_title(&prompt.text) {
-                    let mut events = Vec::new();
-                    self.set_title(&prompt, None, &title, &mut events).await;
-                    self.deferred.append(&mut events);
-                }
+        // A command's title is its first line, set now: it asks its engine for nothing.
+        let ask_title = session.title.is_none() && kind != EngineKind::Command;
+        if kind == EngineKind::Command && session.title.is_none() {
+            if let Some(title) = framing::command_title(&prompt.text) {
+                let mut events = Vec::new();
+                self.set_title(&prompt, None, &title, &mut events).await;
+                self.deferred.append(&mut events);
             }
-            prompt.text.clone()
-        } else {
-            let ask_title = session.title.is_none();
-            framing::frame(&prompt.text, project.instructions.as_deref(), ask_title)
-        };
+        }
         let sandbox = Sandbox::for_prompt(
             project.full_access,
             project.kind == "remote",
@@ -291,10 +303,11 @@ impl Worker {
             thread_id: session.thread_id.clone(),
             prompt,
             session,
-            project,
             locking_groups,
             kind,
-            text,
+            instructions: project.instructions.clone(),
+            ask_title,
+            project,
             sandbox,
             new_title,
             retries: Retries::default(),
