@@ -33,26 +33,21 @@ impl TestHome {
 
     /// The fake engine, short retry delays, a quick shutdown and a project `p` on it.
     fn setup_fake(&self) {
-        let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-        self.ok(&["config", "set", "engines.fake.path", fake]);
-        self.ok(&["config", "set", "retry.rate_limit_delays", "0.05"]);
-        self.ok(&["config", "set", "daemon.shutdown_grace_ms", "500"]);
-        self.ok(&["config", "set", "cancel.grace_ms", "500"]);
-        let work = self.work();
-        self.ok(&[
-            "project",
-            "add",
-            "p",
-            work.to_str().unwrap(),
-            "--engine",
-            "fake",
+        self.config(&[
+            (
+                "engines.fake.path",
+                env!("CARGO_BIN_EXE_corral-fake-engine"),
+            ),
+            ("retry.rate_limit_delays", "0.05"),
+            ("daemon.shutdown_grace_ms", "500"),
+            ("cancel.grace_ms", "500"),
         ]);
+        self.add_project("p", &self.work(), "fake");
     }
 
     /// A new session in project `p`: its id.
     fn session(&self, title: &str) -> String {
-        let session = self.json(&["session", "new", "p", "--title", title, "--json"]);
-        session["id"].as_str().expect("an id").to_string()
+        self.new_session(&["p", "--title", title])
     }
 }
 

@@ -45,31 +45,18 @@ impl Home {
     /// A daemon, the fake engine, short delays, and a project `p` on the fake engine.
     fn start(&self) {
         self.start_daemon();
-        for (name, value) in [
+        self.config(&[
             ("engines.fake.path", FAKE),
             ("engines.codex-app-server.path", FAKE),
             ("cancel.grace_ms", "500"),
             ("daemon.shutdown_grace_ms", "500"),
-        ] {
-            self.ok(&["config", "set", name, value]);
-        }
-        let work = self.work();
-        self.ok(&[
-            "project",
-            "add",
-            "p",
-            work.to_str().unwrap(),
-            "--engine",
-            "fake",
         ]);
+        self.add_project("p", &self.work(), "fake");
     }
 
     /// A new session of project `p` on `engine`: its id.
     fn session(&self, title: &str, engine: &str) -> String {
-        let session = self.json(&[
-            "session", "new", "p", "--engine", engine, "--title", title, "--json",
-        ]);
-        session["id"].as_str().expect("a session id").to_string()
+        self.new_session(&["p", "--engine", engine, "--title", title])
     }
 
     /// The session's driver claim.

@@ -19,22 +19,22 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// A home with `settings`, quick cancellation, and a project `p` on `engine`.
+fn project_on(engine: &str, settings: &[(&str, &str)]) -> DaemonHome {
+    let home = DaemonHome::new();
+    home.config(settings);
+    home.config(&[
+        ("cancel.grace_ms", "300"),
+        ("daemon.shutdown_grace_ms", "300"),
+    ]);
+    home.add_project("p", &home.work(), engine);
+    home
+}
+
 /// A home with a project `p` on `engine`, quick cancellation, and one untitled session: its id.
 fn home_on(engine: &str) -> (DaemonHome, String) {
-    let home = DaemonHome::new();
-    home.ok(&["config", "set", "cancel.grace_ms", "300"]);
-    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "300"]);
-    let work = home.work();
-    home.ok(&[
-        "project",
-        "add",
-        "p",
-        work.to_str().unwrap(),
-        "--engine",
-        engine,
-    ]);
-    let session = home.json(&["session", "new", "p", "--json"]);
-    let id = session["id"].as_str().unwrap().to_string();
+    let home = project_on(engine, &[]);
+    let id = home.new_session(&["p"]);
     (home, id)
 }
 
@@ -143,12 +143,7 @@ fn an_engine_path_that_cannot_run_is_refused_at_config_set_and_at_send() {
     assert!(refused.contains("is not executable"), "{refused}");
 
     let gone = script(home.path(), "claude-gone", "exit 0");
-    home.ok(&[
-        "config",
-        "set",
-        "engines.claude.path",
-        gone.to_str().unwrap(),
-    ]);
+    home.config(&[("engines.claude.path", gone.to_str().unwrap())]);
     std::fs::remove_file(&gone).unwrap();
     let refused = home.fails(&["send", &session, "hello"], 1);
     assert!(
@@ -163,12 +158,7 @@ fn an_engine_that_exits_0_without_its_final_line_has_failed() {
     let dir = home.path();
     // Garbage and no result line.
     let garbage = script(dir, "claude-garbage", "echo 'this is not JSON {'; exit 0");
-    home.ok(&[
-        "config",
-        "set",
-        "engines.claude.path",
-        garbage.to_str().unwrap(),
-    ]);
+    home.config(&[("engines.claude.path", garbage.to_str().unwrap())]);
     let failed = home.fails(&["send", &session, "hello", "--wait"], 1);
     assert!(
         failed.contains("without its final `result` line"),
@@ -176,12 +166,7 @@ fn an_engine_that_exits_0_without_its_final_line_has_failed() {
     );
     // Nothing at all.
     let silent = script(dir, "claude-silent", "exit 0");
-    home.ok(&[
-        "config",
-        "set",
-        "engines.claude.path",
-        silent.to_str().unwrap(),
-    ]);
+    home.config(&[("engines.claude.path", silent.to_str().unwrap())]);
     let failed = home.fails(&["send", &session, "again", "--wait"], 1);
     assert!(
         failed.contains("exited with status 0 without its final `result` line"),
@@ -202,13 +187,10 @@ fn an_engine_that_exits_0_without_its_final_line_has_failed() {
 fn an_engine_that_never_exits_is_ended_by_the_run_timeout() {
     let (home, session) = home_on("claude");
     let sleeper = script(home.path(), "claude-sleeps", "sleep 300 & sleep 300");
-    home.ok(&[
-        "config",
-        "set",
-        "engines.claude.path",
-        sleeper.to_str().unwrap(),
+    home.config(&[
+        ("engines.claude.path", sleeper.to_str().unwrap()),
+        ("run.timeout_s", "1"),
     ]);
-    home.ok(&["config", "set", "run.timeout_s", "1"]);
     let failed = home.fails(&["send", &session, "hello", "--wait"], 1);
     assert!(
         failed.contains("longer than run.timeout_s (1 s)"),
@@ -224,24 +206,14 @@ fn an_engine_that_never_exits_is_ended_by_the_run_timeout() {
 
 #[test]
 fn a_daemon_killed_during_a_first_prompt_resumes_its_thread_on_the_rerun() {
-    let home = DaemonHome::new();
-    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-    home.ok(&["config", "set", "engines.fake.path", fake]);
-    home.ok(&["config", "set", "cancel.grace_ms", "300"]);
-    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "300"]);
-    let work = home.work();
-    home.ok(&[
-        "project",
-        "add",
-        "p",
-        work.to_str().unwrap(),
-        "--engine",
+    let home = project_on(
         "fake",
-    ]);
-    let session = home.json(&["session", "new", "p", "--title", "crash", "--json"])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+        &[(
+            "engines.fake.path",
+            env!("CARGO_BIN_EXE_corral-fake-engine"),
+        )],
+    );
+    let session = home.new_session(&["p", "--title", "crash"]);
     home.ok(&["send", &session, "@fake hang\nfirst"]);
     // The thread is stored the moment the engine names it, while the run still hangs.
     let mut thread = String::new();

@@ -268,15 +268,7 @@ impl Rig {
         let home = DaemonHome::new();
         home.start_daemon();
         env.configure(&home);
-        let work = home.work();
-        home.ok(&[
-            "project",
-            "add",
-            "p",
-            work.to_str().unwrap(),
-            "--engine",
-            engine.name(),
-        ]);
+        home.add_project("p", &home.work(), engine.name());
         Some(Rig {
             home,
             mock,
@@ -291,12 +283,11 @@ impl Rig {
 
     /// A new session of project `p` (untitled when `title` is `None`): its id.
     fn session(&self, title: Option<&str>) -> String {
-        let mut args = vec!["session", "new", "p", "--json"];
+        let mut args = vec!["p"];
         if let Some(title) = title {
             args.extend(["--title", title]);
         }
-        let session = self.json(&args);
-        session["id"].as_str().expect("a session id").to_string()
+        self.new_session(&args)
     }
 
     /// `corral send SESSION TEXT --wait`, which must succeed: what it printed.

@@ -25,16 +25,19 @@ use common::daemon::{wait_for, wait_until, DaemonHome, DEADLINE};
 /// projects `p` and `q`, sessions `first` (in p) and `second` (in `second_project`).
 fn home_with(retry_delay: &str, second_project: &str) -> DaemonHome {
     let home = DaemonHome::new();
-    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-    home.ok(&["config", "set", "engines.fake.path", fake]);
-    home.ok(&["config", "set", "retry.rate_limit_delays", retry_delay]);
-    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "500"]);
-    home.ok(&["config", "set", "cancel.grace_ms", "500"]);
+    home.config(&[
+        (
+            "engines.fake.path",
+            env!("CARGO_BIN_EXE_corral-fake-engine"),
+        ),
+        ("retry.rate_limit_delays", retry_delay),
+        ("daemon.shutdown_grace_ms", "500"),
+        ("cancel.grace_ms", "500"),
+    ]);
     for project in ["p", "q"] {
         let dir = home.work().join(project);
         std::fs::create_dir(&dir).unwrap();
-        let dir = dir.to_str().unwrap().to_string();
-        home.ok(&["project", "add", project, &dir, "--engine", "fake"]);
+        home.add_project(project, &dir, "fake");
     }
     home.ok(&["session", "new", "p", "--title", "first"]);
     home.ok(&["session", "new", second_project, "--title", "second"]);

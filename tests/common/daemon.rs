@@ -85,6 +85,31 @@ impl DaemonHome {
         text(&output.stderr)
     }
 
+    /// `corral config set NAME VALUE` for each setting, in order; each must succeed.
+    pub fn config(&self, settings: &[(&str, &str)]) {
+        for (name, value) in settings {
+            self.ok(&["config", "set", name, value]);
+        }
+    }
+
+    /// `corral project add NAME DIR --engine ENGINE`, which must succeed.
+    pub fn add_project(&self, name: &str, dir: &Path, engine: &str) {
+        let dir = dir.to_str().expect("temporary paths are UTF-8");
+        self.ok(&["project", "add", name, dir, "--engine", engine]);
+    }
+
+    /// `corral session new ARGS… --json`, which must succeed: the new session's id.
+    pub fn new_session(&self, args: &[&str]) -> String {
+        let mut command = vec!["session", "new"];
+        command.extend(args);
+        command.push("--json");
+        let session = self.json(&command);
+        session["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{command:?} printed no session id: {session}"))
+            .to_string()
+    }
+
     /// `corral daemon --detach`.
     pub fn start_daemon(&self) {
         let out = self.ok(&["daemon", "--detach"]);

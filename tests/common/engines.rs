@@ -246,15 +246,13 @@ impl EngineEnv {
     /// shutdown.
     pub fn configure(&self, home: &DaemonHome) {
         let path = format!("engines.{}.path", self.engine.name());
-        for (name, value) in [
+        home.config(&[
             (path.as_str(), path_text(&self.wrapper).as_str()),
             ("retry.rate_limit_delays", RATE_LIMIT_DELAYS),
             ("cancel.grace_ms", CANCEL_GRACE_MS),
             ("run.timeout_s", RUN_TIMEOUT_S),
             ("daemon.shutdown_grace_ms", "500"),
-        ] {
-            home.ok(&["config", "set", name, value]);
-        }
+        ]);
     }
 }
 
