@@ -14,6 +14,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use common::daemon::{finish, lines_of, processes_of, wait_for, wait_until, DaemonHome, DEADLINE};
+use common::{stderr, stdout};
 
 /// A daemon home with the fake engine set up the way these tests use it.
 struct TestHome(DaemonHome);
@@ -49,14 +50,6 @@ impl TestHome {
     fn session(&self, title: &str) -> String {
         self.new_session(&["p", "--title", title])
     }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The next line that contains `needle` (earlier ones are returned too, for the message).
