@@ -9,11 +9,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::ops::Deref;
 use std::process::{Child, Output, Stdio};
 use std::sync::mpsc;
-use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use common::daemon::{finish, lines_of, processes_of, wait_for, wait_until, DaemonHome, DEADLINE};
+use common::daemon::{
+    finish, lines_of, next_line, processes_of, wait_for, wait_until, DaemonHome, DEADLINE,
+};
 use common::{stderr, stdout};
 
 /// A daemon home with the fake engine set up the way these tests use it.
@@ -54,20 +55,14 @@ impl TestHome {
 
 /// The next line that contains `needle` (earlier ones are returned too, for the message).
 fn line_containing(lines: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
-    let until = Instant::now() + DEADLINE;
-    let mut seen = Vec::new();
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                let found = line.contains(needle);
-                seen.push(line);
-                if found {
-                    return seen;
-                }
-            }
-            Err(_) => panic!("no line containing {needle:?}; saw {seen:?}"),
+    match next_line(lines, |line| {
+        line.contains(needle).then(|| line.to_string())
+    }) {
+        Ok((line, mut seen)) => {
+            seen.push(line);
+            seen
         }
+        Err(seen) => panic!("no line containing {needle:?}; saw {seen:?}"),
     }
 }
 

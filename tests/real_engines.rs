@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::daemon::{lines_of, wait_until, DaemonHome, DEADLINE};
+use common::daemon::{lines_of, next_line, wait_until, DaemonHome, DEADLINE};
 use common::engines::{binary_or_skip, engine_slot, Engine, EngineEnv, EngineSlot};
 use mock_models::anthropic::MockAnthropic;
 use mock_models::chat::MockChat;
@@ -796,21 +796,14 @@ fn next_matching<T>(
     what: &str,
     mut pick: impl FnMut(&Value) -> Option<T>,
 ) -> T {
-    let until = Instant::now() + DEADLINE;
-    let mut seen = Vec::new();
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                let event: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|error| panic!("not an event ({error}): {line}"));
-                if let Some(found) = pick(&event) {
-                    return found;
-                }
-                seen.push(line);
-            }
-            Err(_) => panic!("no {what} in the watch stream; saw {seen:#?}"),
-        }
+    let found = next_line(lines, |line| {
+        let event: Value = serde_json::from_str(line)
+            .unwrap_or_else(|error| panic!("not an event ({error}): {line}"));
+        pick(&event)
+    });
+    match found {
+        Ok((found, _)) => found,
+        Err(seen) => panic!("no {what} in the watch stream; saw {seen:#?}"),
     }
 }
 

@@ -228,6 +228,29 @@ pub fn processes_of(home: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// Reads `lines` (from [`lines_of`]) until `pick` gives something for one, for at most
+/// [`DEADLINE`]: that, with the lines read before it; else (the time is up or the lines ended)
+/// every line read, for the test's message.
+pub fn next_line<T>(
+    lines: &mpsc::Receiver<String>,
+    mut pick: impl FnMut(&str) -> Option<T>,
+) -> Result<(T, Vec<String>), Vec<String>> {
+    let until = Instant::now() + DEADLINE;
+    let mut seen = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(found) = pick(&line) {
+                    return Ok((found, seen));
+                }
+                seen.push(line);
+            }
+            Err(_) => return Err(seen),
+        }
+    }
+}
+
 /// Reads a pipe's lines on a thread; they arrive on the channel.
 pub fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (sender, receiver) = mpsc::channel();
