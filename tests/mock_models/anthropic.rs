@@ -11,71 +11,37 @@
 //!   retry hints asked for; overloaded is HTTP 529 `overloaded_error`; 500 is `api_error`.
 //! - `POST /v1/messages/count_tokens` answers a fixed count; `GET /v1/models` one model.
 
-use std::sync::Arc;
+use std::ops::Deref;
 
 use serde_json::{json, Value};
 
-use super::http::{http_json, http_sse, next_id, pieces, sse_event, Reply, Request, Server};
-use super::{Answer, Call, CallKind, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
+use super::http::{http_json, http_sse, next_id, pieces, sse_event, Reply, Request};
+use super::{Answer, CallKind, MockServer, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
 
 /// The model id `GET /v1/models` lists (a call's own `model` is echoed in its answer).
 pub const MODEL: &str = "claude-mock-1";
 
-/// The running mock. Dropping it stops accepting and ends every hang.
-pub struct MockAnthropic {
-    shared: Shared,
-    server: Server,
+/// The running mock: a [`MockServer`] whose model calls are `POST /v1/messages`. Dropping it
+/// stops accepting and ends every hang.
+pub struct MockAnthropic(MockServer);
+
+impl Deref for MockAnthropic {
+    type Target = MockServer;
+
+    fn deref(&self) -> &MockServer {
+        &self.0
+    }
 }
 
 impl MockAnthropic {
     /// Starts the mock on a free loopback port.
     pub fn start() -> MockAnthropic {
-        let shared = Shared::default();
-        let handler = {
-            let shared = shared.clone();
-            Arc::new(move |request: &Request| answer(&shared, request))
-        };
-        MockAnthropic {
-            shared,
-            server: Server::start("mock-anthropic", handler),
-        }
+        MockAnthropic(MockServer::start("mock-anthropic", answer))
     }
 
     /// `ANTHROPIC_BASE_URL` (no `/v1`: the client adds it).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.server.address())
-    }
-
-    pub fn address(&self) -> std::net::SocketAddr {
-        self.server.address()
-    }
-
-    /// Queues answers for the next model calls, in order.
-    pub fn script(&self, answers: impl IntoIterator<Item = Answer>) {
-        self.shared.lock().script.extend(answers);
-    }
-
-    /// Every request received so far, in arrival order.
-    pub fn calls(&self) -> Vec<Call> {
-        self.shared.lock().calls.clone()
-    }
-
-    /// The model calls (`POST /v1/messages`) received so far, in arrival order.
-    pub fn model_calls(&self) -> Vec<Call> {
-        self.calls()
-            .into_iter()
-            .filter(|call| call.kind == CallKind::Model)
-            .collect()
-    }
-
-    /// How many scripted answers no model call has taken yet.
-    pub fn unused_answers(&self) -> usize {
-        self.shared.lock().script.len()
-    }
-
-    /// How many connections a [`Answer::Hang`] holds open right now.
-    pub fn hanging(&self) -> usize {
-        self.server.hanging()
+        format!("http://{}", self.address())
     }
 }
 

@@ -16,13 +16,13 @@
 //!   HTTP 503; 500 is a `server_error`.
 //! - `GET /v1/models` lists [`MODEL`].
 
-use std::sync::Arc;
+use std::ops::Deref;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use super::http::{http_json, http_sse, next_id, pieces, sse_data, Reply, Request, Server};
-use super::{text_blocks, Answer, Call, CallKind, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
+use super::http::{http_json, http_sse, next_id, pieces, sse_data, Reply, Request};
+use super::{text_blocks, Answer, Call, CallKind, MockServer, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
 
 /// The model id `GET /v1/models` lists (a call's own `model` is echoed in its answer).
 pub const MODEL: &str = "mock-model";
@@ -33,75 +33,37 @@ pub const TITLE_SYSTEM_PREFIX: &str = "You are a title generator";
 /// The answer of a title call when the title script is empty.
 pub const DEFAULT_TITLE: &str = "Mock title";
 
-/// The running mock. Dropping it stops accepting and ends every hang.
-pub struct MockChat {
-    shared: Shared,
-    server: Server,
+/// The running mock: a [`MockServer`] whose model calls are `POST /v1/chat/completions`, with
+/// OpenCode's title calls answered apart. Dropping it stops accepting and ends every hang.
+pub struct MockChat(MockServer);
+
+impl Deref for MockChat {
+    type Target = MockServer;
+
+    fn deref(&self) -> &MockServer {
+        &self.0
+    }
 }
 
 impl MockChat {
     /// Starts the mock on a free loopback port.
     pub fn start() -> MockChat {
-        let shared = Shared::default();
-        let handler = {
-            let shared = shared.clone();
-            Arc::new(move |request: &Request| answer(&shared, request))
-        };
-        MockChat {
-            shared,
-            server: Server::start("mock-chat", handler),
-        }
+        MockChat(MockServer::start("mock-chat", answer))
     }
 
     /// The provider's `baseURL` (`…/v1`).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.server.address())
-    }
-
-    pub fn address(&self) -> std::net::SocketAddr {
-        self.server.address()
-    }
-
-    /// Queues answers for the next model calls (title calls aside), in order.
-    pub fn script(&self, answers: impl IntoIterator<Item = Answer>) {
-        self.shared.lock().script.extend(answers);
+        format!("http://{}/v1", self.address())
     }
 
     /// Queues answers for the next title calls, in order (then [`DEFAULT_TITLE`] again).
     pub fn title_script(&self, answers: impl IntoIterator<Item = Answer>) {
-        self.shared.lock().titles.extend(answers);
-    }
-
-    /// Every request received so far, in arrival order.
-    pub fn calls(&self) -> Vec<Call> {
-        self.shared.lock().calls.clone()
-    }
-
-    /// The model calls received so far (not the title calls), in arrival order.
-    pub fn model_calls(&self) -> Vec<Call> {
-        self.of_kind(CallKind::Model)
+        self.0.shared.lock().titles.extend(answers);
     }
 
     /// The title calls received so far, in arrival order.
     pub fn title_calls(&self) -> Vec<Call> {
         self.of_kind(CallKind::Title)
-    }
-
-    fn of_kind(&self, kind: CallKind) -> Vec<Call> {
-        self.calls()
-            .into_iter()
-            .filter(|call| call.kind == kind)
-            .collect()
-    }
-
-    /// How many scripted answers no model call has taken yet.
-    pub fn unused_answers(&self) -> usize {
-        self.shared.lock().script.len()
-    }
-
-    /// How many connections a [`Answer::Hang`] holds open right now.
-    pub fn hanging(&self) -> usize {
-        self.server.hanging()
     }
 }
 

@@ -24,11 +24,12 @@ pub mod chat;
 pub mod http;
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use http::Request;
+use http::{Reply, Request, Server};
 
 /// The token counts every text answer reports, so a test can see them come out of the
 /// engine's own usage report.
@@ -237,6 +238,66 @@ fn text_blocks(content: Option<&Value>) -> Vec<String> {
             })
             .collect(),
         _ => Vec::new(),
+    }
+}
+
+/// What both mocks are: the server and the state it shares with its connection threads.
+/// [`anthropic::MockAnthropic`] and [`chat::MockChat`] are one of these (their methods are
+/// its methods) with their base URL, and OpenCode's title calls for the chat mock. Dropping it
+/// stops accepting and ends every hang.
+pub struct MockServer {
+    shared: Shared,
+    server: Server,
+}
+
+impl MockServer {
+    /// Starts the mock named `name` on a free loopback port; `answer` answers each request.
+    fn start(name: &str, answer: fn(&Shared, &Request) -> Reply) -> MockServer {
+        let shared = Shared::default();
+        let handler = {
+            let shared = shared.clone();
+            Arc::new(move |request: &Request| answer(&shared, request))
+        };
+        MockServer {
+            shared,
+            server: Server::start(name, handler),
+        }
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.server.address()
+    }
+
+    /// Queues answers for the next model calls (a chat mock's title calls aside), in order.
+    pub fn script(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.shared.lock().script.extend(answers);
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.shared.lock().calls.clone()
+    }
+
+    /// The model calls received so far (not a chat mock's title calls), in arrival order.
+    pub fn model_calls(&self) -> Vec<Call> {
+        self.of_kind(CallKind::Model)
+    }
+
+    fn of_kind(&self, kind: CallKind) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|call| call.kind == kind)
+            .collect()
+    }
+
+    /// How many scripted answers no model call has taken yet.
+    pub fn unused_answers(&self) -> usize {
+        self.shared.lock().script.len()
+    }
+
+    /// How many connections a [`Answer::Hang`] holds open right now.
+    pub fn hanging(&self) -> usize {
+        self.server.hanging()
     }
 }
 
