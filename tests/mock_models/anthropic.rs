@@ -11,38 +11,26 @@
 //!   retry hints asked for; overloaded is HTTP 529 `overloaded_error`; 500 is `api_error`.
 //! - `POST /v1/messages/count_tokens` answers a fixed count; `GET /v1/models` one model.
 
-use std::ops::Deref;
-
 use serde_json::{json, Value};
 
 use super::http::{http_json, http_sse, next_id, pieces, sse_event, Reply, Request};
-use super::{Answer, CallKind, MockServer, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
+use super::{Answer, Api, CallKind, MockServer, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
 
 /// The model id `GET /v1/models` lists (a call's own `model` is echoed in its answer).
 pub const MODEL: &str = "claude-mock-1";
 
-/// The running mock: a [`MockServer`] whose model calls are `POST /v1/messages`. Dropping it
-/// stops accepting and ends every hang.
-pub struct MockAnthropic(MockServer);
+/// The running mock; its model calls are `POST /v1/messages`. Dropping it stops accepting
+/// and ends every hang.
+pub type MockAnthropic = MockServer<Anthropic>;
 
-impl Deref for MockAnthropic {
-    type Target = MockServer;
+/// The Anthropic Messages API, as [`MockAnthropic`] speaks it.
+pub enum Anthropic {}
 
-    fn deref(&self) -> &MockServer {
-        &self.0
-    }
-}
-
-impl MockAnthropic {
-    /// Starts the mock on a free loopback port.
-    pub fn start() -> MockAnthropic {
-        MockAnthropic(MockServer::start("mock-anthropic", answer))
-    }
-
-    /// `ANTHROPIC_BASE_URL` (no `/v1`: the client adds it).
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.address())
-    }
+impl Api for Anthropic {
+    const NAME: &'static str = "mock-anthropic";
+    /// `ANTHROPIC_BASE_URL` has no `/v1`: the client adds it.
+    const BASE_PATH: &'static str = "";
+    const ANSWER: fn(&Shared, &Request) -> Reply = answer;
 }
 
 fn kind_of(request: &Request) -> CallKind {
@@ -199,6 +187,7 @@ fn sse_message(text: &str, model: &str, id: &str) -> String {
 mod tests {
     use super::super::http::client::{
         assert_hangs_until, body, exchange, open, post, sse_names, sse_payloads, status,
+        wait_for_a_hang,
     };
     use super::*;
 
@@ -332,10 +321,7 @@ mod tests {
         let mock = MockAnthropic::start();
         mock.script([Answer::Hang]);
         let stream = open(mock.address(), &post("/v1/messages", &messages(true)));
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while mock.hanging() == 0 && std::time::Instant::now() < until {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for_a_hang(|| mock.hanging());
         assert_eq!(mock.hanging(), 1);
         assert_eq!(mock.model_calls()[0].answer, "hang");
         assert_hangs_until(stream, move || drop(mock));

@@ -16,13 +16,14 @@
 //!   HTTP 503; 500 is a `server_error`.
 //! - `GET /v1/models` lists [`MODEL`].
 
-use std::ops::Deref;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
 use super::http::{http_json, http_sse, next_id, pieces, sse_data, Reply, Request};
-use super::{text_blocks, Answer, Call, CallKind, MockServer, Shared, INPUT_TOKENS, OUTPUT_TOKENS};
+use super::{
+    text_blocks, Answer, Api, Call, CallKind, MockServer, Shared, INPUT_TOKENS, OUTPUT_TOKENS,
+};
 
 /// The model id `GET /v1/models` lists (a call's own `model` is echoed in its answer).
 pub const MODEL: &str = "mock-model";
@@ -33,32 +34,24 @@ pub const TITLE_SYSTEM_PREFIX: &str = "You are a title generator";
 /// The answer of a title call when the title script is empty.
 pub const DEFAULT_TITLE: &str = "Mock title";
 
-/// The running mock: a [`MockServer`] whose model calls are `POST /v1/chat/completions`, with
-/// OpenCode's title calls answered apart. Dropping it stops accepting and ends every hang.
-pub struct MockChat(MockServer);
+/// The running mock; its model calls are `POST /v1/chat/completions`, with OpenCode's title
+/// calls answered apart. Dropping it stops accepting and ends every hang.
+pub type MockChat = MockServer<Chat>;
 
-impl Deref for MockChat {
-    type Target = MockServer;
+/// The OpenAI Chat Completions API, as [`MockChat`] speaks it.
+pub enum Chat {}
 
-    fn deref(&self) -> &MockServer {
-        &self.0
-    }
+impl Api for Chat {
+    const NAME: &'static str = "mock-chat";
+    /// The provider's `baseURL` is `…/v1`.
+    const BASE_PATH: &'static str = "/v1";
+    const ANSWER: fn(&Shared, &Request) -> Reply = answer;
 }
 
 impl MockChat {
-    /// Starts the mock on a free loopback port.
-    pub fn start() -> MockChat {
-        MockChat(MockServer::start("mock-chat", answer))
-    }
-
-    /// The provider's `baseURL` (`…/v1`).
-    pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.address())
-    }
-
     /// Queues answers for the next title calls, in order (then [`DEFAULT_TITLE`] again).
     pub fn title_script(&self, answers: impl IntoIterator<Item = Answer>) {
-        self.0.shared.lock().titles.extend(answers);
+        self.shared.lock().titles.extend(answers);
     }
 
     /// The title calls received so far, in arrival order.
@@ -231,7 +224,7 @@ fn sse_completion(text: &str, model: &str, id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::http::client::{
-        assert_hangs_until, body, exchange, open, post, sse_payloads, status,
+        assert_hangs_until, body, exchange, open, post, sse_payloads, status, wait_for_a_hang,
     };
     use super::*;
 
@@ -384,10 +377,7 @@ mod tests {
                 &completion("You are opencode.", "x"),
             ),
         );
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while mock.hanging() == 0 && std::time::Instant::now() < until {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for_a_hang(|| mock.hanging());
         assert_eq!(mock.hanging(), 1);
         assert_hangs_until(stream, move || drop(mock));
     }

@@ -456,6 +456,14 @@ pub mod client {
         stream
     }
 
+    /// Waits, at most 5 s, until a request hangs: `hanging` says how many hang now.
+    pub fn wait_for_a_hang(hanging: impl Fn() -> usize) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while hanging() == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Asserts that `stream` gets nothing for a while, then that it is closed, with no
     /// response, once `release` has run.
     pub fn assert_hangs_until(mut stream: TcpStream, release: impl FnOnce()) {
@@ -519,12 +527,10 @@ mod tests {
         }
 
         let stream = open(server.address(), &post("/hang", "{}"));
-        let until = Instant::now() + Duration::from_secs(5);
-        while server.hanging() == 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_a_hang(|| server.hanging());
         assert_eq!(server.hanging(), 1);
         drop(stream);
+        let until = Instant::now() + Duration::from_secs(5);
         while server.hanging() == 1 && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -24,6 +24,7 @@ pub mod chat;
 pub mod http;
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -241,29 +242,47 @@ fn text_blocks(content: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// What both mocks are: the server and the state it shares with its connection threads.
-/// [`anthropic::MockAnthropic`] and [`chat::MockChat`] are one of these (their methods are
-/// its methods) with their base URL, and OpenCode's title calls for the chat mock. Dropping it
-/// stops accepting and ends every hang.
-pub struct MockServer {
-    shared: Shared,
-    server: Server,
+/// The API a [`MockServer`] speaks: [`anthropic::Anthropic`] or [`chat::Chat`].
+pub trait Api {
+    /// The name of the server's threads.
+    const NAME: &'static str;
+    /// What the base URL a client is given adds to `http://ADDRESS`.
+    const BASE_PATH: &'static str;
+    /// Records a request in the mock's state and answers it.
+    const ANSWER: fn(&Shared, &Request) -> Reply;
 }
 
-impl MockServer {
-    /// Starts the mock named `name` on a free loopback port; `answer` answers each request.
-    fn start(name: &str, answer: fn(&Shared, &Request) -> Reply) -> MockServer {
+/// A running mock of `A` ([`anthropic::MockAnthropic`], [`chat::MockChat`]): the server and
+/// the state it shares with its connection threads. Dropping it stops accepting and ends
+/// every hang.
+pub struct MockServer<A> {
+    shared: Shared,
+    server: Server,
+    api: PhantomData<A>,
+}
+
+impl<A: Api> MockServer<A> {
+    /// Starts the mock on a free loopback port.
+    pub fn start() -> MockServer<A> {
         let shared = Shared::default();
         let handler = {
             let shared = shared.clone();
-            Arc::new(move |request: &Request| answer(&shared, request))
+            Arc::new(move |request: &Request| (A::ANSWER)(&shared, request))
         };
         MockServer {
             shared,
-            server: Server::start(name, handler),
+            server: Server::start(A::NAME, handler),
+            api: PhantomData,
         }
     }
 
+    /// The base URL a client is given (`ANTHROPIC_BASE_URL`, a provider's `baseURL`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}{}", self.address(), A::BASE_PATH)
+    }
+}
+
+impl<A> MockServer<A> {
     pub fn address(&self) -> SocketAddr {
         self.server.address()
     }
@@ -311,7 +330,7 @@ struct State {
 
 /// The state both mocks share between the test and their connection threads.
 #[derive(Clone, Default)]
-struct Shared(Arc<Mutex<State>>);
+pub struct Shared(Arc<Mutex<State>>);
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {

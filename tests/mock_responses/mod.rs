@@ -274,7 +274,7 @@ fn sse_text_turn(text: &str, id: u64) -> String {
 mod tests {
     use super::*;
     use crate::mock_models::http::client::{
-        assert_hangs_until, exchange, open, post, sse_payloads,
+        assert_hangs_until, exchange, open, post, sse_payloads, wait_for_a_hang,
     };
 
     #[test]
@@ -349,10 +349,7 @@ mod tests {
         let mock = MockResponses::start();
         mock.script([Answer::Hang]);
         let stream = open(mock.address(), &post("/v1/responses", "{}"));
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while mock.hanging() == 0 && std::time::Instant::now() < until {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for_a_hang(|| mock.hanging());
         assert_eq!(mock.requests().len(), 1, "the hung request is recorded");
         assert_hangs_until(stream, move || drop(mock));
     }
