@@ -275,3 +275,38 @@ fn a_daemon_killed_during_a_first_prompt_resumes_its_thread_on_the_rerun() {
     assert_eq!(told, 1, "thread.started once per new thread");
     home.stop_daemon();
 }
+
+#[test]
+fn an_engine_child_gets_its_trace_and_none_of_the_daemons_own_variables() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    home.ok(&["config", "set", "engines.fake.path", fake]);
+    let work = home.work();
+    home.ok(&[
+        "project",
+        "add",
+        "p",
+        work.to_str().unwrap(),
+        "--engine",
+        "fake",
+    ]);
+    let session = home.json(&["session", "new", "p", "--title", "env", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The daemon was started (by the first command) with its readiness variable set.
+    let answer = home.ok(&["send", &session, "@fake echo-env\nwhat do I get", "--wait"]);
+    let env: serde_json::Value = serde_json::from_str(answer.trim()).expect("a JSON answer");
+    assert_eq!(
+        env["CORRAL_DAEMON_NOTIFY"],
+        serde_json::Value::Null,
+        "{env}"
+    );
+    assert_eq!(env["CORRAL_SESSION_ID"], session.as_str(), "{env}");
+    assert!(env["CORRAL_RUN_ID"].is_string(), "{env}");
+    // The driver (this `send --wait`) started its own trace: the agent's calls join it.
+    let parent = env["CORRAL_PARENT_EXEC"].as_str().expect("a parent exec");
+    let shown = home.json(&["monitor", "show", parent, "--json"]);
+    assert_eq!(env["CORRAL_TRACE_ID"], shown["trace_id"], "{env} {shown}");
+    home.stop_daemon();
+}

@@ -652,7 +652,7 @@ ledger_write!(
     /// Writes a run's row before its child is spawned, bumping the session's provider
     /// generation; replies with the exec the child gets as its parent (the driver's, else
     /// the run's default).
-    StartRun { run: work::NewRun } -> Option<String>,
+    StartRun { run: work::NewRun } -> Option<work::RunDriver>,
     |this, connection| work::insert_run(connection, &this.run)
 );
 

@@ -97,7 +97,7 @@
 //! | `ignore-sigterm` | Ignore SIGTERM from the start (SIGKILL still ends it). |
 //! | `stderr=TEXT` | Print TEXT as a line on stderr at the start. |
 //! | `title=TEXT` | When the prompt contains `corral-title:`, begin the answer with `<!-- corral-title: TEXT -->` and a newline. With the marker but no `title` directive, TEXT is the first 4 words of the prompt's first line. Without the marker there is no title line. |
-//! | `echo-env` | The answer is a JSON object of the variables `CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_PARENT_EXEC`, `CORRAL_RUN_ATTEMPT` and `CLAUDE_CODE_MAX_RETRIES` (null when unset). |
+//! | `echo-env` | The answer is a JSON object of the variables `CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_PARENT_EXEC`, `CORRAL_RUN_ATTEMPT`, `CLAUDE_CODE_MAX_RETRIES`, `CORRAL_TRACE_ID`, `CORRAL_RUN_ID` and `CORRAL_DAEMON_NOTIFY` (null when unset). |
 //! | `run=CMD` | Before the progress items, run `sh -c CMD` (stdin closed, stderr merged into stdout, environment and directory inherited) and report it. codex: `item.started` then `item.completed` of type `command_execution` with `command` (CMD), `aggregated_output`, `exit_code` and `status` (`completed` for exit 0, `failed` otherwise, as codex does). claude: an `assistant` line with a `tool_use` of `Bash` and a `user` line with its `tool_result`. |
 //!
 //! `crash`, `partial`, `garbage`, `hang`, `missing-rollout`, `ignore-sigterm` and `echo-env`
@@ -761,6 +761,9 @@ fn answer_text(script: &Script, prompt: &str) -> String {
             "CORRAL_PARENT_EXEC" => var("CORRAL_PARENT_EXEC"),
             "CORRAL_RUN_ATTEMPT" => var("CORRAL_RUN_ATTEMPT"),
             "CLAUDE_CODE_MAX_RETRIES" => var("CLAUDE_CODE_MAX_RETRIES"),
+            "CORRAL_TRACE_ID" => var("CORRAL_TRACE_ID"),
+            "CORRAL_RUN_ID" => var("CORRAL_RUN_ID"),
+            "CORRAL_DAEMON_NOTIFY" => var("CORRAL_DAEMON_NOTIFY"),
         }
         .0
     } else if let Some(answer) = &script.answer {

@@ -608,10 +608,19 @@ pub struct NewRun {
 
 /// Writes a run's row. The exec recorded as its parent is the session's current driver, else
 /// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
+/// The exec a run's agent works under: the session's driver (or the exec hosting the
+/// supervisor), and the trace that exec belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDriver {
+    pub exec_id: String,
+    /// `None` when the exec is not in the store (a library caller's own id).
+    pub trace_id: Option<String>,
+}
+
 pub(crate) fn insert_run(
     connection: &Connection,
     run: &NewRun,
-) -> rusqlite::Result<Option<String>> {
+) -> rusqlite::Result<Option<RunDriver>> {
     let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
     connection.run(
         "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
@@ -634,7 +643,17 @@ pub(crate) fn insert_run(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         [&run.prompt_id],
     )?;
-    Ok(exec_id)
+    let Some(exec_id) = exec_id else {
+        return Ok(None);
+    };
+    let trace_id = connection
+        .row(
+            "SELECT trace_id FROM execs WHERE id = ?1",
+            [&exec_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(Some(RunDriver { exec_id, trace_id }))
 }
 
 /// The child of a run was spawned: its identity, to end it (or find it after a crash).

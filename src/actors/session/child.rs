@@ -387,15 +387,29 @@ pub(super) struct ChildEnv<'a> {
     pub(super) session_id: &'a str,
     /// The exec that drives the session now: the agent's own `corral` calls become its children.
     pub(super) exec_id: Option<&'a str>,
+    /// That exec's trace: the agent's own `corral` calls belong to it.
+    pub(super) trace_id: Option<&'a str>,
     pub(super) attempt: i64,
 }
 
+/// Variables of the daemon's own environment that are the daemon's business, not an engine's:
+/// removed from every child (a child that kept `CORRAL_DAEMON_NOTIFY` and started a daemon
+/// would write the readiness notice meant for the one that started ours).
+const DAEMON_ONLY: &[&str] = &[
+    crate::daemon::READY_ENV,
+    "CORRAL_APP_SERVER_INIT_TIMEOUT_MS",
+];
+
 impl ChildEnv<'_> {
-    /// Sets the variables a child of run `run_id` gets: who it is (`CORRAL_HOME`,
-    /// `CORRAL_SESSION_ID`, `CORRAL_RUN_ID`, `CORRAL_RUN_ATTEMPT`), who drives it
-    /// (`CORRAL_PARENT_EXEC`), and the engine's own defaults ([`engine::Engine::env`]) unless
-    /// the daemon's environment sets them.
+    /// Sets the variables a child of run `run_id` gets, on top of the daemon's environment
+    /// minus [`DAEMON_ONLY`]: who it is (`CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_RUN_ID`,
+    /// `CORRAL_RUN_ATTEMPT`), who drives it (`CORRAL_PARENT_EXEC`, `CORRAL_TRACE_ID`),
+    /// `RUST_BACKTRACE=0`, and the engine's own defaults ([`engine::Engine::env`]) unless the
+    /// daemon's environment sets them. README's "Environment" lists the same.
     fn apply(&self, command: &mut tokio::process::Command, run_id: &str, kind: EngineKind) {
+        for name in DAEMON_ONLY {
+            command.env_remove(name);
+        }
         command
             .env("CORRAL_HOME", self.home)
             .env("CORRAL_SESSION_ID", self.session_id)
@@ -406,6 +420,10 @@ impl ChildEnv<'_> {
         match self.exec_id {
             Some(exec_id) => command.env("CORRAL_PARENT_EXEC", exec_id),
             None => command.env_remove("CORRAL_PARENT_EXEC"),
+        };
+        match self.trace_id {
+            Some(trace_id) => command.env(crate::cli::invocation::ENV_TRACE_ID, trace_id),
+            None => command.env_remove(crate::cli::invocation::ENV_TRACE_ID),
         };
         for (name, value) in kind.adapter().env() {
             if std::env::var_os(name).is_none() {

@@ -169,10 +169,14 @@ impl Worker {
             let adapter = run.kind.adapter();
             let argv = adapter.argv(&spec);
             let run_id = uuid::Uuid::now_v7().to_string();
-            let exec_id = match self.start_run(&run, &run_id, &argv, serving).await {
-                Ok(exec_id) => exec_id,
+            let driver = match self.start_run(&run, &run_id, &argv, serving).await {
+                Ok(driver) => driver,
                 Err(end) => return end,
             };
+            let exec_id = driver.as_ref().map(|driver| driver.exec_id.as_str());
+            let trace_id = driver
+                .as_ref()
+                .and_then(|driver| driver.trace_id.as_deref());
             let (outcome, reported_thread) = match (&server, serving) {
                 (Some(server), Some((generation, pid))) => {
                     let turn = AppTurn {
@@ -184,7 +188,7 @@ impl Worker {
                         model: spec.model.as_deref(),
                         sandbox: run.sandbox,
                         cwd: &run.project.path,
-                        driver_exec: exec_id.as_deref(),
+                        driver_exec: exec_id,
                         generation,
                         pid,
                     };
@@ -202,7 +206,8 @@ impl Worker {
                         environment: ChildEnv {
                             home: &shared.home,
                             session_id: &self.session_id.clone(),
-                            exec_id: exec_id.as_deref(),
+                            exec_id,
+                            trace_id,
                             attempt: run.attempt,
                         },
                         kind: run.kind,
@@ -374,14 +379,14 @@ impl Worker {
 
     /// The run's row and the driver's exec in one transaction, with the deferred events: the
     /// current driver's exec is the parent of what the agent runs (without one, the exec
-    /// hosting the supervisor). Returns that exec.
+    /// hosting the supervisor). Returns that exec and its trace.
     async fn start_run(
         &mut self,
         run: &PromptRun,
         run_id: &str,
         argv: &[std::ffi::OsString],
         serving: Option<(u64, u32)>,
-    ) -> Result<Option<String>, PromptEnd> {
+    ) -> Result<Option<work::RunDriver>, PromptEnd> {
         let row = work::NewRun {
             id: run_id.to_string(),
             prompt_id: run.prompt.id.clone(),
