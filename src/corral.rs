@@ -577,3 +577,58 @@ impl Corral {
         &self.shared.home
     }
 }
+
+impl Corral {
+    /// Stores (and publishes) one event of a session that no worker tells: what the daemon
+    /// itself did about the session (a refused request).
+    pub async fn record_event(
+        &self,
+        session_id: &str,
+        kind: crate::events::EventKind,
+        payload: serde_json::Value,
+    ) {
+        let event = work::NewEvent {
+            session_id: session_id.to_string(),
+            prompt_id: None,
+            run_id: None,
+            kind,
+            payload,
+        };
+        self.shared.append_events(vec![event]).await;
+    }
+
+    /// The runs whose engines live now, as origins of requests are matched against them
+    /// (`daemon::origin`): each child run's engine, and each project's app-server child.
+    pub async fn live_runs(&self) -> Vec<crate::daemon::origin::LiveRun> {
+        let mut runs = self
+            .read(|connection| {
+                let mut statement = connection.prepare_cached(
+                    "SELECT id, session_id, pid FROM runs WHERE status = 'running' AND pid IS NOT NULL",
+                )?;
+                let rows = statement
+                    .query_map([], |row| {
+                        Ok(crate::daemon::origin::LiveRun {
+                            run_id: row.get(0)?,
+                            session_id: Some(row.get(1)?),
+                            pid: row.get(2)?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .unwrap_or_default();
+        for state in self.app_servers().await {
+            if let Some(pid) = state["pid"]
+                .as_i64()
+                .filter(|_| state["status"] != "stopped")
+            {
+                runs.push(crate::daemon::origin::LiveRun {
+                    run_id: format!("app-server of project {}", state["project_id"]),
+                    session_id: None,
+                    pid: pid as i32,
+                });
+            }
+        }
+        runs
+    }
+}

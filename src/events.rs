@@ -92,6 +92,9 @@ event_kinds! {
     ServerRequest => "server.request",
     /// An app-server child's transport closed before its turn completed.
     TransportClosed => "transport.closed",
+    /// A request from inside one of the session's runs was refused: it would have widened
+    /// what the agent may do (`method`, `what`, `found_by`, `peer_pid`).
+    RequestRefused => "request.refused",
 }
 
 impl EventKind {

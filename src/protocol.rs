@@ -39,6 +39,8 @@ pub mod code {
     pub const VERSION_MISMATCH: i64 = -32008;
     /// The session has a live driver and the claim did not ask to take over.
     pub const CLAIMED: i64 = -32009;
+    /// The request would widen what an agent may do, and came from inside a supervised run.
+    pub const NOT_ALLOWED: i64 = -32010;
 }
 
 /// A request (with an `id`) or a notification (without).

@@ -9,8 +9,10 @@ use std::rc::Rc;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::origin;
 use super::server::Connection;
 use crate::actors::ledger::{ChangeProject, ChangeSession, ClaimDriver, ReleaseDriver, WaveNamed};
+use crate::events::EventKind;
 use crate::protocol::{
     code, ClaimParams, ProjectAddParams, ProjectSetParams, ReleaseParams, RpcError, SendParams,
     SessionNewParams, METHODS,
@@ -44,10 +46,74 @@ fn params<T: DeserializeOwned>(value: &Value) -> Result<T, RpcError> {
 }
 
 fn string_param<'a>(value: &'a Value, name: &str) -> Result<&'a str, RpcError> {
-    value
-        .get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::new(code::INVALID_PARAMS, format!("{name} is required")))
+    match value.get(name) {
+        Some(Value::String(text)) => Ok(text),
+        None | Some(Value::Null) => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("{name} is required"),
+        )),
+        Some(other) => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("{name} must be a string, not {}", json_type(other)),
+        )),
+    }
+}
+
+/// An optional param: absent or null is `None`; a value of another type is refused (never
+/// read as absent: `{"value": 12}` must not unset a setting).
+fn optional<T: DeserializeOwned>(value: &Value, name: &str) -> Result<Option<T>, RpcError> {
+    match value.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(given) => serde_json::from_value(given.clone())
+            .map(Some)
+            .map_err(|_| {
+                RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("{name} has the wrong type ({})", json_type(given)),
+                )
+            }),
+    }
+}
+
+/// The JSON type of a value, for error messages.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Params are named: an object, or absent. Positional (array) params are refused, whatever
+/// the method, as is any other JSON value.
+fn check_named(params: &Value) -> Result<(), RpcError> {
+    match params {
+        Value::Object(_) | Value::Null => Ok(()),
+        other => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!(
+                "params must be an object of named params, not {} (positional params are not supported)",
+                json_type(other)
+            ),
+        )),
+    }
+}
+
+/// The longest title a person may give a session, in characters (a generated one is cut at
+/// 120).
+pub const MAX_TITLE: usize = 500;
+
+/// A selector as an error message shows it: cut, so that a 100 KB selector is not echoed.
+fn shown(selector: &str) -> String {
+    const SHOWN: usize = 80;
+    if selector.chars().count() <= SHOWN {
+        return selector.to_string();
+    }
+    let cut: String = selector.chars().take(SHOWN).collect();
+    format!("{cut}… ({} bytes)", selector.len())
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
@@ -56,6 +122,67 @@ fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
 
 fn store_error(error: CorralError) -> RpcError {
     error.into()
+}
+
+/// A person's title: not empty, at most [`MAX_TITLE`] characters.
+fn check_title(title: &str) -> Result<(), RpcError> {
+    if title.is_empty() {
+        return Err(RpcError::new(code::INVALID_PARAMS, "the title is empty"));
+    }
+    let length = title.chars().count();
+    if length > MAX_TITLE {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("the title is {length} characters; at most {MAX_TITLE}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Privilege stays with people: a request that would widen what an agent may do is refused
+/// when it comes from inside a supervised run (`origin::find`), and the attempt is recorded
+/// as an event of the run's session.
+async fn refuse_widening_from_a_run(
+    connection: &Rc<Connection>,
+    method: &str,
+    params_value: &Value,
+) -> Result<(), RpcError> {
+    let Some(what) = origin::widening(method, params_value) else {
+        return Ok(());
+    };
+    let Some(peer) = connection.peer_pid else {
+        return Ok(());
+    };
+    let corral = &connection.context.corral;
+    let runs = corral.live_runs().await;
+    let Some(origin) = origin::find(peer, &runs) else {
+        return Ok(());
+    };
+    let session = origin
+        .session_id
+        .clone()
+        .unwrap_or_else(|| origin.run_id.clone());
+    tracing::warn!(method, what, peer, run = %origin.run_id, found_by = origin.found_by, "refused a widening request from a supervised run");
+    if let Some(session_id) = &origin.session_id {
+        corral
+            .record_event(
+                session_id,
+                EventKind::RequestRefused,
+                json!({
+                    "method": method,
+                    "what": what,
+                    "run_id": origin.run_id,
+                    "found_by": origin.found_by,
+                    "peer_pid": peer,
+                }),
+            )
+            .await;
+    }
+    Err(RpcError::new(
+        code::NOT_ALLOWED,
+        format!("not allowed from inside a supervised run (session {session}): {what}"),
+    )
+    .with_data(json!({ "run_id": origin.run_id, "found_by": origin.found_by })))
 }
 
 /// Picks the one item a selector names: exact id, then exact name, then unique id prefix.
@@ -95,7 +222,7 @@ fn select<T>(
     match matches.len() {
         0 => Err(RpcError::new(
             code::NOT_FOUND,
-            format!("No {kind} matches '{selector}'"),
+            format!("No {kind} matches '{}'", shown(selector)),
         )),
         1 => Ok(matches.remove(0)),
         _ => {
@@ -108,7 +235,11 @@ fn select<T>(
                 .collect();
             Err(RpcError::new(
                 code::AMBIGUOUS,
-                format!("Ambiguous {kind} '{selector}': {}", candidates.join(", ")),
+                format!(
+                    "Ambiguous {kind} '{}': {}",
+                    shown(selector),
+                    candidates.join(", ")
+                ),
             )
             .with_data(json!({ "candidates": candidates })))
         }
@@ -181,6 +312,8 @@ pub async fn call(
 ) -> Result<Value, RpcError> {
     let context = &connection.context;
     let corral = &context.corral;
+    check_named(params_value)?;
+    refuse_widening_from_a_run(connection, method, params_value).await?;
     match method {
         "status" => {
             let sessions = corral.read(work::sessions).map_err(store_error)?;
@@ -216,10 +349,7 @@ pub async fn call(
             to_value(&project)
         }
         "project.list" => {
-            let all = params_value
-                .get("all")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+            let all = optional::<bool>(params_value, "all")?.unwrap_or(false);
             let projects: Vec<Project> = corral
                 .read(work::projects)
                 .map_err(store_error)?
@@ -260,15 +390,15 @@ pub async fn call(
         }
         "group.set" => {
             let name = string_param(params_value, "name")?;
-            let locking = params_value
-                .get("locking")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
+            let locking = optional::<bool>(params_value, "locking")?.unwrap_or(true);
             corral.set_group_locking(name, locking).await?;
             Ok(json!({ "name": name, "locking": locking }))
         }
         "session.new" => {
             let p: SessionNewParams = params(params_value)?;
+            if let Some(title) = &p.title {
+                check_title(title.trim())?;
+            }
             let project = resolve_project(corral, &p.project)?;
             let wave_id = match &p.wave {
                 Some(name) => {
@@ -298,12 +428,9 @@ pub async fn call(
             to_value(&session)
         }
         "session.list" => {
-            let all = params_value
-                .get("all")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let project = match params_value.get("project").and_then(Value::as_str) {
-                Some(selector) => Some(resolve_project(corral, selector)?.id),
+            let all = optional::<bool>(params_value, "all")?.unwrap_or(false);
+            let project = match optional::<String>(params_value, "project")? {
+                Some(selector) => Some(resolve_project(corral, &selector)?.id),
                 None => None,
             };
             let sessions: Vec<Session> = corral
@@ -329,9 +456,7 @@ pub async fn call(
             let session = resolve_session(corral, string_param(params_value, "session")?)?;
             let title = if method == "session.rename" {
                 let title = string_param(params_value, "title")?.trim();
-                if title.is_empty() {
-                    return Err(RpcError::new(code::INVALID_PARAMS, "the title is empty"));
-                }
+                check_title(title)?;
                 Some(title.to_string())
             } else {
                 None
@@ -449,8 +574,8 @@ pub async fn call(
                     format!("unknown setting '{name}' (known: {})", names.join(", ")),
                 ));
             }
-            let value = params_value.get("value").and_then(Value::as_str);
-            corral.set_setting(name, value).await?;
+            let value = optional::<String>(params_value, "value")?;
+            corral.set_setting(name, value.as_deref()).await?;
             let stored = corral
                 .read(|c| Ok(settings::get(c, name)))
                 .map_err(store_error)?;

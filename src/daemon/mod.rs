@@ -15,6 +15,7 @@
 //!    signal skips the grace; remove the socket; exit 0.
 
 pub mod methods;
+pub mod origin;
 pub mod server;
 
 use std::io::Write;

@@ -74,6 +74,9 @@ pub struct Connection {
     pub initialized: Cell<bool>,
     /// The client's exec (the driver of what it sends), from `initialize`.
     pub exec_id: RefCell<Option<String>>,
+    /// The client's pid (SO_PEERCRED) when the connection was accepted: where its requests
+    /// come from (`origin::find`).
+    pub peer_pid: Option<i32>,
     out: mpsc::Sender<String>,
     subscriptions: RefCell<HashMap<u64, tokio::task::JoinHandle<()>>>,
 }
@@ -157,8 +160,8 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(reader: &mut R) -> std::io::Resul
 pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
     // SO_PEERCRED: only our own user may drive our agents.
     let own_uid = unsafe { libc::geteuid() };
-    match stream.peer_cred() {
-        Ok(peer) if peer.uid() == own_uid => {}
+    let peer_pid = match stream.peer_cred() {
+        Ok(peer) if peer.uid() == own_uid => peer.pid(),
         Ok(peer) => {
             tracing::warn!(peer_uid = peer.uid(), pid = ?peer.pid(), "refused a client of another user");
             return;
@@ -167,7 +170,7 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
             tracing::warn!(%error, "refused a client whose credentials cannot be read");
             return;
         }
-    }
+    };
     let (read, mut write) = stream.into_split();
     let (out, mut outbound) = mpsc::channel::<String>(OUTBOUND);
     let writer = actix::spawn(async move {
@@ -182,6 +185,7 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
         context,
         initialized: Cell::new(false),
         exec_id: RefCell::new(None),
+        peer_pid,
         out,
         subscriptions: RefCell::new(HashMap::new()),
     });

@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod engines;
 pub mod library;
 pub mod pty;
+pub mod rpc;
 
 use std::ffi::OsStr;
 use std::io::Write;
