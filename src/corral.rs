@@ -118,8 +118,10 @@ impl Corral {
     /// manager and the supervisor, and resumes what a previous supervisor left.
     pub async fn start(options: CorralOptions) -> Result<Corral, CorralError> {
         let path = store::store_path(&options.home);
-        if !options.store_checked && store::inspect(&path)? == Compatibility::Incompatible {
-            return Err(CorralError::Store(store::UNAVAILABLE.into()));
+        if !options.store_checked {
+            if let Compatibility::Incompatible(foreign) = store::inspect(&path)? {
+                return Err(CorralError::Store(store::refusal(&path, foreign)));
+            }
         }
         let (ledger, _) = LedgerHandle::start(&path, true).await?;
         let readers = ReaderPool::new(&path);

@@ -10,8 +10,11 @@
 //! 1. parse; a parse that ends the process (`--help`, `--version`, a usage error) is an *early
 //!    command*: it never creates or migrates the store, but records its exec into a store that
 //!    already exists and is compatible;
-//! 2. locate and check the home and the store; a file that is not a corral store is never
-//!    written: the command says [`UNAVAILABLE`] and runs without recording;
+//! 2. locate and check the home and the store (`store::inspect`, before SQLite sees the
+//!    file); a file that is not a corral store this binary may use is never opened: the
+//!    command says so in one line ([`store::refusal`]) and — unless it needs no store
+//!    ([`Command::needs_store`]: `run` runs unrecorded) — exits 1 before it connects to a
+//!    daemon, starts one, or opens a reader;
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
 //!    outcome, and the signal only when a signal really ended a process.
 
@@ -45,7 +48,7 @@ use clap::{Parser, Subcommand};
 use crate::actors::ledger::{LedgerError, LedgerHandle};
 use crate::home;
 use crate::store::exec::Outcome;
-use crate::store::{self, Compatibility, StoreError, UNAVAILABLE};
+use crate::store::{self, Compatibility, StoreError};
 use invocation::Invocation;
 
 /// corral: a local supervisor for coding-agent CLIs, with a searchable ledger of every command.
@@ -104,6 +107,18 @@ pub enum Command {
     /// Panics on purpose: lets the tests see that a panic still completes the exec.
     #[command(name = "__panic", hide = true)]
     Panic,
+}
+
+impl Command {
+    /// Whether the command needs the home's store (directly, or through the daemon, which
+    /// refuses a store it cannot use). Only these go on without it, unrecorded: `run` (the
+    /// command is the point), `demo` (a home of its own), `completions`.
+    pub fn needs_store(&self) -> bool {
+        !matches!(
+            self,
+            Command::Run(_) | Command::Demo(_) | Command::Completions(_) | Command::Panic
+        )
+    }
 }
 
 /// How a command ended, as the ledger records it.
@@ -241,14 +256,16 @@ fn early(error: clap::Error, argv: Vec<OsString>) -> i32 {
                     Ok((ledger, version)) if version >= 1 => {
                         let _ = invocation.record_whole(&ledger, &Exit::code(code)).await;
                     }
-                    Err(error) if error.store_error().is_some_and(StoreError::is_incompatible) => {
-                        eprintln!("{UNAVAILABLE}")
+                    Err(error) => {
+                        if let Some(StoreError::Incompatible(foreign)) = error.store_error() {
+                            eprintln!("{}", store::refusal(&path, *foreign));
+                        }
                     }
                     _ => {}
                 }
             });
         }
-        Ok(Compatibility::Incompatible) => eprintln!("{UNAVAILABLE}"),
+        Ok(Compatibility::Incompatible(foreign)) => eprintln!("{}", store::refusal(&path, foreign)),
         _ => {}
     }
     code
@@ -304,6 +321,10 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
 }
 
 async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError> {
+    if context.ledger.is_none() && command.needs_store() {
+        // The refusal was said when the store was checked: one line, and nothing opened.
+        return Err(CliError::silent(1));
+    }
     match command {
         // `run` owns a child: it handles SIGINT/SIGTERM itself, ending the child's group first.
         Command::Run(args) => run::execute(context, args).await,
@@ -364,18 +385,20 @@ async fn open(cli: &Cli, argv: Vec<OsString>) -> Result<Context, CliError> {
     home::prepare(&home, &source).map_err(CliError::failure)?;
     let store_path = store::store_path(&home);
     let ledger = match store::inspect(&store_path)? {
-        Compatibility::Incompatible => None,
+        Compatibility::Incompatible(foreign) => Err(foreign),
         Compatibility::Missing | Compatibility::Plausible => {
             match LedgerHandle::start(&store_path, true).await {
-                Ok((ledger, _)) => Some(ledger),
-                Err(error) if error.store_error().is_some_and(StoreError::is_incompatible) => None,
-                Err(error) => return Err(describe_open_error(&store_path, error)),
+                Ok((ledger, _)) => Ok(ledger),
+                Err(error) => match error.store_error() {
+                    Some(StoreError::Incompatible(foreign)) => Err(*foreign),
+                    _ => return Err(describe_open_error(&store_path, error)),
+                },
             }
         }
     };
-    if ledger.is_none() {
-        eprintln!("{UNAVAILABLE}");
-    }
+    let ledger = ledger
+        .map_err(|foreign| eprintln!("{}", store::refusal(&store_path, foreign)))
+        .ok();
     Ok(Context {
         home,
         store_path,

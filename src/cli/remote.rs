@@ -24,15 +24,17 @@ const EVENT_BUFFER: usize = 1024;
 /// How many characters of a summary a line shows.
 const SUMMARY_CHARS: usize = 200;
 
-/// Whether this command may start a daemon: not with `--no-spawn`, not when the store says
-/// `daemon.autostart = false`.
+/// Whether this command may start a daemon: not with `--no-spawn`, not when the store was
+/// refused, not when the store says `daemon.autostart = false`.
 fn may_spawn(context: &Context) -> bool {
     if context.no_spawn {
         return false;
     }
-    let stored = crate::store::open_reader(&context.store_path)
-        .ok()
-        .and_then(|connection| crate::store::settings::get(&connection, AUTOSTART));
+    // Through the context: a store the check refused is never opened, not even to read.
+    let Ok(connection) = context.reader() else {
+        return false;
+    };
+    let stored = crate::store::settings::get(&connection, AUTOSTART);
     stored.as_deref().map(str::trim) != Some("false")
 }
 

@@ -4,13 +4,18 @@
 //! - [`mod@self`]: opening the file, telling a corral store from anything else, the pragmas;
 //! - [`migrations`]: the numbered schema steps, each applied in one transaction;
 //! - [`exec`]: the exec ledger's model (an [`Exec`](exec::Exec) row, a page of them) and its
-//!   SQL, both the writes the ledger actor applies and the reads the CLI runs.
+//!   SQL, both the writes the ledger actor applies and the reads the CLI runs;
+//! - [`work`], [`settings`]: projects, sessions, prompts, runs, events; the settings.
 //!
 //! Who touches the file: only the ledger actor (`crate::actors::ledger`) holds a writing
 //! connection. Everything else opens [`open_reader`] connections, which SQLite itself refuses
 //! to write through. Before any connection is opened, [`inspect`] reads the file's header with
-//! plain file I/O, so a file that is not ours is never handed to SQLite in write mode and stays
-//! byte-identical, with no `-wal`/`-shm` beside it.
+//! plain file I/O, so a file the header rules out is never handed to SQLite at all, not even
+//! to a reader, and stays byte-identical, with no `-wal`/`-shm` beside it. Every way in takes that
+//! check: the CLI's `open` (before any command, the daemon's included, and before any reader
+//! or auto-start), the early commands, and `Corral::start` (the library); what the header lets
+//! through is confirmed by [`check_connection`] before anything is written. A refused store
+//! is said in one line, [`refusal`].
 
 pub mod exec;
 pub mod migrations;
@@ -75,15 +80,60 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const WAL_AUTOCHECKPOINT_PAGES: u32 = 64;
 
 /// The message every command prints when the file at the store's path is not a store this
-/// binary may write. The command goes on without recording.
+/// binary may write (see [`refusal`] for the whole line). `corral run` goes on without
+/// recording; every command that needs the store stops there (exit 1).
 pub const UNAVAILABLE: &str = "Exec history unavailable: no compatible process ledger";
+
+/// Why the file at the store's path is not a store this binary may open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foreign {
+    /// Not a SQLite database (or shorter than its 100-byte header).
+    NotSqlite,
+    /// A SQLite file whose `application_id` is another program's.
+    OtherProgram { application_id: i32 },
+    /// A corral store of a schema newer than this binary knows.
+    Newer { version: u32 },
+    /// A SQLite file without an id that already holds tables (another program's).
+    Unidentified,
+    /// A WAL-mode SQLite file without an id and without its `-wal`: opening it at all would
+    /// make SQLite create files beside it.
+    UnidentifiedWal,
+}
+
+impl std::fmt::Display for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Foreign::NotSqlite => write!(f, "not a SQLite database"),
+            Foreign::OtherProgram { application_id } => write!(
+                f,
+                "another program's SQLite file (application_id {application_id:#010x})"
+            ),
+            Foreign::Newer { version } => write!(
+                f,
+                "a corral store of schema {version}, newer than this corral's {}",
+                migrations::SCHEMA_VERSION
+            ),
+            Foreign::Unidentified => write!(f, "a SQLite file with tables but no corral id"),
+            Foreign::UnidentifiedWal => write!(f, "a WAL-mode SQLite file with no corral id"),
+        }
+    }
+}
+
+/// The one line that says the store at `path` is refused, and why: [`UNAVAILABLE`], the file
+/// and the reason, and that it is left as it is.
+pub fn refusal(path: &Path, foreign: Foreign) -> String {
+    format!(
+        "{UNAVAILABLE} — {} is {foreign}; it is left untouched",
+        path.display()
+    )
+}
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The file exists but is not a corral store this binary can use (see [`Compatibility`]).
-    #[error("{UNAVAILABLE}")]
-    Incompatible,
+    #[error("{UNAVAILABLE} — the store is {0}; it is left untouched")]
+    Incompatible(Foreign),
     /// Another connection held the write lock for longer than the busy timeout.
     #[error("the store at {0} is locked by another writer")]
     Locked(PathBuf),
@@ -96,7 +146,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether this says the file is not a store this binary may write.
     pub fn is_incompatible(&self) -> bool {
-        matches!(self, StoreError::Incompatible)
+        matches!(self, StoreError::Incompatible(_))
     }
 
     /// Turns a SQLite busy/locked error into [`StoreError::Locked`] naming the file, so the user
@@ -123,7 +173,7 @@ pub enum Compatibility {
     Plausible,
     /// Not SQLite, another program's SQLite file, or a schema newer than this binary: never
     /// opened by SQLite at all.
-    Incompatible,
+    Incompatible(Foreign),
 }
 
 /// Where the store of `home` lives.
@@ -168,18 +218,22 @@ pub fn inspect(path: &Path) -> Result<Compatibility, StoreError> {
         return Ok(Compatibility::Plausible);
     }
     if filled < header.len() || &header[..16] != b"SQLite format 3\0" {
-        return Ok(Compatibility::Incompatible);
+        return Ok(Compatibility::Incompatible(Foreign::NotSqlite));
     }
     let user_version = u32::from_be_bytes(header[60..64].try_into().expect("4 bytes"));
     let application_id = i32::from_be_bytes(header[68..72].try_into().expect("4 bytes"));
     let wal_mode = header[18] == 2;
     Ok(match application_id {
         APPLICATION_ID if user_version <= migrations::SCHEMA_VERSION => Compatibility::Plausible,
+        APPLICATION_ID => Compatibility::Incompatible(Foreign::Newer {
+            version: user_version,
+        }),
         // No id in the main file: ours if the id is still in the WAL, or if it is a store
         // created but never migrated. A WAL-mode file without its `-wal` would make SQLite
         // create files beside it, so it must carry our id in the main file already.
         0 if !wal_mode || wal_path(path).exists() => Compatibility::Plausible,
-        _ => Compatibility::Incompatible,
+        0 => Compatibility::Incompatible(Foreign::UnidentifiedWal),
+        application_id => Compatibility::Incompatible(Foreign::OtherProgram { application_id }),
     })
 }
 
@@ -199,19 +253,21 @@ pub fn check_connection(connection: &Connection) -> Result<u32, StoreError> {
     let version: u32 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     let tables: i64 =
         connection.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))?;
-    let ours = match application_id {
-        APPLICATION_ID => version <= migrations::SCHEMA_VERSION,
-        0 => version == 0 && tables == 0,
-        _ => false,
+    let refused = match application_id {
+        APPLICATION_ID if version <= migrations::SCHEMA_VERSION => None,
+        APPLICATION_ID => Some(Foreign::Newer { version }),
+        0 if version == 0 && tables == 0 => None,
+        0 => Some(Foreign::Unidentified),
+        application_id => Some(Foreign::OtherProgram { application_id }),
     };
-    if ours {
-        Ok(version)
-    } else {
+    if let Some(foreign) = refused {
         connection.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
         )?;
-        Err(StoreError::Incompatible)
+        Err(StoreError::Incompatible(foreign))
+    } else {
+        Ok(version)
     }
 }
 
