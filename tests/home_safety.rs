@@ -1,18 +1,23 @@
 //! A home is safe from corral itself: a store that is not ours is never opened by any command,
-//! the daemon or the library (issue 10, item 6). Every test runs the built binary in a
-//! temporary `CORRAL_HOME`.
+//! the daemon or the library (issue 10, item 6), and commands that only look never start a
+//! daemon (item 7). Every test runs the built binary in a temporary `CORRAL_HOME`.
 
 mod common;
 
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use common::daemon::processes_of;
-use common::{stderr, Home};
+use serde_json::Value;
+
+use common::daemon::{processes_of, DaemonHome};
+use common::{stderr, stdout, Home};
 use corral::{Corral, CorralOptions};
 use rusqlite::Connection;
 
 const UNAVAILABLE: &str = "Exec history unavailable: no compatible process ledger";
+
+/// What an inspection exits with when it could not do all it was asked because no daemon runs.
+const NO_DAEMON: i32 = 3;
 
 /// Files that are not a corral store this binary may use, WAL-mode ones among them (a
 /// reader's connection to those would leave `-wal` and `-shm` beside them).
@@ -201,4 +206,193 @@ fn the_library_refuses_a_foreign_store_and_touches_nothing() {
         assert_eq!(std::fs::read(home.db_path()).unwrap(), bytes, "{kind}");
         assert_eq!(entries(home.path()), ["corral.db"], "{kind}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inspection does not start work
+
+/// A home with a project `p`, a session `s` whose one prompt is done, and no daemon (the one
+/// that did the work was stopped).
+fn home_with_history() -> DaemonHome {
+    let home = DaemonHome::new();
+    home.config(&[
+        (
+            "engines.fake.path",
+            env!("CARGO_BIN_EXE_corral-fake-engine"),
+        ),
+        ("daemon.shutdown_grace_ms", "500"),
+        ("slots.fake", "2"),
+    ]);
+    home.add_project("p", &home.work(), "fake");
+    home.new_session(&["p", "--title", "s"]);
+    let answer = home.ok(&["send", "s", "@fake answer=all done\nwork", "--wait"]);
+    assert!(answer.contains("all done"), "{answer}");
+    home.stop_daemon();
+    assert_no_daemon(&home, "after the setup");
+    home
+}
+
+fn assert_no_daemon(home: &DaemonHome, after: &str) {
+    assert!(
+        !home.path().join("daemon.pid").exists(),
+        "{after}: daemon.pid exists"
+    );
+    assert!(
+        !home.path().join("corral.sock").exists(),
+        "{after}: corral.sock exists"
+    );
+    let left = processes_of(home.path());
+    assert!(
+        left.is_empty(),
+        "{after}: processes of the home run: {left:?}"
+    );
+}
+
+/// The inspections, and what each exits with on a home no daemon serves.
+const INSPECTIONS: &[(&[&str], i32)] = &[
+    (&["session", "list"], 0),
+    (&["session", "list", "--json"], 0),
+    (&["session", "list", "--all", "--project", "p"], 0),
+    (&["session", "show", "s"], 0),
+    (&["session", "show", "s", "--json"], 0),
+    (&["history", "s"], 0),
+    (&["history", "s", "--json"], 0),
+    (&["watch", "s"], 0),
+    (&["watch", "s", "--json"], 0),
+    (&["watch", "s", "--follow"], NO_DAEMON),
+    (&["status"], NO_DAEMON),
+    (&["status", "--json"], NO_DAEMON),
+    (&["project", "list"], 0),
+    (&["project", "list", "--json"], 0),
+    (&["project", "show", "p"], 0),
+    (&["project", "show", "p", "--json"], 0),
+    (&["config", "get", "slots.fake"], 0),
+    (&["config", "get", "slots.fake", "--json"], 0),
+    (&["config", "list"], 0),
+    (&["config", "list", "--json"], 0),
+    (&["monitor"], 0),
+    (&["monitor", "list", "--all"], 0),
+    (&["monitor", "list", "--all", "--json"], 0),
+];
+
+#[test]
+fn inspections_read_the_store_and_never_start_a_daemon() {
+    let home = home_with_history();
+    let log = home.path().join("daemon.log");
+    let log_before = std::fs::metadata(&log).unwrap().len();
+    for (args, code) in INSPECTIONS {
+        let output = home.run(args);
+        assert_eq!(output.status.code(), Some(*code), "{args:?}: {output:?}");
+        assert!(!output.stdout.is_empty(), "{args:?}: {output:?}");
+        assert!(
+            !stderr(&output).contains("started one"),
+            "{args:?}: {output:?}"
+        );
+        assert_no_daemon(&home, &format!("after {args:?}"));
+        if args.contains(&"--json") {
+            let text = stdout(&output);
+            let documents: Vec<&str> = if args[0] == "watch" {
+                text.lines().collect()
+            } else {
+                vec![&text]
+            };
+            for document in documents {
+                serde_json::from_str::<Value>(document)
+                    .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {text}"));
+            }
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        log_before,
+        "the daemon's log was written: a daemon started"
+    );
+}
+
+#[test]
+fn inspections_without_a_daemon_say_what_they_found() {
+    let home = home_with_history();
+    let list = home.ok(&["session", "list"]);
+    assert!(list.contains(" s") && list.contains("p "), "{list}");
+    let history = home.ok(&["history", "s"]);
+    assert!(history.contains("all done"), "{history}");
+    let watched = home.ok(&["watch", "s"]);
+    assert!(watched.contains("prompt.done"), "{watched}");
+    // --follow: the stored events, then one line that says why it stops.
+    let output = home.run(&["watch", "s", "--follow"]);
+    assert_eq!(stdout(&output), watched);
+    let said = stderr(&output);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("no daemon runs for"), "{said}");
+    // status: one line, exit 3; --json: the store's view, daemon null.
+    let output = home.run(&["status"]);
+    assert_eq!(output.status.code(), Some(NO_DAEMON), "{output:?}");
+    assert_eq!(stdout(&output).lines().count(), 1, "{output:?}");
+    assert!(stdout(&output).contains("no daemon runs for"), "{output:?}");
+    assert!(stderr(&output).is_empty(), "{output:?}");
+    let output = home.run(&["status", "--json"]);
+    assert_eq!(output.status.code(), Some(NO_DAEMON), "{output:?}");
+    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["daemon"], Value::Null, "{status}");
+    assert_eq!(status["sessions"], 1, "{status}");
+    // Selectors and names are checked as the daemon checks them.
+    let said = home.fails(&["session", "show", "nope"], 1);
+    assert!(said.contains("No session matches 'nope'"), "{said}");
+    let said = home.fails(&["config", "get", "no.such.setting"], 2);
+    assert!(said.contains("unknown setting"), "{said}");
+    assert_eq!(home.ok(&["config", "get", "slots.fake"]).trim(), "2");
+    assert_no_daemon(&home, "after the inspections");
+    // A change starts one, as before.
+    let output = home.run(&["session", "new", "p", "--title", "t"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stderr(&output).contains("started one"), "{output:?}");
+    assert!(home.daemon_pid().is_some());
+    home.stop_daemon();
+}
+
+#[test]
+fn an_inspection_on_a_new_home_starts_no_daemon() {
+    for args in [
+        &["session", "list"][..],
+        &["project", "list"],
+        &["config", "list"],
+        &["status"],
+    ] {
+        let home = DaemonHome::new();
+        let output = home.run(args);
+        let code = if args[0] == "status" { NO_DAEMON } else { 0 };
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
+        assert_no_daemon(&home, &format!("after {args:?}"));
+        assert!(!home.path().join("daemon.log").exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn inspections_read_the_same_through_the_daemon_and_from_the_store() {
+    let home = home_with_history();
+    home.start_daemon();
+    let session = home.json(&["session", "show", "s", "--json"]);
+    let prompt = session["prompts"][0]["id"].as_str().unwrap().to_string();
+    let reads: Vec<Vec<&str>> = vec![
+        vec!["session", "list", "--json"],
+        vec!["session", "list", "--all", "--project", "p", "--json"],
+        vec!["session", "show", "s", "--json"],
+        vec!["history", "s", "--json"],
+        vec!["project", "list", "--all", "--json"],
+        vec!["project", "show", "p", "--json"],
+        vec!["config", "get", "slots.fake", "--json"],
+        vec!["config", "get", "slots.total", "--json"],
+        vec!["config", "list", "--json"],
+        vec!["watch", "s", "--json"],
+        vec!["watch", "s", "--after", "2"],
+        vec!["session", "list"],
+        vec!["history", "s"],
+    ];
+    let through_daemon: Vec<String> = reads.iter().map(|args| home.ok(args)).collect();
+    home.stop_daemon();
+    for (args, expected) in reads.iter().zip(&through_daemon) {
+        assert_eq!(&home.ok(args), expected, "{args:?}");
+    }
+    assert!(through_daemon[3].contains(&prompt));
+    assert_no_daemon(&home, "after the reads");
 }

@@ -1,6 +1,7 @@
 //! `corral config get NAME | set NAME VALUE | unset NAME | list`: the settings stored in the
 //! home's store, read and changed through the daemon (which validates them and applies a
-//! change at once).
+//! change at once). `get` and `list` only look: with no daemon running they read the store
+//! directly (same output) and start none.
 //!
 //! An unknown name or a bad value is a usage error (exit 2) whose line says what is allowed.
 
@@ -74,11 +75,18 @@ fn usage_or_failure(error: ClientError) -> CliError {
     }
 }
 
+impl ConfigAction {
+    /// Whether the subcommand only looks (and so never starts a daemon).
+    pub fn inspects(&self) -> bool {
+        matches!(self, ConfigAction::Get(_) | ConfigAction::List(_))
+    }
+}
+
 pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliError> {
-    let mut client = remote::connect(context).await?;
     match &args.action {
         ConfigAction::Get(get) => {
-            let result = client
+            let mut source = remote::inspect(context).await?;
+            let result = source
                 .call("settings.get", json!({ "name": get.name }))
                 .await
                 .map_err(|error| match remote::rpc_error(&error) {
@@ -103,7 +111,17 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
                 println!("{value}");
             }
         }
+        ConfigAction::List(list) => {
+            let mut source = remote::inspect(context).await?;
+            let result = source.ask("settings.list", json!({})).await?;
+            if list.json {
+                print_json(&result);
+            } else {
+                print_list(&result);
+            }
+        }
         ConfigAction::Set(set) => {
+            let mut client = remote::connect(context).await?;
             let result = client
                 .call(
                     "settings.set",
@@ -119,7 +137,7 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
         }
         ConfigAction::Unset(unset) => {
             // Without a value the daemon forgets the setting; it checks no name then, so the
-            // name is checked here.
+            // name is checked here (before a daemon is started for it).
             let Some(default) = settings::default_of(&unset.name) else {
                 return Err(CliError::usage(format!(
                     "unknown setting '{}' (known: {})",
@@ -127,6 +145,7 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
                     known_names()
                 )));
             };
+            let mut client = remote::connect(context).await?;
             let result = client
                 .call("settings.set", json!({ "name": unset.name }))
                 .await
@@ -137,14 +156,6 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
                 println!("{} unset (no default)", unset.name);
             } else {
                 println!("{} unset (default: {default})", unset.name);
-            }
-        }
-        ConfigAction::List(list) => {
-            let result = remote::call(&mut client, "settings.list", json!({})).await?;
-            if list.json {
-                print_json(&result);
-            } else {
-                print_list(&result);
             }
         }
     }

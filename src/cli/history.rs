@@ -1,5 +1,6 @@
 //! `corral history SESSION`: a session's prompts, oldest first, each with its status, its
-//! attempts, its answer or error, and the engine runs it took.
+//! attempts, its answer or error, and the engine runs it took. Through the daemon when one
+//! runs, else read from the store directly; it never starts one.
 
 use serde_json::{json, Value};
 
@@ -17,8 +18,10 @@ pub struct HistoryArgs {
 }
 
 pub async fn execute(context: &Context, args: &HistoryArgs) -> Result<Exit, CliError> {
-    let mut client = remote::connect(context).await?;
-    let history = remote::call(&mut client, "history", json!({ "session": args.session })).await?;
+    let mut source = remote::inspect(context).await?;
+    let history = source
+        .ask("history", json!({ "session": args.session }))
+        .await?;
     if args.json {
         print_json(&history);
         return Ok(Exit::success());

@@ -4,7 +4,8 @@
 //! ([`main`]); [`invocation`] turns the process into an exec row and completes it on every way
 //! out; one file per command below it ([`run`], [`monitor`], and the daemon's clients:
 //! [`project`], [`session`], [`send`], [`cancel`], [`watch`], [`history`], [`attach`],
-//! [`status`], [`config`], [`completions`]; what those share is in [`remote`]).
+//! [`status`], [`config`], [`completions`]; what those share is in [`remote`], and [`local`]
+//! answers the inspections from the store itself when no daemon runs).
 //!
 //! The path of an invocation:
 //! 1. parse; a parse that ends the process (`--help`, `--version`, a usage error) is an *early
@@ -17,6 +18,10 @@
 //!    daemon, starts one, or opens a reader;
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
 //!    outcome, and the signal only when a signal really ended a process.
+//!
+//! Commands that only look ([`Command::inspects`]) never start a daemon: they ask the one
+//! that answers, or read the store directly ([`remote::inspect`]). The others start one when
+//! none answers, unless `--no-spawn` or `daemon.autostart = false` says not to.
 
 pub mod attach;
 pub mod cancel;
@@ -28,6 +33,7 @@ pub mod daemon;
 pub mod demo;
 pub mod history;
 pub mod invocation;
+pub mod local;
 pub mod monitor;
 pub mod progress;
 pub mod project;
@@ -59,7 +65,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
 
-    /// Never start a daemon: when none answers, say so and exit 1.
+    /// Never start a daemon: when none answers, say so and exit 1 (commands that only look
+    /// never start one anyway: they read the store directly).
     #[arg(long, global = true)]
     pub no_spawn: bool,
 
@@ -118,6 +125,20 @@ impl Command {
             self,
             Command::Run(_) | Command::Demo(_) | Command::Completions(_) | Command::Panic
         )
+    }
+
+    /// Whether the command only looks: it reads through the daemon when one answers and
+    /// reads the store directly when none does, never starting one (see [`remote::inspect`]).
+    pub fn inspects(&self) -> bool {
+        match self {
+            Command::Monitor(_) | Command::Watch(_) | Command::History(_) | Command::Status(_) => {
+                true
+            }
+            Command::Session(args) => args.action.inspects(),
+            Command::Project(args) => args.action.inspects(),
+            Command::Config(args) => args.action.inspects(),
+            _ => false,
+        }
     }
 }
 
@@ -213,7 +234,8 @@ pub struct Context {
     /// `None` when the store is not ours: the command runs without recording.
     pub ledger: Option<LedgerHandle>,
     pub invocation: Invocation,
-    /// `--no-spawn`: a command that needs the daemon never starts one.
+    /// A command that needs the daemon never starts one: `--no-spawn`, or an inspection
+    /// ([`Command::inspects`]).
     pub no_spawn: bool,
 }
 
@@ -404,7 +426,8 @@ async fn open(cli: &Cli, argv: Vec<OsString>) -> Result<Context, CliError> {
         store_path,
         ledger,
         invocation: Invocation::capture(argv),
-        no_spawn: cli.no_spawn,
+        // An inspection never starts a daemon, whatever it calls.
+        no_spawn: cli.no_spawn || cli.command.inspects(),
     })
 }
 

@@ -1,6 +1,8 @@
 //! `corral project add|list|show|set|archive`: the working directories sessions run in.
 //!
 //! Every subcommand is one daemon call (`project.*`); `--json` prints its result as it is.
+//! `list` and `show` only look: with no daemon running they read the store directly (same
+//! output) and start none.
 
 use std::path::PathBuf;
 
@@ -107,18 +109,22 @@ pub struct SetArgs {
     pub json: bool,
 }
 
+impl ProjectAction {
+    /// Whether the subcommand only looks (and so never starts a daemon).
+    pub fn inspects(&self) -> bool {
+        matches!(self, ProjectAction::List(_) | ProjectAction::Show(_))
+    }
+}
+
 pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliError> {
     match &args.action {
         ProjectAction::Add(add) => self::add(context, add).await,
         ProjectAction::List(list) => self::list(context, list).await,
         ProjectAction::Show(show) => {
-            let mut client = remote::connect(context).await?;
-            let project = remote::call(
-                &mut client,
-                "project.show",
-                json!({ "project": show.project }),
-            )
-            .await?;
+            let mut source = remote::inspect(context).await?;
+            let project = source
+                .ask("project.show", json!({ "project": show.project }))
+                .await?;
             print(&project, show.json);
             Ok(Exit::success())
         }
@@ -172,8 +178,10 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
 }
 
 async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
-    let mut client = remote::connect(context).await?;
-    let projects = remote::call(&mut client, "project.list", json!({ "all": args.all })).await?;
+    let mut source = remote::inspect(context).await?;
+    let projects = source
+        .ask("project.list", json!({ "all": args.all }))
+        .await?;
     if args.json {
         print_json(&projects);
         return Ok(Exit::success());

@@ -1,5 +1,6 @@
 //! What the commands that drive the daemon share: connecting (starting a daemon when none
 //! answers, unless `--no-spawn` or the setting `daemon.autostart` = false says not to),
+//! inspecting (the daemon when one answers, else the store itself: never starting one),
 //! turning the daemon's errors into exit codes, following a session's events, and printing
 //! them as `#SEQ KIND summary` lines.
 
@@ -8,6 +9,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::local::LocalStore;
 use super::{CliError, Context};
 use crate::client::{self, Client, ClientError};
 use crate::events::EventKind;
@@ -24,8 +26,20 @@ const EVENT_BUFFER: usize = 1024;
 /// How many characters of a summary a line shows.
 const SUMMARY_CHARS: usize = 200;
 
-/// Whether this command may start a daemon: not with `--no-spawn`, not when the store was
-/// refused, not when the store says `daemon.autostart = false`.
+/// The exit code of an inspection that could not do all it was asked because no daemon runs
+/// (`status`, `watch --follow`): not a failure of corral, an answer scripts can test.
+pub const NO_DAEMON: i32 = 3;
+
+/// The line that says no daemon serves `context`'s home.
+pub fn no_daemon_line(context: &Context) -> String {
+    format!(
+        "no daemon runs for {} (start one with `corral daemon --detach`)",
+        context.home.display()
+    )
+}
+
+/// Whether this command may start a daemon: not with `--no-spawn` (or from an inspection),
+/// not when the store was refused, not when the store says `daemon.autostart = false`.
 fn may_spawn(context: &Context) -> bool {
     if context.no_spawn {
         return false;
@@ -36,6 +50,46 @@ fn may_spawn(context: &Context) -> bool {
     };
     let stored = crate::store::settings::get(&connection, AUTOSTART);
     stored.as_deref().map(str::trim) != Some("false")
+}
+
+/// Where an inspection reads: the home's daemon when one answers, else the store itself.
+pub enum Source {
+    Daemon(Client),
+    Store(LocalStore),
+}
+
+impl Source {
+    /// Calls a read-only method on the daemon, or answers it from the store as the daemon
+    /// would.
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+        match self {
+            Source::Daemon(client) => client.call(method, params).await,
+            Source::Store(store) => store.call(method, &params),
+        }
+    }
+
+    /// [`Source::call`]; any error is a failure (exit 1).
+    pub async fn ask(&mut self, method: &str, params: Value) -> Result<Value, CliError> {
+        self.call(method, params).await.map_err(failure)
+    }
+
+    /// Resolves a session selector, as [`session`] does through the daemon.
+    pub async fn session(&mut self, selector: &str) -> Result<SessionRef, CliError> {
+        let shown = self
+            .ask("session.show", json!({ "session": selector }))
+            .await?;
+        SessionRef::from_shown(shown)
+    }
+}
+
+/// The source of an inspection: the home's daemon when one answers (as this exec), else the
+/// store read directly. Never starts a daemon.
+pub async fn inspect(context: &Context) -> Result<Source, CliError> {
+    match Client::connect(&context.home, Some(&context.invocation.id)).await {
+        Ok(client) => Ok(Source::Daemon(client)),
+        Err(ClientError::NoDaemon(_)) => Ok(Source::Store(LocalStore::open(context)?)),
+        Err(error) => Err(failure(error)),
+    }
 }
 
 /// Connects to the home's daemon as this exec, starting one when allowed.
@@ -233,24 +287,31 @@ pub struct SessionRef {
     pub shown: Value,
 }
 
+impl SessionRef {
+    /// From a `session.show` result.
+    fn from_shown(shown: Value) -> Result<SessionRef, CliError> {
+        let session = &shown["session"];
+        let id = session
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| CliError::failure("the daemon answered a session without an id"))?
+            .to_string();
+        let last_event_seq = session
+            .get("last_event_seq")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        Ok(SessionRef {
+            id,
+            last_event_seq,
+            shown,
+        })
+    }
+}
+
 /// Resolves a session selector through the daemon.
 pub async fn session(client: &mut Client, selector: &str) -> Result<SessionRef, CliError> {
     let shown = call(client, "session.show", json!({ "session": selector })).await?;
-    let session = &shown["session"];
-    let id = session
-        .get("id")
-        .and_then(Value::as_str)
-        .ok_or_else(|| CliError::failure("the daemon answered a session without an id"))?
-        .to_string();
-    let last_event_seq = session
-        .get("last_event_seq")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    Ok(SessionRef {
-        id,
-        last_event_seq,
-        shown,
-    })
+    SessionRef::from_shown(shown)
 }
 
 /// A session's events after a sequence number, in order, each once: stored ones first, then

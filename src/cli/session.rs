@@ -1,7 +1,8 @@
 //! `corral session new|list|show|rename|archive`: agent conversations in a project.
 //!
 //! Every subcommand is one daemon call (`session.*`, plus `project.list` to name projects in
-//! the listing); `--json` prints the method's result as it is.
+//! the listing); `--json` prints the method's result as it is. `list` and `show` only look:
+//! with no daemon running they read the store directly (same output) and start none.
 
 use std::collections::HashMap;
 
@@ -89,11 +90,20 @@ pub struct RenameArgs {
     pub json: bool,
 }
 
+impl SessionAction {
+    /// Whether the subcommand only looks (and so never starts a daemon).
+    pub fn inspects(&self) -> bool {
+        matches!(self, SessionAction::List(_) | SessionAction::Show(_))
+    }
+}
+
 pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliError> {
-    let mut client = remote::connect(context).await?;
-    match &args.action {
-        SessionAction::New(new) => {
-            let params = json!({
+    let (method, params, as_json) = match &args.action {
+        SessionAction::List(list) => return self::list(context, list).await,
+        SessionAction::Show(show) => return self::show(context, show).await,
+        SessionAction::New(new) => (
+            "session.new",
+            json!({
                 "project": new.project,
                 "engine": new.engine,
                 "model": new.model,
@@ -101,77 +111,72 @@ pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliE
                 "title": new.title,
                 "task": new.task,
                 "wave": new.wave,
-            });
-            let session = remote::call(&mut client, "session.new", params).await?;
-            if new.json {
-                print_json(&session);
-            } else {
-                println!("{}", text(&session, "id"));
-            }
-        }
-        SessionAction::List(list) => {
-            let mut params = json!({ "all": list.all });
-            if let Some(project) = &list.project {
-                params["project"] = json!(project);
-            }
-            let sessions = remote::call(&mut client, "session.list", params).await?;
-            if list.json {
-                print_json(&sessions);
-                return Ok(Exit::success());
-            }
-            let projects = remote::call(&mut client, "project.list", json!({ "all": true }))
-                .await?
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            print_list(
-                sessions.as_array().map(Vec::as_slice).unwrap_or(&[]),
-                &projects,
-            );
-        }
-        SessionAction::Show(show) => {
-            let shown = remote::call(
-                &mut client,
-                "session.show",
-                json!({ "session": show.session }),
-            )
-            .await?;
-            if show.json {
-                print_json(&shown);
-            } else {
-                print_shown(&shown);
-            }
-        }
-        SessionAction::Rename(rename) => {
-            let session = remote::call(
-                &mut client,
-                "session.rename",
-                json!({ "session": rename.session, "title": rename.title }),
-            )
-            .await?;
-            if rename.json {
-                print_json(&session);
-            } else {
-                println!(
-                    "session {} is now titled '{}'",
-                    text(&session, "id"),
-                    text(&session, "title")
-                );
-            }
-        }
-        SessionAction::Archive(archive) => {
-            let session = remote::call(
-                &mut client,
-                "session.archive",
-                json!({ "session": archive.session }),
-            )
-            .await?;
-            if archive.json {
-                print_json(&session);
-            } else {
-                println!("archived session {}", text(&session, "id"));
-            }
-        }
+            }),
+            new.json,
+        ),
+        SessionAction::Rename(rename) => (
+            "session.rename",
+            json!({ "session": rename.session, "title": rename.title }),
+            rename.json,
+        ),
+        SessionAction::Archive(archive) => (
+            "session.archive",
+            json!({ "session": archive.session }),
+            archive.json,
+        ),
+    };
+    // A change: through the daemon, which is started when none runs.
+    let mut client = remote::connect(context).await?;
+    let session = remote::call(&mut client, method, params).await?;
+    if as_json {
+        print_json(&session);
+        return Ok(Exit::success());
+    }
+    match &args.action {
+        SessionAction::New(_) => println!("{}", text(&session, "id")),
+        SessionAction::Rename(_) => println!(
+            "session {} is now titled '{}'",
+            text(&session, "id"),
+            text(&session, "title")
+        ),
+        _ => println!("archived session {}", text(&session, "id")),
+    }
+    Ok(Exit::success())
+}
+
+async fn list(context: &Context, list: &ListArgs) -> Result<Exit, CliError> {
+    let mut source = remote::inspect(context).await?;
+    let mut params = json!({ "all": list.all });
+    if let Some(project) = &list.project {
+        params["project"] = json!(project);
+    }
+    let sessions = source.ask("session.list", params).await?;
+    if list.json {
+        print_json(&sessions);
+        return Ok(Exit::success());
+    }
+    let projects = source
+        .ask("project.list", json!({ "all": true }))
+        .await?
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    print_list(
+        sessions.as_array().map(Vec::as_slice).unwrap_or(&[]),
+        &projects,
+    );
+    Ok(Exit::success())
+}
+
+async fn show(context: &Context, show: &ShowArgs) -> Result<Exit, CliError> {
+    let mut source = remote::inspect(context).await?;
+    let shown = source
+        .ask("session.show", json!({ "session": show.session }))
+        .await?;
+    if show.json {
+        print_json(&shown);
+    } else {
+        print_shown(&shown);
     }
     Ok(Exit::success())
 }

@@ -1,9 +1,11 @@
 //! `corral status`: the daemon (pid, version, home), how many sessions it knows, how many
-//! work now, and its slots (limits, what runs, what waits).
+//! work now, and its slots (limits, what runs, what waits). With no daemon running it says
+//! so in one line (`--json`: `{"daemon": null, "home", "sessions"}` from the store) and exits
+//! [`remote::NO_DAEMON`]; it never starts one.
 
 use serde_json::{json, Value};
 
-use super::remote::{self, print_json, text};
+use super::remote::{self, print_json, text, Source};
 use super::{CliError, Context, Exit};
 
 #[derive(Debug, clap::Args)]
@@ -14,8 +16,17 @@ pub struct StatusArgs {
 }
 
 pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliError> {
-    let mut client = remote::connect(context).await?;
-    let status = remote::call(&mut client, "status", json!({})).await?;
+    let status = match remote::inspect(context).await? {
+        Source::Daemon(mut client) => remote::call(&mut client, "status", json!({})).await?,
+        Source::Store(store) => {
+            if args.json {
+                print_json(&store.status()?);
+            } else {
+                println!("{}", remote::no_daemon_line(context));
+            }
+            return Ok(Exit::code(remote::NO_DAEMON));
+        }
+    };
     if args.json {
         print_json(&status);
         return Ok(Exit::success());

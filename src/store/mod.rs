@@ -5,7 +5,8 @@
 //! - [`migrations`]: the numbered schema steps, each applied in one transaction;
 //! - [`exec`]: the exec ledger's model (an [`Exec`](exec::Exec) row, a page of them) and its
 //!   SQL, both the writes the ledger actor applies and the reads the CLI runs;
-//! - [`work`], [`settings`]: projects, sessions, prompts, runs, events; the settings.
+//! - [`work`], [`settings`]: projects, sessions, prompts, runs, events; the settings;
+//! - [`select`]: selectors (an id, a name, a unique id prefix) resolved against stored rows.
 //!
 //! Who touches the file: only the ledger actor (`crate::actors::ledger`) holds a writing
 //! connection. Everything else opens [`open_reader`] connections, which SQLite itself refuses
@@ -19,6 +20,7 @@
 
 pub mod exec;
 pub mod migrations;
+pub mod select;
 pub mod settings;
 pub mod work;
 
