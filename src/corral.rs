@@ -36,6 +36,7 @@ use crate::actors::slots::{SlotLimits, SlotsHandle};
 use crate::actors::supervisor::{
     Boot, CancelRunning, CountWorking, Dispatch, Published, Shared, Supervisor,
 };
+use crate::daemon::DaemonLock;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
@@ -102,6 +103,9 @@ pub struct Corral {
     supervisor: Addr<Supervisor>,
     /// What boot reconciliation found.
     recovered: Arc<Recovered>,
+    /// The home's lock (`HOME/daemon.lock`), held while any handle lives: one supervisor
+    /// per home, daemon or library.
+    _lock: Arc<DaemonLock>,
 }
 
 /// The slot limits the settings ask for.
@@ -114,15 +118,53 @@ fn slot_limits(settings: &Settings) -> SlotLimits {
 }
 
 impl Corral {
-    /// Opens (creating and migrating) the store in `options.home`, starts the ledger, the slot
-    /// manager and the supervisor, and resumes what a previous supervisor left.
+    /// Takes the home's lock (`HOME/daemon.lock`, the one a daemon holds), opens (creating and
+    /// migrating) the store in `options.home`, starts the ledger, the slot manager and the
+    /// supervisor, and resumes what a previous supervisor left.
+    ///
+    /// Refused, with nothing touched, when the store is not one this binary may use (the same
+    /// check every `corral` command takes) and when another supervisor — a daemon, or another
+    /// program embedding corral — serves the home: its boot reconciliation would end that
+    /// supervisor's runs. The error names the pid that holds the lock.
     pub async fn start(options: CorralOptions) -> Result<Corral, CorralError> {
+        Self::start_with(None, options).await
+    }
+
+    /// [`Corral::start`] for a caller that already holds the home's lock (the daemon takes it
+    /// before it touches the socket): the supervisor holds it from now on.
+    pub async fn start_holding(
+        lock: DaemonLock,
+        options: CorralOptions,
+    ) -> Result<Corral, CorralError> {
+        Self::start_with(Some(lock), options).await
+    }
+
+    async fn start_with(
+        lock: Option<DaemonLock>,
+        options: CorralOptions,
+    ) -> Result<Corral, CorralError> {
         let path = store::store_path(&options.home);
+        // Before the lock: a foreign store gets nothing, not even a lock file beside it.
         if !options.store_checked {
             if let Compatibility::Incompatible(foreign) = store::inspect(&path)? {
                 return Err(CorralError::Store(store::refusal(&path, foreign)));
             }
         }
+        let lock = match lock {
+            Some(lock) => {
+                let home = options.home.canonicalize().unwrap_or(options.home.clone());
+                if lock.home() != home {
+                    return Err(CorralError::Invalid(format!(
+                        "the lock handed to the supervisor is {}'s, not {}'s",
+                        lock.home().display(),
+                        options.home.display()
+                    )));
+                }
+                lock
+            }
+            None => DaemonLock::try_acquire(&options.home)
+                .map_err(|error| CorralError::Store(error.to_string()))?,
+        };
         let (ledger, _) = LedgerHandle::start(&path, true).await?;
         let readers = ReaderPool::new(&path);
         let settings = readers.read(Settings::load)?;
@@ -146,6 +188,7 @@ impl Corral {
             shared,
             supervisor,
             recovered: Arc::new(recovered),
+            _lock: Arc::new(lock),
         })
     }
 

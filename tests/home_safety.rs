@@ -1,6 +1,8 @@
 //! A home is safe from corral itself: a store that is not ours is never opened by any command,
-//! the daemon or the library (issue 10, item 6), and commands that only look never start a
-//! daemon (item 7). Every test runs the built binary in a temporary `CORRAL_HOME`.
+//! the daemon or the library (issue 10, item 6); commands that only look never start a daemon
+//! (item 7); and a program embedding corral cannot start a second supervisor on a home a
+//! daemon serves, nor a daemon on a home a program serves (item 8). Every test runs the built
+//! binary in a temporary `CORRAL_HOME`.
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::process::{Output, Stdio};
 
 use serde_json::Value;
 
-use common::daemon::{processes_of, DaemonHome};
+use common::daemon::{processes_of, wait_until, DaemonHome};
 use common::{stderr, stdout, Home};
 use corral::{Corral, CorralOptions};
 use rusqlite::Connection;
@@ -204,7 +206,15 @@ fn the_library_refuses_a_foreign_store_and_touches_nothing() {
         assert!(message.contains(UNAVAILABLE), "{kind}: {message}");
         assert_eq!(message.lines().count(), 1, "{kind}: {message}");
         assert_eq!(std::fs::read(home.db_path()).unwrap(), bytes, "{kind}");
-        assert_eq!(entries(home.path()), ["corral.db"], "{kind}");
+        // Nothing beside the store. Only a file whose header looks like a store created but
+        // never migrated is refused by its first (read) connection, after the home's lock was
+        // taken (the lock comes before the ledger opens the store, so that no supervisor's
+        // migration runs under another's): its lock file stays, corral's own.
+        let mut expected = vec!["corral.db"];
+        if kind == "a SQLite file with tables and no id" {
+            expected.push("daemon.lock");
+        }
+        assert_eq!(entries(home.path()), expected, "{kind}");
     }
 }
 
@@ -395,4 +405,130 @@ fn inspections_read_the_same_through_the_daemon_and_from_the_store() {
     }
     assert!(through_daemon[3].contains(&prompt));
     assert_no_daemon(&home, "after the reads");
+}
+
+// ---------------------------------------------------------------------------------------------
+// One supervisor per home
+
+/// The runs of the home's one prompt: (status, pid).
+fn runs(home: &DaemonHome) -> Vec<(String, Option<i64>)> {
+    let history = home.json(&["history", "s", "--json"]);
+    history["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| {
+            (
+                run["status"].as_str().unwrap().to_string(),
+                run["pid"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_library_is_refused_on_a_home_a_daemon_serves_and_its_prompt_runs_on() {
+    let home = DaemonHome::new();
+    home.config(&[
+        (
+            "engines.fake.path",
+            env!("CARGO_BIN_EXE_corral-fake-engine"),
+        ),
+        ("daemon.shutdown_grace_ms", "500"),
+    ]);
+    home.add_project("p", &home.work(), "fake");
+    home.new_session(&["p", "--title", "s"]);
+    let daemon = home.daemon_pid().expect("a daemon was started");
+    home.ok(&["send", "s", "@fake delay=5000\n@fake answer=survived\nwork"]);
+    wait_until(
+        "the prompt's engine runs",
+        || matches!(runs(&home).as_slice(), [(status, Some(_))] if status == "running"),
+    );
+    let engine = runs(&home)[0].1.unwrap() as i32;
+
+    let refused = actix::System::new()
+        .block_on(Corral::start(CorralOptions::new(home.path())))
+        .err()
+        .expect("a second supervisor started on a home a daemon serves");
+    let message = refused.to_string();
+    assert!(
+        message.contains(&format!("pid {daemon}")) && message.contains("daemon.lock"),
+        "the error does not name the daemon: {message}"
+    );
+    assert_eq!(message.lines().count(), 1, "{message}");
+
+    // The daemon's run was not touched: same run, same engine, alive, and it ends well.
+    assert_eq!(runs(&home), [("running".to_string(), Some(engine as i64))]);
+    assert!(
+        common::daemon::alive(engine),
+        "the daemon's engine was ended"
+    );
+    let answer = home.ok(&["send", "s", "@fake answer=next\nnext", "--wait"]);
+    assert!(answer.contains("next"), "{answer}");
+    let history = home.json(&["history", "s", "--json"]);
+    let prompts = history["prompts"].as_array().unwrap();
+    assert_eq!(prompts[0]["status"], "done", "{history}");
+    assert!(
+        prompts[0]["answer"].as_str().unwrap().contains("survived"),
+        "{history}"
+    );
+    let first_runs: Vec<&Value> = history["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["prompt_id"] == prompts[0]["id"])
+        .collect();
+    assert_eq!(first_runs.len(), 1, "the prompt ran again: {history}");
+    assert_eq!(first_runs[0]["status"], "succeeded", "{history}");
+    assert_eq!(home.daemon_pid(), Some(daemon));
+    home.stop_daemon();
+}
+
+#[test]
+fn a_daemon_is_refused_on_a_home_a_program_serves() {
+    let home = DaemonHome::new();
+    let work = home.work().to_string_lossy().into_owned();
+    let me = std::process::id();
+    actix::System::new().block_on(async {
+        let corral = Corral::start(CorralOptions::new(home.path()))
+            .await
+            .unwrap();
+        corral
+            .add_project(corral::store::work::NewProject {
+                name: "embedded".into(),
+                path: work.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+
+        // A second supervisor in the same program is refused too.
+        let again = Corral::start(CorralOptions::new(home.path()))
+            .await
+            .err()
+            .expect("a second supervisor in one program");
+        assert!(again.to_string().contains(&format!("pid {me}")), "{again}");
+
+        // `corral daemon`, in the foreground and detached: refused, naming this program.
+        for args in [&["daemon"][..], &["daemon", "--detach"]] {
+            let said = home.fails(args, 1);
+            assert!(
+                said.contains(&format!("pid {me}")) && said.contains("already"),
+                "{args:?}: {said}"
+            );
+        }
+        // A change would start a daemon: it fails instead of starting a second supervisor.
+        let said = home.fails(&["config", "set", "slots.total", "2"], 1);
+        assert!(said.contains(&format!("pid {me}")), "{said}");
+        // An inspection reads the store the program writes.
+        let projects = home.json(&["project", "list", "--json"]);
+        assert_eq!(projects[0]["name"], "embedded", "{projects}");
+        assert!(home.daemon_pid().is_none());
+        assert!(processes_of(home.path()).is_empty());
+    });
+    // The program's supervisor is gone: a daemon may serve the home now.
+    home.start_daemon();
+    let projects = home.json(&["project", "list", "--json"]);
+    assert_eq!(projects[0]["name"], "embedded", "{projects}");
+    home.stop_daemon();
 }

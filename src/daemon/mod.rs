@@ -66,38 +66,83 @@ pub fn check_socket_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The exclusive lock of a home's daemon, held for the daemon's whole life.
+/// The exclusive lock of a home's supervisor: one per home, whether it is a daemon or a
+/// program embedding corral (`Corral::start` takes it, or is handed the daemon's). The daemon
+/// takes it before it touches the socket and hands it to the supervisor it starts, which
+/// holds it as long as it lives; the lock file names the holder's pid.
 pub struct DaemonLock {
     file: std::fs::File,
+    /// The home, as the lock was taken for it (canonical when it could be made so).
+    home: PathBuf,
+}
+
+/// Why the home's lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another supervisor holds it; `pid` is what the lock file says (`None`: unreadable).
+    #[error(
+        "{} is already served by a corral supervisor: pid {} holds {} (a corral daemon, or a \
+         program embedding corral); stop it, or use another home",
+        .home.display(),
+        .pid.map(|pid| pid.to_string()).unwrap_or_else(|| "?".into()),
+        .path.display()
+    )]
+    Held {
+        home: PathBuf,
+        path: PathBuf,
+        pid: Option<u32>,
+    },
+    #[error("cannot lock {}: {error}", .path.display())]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 impl DaemonLock {
     /// Takes the lock, or says who holds it.
     pub fn acquire(home: &Path) -> Result<DaemonLock, String> {
+        Self::try_acquire(home).map_err(|error| error.to_string())
+    }
+
+    /// Takes the lock, or says who holds it (with the holder's pid as the lock file says).
+    pub fn try_acquire(home: &Path) -> Result<DaemonLock, LockError> {
         let path = home.join(LOCK_FILE);
+        let io = |error| LockError::Io {
+            path: path.clone(),
+            error,
+        };
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+            .map_err(io)?;
         // SAFETY: flock on a descriptor we own; no memory is involved.
         let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
         if !locked {
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io(error));
+            }
             let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            let holder = holder.trim();
-            return Err(format!(
-                "a daemon already runs for {} (pid {} holds {})",
-                home.display(),
-                if holder.is_empty() { "?" } else { holder },
-                path.display()
-            ));
+            return Err(LockError::Held {
+                home: home.to_path_buf(),
+                path,
+                pid: holder.trim().parse().ok(),
+            });
         }
         file.set_len(0)
             .and_then(|_| writeln!(file, "{}", std::process::id()))
-            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
-        Ok(DaemonLock { file })
+            .map_err(io)?;
+        let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+        Ok(DaemonLock { file, home })
+    }
+
+    /// The home this lock is for.
+    pub fn home(&self) -> &Path {
+        &self.home
     }
 }
 
@@ -122,7 +167,7 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let home = options.home;
     let socket = socket_path(&home);
     check_socket_path(&socket)?;
-    let _lock = DaemonLock::acquire(&home)?;
+    let lock = DaemonLock::acquire(&home)?;
     // We hold the lock: whatever socket file is there belongs to a dead daemon.
     match std::fs::remove_file(&socket) {
         Ok(()) => tracing::info!(path = %socket.display(), "replaced a stale socket"),
@@ -139,12 +184,17 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|error| format!("cannot restrict {}: {error}", socket.display()))?;
 
-    let corral = Corral::start(CorralOptions {
-        home: home.clone(),
-        exec_id: options.exec_id,
-        // `corral daemon` inspected the store before its own exec was recorded in it.
-        store_checked: true,
-    })
+    // The supervisor holds the home's lock from now on, as long as it lives (past the socket's
+    // removal below).
+    let corral = Corral::start_holding(
+        lock,
+        CorralOptions {
+            home: home.clone(),
+            exec_id: options.exec_id,
+            // `corral daemon` inspected the store before its own exec was recorded in it.
+            store_checked: true,
+        },
+    )
     .await
     .map_err(|error| error.to_string())?;
 
