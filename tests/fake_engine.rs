@@ -428,6 +428,9 @@ fn echo_env_answers_with_the_corral_variables() {
             "CORRAL_PARENT_EXEC": null,
             "CORRAL_RUN_ATTEMPT": "2",
             "CLAUDE_CODE_MAX_RETRIES": null,
+            "CORRAL_TRACE_ID": null,
+            "CORRAL_RUN_ID": null,
+            "CORRAL_DAEMON_NOTIFY": null,
         })
     );
 }
