@@ -44,6 +44,9 @@ pub struct Client {
     writer: OwnedWriteHalf,
     next_id: u64,
     notifications: VecDeque<Notification>,
+    /// The last error answer with a null id: if the connection then ends, it is why (a
+    /// refused peer, the handshake timeout).
+    closing_reason: Option<RpcError>,
     /// What `initialize` answered.
     pub daemon: Value,
 }
@@ -71,6 +74,7 @@ impl Client {
             writer,
             next_id: 1,
             notifications: VecDeque::new(),
+            closing_reason: None,
             daemon: Value::Null,
         };
         client.daemon = client
@@ -89,9 +93,21 @@ impl Client {
         let mut line = serde_json::to_string(&Request::new(id, method, params))
             .map_err(|error| ClientError::Protocol(error.to_string()))?;
         line.push('\n');
-        self.writer.write_all(line.as_bytes()).await?;
+        if let Err(error) = self.writer.write_all(line.as_bytes()).await {
+            // The daemon may have closed the connection before reading (it refused this
+            // peer): what it wrote first says why.
+            return Err(self
+                .read_closing_reason()
+                .await
+                .unwrap_or(ClientError::Io(error)));
+        }
         loop {
-            let message = self.read_message().await?;
+            let message = match self.read_message().await {
+                Ok(message) => message,
+                Err(error) => {
+                    return Err(self.closing_reason.take().map_or(error, ClientError::Rpc))
+                }
+            };
             if message.get("id").and_then(Value::as_u64) == Some(id) {
                 let response: Response = serde_json::from_value(message)
                     .map_err(|error| ClientError::Protocol(error.to_string()))?;
@@ -101,12 +117,29 @@ impl Client {
                     (None, None) => Ok(Value::Null),
                 };
             }
+            // A response to nothing we asked (id null: a framing error) is skipped; if the
+            // connection ends next, it was the daemon's reason for closing it.
+            self.closing_reason = match message.get("id") {
+                Some(Value::Null) => error_of(&message),
+                _ => None,
+            };
             if message.get("method").is_some() {
                 if let Ok(notification) = serde_json::from_value(message) {
                     self.notifications.push_back(notification);
                 }
             }
-            // A response to nothing we asked (id null: a framing error) is skipped.
+        }
+    }
+
+    /// The error line the daemon wrote before closing the connection, if it wrote one.
+    async fn read_closing_reason(&mut self) -> Option<ClientError> {
+        loop {
+            let message = self.read_message().await.ok()?;
+            if message.get("id") == Some(&Value::Null) {
+                if let Some(error) = error_of(&message) {
+                    return Some(ClientError::Rpc(error));
+                }
+            }
         }
     }
 
@@ -145,6 +178,11 @@ impl Client {
         }
         serde_json::from_slice(&line).map_err(|error| ClientError::Protocol(error.to_string()))
     }
+}
+
+/// The error object of an answer, if it is an error answer.
+fn error_of(message: &Value) -> Option<RpcError> {
+    serde_json::from_value(message.get("error")?.clone()).ok()
 }
 
 /// Connects to the daemon of `home`; when none answers and `spawn` allows it, starts one in

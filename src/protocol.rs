@@ -10,6 +10,7 @@
 //! drift apart.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// The protocol version this build speaks. A client with another version is refused at
@@ -41,24 +42,105 @@ pub mod code {
     pub const CLAIMED: i64 = -32009;
     /// The request would widen what an agent may do, and came from inside a supervised run.
     pub const NOT_ALLOWED: i64 = -32010;
+    /// The connection is not served: its peer is another uid (or its credentials cannot be
+    /// read). Written once, with a null id, then the daemon closes the connection.
+    pub const PEER_REFUSED: i64 = -32011;
 }
 
-/// A request (with an `id`) or a notification (without).
+/// A request's `id`, kept as the JSON text the client wrote, so that it comes back exactly as
+/// sent: `18446744073709551617` stays that integer (a parsed `Value` would make it a float),
+/// `"x"` stays that string, `1.50` stays `1.50`. JSON-RPC allows a string, a number or null;
+/// [`Id::is_valid`] says whether an id is one of those (the daemon answers any other with
+/// [`code::INVALID_REQUEST`] and a null id).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Id(Box<RawValue>);
+
+impl Id {
+    /// `null`: the id of an answer to a line whose id could not be read.
+    pub fn null() -> Id {
+        Id::from_text("null")
+    }
+
+    /// A numeric id.
+    pub fn number(n: u64) -> Id {
+        Id::from_text(&n.to_string())
+    }
+
+    fn from_text(text: &str) -> Id {
+        Id(RawValue::from_string(text.to_string()).expect("a JSON literal"))
+    }
+
+    /// The id's JSON text, as the client wrote it.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The id as an integer, when it is one that fits in a u64.
+    pub fn as_u64(&self) -> Option<u64> {
+        self.text().parse().ok()
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.text() == "null"
+    }
+
+    /// A string, a number or null (JSON-RPC 2.0's rule); not an object, array or boolean.
+    pub fn is_valid(&self) -> bool {
+        matches!(
+            self.text().as_bytes().first(),
+            Some(b'"' | b'-' | b'0'..=b'9' | b'n')
+        )
+    }
+}
+
+impl From<Box<RawValue>> for Id {
+    fn from(raw: Box<RawValue>) -> Id {
+        Id(raw)
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl Eq for Id {}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
+/// A request (with an `id`, even `"id": null`) or a notification (no `id` member at all).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
     pub jsonrpc: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<Value>,
+    /// `None`: no `id` member, a notification. `"id": null` is `Some`: a request that gets
+    /// an answer (with a null id), as JSON-RPC 2.0 says.
+    #[serde(
+        default,
+        deserialize_with = "present_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub id: Option<Id>,
     pub method: String,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub params: Value,
+}
+
+/// An `id` member that is there, even as `null` (`Option`'s own impl would read null as none).
+fn present_id<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
+    Id::deserialize(deserializer).map(Some)
 }
 
 impl Request {
     pub fn new(id: u64, method: &str, params: Value) -> Self {
         Request {
             jsonrpc: "2.0".into(),
-            id: Some(Value::from(id)),
+            id: Some(Id::number(id)),
             method: method.into(),
             params,
         }
@@ -101,7 +183,7 @@ impl std::error::Error for RpcError {}
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Response {
     pub jsonrpc: String,
-    pub id: Value,
+    pub id: Id,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,7 +191,7 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn ok(id: Value, result: Value) -> Self {
+    pub fn ok(id: Id, result: Value) -> Self {
         Response {
             jsonrpc: "2.0".into(),
             id,
@@ -118,12 +200,19 @@ impl Response {
         }
     }
 
-    pub fn err(id: Value, error: RpcError) -> Self {
+    pub fn err(id: Id, error: RpcError) -> Self {
         Response {
             jsonrpc: "2.0".into(),
             id,
             result: None,
             error: Some(error),
+        }
+    }
+
+    pub fn from_result(id: Id, result: Result<Value, RpcError>) -> Self {
+        match result {
+            Ok(value) => Response::ok(id, value),
+            Err(error) => Response::err(id, error),
         }
     }
 }

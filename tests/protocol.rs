@@ -317,6 +317,21 @@ impl Conn {
         self.writer.write_all(&line).expect("the daemon reads");
     }
 
+    /// The next line from the daemon as written (without its newline); `None` when the
+    /// daemon closed the connection.
+    fn read_raw(&mut self) -> Option<String> {
+        let mut line = Vec::new();
+        match self.reader.read_until(b'\n', &mut line) {
+            Ok(0) => None,
+            Ok(_) => {
+                assert_eq!(line.pop(), Some(b'\n'), "a line cut short: {}", text(&line));
+                Some(String::from_utf8(line).expect("the daemon writes UTF-8"))
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => None,
+            Err(error) => panic!("reading from the daemon: {error}"),
+        }
+    }
+
     /// The next line from the daemon, parsed; `None` when the daemon closed the connection.
     fn read_message(&mut self) -> Option<Value> {
         let mut line = Vec::new();
@@ -554,11 +569,11 @@ fn a_bad_protocol_version_is_refused() {
     let mut daemon = Daemon::start(&[]);
     let mut witness = daemon.connect();
     let mut conn = Conn::open(&daemon.socket());
+    // Another version, in the protocol's own terms.
     for params in [
         json!({ "protocol": 2 }),
         json!({ "protocol": 0 }),
-        json!({ "protocol": "1" }),
-        json!({}),
+        json!({ "protocol": 1.5 }),
     ] {
         let answer = conn.request("initialize", params.clone());
         assert_eq!(
@@ -567,6 +582,39 @@ fn a_bad_protocol_version_is_refused() {
             "{params}: {answer}"
         );
         assert_eq!(answer["error"]["data"]["protocol"], json!(1), "{answer}");
+    }
+    // Not a version at all: a bad parameter, saying what it is and what was expected.
+    for (params, says) in [
+        (
+            json!({ "protocol": "1" }),
+            "protocol must be an integer, not the string \"1\"",
+        ),
+        (
+            json!({ "protocol": [1] }),
+            "protocol must be an integer, not an array",
+        ),
+        (json!({}), "protocol is required"),
+        (json!([1]), "initialize takes an object"),
+        (
+            json!({ "protocol": 1, "exec_id": 7 }),
+            "exec_id must be a string",
+        ),
+    ] {
+        let answer = conn.request("initialize", params.clone());
+        assert_eq!(
+            error_code(&answer),
+            code::INVALID_PARAMS,
+            "{params}: {answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{params}: {message}");
+        if params.get("exec_id").is_none() {
+            assert!(
+                message.contains("this daemon speaks 1"),
+                "{params}: {message}"
+            );
+            assert_eq!(answer["error"]["data"]["protocol"], json!(1), "{answer}");
+        }
     }
     // Still not initialized.
     let answer = conn.request("status", Value::Null);
@@ -578,6 +626,147 @@ fn a_bad_protocol_version_is_refused() {
         daemon.pid,
         "the same connection after initialize",
     );
+    daemon.stop_cleanly();
+}
+
+// FIXED BUG (src/daemon/server.rs, `serve`): the handshake was checked when a request's task
+// ran, not when its line was read, so a request written in the same burst as `initialize`
+// could run once the handshake had succeeded, even if it came before it, or before a refused
+// one: `project.add`, `initialize` (protocol 2, refused), `initialize` (protocol 1) created
+// the project. Now the reader refuses every request it reads before a successful
+// `initialize`, in line order. (Fixed; this test keeps it so.)
+#[test]
+fn nothing_written_before_a_successful_initialize_runs_whatever_the_timing() {
+    let mut daemon = Daemon::start(&[]);
+    let mut witness = daemon.connect();
+    let project_dir = daemon.home.join("project");
+    std::fs::create_dir_all(&project_dir).unwrap();
+    for round in 0..20 {
+        let add = |id: Value, name: String| {
+            let mut request = json!({
+                "jsonrpc": "2.0", "method": "project.add",
+                "params": { "name": name, "path": project_dir },
+            });
+            if !id.is_null() {
+                request["id"] = id;
+            }
+            request.to_string()
+        };
+        let initialize = |id: u64, protocol: u64| {
+            json!({
+                "jsonrpc": "2.0", "id": id, "method": "initialize",
+                "params": { "protocol": protocol },
+            })
+            .to_string()
+        };
+        // One write: a request, a notification, a refused initialize, a request, a good
+        // initialize, and a request that may run.
+        let burst = [
+            add(json!(1), format!("before-{round}")),
+            add(Value::Null, format!("notified-{round}")),
+            initialize(2, 2),
+            add(json!(3), format!("after-refused-{round}")),
+            initialize(4, 1),
+            json!({ "jsonrpc": "2.0", "id": 5, "method": "project.list" }).to_string(),
+        ]
+        .join("\n");
+        let mut conn = Conn::open(&daemon.socket());
+        conn.send_line(burst.as_bytes());
+        for (id, expected) in [
+            (1, code::VERSION_MISMATCH),
+            (2, code::VERSION_MISMATCH),
+            (3, code::VERSION_MISMATCH),
+        ] {
+            let answer = conn.answer(&json!(id));
+            assert_eq!(
+                error_code(&answer),
+                expected,
+                "round {round}, id {id}: {answer}"
+            );
+        }
+        assert!(conn.answer(&json!(4)).get("result").is_some());
+        let list = conn.answer(&json!(5));
+        assert_eq!(list["result"], json!([]), "round {round}: {list}");
+    }
+    // Nothing of it reached the store.
+    assert_eq!(witness.call("project.list", Value::Null), json!([]));
+    let stored: i64 = daemon
+        .store()
+        .query_row("SELECT count(*) FROM projects", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(
+        stored, 0,
+        "a request sent before initialize created a project"
+    );
+    daemon.stop_cleanly();
+}
+
+// FIXED BUG (src/daemon/server.rs and src/protocol.rs): ids were parsed into a `Value`, so an
+// integer beyond u64 came back as a float (`18446744073709551617` as `1.8446744073709552e19`),
+// an id of any type was accepted (an object, an array, a boolean), and a request with
+// `"id": null` was taken for a notification and never answered. (Fixed; this test keeps it
+// so.)
+#[test]
+fn ids_of_every_json_type() {
+    let mut daemon = Daemon::start(&[]);
+    let mut witness = daemon.connect();
+    let mut conn = daemon.connect();
+    // Valid ids come back exactly as written.
+    for id in [
+        r#""x""#,
+        r#""""#,
+        r#""é\n\u00e9""#,
+        "0",
+        "-7",
+        "18446744073709551617",
+        "-18446744073709551617",
+        "123456789012345678901234567890",
+        "1.50",
+        "2e3",
+        "null",
+    ] {
+        conn.send_line(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"status"}}"#).as_bytes());
+        let line = conn.read_raw().expect("an answer");
+        assert!(
+            line.starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"#)),
+            "id {id} came back as: {}",
+            &line[..line.len().min(120)]
+        );
+    }
+    // Any other type is an invalid request, answered with a null id.
+    for id in ["{}", r#"{"id":1}"#, "[]", "[1]", "true", "false"] {
+        conn.send_line(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"status"}}"#).as_bytes());
+        let answer = conn.read_message().expect("an answer");
+        assert_eq!(
+            error_code(&answer),
+            code::INVALID_REQUEST,
+            "id {id}: {answer}"
+        );
+        assert_eq!(answer["id"], Value::Null, "id {id}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("id must be a string, a number or null"),
+            "id {id}: {answer}"
+        );
+    }
+    // A missing id is a notification: carried out, not answered (the next answer is the
+    // next request's).
+    conn.send_line(br#"{"jsonrpc":"2.0","method":"status"}"#);
+    conn.send_line(br#"{"jsonrpc":"2.0","id":"after","method":"status"}"#);
+    let answer = conn.read_message().unwrap();
+    assert_eq!(answer["id"], "after", "{answer}");
+    // A big id before initialize is refused with that same id.
+    let mut fresh = Conn::open(&daemon.socket());
+    fresh.send_line(br#"{"jsonrpc":"2.0","id":18446744073709551617,"method":"status"}"#);
+    let line = fresh.read_raw().unwrap();
+    assert!(
+        line.starts_with(r#"{"jsonrpc":"2.0","id":18446744073709551617,"error":{"code":-32008"#),
+        "{line}"
+    );
+    assert_serves(&mut conn, daemon.pid, "the same connection");
+    assert_serves(&mut witness, daemon.pid, "the connection opened before");
     daemon.stop_cleanly();
 }
 
@@ -883,12 +1072,114 @@ fn a_peer_of_another_user_is_refused() {
     let mut daemon = Daemon::start(&[]);
     let mut witness = daemon.connect();
     let answer = connect_as_another_user(&daemon).expect("the connection as nobody");
-    assert!(
-        answer.is_empty(),
-        "the daemon answered a peer of another uid: {}",
-        text(&answer)
+    // One line says why, then the connection closes; the initialize sent was not answered.
+    let answer = text(&answer);
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "the daemon wrote to a peer of another uid: {answer:?}"
+    );
+    let refusal: Value = serde_json::from_str(lines[0]).expect("a JSON-RPC line");
+    assert_eq!(refusal["id"], Value::Null, "{refusal}");
+    assert_eq!(error_code(&refusal), code::PEER_REFUSED, "{refusal}");
+    assert_eq!(
+        refusal["error"]["message"],
+        "refused: this daemon serves uid 0 only, and this connection is uid 65534"
     );
     assert_serves(&mut witness, daemon.pid, "the daemon's own user");
+    daemon.stop_cleanly();
+}
+
+/// The CLI says what the daemon said when it refused the connection: here a socket that
+/// answers every connection with the daemon's own refusal line (what a peer of another uid
+/// gets), so the client's side is tested with one uid.
+#[test]
+fn the_cli_prints_why_the_daemon_refused_it() {
+    let home = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(home.path().join("corral.sock")).unwrap();
+    let refusal = corral::daemon::server::refusal_line(
+        corral::daemon::server::peer_refusal(0, &Ok(65534)).unwrap(),
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            listener.set_nonblocking(true).unwrap();
+            let mut served = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        // Refused before anything is read, as the daemon does.
+                        let _ = stream.write_all(refusal.as_bytes());
+                        let _ = stream.shutdown(std::net::Shutdown::Both);
+                        served += 1;
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(error) => panic!("accept: {error}"),
+                }
+            }
+            served
+        })
+    };
+    let output = run(
+        {
+            let mut command = corral(home.path());
+            command.args(["--no-spawn", "project", "add", "p", "/tmp"]);
+            command
+        },
+        Duration::from_secs(30),
+    );
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(server.join().unwrap() >= 1, "the CLI never connected");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("refused: this daemon serves uid 0 only, and this connection is uid 65534"),
+        "the CLI did not say why it was refused: {stderr:?}"
+    );
+}
+
+/// The real thing: `corral` run as `nobody` against a root daemon prints the refusal.
+#[test]
+fn the_cli_of_another_user_prints_the_refusal() {
+    if !is_root() {
+        eprintln!("skipped: running the CLI as another uid needs root");
+        return;
+    }
+    let mut daemon = Daemon::start(&[]);
+    let mut witness = daemon.connect();
+    std::fs::set_permissions(&daemon.home, std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    // The CLI has a home of its own (its exec is recorded in its own store), whose socket is
+    // the daemon's.
+    let own_home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(daemon.socket(), own_home.path().join("corral.sock")).unwrap();
+    std::os::unix::fs::lchown(own_home.path(), Some(65534), Some(65534)).unwrap();
+    let mut command = corral(own_home.path());
+    command.args(["--no-spawn", "project", "add", "p", "/tmp"]);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setgid/setuid between fork and exec, async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let output = run(command, Duration::from_secs(30));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.contains("refused: this daemon serves uid 0 only, and this connection is uid 65534"),
+        "the CLI of another user did not say why it was refused: {stderr:?}"
+    );
+    assert_serves(&mut witness, daemon.pid, "the daemon's own user");
+    let projects = witness.call("project.list", Value::Null);
+    assert_eq!(projects, json!([]), "the refused CLI added a project");
     daemon.stop_cleanly();
 }
 

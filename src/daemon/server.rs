@@ -1,12 +1,19 @@
 //! One connection to the daemon: framing, the handshake, the peer check, subscriptions.
 //!
 //! Reading: lines of at most [`MAX_LINE`] bytes; a longer one is answered with an error and
-//! skipped to its end; invalid UTF-8 or JSON is a parse error; nothing a client sends stops the
+//! skipped to its end (never buffered); invalid UTF-8 or JSON is a parse error; an `id` that is
+//! not a string, a number or null is an invalid request; nothing a client sends stops the
 //! daemon or the other connections. A client must `initialize` within [`HANDSHAKE_TIMEOUT`]
 //! (a connection that sends nothing holds nothing for long).
 //!
+//! The handshake is decided in line order: the reader handles `initialize` itself before it
+//! reads the next line, and refuses any other request read while the connection is not
+//! initialized, so nothing sent before a successful `initialize` ever runs, however the lines
+//! were split into writes.
+//!
 //! Writing: every response and notification goes through one bounded queue drained by a writer
 //! task. Requests run as tasks of their own, so a long `prompt.wait` does not hold the others.
+//!
 //! A subscription forwards events from the supervisor's broadcast (a bounded buffer the
 //! sessions publish into without ever waiting) to the client's queue. A client that falls more
 //! than that buffer behind gets an `events.lagged` notice with the sequence to resume from, and
@@ -14,18 +21,25 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::UCred;
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc};
 
 use super::methods;
 use crate::protocol::{
-    code, Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION,
+    code, Id, Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION,
 };
 use crate::store::work;
 use crate::Corral;
@@ -70,26 +84,21 @@ impl DaemonContext {
 /// What one connection knows about its client.
 pub struct Connection {
     pub context: Rc<DaemonContext>,
-    /// Set by `initialize`.
+    /// The peer's pid (`SO_PEERCRED`, read at accept; its uid is the daemon's own): the
+    /// process that connected, which may have exited since.
+    pub peer_pid: Option<i32>,
+    /// Set by a successful `initialize`.
     pub initialized: Cell<bool>,
     /// The client's exec (the driver of what it sends), from `initialize`.
     pub exec_id: RefCell<Option<String>>,
-    /// The client's pid (SO_PEERCRED) when the connection was accepted: where its requests
-    /// come from (`origin::find`).
-    pub peer_pid: Option<i32>,
-    out: mpsc::Sender<String>,
+    out: Outbound,
     subscriptions: RefCell<HashMap<u64, tokio::task::JoinHandle<()>>>,
 }
 
 impl Connection {
-    /// Queues a line for the client; `false` when the client is gone.
-    async fn send_line(&self, line: String) -> bool {
-        self.out.send(line).await.is_ok()
-    }
-
     async fn respond(&self, response: Response) {
         let line = serde_json::to_string(&response).expect("responses serialize");
-        self.send_line(line).await;
+        self.out.send(line).await;
     }
 }
 
@@ -98,6 +107,22 @@ impl Drop for Connection {
         for (_, task) in self.subscriptions.borrow_mut().drain() {
             task.abort();
         }
+    }
+}
+
+/// The queue of lines to one client ([`OUTBOUND`] lines), drained by its writer task.
+#[derive(Clone)]
+struct Outbound(mpsc::Sender<String>);
+
+impl Outbound {
+    /// Queues a line, waiting for room; `false` when the client is gone.
+    async fn send(&self, line: String) -> bool {
+        self.0.send(line).await.is_ok()
+    }
+
+    /// Queues a line if there is room now; `false` otherwise.
+    fn try_send(&self, line: String) -> bool {
+        self.0.try_send(line).is_ok()
     }
 }
 
@@ -156,25 +181,190 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(reader: &mut R) -> std::io::Resul
     }
 }
 
+/// The members of a request, each kept as its JSON text until it is checked.
+#[derive(Deserialize)]
+#[serde(expecting = "a JSON-RPC request object")]
+struct Envelope<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// A member that is there, even as `null` (`Option`'s own impl reads null as absent).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// What a JSON value is, for error messages (never the value itself when it is long).
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) if s.chars().count() <= 32 => format!("the string {value}"),
+        Value::String(_) => "a string".into(),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// Reads a line as a request: `Err` is the answer to give instead (with the id to give it,
+/// null when the line's id could not be read or is not a string, a number or null).
+fn parse_request(bytes: &[u8]) -> Result<Request, (Id, RpcError)> {
+    let invalid = |id: Id, message: String| (id, RpcError::new(code::INVALID_REQUEST, message));
+    // Syntax first, over the whole line: text that is not JSON is a parse error.
+    let raw: &RawValue = serde_json::from_slice(bytes).map_err(|error| {
+        (
+            Id::null(),
+            RpcError::new(code::PARSE_ERROR, format!("not JSON: {error}")),
+        )
+    })?;
+    if !raw.get().starts_with('{') {
+        let what = if raw.get().starts_with('[') {
+            "an array (batches are not supported)"
+        } else {
+            "not an object"
+        };
+        return Err(invalid(
+            Id::null(),
+            format!("not a request: a request is a JSON object; this is {what}"),
+        ));
+    }
+    let envelope: Envelope = serde_json::from_str(raw.get())
+        .map_err(|error| invalid(Id::null(), format!("not a request: {error}")))?;
+    let id = match envelope.id {
+        None => None,
+        Some(raw) => {
+            let id = Id::from(raw.to_owned());
+            if !id.is_valid() {
+                let kind = serde_json::from_str::<Value>(raw.get())
+                    .map(|value| describe(&value))
+                    .unwrap_or_default();
+                return Err(invalid(
+                    Id::null(),
+                    format!("id must be a string, a number or null, not {kind}"),
+                ));
+            }
+            Some(id)
+        }
+    };
+    let answer_id = || id.clone().unwrap_or_else(Id::null);
+    let text =
+        |raw: Option<&RawValue>| raw.and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+    if text(envelope.jsonrpc).as_deref() != Some("2.0") {
+        return Err(invalid(answer_id(), "jsonrpc must be \"2.0\"".into()));
+    }
+    let method = match (envelope.method, text(envelope.method)) {
+        (_, Some(method)) => method,
+        (None, _) => {
+            return Err(invalid(
+                answer_id(),
+                "not a request: missing field `method`".into(),
+            ))
+        }
+        (Some(_), None) => return Err(invalid(answer_id(), "method must be a string".into())),
+    };
+    let params = match envelope.params {
+        None => Value::Null,
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|error| invalid(answer_id(), format!("params: {error}")))?,
+    };
+    if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
+        return Err(invalid(
+            answer_id(),
+            format!(
+                "params must be an object (or an array), not {}",
+                describe(&params)
+            ),
+        ));
+    }
+    Ok(Request {
+        jsonrpc: "2.0".into(),
+        id,
+        method,
+        params,
+    })
+}
+
+/// Why a peer is refused before anything is read from it, if it is: `peer_uid` is its uid
+/// from `SO_PEERCRED`, or why that could not be read.
+pub fn peer_refusal(own_uid: u32, peer_uid: &std::io::Result<u32>) -> Option<RpcError> {
+    match peer_uid {
+        Ok(uid) if *uid == own_uid => None,
+        Ok(uid) => Some(
+            RpcError::new(
+                code::PEER_REFUSED,
+                format!(
+                    "refused: this daemon serves uid {own_uid} only, and this connection is uid {uid}"
+                ),
+            )
+            .with_data(json!({ "uid": uid, "daemon_uid": own_uid })),
+        ),
+        Err(error) => Some(RpcError::new(
+            code::PEER_REFUSED,
+            format!("refused: the daemon cannot read this connection's credentials ({error})"),
+        )),
+    }
+}
+
+/// The line that tells a client why it is not served, then the connection closes.
+pub fn refusal_line(error: RpcError) -> String {
+    let mut line =
+        serde_json::to_string(&Response::err(Id::null(), error)).expect("responses serialize");
+    line.push('\n');
+    line
+}
+
+/// Writes `line` to a client the daemon will not serve, without waiting for it (the line is
+/// far smaller than a socket buffer), and closes the connection.
+pub fn refuse(stream: UnixStream, line: &str) {
+    let _ = stream.try_write(line.as_bytes());
+    if let Ok(stream) = stream.into_std() {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// What the reader does after a line.
+enum Next {
+    Read,
+    Stop,
+}
+
 /// Serves one connection until the client leaves.
 pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
     // SO_PEERCRED: only our own user may drive our agents.
+    // SAFETY: geteuid has no preconditions.
     let own_uid = unsafe { libc::geteuid() };
-    let peer_pid = match stream.peer_cred() {
-        Ok(peer) if peer.uid() == own_uid => peer.pid(),
-        Ok(peer) => {
-            tracing::warn!(peer_uid = peer.uid(), pid = ?peer.pid(), "refused a client of another user");
-            return;
+    let credentials = stream.peer_cred();
+    let peer_uid = credentials
+        .as_ref()
+        .map(UCred::uid)
+        .map_err(|error| std::io::Error::new(error.kind(), error.to_string()));
+    if let Some(error) = peer_refusal(own_uid, &peer_uid) {
+        match &credentials {
+            Ok(peer) => {
+                tracing::warn!(peer_uid = peer.uid(), pid = ?peer.pid(), "refused a client of another user")
+            }
+            Err(error) => {
+                tracing::warn!(%error, "refused a client whose credentials cannot be read")
+            }
         }
-        Err(error) => {
-            tracing::warn!(%error, "refused a client whose credentials cannot be read");
-            return;
-        }
-    };
-    let (read, mut write) = stream.into_split();
-    let (out, mut outbound) = mpsc::channel::<String>(OUTBOUND);
+        refuse(stream, &refusal_line(error));
+        return;
+    }
+    let peer = credentials.expect("checked above");
+    let (read, write) = stream.into_split();
+    let (out, mut queued) = mpsc::channel::<String>(OUTBOUND);
     let writer = actix::spawn(async move {
-        while let Some(mut line) = outbound.recv().await {
+        let mut write = write;
+        while let Some(mut line) = queued.recv().await {
             line.push('\n');
             if write.write_all(line.as_bytes()).await.is_err() {
                 return;
@@ -183,134 +373,215 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
     });
     let connection = Rc::new(Connection {
         context,
+        peer_pid: peer.pid(),
         initialized: Cell::new(false),
         exec_id: RefCell::new(None),
-        peer_pid,
-        out,
+        out: Outbound(out),
         subscriptions: RefCell::new(HashMap::new()),
     });
     let mut reader = BufReader::new(read);
     let handshake_deadline = tokio::time::Instant::now() + handshake_timeout();
     loop {
+        let step = serve_line(&connection, &mut reader);
         let next = if connection.initialized.get() {
-            read_line(&mut reader).await
+            step.await
         } else {
             // One deadline from the accept: talking without initializing does not extend it.
-            match tokio::time::timeout_at(handshake_deadline, read_line(&mut reader)).await {
-                Ok(line) => line,
+            match tokio::time::timeout_at(handshake_deadline, step).await {
+                Ok(next) => next,
                 Err(_) => {
                     let error = RpcError::new(
                         code::INVALID_REQUEST,
                         "no initialize within the handshake timeout; closing",
                     );
-                    connection.respond(Response::err(Value::Null, error)).await;
-                    break;
+                    let line = serde_json::to_string(&Response::err(Id::null(), error))
+                        .expect("responses serialize");
+                    connection.out.try_send(line);
+                    Next::Stop
                 }
             }
         };
-        let bytes = match next {
-            Ok(Line::Text(bytes)) => bytes,
-            Ok(Line::TooLong) => {
-                let error = RpcError::new(
-                    code::INVALID_REQUEST,
-                    format!("line longer than {MAX_LINE} bytes; ignored"),
-                );
-                connection.respond(Response::err(Value::Null, error)).await;
-                continue;
-            }
-            Ok(Line::Closed) | Err(_) => break,
-        };
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            continue;
+        if let Next::Stop = next {
+            break;
         }
-        let request: Request = match serde_json::from_slice::<Value>(&bytes) {
-            Err(error) => {
-                let error = RpcError::new(code::PARSE_ERROR, format!("not JSON: {error}"));
-                connection.respond(Response::err(Value::Null, error)).await;
-                continue;
-            }
-            Ok(value) => {
-                let id = value.get("id").cloned().unwrap_or(Value::Null);
-                match serde_json::from_value::<Request>(value) {
-                    Ok(request) if request.jsonrpc == "2.0" => request,
-                    Ok(_) => {
-                        let error = RpcError::new(code::INVALID_REQUEST, "jsonrpc must be \"2.0\"");
-                        connection.respond(Response::err(id, error)).await;
-                        continue;
-                    }
-                    Err(error) => {
-                        let error =
-                            RpcError::new(code::INVALID_REQUEST, format!("not a request: {error}"));
-                        connection.respond(Response::err(id, error)).await;
-                        continue;
-                    }
-                }
-            }
-        };
-        if request.method == "initialize" {
-            // Inline, so that the next line is read knowing whether the handshake is done.
-            let result = handle(&connection, &request).await;
-            if let Some(id) = request.id.clone() {
-                let response = match result {
-                    Ok(value) => Response::ok(id, value),
-                    Err(error) => Response::err(id, error),
-                };
-                connection.respond(response).await;
-            }
-            continue;
-        }
-        let connection = connection.clone();
-        actix::spawn(async move {
-            let id = request.id.clone();
-            let result = handle(&connection, &request).await;
-            // Notifications (no id) get no answer, as JSON-RPC says.
-            if let Some(id) = id {
-                let response = match result {
-                    Ok(value) => Response::ok(id, value),
-                    Err(error) => Response::err(id, error),
-                };
-                connection.respond(response).await;
-            }
-        });
     }
+    drop(reader);
     drop(connection);
     // The writer ends when the last queued line is written and every sender is gone.
     let _ = writer.await;
 }
 
-/// One request: the handshake and subscriptions here, everything else in [`methods`].
-async fn handle(connection: &Rc<Connection>, request: &Request) -> Result<Value, RpcError> {
-    let params = &request.params;
-    match request.method.as_str() {
-        "initialize" => {
-            let protocol = params.get("protocol").and_then(Value::as_u64);
-            if protocol != Some(PROTOCOL_VERSION as u64) {
-                return Err(RpcError::new(
-                    code::VERSION_MISMATCH,
-                    format!(
-                        "protocol version {} is not supported; this daemon speaks {PROTOCOL_VERSION} (corral {})",
-                        protocol.map(|v| v.to_string()).unwrap_or_else(|| "(none)".into()),
-                        env!("CARGO_PKG_VERSION")
-                    ),
-                )
-                .with_data(json!({ "protocol": PROTOCOL_VERSION })));
-            }
-            *connection.exec_id.borrow_mut() = params
-                .get("exec_id")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            connection.initialized.set(true);
-            Ok(json!({
-                "protocol": PROTOCOL_VERSION,
-                "corral_version": env!("CARGO_PKG_VERSION"),
-                "daemon_pid": std::process::id(),
-                "home": connection.context.home.to_string_lossy(),
-            }))
+/// Reads one line and answers it, or starts its task.
+async fn serve_line<R: AsyncBufReadExt + Unpin>(
+    connection: &Rc<Connection>,
+    reader: &mut R,
+) -> Next {
+    let bytes = match read_line(reader).await {
+        Ok(Line::Text(bytes)) => bytes,
+        Ok(Line::TooLong) => {
+            let error = RpcError::new(
+                code::INVALID_REQUEST,
+                format!("line longer than {MAX_LINE} bytes; ignored"),
+            );
+            connection.respond(Response::err(Id::null(), error)).await;
+            return Next::Read;
         }
-        _ if !connection.initialized.get() => Err(RpcError::new(
-            code::VERSION_MISMATCH,
-            "call initialize first (the version handshake)",
-        )),
+        Ok(Line::Closed) | Err(_) => return Next::Stop,
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Next::Read;
+    }
+    let request = match parse_request(&bytes) {
+        Ok(request) => request,
+        Err((id, error)) => {
+            connection.respond(Response::err(id, error)).await;
+            return Next::Read;
+        }
+    };
+    drop(bytes);
+    if request.method == "initialize" {
+        // Here, not in a task: the next line is read knowing whether the handshake is done.
+        let result = initialize(connection, &request.params);
+        if let Some(id) = request.id {
+            connection.respond(Response::from_result(id, result)).await;
+        }
+        return Next::Read;
+    }
+    if !connection.initialized.get() {
+        // Decided now, in line order: a request read before `initialize` succeeded never
+        // runs, whatever `initialize` does later. A notification gets no answer.
+        if let Some(id) = request.id {
+            let error = RpcError::new(
+                code::VERSION_MISMATCH,
+                "call initialize first (the version handshake)",
+            );
+            connection.respond(Response::err(id, error)).await;
+        }
+        return Next::Read;
+    }
+    let connection = connection.clone();
+    actix::spawn(async move {
+        let Request {
+            id, method, params, ..
+        } = request;
+        let result = match CatchUnwind(Box::pin(handle(&connection, &method, &params))).await {
+            Ok(result) => result,
+            Err(()) => {
+                tracing::error!(%method, "a request panicked; answered with an internal error");
+                Err(RpcError::new(
+                    code::INTERNAL,
+                    format!("internal error: the daemon hit a bug in {method}; it goes on serving"),
+                ))
+            }
+        };
+        // Notifications (no id) get no answer, as JSON-RPC says.
+        if let Some(id) = id {
+            connection.respond(Response::from_result(id, result)).await;
+        }
+    });
+    Next::Read
+}
+
+/// A request's future, with a panic turned into `Err(())` (the panic hook has logged it).
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+/// `initialize {protocol, client, exec_id}`: the version handshake. A refused one leaves the
+/// connection as it was; the client may try again.
+fn initialize(connection: &Connection, params: &Value) -> Result<Value, RpcError> {
+    let speaks = format!(
+        "this daemon speaks {PROTOCOL_VERSION} (corral {})",
+        env!("CARGO_PKG_VERSION")
+    );
+    let refused = |code: i64, message: String| {
+        RpcError::new(code, message).with_data(json!({ "protocol": PROTOCOL_VERSION }))
+    };
+    let empty = Map::new();
+    let params = match params {
+        Value::Object(params) => params,
+        Value::Null => &empty,
+        other => {
+            return Err(refused(
+                code::INVALID_PARAMS,
+                format!(
+                    "initialize takes an object ({{\"protocol\": {PROTOCOL_VERSION}, …}}), not {}; {speaks}",
+                    describe(other)
+                ),
+            ))
+        }
+    };
+    match params.get("protocol") {
+        None | Some(Value::Null) => {
+            return Err(refused(
+                code::INVALID_PARAMS,
+                format!("protocol is required: the integer version the client speaks; {speaks}"),
+            ))
+        }
+        Some(Value::Number(n)) if n.as_u64() == Some(PROTOCOL_VERSION as u64) => {}
+        Some(Value::Number(n)) => {
+            return Err(refused(
+                code::VERSION_MISMATCH,
+                format!("protocol version {n} is not supported; {speaks}"),
+            ))
+        }
+        Some(other) => {
+            return Err(refused(
+                code::INVALID_PARAMS,
+                format!(
+                    "protocol must be an integer, not {}; {speaks}",
+                    describe(other)
+                ),
+            ))
+        }
+    }
+    let text = |name: &str, limit: usize| -> Result<Option<String>, RpcError> {
+        match params.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) if text.len() <= limit => Ok(Some(text.clone())),
+            Some(Value::String(_)) => Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!("{name} is at most {limit} bytes"),
+            )),
+            Some(other) => Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!("{name} must be a string, not {}", describe(other)),
+            )),
+        }
+    };
+    text("client", MAX_INITIALIZE_TEXT)?;
+    let exec_id = text("exec_id", MAX_INITIALIZE_TEXT)?;
+    *connection.exec_id.borrow_mut() = exec_id;
+    connection.initialized.set(true);
+    Ok(json!({
+        "protocol": PROTOCOL_VERSION,
+        "corral_version": env!("CARGO_PKG_VERSION"),
+        "daemon_pid": std::process::id(),
+        "home": connection.context.home.to_string_lossy(),
+    }))
+}
+
+/// The longest `client` and `exec_id` `initialize` takes (an exec id is 36 characters).
+const MAX_INITIALIZE_TEXT: usize = 256;
+
+/// One request past the handshake: subscriptions here, everything else in [`methods`].
+async fn handle(
+    connection: &Rc<Connection>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    match method {
         "events.subscribe" => subscribe(connection, params).await,
         "events.unsubscribe" => {
             let id = params
@@ -383,7 +654,7 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
 
 async fn forward(
     corral: Corral,
-    out: mpsc::Sender<String>,
+    out: Outbound,
     mut live: broadcast::Receiver<std::sync::Arc<crate::actors::supervisor::Published>>,
     session_id: String,
     subscription: u64,
@@ -412,7 +683,7 @@ async fn forward(
             Err(_) => return,
         };
         for event in &page {
-            if out.send(notify(event)).await.is_err() {
+            if !out.send(notify(event)).await {
                 return;
             }
             last = event.seq;
@@ -427,17 +698,158 @@ async fn forward(
             Ok(event) if event.session_id == session_id && event.seq > last => {
                 // Waiting here holds only this subscription: the session publishes into the
                 // broadcast buffer and never waits for us.
-                if out.send(notify_json(event.json())).await.is_err() {
+                if !out.send(notify_json(event.json())).await {
                     return;
                 }
                 last = event.seq;
             }
             Ok(_) => {}
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                let _ = out.send(lagged(last)).await;
+                out.send(lagged(last)).await;
                 return;
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id_of(line: &str) -> Result<Option<String>, (String, i64)> {
+        parse_request(line.as_bytes())
+            .map(|request| request.id.map(|id| id.text().to_string()))
+            .map_err(|(id, error)| (id.text().to_string(), error.code))
+    }
+
+    #[test]
+    fn ids_are_kept_as_written() {
+        for id in [
+            r#""x""#,
+            r#""""#,
+            r#""\u00e9\n""#,
+            "0",
+            "-1",
+            "18446744073709551617",
+            "-9223372036854775809",
+            "1.50",
+            "1e400",
+            "null",
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"status"}}"#);
+            assert_eq!(id_of(&line), Ok(Some(id.to_string())), "{line}");
+            let response = serde_json::to_string(&Response::ok(
+                parse_request(line.as_bytes()).unwrap().id.unwrap(),
+                json!(1),
+            ))
+            .unwrap();
+            assert_eq!(
+                response,
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":1}}"#)
+            );
+        }
+        // Whitespace around the id is not part of it.
+        assert_eq!(
+            id_of("{\"jsonrpc\":\"2.0\",\"id\":\n 7 ,\"method\":\"status\"}"),
+            Ok(Some("7".into()))
+        );
+        // No id member: a notification.
+        assert_eq!(id_of(r#"{"jsonrpc":"2.0","method":"status"}"#), Ok(None));
+    }
+
+    #[test]
+    fn ids_of_other_types_are_invalid_requests_answered_with_a_null_id() {
+        for id in ["{}", r#"{"a":1}"#, "[]", "[1]", "true", "false"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"status"}}"#);
+            assert_eq!(
+                id_of(&line),
+                Err(("null".into(), code::INVALID_REQUEST)),
+                "{line}"
+            );
+        }
+        // Two ids: which one would the answer carry?
+        assert_eq!(
+            id_of(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"status"}"#),
+            Err(("null".into(), code::INVALID_REQUEST))
+        );
+    }
+
+    #[test]
+    fn lines_that_are_not_requests() {
+        let cases = [
+            // Not JSON.
+            (r#"{"jsonrpc":"2.0","id":1"#, "null", code::PARSE_ERROR),
+            ("[1,", "null", code::PARSE_ERROR),
+            // JSON, but not a request object.
+            ("5", "null", code::INVALID_REQUEST),
+            (r#""status""#, "null", code::INVALID_REQUEST),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"status"}]"#,
+                "null",
+                code::INVALID_REQUEST,
+            ),
+            // A request object with a bad member: answered with its id.
+            (
+                r#"{"jsonrpc":"1.0","id":3,"method":"status"}"#,
+                "3",
+                code::INVALID_REQUEST,
+            ),
+            (r#"{"id":3,"method":"status"}"#, "3", code::INVALID_REQUEST),
+            (r#"{"jsonrpc":"2.0","id":3}"#, "3", code::INVALID_REQUEST),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":7}"#,
+                "3",
+                code::INVALID_REQUEST,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"status","params":5}"#,
+                "3",
+                code::INVALID_REQUEST,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"status","params":"x"}"#,
+                "3",
+                code::INVALID_REQUEST,
+            ),
+        ];
+        for (line, id, expected) in cases {
+            assert_eq!(id_of(line), Err((id.to_string(), expected)), "{line}");
+        }
+        // Params may be absent, null, an object or an array.
+        for params in [
+            "",
+            r#","params":null"#,
+            r#","params":{}"#,
+            r#","params":[1]"#,
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"status"{params}}}"#);
+            assert!(parse_request(line.as_bytes()).is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_peer_of_another_uid_is_told_why_in_one_line() {
+        assert!(peer_refusal(1000, &Ok(1000)).is_none());
+        let line = refusal_line(peer_refusal(1000, &Ok(65534)).expect("refused"));
+        assert!(
+            line.ends_with('\n') && line.matches('\n').count() == 1,
+            "{line:?}"
+        );
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["id"], Value::Null);
+        assert_eq!(answer["error"]["code"], code::PEER_REFUSED);
+        assert_eq!(
+            answer["error"]["message"],
+            "refused: this daemon serves uid 1000 only, and this connection is uid 65534"
+        );
+        let unreadable = Err(std::io::Error::other("no credentials"));
+        let answer = peer_refusal(1000, &unreadable).expect("refused");
+        assert!(
+            answer.message.contains("no credentials"),
+            "{}",
+            answer.message
+        );
     }
 }
