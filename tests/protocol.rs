@@ -155,6 +155,16 @@ fn wait_for_exit(pid: i32, timeout: Duration) -> Option<Ended> {
     }
 }
 
+/// A process's resident memory (VmRSS), in KiB.
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
 fn open_descriptors(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|entries| entries.count())
@@ -1202,6 +1212,195 @@ fn a_refused_peer_is_logged() {
         log.contains("65534") || log.to_lowercase().contains("refused"),
         "HOME/daemon.log says nothing of the refused peer: {log:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounds per peer
+
+/// How much more than its baseline the daemon may hold for one hostile client.
+const RSS_GROWTH_LIMIT_KIB: u64 = 24 << 10;
+
+/// Writes `lines` on a clone of `conn`'s socket from a thread (the writes block once the
+/// daemon stops reading); returns the thread and the count of lines written so far.
+fn write_from_a_thread(
+    conn: &Conn,
+    lines: Vec<Vec<u8>>,
+) -> (
+    std::thread::JoinHandle<std::io::Result<()>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let mut writer = conn.writer.try_clone().unwrap();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = written.clone();
+    let thread = std::thread::spawn(move || {
+        for line in lines {
+            writer.write_all(&line)?;
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    });
+    (thread, written)
+}
+
+/// Waits until `written` stops growing for 500 ms (the daemon stopped reading) or reaches
+/// `all`; returns it.
+fn until_writes_stall(written: &std::sync::atomic::AtomicUsize, all: usize) -> usize {
+    let mut last = usize::MAX;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = written.load(std::sync::atomic::Ordering::SeqCst);
+        if now == all || (now == last && now > 0) || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn status_requests(ids: std::ops::RangeInclusive<u64>) -> Vec<Vec<u8>> {
+    ids.map(|id| {
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"status\"}}\n").into_bytes()
+    })
+    .collect()
+}
+
+// FIXED BUG (src/daemon/server.rs, `serve`): every request ran as a task at once and its
+// answer waited in an unbounded way, so a client that wrote requests and never read made the
+// daemon hold about 14 KiB per request, never given back (60,000 requests: 850 MB). Now a
+// connection has a few MiB of requests in flight and of answers queued, and the daemon stops
+// reading it until answers drain. (Fixed; this test keeps it so.)
+#[test]
+fn ten_thousand_unread_requests_hold_a_few_mib_and_are_all_answered_once_read() {
+    const REQUESTS: u64 = 10_000;
+    let mut daemon = Daemon::start(&[]);
+    let mut witness = daemon.connect();
+    for _ in 0..50 {
+        assert_serves(&mut witness, daemon.pid, "the witness");
+    }
+    let baseline = rss_kib(daemon.pid);
+
+    // A client that writes 10,000 requests and reads nothing.
+    let mut flood = daemon.connect();
+    let (writing, written) = write_from_a_thread(&flood, status_requests(1..=REQUESTS));
+    let stalled = until_writes_stall(&written, REQUESTS as usize);
+    let held = rss_kib(daemon.pid).saturating_sub(baseline);
+    eprintln!(
+        "10,000 unread requests: the daemon read {stalled} before it stopped reading; \
+         RSS {baseline} KiB before, +{held} KiB with them"
+    );
+    assert!(
+        stalled < REQUESTS as usize,
+        "the daemon read all {REQUESTS} requests of a client that reads nothing"
+    );
+    assert!(
+        held < RSS_GROWTH_LIMIT_KIB,
+        "the daemon holds {held} KiB more for a client that does not read"
+    );
+    // Others are served meanwhile.
+    assert_serves(&mut witness, daemon.pid, "the connection opened before");
+    assert_serves(&mut daemon.connect(), daemon.pid, "a new connection");
+
+    // The client reads at last: every request is answered, once.
+    let mut answered = vec![false; REQUESTS as usize + 1];
+    for _ in 1..=REQUESTS {
+        let answer = flood.read_message().expect("an answer");
+        let id = answer["id"].as_u64().expect("a numeric id") as usize;
+        assert!(answer.get("result").is_some(), "{answer}");
+        assert!(!answered[id], "id {id} answered twice");
+        answered[id] = true;
+    }
+    writing.join().unwrap().expect("every request written");
+    assert_serves(
+        &mut flood,
+        daemon.pid,
+        "the flooding connection, once it reads",
+    );
+    eprintln!(
+        "after the answers were read: RSS +{} KiB over the baseline",
+        rss_kib(daemon.pid).saturating_sub(baseline)
+    );
+
+    // Another client floods and leaves without reading: the daemon lets it go.
+    let descriptors = open_descriptors(daemon.pid);
+    let leaver = daemon.connect();
+    let (writing, written) = write_from_a_thread(&leaver, status_requests(1..=REQUESTS));
+    until_writes_stall(&written, REQUESTS as usize);
+    leaver.writer.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(leaver);
+    let _ = writing.join();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        open_descriptors(daemon.pid),
+        descriptors,
+        "the daemon kept the connection of a client that left"
+    );
+    assert_serves(&mut witness, daemon.pid, "the connection opened before");
+    daemon.stop_cleanly();
+}
+
+#[test]
+fn a_client_that_neither_initializes_nor_reads_is_closed_all_the_same() {
+    let mut daemon = Daemon::start(&[("CORRAL_HANDSHAKE_TIMEOUT_MS", "300")]);
+    let mut witness = daemon.connect();
+    let descriptors = open_descriptors(daemon.pid);
+    // 30,000 requests before initialize: 30,000 refusals it never reads (more than the
+    // daemon queues for it and the socket's buffers hold).
+    let mute = Conn::open(&daemon.socket());
+    let (writing, _) = write_from_a_thread(&mute, status_requests(1..=30_000));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    std::thread::sleep(Duration::from_millis(300));
+    while open_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        open_descriptors(daemon.pid),
+        descriptors,
+        "the connection of a client that never initialized nor read is still open"
+    );
+    assert!(
+        writing.join().unwrap().is_err(),
+        "the daemon read all 30,000 lines"
+    );
+    assert_serves(&mut witness, daemon.pid, "the connection opened before");
+    daemon.stop_cleanly();
+}
+
+#[test]
+fn a_64_mib_line_is_refused_skipped_and_held_nowhere() {
+    let mut daemon = Daemon::start(&[]);
+    let mut witness = daemon.connect();
+    let mut conn = daemon.connect();
+    let baseline = rss_kib(daemon.pid);
+    let head = br#"{"jsonrpc":"2.0","id":1,"method":"project.add","params":{"name":"big","path":"/tmp","instructions":""#;
+    let mut line = head.to_vec();
+    line.resize(64 << 20, b'x');
+    line.extend_from_slice(b"\"}}\n");
+    let (writing, _) = write_from_a_thread(
+        &conn,
+        vec![
+            line,
+            br#"{"jsonrpc":"2.0","id":2,"method":"status"}"#.to_vec(),
+            b"\n".to_vec(),
+        ],
+    );
+    let answer = conn.read_message().expect("an answer to the long line");
+    assert_eq!(error_code(&answer), code::INVALID_REQUEST, "{answer}");
+    assert_eq!(answer["id"], Value::Null, "{answer}");
+    let status = conn.answer(&json!(2));
+    assert!(status.get("result").is_some(), "{status}");
+    writing.join().unwrap().unwrap();
+    let held = rss_kib(daemon.pid).saturating_sub(baseline);
+    eprintln!("a 64 MiB line: RSS +{held} KiB");
+    assert!(
+        held < RSS_GROWTH_LIMIT_KIB,
+        "the daemon holds {held} KiB more after a 64 MiB line"
+    );
+    assert_eq!(conn.call("project.list", Value::Null), json!([]));
+    assert_serves(&mut witness, daemon.pid, "the connection opened before");
+    daemon.stop_cleanly();
 }
 
 // ---------------------------------------------------------------------------------------------

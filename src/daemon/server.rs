@@ -1,4 +1,5 @@
-//! One connection to the daemon: framing, the handshake, the peer check, subscriptions.
+//! One connection to the daemon: framing, the handshake, the peer check, per-peer bounds,
+//! subscriptions.
 //!
 //! Reading: lines of at most [`MAX_LINE`] bytes; a longer one is answered with an error and
 //! skipped to its end (never buffered); invalid UTF-8 or JSON is a parse error; an `id` that is
@@ -11,8 +12,14 @@
 //! initialized, so nothing sent before a successful `initialize` ever runs, however the lines
 //! were split into writes.
 //!
-//! Writing: every response and notification goes through one bounded queue drained by a writer
-//! task. Requests run as tasks of their own, so a long `prompt.wait` does not hold the others.
+//! Bounds per connection, so that a client that writes and never reads holds a few MiB of the
+//! daemon and no more: requests run as tasks of their own (a long `prompt.wait` does not hold
+//! the others), but at most [`IN_FLIGHT_BYTES`] of them at once, each counted for its line's
+//! length and at least [`REQUEST_COST`]; when that budget is spent the reader stops reading
+//! the socket until answers drain (the kernel's buffer then fills and the client's writes
+//! wait). Every answer and notification goes through one queue of at most [`OUTBOUND_BYTES`]
+//! drained by a writer task; a task whose answer does not fit waits, holding its permit. At
+//! most [`MAX_SUBSCRIPTIONS`] subscriptions.
 //!
 //! A subscription forwards events from the supervisor's broadcast (a bounded buffer the
 //! sessions publish into without ever waiting) to the client's queue. A client that falls more
@@ -26,16 +33,17 @@ use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::unix::UCred;
 use tokio::net::UnixStream;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::methods;
 use crate::protocol::{
@@ -48,8 +56,26 @@ use crate::Corral;
 /// `CORRAL_HANDSHAKE_TIMEOUT_MS` overrides it (tests).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Lines waiting to be written to one client.
-const OUTBOUND: usize = 1024;
+/// The budget of one connection's requests in flight (read, not yet answered into the
+/// outbound queue), in bytes of their lines.
+pub const IN_FLIGHT_BYTES: usize = 4 << 20;
+
+/// What a request counts for at least (its task, its parsed params, its answer): so a
+/// connection has at most 64 small requests in flight, or 4 of [`MAX_LINE`].
+pub const REQUEST_COST: usize = 64 << 10;
+
+/// Bytes of lines waiting to be written to one client. A line longer than that (a long
+/// history) waits for the queue to be empty and then holds it alone.
+pub const OUTBOUND_BYTES: usize = 1 << 20;
+
+/// What a queued line counts for besides its bytes (its place in the queue).
+const LINE_OVERHEAD: usize = 64;
+
+/// Subscriptions one connection may hold at once.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
+/// The writer's buffer: answers written in one burst leave in few syscalls.
+const WRITE_BUFFER: usize = 64 << 10;
 
 /// Stored events replayed per read when a subscription catches up.
 const REPLAY_PAGE: usize = 512;
@@ -110,19 +136,38 @@ impl Drop for Connection {
     }
 }
 
-/// The queue of lines to one client ([`OUTBOUND`] lines), drained by its writer task.
+/// The queue of lines to one client, bounded in bytes ([`OUTBOUND_BYTES`]): a sender waits
+/// for room; the writer gives the room back once a line is written.
 #[derive(Clone)]
-struct Outbound(mpsc::Sender<String>);
+struct Outbound {
+    lines: mpsc::UnboundedSender<(String, OwnedSemaphorePermit)>,
+    room: Arc<Semaphore>,
+}
 
 impl Outbound {
+    fn cost(line: &str) -> u32 {
+        (line.len() + LINE_OVERHEAD).min(OUTBOUND_BYTES) as u32
+    }
+
     /// Queues a line, waiting for room; `false` when the client is gone.
     async fn send(&self, line: String) -> bool {
-        self.0.send(line).await.is_ok()
+        match self
+            .room
+            .clone()
+            .acquire_many_owned(Self::cost(&line))
+            .await
+        {
+            Ok(permit) => self.lines.send((line, permit)).is_ok(),
+            Err(_) => false,
+        }
     }
 
     /// Queues a line if there is room now; `false` otherwise.
     fn try_send(&self, line: String) -> bool {
-        self.0.try_send(line).is_ok()
+        match self.room.clone().try_acquire_many_owned(Self::cost(&line)) {
+            Ok(permit) => self.lines.send((line, permit)).is_ok(),
+            Err(_) => false,
+        }
     }
 }
 
@@ -361,32 +406,51 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
     }
     let peer = credentials.expect("checked above");
     let (read, write) = stream.into_split();
-    let (out, mut queued) = mpsc::channel::<String>(OUTBOUND);
-    let writer = actix::spawn(async move {
-        let mut write = write;
-        while let Some(mut line) = queued.recv().await {
-            line.push('\n');
-            if write.write_all(line.as_bytes()).await.is_err() {
-                return;
+    let (lines, mut queued) = mpsc::unbounded_channel::<(String, OwnedSemaphorePermit)>();
+    let room = Arc::new(Semaphore::new(OUTBOUND_BYTES));
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_BYTES));
+    let writer = {
+        let (room, in_flight) = (room.clone(), in_flight.clone());
+        actix::spawn(async move {
+            let mut write = BufWriter::with_capacity(WRITE_BUFFER, write);
+            while let Some((line, permit)) = queued.recv().await {
+                let written = async {
+                    write.write_all(line.as_bytes()).await?;
+                    write.write_all(b"\n").await?;
+                    if queued.is_empty() {
+                        write.flush().await?;
+                    }
+                    std::io::Result::Ok(())
+                };
+                if written.await.is_err() {
+                    break;
+                }
+                drop(permit);
             }
-        }
-    });
+            // The client is gone (or every sender is): whoever waits for room or for a
+            // request permit stops waiting.
+            room.close();
+            in_flight.close();
+        })
+    };
     let connection = Rc::new(Connection {
         context,
         peer_pid: peer.pid(),
         initialized: Cell::new(false),
         exec_id: RefCell::new(None),
-        out: Outbound(out),
+        out: Outbound { lines, room },
         subscriptions: RefCell::new(HashMap::new()),
     });
     let mut reader = BufReader::new(read);
     let handshake_deadline = tokio::time::Instant::now() + handshake_timeout();
+    let mut timed_out = false;
     loop {
-        let step = serve_line(&connection, &mut reader);
+        let step = serve_line(&connection, &mut reader, &in_flight);
         let next = if connection.initialized.get() {
             step.await
         } else {
-            // One deadline from the accept: talking without initializing does not extend it.
+            // One deadline from the accept, over reading and answering alike: talking
+            // without initializing does not extend it, nor does not reading the answers.
             match tokio::time::timeout_at(handshake_deadline, step).await {
                 Ok(next) => next,
                 Err(_) => {
@@ -397,6 +461,7 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
                     let line = serde_json::to_string(&Response::err(Id::null(), error))
                         .expect("responses serialize");
                     connection.out.try_send(line);
+                    timed_out = true;
                     Next::Stop
                 }
             }
@@ -407,15 +472,41 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
     }
     drop(reader);
     drop(connection);
-    // The writer ends when the last queued line is written and every sender is gone.
-    let _ = writer.await;
+    // The writer ends when the last queued line is written and every sender is gone. A
+    // client that never initialized gets a moment to read why it is closed, no more: one that
+    // does not read at all would hold the writer, and the connection, forever.
+    let mut writer = writer;
+    if timed_out {
+        if tokio::time::timeout(CLOSING_GRACE, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
+    } else {
+        let _ = writer.await;
+    }
 }
+
+/// How long a client closed for not initializing has to read what was written to it.
+const CLOSING_GRACE: Duration = Duration::from_secs(1);
 
 /// Reads one line and answers it, or starts its task.
 async fn serve_line<R: AsyncBufReadExt + Unpin>(
     connection: &Rc<Connection>,
     reader: &mut R,
+    in_flight: &Arc<Semaphore>,
 ) -> Next {
+    // The least a request counts for, taken before reading: with the budget spent, the
+    // socket is not read at all until an answer drains.
+    let mut permit = match in_flight
+        .clone()
+        .acquire_many_owned(REQUEST_COST as u32)
+        .await
+    {
+        Ok(permit) => permit,
+        Err(_) => return Next::Stop,
+    };
     let bytes = match read_line(reader).await {
         Ok(Line::Text(bytes)) => bytes,
         Ok(Line::TooLong) => {
@@ -431,6 +522,7 @@ async fn serve_line<R: AsyncBufReadExt + Unpin>(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Next::Read;
     }
+    let extra = bytes.len().saturating_sub(REQUEST_COST);
     let request = match parse_request(&bytes) {
         Ok(request) => request,
         Err((id, error)) => {
@@ -459,6 +551,12 @@ async fn serve_line<R: AsyncBufReadExt + Unpin>(
         }
         return Next::Read;
     }
+    if extra > 0 {
+        match in_flight.clone().acquire_many_owned(extra as u32).await {
+            Ok(more) => permit.merge(more),
+            Err(_) => return Next::Stop,
+        }
+    }
     let connection = connection.clone();
     actix::spawn(async move {
         let Request {
@@ -474,10 +572,13 @@ async fn serve_line<R: AsyncBufReadExt + Unpin>(
                 ))
             }
         };
+        // The request is done with: only its answer waits for room in the queue.
+        drop(params);
         // Notifications (no id) get no answer, as JSON-RPC says.
         if let Some(id) = id {
             connection.respond(Response::from_result(id, result)).await;
         }
+        drop(permit);
     });
     Next::Read
 }
@@ -625,6 +726,15 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
         })?,
     };
     let session = methods::resolve_session(&connection.context.corral, selector)?;
+    if connection.subscriptions.borrow().len() >= MAX_SUBSCRIPTIONS {
+        return Err(RpcError::new(
+            code::BUSY,
+            format!(
+                "this connection holds {MAX_SUBSCRIPTIONS} subscriptions, the most it may; \
+                 unsubscribe one first"
+            ),
+        ));
+    }
     let id = connection.context.next_subscription.get();
     connection.context.next_subscription.set(id + 1);
     // Listen before reading the store: an event committed in between is seen twice at most,
