@@ -23,6 +23,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::UnixListener;
@@ -217,19 +218,148 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     outcome
 }
 
+/// The clients a daemon serves at once, unless `CORRAL_MAX_CONNECTIONS` says otherwise:
+/// three quarters of its descriptor limit (`RLIMIT_NOFILE`), so that the supervisor keeps
+/// descriptors for its store and its engines' pipes however many clients come. A client over
+/// the limit is told so and closed.
+pub fn connection_limit() -> usize {
+    if let Some(limit) = std::env::var("CORRAL_MAX_CONNECTIONS")
+        .ok()
+        .and_then(|limit| limit.parse().ok())
+    {
+        return limit;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let descriptors = if !read || limit.rlim_cur == libc::RLIM_INFINITY {
+        1 << 20
+    } else {
+        limit.rlim_cur.min(1 << 20) as usize
+    };
+    (descriptors / 4 * 3).max(1)
+}
+
+/// The first wait after a failed `accept`; each further failure doubles it, up to
+/// [`ACCEPT_BACKOFF_MAX`]; an accepted connection resets it.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Failed accepts are logged at most once per period (with how many there were).
+pub const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// The accept loop's answer to failures (at the descriptor limit, `accept` fails with EMFILE
+/// or ENFILE as long as the limit holds, and the pending connection keeps the listener ready):
+/// wait a short, growing delay instead of spinning, and log once per period.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    delay: Duration,
+    failures: u64,
+    since: Option<Instant>,
+    logged: Option<Instant>,
+}
+
+impl AcceptBackoff {
+    /// A failed accept at `now`: how long to wait before the next one.
+    pub fn failed(&mut self, error: &std::io::Error, now: Instant) -> Duration {
+        self.failures += 1;
+        let since = *self.since.get_or_insert(now);
+        if self
+            .logged
+            .is_none_or(|logged| now.duration_since(logged) >= ACCEPT_LOG_PERIOD)
+        {
+            self.logged = Some(now);
+            let at_limit = matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+            tracing::warn!(
+                %error,
+                failures = self.failures,
+                for_ms = now.duration_since(since).as_millis() as u64,
+                "accept failed{}; retrying after {} ms to {} ms (logged once per {} s)",
+                if at_limit { " at the descriptor limit" } else { "" },
+                ACCEPT_BACKOFF_MIN.as_millis(),
+                ACCEPT_BACKOFF_MAX.as_millis(),
+                ACCEPT_LOG_PERIOD.as_secs(),
+            );
+        }
+        let delay = self.delay.clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+        self.delay = (delay * 2).min(ACCEPT_BACKOFF_MAX);
+        delay
+    }
+
+    /// An accepted connection at `now`: back to a quick retry. (The log period goes on: a
+    /// limit reached again and again is still logged once per period.)
+    pub fn succeeded(&mut self, now: Instant) {
+        if let Some(since) = self.since.take() {
+            if self.logged.is_some_and(|logged| logged >= since) {
+                tracing::info!(
+                    failures = self.failures,
+                    for_ms = now.duration_since(since).as_millis() as u64,
+                    "accepting again"
+                );
+            }
+        }
+        self.delay = Duration::ZERO;
+        self.failures = 0;
+    }
+}
+
+/// Failures of `accept` that say nothing about the daemon (the client left before it was
+/// accepted): accept the next one at once.
+fn transient(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ECONNABORTED | libc::EINTR | libc::EAGAIN | libc::EPROTO)
+    )
+}
+
 async fn serve_until_signal(
     listener: UnixListener,
     context: Rc<server::DaemonContext>,
     mut signals: mpsc::UnboundedReceiver<i32>,
     corral: &Corral,
 ) -> Result<(), String> {
+    let limit = connection_limit();
+    let served = Arc::new(tokio::sync::Semaphore::new(limit));
+    let mut backoff = AcceptBackoff::default();
+    tracing::info!(connections = limit, "serving");
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    actix::spawn(server::serve(stream, context.clone()));
+                    backoff.succeeded(Instant::now());
+                    match served.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            let context = context.clone();
+                            actix::spawn(async move {
+                                server::serve(stream, context).await;
+                                drop(permit);
+                            });
+                        }
+                        Err(_) => {
+                            let error = crate::protocol::RpcError::new(
+                                crate::protocol::code::BUSY,
+                                format!(
+                                    "refused: the daemon already serves {limit} connections, \
+                                     the most it takes at once; try again when some close"
+                                ),
+                            );
+                            server::refuse(stream, &server::refusal_line(error));
+                        }
+                    }
                 }
-                Err(error) => tracing::warn!(%error, "accept failed"),
+                Err(error) if transient(&error) => {}
+                Err(error) => {
+                    let delay = backoff.failed(&error, Instant::now());
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        signal = signals.recv() => {
+                            tracing::info!(signal, "shutting down");
+                            break;
+                        }
+                    }
+                }
             },
             signal = signals.recv() => {
                 tracing::info!(signal, "shutting down");
@@ -341,4 +471,42 @@ pub fn spawn_detached(home: &Path) -> Result<u32, String> {
     }
     let _ = std::fs::write(home.join(PID_FILE), format!("{pid}\n"));
     Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_backoff_grows_from_10_ms_to_1_s_and_resets_on_success() {
+        let error = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let mut backoff = AcceptBackoff::default();
+        let now = Instant::now();
+        let delays: Vec<u128> = (0..10)
+            .map(|_| backoff.failed(&error, now).as_millis())
+            .collect();
+        assert_eq!(delays, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        backoff.succeeded(now);
+        assert_eq!(backoff.failed(&error, now), ACCEPT_BACKOFF_MIN);
+    }
+
+    #[test]
+    fn accept_failures_are_logged_once_per_period() {
+        let error = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let mut backoff = AcceptBackoff::default();
+        let start = Instant::now();
+        backoff.failed(&error, start);
+        assert_eq!(backoff.logged, Some(start));
+        backoff.failed(&error, start + Duration::from_secs(3));
+        backoff.succeeded(start + Duration::from_secs(4));
+        backoff.failed(&error, start + Duration::from_secs(5));
+        assert_eq!(
+            backoff.logged,
+            Some(start),
+            "logged again within the period"
+        );
+        let later = start + ACCEPT_LOG_PERIOD;
+        backoff.failed(&error, later);
+        assert_eq!(backoff.logged, Some(later));
+    }
 }
