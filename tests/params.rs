@@ -84,7 +84,7 @@ fn a_huge_selector_is_not_echoed_and_a_huge_title_is_refused() {
     let answer = rpc.call("session.show", json!({ "session": selector }));
     let message = answer.unwrap_err()["message"].as_str().unwrap().to_string();
     assert!(message.len() < 400, "{} bytes echoed", message.len());
-    assert!(message.contains("102400 bytes"), "{message}");
+    assert!(message.contains("…"), "{message}");
 
     let title = "t".repeat(900 * 1024);
     let answer = rpc.call("session.new", json!({ "project": "p", "title": title }));

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::{CliError, Context};
 use crate::client::ClientError;
 use crate::protocol::{code, RpcError};
-use crate::store::select::{select, Unselected};
+use crate::store::select::select;
 use crate::store::settings::{self, KNOWN};
 use crate::store::work::{self, Event, Project, Session};
 
@@ -130,7 +130,7 @@ impl LocalStore {
 
     fn project(&self, selector: &str) -> Result<Project, RpcError> {
         let projects = read(work::projects(&self.connection))?;
-        select("project", selector, projects, |p| &p.id, |p| Some(&p.name)).map_err(unselected)
+        select("project", selector, projects, |p| &p.id, |p| Some(&p.name)).map_err(RpcError::from)
     }
 
     fn session(&self, selector: &str) -> Result<Session, RpcError> {
@@ -142,7 +142,7 @@ impl LocalStore {
             |s| &s.id,
             |s| s.title.as_deref(),
         )
-        .map_err(unselected)
+        .map_err(RpcError::from)
     }
 }
 
@@ -153,18 +153,6 @@ fn stored_settings(connection: &Connection) -> rusqlite::Result<Vec<(String, Str
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect();
     rows
-}
-
-/// A selector's failure with the daemon's error codes.
-fn unselected(error: Unselected) -> RpcError {
-    let message = error.to_string();
-    match error {
-        Unselected::Empty { .. } => RpcError::new(code::INVALID_PARAMS, message),
-        Unselected::None { .. } => RpcError::new(code::NOT_FOUND, message),
-        Unselected::Ambiguous { candidates, .. } => {
-            RpcError::new(code::AMBIGUOUS, message).with_data(json!({ "candidates": candidates }))
-        }
-    }
 }
 
 fn read<T>(result: rusqlite::Result<T>) -> Result<T, RpcError> {

@@ -17,6 +17,7 @@ use crate::protocol::{
     code, ClaimParams, ProjectAddParams, ProjectSetParams, ReleaseParams, RpcError, SendParams,
     SessionNewParams, METHODS,
 };
+use crate::store::select::Unselected;
 use crate::store::settings::{self, KNOWN};
 use crate::store::work::{
     self, ClaimRefused, NewProject, NewPrompt, NewSession, Project, Prompt, Session,
@@ -106,15 +107,6 @@ fn check_named(params: &Value) -> Result<(), RpcError> {
 /// 120).
 pub const MAX_TITLE: usize = 500;
 
-/// A selector as an error message shows it: cut, so that a 100 KB selector is not echoed.
-fn shown(selector: &str) -> String {
-    const SHOWN: usize = 80;
-    if selector.chars().count() <= SHOWN {
-        return selector.to_string();
-    }
-    let cut: String = selector.chars().take(SHOWN).collect();
-    format!("{cut}… ({} bytes)", selector.len())
-}
 
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
     serde_json::to_value(value).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
@@ -185,65 +177,28 @@ async fn refuse_widening_from_a_run(
     .with_data(json!({ "run_id": origin.run_id, "found_by": origin.found_by })))
 }
 
-/// Picks the one item a selector names: exact id, then exact name, then unique id prefix.
+/// A selector's failure with the protocol's error codes (the CLI's direct reads of the store
+/// answer the same, `cli::local`).
+impl From<Unselected> for RpcError {
+    fn from(error: Unselected) -> Self {
+        let message = error.to_string();
+        match error {
+            Unselected::Empty { .. } => RpcError::new(code::INVALID_PARAMS, message),
+            Unselected::None { .. } => RpcError::new(code::NOT_FOUND, message),
+            Unselected::Ambiguous { candidates, .. } => RpcError::new(code::AMBIGUOUS, message)
+                .with_data(json!({ "candidates": candidates })),
+        }
+    }
+}
+
 fn select<T>(
-    kind: &str,
+    kind: &'static str,
     selector: &str,
     items: Vec<T>,
     id: impl Fn(&T) -> &str,
     name: impl Fn(&T) -> Option<&str>,
 ) -> Result<T, RpcError> {
-    let selector = selector.trim();
-    if selector.is_empty() {
-        return Err(RpcError::new(
-            code::INVALID_PARAMS,
-            format!("the {kind} selector is empty"),
-        ));
-    }
-    let position = items
-        .iter()
-        .position(|item| id(item) == selector)
-        .or_else(|| {
-            let named: Vec<usize> = items
-                .iter()
-                .enumerate()
-                .filter(|(_, item)| name(item) == Some(selector))
-                .map(|(index, _)| index)
-                .collect();
-            (named.len() == 1).then(|| named[0])
-        });
-    if let Some(position) = position {
-        return Ok(items.into_iter().nth(position).expect("a found position"));
-    }
-    let mut matches: Vec<T> = items
-        .into_iter()
-        .filter(|item| id(item).starts_with(selector) || name(item) == Some(selector))
-        .collect();
-    match matches.len() {
-        0 => Err(RpcError::new(
-            code::NOT_FOUND,
-            format!("No {kind} matches '{}'", shown(selector)),
-        )),
-        1 => Ok(matches.remove(0)),
-        _ => {
-            let candidates: Vec<String> = matches
-                .iter()
-                .map(|item| match name(item) {
-                    Some(name) => format!("{} ({name})", id(item)),
-                    None => id(item).to_string(),
-                })
-                .collect();
-            Err(RpcError::new(
-                code::AMBIGUOUS,
-                format!(
-                    "Ambiguous {kind} '{}': {}",
-                    shown(selector),
-                    candidates.join(", ")
-                ),
-            )
-            .with_data(json!({ "candidates": candidates })))
-        }
-    }
+    Ok(crate::store::select::select(kind, selector, items, id, name)?)
 }
 
 pub fn resolve_project(corral: &Corral, selector: &str) -> Result<Project, RpcError> {
