@@ -67,7 +67,10 @@ fn params_of_the_wrong_type_are_refused_and_change_nothing() {
     // (-32600, an invalid request, as JSON-RPC 2.0 says; a daemon that reads the request
     // first and checks params after says -32602.)
     let answer = rpc.call("status", json!("everything"));
-    assert!([-32600, INVALID_PARAMS].contains(&code(&answer)), "{answer:?}");
+    assert!(
+        [-32600, INVALID_PARAMS].contains(&code(&answer)),
+        "{answer:?}"
+    );
     // The daemon still serves, and nothing was created.
     let projects = rpc.call("project.list", json!({})).unwrap();
     assert_eq!(projects, json!([]), "{projects}");

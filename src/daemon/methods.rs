@@ -107,7 +107,6 @@ fn check_named(params: &Value) -> Result<(), RpcError> {
 /// 120).
 pub const MAX_TITLE: usize = 500;
 
-
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
     serde_json::to_value(value).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
 }
@@ -198,7 +197,9 @@ fn select<T>(
     id: impl Fn(&T) -> &str,
     name: impl Fn(&T) -> Option<&str>,
 ) -> Result<T, RpcError> {
-    Ok(crate::store::select::select(kind, selector, items, id, name)?)
+    Ok(crate::store::select::select(
+        kind, selector, items, id, name,
+    )?)
 }
 
 pub fn resolve_project(corral: &Corral, selector: &str) -> Result<Project, RpcError> {
