@@ -682,7 +682,10 @@ fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
         let second = bench.run(&session, "again").await;
         assert_eq!(second.status, PromptStatus::Failed, "{second:?}");
         let states = bench.corral.app_servers().await;
-        assert!(states[0]["generation"].as_u64().unwrap() >= 2, "{states:?}");
+        assert!(
+            states[0]["generation"].as_u64().unwrap() >= 2,
+            "{second:?} {states:?}"
+        );
         assert!(
             states[0]["recent"]
                 .as_array()

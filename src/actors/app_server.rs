@@ -99,6 +99,9 @@ struct Live {
     /// Lines to write to its stdin.
     stdin: mpsc::UnboundedSender<String>,
     initialized: bool,
+    /// Its handshake was given up on (no `initialize` answer in time; it is being killed):
+    /// whoever asks for a child from then on waits for the next one.
+    abandoned: bool,
     /// What is known of its death so far.
     death: Option<Death>,
     /// Threads this child has started or resumed: resuming one again is answered without a
@@ -274,6 +277,7 @@ impl AppServerActor {
             generation,
             stdin: stdin_tx,
             initialized: false,
+            abandoned: false,
             death: None,
             loaded: std::collections::HashSet::new(),
         });
@@ -290,12 +294,13 @@ impl AppServerActor {
         }));
         let timeout = init_timeout();
         ctx.run_later(timeout, move |actor, _| {
-            let Some(live) = actor.child.as_ref().filter(|live| live.generation == generation) else {
+            let Some(live) = actor.child.as_mut().filter(|live| live.generation == generation) else {
                 return;
             };
             if live.initialized {
                 return;
             }
+            live.abandoned = true;
             let pid = live.pid;
             let reason = format!(
                 "the app-server did not answer initialize within {} ms; it was killed (the next turn restarts it)",
@@ -308,6 +313,16 @@ impl AppServerActor {
             process::signal_group(pid as i32, libc::SIGKILL);
         });
         ctx.spawn(receiver.into_actor(self).map(move |answer, actor, _| {
+            // The answer of a child that is gone or was given up on says nothing to whoever
+            // waits now: they wait for the next child (its death, or the timeout, told the
+            // ones who waited for this one).
+            if !actor
+                .child
+                .as_ref()
+                .is_some_and(|live| live.generation == generation && !live.abandoned)
+            {
+                return;
+            }
             let ready = matches!(answer, Ok(Ok(_)));
             if ready {
                 actor.write(&json!({ "method": "initialized" }));
@@ -383,7 +398,9 @@ impl AppServerActor {
         let Some(live) = self.child.take() else {
             return;
         };
-        let served = live.initialized;
+        // Callers still waiting asked for a running child after this one was served (or given
+        // up on): they get the next one, not this one's failure.
+        let served = live.initialized || live.abandoned;
         let death = live.death.unwrap_or_default();
         let details = json!({
             "pid": live.pid,
