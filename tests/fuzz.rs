@@ -1,0 +1,61 @@
+//! A short run of the protocol fuzzer (`examples/fuzz_bench.rs`, issue 10 item 11) in
+//! `cargo test`: one fixed seed and one new seed each run, a few seconds each, the supervisor
+//! in this process on the fake engine, connections served by the daemon's own `server::serve`.
+//! A failure prints its seed and a minimized input; `target/release/examples/fuzz_bench
+//! 100000 --seed SEED --threads 1` replays the inputs.
+
+#[allow(dead_code)]
+#[path = "../examples/fuzz_bench.rs"]
+mod fuzz_bench;
+
+use fuzz_bench::{random_seed, run, Options};
+
+/// Findings of open bugs (reported, not fixed yet), counted and shown but not failing the
+/// test. An entry is a signature's start; remove it once its bug is fixed.
+const KNOWN: &[&str] = &[
+    // Error messages echo selectors, names and method names whole: a 100 KB selector or
+    // method name comes back in a 100 KB message (issue 10's bad input: "errors do not echo
+    // them back whole").
+    "an error message over 64 KiB",
+    // ... and with the control characters they hold (`unknown method 'status\n'`), where the
+    // protocol says a message is one line.
+    "an error message of several lines",
+    // An id is echoed as its raw text; a string id with a lone surrogate escape (`"\ud800"`)
+    // comes back as it was, and serde (the daemon's own client) cannot read the answer.
+    "invalid answer: a string id echoed as sent",
+];
+
+fn fuzz(seed: u64, seconds: f64) {
+    let summary = run(&Options {
+        seed,
+        inputs: 0,
+        seconds,
+        threads: 1,
+        fake_engine: Some(env!("CARGO_BIN_EXE_corral-fake-engine").into()),
+        quiet: true,
+        minimize_budget: 300,
+        known: KNOWN.iter().map(|known| known.to_string()).collect(),
+    });
+    let report = summary.report();
+    println!("seed {seed:#018x}\n{report}");
+    assert!(
+        summary.inputs >= 1_000 && summary.probes >= 1,
+        "seed {seed:#018x}: too few inputs ran\n{report}"
+    );
+    assert!(
+        summary.clean(),
+        "seed {seed:#018x}: the fuzzer found\n{report}"
+    );
+}
+
+#[test]
+fn fuzz_a_fixed_seed() {
+    fuzz(0x00c0_ffee_5eed_0001, 3.0);
+}
+
+#[test]
+fn fuzz_a_new_seed() {
+    let seed = random_seed();
+    eprintln!("fuzz seed {seed:#018x}");
+    fuzz(seed, 3.0);
+}
