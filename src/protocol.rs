@@ -87,10 +87,13 @@ impl Id {
 
     /// A string, a number or null (JSON-RPC 2.0's rule); not an object, array or boolean.
     pub fn is_valid(&self) -> bool {
-        matches!(
-            self.text().as_bytes().first(),
-            Some(b'"' | b'-' | b'0'..=b'9' | b'n')
-        )
+        match self.text().as_bytes().first() {
+            Some(b'-' | b'0'..=b'9' | b'n') => true,
+            // A string must decode: one with a lone surrogate escape (`"\ud800"`) would come
+            // back in an answer no JSON reader takes.
+            Some(b'"') => serde_json::from_str::<String>(self.text()).is_ok(),
+            _ => false,
+        }
     }
 }
 
@@ -156,11 +159,33 @@ pub struct RpcError {
     pub data: Option<Value>,
 }
 
+/// The longest error message the daemon sends, in characters: a message quotes what it was
+/// sent (a selector, a method name, a value), and a 100 KB input must not come back whole.
+pub const MAX_MESSAGE: usize = 500;
+
+/// An error message as it is sent: one line (control characters written as escapes, so that
+/// a `\n` in the input cannot split it) and at most [`MAX_MESSAGE`] characters.
+pub fn one_line_message(message: &str) -> String {
+    let mut line = String::with_capacity(message.len().min(MAX_MESSAGE + 8));
+    for (count, c) in message.chars().enumerate() {
+        if count == MAX_MESSAGE {
+            line.push_str(&format!("… ({} bytes in all)", message.len()));
+            break;
+        }
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+    }
+    line
+}
+
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         RpcError {
             code,
-            message: message.into(),
+            message: one_line_message(&message.into()),
             data: None,
         }
     }
@@ -178,6 +203,43 @@ impl std::fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+
+    #[test]
+    fn an_error_message_is_one_bounded_line() {
+        let error = RpcError::new(-32601, "unknown method 'a\nb\r\t'");
+        assert_eq!(error.message, "unknown method 'a\\nb\\r\\t'");
+        let long = RpcError::new(
+            -32602,
+            format!("No session matches '{}'", "s".repeat(100_000)),
+        );
+        assert!(
+            long.message.chars().count() < MAX_MESSAGE + 40,
+            "{}",
+            long.message.len()
+        );
+        assert!(
+            long.message.ends_with("(100021 bytes in all)"),
+            "{}",
+            &long.message[480..]
+        );
+        let fine = "the prompt is empty";
+        assert_eq!(RpcError::new(-32602, fine).message, fine);
+    }
+
+    #[test]
+    fn a_string_id_must_decode() {
+        let id = |text: &str| Id::from(RawValue::from_string(text.to_string()).unwrap());
+        assert!(id(r#""ok""#).is_valid());
+        assert!(id(r#""\u00e9""#).is_valid());
+        assert!(!id(r#""\ud83e""#).is_valid(), "a lone surrogate");
+        assert!(id("18446744073709551617").is_valid());
+        assert!(!id("true").is_valid());
+    }
+}
 
 /// A response: `result` or `error`, never both.
 #[derive(Debug, Clone, Serialize, Deserialize)]

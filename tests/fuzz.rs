@@ -12,18 +12,7 @@ use fuzz_bench::{random_seed, run, Options};
 
 /// Findings of open bugs (reported, not fixed yet), counted and shown but not failing the
 /// test. An entry is a signature's start; remove it once its bug is fixed.
-const KNOWN: &[&str] = &[
-    // Error messages echo selectors, names and method names whole: a 100 KB selector or
-    // method name comes back in a 100 KB message (issue 10's bad input: "errors do not echo
-    // them back whole").
-    "an error message over 64 KiB",
-    // ... and with the control characters they hold (`unknown method 'status\n'`), where the
-    // protocol says a message is one line.
-    "an error message of several lines",
-    // An id is echoed as its raw text; a string id with a lone surrogate escape (`"\ud800"`)
-    // comes back as it was, and serde (the daemon's own client) cannot read the answer.
-    "invalid answer: a string id echoed as sent",
-];
+const KNOWN: &[&str] = &[];
 
 fn fuzz(seed: u64, seconds: f64) {
     let summary = run(&Options {
