@@ -111,3 +111,43 @@ fn a_huge_selector_is_not_echoed_and_a_huge_title_is_refused() {
     assert_eq!(code(&renamed), INVALID_PARAMS, "{renamed:?}");
     home.stop_daemon();
 }
+
+#[test]
+fn the_shutdown_method_drains_like_sigterm_and_a_second_ask_stops_at_once() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    home.ok(&["config", "set", "engines.fake.path", fake]);
+    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "60000"]);
+    home.ok(&["config", "set", "cancel.grace_ms", "300"]);
+    let work = home.work();
+    home.ok(&[
+        "project",
+        "add",
+        "p",
+        work.to_str().unwrap(),
+        "--engine",
+        "fake",
+    ]);
+    let session = home.json(&["session", "new", "p", "--title", "long", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.ok(&["send", &session, "@fake hang\nrun for ever"]);
+    let daemon = home.daemon_pid().unwrap();
+    let mut rpc = Rpc::connect(home.path());
+    assert_eq!(rpc.call("shutdown", json!({})).unwrap()["stopping"], true);
+    // Draining: the daemon still answers, says so, and takes no new prompt.
+    let status = rpc.call("status", json!({})).unwrap();
+    assert_eq!(status["daemon"]["shutting_down"], true, "{status}");
+    let refused = rpc.call("prompt.send", json!({ "session": session, "text": "more" }));
+    assert_eq!(code(&refused), -32006, "{refused:?}");
+    assert!(common::daemon::alive(daemon), "the grace has not run out");
+    // A second ask ends the grace: the hanging run is ended and requeued, the daemon exits.
+    rpc.call("shutdown", json!({})).unwrap();
+    common::daemon::wait_until("the daemon exits", || !common::daemon::alive(daemon));
+    let db = home.db();
+    let status: String = db
+        .query_row("SELECT status FROM prompts", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(status, "queued", "requeued, not lost");
+}

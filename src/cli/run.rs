@@ -84,9 +84,12 @@ pub async fn execute(context: &Context, args: &RunArgs) -> Result<Exit, CliError
                 if let Some(foreground) = foreground.as_ref().filter(|_| process::child_stopped(pid)) {
                     // The job stops as a whole, as under a shell; it goes on when we do.
                     foreground.take_back();
-                    // SAFETY: stops corral's whole process group (the shell's job: a pipeline's
+                    // Stops corral's whole process group (pid 0: the shell's job, a pipeline's
                     // other members too), as a stopped program does; it returns once continued.
-                    unsafe { libc::kill(0, libc::SIGTSTP) };
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(0),
+                        nix::sys::signal::Signal::SIGTSTP,
+                    );
                     foreground.lend_again();
                 }
             }

@@ -606,11 +606,8 @@ pub async fn call(
             )
         }
         "shutdown" => {
-            // Asking for a stop is the same as SIGTERM (the CLI's `daemon stop`).
-            // SAFETY: kill on our own pid.
-            unsafe {
-                libc::kill(std::process::id() as i32, libc::SIGTERM);
-            }
+            // The same as SIGTERM: the daemon drains, then stops (a second ask: at once).
+            context.shutdown.request();
             Ok(json!({ "stopping": true }))
         }
         other => Err(

@@ -17,6 +17,7 @@
 pub mod methods;
 pub mod origin;
 pub mod server;
+pub mod shutdown;
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -27,6 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::UnixListener;
+
+use shutdown::Phase;
 use tokio::sync::mpsc;
 
 use crate::{Corral, CorralOptions};
@@ -320,6 +323,15 @@ async fn serve_until_signal(
     mut signals: mpsc::UnboundedReceiver<i32>,
     corral: &Corral,
 ) -> Result<(), String> {
+    // Every signal is an ask to stop: the first drains, the next stops at once.
+    let shutdown = context.shutdown.clone();
+    let asking = shutdown.clone();
+    actix::spawn(async move {
+        while let Some(signal) = signals.recv().await {
+            tracing::info!(signal, "asked to stop");
+            asking.request();
+        }
+    });
     let limit = connection_limit();
     let served = Arc::new(tokio::sync::Semaphore::new(limit));
     let mut backoff = AcceptBackoff::default();
@@ -354,28 +366,22 @@ async fn serve_until_signal(
                     let delay = backoff.failed(&error, Instant::now());
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
-                        signal = signals.recv() => {
-                            tracing::info!(signal, "shutting down");
-                            break;
-                        }
+                        _ = shutdown.reached(Phase::Draining) => break,
                     }
                 }
             },
-            signal = signals.recv() => {
-                tracing::info!(signal, "shutting down");
-                break;
-            }
+            _ = shutdown.reached(Phase::Draining) => break,
         }
     }
+    tracing::info!("shutting down");
     // Stop accepting: new clients get "connection refused" and may start another daemon only
     // after this one released its lock.
     drop(listener);
-    context.begin_shutdown();
     let grace = corral.settings().shutdown_grace;
     tokio::select! {
         _ = corral.shutdown(grace) => {}
-        _ = signals.recv() => {
-            // A second signal: no more grace.
+        _ = shutdown.reached(Phase::Stopping) => {
+            // A second ask: no more grace.
             corral.shutdown(Duration::ZERO).await;
         }
     }

@@ -84,7 +84,8 @@ const REPLAY_PAGE: usize = 512;
 pub struct DaemonContext {
     pub corral: Corral,
     pub home: PathBuf,
-    shutting_down: Cell<bool>,
+    /// The daemon's phase: the accept loop, the methods and whoever asks for a stop share it.
+    pub shutdown: super::shutdown::Shutdown,
     next_subscription: Cell<u64>,
 }
 
@@ -93,17 +94,14 @@ impl DaemonContext {
         DaemonContext {
             corral,
             home,
-            shutting_down: Cell::new(false),
+            shutdown: super::shutdown::Shutdown::new(),
             next_subscription: Cell::new(1),
         }
     }
 
-    pub fn begin_shutdown(&self) {
-        self.shutting_down.set(true);
-    }
-
+    /// Whether the daemon is draining or stopping (no new prompts).
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.get()
+        self.shutdown.phase() != super::shutdown::Phase::Running
     }
 }
 
