@@ -20,6 +20,7 @@ pub mod home;
 pub mod process;
 pub mod protocol;
 pub mod repo;
+pub mod socket;
 pub mod store;
 
 pub use corral::{Corral, CorralError, CorralOptions};

@@ -21,7 +21,7 @@
 //!   its exec), remove the socket, exit 130/143.
 
 use std::collections::HashMap;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -49,9 +49,6 @@ pub struct ConnectArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: PathBuf,
 }
-
-/// `sun_path` holds 108 bytes on Linux, the last one a NUL.
-const MAX_SOCKET_PATH: usize = 107;
 
 /// Lines read from a native client and not yet handled.
 const INCOMING: usize = 16;
@@ -138,15 +135,9 @@ pub async fn execute(context: &Context, args: &ConnectArgs) -> Result<Exit, CliE
 
 /// Refuses a path that does not fit in `sun_path`.
 fn check_path(path: &Path) -> Result<(), CliError> {
-    let length = path.as_os_str().len();
-    if length > MAX_SOCKET_PATH {
-        return Err(CliError::failure(format!(
-            "socket path {} is {length} bytes; a Unix socket path holds at most \
-             {MAX_SOCKET_PATH} (choose a shorter path)",
-            path.display()
-        )));
-    }
-    if length == 0 {
+    crate::socket::check_path(path)
+        .map_err(|error| CliError::failure(format!("{error} (choose a shorter path)")))?;
+    if path.as_os_str().is_empty() {
         return Err(CliError::usage("the socket path is empty"));
     }
     Ok(())
@@ -177,40 +168,16 @@ fn bind(path: &Path) -> Result<UnixListener, CliError> {
             })?,
         }
     }
-    // The socket is made with no permission for others from its first moment; the mode is
-    // then set exactly.
-    // SAFETY: umask only changes this process's file creation mask.
-    let previous = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
-    unsafe {
-        libc::umask(previous);
-    }
-    let listener = bound.map_err(|error| {
-        CliError::failure(format!("cannot listen on {}: {error}", path.display()))
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|error| {
-        let _ = std::fs::remove_file(path);
-        CliError::failure(format!("cannot restrict {}: {error}", path.display()))
-    })?;
-    Ok(listener)
+    // Mode 0600 from the moment the path exists, without touching the umask (src/socket.rs).
+    crate::socket::bind_private(path).map_err(|error| CliError::failure(error.to_string()))
 }
 
 /// SO_PEERCRED: only our own user may drive our agents.
 fn same_user(stream: &UnixStream) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let own = unsafe { libc::geteuid() };
-    match stream.peer_cred() {
-        Ok(peer) if peer.uid() == own => true,
-        Ok(peer) => {
-            eprintln!(
-                "corral: refused a native client of uid {} (pid {:?})",
-                peer.uid(),
-                peer.pid()
-            );
-            false
-        }
-        Err(error) => {
-            eprintln!("corral: refused a native client whose credentials cannot be read: {error}");
+    match crate::socket::check_peer(stream) {
+        Ok(_) => true,
+        Err(refusal) => {
+            eprintln!("corral: refused native {refusal}");
             false
         }
     }

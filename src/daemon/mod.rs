@@ -21,7 +21,6 @@ pub mod shutdown;
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -44,7 +43,7 @@ pub const PID_FILE: &str = "daemon.pid";
 pub const LOG_FILE: &str = "daemon.log";
 
 /// `sun_path` holds 108 bytes on Linux, the last one a NUL.
-pub const MAX_SOCKET_PATH: usize = 107;
+pub const MAX_SOCKET_PATH: usize = crate::socket::MAX_PATH;
 
 /// The line a daemon started with [`READY_ENV`] prints on stdout once it serves.
 pub const READY_LINE: &str = "corral daemon ready";
@@ -59,15 +58,7 @@ pub fn socket_path(home: &Path) -> PathBuf {
 
 /// Checks that a socket path fits in `sun_path`.
 pub fn check_socket_path(path: &Path) -> Result<(), String> {
-    let length = path.as_os_str().len();
-    if length > MAX_SOCKET_PATH {
-        return Err(format!(
-            "socket path {} is {length} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH} \
-             (use a shorter CORRAL_HOME)",
-            path.display()
-        ));
-    }
-    Ok(())
+    crate::socket::check_path(path).map_err(|error| format!("{error} (use a shorter CORRAL_HOME)"))
 }
 
 /// The exclusive lock of a home's supervisor: one per home, whether it is a daemon or a
@@ -183,10 +174,8 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
             ))
         }
     }
-    let listener = UnixListener::bind(&socket)
-        .map_err(|error| format!("cannot listen on {}: {error}", socket.display()))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|error| format!("cannot restrict {}: {error}", socket.display()))?;
+    // Mode 0600 from the moment the path exists (src/socket.rs).
+    let listener = crate::socket::bind_private(&socket).map_err(|error| error.to_string())?;
 
     // The supervisor holds the home's lock from now on, as long as it lives (past the socket's
     // removal below).

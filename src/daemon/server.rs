@@ -41,7 +41,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::unix::UCred;
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -383,26 +382,23 @@ enum Next {
 /// Serves one connection until the client leaves.
 pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
     // SO_PEERCRED: only our own user may drive our agents.
-    // SAFETY: geteuid has no preconditions.
-    let own_uid = unsafe { libc::geteuid() };
-    let credentials = stream.peer_cred();
-    let peer_uid = credentials
-        .as_ref()
-        .map(UCred::uid)
-        .map_err(|error| std::io::Error::new(error.kind(), error.to_string()));
-    if let Some(error) = peer_refusal(own_uid, &peer_uid) {
-        match &credentials {
-            Ok(peer) => {
-                tracing::warn!(peer_uid = peer.uid(), pid = ?peer.pid(), "refused a client of another user")
+    let peer = match crate::socket::check_peer(&stream) {
+        Ok(peer) => peer,
+        Err(refusal) => {
+            match &refusal {
+                crate::socket::Refusal::OtherUser { uid, pid, .. } => {
+                    tracing::warn!(peer_uid = uid, pid = ?pid, "refused a client of another user")
+                }
+                crate::socket::Refusal::Unreadable(error) => {
+                    tracing::warn!(%error, "refused a client whose credentials cannot be read")
+                }
             }
-            Err(error) => {
-                tracing::warn!(%error, "refused a client whose credentials cannot be read")
-            }
+            let error = peer_refusal(refusal.own_uid(), &refusal.peer_uid())
+                .expect("a refused peer is refused");
+            refuse(stream, &refusal_line(error));
+            return;
         }
-        refuse(stream, &refusal_line(error));
-        return;
-    }
-    let peer = credentials.expect("checked above");
+    };
     let (read, write) = stream.into_split();
     let (lines, mut queued) = mpsc::unbounded_channel::<(String, OwnedSemaphorePermit)>();
     let room = Arc::new(Semaphore::new(OUTBOUND_BYTES));
