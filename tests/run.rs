@@ -295,19 +295,13 @@ impl Drop for Terminal {
     fn drop(&mut self) {
         // Whatever is left of the shell's session (after a failure: a stopped job).
         let session = self.shell.id() as i32;
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
-                .split_whitespace()
-                .collect();
-            if fields.get(3).and_then(|field| field.parse::<i32>().ok()) == Some(session) {
-                // SAFETY: a signal to a process of this test's own terminal session.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+        for process in procfs::process::all_processes().unwrap().flatten() {
+            if process.stat().is_ok_and(|stat| stat.session == session) {
+                // A process of this test's own terminal session.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(process.pid()),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
         let _ = self.shell.wait();

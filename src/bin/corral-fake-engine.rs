@@ -816,10 +816,7 @@ impl Out {
     fn crash(&mut self, value: &J) -> ! {
         let text = value.0.as_bytes();
         self.bytes(&text[..text.len() / 2]);
-        // SAFETY: plain libc calls on this very process.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
         sleep_forever()
     }
 
@@ -1422,17 +1419,16 @@ mod app_server {
 
     /// Whether process `pid` is alive (a zombie is not).
     fn alive(pid: i32) -> bool {
-        // SAFETY: signal 0 only checks that the process exists.
-        let exists = unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        // No signal (`None`) only checks that the process exists.
+        let exists = match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(()) | Err(nix::errno::Errno::EPERM) => true,
+            Err(_) => false,
+        };
         if !exists {
             return false;
         }
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            // The state follows the parenthesized command name.
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        match procfs::process::Process::new(pid).and_then(|process| process.stat()) {
+            Ok(stat) => stat.state != 'Z',
             Err(_) => true,
         }
     }
@@ -2485,10 +2481,10 @@ mod app_server {
             }
             if self.script.crash {
                 let _stdout = self.wire().lock();
-                // SAFETY: plain libc calls on this very process.
-                unsafe {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
-                }
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::this(),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
                 sleep_forever();
             }
             let end = self.body().unwrap_or(End::Interrupted);
