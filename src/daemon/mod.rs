@@ -377,22 +377,27 @@ async fn serve_until_signal(
     Ok(())
 }
 
-/// SIGTERM and SIGINT, delivered as messages (signal-hook's iterator on its own thread).
+/// SIGTERM and SIGINT, delivered as messages: tokio's signal handling, as everywhere in corral
+/// (the CLI's commands use the same), read by a task of the daemon's own thread.
 fn watch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|error| format!("cannot watch signals: {error}"))?;
+    use tokio::signal::unix::{signal, SignalKind};
+    let watch =
+        |kind: SignalKind| signal(kind).map_err(|error| format!("cannot watch signals: {error}"));
+    let mut terminate = watch(SignalKind::terminate())?;
+    let mut interrupt = watch(SignalKind::interrupt())?;
     let (sender, receiver) = mpsc::unbounded_channel();
-    std::thread::Builder::new()
-        .name("corral-signals".into())
-        .spawn(move || {
-            for signal in signals.forever() {
-                if sender.send(signal).is_err() {
-                    return;
-                }
+    actix::spawn(async move {
+        loop {
+            let signal = tokio::select! {
+                Some(()) = terminate.recv() => libc::SIGTERM,
+                Some(()) = interrupt.recv() => libc::SIGINT,
+                else => return,
+            };
+            if sender.send(signal).is_err() {
+                return;
             }
-        })
-        .map_err(|error| format!("cannot watch signals: {error}"))?;
+        }
+    });
     Ok(receiver)
 }
 
