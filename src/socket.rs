@@ -115,8 +115,7 @@ fn bind_restricted(path: &Path) -> std::io::Result<UnixSocket> {
 
 /// This process's effective uid.
 pub fn own_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Why a peer is not served.

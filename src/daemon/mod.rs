@@ -66,7 +66,9 @@ pub fn check_socket_path(path: &Path) -> Result<(), String> {
 /// takes it before it touches the socket and hands it to the supervisor it starts, which
 /// holds it as long as it lives; the lock file names the holder's pid.
 pub struct DaemonLock {
-    file: std::fs::File,
+    /// The lock file, locked (`flock`, exclusive): dropping it unlocks (the lock also goes
+    /// with the descriptor when the process exits).
+    _file: nix::fcntl::Flock<std::fs::File>,
     /// The home, as the lock was taken for it (canonical when it could be made so).
     home: PathBuf,
 }
@@ -107,46 +109,36 @@ impl DaemonLock {
             path: path.clone(),
             error,
         };
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if !locked {
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(io(error));
-            }
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            return Err(LockError::Held {
-                home: home.to_path_buf(),
-                path,
-                pid: holder.trim().parse().ok(),
-            });
-        }
+        let mut file =
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(locked) => locked,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    return Err(LockError::Held {
+                        home: home.to_path_buf(),
+                        path,
+                        pid: holder.trim().parse().ok(),
+                    });
+                }
+                Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
+            };
         file.set_len(0)
             .and_then(|_| writeln!(file, "{}", std::process::id()))
             .map_err(io)?;
         let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
-        Ok(DaemonLock { file, home })
+        Ok(DaemonLock { _file: file, home })
     }
 
     /// The home this lock is for.
     pub fn home(&self) -> &Path {
         &self.home
-    }
-}
-
-impl Drop for DaemonLock {
-    fn drop(&mut self) {
-        // SAFETY: as above; the lock also goes with the descriptor when the process exits.
-        unsafe {
-            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
-        }
     }
 }
 
@@ -221,17 +213,13 @@ pub fn connection_limit() -> usize {
     {
         return limit;
     }
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct we own.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-    let descriptors = if !read || limit.rlim_cur == libc::RLIM_INFINITY {
-        1 << 20
-    } else {
-        limit.rlim_cur.min(1 << 20) as usize
-    };
+    let descriptors =
+        match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+            Ok((soft, _)) if soft != nix::sys::resource::RLIM_INFINITY => {
+                soft.min(1 << 20) as usize
+            }
+            _ => 1 << 20,
+        };
     (descriptors / 4 * 3).max(1)
 }
 
