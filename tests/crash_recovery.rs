@@ -2,57 +2,18 @@
 //! leftover process groups, closes their runs as interrupted, requeues their prompts, and they
 //! complete. No prompt lost, none run twice at the same time, the store stays sound.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
+
+mod common;
+
+use common::rpc::Rpc;
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
-
-/// A blocking JSON-RPC connection, enough for a test.
-struct Rpc {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next: u64,
-}
-
-impl Rpc {
-    fn connect(home: &Path) -> Rpc {
-        let stream = UnixStream::connect(home.join("corral.sock")).expect("the daemon listens");
-        let mut rpc = Rpc {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next: 1,
-        };
-        rpc.call("initialize", json!({ "protocol": 1 })).unwrap();
-        rpc
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
-        let id = self.next;
-        self.next += 1;
-        let line = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        writeln!(self.writer, "{line}").unwrap();
-        loop {
-            let mut answer = String::new();
-            assert!(
-                self.reader.read_line(&mut answer).unwrap() > 0,
-                "the daemon hung up"
-            );
-            let answer: Value = serde_json::from_str(&answer).unwrap();
-            if answer["id"] == id {
-                return match answer.get("error") {
-                    Some(error) => Err(error.clone()),
-                    None => Ok(answer["result"].clone()),
-                };
-            }
-        }
-    }
-}
 
 /// Starts a daemon in the background and returns its pid.
 fn start_daemon(home: &Path) -> i32 {

@@ -279,21 +279,7 @@ fn a_daemon_killed_during_a_first_prompt_resumes_its_thread_on_the_rerun() {
 #[test]
 fn an_engine_child_gets_its_trace_and_none_of_the_daemons_own_variables() {
     let home = DaemonHome::new();
-    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-    home.ok(&["config", "set", "engines.fake.path", fake]);
-    let work = home.work();
-    home.ok(&[
-        "project",
-        "add",
-        "p",
-        work.to_str().unwrap(),
-        "--engine",
-        "fake",
-    ]);
-    let session = home.json(&["session", "new", "p", "--title", "env", "--json"])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let session = home.fake_session(env!("CARGO_BIN_EXE_corral-fake-engine"), "env", &[]);
     // The daemon was started (by the first command) with its readiness variable set.
     let answer = home.ok(&["send", &session, "@fake echo-env\nwhat do I get", "--wait"]);
     let env: serde_json::Value = serde_json::from_str(answer.trim()).expect("a JSON answer");

@@ -115,23 +115,14 @@ fn a_huge_selector_is_not_echoed_and_a_huge_title_is_refused() {
 #[test]
 fn the_shutdown_method_drains_like_sigterm_and_a_second_ask_stops_at_once() {
     let home = DaemonHome::new();
-    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-    home.ok(&["config", "set", "engines.fake.path", fake]);
-    home.ok(&["config", "set", "daemon.shutdown_grace_ms", "60000"]);
-    home.ok(&["config", "set", "cancel.grace_ms", "300"]);
-    let work = home.work();
-    home.ok(&[
-        "project",
-        "add",
-        "p",
-        work.to_str().unwrap(),
-        "--engine",
-        "fake",
-    ]);
-    let session = home.json(&["session", "new", "p", "--title", "long", "--json"])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let session = home.fake_session(
+        env!("CARGO_BIN_EXE_corral-fake-engine"),
+        "long",
+        &[
+            ("daemon.shutdown_grace_ms", "60000"),
+            ("cancel.grace_ms", "300"),
+        ],
+    );
     home.ok(&["send", &session, "@fake hang\nrun for ever"]);
     let daemon = home.daemon_pid().unwrap();
     let mut rpc = Rpc::connect(home.path());

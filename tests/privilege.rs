@@ -67,21 +67,7 @@ fn attempts(home: &Path, rpc: &Path) -> (String, usize) {
 #[test]
 fn an_agent_cannot_widen_its_own_rights_by_any_route() {
     let home = DaemonHome::new();
-    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-    home.ok(&["config", "set", "engines.fake.path", fake]);
-    let work = home.work();
-    home.ok(&[
-        "project",
-        "add",
-        "p",
-        work.to_str().unwrap(),
-        "--engine",
-        "fake",
-    ]);
-    let session = home.json(&["session", "new", "p", "--title", "agent", "--json"])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let session = home.fake_session(env!("CARGO_BIN_EXE_corral-fake-engine"), "agent", &[]);
     let rpc = home.path().join("rpc.py");
     std::fs::write(&rpc, RPC).unwrap();
     let (script, widening) = attempts(home.path(), &rpc);
@@ -140,7 +126,11 @@ fn an_agent_cannot_widen_its_own_rights_by_any_route() {
     assert_eq!(project["kind"], "local", "{project}");
     assert_eq!(project["engine"], "fake", "{project}");
     let path = home.json(&["config", "get", "engines.fake.path", "--json"]);
-    assert_eq!(path["value"], fake, "{path}");
+    assert_eq!(
+        path["value"],
+        env!("CARGO_BIN_EXE_corral-fake-engine"),
+        "{path}"
+    );
     let template = home.json(&["config", "get", "engines.command.template", "--json"]);
     assert!(template["value"].is_null(), "{template}");
     assert!(

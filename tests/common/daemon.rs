@@ -110,6 +110,15 @@ impl DaemonHome {
             .to_string()
     }
 
+    /// `fake` (the bundled fake engine's path) as engine `fake`, `settings`, a project `p`
+    /// (the `work` directory) on it, and a session of it titled `title`: the session's id.
+    pub fn fake_session(&self, fake: &str, title: &str, settings: &[(&str, &str)]) -> String {
+        self.config(&[("engines.fake.path", fake)]);
+        self.config(settings);
+        self.add_project("p", &self.work(), "fake");
+        self.new_session(&["p", "--title", title])
+    }
+
     /// `corral daemon --detach`.
     pub fn start_daemon(&self) {
         let out = self.ok(&["daemon", "--detach"]);
