@@ -267,6 +267,23 @@ fn a_daemon_killed_during_a_first_prompt_resumes_its_thread_on_the_rerun() {
         cancelled["signal"] == "SIGTERM" || cancelled["exit_code"].is_i64(),
         "how it ended is recorded: {cancelled}"
     );
+    // What the crash did is told, as after a SIGTERM: the first run ended by recovery, the
+    // prompt queued again.
+    let events = events_of(&home, &session);
+    let first_run = history["runs"][0]["id"].as_str().unwrap().to_string();
+    assert!(
+        events.iter().any(|e| e["kind"] == "run.exited"
+            && e["run_id"] == first_run.as_str()
+            && e["payload"]["ended_by"] == "recovery"),
+        "{events:#?}"
+    );
+    assert!(
+        events.iter().any(|e| e["kind"] == "prompt.requeued"
+            && e["payload"]["reason"]
+                .as_str()
+                .is_some_and(|reason| reason.contains("recovery"))),
+        "{events:#?}"
+    );
     // One thread, told once.
     let told = events_of(&home, &session)
         .iter()

@@ -793,16 +793,49 @@ pub struct Recovered {
 /// Boot reconciliation: closes runs left running as `interrupted` and lists the sessions whose
 /// work must resume (a prompt left `running` stays running: the new worker takes it again).
 pub(crate) fn recover(connection: &Connection) -> rusqlite::Result<Recovered> {
-    let mut statement = connection
-        .prepare_cached("SELECT id, pid, pid_start FROM runs WHERE status = 'running'")?;
-    let interrupted_runs = statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-        .collect::<rusqlite::Result<Vec<(String, Option<i64>, Option<i64>)>>>()?;
+    let mut statement = connection.prepare_cached(
+        "SELECT runs.id, runs.pid, runs.pid_start, runs.session_id, runs.prompt_id, prompts.status \
+         FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running'",
+    )?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok((
+                (row.get(0)?, row.get(1)?, row.get(2)?),
+                (row.get::<_, String>(3)?, row.get::<_, String>(4)?, row.get::<_, String>(5)?),
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<((String, Option<i64>, Option<i64>), (String, String, String))>>>()?;
     connection.run(
         "UPDATE runs SET status = 'interrupted', ended_at = ?1, retry_decision = 'requeued' \
          WHERE status = 'running'",
         [now_ms()],
     )?;
+    // What happened is told in the sessions' events, as after a SIGTERM: the run ended by
+    // recovery, its prompt queued again (it runs again once the worker takes it).
+    let mut told = Vec::new();
+    for ((run_id, _, _), (session_id, prompt_id, prompt_status)) in &rows {
+        told.push(NewEvent {
+            session_id: session_id.clone(),
+            prompt_id: Some(prompt_id.clone()),
+            run_id: Some(run_id.clone()),
+            kind: EventKind::RunExited,
+            payload: serde_json::json!({
+                "ended_by": "recovery",
+                "reason": "the daemon that ran it died; a new one closed the run",
+            }),
+        });
+        if prompt_status == "running" {
+            told.push(NewEvent {
+                session_id: session_id.clone(),
+                prompt_id: Some(prompt_id.clone()),
+                run_id: None,
+                kind: EventKind::PromptRequeued,
+                payload: serde_json::json!({ "reason": "recovery after the daemon died" }),
+            });
+        }
+    }
+    append_events(connection, told)?;
+    let interrupted_runs = rows.into_iter().map(|(run, _)| run).collect();
     let mut statement = connection.prepare_cached(
         "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
     )?;
