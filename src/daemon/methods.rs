@@ -6,6 +6,7 @@
 
 use std::rc::Rc;
 
+use rusqlite::Connection as Store;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -203,12 +204,26 @@ fn select<T>(
 }
 
 pub fn resolve_project(corral: &Corral, selector: &str) -> Result<Project, RpcError> {
-    let projects = corral.read(work::projects).map_err(store_error)?;
-    select("project", selector, projects, |p| &p.id, |p| Some(&p.name))
+    corral
+        .read(|c| Ok(project_of(c, selector)))
+        .map_err(store_error)?
 }
 
 pub fn resolve_session(corral: &Corral, selector: &str) -> Result<Session, RpcError> {
-    let sessions = corral.read(work::sessions).map_err(store_error)?;
+    corral
+        .read(|c| Ok(session_of(c, selector)))
+        .map_err(store_error)?
+}
+
+/// The project `selector` names, read on `c`.
+fn project_of(c: &Store, selector: &str) -> Result<Project, RpcError> {
+    let projects = read(work::projects(c))?;
+    select("project", selector, projects, |p| &p.id, |p| Some(&p.name))
+}
+
+/// The session `selector` names, read on `c`.
+fn session_of(c: &Store, selector: &str) -> Result<Session, RpcError> {
+    let sessions = read(work::sessions(c))?;
     select(
         "session",
         selector,
@@ -216,6 +231,96 @@ pub fn resolve_session(corral: &Corral, selector: &str) -> Result<Session, RpcEr
         |s| &s.id,
         |s| s.title.as_deref(),
     )
+}
+
+fn read<T>(result: rusqlite::Result<T>) -> Result<T, RpcError> {
+    result.map_err(|error| RpcError::new(code::INTERNAL, format!("store: {error}")))
+}
+
+/// The settings stored now, by name.
+fn stored_settings(c: &Store) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut statement = c.prepare("SELECT name, value FROM settings ORDER BY name")?;
+    let rows = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect();
+    rows
+}
+
+/// The methods that only read the store, answered on one connection: the daemon serves them
+/// on a reader of its pool, and the CLI on its own read-only connection when no daemon runs
+/// (`cli::local`), so both give the same results and check params alike. `None`: `method`
+/// is not one of them.
+pub fn inspect(c: &Store, method: &str, params: &Value) -> Option<Result<Value, RpcError>> {
+    Some(match method {
+        "project.list" => project_list(c, params),
+        "project.show" => {
+            string_param(params, "project").and_then(|selector| to_value(&project_of(c, selector)?))
+        }
+        "session.list" => session_list(c, params),
+        "session.show" => session_show(c, params),
+        "history" => history(c, params),
+        "settings.get" => settings_get(c, params),
+        "settings.list" => settings_list(c),
+        _ => return None,
+    })
+}
+
+fn project_list(c: &Store, params: &Value) -> Result<Value, RpcError> {
+    let all = optional::<bool>(params, "all")?.unwrap_or(false);
+    let projects: Vec<Project> = read(work::projects(c))?
+        .into_iter()
+        .filter(|p| all || p.archived_at.is_none())
+        .collect();
+    to_value(&projects)
+}
+
+fn session_list(c: &Store, params: &Value) -> Result<Value, RpcError> {
+    let all = optional::<bool>(params, "all")?.unwrap_or(false);
+    let project = match optional::<String>(params, "project")? {
+        Some(selector) => Some(project_of(c, &selector)?.id),
+        None => None,
+    };
+    let sessions: Vec<Session> = read(work::sessions(c))?
+        .into_iter()
+        .filter(|s| all || s.archived_at.is_none())
+        .filter(|s| project.is_none() || s.project_id == project)
+        .collect();
+    to_value(&sessions)
+}
+
+fn session_show(c: &Store, params: &Value) -> Result<Value, RpcError> {
+    let session = session_of(c, string_param(params, "session")?)?;
+    let prompts = read(work::prompts_of(c, &session.id))?;
+    let driver = read(work::driver_claim(c, &session.id))?;
+    Ok(json!({ "session": session, "prompts": prompts, "driver": driver }))
+}
+
+fn history(c: &Store, params: &Value) -> Result<Value, RpcError> {
+    let session = session_of(c, string_param(params, "session")?)?;
+    let prompts = read(work::prompts_of(c, &session.id))?;
+    let runs = read(work::runs_of_session(c, &session.id))?;
+    Ok(json!({ "session": session, "prompts": prompts, "runs": runs }))
+}
+
+fn settings_get(c: &Store, params: &Value) -> Result<Value, RpcError> {
+    let name = string_param(params, "name")?;
+    let default = settings::default_of(name)
+        .ok_or_else(|| RpcError::new(code::NOT_FOUND, format!("unknown setting '{name}'")))?;
+    let stored = settings::get(c, name);
+    Ok(json!({ "name": name, "value": stored, "default": default }))
+}
+
+fn settings_list(c: &Store) -> Result<Value, RpcError> {
+    let stored = read(stored_settings(c))?;
+    let known: Vec<Value> = KNOWN
+        .iter()
+        .map(|k| json!({ "name": k.name, "default": k.default, "meaning": k.meaning }))
+        .collect();
+    let stored: Vec<Value> = stored
+        .into_iter()
+        .map(|(n, v)| json!({ "name": n, "value": v }))
+        .collect();
+    Ok(json!({ "known": known, "stored": stored }))
 }
 
 fn resolve_prompt(corral: &Corral, selector: &str) -> Result<Prompt, RpcError> {
@@ -270,6 +375,12 @@ pub async fn call(
     let corral = &context.corral;
     check_named(params_value)?;
     refuse_widening_from_a_run(connection, method, params_value).await?;
+    if let Some(answer) = corral
+        .read(|c| Ok(inspect(c, method, params_value)))
+        .map_err(store_error)?
+    {
+        return answer;
+    }
     match method {
         "status" => {
             let sessions = corral.read(work::sessions).map_err(store_error)?;
@@ -304,20 +415,6 @@ pub async fn call(
                 .await?;
             to_value(&project)
         }
-        "project.list" => {
-            let all = optional::<bool>(params_value, "all")?.unwrap_or(false);
-            let projects: Vec<Project> = corral
-                .read(work::projects)
-                .map_err(store_error)?
-                .into_iter()
-                .filter(|p| all || p.archived_at.is_none())
-                .collect();
-            to_value(&projects)
-        }
-        "project.show" => to_value(&resolve_project(
-            corral,
-            string_param(params_value, "project")?,
-        )?),
         "project.set" | "project.archive" => {
             let p: ProjectSetParams = params(params_value)?;
             let project = resolve_project(corral, &p.project)?;
@@ -382,31 +479,6 @@ pub async fn call(
                 })
                 .await?;
             to_value(&session)
-        }
-        "session.list" => {
-            let all = optional::<bool>(params_value, "all")?.unwrap_or(false);
-            let project = match optional::<String>(params_value, "project")? {
-                Some(selector) => Some(resolve_project(corral, &selector)?.id),
-                None => None,
-            };
-            let sessions: Vec<Session> = corral
-                .read(work::sessions)
-                .map_err(store_error)?
-                .into_iter()
-                .filter(|s| all || s.archived_at.is_none())
-                .filter(|s| project.is_none() || s.project_id == project)
-                .collect();
-            to_value(&sessions)
-        }
-        "session.show" => {
-            let session = resolve_session(corral, string_param(params_value, "session")?)?;
-            let prompts = corral
-                .read(|c| work::prompts_of(c, &session.id))
-                .map_err(store_error)?;
-            let driver = corral
-                .read(|c| work::driver_claim(c, &session.id))
-                .map_err(store_error)?;
-            Ok(json!({ "session": session, "prompts": prompts, "driver": driver }))
         }
         "session.rename" | "session.archive" => {
             let session = resolve_session(corral, string_param(params_value, "session")?)?;
@@ -498,26 +570,6 @@ pub async fn call(
             let prompt = resolve_prompt(corral, string_param(params_value, "prompt")?)?;
             to_value(&corral.wait_prompt(&prompt.id).await?)
         }
-        "history" => {
-            let session = resolve_session(corral, string_param(params_value, "session")?)?;
-            let prompts = corral
-                .read(|c| work::prompts_of(c, &session.id))
-                .map_err(store_error)?;
-            let runs = corral
-                .read(|c| work::runs_of_session(c, &session.id))
-                .map_err(store_error)?;
-            Ok(json!({ "session": session, "prompts": prompts, "runs": runs }))
-        }
-        "settings.get" => {
-            let name = string_param(params_value, "name")?;
-            let default = settings::default_of(name).ok_or_else(|| {
-                RpcError::new(code::NOT_FOUND, format!("unknown setting '{name}'"))
-            })?;
-            let stored = corral
-                .read(|c| Ok(settings::get(c, name)))
-                .map_err(store_error)?;
-            Ok(json!({ "name": name, "value": stored, "default": default }))
-        }
         "settings.set" => {
             let name = string_param(params_value, "name")?;
             // A value is validated with the name (and a clearer message); an unset is not.
@@ -536,27 +588,6 @@ pub async fn call(
                 .read(|c| Ok(settings::get(c, name)))
                 .map_err(store_error)?;
             Ok(json!({ "name": name, "value": stored }))
-        }
-        "settings.list" => {
-            let stored: Vec<(String, String)> = corral
-                .read(|c| {
-                    let mut statement =
-                        c.prepare("SELECT name, value FROM settings ORDER BY name")?;
-                    let rows = statement
-                        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-                        .collect::<rusqlite::Result<Vec<_>>>()?;
-                    Ok(rows)
-                })
-                .map_err(store_error)?;
-            let known: Vec<Value> = KNOWN
-                .iter()
-                .map(|k| json!({ "name": k.name, "default": k.default, "meaning": k.meaning }))
-                .collect();
-            let stored: Vec<Value> = stored
-                .into_iter()
-                .map(|(n, v)| json!({ "name": n, "value": v }))
-                .collect();
-            Ok(json!({ "known": known, "stored": stored }))
         }
         "driver.claim" => {
             let p: ClaimParams = params(params_value)?;
