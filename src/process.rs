@@ -15,6 +15,7 @@ use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{self, WaitPidFlag, WaitStatus};
 use nix::unistd::{self, Pid};
 use procfs::process::Process;
+use serde::{Deserialize, Serialize};
 use tokio::process::Child;
 
 /// How often [`end_group`] looks for group members that outlive the leader. They are not our
@@ -76,8 +77,8 @@ pub fn signal_group(pgid: i32, signal: i32) {
 }
 
 /// Ends the process group led by `child`: SIGTERM to the whole group, then SIGKILL to whatever
-/// is left when `grace` runs out. Returns once the leader is reaped and the group is empty (or
-/// has been sent SIGKILL, which cannot be ignored). Returns how the leader ended.
+/// is left when `grace` runs out. Returns once the leader is reaped and the group is empty (a
+/// bounded wait after SIGKILL, which cannot be ignored). Returns how the leader ended.
 pub async fn end_group(
     child: &mut Child,
     pgid: i32,
@@ -90,43 +91,234 @@ pub async fn end_group(
         tokio::time::sleep(STRAGGLER_POLL).await;
     }
     signal_group(pgid, Signal::SIGKILL as i32);
-    child.wait().await.ok()
+    let status = child.wait().await.ok();
+    let reaped_by = tokio::time::Instant::now() + KILL_SETTLE;
+    while group_exists(pgid) && tokio::time::Instant::now() < reaped_by {
+        tokio::time::sleep(STRAGGLER_POLL).await;
+    }
+    status
+}
+
+/// How long processes sent SIGKILL are waited for before they are given up on (the kernel
+/// ends them at once; this only bounds a process stuck in uninterruptible sleep).
+const KILL_SETTLE: Duration = Duration::from_secs(2);
+
+// ---------------------------------------------------------------------------------------------
+// A run's processes: its group and whatever carries its id in the environment.
+
+/// How the processes of one run (or one app-server child) are recognised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// Its process group, when that group is known to be its: the leader is alive with the
+    /// recorded start time, or the leader's pid names no process at all (a group's id is not
+    /// handed to a new process while the group has members).
+    pub group: Option<i32>,
+    /// `(name, value)`: a process whose environment has `name=value` is the run's, wherever it
+    /// went (`setsid`, a double fork). Only our own user's environments can be read.
+    pub env: Option<(String, String)>,
+}
+
+impl Mark {
+    /// The mark of a run whose leader was `pid` started at `start` (`None`: pid never
+    /// recorded), carrying `name=value`: its group only when that group is still its own.
+    pub fn of_leader(pid: Option<i32>, start: Option<u64>, name: &str, value: &str) -> Mark {
+        let group = pid
+            .filter(|&pid| pid > 0)
+            .filter(|&pid| match stat_of(pid as u32) {
+                // No such process: a live group of that id can only be the one it led.
+                None => true,
+                Some(stat) => start.is_none_or(|start| stat.starttime == start),
+            });
+        Mark {
+            group,
+            env: Some((name.to_string(), value.to_string())),
+        }
+    }
+}
+
+/// A live process found by [`members`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub pid: i32,
+    /// Its start time (clock ticks since boot): pid and start name it for good.
+    pub start: u64,
+    pub pgrp: i32,
+    /// Its command line, space-joined (its name in brackets when it has none), for `status`.
+    pub command: String,
+}
+
+/// One pass over `/proc`: for each mark, its live processes (zombies do not count). A process
+/// matches a mark by its group or by its environment; this process itself never does.
+pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
+    let mut found: Vec<Vec<Member>> = vec![Vec::new(); marks.len()];
+    if marks.is_empty() {
+        return found;
+    }
+    let Ok(processes) = procfs::process::all_processes() else {
+        return found;
+    };
+    let ours = std::process::id() as i32;
+    let uid = unistd::getuid().as_raw();
+    let by_env = marks.iter().any(|mark| mark.env.is_some());
+    for process in processes.filter_map(Result::ok) {
+        if process.pid() == ours {
+            continue;
+        }
+        let Ok(stat) = process.stat() else { continue };
+        if stat.state == ZOMBIE {
+            continue;
+        }
+        // Another user's environment cannot be read; its group is not ours either.
+        let mine = process.uid().is_ok_and(|owner| owner == uid);
+        let environment = if by_env && mine {
+            process.environ().ok()
+        } else {
+            None
+        };
+        for (index, mark) in marks.iter().enumerate() {
+            let in_group = mark.group == Some(stat.pgrp);
+            let carries = mark.env.as_ref().is_some_and(|(name, value)| {
+                environment.as_ref().is_some_and(|environment| {
+                    environment
+                        .get(OsStr::new(name))
+                        .is_some_and(|found| found == value.as_str())
+                })
+            });
+            if in_group || carries {
+                found[index].push(Member {
+                    pid: stat.pid,
+                    start: stat.starttime,
+                    pgrp: stat.pgrp,
+                    command: command_of(&process, &stat.comm),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// A process's command line for people (`[name]` when it has none, as `ps` shows it).
+fn command_of(process: &Process, name: &str) -> String {
+    match process.cmdline() {
+        Ok(argv) if !argv.is_empty() => argv.join(" "),
+        _ => format!("[{name}]"),
+    }
+}
+
+/// [`members`] on the blocking pool: a pass reads two files per process, which must not hold
+/// up the actors' thread.
+pub async fn members_async(marks: &[Mark]) -> Vec<Vec<Member>> {
+    let marks = marks.to_vec();
+    let scan = marks.clone();
+    tokio::task::spawn_blocking(move || members(&scan))
+        .await
+        .unwrap_or_else(|_| vec![Vec::new(); marks.len()])
+}
+
+/// Ends every process of every mark: SIGTERM to each group and each member, SIGKILL to
+/// whatever is left when `grace` runs out (looked up again, so that what they started in the
+/// meantime goes too), and waits until they are gone. Returns, for each mark, when its last
+/// process was seen gone (ms since the epoch; the first look for a mark found empty).
+///
+/// `point` is a test's [`kill_point`], reached once the first signals are sent.
+pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>) -> Vec<i64> {
+    let mut gone_at: Vec<Option<i64>> = vec![None; marks.len()];
+    let deadline = tokio::time::Instant::now() + grace;
+    let settle = deadline + KILL_SETTLE;
+    let mut signal = Signal::SIGTERM;
+    loop {
+        let found = members_async(marks).await;
+        let now = crate::store::now_ms();
+        for (index, members) in found.iter().enumerate() {
+            if members.is_empty() {
+                gone_at[index].get_or_insert(now);
+            } else {
+                // Something came back (a member forked after the first look): not gone yet.
+                gone_at[index] = None;
+            }
+        }
+        if found.iter().all(Vec::is_empty) || tokio::time::Instant::now() >= settle {
+            break;
+        }
+        if signal == Signal::SIGTERM && tokio::time::Instant::now() >= deadline {
+            signal = Signal::SIGKILL;
+        }
+        for (mark, members) in marks.iter().zip(&found) {
+            if members.is_empty() {
+                continue;
+            }
+            if let Some(group) = mark.group {
+                let _ = signal::killpg(Pid::from_raw(group), signal);
+            }
+            for member in members {
+                // A member that leads a group of its own (it called setsid) takes that group
+                // with it: what it started is the run's too.
+                if member.pgrp == member.pid {
+                    let _ = signal::killpg(Pid::from_raw(member.pgrp), signal);
+                }
+                let _ = signal::kill(Pid::from_raw(member.pid), signal);
+            }
+        }
+        if let Some(point) = point.take() {
+            kill_point(point);
+        }
+        tokio::time::sleep(STRAGGLER_POLL).await;
+    }
+    let now = crate::store::now_ms();
+    gone_at.into_iter().map(|at| at.unwrap_or(now)).collect()
 }
 
 /// Ends a process group that is not our child (left by a supervisor that died): SIGTERM,
 /// then SIGKILL to whatever is left when `grace` runs out. Returns when the group is empty.
 pub async fn end_orphan_group(pgid: i32, grace: Duration) {
-    signal_group(pgid, Signal::SIGTERM as i32);
-    let deadline = tokio::time::Instant::now() + grace;
-    while group_exists(pgid) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(STRAGGLER_POLL).await;
-    }
-    signal_group(pgid, Signal::SIGKILL as i32);
-    // SIGKILL cannot be ignored; the members disappear as soon as the kernel reaps them.
-    let reaped_by = tokio::time::Instant::now() + Duration::from_secs(2);
-    while group_exists(pgid) && tokio::time::Instant::now() < reaped_by {
-        tokio::time::sleep(STRAGGLER_POLL).await;
-    }
+    let mark = Mark {
+        group: Some(pgid),
+        env: None,
+    };
+    end_marked(&[mark], grace, None).await;
 }
 
 /// The processes whose environment holds `name=value` (read from `/proc/PID/environ`, which
 /// only our own processes let us read). Finds a child whose pid was never recorded: a
 /// supervisor killed between spawning it and writing its pid.
 pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
-    let Ok(processes) = procfs::process::all_processes() else {
-        return Vec::new();
+    let mark = Mark {
+        group: None,
+        env: Some((name.to_string(), value.to_string())),
     };
-    processes
-        .filter_map(Result::ok)
-        .filter(|process| {
-            process.environ().is_ok_and(|environment| {
-                environment
-                    .get(OsStr::new(name))
-                    .is_some_and(|found| found == value)
-            })
-        })
-        .map(|process| process.pid())
+    members(&[mark])
+        .into_iter()
+        .flatten()
+        .map(|member| member.pid)
         .collect()
+}
+
+/// Set (comma-separated point names) only by tests: a corral process that reaches one of
+/// these points of its work kills itself with SIGKILL there, as a `kill -9` at that exact
+/// moment would. The points: `boot.found` (a new supervisor found the dead one's leftovers),
+/// `boot.signalled` (it sent them SIGTERM), `boot.ended` (they are gone, nothing committed),
+/// `boot.committed` (their runs closed, no prompt dispatched yet), `run.spawned` (an engine
+/// child spawned, its pid not recorded), `migration` (a schema step applied, not committed).
+pub const KILL_AT_ENV: &str = "CORRAL_TEST_KILL_AT";
+
+/// Kills this process with SIGKILL if [`KILL_AT_ENV`] names `point` (a test's kill -9 at a
+/// moment random timing cannot hit). Costs one look at a cached value otherwise.
+pub fn kill_point(point: &str) {
+    static POINTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let points = POINTS.get_or_init(|| {
+        std::env::var(KILL_AT_ENV)
+            .map(|points| {
+                points
+                    .split(',')
+                    .map(|point| point.trim().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    if points.iter().any(|named| named == point) {
+        tracing::warn!(point, "killed at a test point");
+        let _ = signal::kill(unistd::getpid(), Signal::SIGKILL);
+    }
 }
 
 /// The conventional name of a signal number (`SIGKILL`), for the ledger's `signal` column;

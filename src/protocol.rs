@@ -336,6 +336,9 @@ pub struct ProjectAddParams {
     pub groups: Vec<String>,
     #[serde(default)]
     pub instructions: Option<String>,
+    /// Background processes its engines leave outlive their runs (a widening).
+    #[serde(default)]
+    pub keep_background: bool,
 }
 
 /// `project.set`: only the fields given change.
@@ -354,6 +357,9 @@ pub struct ProjectSetParams {
     pub groups: Option<Vec<String>>,
     #[serde(default)]
     pub instructions: Option<String>,
+    /// Turning it on is a widening; off is always allowed.
+    #[serde(default)]
+    pub keep_background: Option<bool>,
 }
 
 /// `session.new`.

@@ -89,6 +89,10 @@ pub struct AppServerState {
     pub status: ServerStatus,
     pub last_exit: Option<Value>,
     pub recent: Vec<Value>,
+    /// When the restarts within [`RESTART_WINDOW`] happened (ms since the epoch): kept in the
+    /// store, so that a daemon restart neither forgets them nor resets the limit.
+    #[serde(default)]
+    pub restarts: Vec<i64>,
 }
 
 /// The live child of one generation.
@@ -173,6 +177,31 @@ impl AppServerActor {
         }
     }
 
+    /// Carries on from the state a previous daemon stored for this project: its generation,
+    /// last exit, recent events and restarts go on (the child itself is not: the boot that
+    /// followed that daemon's death ended it and stored it as stopped).
+    pub fn resume_from(mut self, stored: &Value) -> Self {
+        let Ok(state) = serde_json::from_value::<AppServerState>(stored.clone()) else {
+            return self;
+        };
+        self.generation = state.generation;
+        self.last_exit = state.last_exit;
+        let skip = state.recent.len().saturating_sub(RECENT_EVENTS);
+        self.recent = state.recent.into_iter().skip(skip).collect();
+        let now = now_ms();
+        self.restarts = state
+            .restarts
+            .into_iter()
+            .filter_map(|at| {
+                let ago = Duration::from_millis(now.saturating_sub(at).max(0) as u64);
+                (ago <= RESTART_WINDOW)
+                    .then(|| Instant::now().checked_sub(ago))
+                    .flatten()
+            })
+            .collect();
+        self
+    }
+
     /// Persists each state change through `callback`.
     pub fn on_change(mut self, callback: impl Fn(AppServerState) + 'static) -> Self {
         self.on_change = Some(Box::new(callback));
@@ -188,6 +217,11 @@ impl AppServerActor {
             status: self.status.clone(),
             last_exit: self.last_exit.clone(),
             recent: self.recent.iter().cloned().collect(),
+            restarts: self
+                .restarts
+                .iter()
+                .map(|at| now_ms() - at.elapsed().as_millis() as i64)
+                .collect(),
         }
     }
 
@@ -226,6 +260,8 @@ impl AppServerActor {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("CORRAL_HOME", &self.home)
+            // What it starts carries it too: a daemon that died is found out by it at boot.
+            .env(crate::actors::supervisor::APP_SERVER_ENV, &self.project_id)
             // One child serves every session of the project: no session's identity belongs
             // in its environment (each thread gets its own, see `session::driver_file`).
             .env_remove("CORRAL_PARENT_EXEC")

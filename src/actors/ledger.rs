@@ -692,9 +692,28 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Boot reconciliation: closes runs left running, lists sessions with work.
-    Recover {} -> work::Recovered,
-    |_this, connection| work::recover(connection)
+    /// Boot reconciliation, once the leftover runs' processes are gone: closes each run as
+    /// interrupted at the moment given (when its processes were seen gone), keeps the dead
+    /// app-server children's states as they truly are now, lists the sessions with work.
+    Recover {
+        ended: Vec<(String, i64)>,
+        app_servers: Vec<(String, serde_json::Value)>,
+    } -> work::Recovered,
+    |this, connection| {
+        for (project_id, state) in &this.app_servers {
+            work::save_app_server(connection, project_id, state)?;
+        }
+        work::recover(connection, &this.ended)
+    }
+);
+
+ledger_write!(
+    /// Records the processes a run left that its project keeps; forgets gone ones.
+    KeepProcesses {
+        kept: Vec<work::KeptProcess>,
+        forget: Vec<(i64, i64)>,
+    } -> (),
+    |this, connection| work::keep_processes(connection, &this.kept, &this.forget)
 );
 
 ledger_write!(

@@ -2,9 +2,11 @@
 //!
 //! It starts a session's actor the first time the session has work and keeps it (an idle
 //! actor is a few hundred bytes; keeping it avoids a stop/start race with the next send). At
-//! boot it reconciles what a previous supervisor left: runs marked running are closed as
-//! interrupted, their process groups (if still alive, checked by pid *and* start time) are
-//! ended, and their sessions' work resumes.
+//! boot it reconciles what a previous supervisor left ([`Boot`]): every process of the runs
+//! marked running (their groups, checked by pid *and* start time, and whatever carries a
+//! run's id in its environment) and of the app-server children is ended first; then the runs
+//! are closed as interrupted, at the moment their processes were gone, and their sessions'
+//! work resumes.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,12 +21,15 @@ use super::session::{CancelPrompt, SessionActor, StartWork};
 use super::slots::SlotsHandle;
 use crate::process;
 use crate::store::settings::Settings;
-use crate::store::work::{Event, NewEvent, Project, Prompt, Recovered};
+use crate::store::work::{self, Event, NewEvent, Project, Prompt, Recovered};
 use crate::store::ReaderPool;
 
 /// Every engine child carries its run's id in this variable, so that a child whose pid was
-/// never recorded can still be found after a crash.
+/// never recorded can still be found after a crash, and what it leaves behind when it ends.
 pub const RUN_ID_ENV: &str = "CORRAL_RUN_ID";
+
+/// Every app-server child carries its project's id in this variable, for the same reasons.
+pub const APP_SERVER_ENV: &str = "CORRAL_APP_SERVER_PROJECT";
 
 /// What the supervisor and every session actor share.
 pub struct Shared {
@@ -122,22 +127,34 @@ impl Shared {
         }
         let ledger = self.ledger.clone();
         let project_id = project.id.clone();
-        let addr = AppServerActor::new(
+        // Its history goes on from what the last daemon stored (restarts, recent events).
+        let stored = self
+            .readers
+            .read(work::app_servers)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|state| state["project_id"].as_str() == Some(project.id.as_str()));
+        let actor = AppServerActor::new(
             project.id.clone(),
             program.to_path_buf(),
             project.path.clone(),
             self.home.clone(),
             project.full_access && project.kind != "remote",
-        )
-        .on_change(move |state: AppServerState| {
-            let ledger = ledger.clone();
-            let project_id = project_id.clone();
-            actix::spawn(async move {
-                let state = serde_json::to_value(&state).unwrap_or_default();
-                let _ = ledger.write(SaveAppServer { project_id, state }).await;
-            });
-        })
-        .start();
+        );
+        let actor = match &stored {
+            Some(stored) => actor.resume_from(stored),
+            None => actor,
+        };
+        let addr = actor
+            .on_change(move |state: AppServerState| {
+                let ledger = ledger.clone();
+                let project_id = project_id.clone();
+                actix::spawn(async move {
+                    let state = serde_json::to_value(&state).unwrap_or_default();
+                    let _ = ledger.write(SaveAppServer { project_id, state }).await;
+                });
+            })
+            .start();
         servers.insert(project.id.clone(), addr.clone());
         addr
     }
@@ -318,6 +335,13 @@ impl Handler<CountWorking> for Supervisor {
 }
 
 /// Boot reconciliation; replies with what was found.
+///
+/// The order is what makes a kill at any moment safe: the dead supervisor's leftovers are
+/// read, *all* their processes are ended (each run's group, whatever carries its id in the
+/// environment, the app-server children and what they started), and only then are their runs
+/// closed as interrupted, at the moment their processes were seen gone. A supervisor killed
+/// during this leaves the runs marked running, so the next one does it all again; no prompt
+/// of theirs runs before their last process is gone.
 #[derive(Message)]
 #[rtype(result = "Result<Recovered, String>")]
 pub struct Boot;
@@ -329,43 +353,8 @@ impl Handler<Boot> for Supervisor {
         let shared = self.shared.clone();
         Box::pin(
             async move {
-                let recovered = shared
-                    .ledger
-                    .write(Recover {})
-                    .await
-                    .map_err(|error| error.to_string())?;
-                let grace = shared.settings().cancel_grace;
-                for (run_id, pid, start) in &recovered.interrupted_runs {
-                    match (*pid, start.map(|start| start as u64)) {
-                        // A child of a supervisor that died: end its group (never a recycled
-                        // pid: the start time matched) before its prompt runs again, so that
-                        // one thread is never driven by two children at once.
-                        (Some(pid), start) if process::is_alive(pid as u32, start) => {
-                            process::end_orphan_group(pid as i32, grace).await;
-                        }
-                        (Some(_), _) => {}
-                        // Killed between spawn and recording the pid: find it by its run id.
-                        (None, _) => {
-                            for pid in process::find_by_env(RUN_ID_ENV, run_id) {
-                                process::end_orphan_group(pid, grace).await;
-                            }
-                        }
-                    }
-                }
-                // App-server children of a daemon that died.
-                let stored = shared
-                    .readers
-                    .read(crate::store::work::app_servers)
-                    .unwrap_or_default();
-                for state in stored {
-                    let (Some(pid), start) = (state["pid"].as_u64(), state["pid_start"].as_u64())
-                    else {
-                        continue;
-                    };
-                    if process::is_alive(pid as u32, start) {
-                        process::end_orphan_group(pid as i32, grace).await;
-                    }
-                }
+                let recovered = reconcile(&shared).await?;
+                process::kill_point("boot.committed");
                 let mut prompts = Vec::new();
                 for session_id in &recovered.sessions {
                     let next = shared
@@ -390,4 +379,97 @@ impl Handler<Boot> for Supervisor {
             }),
         )
     }
+}
+
+/// Ends what a dead supervisor left running, then closes its runs (see [`Boot`]).
+async fn reconcile(shared: &Shared) -> Result<Recovered, String> {
+    let read = shared.readers.read(|connection| {
+        Ok((
+            work::leftover_runs(connection)?,
+            work::app_servers(connection)?,
+            work::projects(connection)?,
+        ))
+    });
+    let (runs, servers, projects) = read.map_err(|error| error.to_string())?;
+    // Each run: its group (when still its own) and its id in the environment.
+    let mut marks: Vec<process::Mark> = runs
+        .iter()
+        .map(|run| {
+            process::Mark::of_leader(
+                run.pid.map(|pid| pid as i32),
+                run.pid_start.map(|start| start as u64),
+                RUN_ID_ENV,
+                &run.id,
+            )
+        })
+        .collect();
+    // Each project's app-server child: the one recorded, and one spawned before its state
+    // was (found by the project's id in its environment).
+    for project in &projects {
+        let stored = servers
+            .iter()
+            .find(|state| state["project_id"].as_str() == Some(project.id.as_str()));
+        let pid = stored.and_then(|state| state["pid"].as_i64());
+        let start = stored.and_then(|state| state["pid_start"].as_u64());
+        marks.push(process::Mark::of_leader(
+            pid.map(|pid| pid as i32),
+            start,
+            APP_SERVER_ENV,
+            &project.id,
+        ));
+    }
+    process::kill_point("boot.found");
+    let grace = shared.settings().cancel_grace;
+    let gone_at = process::end_marked(&marks, grace, Some("boot.signalled")).await;
+    process::kill_point("boot.ended");
+    let ended: Vec<(String, i64)> = runs
+        .iter()
+        .zip(&gone_at)
+        .map(|(run, at)| (run.id.clone(), *at))
+        .collect();
+    let app_servers = servers
+        .iter()
+        .filter(|state| !state["pid"].is_null())
+        .filter_map(|state| {
+            let project_id = state["project_id"].as_str()?.to_string();
+            let index = projects
+                .iter()
+                .position(|project| project.id == project_id)?;
+            Some((
+                project_id,
+                recovered_app_server(state, gone_at[runs.len() + index]),
+            ))
+        })
+        .collect();
+    shared
+        .ledger
+        .write(Recover { ended, app_servers })
+        .await
+        .map_err(|error| error.to_string())
+}
+
+/// The stored state of an app-server child a dead supervisor left, as it is now: stopped, no
+/// pid, its end told in `last_exit` and in its recent events (its earlier history and its
+/// restarts kept).
+fn recovered_app_server(state: &serde_json::Value, gone_at: i64) -> serde_json::Value {
+    let mut state = state.clone();
+    let closed = serde_json::json!({
+        "pid": state["pid"],
+        "generation": state["generation"],
+        "status": "ended by recovery",
+        "close_source": "recovery",
+        "reason": "the daemon that ran it died; a new one ended its process group",
+        "at": gone_at,
+    });
+    state["pid"] = serde_json::Value::Null;
+    state["pid_start"] = serde_json::Value::Null;
+    state["status"] = serde_json::json!("stopped");
+    state["last_exit"] = closed.clone();
+    let mut recent = state["recent"].as_array().cloned().unwrap_or_default();
+    recent.push(serde_json::json!({ "at": gone_at, "kind": "recovered", "detail": closed }));
+    let keep = recent
+        .len()
+        .saturating_sub(super::app_server::RECENT_EVENTS);
+    state["recent"] = serde_json::Value::Array(recent.split_off(keep));
+    state
 }

@@ -98,6 +98,7 @@
 //! | `stderr=TEXT` | Print TEXT as a line on stderr at the start. |
 //! | `title=TEXT` | When the prompt contains `corral-title:`, begin the answer with `<!-- corral-title: TEXT -->` and a newline. With the marker but no `title` directive, TEXT is the first 4 words of the prompt's first line. Without the marker there is no title line. |
 //! | `echo-env` | The answer is a JSON object of the variables `CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_PARENT_EXEC`, `CORRAL_RUN_ATTEMPT`, `CLAUDE_CODE_MAX_RETRIES`, `CORRAL_TRACE_ID`, `CORRAL_RUN_ID` and `CORRAL_DAEMON_NOTIFY` (null when unset). |
+//! | `spawn=CMD` | Right after the turn started (before `delay`), start `sh -c CMD` in the background (stdin, stdout and stderr on /dev/null; the engine's process group, directory and environment, `CORRAL_RUN_ID` included) and leave it running, never waited for; print `fake-engine: spawned PID` (the shell's pid) on stderr. `spawn=sleep 30` is an engine that leaves a process in its group, `spawn=setsid sleep 30` one that left the group. Exec forms only. |
 //! | `run=CMD` | Before the progress items, run `sh -c CMD` (stdin closed, stderr merged into stdout, environment and directory inherited) and report it. codex: `item.started` then `item.completed` of type `command_execution` with `command` (CMD), `aggregated_output`, `exit_code` and `status` (`completed` for exit 0, `failed` otherwise, as codex does). claude: an `assistant` line with a `tool_use` of `Bash` and a `user` line with its `tool_result`. |
 //!
 //! `crash`, `partial`, `garbage`, `hang`, `missing-rollout`, `ignore-sigterm` and `echo-env`
@@ -110,7 +111,7 @@
 //!
 //! 1. `ignore-sigterm`, warnings and `stderr=` (stderr only);
 //! 2. codex form when resuming: `writer-conflict`, then `missing-rollout` (and exit);
-//! 3. `thread.started` + `turn.started` (claude: `init`);
+//! 3. `thread.started` + `turn.started` (claude: `init`), then `spawn`;
 //! 4. `delay`;
 //! 5. `rate-limit`, then `fail` (and exit);
 //! 6. `run`, the `deltas` progress items, `garbage`, `long-line`;
@@ -223,8 +224,8 @@ usage: corral-fake-engine [--model M] [--config K=V]... [--sandbox S] [--ask-for
 Scripted by CORRAL_FAKE_SCRIPT (directives separated by ';' or newlines) and by prompt lines
 '@fake DIRECTIVE'; the attempt number is CORRAL_RUN_ATTEMPT. Directives: answer=TEXT delay=MS
 deltas=N interval=MS exit=CODE rate-limit=N writer-conflict=N missing-rollout fail=MESSAGE
-crash partial garbage hang ignore-sigterm stderr=TEXT title=TEXT echo-env run=CMD; app-server
-only: will-retry=N usage-limit overloaded ignore-interrupt exit-mid-turn=CODE
+crash partial garbage hang ignore-sigterm stderr=TEXT title=TEXT echo-env run=CMD spawn=CMD;
+app-server only: will-retry=N usage-limit overloaded ignore-interrupt exit-mid-turn=CODE
 approval=command|file unknown-request final-no-newline stray-response double-response
 (state dir: CORRAL_FAKE_STATE; CORRAL_FAKE_APP_SERVER=no-initialize never answers initialize)";
 
@@ -618,6 +619,8 @@ struct Script {
     title: Option<String>,
     echo_env: bool,
     run: Option<String>,
+    /// A command left running in the background (`spawn=CMD`).
+    spawn: Option<String>,
     // app-server mode only:
     will_retry: u64,
     usage_limit: bool,
@@ -684,6 +687,7 @@ impl Script {
             "title" => self.title = Some(text(name, value)?),
             "echo-env" => flag(&mut self.echo_env)?,
             "run" => self.run = Some(text(name, value)?),
+            "spawn" => self.spawn = Some(text(name, value)?),
             "will-retry" => self.will_retry = number(name, value)?,
             "usage-limit" => flag(&mut self.usage_limit)?,
             "overloaded" => flag(&mut self.overloaded)?,
@@ -854,6 +858,24 @@ fn exit(script: &Script, code: i32) -> ! {
     std::process::exit(script.exit.unwrap_or(code))
 }
 
+/// `spawn=CMD`: starts `sh -c CMD` with stdin, stdout and stderr on /dev/null, in the
+/// engine's process group and environment, and leaves it running (never waited for); says
+/// `fake-engine: spawned PID` on stderr (the shell's pid).
+fn spawn_background(script: &Script) {
+    let Some(command) = &script.spawn else { return };
+    let spawned = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    match spawned {
+        Ok(child) => eprintln!("fake-engine: spawned {}", child.id()),
+        Err(error) => eprintln!("fake-engine: spawn: {error}"),
+    }
+}
+
 /// Runs `sh -c CMD` (in `cwd`, else the current directory, with `env` added, as codex's
 /// `shell_environment_policy.set` does) with stderr merged into stdout; returns its output
 /// and exit code.
@@ -924,6 +946,7 @@ fn codex(script: &Script, prompt: &str, resumed: Option<&str>, attempt: u64) -> 
     };
     out.line(&obj! {"type" => "thread.started", "thread_id" => thread_id});
     out.line(&obj! {"type" => "turn.started"});
+    spawn_background(script);
     sleep_ms(script.delay_ms);
 
     let failure = if attempt <= script.rate_limit {
@@ -1200,6 +1223,7 @@ fn claude(
         started: Instant::now(),
     };
     claude.init(skip_permissions);
+    spawn_background(script);
     sleep_ms(script.delay_ms);
     if attempt <= script.rate_limit {
         claude.fail(CLAUDE_RATE_LIMIT, "rate_limit", Some(429));

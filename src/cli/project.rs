@@ -58,6 +58,10 @@ pub struct AddArgs {
     /// House rules put before every prompt it sends.
     #[arg(long, value_name = "TEXT")]
     pub instructions: Option<String>,
+    /// Let background processes its engines start (a dev server) outlive their runs; by
+    /// default a run ends with all of its processes. `corral status` lists what is kept.
+    #[arg(long)]
+    pub keep_background: bool,
     /// Print the new project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -104,6 +108,9 @@ pub struct SetArgs {
     pub no_groups: bool,
     #[arg(long, value_name = "TEXT")]
     pub instructions: Option<String>,
+    /// Let background processes its engines start outlive their runs.
+    #[arg(long, value_name = "true|false", action = ArgAction::Set)]
+    pub keep_background: Option<bool>,
     /// Print the changed project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -161,6 +168,7 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         "remote": args.remote,
         "groups": args.groups,
         "instructions": args.instructions,
+        "keep_background": args.keep_background,
     });
     let mut client = remote::connect(context).await?;
     let project = remote::call(&mut client, "project.add", params).await?;
@@ -227,10 +235,11 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.remote.is_none()
         && groups.is_none()
         && args.instructions.is_none()
+        && args.keep_background.is_none()
     {
         return Err(CliError::usage(
             "nothing to change: give --engine, --model, --full-access, --remote, --group, \
-             --no-groups or --instructions",
+             --no-groups, --instructions or --keep-background",
         ));
     }
     let params = json!({
@@ -241,6 +250,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         "remote": args.remote,
         "groups": groups,
         "instructions": args.instructions,
+        "keep_background": args.keep_background,
     });
     let mut client = remote::connect(context).await?;
     let project = remote::call(&mut client, "project.set", params).await?;
@@ -281,6 +291,12 @@ fn print(project: &Value, json: bool) {
     println!("kind:         {}", text(project, "kind"));
     println!("groups:       {}", groups(project));
     println!("instructions: {}", text(project, "instructions"));
+    let background = if project["keep_background"].as_bool() == Some(true) {
+        "kept after their runs (corral status lists them)"
+    } else {
+        "ended with their runs"
+    };
+    println!("background:   {background}");
     println!("created:      {} UTC", time(project, "created_at"));
     println!("archived:     {}", time(project, "archived_at"));
 }

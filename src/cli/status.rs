@@ -1,5 +1,7 @@
 //! `corral status`: the daemon (pid, version, home), how many sessions it knows, how many
-//! work now, and its slots (limits, what runs, what waits). With no daemon running it says
+//! work now, its slots (limits, what runs, what waits), the app-server children (their state
+//! as it truly is, restarts kept across daemon restarts) and the background processes that
+//! projects with `keep_background` kept after their runs. With no daemon running it says
 //! so in one line (`--json`: `{"daemon": null, "home", "sessions"}` from the store) and exits
 //! [`remote::NO_DAEMON`]; it never starts one.
 
@@ -46,7 +48,46 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
     println!("sessions: {}", status["sessions"].as_u64().unwrap_or(0));
     println!("working:  {}", status["working"].as_u64().unwrap_or(0));
     println!("slots:    {}", slots(&status["slots"]));
+    for server in status["app_servers"].as_array().into_iter().flatten() {
+        println!("app-server: {}", app_server(server));
+    }
+    for kept in status["kept"].as_array().into_iter().flatten() {
+        println!(
+            "kept:     pid {} (run {}, session {}): {}",
+            kept["pid"].as_i64().unwrap_or(0),
+            short(text(kept, "run_id")),
+            short(text(kept, "session_id")),
+            text(kept, "command")
+        );
+    }
     Ok(Exit::success())
+}
+
+/// An id as tables show it: its first 13 characters (the time part of a UUIDv7).
+fn short(id: &str) -> &str {
+    id.get(..13).unwrap_or(id)
+}
+
+/// `project 0193…: running, pid 123, generation 4, 2 restarts in the last minute`.
+fn app_server(server: &Value) -> String {
+    let status = match &server["status"] {
+        Value::String(status) => status.clone(),
+        Value::Object(failed) if failed.contains_key("failed") => format!(
+            "failed ({})",
+            failed["failed"]["reason"].as_str().unwrap_or("?")
+        ),
+        other => other.to_string(),
+    };
+    let pid = match server["pid"].as_u64() {
+        Some(pid) => format!(", pid {pid}"),
+        None => String::new(),
+    };
+    let restarts = server["restarts"].as_array().map(Vec::len).unwrap_or(0);
+    format!(
+        "project {}: {status}{pid}, generation {}, {restarts} restarts in the last minute",
+        short(text(server, "project_id")),
+        server["generation"].as_u64().unwrap_or(0)
+    )
 }
 
 /// `fake 1/3, codex 0/3 (others 3 each), total 4, 2 waiting`.

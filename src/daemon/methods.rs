@@ -397,6 +397,13 @@ pub async fn call(
                 "working": working,
                 "slots": slots,
                 "app_servers": corral.app_servers().await,
+                // What projects with `keep_background` kept after their runs, still alive.
+                "kept": corral
+                    .read(work::kept_processes)
+                    .map_err(store_error)?
+                    .into_iter()
+                    .filter(|kept| crate::process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
+                    .collect::<Vec<_>>(),
             }))
         }
         "project.add" => {
@@ -411,6 +418,7 @@ pub async fn call(
                     remote: p.remote,
                     groups: p.groups,
                     instructions: p.instructions,
+                    keep_background: p.keep_background,
                 })
                 .await?;
             to_value(&project)
@@ -430,6 +438,7 @@ pub async fn call(
                 remote: p.remote,
                 groups: p.groups,
                 instructions: p.instructions,
+                keep_background: p.keep_background,
                 archive: method == "project.archive",
             };
             let changed = corral

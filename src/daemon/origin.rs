@@ -105,8 +105,9 @@ fn run_id_in_environment(process: &Process) -> Option<String> {
 
 /// What a request would widen, in words for the refusal, if it widens anything an agent may
 /// do: full access on, `remote` off, another engine for a project, where an engine's program
-/// comes from, a group that stops locking, the daemon stopped. Narrowing (full access off,
-/// `remote` on) is not widening.
+/// comes from, a group that stops locking, background processes kept after their runs
+/// (`keep_background` on: an agent could leave a process running unsupervised), the daemon
+/// stopped. Narrowing (full access off, `remote` on, `keep_background` off) is not widening.
 pub fn widening(method: &str, params: &serde_json::Value) -> Option<String> {
     let field = |name: &str| params.get(name);
     let is =
@@ -115,7 +116,13 @@ pub fn widening(method: &str, params: &serde_json::Value) -> Option<String> {
         "project.add" if is("full_access", true) => {
             Some("adding a project with full access".into())
         }
+        "project.add" if is("keep_background", true) => {
+            Some("adding a project whose runs' background processes outlive them".into())
+        }
         "project.set" if is("full_access", true) => Some("turning full access on".into()),
+        "project.set" if is("keep_background", true) => {
+            Some("letting background processes outlive their runs".into())
+        }
         "project.set" if is("remote", false) => Some("turning remote off".into()),
         "project.set" if field("engine").is_some_and(|engine| !engine.is_null()) => {
             Some("changing a project's engine".into())
@@ -197,6 +204,19 @@ mod tests {
         assert!(widens("settings.set", json!({"name": "engines.command.template"})).is_some());
         assert!(widens("group.set", json!({"name": "deploy", "locking": false})).is_some());
         assert!(widens("shutdown", json!({})).is_some());
+        assert!(widens(
+            "project.set",
+            json!({"project": "p", "keep_background": true})
+        )
+        .is_some());
+        assert!(widens("project.add", json!({"name": "q", "keep_background": true})).is_some());
+        assert_eq!(
+            widens(
+                "project.set",
+                json!({"project": "p", "keep_background": false})
+            ),
+            None
+        );
         // Narrowing, and everything else, is allowed.
         assert_eq!(
             widens("project.set", json!({"project": "p", "full_access": false})),

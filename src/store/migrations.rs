@@ -199,6 +199,23 @@ ALTER TABLE sessions ADD COLUMN compacted_at INTEGER;
 ALTER TABLE sessions ADD COLUMN resume_point TEXT;  -- the engine's id of the last good message
 "#,
     },
+    Migration {
+        name: "background processes kept",
+        sql: r#"
+-- 1: what a project's engines leave behind outlives their runs (a person's choice).
+ALTER TABLE projects ADD COLUMN keep_background INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE kept_processes (
+    pid        INTEGER NOT NULL,
+    pid_start  INTEGER NOT NULL,                    -- with pid: the process for good
+    run_id     TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    project_id TEXT,
+    command    TEXT NOT NULL,
+    kept_at    INTEGER NOT NULL,
+    PRIMARY KEY (pid, pid_start)
+);
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.
@@ -228,6 +245,8 @@ pub fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<
         transaction.execute_batch(step.sql)?;
         transaction.pragma_update(None, "application_id", APPLICATION_ID)?;
         transaction.pragma_update(None, "user_version", version + 1)?;
+        // A test's kill -9 in the middle of a step (nothing of it committed).
+        crate::process::kill_point("migration");
         transaction.commit()?;
         version += 1;
         tracing::debug!(version, name = step.name, "store migrated");

@@ -37,6 +37,11 @@ pub struct Project {
     pub instructions: Option<String>,
     pub created_at: i64,
     pub archived_at: Option<i64>,
+    /// Processes its engines leave behind (a dev server started with `&`) outlive the run
+    /// that started them. Off unless a person turns it on: by default a run ends with all of
+    /// its processes.
+    #[serde(default)]
+    pub keep_background: bool,
 }
 
 /// A named group of projects; runs of projects sharing a locking group never overlap.
@@ -176,7 +181,7 @@ fn json_list(text: String) -> Vec<String> {
 }
 
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
-                               instructions, created_at, archived_at";
+                               instructions, created_at, archived_at, keep_background";
 
 fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     Ok(Project {
@@ -191,6 +196,7 @@ fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
         instructions: row.get(8)?,
         created_at: row.get(9)?,
         archived_at: row.get(10)?,
+        keep_background: row.get(11)?,
     })
 }
 
@@ -298,6 +304,8 @@ pub struct NewProject {
     pub remote: bool,
     pub groups: Vec<String>,
     pub instructions: Option<String>,
+    /// See [`Project::keep_background`].
+    pub keep_background: bool,
 }
 
 pub(crate) fn insert_project(
@@ -316,9 +324,10 @@ pub(crate) fn insert_project(
         instructions: new.instructions.clone(),
         created_at: now_ms(),
         archived_at: None,
+        keep_background: new.keep_background,
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
         params![
             project.id,
             project.name,
@@ -331,6 +340,7 @@ pub(crate) fn insert_project(
             project.instructions,
             project.created_at,
             project.archived_at,
+            project.keep_background,
         ],
     )?;
     for group in &project.groups {
@@ -790,52 +800,86 @@ pub struct Recovered {
     pub sessions: Vec<String>,
 }
 
-/// Boot reconciliation: closes runs left running as `interrupted` and lists the sessions whose
-/// work must resume (a prompt left `running` stays running: the new worker takes it again).
-pub(crate) fn recover(connection: &Connection) -> rusqlite::Result<Recovered> {
+/// A run a dead supervisor left marked running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftoverRun {
+    pub id: String,
+    pub session_id: String,
+    pub prompt_id: String,
+    /// The status of its prompt (`running` unless it was cancelled or ended meanwhile).
+    pub prompt_status: String,
+    /// Its engine's pid (which leads its group), once recorded; its start time.
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+}
+
+/// The runs marked running: at boot, the ones a dead supervisor left (only the ledger of
+/// this supervisor writes, and no worker has started yet).
+pub fn leftover_runs(connection: &Connection) -> rusqlite::Result<Vec<LeftoverRun>> {
     let mut statement = connection.prepare_cached(
-        "SELECT runs.id, runs.pid, runs.pid_start, runs.session_id, runs.prompt_id, prompts.status \
-         FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running'",
+        "SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start \
+         FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running' \
+         ORDER BY runs.started_at",
     )?;
-    let rows = statement
-        .query_map([], |row| {
-            Ok((
-                (row.get(0)?, row.get(1)?, row.get(2)?),
-                (row.get::<_, String>(3)?, row.get::<_, String>(4)?, row.get::<_, String>(5)?),
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<((String, Option<i64>, Option<i64>), (String, String, String))>>>()?;
-    connection.run(
-        "UPDATE runs SET status = 'interrupted', ended_at = ?1, retry_decision = 'requeued' \
-         WHERE status = 'running'",
-        [now_ms()],
-    )?;
-    // What happened is told in the sessions' events, as after a SIGTERM: the run ended by
-    // recovery, its prompt queued again (it runs again once the worker takes it).
+    let rows = statement.query_map([], |row| {
+        Ok(LeftoverRun {
+            id: row.get(0)?,
+            session_id: row.get(1)?,
+            prompt_id: row.get(2)?,
+            prompt_status: row.get(3)?,
+            pid: row.get(4)?,
+            pid_start: row.get(5)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Boot reconciliation, once the leftover runs' processes are gone: closes each run in
+/// `ended` (its id and when its last process was seen gone) as `interrupted`, tells it in its
+/// session's events (`run.exited` ended by recovery, `prompt.requeued`), and lists the
+/// sessions whose work must resume (a prompt left `running` stays running: the new worker
+/// takes it again).
+pub(crate) fn recover(
+    connection: &Connection,
+    ended: &[(String, i64)],
+) -> rusqlite::Result<Recovered> {
+    let leftovers = leftover_runs(connection)?;
     let mut told = Vec::new();
-    for ((run_id, _, _), (session_id, prompt_id, prompt_status)) in &rows {
+    let mut interrupted_runs = Vec::new();
+    for (run_id, ended_at) in ended {
+        // A run closed since it was read is not closed twice.
+        let Some(run) = leftovers.iter().find(|run| &run.id == run_id) else {
+            continue;
+        };
+        connection.run(
+            "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued' \
+             WHERE id = ?1 AND status = 'running'",
+            params![run_id, ended_at],
+        )?;
+        // What happened is told in the sessions' events, as after a SIGTERM: the run ended
+        // by recovery, its prompt queued again (it runs again once the worker takes it).
         told.push(NewEvent {
-            session_id: session_id.clone(),
-            prompt_id: Some(prompt_id.clone()),
-            run_id: Some(run_id.clone()),
+            session_id: run.session_id.clone(),
+            prompt_id: Some(run.prompt_id.clone()),
+            run_id: Some(run.id.clone()),
             kind: EventKind::RunExited,
             payload: serde_json::json!({
                 "ended_by": "recovery",
-                "reason": "the daemon that ran it died; a new one closed the run",
+                "reason": "the daemon that ran it died; a new one ended its processes and closed the run",
             }),
         });
-        if prompt_status == "running" {
+        if run.prompt_status == "running" {
             told.push(NewEvent {
-                session_id: session_id.clone(),
-                prompt_id: Some(prompt_id.clone()),
+                session_id: run.session_id.clone(),
+                prompt_id: Some(run.prompt_id.clone()),
                 run_id: None,
                 kind: EventKind::PromptRequeued,
                 payload: serde_json::json!({ "reason": "recovery after the daemon died" }),
             });
         }
+        interrupted_runs.push((run.id.clone(), run.pid, run.pid_start));
     }
     append_events(connection, told)?;
-    let interrupted_runs = rows.into_iter().map(|(run, _)| run).collect();
     let mut statement = connection.prepare_cached(
         "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
     )?;
@@ -1120,6 +1164,7 @@ pub struct ProjectChange {
     pub remote: Option<bool>,
     pub groups: Option<Vec<String>>,
     pub instructions: Option<String>,
+    pub keep_background: Option<bool>,
     pub archive: bool,
 }
 
@@ -1134,7 +1179,8 @@ pub(crate) fn change_project(
          full_access = COALESCE(?4, full_access), \
          kind = COALESCE(CASE ?5 WHEN 1 THEN 'remote' WHEN 0 THEN 'local' END, kind), \
          groups = COALESCE(?6, groups), instructions = COALESCE(?7, instructions), \
-         archived_at = CASE WHEN ?8 THEN COALESCE(archived_at, ?9) ELSE archived_at END \
+         archived_at = CASE WHEN ?8 THEN COALESCE(archived_at, ?9) ELSE archived_at END, \
+         keep_background = COALESCE(?10, keep_background) \
          WHERE id = ?1",
         params![
             id,
@@ -1149,6 +1195,7 @@ pub(crate) fn change_project(
             change.instructions,
             change.archive,
             now,
+            change.keep_background,
         ],
     )?;
     if let Some(groups) = &change.groups {
@@ -1233,6 +1280,73 @@ pub fn app_servers(connection: &Connection) -> rusqlite::Result<Vec<serde_json::
         .map(|row| row.map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)))
         .collect();
     rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes runs left behind that their project keeps (`keep_background`).
+
+/// A process a run left behind and its project kept; `status` lists the ones still alive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptProcess {
+    pub pid: i64,
+    /// Its start time: with the pid, it names the process for good.
+    pub pid_start: i64,
+    pub run_id: String,
+    pub session_id: String,
+    pub project_id: Option<String>,
+    pub command: String,
+    pub kept_at: i64,
+}
+
+/// Records processes kept after a run, and forgets the ones seen gone (pid, start).
+pub(crate) fn keep_processes(
+    connection: &Connection,
+    kept: &[KeptProcess],
+    forget: &[(i64, i64)],
+) -> rusqlite::Result<()> {
+    for (pid, start) in forget {
+        connection.run(
+            "DELETE FROM kept_processes WHERE pid = ?1 AND pid_start = ?2",
+            params![pid, start],
+        )?;
+    }
+    for process in kept {
+        connection.run(
+            "INSERT OR REPLACE INTO kept_processes \
+             (pid, pid_start, run_id, session_id, project_id, command, kept_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                process.pid,
+                process.pid_start,
+                process.run_id,
+                process.session_id,
+                process.project_id,
+                process.command,
+                process.kept_at,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Every kept process recorded, alive or not (the caller checks), oldest first.
+pub fn kept_processes(connection: &Connection) -> rusqlite::Result<Vec<KeptProcess>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT pid, pid_start, run_id, session_id, project_id, command, kept_at \
+         FROM kept_processes ORDER BY kept_at, pid",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok(KeptProcess {
+            pid: row.get(0)?,
+            pid_start: row.get(1)?,
+            run_id: row.get(2)?,
+            session_id: row.get(3)?,
+            project_id: row.get(4)?,
+            command: row.get(5)?,
+            kept_at: row.get(6)?,
+        })
+    })?;
+    rows.collect()
 }
 
 /// Records a compaction's counts on the session (and forgets the thread when it was reset).

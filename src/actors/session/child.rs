@@ -1,6 +1,13 @@
 //! A run as a child process: spawn it in its own process group (stdin closed, or carrying the
 //! prompt), read its stdout and stderr line by line into events, and wait for it to end, to be
-//! cancelled (its whole group is ended), or to time out.
+//! cancelled, or to time out.
+//!
+//! A run ends with all of its processes, however it ends: what the engine left in its group
+//! (`sleep 30 &`, a dev server) and what left the group but carries the run's id in its
+//! environment (`setsid`) get SIGTERM, then SIGKILL after `cancel.grace_ms`, and the run ends
+//! once they are gone. A project with `keep_background` keeps what is left when the engine
+//! exits on its own (recorded, listed by `status`); a cancel, a timeout or a shutdown still
+//! end everything.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -13,12 +20,13 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::{event_kind, event_payload, Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
-use crate::actors::ledger::{RunSpawned, SetThread};
+use crate::actors::ledger::{KeepProcesses, RunSpawned, SetThread};
+use crate::actors::supervisor::{Shared, RUN_ID_ENV};
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
 use crate::process;
-use crate::store::work::{NewEvent, Prompt};
+use crate::store::work::{KeptProcess, NewEvent, Prompt};
 
 /// How many stderr lines (and notices) a run keeps to explain a failure with no structured
 /// message.
@@ -49,6 +57,10 @@ pub(super) struct ChildRun<'a> {
     /// The session's thread before this run: a thread the engine reports that differs from it
     /// is new and stored at once.
     pub(super) known_thread: Option<&'a str>,
+    /// The project's `keep_background` and id: what the engine leaves behind when it exits
+    /// on its own is kept (and recorded for `status`) instead of ended.
+    pub(super) keep_background: bool,
+    pub(super) project_id: &'a str,
 }
 
 impl Worker {
@@ -68,6 +80,8 @@ impl Worker {
             environment,
             kind,
             known_thread,
+            keep_background,
+            project_id,
         } = run;
         let mut command = tokio::process::Command::new(&argv[0]);
         command
@@ -98,6 +112,8 @@ impl Worker {
         };
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
+        // A test's kill -9 between the run's two commits (its row, then its pid).
+        process::kill_point("run.spawned");
         // The prompt goes in from a task of its own: a child that prints before it has read
         // all of a large prompt must not wait on us while we wait on it.
         if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
@@ -123,9 +139,13 @@ impl Worker {
             pid,
             pid_start: process::start_time(pid),
         };
-        if let Err(error) = self.shared.write_with_events(spawned, vec![started]).await {
-            tracing::error!(%error, run_id, "the run's pid was not recorded");
-        }
+        // A store that stays locked past `store.lock_timeout_ms` ends the run at once (the
+        // event waits, deferred, for the run's end).
+        let mut unstored = self
+            .write_events(spawned, vec![started])
+            .await
+            .err()
+            .map(|unwritten| unwritten.error);
 
         let (lines_tx, mut lines) = mpsc::channel::<Line>(LINE_BUFFER);
         if let Some(stdout) = child.stdout.take() {
@@ -150,13 +170,25 @@ impl Worker {
         tokio::pin!(deadline);
         let mut streams_open = true;
         let mut status: Option<std::process::ExitStatus> = None;
+        // Once the engine has exited: what it left is ended (or kept), then the pipes are
+        // given a moment to close (something that escaped with them open must not hold the
+        // run).
+        let mut leftovers: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = None;
+        let mut leftovers_done = false;
+        let drain = tokio::time::sleep(Duration::from_secs(u32::MAX as u64));
+        tokio::pin!(drain);
         let stop = loop {
+            if let Some(error) = unstored.take() {
+                break Some(Ended::Unstored(error));
+            }
+            // While a write waits for the store, nothing here reads the lines: the readers
+            // stop at LINE_BUFFER lines and the engine blocks on its full pipe.
             tokio::select! {
                 line = lines.recv(), if streams_open => {
                     let Some(line) = line else {
                         // Both pipes closed; the exit status may already be in.
                         streams_open = false;
-                        if status.is_some() {
+                        if status.is_some() && leftovers_done {
                             break None;
                         }
                         continue;
@@ -213,13 +245,13 @@ impl Worker {
                     if let Some(thread_id) = new_thread {
                         // Stored the moment the engine names it (with its event), so that a
                         // daemon killed during this run resumes the thread on the rerun.
-                        let events = self.take_deferred(std::mem::take(&mut batch));
                         let set = SetThread { session_id: self.session_id.clone(), thread_id: Some(thread_id), resume_point: None };
-                        if let Err(error) = self.shared.write_with_events(set, events).await {
-                            tracing::error!(%error, run_id, "the engine's thread was not stored");
+                        if let Err(unwritten) = self.write_events(set, std::mem::take(&mut batch)).await {
+                            tracing::error!(error = %unwritten.error, run_id, "the engine's thread was not stored");
+                            unstored = Some(unwritten.error);
                         }
                     } else if batch.len() >= EVENT_BATCH || lines.is_empty() {
-                        self.store_events(std::mem::take(&mut batch)).await;
+                        unstored = self.try_store_events(std::mem::take(&mut batch)).await.err();
                     }
                 }
                 exit = child.wait(), if status.is_none() => {
@@ -230,19 +262,42 @@ impl Worker {
                             break None;
                         }
                     }
+                    leftovers = Some(Box::pin(end_leftovers(
+                        self.shared.clone(),
+                        Left {
+                            pgid,
+                            run_id: run_id.to_string(),
+                            session_id: self.session_id.clone(),
+                            project_id: project_id.to_string(),
+                            keep: keep_background,
+                        },
+                        settings.cancel_grace,
+                    )));
                 }
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
+                _ = async { leftovers.as_mut().expect("armed").await }, if leftovers.is_some() && !leftovers_done => {
+                    leftovers_done = true;
+                    drain.as_mut().reset(tokio::time::Instant::now() + STREAM_DRAIN);
+                }
+                _ = &mut drain, if leftovers_done && streams_open => break None,
+                // Once the engine has exited on its own, the run ends as an exit.
+                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if status.is_none() => {
                     break Some(Ended::Stopped(stop))
                 }
-                _ = &mut deadline => break Some(Ended::TimedOut),
+                _ = &mut deadline, if status.is_none() => break Some(Ended::TimedOut),
             }
-            if status.is_some() && !streams_open {
+            if status.is_some() && leftovers_done && !streams_open {
                 break None;
             }
         };
         let reported = thread.filter(|thread| Some(thread.as_str()) != known_thread);
         if let Some(ended) = stop {
-            let status = process::end_group(&mut child, pgid, settings.cancel_grace).await;
+            // The whole group and whatever carries the run's id, kept or not.
+            let mark = process::Mark {
+                group: Some(pgid),
+                env: Some((RUN_ID_ENV.to_string(), run_id.to_string())),
+            };
+            process::end_marked(&[mark], settings.cancel_grace, None).await;
+            let status = child.wait().await.ok();
             let exit = Exit::of(status);
             // What the child printed before it ended still belongs to the run.
             while let Ok(line) = lines.try_recv() {
@@ -257,18 +312,41 @@ impl Worker {
                 Ended::Stopped(Stop::Cancel) => "cancelled",
                 Ended::Stopped(Stop::Shutdown) => "daemon shutdown",
                 Ended::TimedOut => "timed out",
+                Ended::Unstored(_) => "store unavailable",
+            };
+            let error = match &ended {
+                Ended::Unstored(error) => Some(format!("{error}; the run was ended")),
+                _ => None,
             };
             batch.push(self.new_event(
                 prompt,
                 run_id,
                 EventKind::RunExited,
-                json!({ "ended_by": reason, "exit_code": exit.code, "signal": exit.signal }),
+                json!({
+                    "ended_by": reason,
+                    "exit_code": exit.code,
+                    "signal": exit.signal,
+                    "error": error,
+                }),
             ));
             // Stored with the run's end.
             self.deferred.append(&mut batch);
             let outcome = match ended {
                 Ended::Stopped(stop) => RunOutcome::Stopped(stop, exit),
                 Ended::TimedOut => RunOutcome::TimedOut(exit),
+                Ended::Unstored(_) => RunOutcome::Finished {
+                    verdict: RunVerdict::Failed {
+                        message: error.unwrap_or_default(),
+                    },
+                    exit_code: exit.code,
+                    signal: exit.signal,
+                    answer: None,
+                    // Not the engine's failure: no retry would help while the store is locked.
+                    class: Some(FailureClass::Other),
+                    retry_after: None,
+                    context: Vec::new(),
+                    resume_point: None,
+                },
             };
             return (outcome, reported);
         }
@@ -316,10 +394,69 @@ impl Worker {
     }
 }
 
+/// How long the pipes may stay open once the engine has exited and what it left was ended
+/// (or kept): a process that escaped with them (or a kept one) must not hold the run.
+const STREAM_DRAIN: Duration = Duration::from_millis(200);
+
+/// What an engine that exited on its own left behind, to end or keep.
+struct Left {
+    pgid: i32,
+    run_id: String,
+    session_id: String,
+    project_id: String,
+    keep: bool,
+}
+
+/// Ends what the engine left in its group and what carries the run's id (SIGTERM, SIGKILL
+/// after `grace`), or, for a project that keeps them, records them for `status`.
+async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Duration) {
+    let mark = process::Mark {
+        group: Some(left.pgid),
+        env: Some((RUN_ID_ENV.to_string(), left.run_id.clone())),
+    };
+    if !left.keep {
+        process::end_marked(&[mark], grace, None).await;
+        return;
+    }
+    let found = process::members_async(&[mark]).await;
+    let kept_at = crate::store::now_ms();
+    let kept: Vec<KeptProcess> = found
+        .into_iter()
+        .flatten()
+        .map(|member| KeptProcess {
+            pid: member.pid as i64,
+            pid_start: member.start as i64,
+            run_id: left.run_id.clone(),
+            session_id: left.session_id.clone(),
+            project_id: Some(left.project_id.clone()),
+            command: member.command,
+            kept_at,
+        })
+        .collect();
+    // The ones recorded before and gone since are forgotten in the same write.
+    let forget: Vec<(i64, i64)> = shared
+        .readers
+        .read(crate::store::work::kept_processes)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|process| !process::is_alive(process.pid as u32, Some(process.pid_start as u64)))
+        .map(|process| (process.pid, process.pid_start))
+        .collect();
+    if kept.is_empty() && forget.is_empty() {
+        return;
+    }
+    if let Err(error) = shared.ledger.write(KeepProcesses { kept, forget }).await {
+        tracing::error!(%error, "the kept processes were not recorded");
+    }
+}
+
 /// What stopped a run before it ended on its own.
 enum Ended {
     Stopped(Stop),
     TimedOut,
+    /// Its events could not be stored: the store stayed locked past `store.lock_timeout_ms`
+    /// (or failed). They are kept and stored with the run's end; the run fails.
+    Unstored(crate::actors::ledger::LedgerError),
 }
 
 fn keep_last(lines: &mut VecDeque<String>, line: String) {
@@ -398,6 +535,7 @@ pub(super) struct ChildEnv<'a> {
 const DAEMON_ONLY: &[&str] = &[
     crate::daemon::READY_ENV,
     "CORRAL_APP_SERVER_INIT_TIMEOUT_MS",
+    process::KILL_AT_ENV,
 ];
 
 impl ChildEnv<'_> {
@@ -414,7 +552,7 @@ impl ChildEnv<'_> {
             .env("CORRAL_HOME", self.home)
             .env("CORRAL_SESSION_ID", self.session_id)
             .env("CORRAL_RUN_ATTEMPT", self.attempt.to_string())
-            .env(crate::actors::supervisor::RUN_ID_ENV, run_id)
+            .env(RUN_ID_ENV, run_id)
             // Engines' own backtraces are noise in a supervised run's error message.
             .env("RUST_BACKTRACE", "0");
         match self.exec_id {
@@ -485,7 +623,14 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::S
             buffer.pop();
         }
         let text = String::from_utf8_lossy(&buffer).into_owned();
-        if lines.send(Line { stream, text, cut }).await.is_err() || ended {
+        if ended {
+            let _ = lines.send(Line { stream, text, cut }).await;
+            return;
+        }
+        if lines.send(Line { stream, text, cut }).await.is_err() {
+            // The run is over, but a process it kept still writes here: read and drop what
+            // it writes rather than break its pipe.
+            let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
             return;
         }
     }

@@ -212,6 +212,8 @@ impl Worker {
                         },
                         kind: run.kind,
                         known_thread: run.thread_id.as_deref(),
+                        keep_background: run.project.keep_background,
+                        project_id: &run.project.id,
                     };
                     self.run_child(child, &settings).await
                 }
