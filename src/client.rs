@@ -185,19 +185,24 @@ fn error_of(message: &Value) -> Option<RpcError> {
     serde_json::from_value(message.get("error")?.clone()).ok()
 }
 
-/// Connects to the daemon of `home`; when none answers and `spawn` allows it, starts one in
-/// the background first and says so on stderr.
+/// Connects to the daemon of `home` as exec `exec_id`; when none answers, `spawn` says
+/// whether to start one in the background first (and which exec starts it: the daemon's
+/// parent), which is then said on stderr. `spawn` is asked only when no daemon answers.
 pub async fn connect_or_spawn(
     home: &Path,
     exec_id: Option<&str>,
-    spawn: bool,
+    spawn: impl FnOnce() -> Option<daemon::Starter>,
 ) -> Result<Client, ClientError> {
     match Client::connect(home, exec_id).await {
-        Err(ClientError::NoDaemon(path)) if spawn => {
+        Err(ClientError::NoDaemon(path)) => {
+            let Some(starter) = spawn() else {
+                return Err(ClientError::NoDaemon(path));
+            };
             let owned = home.to_path_buf();
-            let spawned = tokio::task::spawn_blocking(move || daemon::spawn_detached(&owned))
-                .await
-                .map_err(|error| ClientError::Spawn(error.to_string()))?;
+            let spawned =
+                tokio::task::spawn_blocking(move || daemon::spawn_detached(&owned, &starter))
+                    .await
+                    .map_err(|error| ClientError::Spawn(error.to_string()))?;
             match spawned {
                 Ok(pid) => {
                     eprintln!("corral: no daemon answered at {path}; started one (pid {pid})")

@@ -17,7 +17,12 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
     }
     if args.detach {
         let home = context.home.clone();
-        let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&home))
+        // The daemon's exec is a child of this one.
+        let starter = daemon::Starter {
+            exec_id: Some(context.invocation.id.clone()),
+            trace_id: Some(context.invocation.trace_id.clone()),
+        };
+        let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&home, &starter))
             .await
             .map_err(|error| CliError::failure(error.to_string()))?
             .map_err(CliError::failure)?;

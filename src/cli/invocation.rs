@@ -147,11 +147,33 @@ fn complete(id: &str, exit: &Exit) -> CompleteExec {
 /// The exit status of a command that panicked (Rust's own panic status).
 pub const PANIC_EXIT: i32 = 101;
 
+/// Whether a panic is std's `print!` family failing on a closed pipe (`corral history S |
+/// head -1`): the reader has all it wanted, and the command ends quietly, as every Unix tool
+/// does. (std ignores SIGPIPE, so a write to a closed pipe fails with EPIPE, and `println!`
+/// panics with "failed printing to stdout: … (os error 32)".)
+pub fn is_closed_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied());
+    text.is_some_and(|text| {
+        text.starts_with("failed printing to std")
+            && text.ends_with(&format!("(os error {})", libc::EPIPE))
+    })
+}
+
 /// On a panic: say so in one line (no backtrace) and end the child group this process owns,
 /// which nothing else would end once the panicking task drops it. The exec is completed by
-/// the caller, which sees the task fail.
+/// the caller, which sees the task fail. Output to a closed pipe is no error: nothing is said.
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
+        let group = OWNED_GROUP.load(Ordering::SeqCst);
+        if is_closed_pipe(info.payload()) {
+            if group > 0 {
+                process::signal_group(group, libc::SIGKILL);
+            }
+            return;
+        }
         let message = info
             .payload()
             .downcast_ref::<&str>()
@@ -163,7 +185,6 @@ pub fn install_panic_hook() {
             .map(|at| format!(" at {}:{}", at.file(), at.line()))
             .unwrap_or_default();
         eprintln!("corral: internal error: {message}{place}");
-        let group = OWNED_GROUP.load(Ordering::SeqCst);
         if group > 0 {
             process::signal_group(group, libc::SIGKILL);
         }

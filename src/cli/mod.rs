@@ -316,11 +316,12 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
     });
     let result = match task.await {
         Ok(result) => result,
-        Err(_) => Ok(Exit {
-            code: invocation::PANIC_EXIT,
-            outcome: Outcome::Failed,
-            signal: None,
-        }),
+        // Output to a closed pipe ended the command: its reader had what it wanted.
+        Err(error) if error.is_panic() => match error.try_into_panic() {
+            Ok(payload) if invocation::is_closed_pipe(&*payload) => Ok(Exit::success()),
+            _ => Ok(panicked()),
+        },
+        Err(_) => Ok(panicked()),
     };
     let exit = match result {
         Ok(exit) => exit,
@@ -340,6 +341,15 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
         }
     }
     exit.code
+}
+
+/// How a command that panicked ended.
+fn panicked() -> Exit {
+    Exit {
+        code: invocation::PANIC_EXIT,
+        outcome: Outcome::Failed,
+        signal: None,
+    }
 }
 
 async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError> {

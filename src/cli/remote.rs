@@ -14,6 +14,7 @@ use super::{CliError, Context};
 use crate::client::{self, Client, ClientError};
 use crate::events::EventKind;
 use crate::protocol::{code, RpcError};
+use crate::store::select::{IdKind, ShortIds};
 use crate::store::work::Event;
 
 /// The setting that lets the CLI start a daemon.
@@ -95,7 +96,14 @@ pub async fn inspect(context: &Context) -> Result<Source, CliError> {
 /// Connects to the home's daemon as this exec, starting one when allowed.
 pub async fn connect(context: &Context) -> Result<Client, CliError> {
     let exec_id = Some(context.invocation.id.as_str());
-    match client::connect_or_spawn(&context.home, exec_id, may_spawn(context)).await {
+    // Whether this command may start one is read only when none answers.
+    let spawn = || {
+        may_spawn(context).then(|| crate::daemon::Starter {
+            exec_id: Some(context.invocation.id.clone()),
+            trace_id: Some(context.invocation.trace_id.clone()),
+        })
+    };
+    match client::connect_or_spawn(&context.home, exec_id, spawn).await {
         Ok(client) => Ok(client),
         // Two CLIs that start a daemon at the same moment: the one whose daemon lost the
         // home's lock finds the winner's.
@@ -169,13 +177,25 @@ pub fn time(value: &Value, name: &str) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// How many characters of an id a table shows (a valid selector prefix in practice).
-pub const SHORT_ID: usize = 18;
+/// The fewest characters of an id a table shows (see [`ShortIds`]).
+pub use crate::store::select::SHORT_ID;
 
-/// The short form of an id field.
+/// The first [`SHORT_ID`] characters of an id field (a table's short forms are
+/// [`short_ids`]': those are unique).
 pub fn short_id(value: &Value, name: &str) -> String {
     let id = text(value, name);
     id.chars().take(SHORT_ID).collect()
+}
+
+/// The short forms of the ids (of `kind`) in field `name` of `values`: each the shortest
+/// prefix no other id of its kind shares, in the store when it can be read (it can, beside a
+/// daemon: readers never disturb it), else among `values`.
+pub fn short_ids(context: &Context, kind: IdKind, values: &[Value], name: &str) -> ShortIds {
+    let ids = || values.iter().map(|value| text(value, name));
+    let connection = context.reader().ok();
+    ShortIds::of(connection.as_ref(), kind, ids())
+        .or_else(|_| ShortIds::of(None, kind, ids()))
+        .unwrap_or_default()
 }
 
 /// The first non-blank line of a text.

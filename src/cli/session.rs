@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::remote::{self, cut, first_line, one_line, print_json, short_id, text, time};
+use super::remote::{self, cut, first_line, one_line, print_json, short_ids, text, time};
 use super::{CliError, Context, Exit};
+use crate::store::select::IdKind;
 
 #[derive(Debug, clap::Args)]
 pub struct SessionArgs {
@@ -162,6 +163,7 @@ async fn list(context: &Context, list: &ListArgs) -> Result<Exit, CliError> {
         .cloned()
         .unwrap_or_default();
     print_list(
+        context,
         sessions.as_array().map(Vec::as_slice).unwrap_or(&[]),
         &projects,
     );
@@ -176,22 +178,24 @@ async fn show(context: &Context, show: &ShowArgs) -> Result<Exit, CliError> {
     if show.json {
         print_json(&shown);
     } else {
-        print_shown(&shown);
+        print_shown(context, &shown);
     }
     Ok(Exit::success())
 }
 
-fn print_list(sessions: &[Value], projects: &[Value]) {
+fn print_list(context: &Context, sessions: &[Value], projects: &[Value]) {
     if sessions.is_empty() {
         println!("(no sessions; open one with `corral session new PROJECT`)");
         return;
     }
+    let short = short_ids(context, IdKind::Session, sessions, "id");
+    let width = short.width(sessions.iter().map(|session| text(session, "id")));
     let names: HashMap<&str, &str> = projects
         .iter()
         .map(|project| (text(project, "id"), text(project, "name")))
         .collect();
     println!(
-        "{:<18}  {:<16}  {:<8}  {:<19}  TITLE",
+        "{:<width$}  {:<16}  {:<8}  {:<19}  TITLE",
         "ID", "PROJECT", "ENGINE", "CREATED (UTC)"
     );
     for session in sessions {
@@ -204,8 +208,8 @@ fn print_list(sessions: &[Value], projects: &[Value]) {
             title.push_str(" (archived)");
         }
         println!(
-            "{:<18}  {:<16}  {:<8}  {:<19}  {}",
-            short_id(session, "id"),
+            "{:<width$}  {:<16}  {:<8}  {:<19}  {}",
+            short.get(text(session, "id")),
             project,
             text(session, "engine"),
             time(session, "created_at"),
@@ -214,7 +218,7 @@ fn print_list(sessions: &[Value], projects: &[Value]) {
     }
 }
 
-fn print_shown(shown: &Value) {
+fn print_shown(context: &Context, shown: &Value) {
     let session = &shown["session"];
     let title = match session.get("title_source").and_then(Value::as_str) {
         Some(source) => format!("{} ({source})", text(session, "title")),
@@ -245,10 +249,12 @@ fn print_shown(shown: &Value) {
     }
     let prompts = shown["prompts"].as_array().cloned().unwrap_or_default();
     println!("prompts:   {}", prompts.len());
+    let short = short_ids(context, IdKind::Prompt, &prompts, "id");
+    let width = short.width(prompts.iter().map(|prompt| text(prompt, "id")));
     for prompt in &prompts {
         println!(
-            "  {:<18}  {:<9}  {}",
-            short_id(prompt, "id"),
+            "  {:<width$}  {:<9}  {}",
+            short.get(text(prompt, "id")),
             text(prompt, "status"),
             cut(first_line(text(prompt, "text")), 70)
         );

@@ -405,10 +405,18 @@ fn announce_ready(home: &Path) {
     }
 }
 
+/// The exec that starts a daemon (`corral daemon --detach`, or a command's auto-start): the
+/// daemon's own exec row is recorded as its child, in its trace.
+#[derive(Debug, Clone, Default)]
+pub struct Starter {
+    pub exec_id: Option<String>,
+    pub trace_id: Option<String>,
+}
+
 /// Starts a daemon for `home` in the background (its own session, output to the log file),
 /// waits until it serves, and returns its pid. Used by `corral daemon --detach` and by the
-/// CLI's auto-start.
-pub fn spawn_detached(home: &Path) -> Result<u32, String> {
+/// CLI's auto-start; `starter` is the exec that asks for it.
+pub fn spawn_detached(home: &Path, starter: &Starter) -> Result<u32, String> {
     use std::io::BufRead;
     use std::os::unix::process::CommandExt;
     let exe =
@@ -427,6 +435,17 @@ pub fn spawn_detached(home: &Path) -> Result<u32, String> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log);
+    // Its parent is the starter, not whatever the starter's own environment names.
+    let inherit = [
+        (crate::cli::invocation::ENV_PARENT_EXEC, &starter.exec_id),
+        (crate::cli::invocation::ENV_TRACE_ID, &starter.trace_id),
+    ];
+    for (name, value) in inherit {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal and group.
     unsafe {
         command.pre_exec(|| {

@@ -64,9 +64,11 @@ pub struct Exec {
 }
 
 impl Exec {
-    /// The argv for display: the JSON array joined by spaces, or the raw text.
+    /// The argv for display, on one line: the JSON array joined by spaces, or the raw text,
+    /// with control characters escaped (`\n`, `\t`, `\r`, `\u{1b}`), so that an argument
+    /// with a newline in it never breaks a table's row.
     pub fn command_line(&self) -> String {
-        match &self.command {
+        let joined = match &self.command {
             None => String::new(),
             Some(serde_json::Value::String(raw)) => raw.clone(),
             Some(serde_json::Value::Array(argv)) => argv
@@ -78,8 +80,25 @@ impl Exec {
                 .collect::<Vec<_>>()
                 .join(" "),
             Some(other) => other.to_string(),
-        }
+        };
+        escape_controls(&joined)
     }
+}
+
+/// `text` with its control characters written as Rust escapes; everything else as it is.
+fn escape_controls(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A page of `monitor list`: `next` continues it with `--after`, `null` on the last page.
@@ -377,6 +396,14 @@ pub fn list(
     Ok(ExecPage { entries, next })
 }
 
+/// The exec with this id.
+pub fn get(connection: &Connection, id: &str) -> rusqlite::Result<Option<Exec>> {
+    connection
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM execs WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()
+}
+
 /// Every exec whose id starts with `prefix` (at most `limit`, to name candidates).
 pub fn find_by_prefix(
     connection: &Connection,
@@ -447,4 +474,41 @@ pub fn waves_matching(
             .collect(),
         None => waves,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_is_one_line() {
+        let exec = |argv: serde_json::Value| Exec {
+            id: "x".into(),
+            trace_id: "x".into(),
+            parent_exec_id: None,
+            caller_session_id: None,
+            via_agent: None,
+            command: Some(argv),
+            cwd: None,
+            repo: None,
+            pid: None,
+            started_at: 0,
+            completed_at: None,
+            exit_code: None,
+            outcome: None,
+            signal: None,
+        };
+        let line = exec(serde_json::json!([
+            "corral",
+            "send",
+            "s",
+            "two\nlines\tand\u{1b}[31m"
+        ]))
+        .command_line();
+        assert_eq!(line, "corral send s two\\nlines\\tand\\u{1b}[31m");
+        assert_eq!(
+            exec(serde_json::json!(["é", "a b"])).command_line(),
+            "é a b"
+        );
+    }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use super::{print_json, print_table, repo_scope};
 use crate::cli::{CliError, Context, Exit};
 use crate::store::exec::{self, Cursor, ExecFilter, Outcome, OutcomeFilter};
+use crate::store::select::{IdKind, ShortIds};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutcomeArg {
@@ -111,7 +112,11 @@ pub fn execute(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
     if args.json {
         print_json(&page);
     } else {
-        print_table(&page.entries);
+        let ids = page.entries.iter().map(|exec| exec.id.as_str());
+        print_table(
+            &page.entries,
+            &ShortIds::of(Some(&connection), IdKind::Exec, ids)?,
+        );
         if let Some(next) = &page.next {
             println!("(more: --after {next})");
         }

@@ -16,6 +16,7 @@ use serde::Serialize;
 use super::{CliError, Context, Exit};
 use crate::process;
 use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
+use crate::store::select::{IdKind, ShortIds};
 use crate::store::work::{self, PromptStatus};
 
 #[derive(Debug, clap::Args)]
@@ -66,6 +67,9 @@ pub struct Overview {
     pub items: Vec<SessionItem>,
     pub active: Active,
     pub recent_commands: ExecPage,
+    /// The short forms the text shows of the ids above (not part of the JSON).
+    #[serde(skip)]
+    pub short_ids: ShortIds,
 }
 
 #[derive(Debug, Serialize)]
@@ -202,6 +206,17 @@ pub fn build_overview(
             .and_then(|id| projects.get(id).cloned());
         items.push(session_item(&session, &prompts, project));
     }
+    let mut short_ids = ShortIds::of(
+        Some(connection),
+        IdKind::Session,
+        items.iter().map(|item| item.id.as_str()),
+    )?;
+    let shown_execs = execs.iter().chain(&lost_execs).chain(&recent.entries);
+    short_ids.add(
+        Some(connection),
+        IdKind::Exec,
+        shown_execs.map(|exec| exec.id.as_str()),
+    )?;
     Ok(Overview {
         items,
         active: Active {
@@ -210,29 +225,32 @@ pub fn build_overview(
             lost_execs,
         },
         recent_commands: recent,
+        short_ids,
     })
 }
 
 /// Prints the overview as text.
 pub fn print_overview(overview: &Overview) {
+    let short = &overview.short_ids;
     if !overview.items.is_empty() {
         println!("SESSIONS ({})", overview.items.len());
+        let width = short.width(overview.items.iter().map(|item| item.id.as_str()));
         println!(
-            "{:<18}  {:<12}  {:<8}  {:<8}  {:<30}  REASON",
+            "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  REASON",
             "ID", "PROJECT", "ENGINE", "STATE", "TITLE"
         );
         for item in &overview.items {
-            let title: String = item
-                .title
-                .as_deref()
-                .unwrap_or("-")
+            let title: String = super::remote::one_line(item.title.as_deref().unwrap_or("-"))
                 .chars()
                 .take(30)
                 .collect();
-            let reason: String = item.reason.chars().take(60).collect();
+            let reason: String = super::remote::one_line(&item.reason)
+                .chars()
+                .take(60)
+                .collect();
             println!(
-                "{:<18}  {:<12}  {:<8}  {:<8}  {:<30}  {}",
-                &item.id[..item.id.len().min(SHORT_ID)],
+                "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  {}",
+                short.get(&item.id),
                 item.project.as_deref().unwrap_or("-"),
                 item.engine,
                 item.state,
@@ -243,7 +261,7 @@ pub fn print_overview(overview: &Overview) {
         println!();
     }
     println!("RUNNING ({})", overview.active.execs.len());
-    print_table(&overview.active.execs);
+    print_table(&overview.active.execs, short);
     if !overview.active.gaps.is_empty() {
         println!(
             "\nGAPS ({}): runs marked running whose engine is gone (the next daemon requeues them)",
@@ -265,10 +283,10 @@ pub fn print_overview(overview: &Overview) {
             "\nLOST EXECS ({}): never completed, process gone; `corral monitor prune` closes them",
             overview.active.lost_execs.len()
         );
-        print_table(&overview.active.lost_execs);
+        print_table(&overview.active.lost_execs, short);
     }
     println!("\nRECENT COMMANDS");
-    print_table(&overview.recent_commands.entries);
+    print_table(&overview.recent_commands.entries, short);
 }
 
 /// How often `corral top` redraws. A display tick, not a wait for work: nothing to be woken by.
@@ -277,14 +295,23 @@ const TOP_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 async fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliError> {
     let connection = context.reader()?;
     let scope = repo_scope(args.all, None)?;
-    // `corral top` (or `--live`) in a terminal redraws until interrupted.
+    // `corral top` in a terminal, or `--live` anywhere, redraws until interrupted.
+    let argv: Vec<String> = std::env::args().collect();
     let live = args.live
-        || (std::env::args().nth(1).as_deref() == Some("top")
+        || (subcommand_word(&argv) == Some("top")
             && std::io::IsTerminal::is_terminal(&std::io::stdout())
             && !args.json);
     loop {
         let overview = build_overview(&connection, scope.clone())?;
-        if args.json {
+        if args.json && live {
+            // A stream of snapshots: one JSON object per line (NDJSON), each on its own.
+            println!(
+                "{}",
+                serde_json::to_string(&overview).expect("ledger values serialize")
+            );
+            std::io::Write::flush(&mut std::io::stdout())
+                .map_err(|error| CliError::failure(format!("stdout: {error}")))?;
+        } else if args.json {
             print_json(&overview);
         } else {
             if live {
@@ -302,6 +329,23 @@ async fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliErro
         }
         tokio::time::sleep(TOP_REFRESH).await;
     }
+}
+
+/// The word the subcommand was named by (`top`, `ps`, `monitor`…): the first word of `argv`
+/// after the program that is not a global option or its value (`--home DIR`, `--no-spawn`).
+fn subcommand_word(argv: &[String]) -> Option<&str> {
+    let mut words = argv.iter().skip(1);
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "--home" => {
+                words.next();
+            }
+            "--no-spawn" => {}
+            other if other.starts_with("--home=") => {}
+            other => return Some(other),
+        }
+    }
+    None
 }
 
 /// Which repository a listing is limited to: `None` = every one; `Some(None)` = execs made
@@ -329,18 +373,16 @@ pub fn print_json(value: &impl Serialize) {
     );
 }
 
-/// How many characters of an id the table shows: enough to be unique in practice (the
-/// millisecond and 12 more bits), and a valid prefix for `monitor show`.
-const SHORT_ID: usize = 18;
-
-/// The text table of `monitor list` and the overview.
-pub fn print_table(entries: &[Exec]) {
+/// The text table of `monitor list` and the overview; `short` has the short forms of the
+/// ids (each a unique prefix, which `monitor show` takes).
+pub fn print_table(entries: &[Exec], short: &ShortIds) {
     if entries.is_empty() {
         println!("  (none)");
         return;
     }
+    let width = short.width(entries.iter().map(|exec| exec.id.as_str()));
     println!(
-        "{:<18}  {:<19}  {:>8}  {:>4}  {:<11}  COMMAND",
+        "{:<width$}  {:<19}  {:>8}  {:>4}  {:<11}  COMMAND",
         "ID", "STARTED (UTC)", "TIME", "EXIT", "OUTCOME"
     );
     for exec in entries {
@@ -349,8 +391,8 @@ pub fn print_table(entries: &[Exec]) {
             .map(|end| format_duration(end - exec.started_at))
             .unwrap_or_else(|| "-".into());
         println!(
-            "{:<18}  {:<19}  {:>8}  {:>4}  {:<11}  {}",
-            &exec.id[..exec.id.len().min(SHORT_ID)],
+            "{:<width$}  {:<19}  {:>8}  {:>4}  {:<11}  {}",
+            short.get(&exec.id),
             format_time(exec.started_at),
             duration,
             exec.exit_code
@@ -404,6 +446,21 @@ mod tests {
         assert_eq!(format_time(0), "1970-01-01 00:00:00");
         assert_eq!(format_time(951_782_400_000), "2000-02-29 00:00:00");
         assert_eq!(format_time(1_796_022_614_000), "2026-11-30 07:10:14");
+    }
+
+    #[test]
+    fn the_subcommand_word_skips_global_options() {
+        let argv = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+        assert_eq!(subcommand_word(&argv(&["corral", "top"])), Some("top"));
+        assert_eq!(
+            subcommand_word(&argv(&["corral", "--home", "/h", "--no-spawn", "top"])),
+            Some("top")
+        );
+        assert_eq!(
+            subcommand_word(&argv(&["corral", "--home=/h", "ps"])),
+            Some("ps")
+        );
+        assert_eq!(subcommand_word(&argv(&["corral", "--home"])), None);
     }
 
     #[test]

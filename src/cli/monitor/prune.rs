@@ -15,7 +15,8 @@ pub struct PruneArgs {
     /// Say what would be closed, change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the report as JSON: {"dry_run":…,"pruned":N,"candidates":[…]}.
+    /// Print the report as JSON: {"dry_run":…,"pruned":N,"candidates":[…]}, the candidates as
+    /// they are after pruning.
     #[arg(long)]
     pub json: bool,
 }
@@ -25,7 +26,7 @@ struct PruneReport {
     dry_run: bool,
     /// How many execs were closed (0 on a dry run).
     pruned: usize,
-    /// The execs found lost (those closed, or that would be).
+    /// The execs found lost (those closed, or that would be), as they are after pruning.
     candidates: Vec<Exec>,
 }
 
@@ -53,10 +54,16 @@ pub async fn execute(context: &Context, args: &PruneArgs) -> Result<Exit, CliErr
         _ => 0,
     };
     if args.json {
+        // The execs as they are now: closed as `lost` unless this was a dry run (or the
+        // exec completed meanwhile, on its own).
+        let mut after = Vec::with_capacity(candidates.len());
+        for exec in candidates {
+            after.push(exec::get(&connection, &exec.id)?.unwrap_or(exec));
+        }
         print_json(&PruneReport {
             dry_run: args.dry_run,
             pruned,
-            candidates,
+            candidates: after,
         });
         return Ok(Exit::success());
     }
