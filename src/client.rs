@@ -15,7 +15,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::daemon;
-use crate::protocol::{Notification, Request, Response, RpcError, PROTOCOL_VERSION};
+use crate::protocol::{Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION};
 
 /// The longest answer line the client reads (a bound against a broken peer, not a limit of
 /// the protocol's answers in practice).
@@ -36,6 +36,9 @@ pub enum ClientError {
     Protocol(String),
     #[error("{0}")]
     Spawn(String),
+    /// The request would not fit in one line of the protocol; it was not sent.
+    #[error("the {method} request is {bytes} bytes; a request line is at most {MAX_LINE} bytes")]
+    TooLong { method: String, bytes: usize },
 }
 
 /// A connection to a daemon, past the handshake.
@@ -44,9 +47,6 @@ pub struct Client {
     writer: OwnedWriteHalf,
     next_id: u64,
     notifications: VecDeque<Notification>,
-    /// The last error answer with a null id: if the connection then ends, it is why (a
-    /// refused peer, the handshake timeout).
-    closing_reason: Option<RpcError>,
     /// What `initialize` answered.
     pub daemon: Value,
 }
@@ -74,7 +74,6 @@ impl Client {
             writer,
             next_id: 1,
             notifications: VecDeque::new(),
-            closing_reason: None,
             daemon: Value::Null,
         };
         client.daemon = client
@@ -86,12 +85,21 @@ impl Client {
         Ok(client)
     }
 
-    /// Calls `method` and waits for its answer.
+    /// Calls `method` and waits for its answer. A request longer than the protocol's line
+    /// limit is refused here, unsent; an error answer with a null id (the daemon could not read
+    /// the request: too long, not JSON, or it refuses this connection) ends the wait, since
+    /// this client has one call in flight at a time and so the error is this call's.
     pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         let mut line = serde_json::to_string(&Request::new(id, method, params))
             .map_err(|error| ClientError::Protocol(error.to_string()))?;
+        if line.len() > MAX_LINE {
+            return Err(ClientError::TooLong {
+                method: method.to_string(),
+                bytes: line.len(),
+            });
+        }
         line.push('\n');
         if let Err(error) = self.writer.write_all(line.as_bytes()).await {
             // The daemon may have closed the connection before reading (it refused this
@@ -102,12 +110,7 @@ impl Client {
                 .unwrap_or(ClientError::Io(error)));
         }
         loop {
-            let message = match self.read_message().await {
-                Ok(message) => message,
-                Err(error) => {
-                    return Err(self.closing_reason.take().map_or(error, ClientError::Rpc))
-                }
-            };
+            let message = self.read_message().await?;
             if message.get("id").and_then(Value::as_u64) == Some(id) {
                 let response: Response = serde_json::from_value(message)
                     .map_err(|error| ClientError::Protocol(error.to_string()))?;
@@ -117,12 +120,13 @@ impl Client {
                     (None, None) => Ok(Value::Null),
                 };
             }
-            // A response to nothing we asked (id null: a framing error) is skipped; if the
-            // connection ends next, it was the daemon's reason for closing it.
-            self.closing_reason = match message.get("id") {
-                Some(Value::Null) => error_of(&message),
-                _ => None,
-            };
+            // An error with id null: the daemon could not tell which request it answers, and
+            // ours is the only one there is.
+            if message.get("id") == Some(&Value::Null) {
+                if let Some(error) = error_of(&message) {
+                    return Err(ClientError::Rpc(error));
+                }
+            }
             if message.get("method").is_some() {
                 if let Ok(notification) = serde_json::from_value(message) {
                     self.notifications.push_back(notification);

@@ -21,6 +21,39 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// [`code::INVALID_REQUEST`] and the rest of the line is skipped.
 pub const MAX_LINE: usize = 1 << 20;
 
+/// Room a `prompt.send` request takes around its text (method, session, images, flags): a
+/// prompt whose text, as a JSON string, fits in [`MAX_LINE`] less this fits in one line.
+pub const PROMPT_ENVELOPE: usize = 4096;
+
+/// Checks that a prompt's text fits in one request line; the error is one line that names
+/// the limit. The CLI checks before it sends, and the library (`Corral::send`) refuses the
+/// same texts, so that what one accepts the other can carry.
+pub fn check_prompt_size(text: &str) -> Result<(), String> {
+    let encoded = json_string_len(text);
+    if encoded + PROMPT_ENVELOPE > MAX_LINE {
+        return Err(format!(
+            "the prompt is too long: {} bytes ({encoded} as JSON); a request line is at most \
+             {MAX_LINE} bytes, so a prompt at most {} as JSON",
+            text.len(),
+            MAX_LINE - PROMPT_ENVELOPE
+        ));
+    }
+    Ok(())
+}
+
+/// The length of `text` as a JSON string, quotes included, as serde_json writes it.
+fn json_string_len(text: &str) -> usize {
+    let escaped: usize = text
+        .bytes()
+        .map(|byte| match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum();
+    escaped + 2
+}
+
 /// Error codes: JSON-RPC's own, then corral's (−32000 … −32099, the server-error range).
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
@@ -449,3 +482,32 @@ pub const METHODS: &[&str] = &[
     "driver.show",
     "shutdown",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_is_measured_as_serde_json_writes_it() {
+        for text in [
+            "",
+            "plain",
+            "quote \" back \\ nl \n tab \t",
+            "\u{1} \u{1f} é 🦀 \u{7f}",
+        ] {
+            let written = serde_json::to_string(text).unwrap().len();
+            assert_eq!(json_string_len(text), written, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_prompt_over_the_line_limit_is_refused_in_one_line_naming_it() {
+        let fits = "x".repeat(MAX_LINE - PROMPT_ENVELOPE - 2);
+        assert_eq!(check_prompt_size(&fits), Ok(()));
+        let error = check_prompt_size(&format!("{fits}y")).unwrap_err();
+        assert!(error.contains(&MAX_LINE.to_string()), "{error}");
+        assert!(!error.contains('\n'));
+        // Escapes count: 200,000 newlines are 400,000 bytes of JSON, plus the quotes.
+        assert!(check_prompt_size(&"\n".repeat(MAX_LINE / 2)).is_err());
+    }
+}

@@ -5,7 +5,8 @@
 //! line read from stdin as a prompt with the claim's generation. At the end of its input it
 //! waits for the prompts it sent to end, releases the claim and exits 0. When another exec
 //! took the session over, the next send is refused with `superseded by exec …`: attach says so
-//! and exits 1. On a terminal, a status line on stderr says what a prompt waits for (a slot, a
+//! and exits 1. A line too long for the protocol is refused with one line naming the limit,
+//! and attach reads on. On a terminal, a status line on stderr says what a prompt waits for (a slot, a
 //! retry, its app-server) while it waits (see [`super::progress`]); every line attach prints
 //! clears it first.
 
@@ -81,6 +82,11 @@ async fn drive(
                 Some(Ok(line)) => {
                     let text = line.trim();
                     if text.is_empty() {
+                        continue;
+                    }
+                    // Too long for one request line: said, and the next line is read.
+                    if let Err(why) = crate::protocol::check_prompt_size(text) {
+                        status.print(|| eprintln!("corral: {why}"));
                         continue;
                     }
                     let params = json!({

@@ -32,15 +32,7 @@ fn prompt_text(words: &[String]) -> Result<String, CliError> {
         }
         _ => words.join(" "),
     };
-    // The request around the text takes well under 4 KiB.
-    let encoded = serde_json::to_string(&text).map_or(usize::MAX, |json| json.len());
-    if encoded + 4096 > crate::protocol::MAX_LINE {
-        return Err(CliError::failure(format!(
-            "the prompt is too long to send: {} bytes ({encoded} as JSON); a request is at most {} bytes",
-            text.len(),
-            crate::protocol::MAX_LINE
-        )));
-    }
+    crate::protocol::check_prompt_size(&text).map_err(CliError::failure)?;
     Ok(text)
 }
 
