@@ -55,6 +55,10 @@ pub enum CorralError {
     Invalid(String),
     #[error("{0}")]
     Store(String),
+    /// Another writer held the store's lock past `store.lock_timeout_ms`: nothing was
+    /// written, and the same call may succeed once the lock is released.
+    #[error("{0}")]
+    Locked(String),
     /// The sender's driver claim was taken over; this is the claim now.
     #[error("superseded by exec {}", .0.exec_id.as_deref().unwrap_or("(released)"))]
     Superseded(work::DriverClaim),
@@ -62,12 +66,18 @@ pub enum CorralError {
 
 impl From<LedgerError> for CorralError {
     fn from(error: LedgerError) -> Self {
+        if error.is_locked() {
+            return CorralError::Locked(error.to_string());
+        }
         CorralError::Store(error.to_string())
     }
 }
 
 impl From<StoreError> for CorralError {
     fn from(error: StoreError) -> Self {
+        if error.is_locked() {
+            return CorralError::Locked(error.to_string());
+        }
         CorralError::Store(error.to_string())
     }
 }

@@ -238,6 +238,13 @@ fn migration_upgrades_a_filled_older_store_without_losing_a_row() {
 fn a_locked_store_waits_then_fails_with_one_line() {
     let home = Home::new();
     home.init_store();
+    // The writer retries a locked store for `store.lock_timeout_ms` (default 60 s) first.
+    home.db()
+        .execute(
+            "INSERT INTO settings (name, value, updated_at) VALUES ('store.lock_timeout_ms', '1000', 0)",
+            [],
+        )
+        .unwrap();
     let before: i64 = home
         .db()
         .query_row("SELECT count(*) FROM execs", [], |row| row.get(0))
@@ -252,6 +259,8 @@ fn a_locked_store_waits_then_fails_with_one_line() {
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let message = stderr(&output);
     assert!(message.contains("locked by another writer"), "{message}");
+    assert!(message.contains("waited 1 s"), "{message}");
+    assert!(message.contains("store.lock_timeout_ms"), "{message}");
     assert_eq!(message.lines().count(), 1, "{message}");
     holder.execute_batch("ROLLBACK").unwrap();
     let after: i64 = home

@@ -17,10 +17,24 @@
 //!
 //! [`LedgerHandle`] is the cloneable handle. Readers never come here: they open their own
 //! read-only connections (`crate::store::open_reader`).
+//!
+//! **A store another program locks** (a `sqlite3` shell in a transaction, a backup): a write
+//! is never dropped for it. The writer takes the lock with `BEGIN IMMEDIATE`, so a busy
+//! store shows up before any write of the batch has run; it then waits and retries (SQLite's
+//! busy handler sleeps inside each attempt, the writer backs off between them), for as long
+//! as `store.lock_timeout_ms` allows each write, counted from when the write was handed to
+//! the ledger. A write whose limit passes is given up alone, with
+//! [`StoreError::LockTimeout`], and handed back to its caller unapplied
+//! ([`LedgerHandle::write_keeping`]), so that what it carried can be kept for later; the rest
+//! of the batch goes on waiting, in order. A `COMMIT` that finds the store busy is retried
+//! the same way (the transaction stays open). While the writer waits, new writes gather in
+//! the front; callers wait for their replies, which is what holds a session's engine back
+//! (the worker stops reading its pipes). The checkpointer's and the idle truncation's
+//! checkpoints never wait for a lock: a busy one is postponed to the next.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use rusqlite::Connection;
@@ -45,6 +59,21 @@ const IDLE_CHECKPOINT: Duration = Duration::from_millis(50);
 /// that the WAL stays bounded anyway (SQLite's default).
 const FALLBACK_AUTOCHECKPOINT_PAGES: u32 = 1000;
 
+/// The longest one attempt of the writer waits in SQLite's busy handler for a lock another
+/// connection holds (a corral process's own commit takes milliseconds). Past it, the writer's
+/// own retries take over, bounded by `store.lock_timeout_ms`.
+const LOCK_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// The writer's pause between two attempts at a locked store: it starts short and doubles up
+/// to the longest (the busy handler already sleeps inside an attempt; this only keeps a
+/// store that answers busy at once from being asked in a loop).
+const LOCK_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(200));
+
+/// The writer's busy timeout: one attempt's wait.
+fn attempt_wait() -> Duration {
+    crate::store::busy_timeout().min(LOCK_ATTEMPT)
+}
+
 /// The most writes one transaction takes. Bounds how long a single commit can hold the write
 /// lock (readers in WAL mode are never blocked, but other processes' writers are).
 const MAX_BATCH: usize = 4096;
@@ -66,6 +95,11 @@ impl From<StoreError> for LedgerError {
 }
 
 impl LedgerError {
+    /// Whether another program held the store's write lock too long for the write.
+    pub fn is_locked(&self) -> bool {
+        self.store_error().is_some_and(StoreError::is_locked)
+    }
+
     /// The store error underneath, if any.
     pub fn store_error(&self) -> Option<&StoreError> {
         match self {
@@ -86,21 +120,28 @@ pub trait LedgerWrite: Send + 'static {
 trait Op: Send {
     /// Applies the write; says whether it succeeded (a failed one is rolled back alone).
     fn apply(&mut self, connection: &Connection) -> bool;
+    /// When the write was handed to the ledger: its wait for a locked store counts from here.
+    fn enqueued(&self) -> Instant;
     /// Delivers the reply once the batch's fate is known: the write's own result when the
     /// batch committed, the batch's error otherwise (also when the write never ran).
     fn finish(self: Box<Self>, commit: Result<(), LedgerError>);
 }
 
+/// A reply: the write's output, or why it did not commit with the write itself when it
+/// never ran.
+type Reply<W> = Result<<W as LedgerWrite>::Output, Unwritten<W>>;
+
 struct Pending<W: LedgerWrite, D> {
     write: Option<W>,
     result: Option<Result<W::Output, LedgerError>>,
+    enqueued: Instant,
     deliver: D,
 }
 
 impl<W, D> Op for Pending<W, D>
 where
     W: LedgerWrite,
-    D: FnOnce(Result<W::Output, LedgerError>) + Send,
+    D: FnOnce(Reply<W>) + Send,
 {
     fn apply(&mut self, connection: &Connection) -> bool {
         let Some(write) = self.write.take() else {
@@ -112,25 +153,53 @@ where
         applied
     }
 
+    fn enqueued(&self) -> Instant {
+        self.enqueued
+    }
+
     fn finish(self: Box<Self>, commit: Result<(), LedgerError>) {
-        let reply = match (commit, self.result) {
-            (Ok(()), Some(result)) => result,
-            (Ok(()), None) => Err(LedgerError::Stopped),
-            (Err(error), _) => Err(error),
+        let this = *self;
+        let reply = match (commit, this.result) {
+            (Ok(()), Some(Ok(output))) => Ok(output),
+            (Ok(()), Some(Err(error))) => Err(Unwritten { error, write: None }),
+            (Ok(()), None) => Err(Unwritten {
+                error: LedgerError::Stopped,
+                write: this.write,
+            }),
+            (Err(error), _) => Err(Unwritten {
+                error,
+                write: this.write,
+            }),
         };
-        (self.deliver)(reply);
+        (this.deliver)(reply);
     }
 }
 
-fn erase<W: LedgerWrite>(
-    write: W,
-    deliver: impl FnOnce(Result<W::Output, LedgerError>) + Send + 'static,
-) -> Box<dyn Op> {
+fn erase<W: LedgerWrite>(write: W, deliver: impl FnOnce(Reply<W>) + Send + 'static) -> Box<dyn Op> {
     Box::new(Pending {
         write: Some(write),
         result: None,
+        enqueued: Instant::now(),
         deliver,
     })
+}
+
+/// A write that did not commit: why, and the write itself when it never ran (the store
+/// stayed locked past `store.lock_timeout_ms`, or the ledger stopped), so that its caller
+/// can keep what it carries for a later write. A write that ran and failed (rolled back
+/// alone) is consumed.
+pub struct Unwritten<W> {
+    pub error: LedgerError,
+    pub write: Option<W>,
+}
+
+impl<W> std::fmt::Debug for Unwritten<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwritten")
+            .field("error", &self.error)
+            .field("kept", &self.write.is_some())
+            .finish()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -167,6 +236,8 @@ impl Handler<Open> for LedgerWriter {
         }
         // The checkpointer checkpoints (see `CHECKPOINT_EVERY`), not the commits.
         connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+        // One attempt's wait: the writer retries a locked store itself (see `Commit`).
+        connection.busy_timeout(attempt_wait())?;
         self.connection = Some(connection);
         Ok(version)
     }
@@ -183,34 +254,176 @@ impl Handler<Commit> for LedgerWriter {
     fn handle(&mut self, Commit(mut ops): Commit, _: &mut SyncContext<Self>) {
         // A handle exists only once `Open` succeeded, so there is always a connection; were
         // there none, dropping the writes makes each caller see `LedgerError::Stopped`.
-        let Some(connection) = self.connection.as_mut() else {
+        let Some(connection) = self.connection.as_ref() else {
             return;
         };
         let path = &self.path;
-        let outcome = (|| -> Result<(), StoreError> {
-            // IMMEDIATE takes the write lock up front, so another process's writer shows up
-            // here, after busy_timeout, as `Locked` rather than midway through a write.
-            let transaction = connection
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|error| StoreError::from_sqlite(path, error))?;
-            for op in ops.iter_mut() {
-                transaction.run("SAVEPOINT op", [])?;
-                if op.apply(&transaction) {
-                    transaction.run("RELEASE op", [])?;
-                } else {
-                    transaction.run("ROLLBACK TO op", [])?;
-                    transaction.run("RELEASE op", [])?;
-                }
-            }
-            transaction
-                .commit()
-                .map_err(|error| StoreError::from_sqlite(path, error))
-        })();
+        // IMMEDIATE takes the write lock up front, so another process's writer shows up here,
+        // before any write ran, rather than midway through one.
+        let mut lock = LockWait::new(path);
+        let begun = lock.retry(connection, &mut ops, |connection| {
+            connection.execute_batch("BEGIN IMMEDIATE")
+        });
+        let outcome = match begun {
+            Ok(true) => apply_and_commit(connection, path, &mut lock, &mut ops),
+            // Every write of the batch waited its limit; each was told.
+            Ok(false) => return,
+            Err(error) => Err(error),
+        };
+        lock.done(connection);
         let outcome = outcome.map_err(LedgerError::from);
         for op in ops {
             op.finish(outcome.clone());
         }
     }
+}
+
+/// Runs the batch's writes, each in its own savepoint, and commits; rolls the whole
+/// transaction back when a savepoint statement or the commit fails.
+fn apply_and_commit(
+    connection: &Connection,
+    path: &Path,
+    lock: &mut LockWait<'_>,
+    ops: &mut Vec<Box<dyn Op>>,
+) -> Result<(), StoreError> {
+    let applied = (|| -> rusqlite::Result<()> {
+        for op in ops.iter_mut() {
+            connection.run("SAVEPOINT op", [])?;
+            if op.apply(connection) {
+                connection.run("RELEASE op", [])?;
+            } else {
+                connection.run("ROLLBACK TO op", [])?;
+                connection.run("RELEASE op", [])?;
+            }
+        }
+        Ok(())
+    })();
+    let committed = match applied {
+        Ok(()) => {
+            // A busy COMMIT leaves the transaction open: it is retried as it is (in WAL mode
+            // the write lock is held already, so this is for the odd case only). Its writes
+            // have run: none is given up here.
+            lock.committing();
+            lock.retry(connection, ops, |connection| {
+                connection.execute_batch("COMMIT")
+            })
+        }
+        Err(error) => Err(StoreError::from_sqlite(path, error)),
+    };
+    if committed.is_err() && !connection.is_autocommit() {
+        if let Err(error) = connection.execute_batch("ROLLBACK") {
+            tracing::error!(%error, "the failed batch could not be rolled back");
+        }
+    }
+    committed.map(|_| ())
+}
+
+/// The writer's wait for a store whose write lock another program holds: attempts bounded by
+/// each write's `store.lock_timeout_ms`, with a backoff between them. Set up for free: it
+/// reads the limit only when the store is found locked.
+struct LockWait<'a> {
+    path: &'a Path,
+    /// The limit and when the wait began, once the store was found locked.
+    waiting: Option<(Duration, Instant)>,
+    backoff: Duration,
+    /// The batch's writes have run: none may be given up alone any more.
+    committing: bool,
+}
+
+impl<'a> LockWait<'a> {
+    fn new(path: &'a Path) -> Self {
+        LockWait {
+            path,
+            waiting: None,
+            backoff: LOCK_BACKOFF.0,
+            committing: false,
+        }
+    }
+
+    fn committing(&mut self) {
+        self.committing = true;
+    }
+
+    /// Runs `attempt` until it is not busy. Meanwhile each write whose limit passed is given
+    /// up (its reply says the store is locked, and hands the write back) and the others wait
+    /// on, in order. `Ok(false)`: no write is left.
+    fn retry(
+        &mut self,
+        connection: &Connection,
+        ops: &mut Vec<Box<dyn Op>>,
+        attempt: impl Fn(&Connection) -> rusqlite::Result<()>,
+    ) -> Result<bool, StoreError> {
+        loop {
+            match attempt(connection) {
+                Ok(()) => return Ok(true),
+                Err(error) if !is_busy(&error) => {
+                    return Err(StoreError::from_sqlite(self.path, error))
+                }
+                Err(_) => {}
+            }
+            let (limit, since) = *self.waiting.get_or_insert_with(|| {
+                let limit = crate::store::settings::store_lock_timeout(connection);
+                tracing::warn!(
+                    store = %self.path.display(),
+                    limit_ms = limit.as_millis() as u64,
+                    "the store is locked by another writer: writes wait for it"
+                );
+                (limit, Instant::now())
+            });
+            let now = Instant::now();
+            let deadline = if self.committing {
+                // The writes have run: the batch waits as one, from the first busy COMMIT.
+                if now >= since + limit {
+                    return Err(self.timeout(limit));
+                }
+                since + limit
+            } else {
+                let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(ops)
+                    .into_iter()
+                    .partition(|op| now >= op.enqueued() + limit);
+                *ops = waiting;
+                for op in expired {
+                    op.finish(Err(self.timeout(limit).into()));
+                }
+                match ops.iter().map(|op| op.enqueued() + limit).min() {
+                    Some(deadline) => deadline,
+                    None => return Ok(false),
+                }
+            };
+            std::thread::sleep(self.backoff.min(deadline.saturating_duration_since(now)));
+            self.backoff = (self.backoff * 2).min(LOCK_BACKOFF.1);
+            // The next attempt waits no longer than the earliest write may.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let _ = connection.busy_timeout(attempt_wait().min(left).max(Duration::from_millis(1)));
+        }
+    }
+
+    fn timeout(&self, limit: Duration) -> StoreError {
+        StoreError::LockTimeout {
+            path: self.path.to_path_buf(),
+            waited: limit,
+        }
+    }
+
+    /// Ends the wait: the busy timeout back to one attempt's, and a word when the lock came.
+    fn done(self, connection: &Connection) {
+        if let Some((_, since)) = self.waiting {
+            let _ = connection.busy_timeout(attempt_wait());
+            tracing::warn!(
+                store = %self.path.display(),
+                waited_ms = since.elapsed().as_millis() as u64,
+                "the store's lock wait ended"
+            );
+        }
+    }
+}
+
+/// Whether SQLite said another connection holds a lock it needs.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Truncates a WAL that grew long (see `store::truncate_long_wal`), sent by the front when
@@ -230,7 +443,7 @@ impl Handler<TruncateLong> for LedgerWriter {
         if connection.busy_timeout(Duration::ZERO).is_ok() {
             crate::store::truncate_long_wal(connection, &self.path);
         }
-        if let Err(error) = connection.busy_timeout(crate::store::busy_timeout()) {
+        if let Err(error) = connection.busy_timeout(attempt_wait()) {
             tracing::warn!(%error, "the writer's busy timeout could not be restored");
         }
     }
@@ -511,14 +724,26 @@ impl LedgerHandle {
         ))
     }
 
-    /// Applies `write` in the next group commit and answers once it is durable.
+    /// Applies `write` in the next group commit and answers once it is durable. While
+    /// another program locks the store, the answer waits (at most `store.lock_timeout_ms`).
     pub async fn write<W: LedgerWrite>(&self, write: W) -> Result<W::Output, LedgerError> {
+        self.write_keeping(write)
+            .await
+            .map_err(|unwritten| unwritten.error)
+    }
+
+    /// [`write`](Self::write), but a write that never ran comes back with the error: what
+    /// it carries (a session's events, a prompt's end) can be kept for the next write.
+    pub async fn write_keeping<W: LedgerWrite>(&self, write: W) -> Reply<W> {
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let op = erase(write, move |result| {
             let _ = sender.send(result);
         });
         self.front.do_send(Enqueue(op));
-        receiver.await.map_err(|_| LedgerError::Stopped)?
+        receiver.await.unwrap_or(Err(Unwritten {
+            error: LedgerError::Stopped,
+            write: None,
+        }))
     }
 
     /// The number of WAL checkpoints finished so far; it changes when one finishes.

@@ -32,6 +32,7 @@ impl From<CorralError> for RpcError {
             CorralError::NotFound(_) => code::NOT_FOUND,
             CorralError::Invalid(_) => code::INVALID_PARAMS,
             CorralError::Store(_) => code::INTERNAL,
+            CorralError::Locked(_) => code::BUSY,
         };
         RpcError::new(code, error.to_string())
     }

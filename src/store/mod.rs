@@ -68,10 +68,17 @@ pub const APPLICATION_ID: i32 = i32::from_be_bytes(*b"CRRL");
 /// The file name of the store inside the home.
 pub const STORE_FILE: &str = "corral.db";
 
-/// How long a connection waits for another writer's lock before giving up. Long enough to ride
-/// over a daemon's group commit, short enough that a stuck writer is reported within seconds.
+/// How long one attempt of a connection waits for another writer's lock (SQLite's busy
+/// handler, which sleeps between its tries). Long enough to ride over a daemon's group
+/// commit. The ledger does not give a write up after one attempt: it retries, backing off,
+/// until `store.lock_timeout_ms` ([`settings::DEFAULT_STORE_LOCK_TIMEOUT_MS`]) has passed.
 /// `CORRAL_BUSY_TIMEOUT_MS` overrides it (tests use it to see the timeout without waiting).
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a writer that opens the store waits to truncate a long WAL (the truncation waits
+/// for other writers and for readers): a store locked by another program must not hold up
+/// every `corral` command's start; the next opener tries again.
+const OPEN_TRUNCATE_WAIT: Duration = Duration::from_millis(100);
 
 /// How many WAL pages make the WAL worth truncating when a writer opens it (and SQLite's
 /// autocheckpoint interval). Every `corral` process is usually the first to open the store,
@@ -139,6 +146,16 @@ pub enum StoreError {
     /// Another connection held the write lock for longer than the busy timeout.
     #[error("the store at {0} is locked by another writer")]
     Locked(PathBuf),
+    /// Another program held the write lock for longer than `store.lock_timeout_ms`: the
+    /// ledger waited that long for it (retrying), then gave the write up.
+    #[error(
+        "the store at {} is locked by another writer: a write waited {} for the lock \
+         ({}) and was given up",
+        path.display(),
+        seconds(*waited),
+        settings::STORE_LOCK_TIMEOUT_MS
+    )]
+    LockTimeout { path: PathBuf, waited: Duration },
     #[error("store: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("store: {0}")]
@@ -149,6 +166,12 @@ impl StoreError {
     /// Whether this says the file is not a store this binary may write.
     pub fn is_incompatible(&self) -> bool {
         matches!(self, StoreError::Incompatible(_))
+    }
+
+    /// Whether this says another program held the store's write lock (past the busy
+    /// timeout, or past `store.lock_timeout_ms`).
+    pub fn is_locked(&self) -> bool {
+        matches!(self, StoreError::Locked(_) | StoreError::LockTimeout { .. })
     }
 
     /// Turns a SQLite busy/locked error into [`StoreError::Locked`] naming the file, so the user
@@ -181,6 +204,16 @@ pub enum Compatibility {
 /// Where the store of `home` lives.
 pub fn store_path(home: &Path) -> PathBuf {
     home.join(STORE_FILE)
+}
+
+/// A duration as a person reads it in an error: `5 s`, `1.5 s`, `250 ms`.
+fn seconds(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    match ms {
+        ms if ms < 1000 => format!("{ms} ms"),
+        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+        ms => format!("{:.1} s", ms as f64 / 1000.0),
+    }
 }
 
 /// The busy timeout in effect (see [`DEFAULT_BUSY_TIMEOUT`]).
@@ -332,7 +365,9 @@ pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), Store
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
         connection.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
+        connection.busy_timeout(OPEN_TRUNCATE_WAIT)?;
         truncate_long_wal(&connection, path);
+        connection.busy_timeout(busy_timeout())?;
         // The last connection to close would checkpoint the whole WAL and fsync: every short
         // `corral` process would pay for it on exit. The WAL is kept short otherwise (the
         // autocheckpoint above, or the ledger's own checkpoints, which replace it), and it

@@ -20,6 +20,18 @@ pub const CANCEL_GRACE_MS: &str = "cancel.grace_ms";
 /// The default of [`CANCEL_GRACE_MS`]: long enough for an engine to flush its rollout.
 pub const DEFAULT_CANCEL_GRACE_MS: u64 = 5_000;
 
+/// How long a write waits for the store's write lock while another program holds it, retried
+/// with backoff, before it is given up: a run then fails saying so, a send gets a `BUSY`
+/// error naming the lock (docs/store.md).
+pub const STORE_LOCK_TIMEOUT_MS: &str = "store.lock_timeout_ms";
+
+/// The default of [`STORE_LOCK_TIMEOUT_MS`]: a minute rides over a backup, a `sqlite3` session
+/// or a vacuum, and a stuck lock is still told within one.
+pub const DEFAULT_STORE_LOCK_TIMEOUT_MS: u64 = 60_000;
+
+/// The range of [`STORE_LOCK_TIMEOUT_MS`]: a second (one attempt of the writer's) to an hour.
+const STORE_LOCK_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
+
 /// A setting corral knows: its name (or `prefix.<engine>` pattern), default, and meaning.
 pub struct Known {
     pub name: &'static str,
@@ -70,6 +82,12 @@ pub const KNOWN: &[Known] = &[
         meaning: "wall-clock limit of one engine run, in seconds",
     },
     Known {
+        name: STORE_LOCK_TIMEOUT_MS,
+        default: "60000",
+        meaning: "while another program holds the store's write lock, how long a write waits \
+                  (retrying) before it is given up: the run fails, a send is refused (BUSY)",
+    },
+    Known {
         name: "daemon.autostart",
         default: "true",
         meaning: "the CLI starts a daemon when none answers",
@@ -101,6 +119,16 @@ pub fn cancel_grace(connection: Option<&Connection>) -> Duration {
         .and_then(|connection| get(connection, CANCEL_GRACE_MS))
         .and_then(|value| value.parse().ok())
         .unwrap_or(DEFAULT_CANCEL_GRACE_MS);
+    Duration::from_millis(ms)
+}
+
+/// How long a write waits for a store another program locks, from the store or the default
+/// (read by the ledger's writer when a write finds the store locked).
+pub fn store_lock_timeout(connection: &Connection) -> Duration {
+    let ms = get(connection, STORE_LOCK_TIMEOUT_MS)
+        .and_then(|value| value.parse::<u64>().ok())
+        .filter(|ms| STORE_LOCK_TIMEOUT_RANGE.contains(ms))
+        .unwrap_or(DEFAULT_STORE_LOCK_TIMEOUT_MS);
     Duration::from_millis(ms)
 }
 
@@ -193,6 +221,12 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
                 "daemon.shutdown_grace_ms must be 0..=3600000 milliseconds, not '{value}'"
             )),
         },
+        STORE_LOCK_TIMEOUT_MS => match value.parse::<u64>() {
+            Ok(ms) if STORE_LOCK_TIMEOUT_RANGE.contains(&ms) => Ok(ms.to_string()),
+            _ => Err(format!(
+                "{name} must be 1000..=3600000 milliseconds, not '{value}'"
+            )),
+        },
         "daemon.autostart" => match value {
             "true" | "false" => Ok(value.to_string()),
             _ => Err(format!(
@@ -236,6 +270,8 @@ pub struct Settings {
     pub run_timeout: Duration,
     pub daemon_autostart: bool,
     pub shutdown_grace: Duration,
+    /// [`STORE_LOCK_TIMEOUT_MS`] (the ledger reads it itself, when the store is locked).
+    pub store_lock_timeout: Duration,
 }
 
 /// The default limit per engine.
@@ -254,6 +290,7 @@ impl Default for Settings {
             run_timeout: Duration::from_secs(3600),
             daemon_autostart: true,
             shutdown_grace: Duration::from_secs(10),
+            store_lock_timeout: Duration::from_millis(DEFAULT_STORE_LOCK_TIMEOUT_MS),
         }
     }
 }
@@ -294,6 +331,10 @@ impl Settings {
                 self.run_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
             }
             "daemon.autostart" => self.daemon_autostart = value == "true",
+            STORE_LOCK_TIMEOUT_MS => {
+                self.store_lock_timeout =
+                    Duration::from_millis(value.parse().map_err(|_| "number")?)
+            }
             "daemon.shutdown_grace_ms" => {
                 self.shutdown_grace = Duration::from_millis(value.parse().map_err(|_| "number")?)
             }
@@ -342,6 +383,11 @@ mod tests {
             .unwrap_err()
             .contains("unknown setting"));
         assert!(validate("daemon.autostart", "yes").is_err());
+        assert_eq!(validate(STORE_LOCK_TIMEOUT_MS, " 5000 ").unwrap(), "5000");
+        assert!(validate(STORE_LOCK_TIMEOUT_MS, "999")
+            .unwrap_err()
+            .contains("store.lock_timeout_ms must be 1000..=3600000 milliseconds"));
+        assert!(validate(STORE_LOCK_TIMEOUT_MS, "a minute").is_err());
         // An engine path must be an executable file now; empty means PATH again.
         assert!(validate("engines.codex.path", "/bin/sh").is_ok());
         assert!(validate("engines.codex.path", "").is_ok());

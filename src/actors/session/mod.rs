@@ -36,8 +36,11 @@ mod prompt;
 pub mod retry;
 
 use super::app_server;
-use super::ledger::{Both, EndRun, FinishPrompt, RequeuePrompt, SetGeneratedTitle, SetThread};
-use super::supervisor::Shared;
+use super::ledger::{
+    AppendEvents, Both, EndRun, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
+    SetGeneratedTitle, SetThread, Unwritten, WithEvents,
+};
+use super::supervisor::{Published, Shared};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::work::{NewEvent, Prompt, PromptStatus, RunEnd};
@@ -312,11 +315,8 @@ impl Worker {
             // still deferred; the events are published after it.
             let last_run = self.pending_end.take().map(|end| EndRun { end });
             let thread = self.pending_thread.take();
-            let mut events = std::mem::take(&mut self.deferred);
-            events.push(ended);
             let finished = self
-                .shared
-                .write_with_events(Both(Both(last_run, finish), thread), events)
+                .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
                 .map(|((_, next), _)| next);
             next = match finished {
@@ -395,10 +395,108 @@ impl Worker {
         }
     }
 
-    /// Stores `events` now, after the deferred ones.
+    /// Stores `events` now, after the deferred ones. When they cannot be stored they stay
+    /// deferred (see [`try_store_events`](Self::try_store_events)) and go with the next write.
     async fn store_events(&mut self, events: Vec<NewEvent>) {
+        if let Err(error) = self.try_store_events(events).await {
+            tracing::warn!(%error, session = self.session_id, "events kept for the next write");
+        }
+    }
+
+    /// Stores `events` now, after the deferred ones, and publishes them. A write that never
+    /// ran (the store stayed locked past `store.lock_timeout_ms`) leaves them all deferred, in
+    /// order, ahead of any later event: nothing is dropped, and no number is skipped since
+    /// numbers are given in the transaction that commits.
+    async fn try_store_events(&mut self, events: Vec<NewEvent>) -> Result<(), LedgerError> {
         let events = self.take_deferred(events);
-        self.shared.append_events(events).await;
+        if events.is_empty() {
+            return Ok(());
+        }
+        match self
+            .shared
+            .ledger
+            .write_keeping(AppendEvents { events })
+            .await
+        {
+            Ok(stored) => {
+                self.publish(stored);
+                Ok(())
+            }
+            Err(Unwritten { error, write }) => {
+                match write {
+                    Some(AppendEvents { events }) => self.keep_deferred(events),
+                    None => tracing::error!(%error, "events not stored"),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Applies `write` with the deferred events and `events` in one commit, then publishes
+    /// the events. A write that never ran leaves its events deferred (as in
+    /// [`try_store_events`](Self::try_store_events)) and comes back in the error.
+    async fn write_events<W: LedgerWrite>(
+        &mut self,
+        write: W,
+        events: Vec<NewEvent>,
+    ) -> Result<W::Output, Unwritten<W>> {
+        let events = self.take_deferred(events);
+        match self
+            .shared
+            .ledger
+            .write_keeping(WithEvents { write, events })
+            .await
+        {
+            Ok((output, stored)) => {
+                self.publish(stored);
+                Ok(output)
+            }
+            Err(Unwritten { error, write }) => Err(Unwritten {
+                write: write.map(|WithEvents { write, events }| {
+                    self.keep_deferred(events);
+                    write
+                }),
+                error,
+            }),
+        }
+    }
+
+    /// [`write_events`](Self::write_events) until it commits, for the writes a prompt's state
+    /// needs (a run's end, the prompt's end): a store that stays locked past
+    /// `store.lock_timeout_ms` is waited out again and again (each try waits that long in the
+    /// ledger, so this does not spin), until the daemon shuts down. Giving such a write up
+    /// would leave its prompt running in the store with no worker.
+    async fn write_events_until_stored<W: LedgerWrite>(
+        &mut self,
+        mut write: W,
+        mut events: Vec<NewEvent>,
+    ) -> Result<W::Output, LedgerError> {
+        loop {
+            match self.write_events(write, std::mem::take(&mut events)).await {
+                Ok(output) => return Ok(output),
+                Err(Unwritten {
+                    error,
+                    write: Some(kept),
+                }) if error.is_locked() && !*self.shutdown.borrow() => {
+                    tracing::warn!(%error, session = self.session_id, "trying the write again");
+                    write = kept;
+                }
+                Err(unwritten) => return Err(unwritten.error),
+            }
+        }
+    }
+
+    /// Puts events that were not stored back in front of the deferred ones.
+    fn keep_deferred(&mut self, mut events: Vec<NewEvent>) {
+        events.append(&mut self.deferred);
+        self.deferred = events;
+    }
+
+    /// Publishes stored events (no subscriber is not an error).
+    fn publish(&self, stored: Vec<crate::store::work::Event>) {
+        for event in stored {
+            let _ = self.shared.events.send(Arc::new(Published::new(event)));
+        }
     }
 
     /// The deferred events followed by `events`, to go with a write made now.
@@ -415,8 +513,10 @@ impl Worker {
     async fn flush_end(&mut self) {
         if let Some(end) = self.pending_end.take() {
             let run_id = end.run_id.clone();
-            let events = std::mem::take(&mut self.deferred);
-            if let Err(error) = self.shared.write_with_events(EndRun { end }, events).await {
+            let closed = self
+                .write_events_until_stored(EndRun { end }, Vec::new())
+                .await;
+            if let Err(error) = closed {
                 tracing::error!(%error, run_id, "could not close the run");
             }
         }

@@ -403,11 +403,10 @@ impl Worker {
             exec_id: self.shared.exec_id.clone(),
             child: serving.map(|(_, pid)| (pid, crate::process::start_time(pid))),
         };
-        let events = std::mem::take(&mut self.deferred);
-        self.shared
-            .write_with_events(StartRun { run: row }, events)
+        // Not stored, the deferred events stay to go with the prompt's end.
+        self.write_events(StartRun { run: row }, Vec::new())
             .await
-            .map_err(|error| PromptEnd::failed(format!("store: {error}")))
+            .map_err(|unwritten| PromptEnd::failed(format!("store: {}", unwritten.error)))
     }
 
     /// Closes the run by its outcome and decides what follows: the prompt's end (`Err`), or

@@ -1,0 +1,380 @@
+//! A store another program locks: a `sqlite3` shell holds the write lock (`BEGIN IMMEDIATE`)
+//! while a session streams events on the fake engine and other sends arrive.
+//!
+//! Under `store.lock_timeout_ms` (default 60 s), nothing is dropped: the writes wait, the
+//! engine is held back on its full pipe meanwhile (its output is not piled up in memory), and
+//! once the lock is released every event is stored, numbered without a hole and in order, the
+//! sends succeed and the prompts finish. An 8 s lock ended by `COMMIT`, a 30 s one by killing
+//! the shell. Past the limit (set to 5 s here), the run fails saying the store was locked,
+//! its engine is ended, a send is refused with one line (the CLI) or a `BUSY` error (the
+//! socket) naming the lock, and after the lock the failure is recorded and the session works.
+//!
+//! The `sqlite3` shell is killed on every path out of a test (`LockHolder` kills it when
+//! dropped).
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::daemon::{
+    alive, finish, lines_of, next_line, wait_for, wait_until, DaemonHome, DEADLINE,
+};
+use common::rpc::Rpc;
+use common::stderr;
+
+const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
+
+/// The `sqlite3` shell (`CORRAL_TEST_SQLITE3` names another).
+fn sqlite3() -> String {
+    std::env::var("CORRAL_TEST_SQLITE3").unwrap_or_else(|_| "sqlite3".into())
+}
+
+/// A `sqlite3` shell holding the store's write lock from [`LockHolder::take`] until it is
+/// released ([`commit`](LockHolder::commit)) or killed (dropped).
+struct LockHolder {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    taken: Instant,
+}
+
+impl LockHolder {
+    /// Starts the shell on `db` and returns once it holds the write lock (it says so on
+    /// stdout after `BEGIN IMMEDIATE`, waiting out a commit of the daemon's if need be).
+    fn take(db: &Path) -> LockHolder {
+        let mut child = Command::new(sqlite3())
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("{} does not start: {error}", sqlite3()));
+        let stdout = child.stdout.take().expect("piped");
+        let mut holder = LockHolder {
+            stdin: child.stdin.take(),
+            child,
+            taken: Instant::now(),
+        };
+        holder.say(".timeout 10000\nBEGIN IMMEDIATE;\nSELECT 'locked';");
+        let lines = lines_of(stdout);
+        next_line(&lines, |line| (line == "locked").then_some(()))
+            .unwrap_or_else(|seen| panic!("sqlite3 did not take the lock: {seen:?}"));
+        holder.taken = Instant::now();
+        holder
+    }
+
+    fn say(&mut self, commands: &str) {
+        let stdin = self.stdin.as_mut().expect("the shell's stdin is open");
+        writeln!(stdin, "{commands}").expect("sqlite3 reads its stdin");
+    }
+
+    /// Keeps the lock until it has been held for `held`.
+    fn hold_for(&self, held: Duration) {
+        std::thread::sleep(held.saturating_sub(self.taken.elapsed()));
+    }
+
+    /// Ends the transaction and the shell (end of its input).
+    fn commit(mut self) {
+        self.say("COMMIT;");
+        drop(self.stdin.take());
+        let status = wait_for(&mut self.child);
+        assert!(status.success(), "sqlite3 ended with {status}");
+    }
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        // The lock goes with the process (SQLite's locks are the process's).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `corral watch SESSION --follow`, read on a thread; killed when dropped.
+struct Watch {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Watch {
+    fn start(home: &DaemonHome, session: &str) -> Watch {
+        let mut child = home
+            .corral(&["watch", session, "--follow"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("corral watch starts");
+        let lines = lines_of(child.stdout.take().expect("piped"));
+        Watch { child, lines }
+    }
+
+    /// Waits for an event line of `kind` (`#SEQ KIND …`).
+    fn until(&self, kind: &str) {
+        next_line(&self.lines, |line| {
+            (line.split_whitespace().nth(1) == Some(kind)).then_some(())
+        })
+        .unwrap_or_else(|seen| panic!("no {kind} event; saw {seen:?}"));
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `corral` command started in the background, its output read when it ends.
+fn spawn(home: &DaemonHome, args: &[&str]) -> Child {
+    home.corral(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("corral starts")
+}
+
+/// A prompt that streams `steps` tool events, 2 ms apart: some 80 bytes a line, more than a
+/// pipe and the worker's line buffer hold.
+fn streaming(steps: usize) -> String {
+    format!("@fake deltas={steps}\n@fake interval=2\nstream through a lock")
+}
+
+/// The engine's pid of the session's running run, once its row has it.
+fn engine_pid(home: &DaemonHome, session: &str) -> i32 {
+    let mut pid = None;
+    wait_until("the run's pid is stored", || {
+        pid = home
+            .db()
+            .query_row(
+                "SELECT pid FROM runs WHERE session_id = ?1 AND status = 'running'
+                 AND pid IS NOT NULL",
+                [session],
+                |row| row.get(0),
+            )
+            .ok();
+        pid.is_some()
+    });
+    pid.expect("a pid")
+}
+
+/// Whether `pid` sleeps in a write to a full pipe.
+fn blocked_on_pipe(pid: i32) -> bool {
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    wchan.contains("pipe_write")
+}
+
+/// The session's events, in order: (seq, kind, prompt id, payload).
+fn events(home: &DaemonHome, session: &str) -> Vec<(i64, String, Option<String>, Value)> {
+    let db = home.db();
+    let mut statement = db
+        .prepare(
+            "SELECT seq, kind, prompt_id, payload FROM events WHERE session_id = ?1 ORDER BY seq",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([session], |row| {
+            let payload: String = row.get(3)?;
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                serde_json::from_str(&payload).unwrap(),
+            ))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// The session's prompts, oldest first: (id, text, status, error).
+fn prompts(home: &DaemonHome, session: &str) -> Vec<(String, String, String, Option<String>)> {
+    let db = home.db();
+    let mut statement = db
+        .prepare(
+            "SELECT id, text, status, error FROM prompts WHERE session_id = ?1
+             ORDER BY created_at, id",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([session], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// Numbered 1, 2, 3… without a hole.
+fn assert_no_hole(events: &[(i64, String, Option<String>, Value)]) {
+    for (index, (seq, kind, _, _)) in events.iter().enumerate() {
+        assert_eq!(*seq, index as i64 + 1, "a hole before #{seq} {kind}");
+    }
+}
+
+/// The `step i` tool events of `prompt`, in order: i = 1, 2, 3…
+fn steps_of(events: &[(i64, String, Option<String>, Value)], prompt: &str) -> usize {
+    let steps: Vec<String> = events
+        .iter()
+        .filter(|(_, kind, of, _)| kind == "tool" && of.as_deref() == Some(prompt))
+        .map(|(_, _, _, payload)| payload["detail"]["text"].as_str().unwrap_or("").to_string())
+        .collect();
+    for (index, step) in steps.iter().enumerate() {
+        assert_eq!(step, &format!("step {}", index + 1), "steps out of order");
+    }
+    steps.len()
+}
+
+/// Locks the store for `held` while a prompt streams `steps` events and another is sent,
+/// then releases it (`commit`, else kills the shell); checks that nothing was lost.
+fn lock_loses_nothing(held: Duration, steps: usize, commit: bool) {
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "locked", &[]);
+    let watch = Watch::start(&home, &session);
+    let stream = spawn(&home, &["send", &session, &streaming(steps), "--wait"]);
+    watch.until("tool");
+    let engine = engine_pid(&home, &session);
+    // A socket client connected before the lock (the handshake writes nothing).
+    let mut rpc = Rpc::connect(home.path());
+
+    let lock = LockHolder::take(&home.path().join("corral.db"));
+    let queued = spawn(&home, &["send", &session, "queued behind the lock"]);
+    let session_for_rpc = session.clone();
+    let over_socket = std::thread::spawn(move || {
+        rpc.call(
+            "prompt.send",
+            json!({ "session": session_for_rpc, "text": "sent on the socket" }),
+        )
+    });
+    // The worker cannot store the engine's events, so it stops reading them: the engine
+    // blocks on its full pipe instead of its output piling up in the daemon.
+    wait_until("the engine blocks on its full pipe", || {
+        blocked_on_pipe(engine)
+    });
+    lock.hold_for(held);
+    assert!(alive(engine), "the engine was not ended by the lock");
+    assert!(
+        !over_socket.is_finished(),
+        "the send did not wait for the lock"
+    );
+    if commit {
+        lock.commit();
+    } else {
+        drop(lock);
+    }
+
+    let queued = finish(queued);
+    assert!(queued.status.success(), "{}", stderr(&queued));
+    let sent = over_socket
+        .join()
+        .unwrap()
+        .expect("the send over the socket succeeds");
+    assert!(sent["id"].is_string(), "{sent}");
+    let stream = finish(stream);
+    assert!(stream.status.success(), "{}", stderr(&stream));
+    wait_until("the prompts sent during the lock are done", || {
+        prompts(&home, &session)
+            .iter()
+            .all(|(_, _, status, _)| status == "done")
+    });
+
+    let all = events(&home, &session);
+    assert_no_hole(&all);
+    let prompts = prompts(&home, &session);
+    assert_eq!(prompts.len(), 3, "{prompts:?}");
+    assert_eq!(
+        steps_of(&all, &prompts[0].0),
+        steps,
+        "every streamed event is stored"
+    );
+    let done = all
+        .iter()
+        .filter(|(_, kind, _, _)| kind == "prompt.done")
+        .count();
+    assert_eq!(done, 3);
+    drop(watch);
+    home.stop_daemon();
+}
+
+#[test]
+fn an_8_s_lock_delays_the_writes_and_loses_nothing() {
+    lock_loses_nothing(Duration::from_secs(8), 6000, true);
+}
+
+#[test]
+fn a_30_s_lock_within_the_default_limit_loses_nothing() {
+    lock_loses_nothing(Duration::from_secs(30), 8000, false);
+}
+
+#[test]
+fn a_lock_past_the_limit_fails_the_run_and_refuses_sends_clearly() {
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "locked", &[("store.lock_timeout_ms", "5000")]);
+    let watch = Watch::start(&home, &session);
+    let stream = spawn(&home, &["send", &session, &streaming(20_000), "--wait"]);
+    watch.until("tool");
+    let engine = engine_pid(&home, &session);
+    let mut rpc = Rpc::connect(home.path());
+
+    let lock = LockHolder::take(&home.path().join("corral.db"));
+    let refused = spawn(&home, &["send", &session, "refused by the lock"]);
+    let refused_over_socket = rpc
+        .call(
+            "prompt.send",
+            json!({ "session": session, "text": "refused on the socket" }),
+        )
+        .expect_err("a send past the limit is refused");
+    assert_eq!(refused_over_socket["code"], -32006, "{refused_over_socket}");
+    let message = refused_over_socket["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("locked by another writer") && message.contains("store.lock_timeout_ms"),
+        "{message}"
+    );
+    let refused = finish(refused);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let line = stderr(&refused);
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.contains("store.lock_timeout_ms"), "{line}");
+    // The run failed: its engine is ended while the store is still locked.
+    wait_until("the engine is ended", || !alive(engine));
+    lock.hold_for(Duration::from_secs(12));
+    drop(lock);
+
+    // The failure is recorded once the lock is gone; `send --wait` tells it.
+    let stream = finish(stream);
+    assert_eq!(stream.status.code(), Some(1), "{stream:?}");
+    assert!(
+        stderr(&stream).contains("store.lock_timeout_ms"),
+        "{}",
+        stderr(&stream)
+    );
+    let all = events(&home, &session);
+    assert_no_hole(&all);
+    let prompts_now = prompts(&home, &session);
+    assert_eq!(
+        prompts_now.len(),
+        1,
+        "no refused send was stored: {prompts_now:?}"
+    );
+    let (prompt, _, status, error) = &prompts_now[0];
+    assert_eq!(status, "failed");
+    let error = error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("locked by another writer") && error.contains("store.lock_timeout_ms"),
+        "{error}"
+    );
+    assert!(steps_of(&all, prompt) > 0);
+    let exited = all
+        .iter()
+        .find(|(_, kind, _, _)| kind == "run.exited")
+        .expect("the run's exit is stored");
+    assert_eq!(exited.3["ended_by"], "store unavailable", "{:?}", exited.3);
+    assert!(all.iter().any(|(_, kind, _, _)| kind == "prompt.failed"));
+
+    // The session works again.
+    let answer = home.ok(&["send", &session, "after the lock", "--wait"]);
+    assert!(answer.contains("after the lock"), "{answer}");
+    let _ = DEADLINE;
+    drop(watch);
+    home.stop_daemon();
+}
