@@ -1,176 +1,300 @@
-//! kill -9 of the daemon while prompts run, again and again: the next daemon ends the
-//! leftover process groups, closes their runs as interrupted, requeues their prompts, and they
-//! complete. No prompt lost, none run twice at the same time, the store stays sound.
+//! kill -9 of the daemon at any moment: mid-turn, during its successor's boot (at random and
+//! at each named point of the reconciliation), between an engine's spawn and the commit of
+//! its pid, in the middle of a migration. The next daemon ends every leftover process first —
+//! each run's group, whatever carries its run id (`setsid`), the app-server children — and
+//! only then closes the runs, at the moment their processes were gone; their prompts then
+//! complete. No prompt lost, none run twice at once (checked live from `/proc`), nothing left
+//! behind, the store sound; the app-server's status after the restart is the truth and its
+//! history survives.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use rusqlite::params;
+use serde_json::{json, Value};
 
 mod common;
 
-use common::rpc::Rpc;
+#[path = "common/crash_loop.rs"]
+mod crash_loop;
+
+use common::daemon::{alive, kill, wait_until, DaemonHome};
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
-/// Starts a daemon in the background and returns its pid.
-fn start_daemon(home: &Path) -> i32 {
-    let output = Command::new(CORRAL)
-        .arg("--home")
-        .arg(home)
-        .args(["daemon", "--detach"])
-        .env_remove("CORRAL_HOME")
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    std::fs::read_to_string(home.join("daemon.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn alive(pid: i32) -> bool {
-    corral::process::is_alive(pid as u32, None)
-}
-
-fn wait_gone(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(!alive(pid), "pid {pid} did not exit");
-}
-
-/// A small deterministic generator (no extra crate for randomness in one test).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % below
-    }
-}
-
 #[test]
-fn kill_9_of_the_daemon_loses_no_prompt_and_runs_none_twice_at_once() {
-    let home = tempfile::tempdir().unwrap();
-    let projects = tempfile::tempdir().unwrap();
-    let mut daemon = start_daemon(home.path());
-    let mut rpc = Rpc::connect(home.path());
-    for (name, value) in [("engines.fake.path", FAKE), ("cancel.grace_ms", "200")] {
-        rpc.call("settings.set", json!({ "name": name, "value": value }))
-            .unwrap();
-    }
-    let mut sessions = Vec::new();
-    for index in 0..3 {
-        let path: PathBuf = projects.path().join(format!("p{index}"));
-        std::fs::create_dir_all(&path).unwrap();
-        rpc.call(
-            "project.add",
-            json!({ "name": format!("p{index}"), "path": path }),
-        )
-        .unwrap();
-        let session = rpc
-            .call(
-                "session.new",
-                json!({ "project": format!("p{index}"), "engine": "fake" }),
-            )
-            .unwrap();
-        sessions.push(session["id"].as_str().unwrap().to_string());
-    }
+fn kill_9_at_random_moments_loses_no_prompt_runs_none_twice_and_leaves_nothing() {
     let seed = std::env::var("CORRAL_CRASH_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
         .unwrap_or(0x5eed);
     println!("seed {seed} (set CORRAL_CRASH_SEED to replay)");
-    let mut random = Lcg(seed);
-    let mut prompts = Vec::new();
-    for round in 0..20 {
-        for session in &sessions {
-            let delay = 20 + random.next(300);
-            let sent = rpc
-                .call(
-                    "prompt.send",
-                    json!({ "session": session, "text": format!("@fake delay={delay}\nround {round}") }),
-                )
-                .unwrap();
-            prompts.push(sent["id"].as_str().unwrap().to_string());
-        }
-        std::thread::sleep(Duration::from_millis(random.next(250)));
-        // SAFETY: kill on a pid we started.
-        unsafe { libc::kill(daemon, libc::SIGKILL) };
-        wait_gone(daemon);
-        daemon = start_daemon(home.path());
-        rpc = Rpc::connect(home.path());
-    }
+    let figures = crash_loop::run(Path::new(CORRAL), Path::new(FAKE), 20, seed);
+    println!(
+        "kills {:?}, {} prompts, {} lost, {} not once, {} live overlaps in {} scans, {} left, integrity {}, {:?}",
+        figures.kills,
+        figures.prompts,
+        figures.lost,
+        figures.not_once,
+        figures.live_overlaps.len(),
+        figures.scans,
+        figures.left_behind.len(),
+        figures.integrity,
+        figures.wall
+    );
+    assert_eq!(figures.prompts, 3 * figures.rounds);
+    assert_eq!(figures.lost, 0, "prompts lost");
+    assert_eq!(
+        figures.not_once, 0,
+        "prompts that did not succeed exactly once"
+    );
+    assert!(figures.scans > 100, "the /proc monitor barely ran");
+    assert!(
+        figures.live_overlaps.is_empty(),
+        "two runs of one session alive at once ({} pairs), e.g. {:?}",
+        figures.live_overlaps.len(),
+        &figures.live_overlaps[..figures.live_overlaps.len().min(3)]
+    );
+    assert_eq!(figures.store_overlaps, Vec::<String>::new());
+    assert_eq!(figures.left_behind, Vec::<String>::new(), "processes left");
+    assert_eq!(figures.integrity, "ok");
+    // Every kind of kill happened (the seed is fixed; a change that stops one from
+    // happening must show).
+    assert!(
+        figures.kills.iter().all(|&kills| kills > 0),
+        "{:?}",
+        figures.kills
+    );
+}
 
-    // Every prompt completes.
-    for prompt in &prompts {
+/// A leftover engine: in a group of its own, carrying `CORRAL_HOME` and the run's id, and
+/// ignoring SIGTERM (as `sleep` does after `trap '' TERM`), so only SIGKILL ends it.
+fn leftover_engine(home: &Path, run_id: &str, session_id: &str) -> Child {
+    let mut child = Command::new("sh")
+        .args(["-c", "trap '' TERM; echo ready; exec sleep 60"])
+        .env("CORRAL_HOME", home)
+        .env("CORRAL_RUN_ID", run_id)
+        .env("CORRAL_SESSION_ID", session_id)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ready once its environment and its disposition are in place.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    child
+}
+
+/// A store as corral 6 left it, with two prompts whose runs a dead daemon left running: one
+/// with its engine's pid recorded, one killed between the run's row and its pid.
+fn store_at_version_6(home: &DaemonHome, recorded: &Child) -> [(String, String); 2] {
+    let mut db = rusqlite::Connection::open(home.path().join("corral.db")).unwrap();
+    db.pragma_update(None, "journal_mode", "WAL").unwrap();
+    assert_eq!(
+        corral::store::migrations::migrate_to(&mut db, 6).unwrap(),
+        6
+    );
+    let now = corral::store::now_ms();
+    let work = home.work();
+    db.execute(
+        "INSERT INTO projects (id, name, path, engine, created_at) VALUES ('p', 'p', ?1, 'fake', ?2)",
+        params![work.to_str().unwrap(), now],
+    )
+    .unwrap();
+    for (name, value) in [("engines.fake.path", FAKE), ("cancel.grace_ms", "300")] {
+        db.execute(
+            "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3)",
+            params![name, value, now],
+        )
+        .unwrap();
+    }
+    let pid = recorded.id() as i64;
+    let start = corral::process::start_time(recorded.id()).map(|start| start as i64);
+    let runs = [
+        ("s1", "q1", "r1", Some(pid), start),
+        ("s2", "q2", "r2", None, None),
+    ];
+    for (session, prompt, run, pid, start) in runs {
+        db.execute(
+            "INSERT INTO sessions (id, project_id, engine, title, created_at) VALUES (?1, 'p', 'fake', ?1, ?2)",
+            params![session, now],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO prompts (id, session_id, text, status, attempts, created_at, started_at) \
+             VALUES (?1, ?2, '@fake delay=10\nrerun me', 'running', 1, ?3, ?3)",
+            params![prompt, session, now],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, started_at, pid, pid_start, pgid) \
+             VALUES (?1, ?2, ?3, 1, 'fake', '[]', ?4, ?5, ?6, ?5)",
+            params![run, prompt, session, now, pid, start],
+        )
+        .unwrap();
+    }
+    [("s1".into(), "r1".into()), ("s2".into(), "r2".into())]
+}
+
+#[test]
+fn a_daemon_killed_mid_migration_leaves_the_leftovers_to_the_next_one_which_ends_them_first() {
+    let home = DaemonHome::new();
+    let mut recorded = leftover_engine(home.path(), "r1", "s1");
+    let mut unrecorded = leftover_engine(home.path(), "r2", "s2");
+    let runs = store_at_version_6(&home, &recorded);
+
+    // Killed in the middle of migration 7: nothing of it is committed, nothing is touched.
+    let killed = home
+        .corral(&["daemon", "--detach"])
+        .env("CORRAL_TEST_KILL_AT", "migration")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success(), "{killed:?}");
+    let version: u32 = home
+        .db()
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 6);
+    assert!(alive(recorded.id() as i32) && alive(unrecorded.id() as i32));
+
+    // The next one migrates, ends both engines (SIGKILL after the grace: they ignore
+    // SIGTERM) before anything else, and closes their runs when they were gone.
+    let before = corral::store::now_ms();
+    home.start_daemon();
+    assert!(
+        !alive(recorded.id() as i32),
+        "the recorded engine still runs"
+    );
+    assert!(
+        !alive(unrecorded.id() as i32),
+        "the engine without a pid still runs"
+    );
+    let _ = (recorded.wait(), unrecorded.wait());
+    let db = home.db();
+    for (session, run) in &runs {
+        let (status, ended_at): (String, i64) = db
+            .query_row(
+                "SELECT status, ended_at FROM runs WHERE id = ?1",
+                [run],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(status, "interrupted");
+        // Not stamped before the kill: the engine ignored SIGTERM for the whole grace.
+        assert!(
+            ended_at >= before + 300,
+            "run {run} ended at {ended_at}, {} ms after the start",
+            ended_at - before
+        );
+        let rerun_started: i64 = db
+            .query_row(
+                "SELECT min(started_at) FROM runs WHERE session_id = ?1 AND id != ?2",
+                params![session, run],
+                |row| row.get(0),
+            )
+            .unwrap_or(i64::MAX);
+        assert!(
+            rerun_started >= ended_at,
+            "a rerun started before {run} ended"
+        );
+    }
+    let mut rpc = common::rpc::Rpc::connect(home.path());
+    for prompt in ["q1", "q2"] {
         let done = rpc
             .call("prompt.wait", json!({ "prompt": prompt }))
             .unwrap();
         assert_eq!(done["status"], "done", "{done}");
     }
-    // No run of a session overlapped another, and each prompt succeeded exactly once.
-    for session in &sessions {
-        let history = rpc.call("history", json!({ "session": session })).unwrap();
-        let runs = history["runs"].as_array().unwrap();
-        for prompt in history["prompts"].as_array().unwrap() {
-            let succeeded = runs
-                .iter()
-                .filter(|run| run["prompt_id"] == prompt["id"] && run["status"] == "succeeded")
-                .count();
-            assert_eq!(
-                succeeded, 1,
-                "prompt {} succeeded {succeeded} times",
-                prompt["id"]
-            );
-        }
-        for (index, run) in runs.iter().enumerate() {
-            assert_ne!(run["status"], "running", "{run}");
-            for later in &runs[index + 1..] {
-                let (a_start, a_end) = (
-                    run["started_at"].as_i64().unwrap(),
-                    run["ended_at"].as_i64().unwrap(),
-                );
-                let b_start = later["started_at"].as_i64().unwrap();
-                // An interrupted run's end is when the next daemon closed it, after its child
-                // was ended: the next run of the session starts only then.
-                assert!(
-                    a_end <= b_start || b_start < a_start,
-                    "overlap: {run} and {later}"
-                );
-            }
-        }
-    }
+    let events = home.ok(&["watch", "s2", "--json"]);
+    assert!(
+        events.contains("\"ended_by\":\"recovery\"") && events.contains("prompt.requeued"),
+        "{events}"
+    );
+}
 
-    // The store is sound, and no engine child is left.
-    // SAFETY: kill on a pid we started.
-    unsafe { libc::kill(daemon, libc::SIGTERM) };
-    wait_gone(daemon);
-    let db = rusqlite::Connection::open(home.path().join("corral.db")).unwrap();
-    let integrity: String = db
-        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
-        .unwrap();
-    assert_eq!(integrity, "ok");
-    let pids: Vec<i64> = db
-        .prepare("SELECT pid FROM runs WHERE pid IS NOT NULL")
+/// The app-server entry of `status --json`.
+fn app_server_status(home: &DaemonHome) -> Value {
+    let status = home.json(&["status", "--json"]);
+    status["app_servers"]
+        .as_array()
+        .and_then(|servers| servers.first())
+        .cloned()
+        .unwrap_or_else(|| panic!("no app-server in {status}"))
+}
+
+#[test]
+fn after_a_kill_9_the_app_servers_status_is_the_truth_and_its_restarts_are_kept() {
+    let home = DaemonHome::new();
+    home.config(&[("engines.codex-app-server.path", FAKE)]);
+    home.add_project("a", &home.work(), "codex-app-server");
+    let session = home.new_session(&["a", "--title", "served"]);
+    home.ok(&["send", &session, "first", "--wait"]);
+    let first = app_server_status(&home);
+    assert_eq!(first["status"], "running", "{first}");
+    let first_pid = first["pid"].as_i64().unwrap() as i32;
+
+    // The child dies; the next prompt restarts it (a restart in the window).
+    kill(first_pid, libc::SIGKILL);
+    wait_until("the first child is gone", || !alive(first_pid));
+    home.ok(&["send", &session, "second", "--wait"]);
+    let second = app_server_status(&home);
+    assert_eq!(second["status"], "running", "{second}");
+    assert_eq!(second["generation"], 2, "{second}");
+    assert_eq!(second["restarts"].as_array().unwrap().len(), 1, "{second}");
+    let second_pid = second["pid"].as_i64().unwrap() as i32;
+
+    // kill -9 of the daemon, and a new one: its status says the child is stopped, why,
+    // and keeps what happened before.
+    let daemon = home.daemon_pid().unwrap();
+    kill(daemon, libc::SIGKILL);
+    wait_until("the daemon is gone", || !alive(daemon));
+    home.start_daemon();
+    assert!(
+        !alive(second_pid),
+        "the dead daemon's app-server child still runs"
+    );
+    let after = app_server_status(&home);
+    assert_eq!(after["status"], "stopped", "{after}");
+    assert!(
+        after["pid"].is_null(),
+        "a dead child's pid is shown: {after}"
+    );
+    assert_eq!(after["last_exit"]["close_source"], "recovery", "{after}");
+    assert_eq!(after["last_exit"]["pid"], second_pid, "{after}");
+    assert_eq!(after["generation"], 2, "{after}");
+    assert_eq!(after["restarts"].as_array().unwrap().len(), 1, "{after}");
+    let kinds: Vec<&str> = after["recent"]
+        .as_array()
         .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    for pid in pids {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while alive(pid as i32) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(!alive(pid as i32), "engine pid {pid} was left running");
-    }
+        .iter()
+        .filter_map(|event| event["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"restarting") && kinds.last() == Some(&"recovered"),
+        "{kinds:?}"
+    );
+    let text = home.ok(&["status"]);
+    assert!(
+        text.contains("stopped, generation 2, 1 restarts in the last minute"),
+        "{text}"
+    );
+
+    // The next prompt starts generation 3 (not counted as a crash restart), its history
+    // still there.
+    let started = Instant::now();
+    home.ok(&["send", &session, "third", "--wait"]);
+    let third = app_server_status(&home);
+    assert_eq!(third["status"], "running", "{third}");
+    assert_eq!(third["generation"], 3, "{third}");
+    assert_eq!(third["restarts"].as_array().unwrap().len(), 1, "{third}");
+    assert_ne!(third["pid"], second["pid"], "{third}");
+    assert!(started.elapsed() < Duration::from_secs(60));
 }

@@ -142,6 +142,10 @@ pub struct AppServerActor {
     /// `EnsureRunning` callers waiting for the handshake.
     waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
     restarts: VecDeque<Instant>,
+    /// This actor has spawned a child: the next spawn is a restart. A daemon's first child
+    /// after a restart is not (the old one ended with its daemon, not on its own), though its
+    /// generation and restarts go on from the store.
+    spawned_here: bool,
     last_exit: Option<Value>,
     recent: VecDeque<Value>,
     /// Called with the state after every change worth keeping (persisted by the owner).
@@ -171,6 +175,7 @@ impl AppServerActor {
             turns: HashMap::new(),
             waiting: Vec::new(),
             restarts: VecDeque::new(),
+            spawned_here: false,
             last_exit: None,
             recent: VecDeque::new(),
             on_change: None,
@@ -249,6 +254,7 @@ impl AppServerActor {
     /// Spawns a new generation of the child and starts the handshake.
     fn spawn_child(&mut self, ctx: &mut Context<Self>) {
         self.generation += 1;
+        self.spawned_here = true;
         let generation = self.generation;
         self.status = ServerStatus::Starting;
         let mut command = tokio::process::Command::new(&self.program);
@@ -497,7 +503,7 @@ impl AppServerActor {
                     let _ = waiter.send(Err(reason.clone()));
                 }
                 self.changed();
-            } else if self.generation > 0 {
+            } else if self.spawned_here {
                 // A restart: back off, doubling with each restart in the window.
                 self.restarts.push_back(Instant::now());
                 let backoff =

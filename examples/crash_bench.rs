@@ -1,0 +1,90 @@
+//! The kill -9 loop of `tests/crash_recovery.rs` at length: ROUNDS rounds (default 200) of
+//! three prompts each, the daemon killed with SIGKILL at a random moment of one of four kinds
+//! each round (mid-turn, during its successor's boot, at a named point of the reconciliation,
+//! between an engine's spawn and the commit of its pid; see `tests/common/crash_loop.rs`),
+//! with engines that leave processes in their group and outside it (`setsid`). Prints the
+//! figures the issue asks for — prompts lost, runs overlapping on one session (live, from
+//! `/proc`, and in the store), processes left behind, `PRAGMA integrity_check` — and the wall
+//! time.
+//!
+//! `cargo build --release && cargo build --release --examples &&
+//! target/release/examples/crash_bench [ROUNDS] [SEED]`. It uses `corral` and
+//! `corral-fake-engine` from the directory above its own (target/release).
+
+#[path = "../tests/common/crash_loop.rs"]
+mod crash_loop;
+
+use std::path::PathBuf;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(200);
+    let seed: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(0x5eed);
+    let (corral, fake) = binaries();
+    println!(
+        "kill -9 loop: {rounds} rounds, seed {seed}, {}",
+        corral.display()
+    );
+    let figures = crash_loop::run(&corral, &fake, rounds, seed);
+    println!(
+        "prompts sent:              {} ({} rounds)",
+        figures.prompts, figures.rounds
+    );
+    for (kind, kills) in crash_loop::KINDS.iter().zip(figures.kills) {
+        println!("kills {kind:<20} {kills}");
+    }
+    println!("prompts lost:              {}", figures.lost);
+    println!("prompts not done once:     {}", figures.not_once);
+    println!(
+        "runs overlapping (live):   {} (in {} scans of /proc)",
+        figures.live_overlaps.len(),
+        figures.scans
+    );
+    println!(
+        "runs overlapping (store):  {}",
+        figures.store_overlaps.len()
+    );
+    println!("processes left behind:     {}", figures.left_behind.len());
+    println!("integrity_check:           {}", figures.integrity);
+    println!(
+        "wall time:                 {:.1} s ({:.0} ms a round)",
+        figures.wall.as_secs_f64(),
+        figures.wall.as_secs_f64() * 1000.0 / rounds.max(1) as f64
+    );
+    for line in figures
+        .live_overlaps
+        .iter()
+        .chain(&figures.store_overlaps)
+        .chain(&figures.left_behind)
+        .take(10)
+    {
+        println!("  {line}");
+    }
+    let clean = figures.lost == 0
+        && figures.not_once == 0
+        && figures.live_overlaps.is_empty()
+        && figures.store_overlaps.is_empty()
+        && figures.left_behind.is_empty()
+        && figures.integrity == "ok";
+    std::process::exit(if clean { 0 } else { 1 });
+}
+
+/// `corral` and `corral-fake-engine` beside this example's directory.
+fn binaries() -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().expect("this example's path");
+    let dir = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .expect("target/<profile>/examples/..")
+        .to_path_buf();
+    let corral = dir.join("corral");
+    let fake = dir.join("corral-fake-engine");
+    for binary in [&corral, &fake] {
+        assert!(
+            binary.exists(),
+            "{} is missing: build the binaries of this profile first",
+            binary.display()
+        );
+    }
+    (corral, fake)
+}
