@@ -461,8 +461,12 @@ fn the_childs_state_survives_a_supervisor_restart() {
         let corral = Corral::start(CorralOptions::new(&home_path)).await.unwrap();
         let states = corral.app_servers().await;
         assert_eq!(states.len(), 1, "read back from the store");
-        assert_eq!(states[0]["pid"], pid);
+        // The truth: the dead supervisor's child was ended at boot, and its state says so.
         assert!(!alive(pid), "the orphaned app-server was ended at boot");
+        assert_eq!(states[0]["status"], "stopped", "{states:?}");
+        assert!(states[0]["pid"].is_null(), "{states:?}");
+        assert_eq!(states[0]["last_exit"]["pid"], pid, "{states:?}");
+        assert_eq!(states[0]["last_exit"]["close_source"], "recovery");
     });
     drop((home, projects));
 }
