@@ -340,8 +340,11 @@ impl<'a> LockWait<'a> {
         }
     }
 
+    /// The writes have run: from now on the batch waits as one, a full limit from the first
+    /// busy `COMMIT`.
     fn committing(&mut self) {
         self.committing = true;
+        self.waiting = self.waiting.map(|(limit, _)| (limit, Instant::now()));
     }
 
     /// Runs `attempt` until it is not busy. Meanwhile each write whose limit passed is given
@@ -1177,6 +1180,94 @@ mod tests {
             assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
             assert_eq!(count(&path), commits as i64);
             assert_eq!(ledger.stats().await.unwrap().commits, commits as u64);
+        });
+    }
+
+    /// Holds the store's write lock from another connection, as another program would,
+    /// until the returned sender is dropped or sent to.
+    fn hold_lock(path: &Path) -> std::sync::mpsc::Sender<()> {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (taken, is_taken) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || {
+            let holder = Connection::open(&path).unwrap();
+            holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+            taken.send(()).unwrap();
+            let _ = released.recv();
+            holder.execute_batch("COMMIT").unwrap();
+        });
+        is_taken.recv().unwrap();
+        release
+    }
+
+    #[test]
+    fn a_write_waits_out_a_lock_longer_than_the_busy_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        actix::System::new().block_on(async {
+            let (ledger, _) = LedgerHandle::start(&path, true).await.unwrap();
+            let release = hold_lock(&path);
+            let held = Duration::from_millis(2500);
+            let started = Instant::now();
+            let write = tokio::spawn({
+                let ledger = ledger.clone();
+                async move { ledger.write(RecordExec(exec("waits"))).await }
+            });
+            tokio::time::sleep(held).await;
+            assert!(!write.is_finished(), "the write did not wait for the lock");
+            drop(release);
+            write
+                .await
+                .unwrap()
+                .expect("the write commits once the lock is gone");
+            // Longer than one attempt's busy wait: the writer retried.
+            assert!(started.elapsed() >= held.max(LOCK_ATTEMPT));
+            assert_eq!(count(&path), 1);
+        });
+    }
+
+    #[test]
+    fn a_write_past_the_lock_limit_comes_back_unapplied_and_the_others_wait_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        actix::System::new().block_on(async {
+            let (ledger, _) = LedgerHandle::start(&path, true).await.unwrap();
+            ledger
+                .write(SetSetting {
+                    name: crate::store::settings::STORE_LOCK_TIMEOUT_MS.into(),
+                    value: Some("1000".into()),
+                })
+                .await
+                .unwrap();
+            let release = hold_lock(&path);
+            let first = ledger.write_keeping(RecordExec(exec("first")));
+            // Handed over later: its own limit ends later, so it is still waiting when the
+            // lock goes.
+            let later = tokio::spawn({
+                let ledger = ledger.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                    ledger.write(RecordExec(exec("later"))).await
+                }
+            });
+            let unwritten = first
+                .await
+                .expect_err("past the limit the write is given up");
+            assert!(unwritten.error.is_locked(), "{:?}", unwritten.error);
+            let message = unwritten.error.to_string();
+            assert!(
+                message.contains("locked by another writer")
+                    && message.contains("waited 1 s")
+                    && message.contains("store.lock_timeout_ms"),
+                "{message}"
+            );
+            drop(release);
+            later.await.unwrap().expect("the later write commits");
+            assert_eq!(count(&path), 1, "the given-up write is not in the store");
+            // The write came back whole: it can be written again.
+            let kept = unwritten.write.expect("the write is handed back");
+            ledger.write(kept).await.unwrap();
+            assert_eq!(count(&path), 2);
         });
     }
 }
