@@ -289,6 +289,9 @@ impl Corral {
         if prompt.text.trim().is_empty() {
             return Err(CorralError::Invalid("the prompt is empty".into()));
         }
+        // What the protocol could not carry in one line is refused here too (one line, naming
+        // the limit), so that the library and the daemon take the same prompts.
+        crate::protocol::check_prompt_size(&prompt.text).map_err(CorralError::Invalid)?;
         let mut images = Vec::with_capacity(prompt.images.len());
         for image in &prompt.images {
             let path = Path::new(image);

@@ -1,0 +1,484 @@
+//! The CLI's manners (issue #11, items 7 and 8), through the built binary in temporary homes:
+//! output to a closed pipe ends quietly; the short ids tables show are unique prefixes that
+//! `show` resolves; a newline in an argument never breaks a row; `corral --home DIR top` is
+//! live; `monitor prune --json` reports the state after pruning; `monitor --live --json` is
+//! NDJSON; an empty `CORRAL_HOME=` means unset; the daemon's exec is a child of the exec that
+//! started it; and long prompts fail clearly (`send`, `attach`, the library), with any answer
+//! of id null ending the client's wait.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Output, Stdio};
+
+use common::daemon::{finish, kill, lines_of, next_line, DaemonHome};
+use common::library::{actix_test, Library};
+use common::{output_with_stdin, stderr, stdout, Home};
+use corral::protocol::MAX_LINE;
+use corral::store::work::{NewProject, NewPrompt};
+use corral::CorralError;
+use serde_json::Value;
+
+const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
+
+/// A home with the fake engine, a project `p`, a session titled `s` with one prompt done;
+/// the daemon stopped. The session's id.
+fn home_with_history() -> (DaemonHome, String) {
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "s", &[]);
+    home.ok(&["send", "s", "--wait", "hello"]);
+    home.stop_daemon();
+    (home, session)
+}
+
+/// Runs `command` with its stdout a pipe nobody reads any more (its reading end is closed
+/// before the command starts, so its first line of output meets a closed pipe).
+fn into_closed_pipe(mut command: Command) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = command
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("corral starts");
+    finish(child)
+}
+
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let (home, session) = home_with_history();
+    let exec_id: String = home
+        .db()
+        .query_row("SELECT id FROM execs LIMIT 1", [], |row| row.get(0))
+        .unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["history", "s"],
+        vec!["history", "s", "--json"],
+        vec!["watch", "s"],
+        vec!["watch", "s", "--json"],
+        vec!["session", "list"],
+        vec!["session", "show", &session],
+        vec!["project", "list"],
+        vec!["config", "list"],
+        vec!["monitor"],
+        vec!["monitor", "--json"],
+        vec!["monitor", "list", "--all"],
+        vec!["monitor", "show", &exec_id],
+        vec!["ps"],
+    ];
+    for args in &commands {
+        let output = into_closed_pipe(home.corral(args));
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
+        assert_eq!(stderr(&output), "", "{args:?} said something");
+    }
+    // The same through a daemon, for the commands that ask one.
+    home.start_daemon();
+    for args in [&["history", "s"][..], &["watch", "s"], &["session", "list"]] {
+        let output = into_closed_pipe(home.corral(args));
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
+        assert_eq!(stderr(&output), "", "{args:?} said something");
+    }
+    home.stop_daemon();
+    // Each was recorded as a command that did its job; none as a panic.
+    let panics: i64 = home
+        .db()
+        .query_row(
+            "SELECT count(*) FROM execs WHERE exit_code = 101 OR outcome = 'failed'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(panics, 0);
+}
+
+/// The first column of a table's rows that begin with `prefix` (the ids it shows).
+fn shown_ids(table: &str, prefix: &str) -> Vec<String> {
+    table
+        .lines()
+        .map(str::trim_start)
+        .filter(|line| line.starts_with(prefix))
+        .map(|line| line.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+/// Inserts a copy of row `id` of `table` under each of `copies` (a fixture written by the
+/// test: ids that UUIDv7 makes in one millisecond).
+fn copy_row(db: &rusqlite::Connection, table: &str, id: &str, copies: &[&str]) {
+    for copy in copies {
+        db.execute_batch(&format!(
+            "CREATE TEMP TABLE copied AS SELECT * FROM {table} WHERE id = '{id}';
+             UPDATE copied SET id = '{copy}';
+             INSERT INTO {table} SELECT * FROM copied;
+             DROP TABLE copied;"
+        ))
+        .unwrap();
+    }
+}
+
+#[test]
+fn short_exec_ids_are_unique_prefixes_that_show_resolves() {
+    let home = Home::new();
+    home.init_store();
+    // Three execs of one millisecond: two share 23 characters, the third 19.
+    let ids = [
+        "01a231b0-4a92-76d6-8c90-dab8c0976ae6",
+        "01a231b0-4a92-76d6-8c90-f00000000001",
+        "01a231b0-4a92-76d6-9000-000000000000",
+    ];
+    let db = home.db();
+    for id in ids {
+        db.execute(
+            "INSERT INTO execs (id, trace_id, command, started_at, completed_at, exit_code, \
+             outcome) VALUES (?1, ?1, '[\"corral\",\"x\"]', 1796000000000, 1796000000001, 0, \
+             'succeeded')",
+            [id],
+        )
+        .unwrap();
+    }
+    let table = stdout(&home.run(&["monitor", "list", "--all"]));
+    let shown = shown_ids(&table, "01a231b0-4a92");
+    assert_eq!(shown.len(), 3, "{table}");
+    let mut distinct = shown.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "short ids repeat: {table}");
+    assert!(shown.iter().all(|short| short.len() >= 18));
+    for short in &shown {
+        let exec = home.json(&["monitor", "show", short, "--json"]);
+        let id = exec["id"].as_str().unwrap();
+        assert!(
+            id.starts_with(short.as_str()) && ids.contains(&id),
+            "{short}: {exec}"
+        );
+    }
+    // Rows stay aligned: every row's second column starts where the header's does.
+    let header = table.lines().next().unwrap();
+    let column = header.find("STARTED").unwrap();
+    for line in table
+        .lines()
+        .filter(|line| line.starts_with("01a231b0-4a92"))
+    {
+        assert!(line[column..].starts_with("2026-"), "{line}\n{header}");
+    }
+}
+
+#[test]
+fn short_session_ids_are_unique_prefixes_that_show_resolves() {
+    let (home, session) = home_with_history();
+    // Two more sessions whose ids share 30 characters with each other.
+    let copies = [
+        "01a231b0-4a92-76d6-8c90-dab8c0976ae6",
+        "01a231b0-4a92-76d6-8c90-dab8c0976af7",
+    ];
+    copy_row(&home.db(), "sessions", &session, &copies);
+    let list = stdout(&home.run(&["session", "list"]));
+    let overview = stdout(&home.run(&["monitor", "--all"]));
+    let mut all = vec![session.as_str()];
+    all.extend(copies);
+    for table in [&list, &overview] {
+        let shown: Vec<String> = table
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|word| {
+                all.iter()
+                    .any(|id| id.starts_with(word) && word.len() >= 18)
+            })
+            .map(str::to_string)
+            .collect();
+        assert_eq!(shown.len(), 3, "{table}");
+        for short in &shown {
+            let matching: Vec<&&str> = all
+                .iter()
+                .filter(|id| id.starts_with(short.as_str()))
+                .collect();
+            assert_eq!(matching.len(), 1, "{short} is not unique: {table}");
+            let shown = home.json(&["session", "show", short, "--json"]);
+            assert_eq!(shown["session"]["id"], *matching[0], "{short}");
+        }
+    }
+}
+
+#[test]
+fn a_newline_in_an_argument_does_not_break_a_row() {
+    let home = Home::new();
+    let output = home.run(&["run", "--", "true", "two\nlines", "tab\there"]);
+    assert!(output.status.success(), "{output:?}");
+    let table = stdout(&home.run(&["monitor", "list", "--all"]));
+    let rows: Vec<&str> = table.lines().collect();
+    // The header, this listing, and the run.
+    assert_eq!(rows.len(), 3, "{table}");
+    assert!(
+        rows[2].ends_with("run -- true two\\nlines tab\\there"),
+        "{table}"
+    );
+    let shown = stdout(&home.run(&["monitor", "show", rows[2].split(' ').next().unwrap()]));
+    assert!(shown.contains("true two\\nlines tab\\there\n"), "{shown}");
+}
+
+#[test]
+fn top_with_home_before_it_is_live() {
+    let home = Home::new();
+    home.init_store();
+    let pair = common::pty::open(Some((40, 120)));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+    command
+        .env_remove("CORRAL_HOME")
+        .arg("--home")
+        .arg(home.path())
+        .arg("top")
+        .current_dir(home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(pair.slave.try_clone().unwrap()))
+        .stderr(Stdio::piped());
+    let child = command.spawn().expect("corral starts");
+    drop(pair.slave);
+    // A live top redraws under a title line; a one-shot overview has none.
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + common::daemon::DEADLINE;
+    while String::from_utf8_lossy(&seen).matches("corral top").count() < 2 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match pair.output.recv_timeout(left) {
+            Ok(piece) => seen.extend(piece),
+            Err(_) => panic!(
+                "no two redraws: {:?}",
+                String::from_utf8_lossy(&seen).into_owned()
+            ),
+        }
+    }
+    kill(child.id() as i32, libc::SIGINT);
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(130), "{output:?}");
+}
+
+#[test]
+fn prune_json_reports_the_execs_as_pruning_left_them() {
+    let home = Home::new();
+    home.init_store();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let id = "01a231b0-4a92-76d6-8c90-dab8c0976ae6";
+    home.db()
+        .execute(
+            "INSERT INTO execs (id, trace_id, command, pid, started_at) \
+             VALUES (?1, ?1, '[\"corral\",\"x\"]', ?2, 1796000000000)",
+            rusqlite::params![id, pid],
+        )
+        .unwrap();
+    let dry = home.json(&["monitor", "prune", "--dry-run", "--json"]);
+    assert_eq!(dry["pruned"], 0, "{dry}");
+    assert_eq!(dry["candidates"][0]["outcome"], Value::Null, "{dry}");
+    let report = home.json(&["monitor", "prune", "--json"]);
+    assert_eq!(report["pruned"], 1, "{report}");
+    let exec = &report["candidates"][0];
+    assert_eq!(exec["id"], id);
+    assert_eq!(exec["outcome"], "lost", "{report}");
+    assert!(exec["completed_at"].is_i64(), "{report}");
+}
+
+#[test]
+fn live_json_is_one_snapshot_per_line() {
+    let home = Home::new();
+    home.init_store();
+    let mut child = home
+        .corral(&["monitor", "--live", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let (snapshot, before) = next_line(&lines, |line| serde_json::from_str::<Value>(line).ok())
+            .unwrap_or_else(|seen| panic!("no JSON line: {seen:?}"));
+        assert!(before.is_empty(), "lines that are not JSON: {before:?}");
+        assert!(
+            snapshot["items"].is_array() && snapshot["active"].is_object(),
+            "{snapshot}"
+        );
+    }
+    kill(child.id() as i32, libc::SIGINT);
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(130), "{output:?}");
+}
+
+#[test]
+fn an_empty_corral_home_means_unset() {
+    let home = Home::new();
+    let state = tempfile::tempdir().unwrap();
+    let output = home
+        .corral(&["monitor", "list", "--all"])
+        .env("CORRAL_HOME", "")
+        .env("XDG_STATE_HOME", state.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(state.path().join("corral/corral.db").exists());
+    assert!(!home.db_path().exists());
+}
+
+/// The execs whose argv ends with `tail`, as (id, parent_exec_id, trace_id), oldest first.
+fn execs_ending(db: &rusqlite::Connection, tail: &[&str]) -> Vec<(String, Option<String>, String)> {
+    let mut statement = db
+        .prepare("SELECT id, parent_exec_id, trace_id, command FROM execs ORDER BY started_at, id")
+        .unwrap();
+    let rows = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Option<String>>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|(.., command)| {
+            let argv: Vec<String> = serde_json::from_str(command).unwrap();
+            argv.ends_with(&tail.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        })
+        .map(|(id, parent, trace, _)| (id, parent, trace))
+        .collect();
+    rows
+}
+
+#[test]
+fn the_daemon_exec_is_a_child_of_the_exec_that_started_it() {
+    let home = DaemonHome::new();
+    // Auto-started by a command that changes something.
+    home.ok(&["config", "set", "daemon.autostart", "true"]);
+    home.stop_daemon();
+    home.start_daemon();
+    home.stop_daemon();
+    let db = home.db();
+    let starters = [
+        execs_ending(&db, &["config", "set", "daemon.autostart", "true"]),
+        execs_ending(&db, &["daemon", "--detach"]),
+    ];
+    let daemons = execs_ending(&db, &["daemon"]);
+    assert_eq!(daemons.len(), 2, "{daemons:?}");
+    for (starter, daemon) in starters.iter().zip(&daemons) {
+        let (starter_id, _, starter_trace) = &starter[0];
+        let (_, parent, trace) = daemon;
+        assert_eq!(parent.as_ref(), Some(starter_id));
+        assert_eq!(trace, starter_trace);
+    }
+}
+
+#[test]
+fn send_and_attach_refuse_a_prompt_too_long_for_one_line() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    let long = "x".repeat(MAX_LINE + 10);
+    let sent = output_with_stdin(home.corral(&["send", "s", "-"]), &long, finish);
+    assert_eq!(sent.status.code(), Some(1), "{sent:?}");
+    let said = stderr(&sent);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains("too long") && said.contains(&MAX_LINE.to_string()),
+        "{said}"
+    );
+
+    let input = format!("{long}\nhello\n");
+    let attached = output_with_stdin(home.corral(&["attach", "s"]), &input, finish);
+    assert_eq!(attached.status.code(), Some(0), "{attached:?}");
+    let said = stderr(&attached);
+    let refusals: Vec<&str> = said
+        .lines()
+        .filter(|line| line.contains("too long"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{said}");
+    assert!(refusals[0].contains(&MAX_LINE.to_string()), "{said}");
+    // The line after it was sent and answered: attach read on.
+    assert!(
+        stdout(&attached).contains("fake answer: hello"),
+        "{attached:?}"
+    );
+    let prompts: i64 = home
+        .db()
+        .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(prompts, 1);
+    home.stop_daemon();
+}
+
+#[test]
+fn the_library_refuses_a_prompt_too_long_for_one_line() {
+    actix_test(|| async {
+        let home = tempfile::tempdir().unwrap();
+        let library = Library::start_in(home, &[("engines.fake.path", FAKE)]).await;
+        let project = library
+            .add_project(NewProject {
+                name: "p".into(),
+                engine: Some("fake".into()),
+                ..Default::default()
+            })
+            .await;
+        let session = library.session(&project, "fake").await;
+        let refused = library
+            .corral
+            .send(NewPrompt {
+                session_id: session.id.clone(),
+                text: "x".repeat(MAX_LINE),
+                ..Default::default()
+            })
+            .await;
+        match refused {
+            Err(CorralError::Invalid(why)) => {
+                assert!(
+                    why.contains(&MAX_LINE.to_string()) && !why.contains('\n'),
+                    "{why}"
+                );
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        // A prompt that fits is taken.
+        let fits = "x".repeat(MAX_LINE / 2);
+        library.run(&session, &fits).await;
+    });
+}
+
+#[test]
+fn an_answer_with_id_null_ends_the_clients_wait() {
+    // A daemon stand-in: it answers the handshake, then answers every request as the real
+    // daemon answers a line it cannot read (id null), and keeps the connection open.
+    let home = Home::new();
+    home.init_store();
+    let listener = UnixListener::bind(home.path().join("corral.sock")).unwrap();
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        let mut answered = 0;
+        while reader.read_line(&mut line).unwrap() > 0 {
+            let request: Value = serde_json::from_str(&line).unwrap();
+            let answer = if request["method"] == "initialize" {
+                serde_json::json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
+                    "protocol": 1, "pid": 1, "version": "test" } })
+            } else {
+                answered += 1;
+                serde_json::json!({ "jsonrpc": "2.0", "id": null, "error": {
+                    "code": -32600, "message": "line longer than 1048576 bytes; ignored" } })
+            };
+            writeln!(writer, "{answer}").unwrap();
+            line.clear();
+        }
+        answered
+    });
+    let output = home
+        .corral(&["--no-spawn", "send", "s", "hello"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = finish(output);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("line longer than 1048576 bytes"),
+        "{output:?}"
+    );
+    assert_eq!(server.join().unwrap(), 1);
+}
