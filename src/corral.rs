@@ -118,6 +118,18 @@ pub struct Corral {
     _lock: Arc<DaemonLock>,
 }
 
+/// An archived project takes no new session and no prompt, as an archived session takes no
+/// prompt (the same error: a request a person can act on, not a missing record).
+fn refuse_archived_project(project: &Project) -> Result<(), CorralError> {
+    match project.archived_at {
+        Some(_) => Err(CorralError::Invalid(format!(
+            "project '{}' is archived",
+            project.name
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The slot limits the settings ask for.
 fn slot_limits(settings: &Settings) -> SlotLimits {
     SlotLimits {
@@ -267,6 +279,7 @@ impl Corral {
         let project = self
             .read(|connection| work::project(connection, &project_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
+        refuse_archived_project(&project)?;
         if session.engine.is_empty() {
             session.engine = project.engine.clone().unwrap_or_else(|| "codex".into());
         }
@@ -318,13 +331,15 @@ impl Corral {
             .engine
             .parse::<EngineKind>()
             .map_err(CorralError::Invalid)?;
-        let settings = self.settings();
-        let project_model = match &session.project_id {
-            Some(id) => self
-                .read(|connection| work::project(connection, id))?
-                .and_then(|project| project.model),
+        let project = match &session.project_id {
+            Some(id) => self.read(|connection| work::project(connection, id))?,
             None => None,
         };
+        if let Some(project) = &project {
+            refuse_archived_project(project)?;
+        }
+        let settings = self.settings();
+        let project_model = project.and_then(|project| project.model);
         let model = session.model.as_deref().or(project_model.as_deref());
         if let Some(why) = crate::engine::unsupported(
             kind,

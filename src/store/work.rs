@@ -940,6 +940,28 @@ pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Pro
         .optional()
 }
 
+/// The working tree a project's runs lock (the slot manager's project lock): the directory of
+/// the outermost project that holds this one's — itself, or a project on the same directory
+/// or on one above it — so that two projects on one directory, or one inside another, never
+/// run at once. Archived projects run nothing new and are left out. Paths are stored
+/// canonical (`Corral::add_project`), so comparing them is comparing directories.
+pub fn lock_root(connection: &Connection, project: &Project) -> rusqlite::Result<String> {
+    let own = std::path::Path::new(&project.path);
+    // A string prefix is necessary for a holding directory; components decide.
+    let mut statement = connection.prepare_cached(
+        "SELECT path FROM projects WHERE archived_at IS NULL AND instr(?1, path) = 1",
+    )?;
+    let holders = statement.query_map([&project.path], |row| row.get::<_, String>(0))?;
+    let mut root = project.path.clone();
+    for holder in holders {
+        let holder = holder?;
+        if own.starts_with(&holder) && holder.len() < root.len() {
+            root = holder;
+        }
+    }
+    Ok(root)
+}
+
 pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {
     let mut statement = connection.prepare_cached(&format!(
         "SELECT {PROJECT_COLUMNS} FROM projects ORDER BY created_at, id"

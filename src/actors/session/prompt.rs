@@ -33,6 +33,9 @@ pub(super) struct PromptRun {
     project: Project,
     /// The project's groups that lock (a label-only group holds nothing).
     locking_groups: Vec<String>,
+    /// The project lock's identity: the directory of the outermost project holding this
+    /// project's (`work::lock_root`), shared by projects on one working tree.
+    lock_root: String,
     kind: EngineKind,
     /// The project's instructions, given when a conversation begins (the engine keeps them
     /// in its history from then on); never to the `command` engine.
@@ -251,10 +254,16 @@ impl Worker {
                 None => None,
             };
             let groups = work::execution_groups(connection)?;
-            Ok((session, project, groups))
+            let lock_root = match &project {
+                Some(project) => Some(work::lock_root(connection, project)?),
+                None => None,
+            };
+            Ok((session, project, groups, lock_root))
         });
-        let (session, project, groups) = match read {
-            Ok((Some(session), Some(project), groups)) => (session, project, groups),
+        let (session, project, groups, lock_root) = match read {
+            Ok((Some(session), Some(project), groups, Some(lock_root))) => {
+                (session, project, groups, lock_root)
+            }
             Ok(_) => {
                 return Err(PromptEnd::failed(
                     "the session or its project no longer exists",
@@ -311,6 +320,7 @@ impl Worker {
             prompt,
             session,
             locking_groups,
+            lock_root,
             kind,
             instructions: project.instructions.clone(),
             ask_title,
@@ -329,7 +339,7 @@ impl Worker {
         let waited = Instant::now();
         let request = SlotRequest {
             engine: run.kind.as_str().to_string(),
-            project: run.project.id.clone(),
+            project: run.lock_root.clone(),
             groups: run.locking_groups.clone(),
         };
         let slots = self.shared.slots.clone();
