@@ -116,6 +116,10 @@ pub struct Mark {
     /// `(name, value)`: a process whose environment has `name=value` is the run's, wherever it
     /// went (`setsid`, a double fork). Only our own user's environments can be read.
     pub env: Option<(String, String)>,
+    /// The leader's start time, when known: only processes started since then can have
+    /// inherited the run's environment, so only theirs is read (a scan then reads a handful
+    /// of environments, not every process's).
+    pub since: Option<u64>,
 }
 
 impl Mark {
@@ -132,6 +136,7 @@ impl Mark {
         Mark {
             group,
             env: Some((name.to_string(), value.to_string())),
+            since: start,
         }
     }
 }
@@ -168,22 +173,28 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
         if stat.state == ZOMBIE {
             continue;
         }
-        // Another user's environment cannot be read; its group is not ours either.
-        let mine = process.uid().is_ok_and(|owner| owner == uid);
-        let environment = if by_env && mine {
+        // Another user's environment cannot be read; one older than every mark's run cannot
+        // hold a run's id.
+        let wanted = by_env
+            && marks.iter().any(|mark| {
+                mark.env.is_some() && mark.since.is_none_or(|since| stat.starttime >= since)
+            });
+        let environment = if wanted && process.uid().is_ok_and(|owner| owner == uid) {
             process.environ().ok()
         } else {
             None
         };
         for (index, mark) in marks.iter().enumerate() {
             let in_group = mark.group == Some(stat.pgrp);
-            let carries = mark.env.as_ref().is_some_and(|(name, value)| {
-                environment.as_ref().is_some_and(|environment| {
-                    environment
-                        .get(OsStr::new(name))
-                        .is_some_and(|found| found == value.as_str())
-                })
-            });
+            let young = mark.since.is_none_or(|since| stat.starttime >= since);
+            let carries = young
+                && mark.env.as_ref().is_some_and(|(name, value)| {
+                    environment.as_ref().is_some_and(|environment| {
+                        environment
+                            .get(OsStr::new(name))
+                            .is_some_and(|found| found == value.as_str())
+                    })
+                });
             if in_group || carries {
                 found[index].push(Member {
                     pid: stat.pid,
@@ -274,6 +285,7 @@ pub async fn end_orphan_group(pgid: i32, grace: Duration) {
     let mark = Mark {
         group: Some(pgid),
         env: None,
+        since: None,
     };
     end_marked(&[mark], grace, None).await;
 }
@@ -285,6 +297,7 @@ pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
     let mark = Mark {
         group: None,
         env: Some((name.to_string(), value.to_string())),
+        since: None,
     };
     members(&[mark])
         .into_iter()

@@ -134,10 +134,11 @@ impl Worker {
                 "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
             }),
         );
+        let pid_start = process::start_time(pid);
         let spawned = RunSpawned {
             run_id: run_id.to_string(),
             pid,
-            pid_start: process::start_time(pid),
+            pid_start,
         };
         // A store that stays locked past `store.lock_timeout_ms` ends the run at once (the
         // event waits, deferred, for the run's end).
@@ -266,6 +267,7 @@ impl Worker {
                         self.shared.clone(),
                         Left {
                             pgid,
+                            since: pid_start,
                             run_id: run_id.to_string(),
                             session_id: self.session_id.clone(),
                             project_id: project_id.to_string(),
@@ -295,6 +297,7 @@ impl Worker {
             let mark = process::Mark {
                 group: Some(pgid),
                 env: Some((RUN_ID_ENV.to_string(), run_id.to_string())),
+                since: pid_start,
             };
             process::end_marked(&[mark], settings.cancel_grace, None).await;
             let status = child.wait().await.ok();
@@ -401,6 +404,8 @@ const STREAM_DRAIN: Duration = Duration::from_millis(200);
 /// What an engine that exited on its own left behind, to end or keep.
 struct Left {
     pgid: i32,
+    /// The engine's start time (see [`process::Mark::since`]).
+    since: Option<u64>,
     run_id: String,
     session_id: String,
     project_id: String,
@@ -413,6 +418,7 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
     let mark = process::Mark {
         group: Some(left.pgid),
         env: Some((RUN_ID_ENV.to_string(), left.run_id.clone())),
+        since: left.since,
     };
     if !left.keep {
         process::end_marked(&[mark], grace, None).await;
