@@ -160,10 +160,22 @@ fn engine_pid(home: &DaemonHome, session: &str) -> i32 {
     pid.expect("a pid")
 }
 
-/// Whether `pid` sleeps in a write to a full pipe.
+/// Whether `pid` sleeps in a write to a full pipe: its kernel wait channel says so, or, where
+/// the kernel hides it, the system call it sleeps in is a `write` to its stdout.
 fn blocked_on_pipe(pid: i32) -> bool {
     let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-    wchan.contains("pipe_write")
+    if wchan.contains("pipe_write") {
+        return true;
+    }
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    let mut fields = syscall.split_whitespace();
+    // x86_64: write is system call 1; aarch64: 64.
+    let write = if cfg!(target_arch = "aarch64") {
+        "64"
+    } else {
+        "1"
+    };
+    wchan.trim() == "0" && fields.next() == Some(write) && fields.next() == Some("0x1")
 }
 
 /// The session's events, in order: (seq, kind, prompt id, payload).
