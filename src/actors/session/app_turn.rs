@@ -183,14 +183,14 @@ impl Worker {
                 EventKind::ThreadStarted,
                 json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
             );
-            let events = self.take_deferred(vec![started]);
             let set = SetThread {
                 session_id: self.session_id.clone(),
                 thread_id: Some(thread_id.clone()),
                 resume_point: None,
             };
-            if let Err(error) = self.shared.write_with_events(set, events).await {
-                tracing::error!(%error, "the app-server thread was not stored");
+            // Not stored (the store stayed locked), the events stay deferred, in order.
+            if let Err(unwritten) = self.write_events(set, vec![started]).await {
+                tracing::error!(error = %unwritten.error, "the app-server thread was not stored");
             }
         }
         let (sender, mut notifications) = mpsc::unbounded_channel();
