@@ -267,7 +267,10 @@ impl Handler<Commit> for LedgerWriter {
         let outcome = match begun {
             Ok(true) => apply_and_commit(connection, path, &mut lock, &mut ops),
             // Every write of the batch waited its limit; each was told.
-            Ok(false) => return,
+            Ok(false) => {
+                lock.done(connection);
+                return;
+            }
             Err(error) => Err(error),
         };
         lock.done(connection);
