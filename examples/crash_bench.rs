@@ -60,6 +60,7 @@ fn main() {
     {
         println!("  {line}");
     }
+    scan_cost();
     let clean = figures.lost == 0
         && figures.not_once == 0
         && figures.live_overlaps.is_empty()
@@ -67,6 +68,38 @@ fn main() {
         && figures.left_behind.is_empty()
         && figures.integrity == "ok";
     std::process::exit(if clean { 0 } else { 1 });
+}
+
+/// What a run's end costs to look for its leftovers: one pass over `/proc` for a run started
+/// now (its group and its id in the environment of processes started since), median of 200,
+/// and the same with every environment read (a run whose engine's start time is unknown).
+fn scan_cost() {
+    let processes = procfs::process::all_processes()
+        .map(|all| all.count())
+        .unwrap_or(0);
+    let me = std::process::id();
+    let median = |since: Option<u64>| {
+        let mark = corral::process::Mark {
+            group: Some(i32::MAX - 1),
+            env: Some(("CORRAL_RUN_ID".into(), "no-such-run".into())),
+            since,
+        };
+        let mut times: Vec<std::time::Duration> = (0..200)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                let found = corral::process::members(std::slice::from_ref(&mark));
+                assert!(found[0].is_empty());
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        times[times.len() / 2]
+    };
+    println!(
+        "leftover scan at a run's end: {:?} ({processes} processes; {:?} reading every environment)",
+        median(corral::process::start_time(me)),
+        median(None)
+    );
 }
 
 /// `corral` and `corral-fake-engine` beside this example's directory.

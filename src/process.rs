@@ -1,6 +1,13 @@
 //! Processes corral starts or looks at: process groups, how they are ended, and how a pid is
 //! told apart from a recycled one.
 //!
+//! A run's processes are recognised by a [`Mark`]: its engine's process group (when that group
+//! is still the run's) and its `CORRAL_RUN_ID` in the environment, which finds what left the
+//! group (`setsid`, a double fork) and an engine whose pid was never recorded. [`members`]
+//! looks them up in one pass over `/proc`; [`end_marked`] ends them all (SIGTERM, SIGKILL
+//! after the grace) and says when each mark's last process was gone. [`kill_point`] is the
+//! tests' kill -9 at a named moment.
+//!
 //! Every child corral starts is the leader of its own process group, so that ending it ends
 //! everything it started (a shell's children, an engine's tool calls) and a terminal's Ctrl-C
 //! reaches corral, which decides, rather than the child directly. The one exception is a
@@ -437,4 +444,119 @@ pub fn child_stopped(pid: u32) -> bool {
         WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
     );
     matches!(stopped, Ok(status) if status != WaitStatus::StillAlive)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// `sh -c SCRIPT` in a group of its own with `CORRAL_RUN_ID=run`; returns it and the
+    /// first line it prints.
+    fn engine(script: &str, run: &str) -> (std::process::Child, String) {
+        let mut child = Command::new("sh")
+            .args(["-c", script])
+            .env("CORRAL_RUN_ID", run)
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (child, line.trim().to_string())
+    }
+
+    #[test]
+    fn a_runs_members_are_its_group_and_what_carries_its_id() {
+        // A member of the group, and one that left it with setsid (same pid: sh is not a
+        // group leader there, so setsid does not fork).
+        let (mut leader, pids) = engine(
+            "sleep 30 & (exec setsid sleep 30) & echo $! $(( $! )); wait",
+            "run-members",
+        );
+        let setsid: i32 = pids.split(' ').next().unwrap().parse().unwrap();
+        let pgid = leader.id() as i32;
+        let mark = Mark::of_leader(
+            Some(pgid),
+            start_time(leader.id()),
+            "CORRAL_RUN_ID",
+            "run-members",
+        );
+        assert_eq!(mark.group, Some(pgid));
+        let found = members(std::slice::from_ref(&mark)).remove(0);
+        let found_pids: Vec<i32> = found.iter().map(|member| member.pid).collect();
+        assert!(found_pids.contains(&pgid), "{found:?}");
+        assert!(found_pids.contains(&setsid), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|m| m.pgrp == pgid && m.command == "sleep 30"),
+            "{found:?}"
+        );
+        // Another run's id finds nothing of it.
+        let other = Mark {
+            group: None,
+            env: Some(("CORRAL_RUN_ID".into(), "another-run".into())),
+            since: None,
+        };
+        assert!(members(&[other])[0].is_empty());
+
+        let gone = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(end_marked(
+                &[mark.clone()],
+                Duration::from_millis(200),
+                None,
+            ));
+        assert_eq!(gone.len(), 1);
+        let _ = leader.wait();
+        assert!(
+            members(&[mark])[0].is_empty(),
+            "something of the run is left"
+        );
+        assert!(!is_alive(setsid as u32, None));
+    }
+
+    #[test]
+    fn a_process_that_ignores_sigterm_is_killed_after_the_grace() {
+        let (mut leader, _) = engine("trap '' TERM; echo ready; exec sleep 30", "run-stubborn");
+        let mark = Mark::of_leader(
+            Some(leader.id() as i32),
+            start_time(leader.id()),
+            "CORRAL_RUN_ID",
+            "run-stubborn",
+        );
+        let signalled = crate::store::now_ms();
+        let gone = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(end_marked(&[mark], Duration::from_millis(300), None));
+        let _ = leader.wait();
+        // Its end is when it was gone, after the grace, not when it was signalled.
+        assert!(gone[0] >= signalled + 300, "{} ms", gone[0] - signalled);
+    }
+
+    #[test]
+    fn a_recycled_leader_pid_does_not_name_its_group() {
+        // Our own pid with another start time: a pid reused by some other process.
+        let me = std::process::id();
+        let start = start_time(me).unwrap();
+        let mark = Mark::of_leader(Some(me as i32), Some(start + 1), "CORRAL_RUN_ID", "r");
+        assert_eq!(mark.group, None);
+        let mark = Mark::of_leader(Some(me as i32), Some(start), "CORRAL_RUN_ID", "r");
+        assert_eq!(mark.group, Some(me as i32));
+        // No pid recorded: only the environment can tell.
+        assert_eq!(
+            Mark::of_leader(None, None, "CORRAL_RUN_ID", "r").group,
+            None
+        );
+    }
 }
