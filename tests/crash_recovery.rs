@@ -61,13 +61,15 @@ fn kill_9_at_random_moments_loses_no_prompt_runs_none_twice_and_leaves_nothing()
     assert_eq!(figures.store_overlaps, Vec::<String>::new());
     assert_eq!(figures.left_behind, Vec::<String>::new(), "processes left");
     assert_eq!(figures.integrity, "ok");
-    // Every kind of kill happened (the seed is fixed; a change that stops one from
-    // happening must show).
-    assert!(
-        figures.kills.iter().all(|&kills| kills > 0),
-        "{:?}",
-        figures.kills
-    );
+    // With the default seed every kind of kill happens: a change that stops one from
+    // happening (a boot point no longer reached) must show.
+    if seed == 0x5eed {
+        assert!(
+            figures.kills.iter().all(|&kills| kills > 0),
+            "{:?}",
+            figures.kills
+        );
+    }
 }
 
 /// A leftover engine: in a group of its own, carrying `CORRAL_HOME` and the run's id, and
