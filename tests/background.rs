@@ -202,6 +202,16 @@ fn keep_background_keeps_them_and_status_lists_them() {
         !alive(pid_in(&file)),
         "keep_background off, the process was kept"
     );
+    // The next daemon forgets the dead one it kept.
+    let recorded = |home: &DaemonHome| -> i64 {
+        home.db()
+            .query_row("SELECT count(*) FROM kept_processes", [], |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(recorded(&home), 1);
+    home.stop_daemon();
+    home.start_daemon();
+    assert_eq!(recorded(&home), 0, "a dead kept process is still recorded");
 }
 
 #[test]

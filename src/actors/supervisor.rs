@@ -441,11 +441,36 @@ async fn reconcile(shared: &Shared) -> Result<Recovered, String> {
             ))
         })
         .collect();
-    shared
+    let recovered = shared
         .ledger
         .write(Recover { ended, app_servers })
         .await
-        .map_err(|error| error.to_string())
+        .map_err(|error| error.to_string())?;
+    forget_dead_kept(shared).await;
+    Ok(recovered)
+}
+
+/// Forgets the kept background processes (`keep_background`) that died since they were kept,
+/// so that the list `status` filters stays short. A kept one that lives is left alone: it
+/// outlived its run on purpose.
+async fn forget_dead_kept(shared: &Shared) {
+    let forget: Vec<(i64, i64)> = shared
+        .readers
+        .read(work::kept_processes)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|kept| !process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
+        .map(|kept| (kept.pid, kept.pid_start))
+        .collect();
+    if !forget.is_empty() {
+        let forget = super::ledger::KeepProcesses {
+            kept: Vec::new(),
+            forget,
+        };
+        if let Err(error) = shared.ledger.write(forget).await {
+            tracing::warn!(%error, "dead kept processes not forgotten");
+        }
+    }
 }
 
 /// The stored state of an app-server child a dead supervisor left, as it is now: stopped, no
