@@ -18,6 +18,12 @@
 //! retry delay, or the child, whose whole process group is ended (SIGTERM, then SIGKILL after
 //! `cancel.grace_ms`).
 //!
+//! A store another program locks: every write of the worker waits for it (in the ledger), so
+//! the worker reads no more of its child's output meanwhile (the child blocks on its full
+//! pipe). A write the ledger gives up past `store.lock_timeout_ms` never ran: its events stay
+//! deferred, in order (`try_store_events`, `write_events`), the run fails (`child.rs`), and the
+//! run's and prompt's ends are retried until they are stored (`write_events_until_stored`).
+//!
 //! The files: this one holds the actor and the worker's outer loop (a prompt's end, the next
 //! prompt claimed in the same transaction); `prompt.rs` one prompt's attempts, step by step;
 //! `retry.rs` the policy (pure); `child.rs` a run as a child process; `app_turn.rs` a run as
