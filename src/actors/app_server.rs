@@ -273,6 +273,7 @@ impl AppServerActor {
             .env_remove("CORRAL_PARENT_EXEC")
             .env_remove("CORRAL_SESSION_ID")
             .env_remove("CORRAL_TRACE_ID")
+            .env_remove(process::KILL_AT_ENV)
             .env("RUST_BACKTRACE", "0");
         let mut child = match command.spawn() {
             Ok(child) => child,
