@@ -874,9 +874,11 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// The prompt a session's worker runs now: the running one or the next queued one.
-    CurrentOrNext { session_id: String } -> Option<work::Prompt>,
-    |this, connection| work::current_or_next(connection, &this.session_id)
+    /// The prompts the sessions' workers run now: for each session, the running one or the
+    /// next queued one. One transaction for all (a boot with thousands of sessions waiting
+    /// would otherwise wait for as many commits in a row).
+    CurrentOrNext { session_ids: Vec<String> } -> Vec<work::Prompt>,
+    |this, connection| work::current_or_next(connection, &this.session_ids)
 );
 
 ledger_write!(

@@ -355,17 +355,13 @@ impl Handler<Boot> for Supervisor {
             async move {
                 let recovered = reconcile(&shared).await?;
                 process::kill_point("boot.committed");
-                let mut prompts = Vec::new();
-                for session_id in &recovered.sessions {
-                    let next = shared
-                        .ledger
-                        .write(CurrentOrNext {
-                            session_id: session_id.clone(),
-                        })
-                        .await
-                        .map_err(|error| error.to_string())?;
-                    prompts.extend(next);
-                }
+                let prompts = shared
+                    .ledger
+                    .write(CurrentOrNext {
+                        session_ids: recovered.sessions.clone(),
+                    })
+                    .await
+                    .map_err(|error| error.to_string())?;
                 Ok::<_, String>((recovered, prompts))
             }
             .into_actor(self)

@@ -218,12 +218,21 @@ pub fn resolve_session(corral: &Corral, selector: &str) -> Result<Session, RpcEr
 
 /// The project `selector` names, read on `c`.
 fn project_of(c: &Store, selector: &str) -> Result<Project, RpcError> {
+    // An exact id (what clients send) wins anyway: one indexed row, not every project.
+    if let Some(project) = read(work::project(c, selector.trim()))? {
+        return Ok(project);
+    }
     let projects = read(work::projects(c))?;
     select("project", selector, projects, |p| &p.id, |p| Some(&p.name))
 }
 
 /// The session `selector` names, read on `c`.
 fn session_of(c: &Store, selector: &str) -> Result<Session, RpcError> {
+    // An exact id wins anyway: one indexed row, not every session (issue 11: a prompt sent
+    // to one of 2,000 sessions read all 2,000).
+    if let Some(session) = read(work::session(c, selector.trim()))? {
+        return Ok(session);
+    }
     let sessions = read(work::sessions(c))?;
     select(
         "session",
@@ -384,7 +393,7 @@ pub async fn call(
     }
     match method {
         "status" => {
-            let sessions = corral.read(work::sessions).map_err(store_error)?;
+            let sessions = corral.read(work::session_count).map_err(store_error)?;
             let working = corral.working().await;
             let slots = corral.slots().await;
             Ok(json!({
@@ -394,7 +403,7 @@ pub async fn call(
                     "home": context.home.to_string_lossy(),
                     "shutting_down": context.is_shutting_down(),
                 },
-                "sessions": sessions.len(),
+                "sessions": sessions,
                 "working": working,
                 "slots": slots,
                 "app_servers": corral.app_servers().await,

@@ -894,7 +894,20 @@ pub(crate) fn recover(
 
 /// The prompt a session's worker should run now: the running one, or the next queued one
 /// (claimed in this transaction).
+/// For each session, the prompt its worker runs now (see [`current_or_next_of`]).
 pub(crate) fn current_or_next(
+    connection: &Connection,
+    session_ids: &[String],
+) -> rusqlite::Result<Vec<Prompt>> {
+    let mut prompts = Vec::with_capacity(session_ids.len());
+    for session_id in session_ids {
+        prompts.extend(current_or_next_of(connection, session_id)?);
+    }
+    Ok(prompts)
+}
+
+/// The session's running prompt, else its next queued one, claimed (now running).
+fn current_or_next_of(
     connection: &Connection,
     session_id: &str,
 ) -> rusqlite::Result<Option<Prompt>> {
@@ -982,6 +995,11 @@ pub fn execution_groups(connection: &Connection) -> rusqlite::Result<Vec<Executi
         })?
         .collect();
     rows
+}
+
+/// How many sessions the store has (archived ones too), without reading them.
+pub fn session_count(connection: &Connection) -> rusqlite::Result<usize> {
+    connection.row("SELECT COUNT(*) FROM sessions", [], |row| row.get(0))
 }
 
 pub fn session(connection: &Connection, id: &str) -> rusqlite::Result<Option<Session>> {
