@@ -488,10 +488,27 @@ mod tests {
             "run-members",
         );
         assert_eq!(mark.group, Some(pgid));
-        let found = members(std::slice::from_ref(&mark)).remove(0);
+        // The shell says the pids before its children have exec'd: look until they have.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let found = loop {
+            let found = members(std::slice::from_ref(&mark)).remove(0);
+            let in_group = found
+                .iter()
+                .any(|m| m.pgrp == pgid && m.command == "sleep 30");
+            let escaped = found
+                .iter()
+                .any(|m| m.pid == setsid && m.pgrp == setsid && m.command == "sleep 30");
+            if (in_group && escaped) || std::time::Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         let found_pids: Vec<i32> = found.iter().map(|member| member.pid).collect();
         assert!(found_pids.contains(&pgid), "{found:?}");
-        assert!(found_pids.contains(&setsid), "{found:?}");
+        assert!(
+            found.iter().any(|m| m.pid == setsid && m.pgrp == setsid),
+            "the setsid'd process (own group, found by its environment): {found:?}"
+        );
         assert!(
             found
                 .iter()
