@@ -528,7 +528,7 @@ mod tests {
             .build()
             .unwrap()
             .block_on(end_marked(
-                &[mark.clone()],
+                std::slice::from_ref(&mark),
                 Duration::from_millis(200),
                 None,
             ));
