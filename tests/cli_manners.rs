@@ -9,6 +9,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Output, Stdio};
 
@@ -35,7 +36,12 @@ fn home_with_history() -> (DaemonHome, String) {
 /// Runs `command` with its stdout a pipe nobody reads any more (its reading end is closed
 /// before the command starts, so its first line of output meets a closed pipe).
 fn into_closed_pipe(mut command: Command) -> Output {
-    let (reader, writer) = std::io::pipe().unwrap();
+    let mut ends = [0; 2];
+    // SAFETY: pipe fills the two descriptors, owned here alone from now on.
+    let (reader, writer) = unsafe {
+        assert_eq!(libc::pipe(ends.as_mut_ptr()), 0);
+        (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]))
+    };
     drop(reader);
     let child = command
         .stdout(writer)

@@ -10,14 +10,20 @@
 //! The path of an invocation:
 //! 1. parse; a parse that ends the process (`--help`, `--version`, a usage error) is an *early
 //!    command*: it never creates or migrates the store, but records its exec into a store that
-//!    already exists and is compatible;
+//!    already exists and is compatible. Meanwhile the store the arguments most likely name (by
+//!    `--home` found without clap, or the environment) is opening on the ledger's thread,
+//!    without creating or migrating ([`EarlyStore`]): the open and clap's parse are the two
+//!    largest parts of a short command's own cost, and they overlap;
 //! 2. locate and check the home and the store (`store::inspect`, before SQLite sees the
 //!    file); a file that is not a corral store this binary may use is never opened: the
 //!    command says so in one line ([`store::refusal`]) and — unless it needs no store
 //!    ([`Command::needs_store`]: `run` runs unrecorded) — exits 1 before it connects to a
 //!    daemon, starts one, or opens a reader;
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
-//!    outcome, and the signal only when a signal really ended a process.
+//!    outcome, and the signal only when a signal really ended a process;
+//! 4. exit without tearing the runtime down (every write is committed by then; closing the
+//!    store's connection on the ledger's thread would only delay the exit), except for the
+//!    commands that run a supervisor in this process (`daemon`, `demo`).
 //!
 //! Commands that only look ([`Command::inspects`]) never start a daemon: they ask the one
 //! that answers, or read the store directly ([`remote::inspect`]). The others start one when
@@ -114,6 +120,64 @@ pub enum Command {
     /// Panics on purpose: lets the tests see that a panic still completes the exec.
     #[command(name = "__panic", hide = true)]
     Panic,
+}
+
+/// `corral run …` and `corral send …` parsed without building every other subcommand: clap
+/// builds a parser's whole tree before it parses (a quarter of a millisecond here, a tenth of
+/// a short command's cost). Tried only when the first word names one of them, and only its
+/// success counts: anything else is parsed again by [`Cli`], so help and errors are its.
+#[derive(Debug, Parser)]
+#[command(name = "corral", version, propagate_version = true)]
+struct QuickCli {
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    #[arg(long, global = true)]
+    no_spawn: bool,
+    #[command(subcommand)]
+    command: QuickCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum QuickCommand {
+    Run(run::RunArgs),
+    Send(send::SendArgs),
+}
+
+impl Cli {
+    /// Parses `argv`, through [`QuickCli`] when it can.
+    fn parse_argv(argv: &[OsString]) -> Result<Cli, clap::Error> {
+        let quick = matches!(
+            subcommand_word(argv).and_then(|word| word.to_str()),
+            Some("run" | "send")
+        );
+        if quick {
+            if let Ok(parsed) = QuickCli::try_parse_from(argv) {
+                return Ok(Cli {
+                    home: parsed.home,
+                    no_spawn: parsed.no_spawn,
+                    command: match parsed.command {
+                        QuickCommand::Run(args) => Command::Run(args),
+                        QuickCommand::Send(args) => Command::Send(args),
+                    },
+                });
+            }
+        }
+        Cli::try_parse_from(argv)
+    }
+}
+
+/// The word the subcommand was named by (`top`, `ps`, `run`…): the first word of `argv`
+/// after the program that is not a global option or its value (`--home DIR`, `--no-spawn`).
+pub fn subcommand_word(argv: &[OsString]) -> Option<&std::ffi::OsStr> {
+    let mut words = argv.iter().skip(1);
+    while let Some(word) = words.next() {
+        if word == "--home" {
+            words.next();
+        } else if word != "--no-spawn" && !word.as_encoded_bytes().starts_with(b"--home=") {
+            return Some(word);
+        }
+    }
+    None
 }
 
 impl Command {
@@ -253,48 +317,96 @@ impl Context {
 /// The whole `corral` process: parse, record, run, record, exit.
 pub fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    let code = match Cli::try_parse_from(&argv) {
-        Ok(cli) => actix::System::new().block_on(run_parsed(cli, argv)),
-        Err(error) => early(error, argv),
-    };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    let system = actix::System::new();
+    let (code, supervises) = system.block_on(async move {
+        // The store the arguments will most likely name starts opening on the ledger's thread
+        // while clap parses them (the two are the largest parts of corral's own cost).
+        let store = EarlyStore::open(&argv);
+        tokio::task::yield_now().await;
+        match Cli::parse_argv(&argv) {
+            Ok(cli) => {
+                // The commands that run a supervisor here stop it the orderly way.
+                let supervises = matches!(cli.command, Command::Daemon(_) | Command::Demo(_));
+                (run_parsed(cli, argv, store).await, supervises)
+            }
+            Err(error) => (early(error, argv, store).await, false),
+        }
+    });
+    let code = code.clamp(0, 255);
+    if supervises {
+        drop(system);
+        return ExitCode::from(code as u8);
+    }
+    // Everything this process wrote is committed (a write answers after its commit), so the
+    // runtime and the ledger's thread are left to the exit rather than torn down: closing the
+    // store's connection on that thread while the process exits only delays the exit.
+    std::process::exit(code)
+}
+
+/// The store as found before the arguments are parsed, in the home that `--home` (found
+/// without clap) or the environment names; its header is read once, here, before SQLite
+/// sees the file. A store that is there and plausible has its ledger starting at once, without
+/// creating or migrating anything (a parse that fails must leave the store as it is); the
+/// commands use it when they name the same home and the store needs no migration.
+struct EarlyStore {
+    path: PathBuf,
+    compatibility: Compatibility,
+    ledger: Option<tokio::task::JoinHandle<Result<(LedgerHandle, u32), LedgerError>>>,
+}
+
+impl EarlyStore {
+    fn open(argv: &[OsString]) -> Option<EarlyStore> {
+        let (home, _) = home::locate(home::scan_flag(argv).as_deref())?;
+        let path = store::store_path(&home);
+        let compatibility = store::inspect(&path).ok()?;
+        let ledger = (compatibility == Compatibility::Plausible).then(|| {
+            let path = path.clone();
+            tokio::task::spawn_local(async move { LedgerHandle::start(&path, false).await })
+        });
+        Some(EarlyStore {
+            path,
+            compatibility,
+            ledger,
+        })
+    }
+
+    /// Its ledger, once started: the handle and the store's schema version.
+    async fn ledger(self) -> Option<Result<(LedgerHandle, u32), LedgerError>> {
+        self.ledger?.await.ok()
+    }
 }
 
 /// `--help`, `--version` or a usage error: print what clap says, and record the exec only
 /// into a store that already exists and is compatible (never creating or migrating one).
-fn early(error: clap::Error, argv: Vec<OsString>) -> i32 {
+async fn early(error: clap::Error, argv: Vec<OsString>, store: Option<EarlyStore>) -> i32 {
     let code = error.exit_code();
     let _ = error.print();
-    let Some((home, _)) = home::locate(home::scan_flag(&argv).as_deref()) else {
+    let Some(store) = store else {
         return code;
     };
-    let path = store::store_path(&home);
-    match store::inspect(&path) {
-        Ok(Compatibility::Plausible) => {
-            let invocation = Invocation::capture(argv);
-            actix::System::new().block_on(async move {
-                match LedgerHandle::start(&path, false).await {
-                    // Version 0: created but never migrated; there is no execs table yet.
-                    Ok((ledger, version)) if version >= 1 => {
-                        let _ = invocation.record_whole(&ledger, &Exit::code(code)).await;
-                    }
-                    Err(error) => {
-                        if let Some(StoreError::Incompatible(foreign)) = error.store_error() {
-                            eprintln!("{}", store::refusal(&path, *foreign));
-                        }
-                    }
-                    _ => {}
-                }
-            });
+    let path = store.path.clone();
+    if let Compatibility::Incompatible(foreign) = store.compatibility {
+        eprintln!("{}", store::refusal(&path, foreign));
+        return code;
+    }
+    let invocation = Invocation::capture(argv);
+    match store.ledger().await {
+        // Version 0: created but never migrated; there is no execs table yet.
+        Some(Ok((ledger, version))) if version >= 1 => {
+            let _ = invocation.record_whole(&ledger, &Exit::code(code)).await;
         }
-        Ok(Compatibility::Incompatible(foreign)) => eprintln!("{}", store::refusal(&path, foreign)),
+        Some(Err(error)) => {
+            if let Some(StoreError::Incompatible(foreign)) = error.store_error() {
+                eprintln!("{}", store::refusal(&path, *foreign));
+            }
+        }
         _ => {}
     }
     code
 }
 
-async fn run_parsed(cli: Cli, argv: Vec<OsString>) -> i32 {
-    let context = match open(&cli, argv).await {
+async fn run_parsed(cli: Cli, argv: Vec<OsString>, store: Option<EarlyStore>) -> i32 {
+    let context = match open(&cli, argv, store).await {
         Ok(context) => context,
         Err(error) => return report(error),
     };
@@ -409,24 +521,47 @@ fn report(error: CliError) -> i32 {
     error.code
 }
 
-/// Locates the home, checks the store, starts the ledger (creating and migrating the store).
-async fn open(cli: &Cli, argv: Vec<OsString>) -> Result<Context, CliError> {
+/// Locates the home, checks the store, starts the ledger (creating and migrating the store),
+/// or takes the one [`EarlyStore`] started for the same store when it needs no migration.
+async fn open(
+    cli: &Cli,
+    argv: Vec<OsString>,
+    early: Option<EarlyStore>,
+) -> Result<Context, CliError> {
     let (home, source) = home::locate(cli.home.as_deref()).ok_or_else(|| {
         CliError::failure("no home directory: set CORRAL_HOME, XDG_STATE_HOME or HOME")
     })?;
     home::prepare(&home, &source).map_err(CliError::failure)?;
     let store_path = store::store_path(&home);
-    let ledger = match store::inspect(&store_path)? {
-        Compatibility::Incompatible(foreign) => Err(foreign),
-        Compatibility::Missing | Compatibility::Plausible => {
-            match LedgerHandle::start(&store_path, true).await {
-                Ok((ledger, _)) => Ok(ledger),
-                Err(error) => match error.store_error() {
-                    Some(StoreError::Incompatible(foreign)) => Err(*foreign),
-                    _ => return Err(describe_open_error(&store_path, error)),
-                },
+    let early = early.filter(|early| early.path == store_path);
+    // The header is read once, before any connection (see `store::inspect`).
+    let compatibility = match &early {
+        Some(early) => early.compatibility,
+        None => store::inspect(&store_path)?,
+    };
+    // Taken when it opened a store that needs no migration; else dropped here, before the
+    // ledger that migrates starts.
+    let ready = match early {
+        Some(early) => match early.ledger().await {
+            Some(Ok((ledger, version))) if version == store::migrations::SCHEMA_VERSION => {
+                Some(ledger)
             }
-        }
+            _ => None,
+        },
+        None => None,
+    };
+    let ledger = match (compatibility, ready) {
+        (Compatibility::Incompatible(foreign), _) => Err(foreign),
+        (_, Some(ledger)) => Ok(ledger),
+        // No store yet, one to migrate, or one the early start could not open: started now,
+        // as a writer that creates and migrates (and says why it cannot).
+        _ => match LedgerHandle::start(&store_path, true).await {
+            Ok((ledger, _)) => Ok(ledger),
+            Err(error) => match error.store_error() {
+                Some(StoreError::Incompatible(foreign)) => Err(*foreign),
+                _ => return Err(describe_open_error(&store_path, error)),
+            },
+        },
     };
     let ledger = ledger
         .map_err(|foreign| eprintln!("{}", store::refusal(&store_path, foreign)))
@@ -451,5 +586,82 @@ fn describe_open_error(path: &std::path::Path, error: LedgerError) -> CliError {
             CliError::failure(format!("cannot open the store {}: {other}", path.display()))
         }
         None => CliError::failure(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_subcommand_word_skips_global_options() {
+        let word = |words: &[&str]| {
+            subcommand_word(&argv(words)).map(|word| word.to_string_lossy().into_owned())
+        };
+        assert_eq!(word(&["corral", "top"]).as_deref(), Some("top"));
+        assert_eq!(
+            word(&["corral", "--home", "/h", "--no-spawn", "top"]).as_deref(),
+            Some("top")
+        );
+        assert_eq!(word(&["corral", "--home=/h", "ps"]).as_deref(), Some("ps"));
+        assert_eq!(word(&["corral", "--home"]), None);
+    }
+
+    #[test]
+    fn the_quick_parse_reads_run_and_send_as_the_whole_parser_does() {
+        for words in [
+            &["corral", "run", "--", "true", "-x", "--home", "y"][..],
+            &["corral", "--home", "/h", "run", "ls", "-la"],
+            &["corral", "run", "--no-spawn", "--", "sh", "-c", "exit 3"],
+            &["corral", "send", "s", "hello", "world"],
+            &[
+                "corral",
+                "--no-spawn",
+                "send",
+                "--wait",
+                "--json",
+                "s",
+                "--",
+                "-v",
+                "x",
+            ],
+            &[
+                "corral",
+                "send",
+                "s",
+                "--image",
+                "a.png",
+                "--read-only",
+                "-",
+            ],
+            &["corral", "send", "s", "hi", "--home=/h"],
+        ] {
+            let whole = format!("{:?}", Cli::try_parse_from(argv(words)).unwrap());
+            let quick = QuickCli::try_parse_from(argv(words)).unwrap();
+            assert!(
+                matches!(quick.command, QuickCommand::Run(_) | QuickCommand::Send(_)),
+                "{words:?}"
+            );
+            assert_eq!(
+                format!("{:?}", Cli::parse_argv(&argv(words)).unwrap()),
+                whole
+            );
+        }
+        // What the quick parser refuses is the whole parser's to say.
+        for words in [
+            &["corral", "send", "s"][..],
+            &["corral", "run", "--help"],
+            &["corral", "send", "--version"],
+            &["corral", "run"],
+        ] {
+            let whole = Cli::try_parse_from(argv(words)).unwrap_err();
+            let quick = Cli::parse_argv(&argv(words)).unwrap_err();
+            assert_eq!(quick.kind(), whole.kind(), "{words:?}");
+            assert_eq!(quick.to_string(), whole.to_string(), "{words:?}");
+        }
     }
 }

@@ -296,9 +296,9 @@ async fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliErro
     let connection = context.reader()?;
     let scope = repo_scope(args.all, None)?;
     // `corral top` in a terminal, or `--live` anywhere, redraws until interrupted.
-    let argv: Vec<String> = std::env::args().collect();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let live = args.live
-        || (subcommand_word(&argv) == Some("top")
+        || (super::subcommand_word(&argv).is_some_and(|word| word == "top")
             && std::io::IsTerminal::is_terminal(&std::io::stdout())
             && !args.json);
     loop {
@@ -329,23 +329,6 @@ async fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliErro
         }
         tokio::time::sleep(TOP_REFRESH).await;
     }
-}
-
-/// The word the subcommand was named by (`top`, `ps`, `monitor`…): the first word of `argv`
-/// after the program that is not a global option or its value (`--home DIR`, `--no-spawn`).
-fn subcommand_word(argv: &[String]) -> Option<&str> {
-    let mut words = argv.iter().skip(1);
-    while let Some(word) = words.next() {
-        match word.as_str() {
-            "--home" => {
-                words.next();
-            }
-            "--no-spawn" => {}
-            other if other.starts_with("--home=") => {}
-            other => return Some(other),
-        }
-    }
-    None
 }
 
 /// Which repository a listing is limited to: `None` = every one; `Some(None)` = execs made
@@ -446,21 +429,6 @@ mod tests {
         assert_eq!(format_time(0), "1970-01-01 00:00:00");
         assert_eq!(format_time(951_782_400_000), "2000-02-29 00:00:00");
         assert_eq!(format_time(1_796_022_614_000), "2026-11-30 07:10:14");
-    }
-
-    #[test]
-    fn the_subcommand_word_skips_global_options() {
-        let argv = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
-        assert_eq!(subcommand_word(&argv(&["corral", "top"])), Some("top"));
-        assert_eq!(
-            subcommand_word(&argv(&["corral", "--home", "/h", "--no-spawn", "top"])),
-            Some("top")
-        );
-        assert_eq!(
-            subcommand_word(&argv(&["corral", "--home=/h", "ps"])),
-            Some("ps")
-        );
-        assert_eq!(subcommand_word(&argv(&["corral", "--home"])), None);
     }
 
     #[test]
