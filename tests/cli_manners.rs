@@ -406,6 +406,24 @@ fn send_and_attach_refuse_a_prompt_too_long_for_one_line() {
         .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
         .unwrap();
     assert_eq!(prompts, 1);
+    // A plain send (whose start is written while it connects) is recorded whole, and the
+    // refused one as the failure it was.
+    home.ok(&["send", "s", "fits"]);
+    let outcomes: Vec<(String, i64)> = home
+        .db()
+        .prepare(
+            "SELECT outcome, exit_code FROM execs WHERE command LIKE '%\"send\"%' \
+             ORDER BY started_at",
+        )
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("failed".to_string(), 1), ("succeeded".to_string(), 0)]
+    );
     home.stop_daemon();
 }
 

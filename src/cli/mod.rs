@@ -20,7 +20,9 @@
 //!    ([`Command::needs_store`]: `run` runs unrecorded) — exits 1 before it connects to a
 //!    daemon, starts one, or opens a reader;
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
-//!    outcome, and the signal only when a signal really ended a process;
+//!    outcome, and the signal only when a signal really ended a process (a plain `send`
+//!    connects and queues its prompt while its start is written: the daemon needs no exec row
+//!    for that);
 //! 4. exit without tearing the runtime down (every write is committed by then; closing the
 //!    store's connection on the ledger's thread would only delay the exit), except for the
 //!    commands that run a supervisor in this process (`daemon`, `demo`).
@@ -410,22 +412,33 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>, store: Option<EarlyStore>) ->
         Ok(context) => context,
         Err(error) => return report(error),
     };
-    let started = match context
-        .invocation
-        .record_start(context.ledger.as_ref())
-        .await
-    {
-        Ok(started) => started,
-        Err(error) => return report(error),
-    };
     invocation::install_panic_hook();
+    let context = std::rc::Rc::new(context);
+    // The exec's start is written before the command acts, except for a plain `send`: its
+    // connection and its request go while the row is written, the two awaited before it
+    // exits (the daemon needs no exec row to queue a prompt, only a driver's claim does).
+    let overlaps = matches!(&cli.command, Command::Send(send) if !send.wait);
+    let record_start = || context.invocation.record_start(context.ledger.as_ref());
+    let mut started = false;
+    if !overlaps {
+        match record_start().await {
+            Ok(recorded) => started = recorded,
+            Err(error) => return report(error),
+        }
+    }
     // The command runs as a task of its own so that a panic in it is contained: the hook
     // prints one line and ends the child group, and the exec is still completed below.
-    let context = std::rc::Rc::new(context);
     let task = tokio::task::spawn_local({
         let context = context.clone();
         async move { dispatch(&context, &cli.command).await }
     });
+    let mut unrecorded = None;
+    if overlaps {
+        match record_start().await {
+            Ok(recorded) => started = recorded,
+            Err(error) => unrecorded = Some(error),
+        }
+    }
     let result = match task.await {
         Ok(result) => result,
         // Output to a closed pipe ended the command: its reader had what it wanted.
@@ -442,6 +455,10 @@ async fn run_parsed(cli: Cli, argv: Vec<OsString>, store: Option<EarlyStore>) ->
             Exit::code(code)
         }
     };
+    if let Some(error) = unrecorded {
+        // The command ran, but corral could not record it: that is corral's failure.
+        return report(error);
+    }
     if started {
         if let Err(error) = context
             .invocation
