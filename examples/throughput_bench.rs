@@ -7,9 +7,13 @@
 //! project at a time, so PROJECTS ≥ SLOTS keeps the project locks from serializing them). All
 //! prompts are sent at once; the wall time runs from the first send to the last prompt's end.
 //!
-//! xargs side: `xargs -0 -P SLOTS -n 1 ARGV… --` reads the prompts NUL-separated, runs the argv
-//! corral recorded for its runs (checked equal), with stdout and stderr on /dev/null (the
-//! children inherit xargs' own; no shell in between). A short xargs warm-up comes first.
+//! xargs side: `xargs -0 -P SLOTS -n 1 ARGV… --` reads the prompts NUL-separated and runs the
+//! argv corral recorded for its runs (checked equal), with stdout and stderr on /dev/null (the
+//! children inherit xargs' own; no shell in between). One difference, forced by xargs: corral
+//! ends the argv with `-` and writes the prompt on the child's stdin (as it does for every
+//! engine), while xargs cannot give each child a stdin of its own, so it puts the prompt in
+//! the place of `-`; the fake engine reads either form the same way, as codex does. Writing
+//! stdin is part of what corral is charged for. A short xargs warm-up comes first.
 //!
 //! Run: `cargo build --release && cargo run --release --example throughput_bench [RUNS [DELAY_MS [SLOTS [PROJECTS]]]]`
 //! (defaults 500 50 8 32). Goal: corral's wall time ≤ 1.10 × xargs'.
@@ -84,8 +88,9 @@ fn main() {
     );
     let fake_text = fake.to_str().unwrap().to_string();
     let prompt = format!("@fake delay={delay_ms}\nwork");
-    // What corral builds for a new thread of the fake engine (checked against the store below).
-    let mut argv: Vec<String> = [
+    // What corral builds for a new thread of the fake engine, less its last argument `-` (the
+    // prompt on stdin): xargs appends the prompt there instead. Checked against the store below.
+    let argv: Vec<String> = [
         fake_text.as_str(),
         "--sandbox",
         "workspace-write",
@@ -188,12 +193,11 @@ fn main() {
             .unwrap();
         assert_eq!(run_count as usize, runs, "a prompt took more than one run");
         let mut expected = argv.clone();
-        expected.push(prompt.clone());
+        expected.push("-".into());
         let expected = serde_json::to_string(&expected).unwrap();
         assert_eq!(runs_argv, [expected], "corral ran another argv");
         wall
     });
-    argv.push(prompt);
 
     let ideal = Duration::from_millis((runs.div_ceil(slots) * delay_ms) as u64);
     let ratio = wall.as_secs_f64() / bare.as_secs_f64();
