@@ -72,6 +72,8 @@ fn output_to_a_closed_pipe_ends_quietly() {
         vec!["monitor", "list", "--all"],
         vec!["monitor", "show", &exec_id],
         vec!["ps"],
+        vec!["completions", "bash"],
+        vec!["--help"],
     ];
     for args in &commands {
         let output = into_closed_pipe(home.corral(args));

@@ -17,9 +17,11 @@ pub fn execute(_context: &Context, args: &CompletionsArgs) -> Result<Exit, CliEr
     clap_complete::generate(args.shell, &mut command, "corral", &mut script);
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(&script)
-        .and_then(|_| stdout.flush())
-        .map_err(|error| CliError::failure(format!("writing the script: {error}")))?;
-    Ok(Exit::success())
+    match stdout.write_all(&script).and_then(|_| stdout.flush()) {
+        // The reader stopped reading (`| head`): it had what it wanted.
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::failure(format!("writing the script: {error}")))
+        }
+        _ => Ok(Exit::success()),
+    }
 }
