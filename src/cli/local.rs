@@ -3,7 +3,8 @@
 //! `settings.list`, and a session's stored events. They are the daemon's own read-only methods
 //! (`daemon::methods::inspect`), run on one read-only connection, so the result is the one
 //! the daemon gives (the commands print either the same way; `tests/home_safety.rs` compares
-//! them).
+//! them). `status --json` gets the daemon's `status` shape, filled with what the store can
+//! say (`tests/status_local.rs` compares the two).
 //!
 //! The connection is [`Context::reader`]'s: it exists only once the store passed the check
 //! every command takes (`store::inspect`, then the ledger's `check_connection`), so a file
@@ -65,9 +66,42 @@ impl LocalStore {
         )?)
     }
 
-    /// What `status --json` says of a home no daemon serves.
+    /// What `status --json` says of a home no daemon serves, in the daemon's shape
+    /// (`daemon::methods` `status`): the sessions, the app-server children and the kept
+    /// background processes as the store knows them; nothing works (`working` 0) and there
+    /// is no slot table (`slots` null) without a daemon.
     pub fn status(&self) -> Result<Value, CliError> {
-        let sessions = work::sessions(&self.connection)?;
-        Ok(json!({ "daemon": null, "home": self.home, "sessions": sessions.len() }))
+        let c = &self.connection;
+        let app_servers: Vec<Value> = work::app_servers(c)?
+            .into_iter()
+            .map(app_server_now)
+            .collect();
+        Ok(json!({
+            "daemon": null,
+            "sessions": work::session_count(c)?,
+            "working": 0,
+            "slots": null,
+            "app_servers": app_servers,
+            "kept": crate::daemon::methods::kept_alive(c)?,
+            "home": self.home,
+        }))
     }
+}
+
+/// An app-server child's stored state, as it is now: the state a daemon last stored, except
+/// that a child whose process is gone (a daemon killed with -9 stored it running; the boot
+/// of the next daemon will say how it ended) is shown stopped, without a pid. One that still
+/// lives (its daemon died, it did not yet) is shown as stored.
+fn app_server_now(mut state: Value) -> Value {
+    let Some(pid) = state["pid"].as_u64() else {
+        return state;
+    };
+    let start = state["pid_start"].as_u64();
+    if u32::try_from(pid).is_ok_and(|pid| crate::process::is_alive(pid, start)) {
+        return state;
+    }
+    state["pid"] = Value::Null;
+    state["pid_start"] = Value::Null;
+    state["status"] = json!("stopped");
+    state
 }

@@ -256,6 +256,16 @@ fn stored_settings(c: &Store) -> rusqlite::Result<Vec<(String, String)>> {
     rows
 }
 
+/// What projects with `keep_background` kept after their runs and still lives: `status`
+/// lists them, from the daemon and from the store alike (`cli::local`).
+pub fn kept_alive(c: &Store) -> rusqlite::Result<Vec<work::KeptProcess>> {
+    let kept = work::kept_processes(c)?;
+    Ok(kept
+        .into_iter()
+        .filter(|kept| crate::process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
+        .collect())
+}
+
 /// The methods that only read the store, answered on one connection: the daemon serves them
 /// on a reader of its pool, and the CLI on its own read-only connection when no daemon runs
 /// (`cli::local`), so both give the same results and check params alike. `None`: `method`
@@ -407,13 +417,9 @@ pub async fn call(
                 "working": working,
                 "slots": slots,
                 "app_servers": corral.app_servers().await,
-                // What projects with `keep_background` kept after their runs, still alive.
-                "kept": corral
-                    .read(work::kept_processes)
-                    .map_err(store_error)?
-                    .into_iter()
-                    .filter(|kept| crate::process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
-                    .collect::<Vec<_>>(),
+                "kept": corral.read(kept_alive).map_err(store_error)?,
+                // As in the store's answer with no daemon (`cli::local`): the same keys.
+                "home": context.home.to_string_lossy(),
             }))
         }
         "project.add" => {
