@@ -111,12 +111,14 @@ fn shown_ids(table: &str, prefix: &str) -> Vec<String> {
 }
 
 /// Inserts a copy of row `id` of `table` under each of `copies` (a fixture written by the
-/// test: ids that UUIDv7 makes in one millisecond).
-fn copy_row(db: &rusqlite::Connection, table: &str, id: &str, copies: &[&str]) {
+/// test: ids that UUIDv7 makes in one millisecond); `set` changes more columns of the copy
+/// (unique ones), in SQL, where `COPY` stands for the copy's id.
+fn copy_row(db: &rusqlite::Connection, table: &str, id: &str, copies: &[&str], set: &str) {
     for copy in copies {
+        let set = set.replace("COPY", copy);
         db.execute_batch(&format!(
             "CREATE TEMP TABLE copied AS SELECT * FROM {table} WHERE id = '{id}';
-             UPDATE copied SET id = '{copy}';
+             UPDATE copied SET id = '{copy}'{set};
              INSERT INTO {table} SELECT * FROM copied;
              DROP TABLE copied;"
         ))
@@ -179,7 +181,7 @@ fn short_session_ids_are_unique_prefixes_that_show_resolves() {
         "01a231b0-4a92-76d6-8c90-dab8c0976ae6",
         "01a231b0-4a92-76d6-8c90-dab8c0976af7",
     ];
-    copy_row(&home.db(), "sessions", &session, &copies);
+    copy_row(&home.db(), "sessions", &session, &copies, "");
     let list = stdout(&home.run(&["session", "list"]));
     let overview = stdout(&home.run(&["monitor", "--all"]));
     let mut all = vec![session.as_str()];
@@ -204,6 +206,34 @@ fn short_session_ids_are_unique_prefixes_that_show_resolves() {
             let shown = home.json(&["session", "show", short, "--json"]);
             assert_eq!(shown["session"]["id"], *matching[0], "{short}");
         }
+    }
+}
+
+#[test]
+fn short_project_ids_are_unique_prefixes_that_show_resolves() {
+    let (home, _) = home_with_history();
+    let project: String = home
+        .db()
+        .query_row("SELECT id FROM projects", [], |row| row.get(0))
+        .unwrap();
+    let copies = [
+        "01a231b0-4a92-76d6-8c90-dab8c0976ae6",
+        "01a231b0-4a92-76d6-8c90-dab8c0976af7",
+    ];
+    // Names and paths are unique: the copies get their own.
+    let set = ", name = 'COPY', path = '/nowhere/COPY'";
+    copy_row(&home.db(), "projects", &project, &copies, set);
+    let list = stdout(&home.run(&["project", "list"]));
+    let shown = shown_ids(&list, "01a231b0-4a92");
+    assert_eq!(shown.len(), 2, "{list}");
+    assert_ne!(shown[0], shown[1], "{list}");
+    for short in &shown {
+        let shown = home.json(&["project", "show", short, "--json"]);
+        assert!(
+            copies.contains(&shown["id"].as_str().unwrap()),
+            "{short}: {shown}"
+        );
+        assert!(shown["id"].as_str().unwrap().starts_with(short.as_str()));
     }
 }
 

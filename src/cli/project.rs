@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use clap::ArgAction;
 use serde_json::{json, Value};
 
-use super::remote::{self, absolute, print_json, short_id, text, time};
+use super::remote::{self, absolute, print_json, text, time};
 use super::{CliError, Context, Exit};
+use crate::store::select::IdKind;
 
 #[derive(Debug, clap::Args)]
 pub struct ProjectArgs {
@@ -199,8 +200,11 @@ async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
         println!("(no projects; add one with `corral project add NAME PATH`)");
         return Ok(Exit::success());
     }
+    // Unique prefixes, as every table's ids (`store::select::ShortIds`).
+    let short = remote::short_ids(context, IdKind::Project, &projects, "id");
+    let width = short.width(projects.iter().map(|project| text(project, "id")));
     println!(
-        "{:<18}  {:<16}  {:<8}  {:<6}  {:<16}  PATH",
+        "{:<width$}  {:<16}  {:<8}  {:<6}  {:<16}  PATH",
         "ID", "NAME", "ENGINE", "KIND", "GROUPS"
     );
     for project in &projects {
@@ -209,8 +213,8 @@ async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
             name.push_str(" (archived)");
         }
         println!(
-            "{:<18}  {:<16}  {:<8}  {:<6}  {:<16}  {}",
-            short_id(project, "id"),
+            "{:<width$}  {:<16}  {:<8}  {:<6}  {:<16}  {}",
+            short.get(text(project, "id")),
             name,
             text(project, "engine"),
             text(project, "kind"),

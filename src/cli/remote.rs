@@ -180,13 +180,6 @@ pub fn time(value: &Value, name: &str) -> String {
 /// The fewest characters of an id a table shows (see [`ShortIds`]).
 pub use crate::store::select::SHORT_ID;
 
-/// The first [`SHORT_ID`] characters of an id field (a table's short forms are
-/// [`short_ids`]': those are unique).
-pub fn short_id(value: &Value, name: &str) -> String {
-    let id = text(value, name);
-    id.chars().take(SHORT_ID).collect()
-}
-
 /// The short forms of the ids (of `kind`) in field `name` of `values`: each the shortest
 /// prefix no other id of its kind shares, in the store when it can be read (it can, beside a
 /// daemon: readers never disturb it), else among `values`.
