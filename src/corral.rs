@@ -653,13 +653,15 @@ impl Corral {
 
 impl Corral {
     /// Stores (and publishes) one event of a session that no worker tells: what the daemon
-    /// itself did about the session (a refused request).
+    /// itself did about the session (a refused request); the event as stored. A store another
+    /// program locks is waited out, however long (the shutdown ends the wait), so the event
+    /// is never dropped for it; an error says it was not stored.
     pub async fn record_event(
         &self,
         session_id: &str,
         kind: crate::events::EventKind,
         payload: serde_json::Value,
-    ) {
+    ) -> Result<work::Event, CorralError> {
         let event = work::NewEvent {
             session_id: session_id.to_string(),
             prompt_id: None,
@@ -667,7 +669,11 @@ impl Corral {
             kind,
             payload,
         };
-        self.shared.append_events(vec![event]).await;
+        let stored = self.shared.append_events(vec![event]).await?;
+        stored
+            .into_iter()
+            .next()
+            .ok_or_else(|| CorralError::Store("the event was not stored".into()))
     }
 
     /// The runs whose engines live now, as origins of requests are matched against them

@@ -16,7 +16,9 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, watch};
 
 use super::app_server::{AppServerActor, AppServerState};
-use super::ledger::{AppendEvents, CurrentOrNext, LedgerHandle, Recover, SaveAppServer};
+use super::ledger::{
+    AppendEvents, CurrentOrNext, LedgerError, LedgerHandle, Recover, SaveAppServer, Unwritten,
+};
 use super::session::{CancelPrompt, SessionActor, StartWork};
 use super::slots::SlotsHandle;
 use crate::process;
@@ -196,37 +198,33 @@ impl Shared {
         }
     }
 
-    /// Applies `write` with the events that describe it in one commit, then publishes them.
-    pub async fn write_with_events<W: super::ledger::LedgerWrite>(
-        &self,
-        write: W,
-        events: Vec<NewEvent>,
-    ) -> Result<W::Output, super::ledger::LedgerError> {
-        let (output, stored) = self
-            .ledger
-            .write(super::ledger::WithEvents { write, events })
-            .await?;
-        for event in stored {
-            // No subscriber is not an error.
-            let _ = self.events.send(Arc::new(Published::new(event)));
-        }
-        Ok(output)
-    }
-
-    /// Stores events and then publishes them. A store error is logged: losing the event
-    /// stream must not stop the engine child that produces it.
-    pub async fn append_events(&self, events: Vec<NewEvent>) {
-        if events.is_empty() {
-            return;
-        }
-        match self.ledger.write(AppendEvents { events }).await {
-            Ok(stored) => {
-                for event in stored {
-                    // No subscriber is not an error.
-                    let _ = self.events.send(Arc::new(Published::new(event)));
+    /// Stores events that no session's worker tells (a worker keeps its own, in order with
+    /// its run: `session::try_store_events`) and publishes them. Nothing is dropped for a
+    /// store another program locks: the ledger waits up to `store.lock_timeout_ms`, and a
+    /// write it gave up unapplied is made again (each try waits that long, so this does not
+    /// spin), until it commits or the supervisor shuts down. An error means the events are
+    /// not stored: the shutdown came first, the ledger stopped, or the write failed (an
+    /// unknown session).
+    pub async fn append_events(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, LedgerError> {
+        let mut write = AppendEvents { events };
+        loop {
+            match self.ledger.write_keeping(write).await {
+                Ok(stored) => {
+                    for event in &stored {
+                        // No subscriber is not an error.
+                        let _ = self.events.send(Arc::new(Published::new(event.clone())));
+                    }
+                    return Ok(stored);
                 }
+                Err(Unwritten {
+                    error,
+                    write: Some(kept),
+                }) if error.is_locked() && !*self.shutdown.borrow() => {
+                    tracing::warn!(%error, "events kept: trying their write again");
+                    write = kept;
+                }
+                Err(unwritten) => return Err(unwritten.error),
             }
-            Err(error) => tracing::error!(%error, "events not stored"),
         }
     }
 }

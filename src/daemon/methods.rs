@@ -157,7 +157,9 @@ async fn refuse_widening_from_a_run(
         .unwrap_or_else(|| origin.run_id.clone());
     tracing::warn!(method, what, peer, run = %origin.run_id, found_by = origin.found_by, "refused a widening request from a supervised run");
     if let Some(session_id) = &origin.session_id {
-        corral
+        // Waits out a locked store (the refusal is told after its record); the request is
+        // refused even when the record cannot be made.
+        let recorded = corral
             .record_event(
                 session_id,
                 EventKind::RequestRefused,
@@ -170,6 +172,9 @@ async fn refuse_widening_from_a_run(
                 }),
             )
             .await;
+        if let Err(error) = recorded {
+            tracing::error!(%error, session = session_id, "the refusal was not recorded");
+        }
     }
     Err(RpcError::new(
         code::NOT_ALLOWED,
