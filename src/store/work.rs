@@ -894,34 +894,28 @@ pub(crate) fn recover(
 
 /// The prompt a session's worker should run now: the running one, or the next queued one
 /// (claimed in this transaction).
-/// For each session, the prompt its worker runs now (see [`current_or_next_of`]).
+/// For each session, the prompt its worker runs now: its running prompt, else its next queued
+/// one, claimed (now running). The running ones are read in one query (the partial index of
+/// running prompts), not one per session: a boot with thousands of sessions waiting.
 pub(crate) fn current_or_next(
     connection: &Connection,
     session_ids: &[String],
 ) -> rusqlite::Result<Vec<Prompt>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {PROMPT_COLUMNS} FROM prompts WHERE status = 'running'"
+    ))?;
+    let mut running: std::collections::HashMap<String, Prompt> = statement
+        .query_map([], prompt_row)?
+        .map(|prompt| prompt.map(|prompt| (prompt.session_id.clone(), prompt)))
+        .collect::<rusqlite::Result<_>>()?;
     let mut prompts = Vec::with_capacity(session_ids.len());
     for session_id in session_ids {
-        prompts.extend(current_or_next_of(connection, session_id)?);
+        match running.remove(session_id) {
+            Some(prompt) => prompts.push(prompt),
+            None => prompts.extend(claim_next(connection, session_id, None)?),
+        }
     }
     Ok(prompts)
-}
-
-/// The session's running prompt, else its next queued one, claimed (now running).
-fn current_or_next_of(
-    connection: &Connection,
-    session_id: &str,
-) -> rusqlite::Result<Option<Prompt>> {
-    let running: Option<String> = connection
-        .row(
-            "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'running'",
-            [session_id],
-            |row| row.get(0),
-        )
-        .optional()?;
-    match running {
-        Some(id) => prompt(connection, &id),
-        None => claim_next(connection, session_id, None),
-    }
 }
 
 pub(crate) fn set_setting(
