@@ -1,7 +1,8 @@
 //! An event the supervisor records itself (`Corral::record_event`: a refused request) is never
 //! dropped for a store another program locks: it waits past `store.lock_timeout_ms` for as
 //! long as the lock is held, and is stored and published once it is released. Only the
-//! shutdown ends the wait, and then the caller is told it was not stored.
+//! shutdown ends the wait, and then the caller is told it was not stored. An app-server
+//! child's state (what `status` shows after a restart) is kept the same way.
 //!
 //! The lock is held by a connection of the test's own (`BEGIN IMMEDIATE` on a thread), as
 //! another program's would be; SQLite locks connections of one process against each other.
@@ -43,12 +44,14 @@ fn hold_lock(
     (release_tx, holder)
 }
 
-async fn library() -> (Library, String) {
+/// A supervisor with a short lock limit and one session of `engine`.
+async fn library_on(engine: &str) -> (Library, String) {
     let home = tempfile::tempdir().unwrap();
     let library = Library::start_in(
         home,
         &[
             ("engines.fake.path", FAKE),
+            ("engines.codex-app-server.path", FAKE),
             ("store.lock_timeout_ms", LIMIT),
         ],
     )
@@ -56,11 +59,16 @@ async fn library() -> (Library, String) {
     let project = library
         .add_project(NewProject {
             name: "p".into(),
+            engine: Some(engine.into()),
             ..Default::default()
         })
         .await;
-    let session = library.session(&project, "fake").await;
+    let session = library.session(&project, engine).await;
     (library, session.id)
+}
+
+async fn library() -> (Library, String) {
+    library_on("fake").await
 }
 
 #[test]
@@ -132,5 +140,53 @@ fn the_shutdown_ends_the_wait_and_the_caller_is_told() {
                 .any(|event| event.kind == EventKind::RequestRefused),
             "{events:?}"
         );
+    });
+}
+
+#[test]
+fn an_app_server_state_changed_under_a_lock_is_stored_after_it() {
+    actix_test(|| async {
+        let (library, session) = library_on("codex-app-server").await;
+        let session = library
+            .corral
+            .read(|c| corral::store::work::session(c, &session))
+            .unwrap()
+            .unwrap();
+        library.run(&session, "start the child").await;
+        let live = library.corral.app_servers().await;
+        let pid = live[0]["pid"].as_i64().expect("a running child") as i32;
+        let released = Arc::new(AtomicBool::new(false));
+        let (release, holder) = hold_lock(library.home.path().join("corral.db"), released.clone());
+        // The child dies while the store is locked: its state changes (stopped, its exit).
+        common::daemon::kill(pid, libc::SIGKILL);
+        common::daemon::wait_until("the actor sees the child's exit", || {
+            !common::daemon::alive(pid)
+        });
+        loop {
+            let live = library.corral.app_servers().await;
+            if live[0]["last_exit"]["pid"] == pid {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Past two limits: a write given up once would be lost.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let _ = release.send(());
+        holder.join().unwrap();
+        let stored = |library: &Library| {
+            library
+                .corral
+                .read(corral::store::work::app_servers)
+                .unwrap()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while stored(&library)[0]["last_exit"]["pid"] != pid {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child's exit was never stored: {:?}",
+                stored(&library)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     });
 }

@@ -7,6 +7,11 @@
 //! run's id in its environment) and of the app-server children is ended first; then the runs
 //! are closed as interrupted, at the moment their processes were gone, and their sessions'
 //! work resumes.
+//!
+//! What it writes for others never drops for a store another program locks: the events no
+//! session's worker tells ([`Shared::append_events`]) and the app-server children's states
+//! (`keep_app_server_state`) are written again past `store.lock_timeout_ms`, until stored
+//! or shut down.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -147,14 +152,16 @@ impl Shared {
             Some(stored) => actor.resume_from(stored),
             None => actor,
         };
+        let (latest, states) = watch::channel(None);
+        actix::spawn(keep_app_server_state(
+            ledger,
+            project_id,
+            states,
+            self.shutdown_signal(),
+        ));
         let addr = actor
             .on_change(move |state: AppServerState| {
-                let ledger = ledger.clone();
-                let project_id = project_id.clone();
-                actix::spawn(async move {
-                    let state = serde_json::to_value(&state).unwrap_or_default();
-                    let _ = ledger.write(SaveAppServer { project_id, state }).await;
-                });
+                latest.send_replace(Some(state));
             })
             .start();
         servers.insert(project.id.clone(), addr.clone());
@@ -224,6 +231,38 @@ impl Shared {
                     write = kept;
                 }
                 Err(unwritten) => return Err(unwritten.error),
+            }
+        }
+    }
+}
+
+/// Stores an app-server child's state after each change, in order, and never drops one for a
+/// locked store: one write at a time per project, the newest state replacing any not yet
+/// stored (each is whole, so the last one stored is the truth), and a write the ledger gave
+/// up past `store.lock_timeout_ms` made again with the newest state, until the shutdown.
+/// Ends with the actor (its sender).
+async fn keep_app_server_state(
+    ledger: LedgerHandle,
+    project_id: String,
+    mut states: watch::Receiver<Option<AppServerState>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    while states.changed().await.is_ok() {
+        loop {
+            let Some(state) = states.borrow_and_update().clone() else {
+                break;
+            };
+            let state = serde_json::to_value(&state).unwrap_or_default();
+            let project_id = project_id.clone();
+            match ledger.write(SaveAppServer { project_id, state }).await {
+                Ok(()) => break,
+                Err(error) if error.is_locked() && !*shutdown.borrow() => {
+                    tracing::warn!(%error, "app-server state kept: trying its write again");
+                }
+                Err(error) => {
+                    tracing::error!(%error, "app-server state not stored");
+                    break;
+                }
             }
         }
     }
