@@ -4,7 +4,8 @@
 //! A run's processes are recognised by a [`Mark`]: its engine's process group (when that group
 //! is still the run's) and its `CORRAL_RUN_ID` in the environment, which finds what left the
 //! group (`setsid`, a double fork) and an engine whose pid was never recorded. [`members`]
-//! looks them up in one pass over `/proc`; [`end_marked`] ends them all (SIGTERM, SIGKILL
+//! looks them up in one pass over `/proc` ([`members_async`]: lookups made together share
+//! a pass, on a thread of their own); [`end_marked`] ends them all (SIGTERM, SIGKILL
 //! after the grace) and says when each mark's last process was gone. [`kill_point`] is the
 //! tests' kill -9 at a named moment.
 //!
@@ -223,14 +224,72 @@ fn command_of(process: &Process, name: &str) -> String {
     }
 }
 
-/// [`members`] on the blocking pool: a pass reads two files per process, which must not hold
-/// up the actors' thread.
+/// [`members`] off the actors' thread, in a pass shared with the other lookups asked for
+/// meanwhile. A pass reads every process's `stat` (about 12 µs each, nearly all of it the
+/// kernel's) whatever the marks, so runs that end together (a slot limit's worth) cost one or
+/// two passes instead of one each. Every lookup is answered by a pass that began after it
+/// was asked, so it sees what it would have seen alone.
 pub async fn members_async(marks: &[Mark]) -> Vec<Vec<Member>> {
-    let marks = marks.to_vec();
-    let scan = marks.clone();
-    tokio::task::spawn_blocking(move || members(&scan))
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let first = {
+        let mut queue = SCANS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        queue.waiting.push((marks.to_vec(), sender));
+        !std::mem::replace(&mut queue.running, true)
+    };
+    // A plain thread, not the blocking pool: the passes serve every runtime of the process
+    // (tests run several), and one that shuts down must not take a queued pass with it.
+    if first
+        && std::thread::Builder::new()
+            .name("corral-scan".into())
+            .spawn(run_scans)
+            .is_err()
+    {
+        // No thread to be had: this lookup runs the passes itself, on the blocking pool.
+        let _ = tokio::task::spawn_blocking(run_scans).await;
+    }
+    receiver
         .await
         .unwrap_or_else(|_| vec![Vec::new(); marks.len()])
+}
+
+/// A lookup waiting for a pass: its marks, and where their members go.
+type Lookup = (Vec<Mark>, tokio::sync::oneshot::Sender<Vec<Vec<Member>>>);
+
+/// The lookups waiting for the next pass over `/proc`, and whether a thread runs passes.
+struct Scans {
+    waiting: Vec<Lookup>,
+    running: bool,
+}
+
+static SCANS: std::sync::Mutex<Scans> = std::sync::Mutex::new(Scans {
+    waiting: Vec::new(),
+    running: false,
+});
+
+/// Runs passes until no lookup waits; each pass answers every lookup queued before it began.
+fn run_scans() {
+    loop {
+        let batch = {
+            let mut queue = SCANS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if queue.waiting.is_empty() {
+                queue.running = false;
+                return;
+            }
+            std::mem::take(&mut queue.waiting)
+        };
+        let all: Vec<Mark> = batch
+            .iter()
+            .flat_map(|(marks, _)| marks.iter().cloned())
+            .collect();
+        let mut found = members(&all).into_iter();
+        for (marks, sender) in batch {
+            let _ = sender.send(found.by_ref().take(marks.len()).collect());
+        }
+    }
 }
 
 /// Ends every process of every mark: SIGTERM to each group and each member, SIGKILL to
@@ -559,6 +618,62 @@ mod tests {
         let _ = leader.wait();
         // Its end is when it was gone, after the grace, not when it was signalled.
         assert!(gone[0] >= signalled + 300, "{} ms", gone[0] - signalled);
+    }
+
+    #[test]
+    fn lookups_made_together_share_a_pass_and_each_gets_its_own_answer() {
+        let (mut one, _) = engine("echo ready; exec sleep 30", "run-shared-1");
+        let (mut two, _) = engine("echo ready; exec sleep 30", "run-shared-2");
+        let mark = |child: &std::process::Child, run: &str| {
+            Mark::of_leader(
+                Some(child.id() as i32),
+                start_time(child.id()),
+                "CORRAL_RUN_ID",
+                run,
+            )
+        };
+        let marks = [
+            mark(&one, "run-shared-1"),
+            mark(&two, "run-shared-2"),
+            Mark {
+                group: None,
+                env: Some(("CORRAL_RUN_ID".into(), "run-shared-none".into())),
+                since: None,
+            },
+        ];
+        let found = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                // Many at once, as runs ending together ask; two-mark lookups among them.
+                let lookups = (0..24).map(|index| {
+                    let marks = &marks;
+                    async move {
+                        let asked = if index % 4 == 3 {
+                            vec![marks[1].clone(), marks[0].clone()]
+                        } else {
+                            vec![marks[index % 3].clone()]
+                        };
+                        (asked.clone(), members_async(&asked).await)
+                    }
+                });
+                futures::future::join_all(lookups).await
+            });
+        let pids = |members: &[Member]| members.iter().map(|m| m.pid).collect::<Vec<_>>();
+        for (asked, answer) in found {
+            assert_eq!(answer.len(), asked.len());
+            for (mark, members) in asked.iter().zip(&answer) {
+                match mark.group {
+                    Some(group) => assert_eq!(pids(members), [group], "{mark:?}: {members:?}"),
+                    None => assert!(members.is_empty(), "{members:?}"),
+                }
+            }
+        }
+        for child in [&mut one, &mut two] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     #[test]
