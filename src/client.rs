@@ -21,6 +21,11 @@ use crate::protocol::{Notification, Request, Response, RpcError, MAX_LINE, PROTO
 /// the protocol's answers in practice).
 const MAX_ANSWER: usize = 1 << 30;
 
+/// `initialize`'s params.
+fn handshake(exec_id: Option<&str>) -> Value {
+    json!({ "protocol": PROTOCOL_VERSION, "client": "corral-cli", "exec_id": exec_id })
+}
+
 /// Why a call did not get an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -54,6 +59,40 @@ pub struct Client {
 impl Client {
     /// Connects to the daemon of `home` and does the handshake, as exec `exec_id`.
     pub async fn connect(home: &Path, exec_id: Option<&str>) -> Result<Client, ClientError> {
+        let mut client = Client::open(home).await?;
+        client.daemon = client.call("initialize", handshake(exec_id)).await?;
+        Ok(client)
+    }
+
+    /// Connects as exec `exec_id` and writes `initialize` and one call in a single write: one
+    /// round trip instead of two (the daemon decides the handshake in line order, so the call
+    /// runs only once `initialize` succeeded, and is refused otherwise). A refused handshake
+    /// is the error; else the client and the call's own answer.
+    pub async fn connect_and_call(
+        home: &Path,
+        exec_id: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<(Client, Result<Value, ClientError>), ClientError> {
+        let mut client = Client::open(home).await?;
+        let mut lines = client.line("initialize", handshake(exec_id))?;
+        let call = client.next_id;
+        lines.push_str(&client.line(method, params)?);
+        if let Err(error) = client.writer.write_all(lines.as_bytes()).await {
+            return Err(client
+                .read_closing_reason()
+                .await
+                .unwrap_or(ClientError::Io(error)));
+        }
+        // A test's kill -9 here: the request is the daemon's, this process writes nothing more.
+        crate::process::kill_point("send.written");
+        client.daemon = client.answer(call - 1).await?;
+        let answer = client.answer(call).await;
+        Ok((client, answer))
+    }
+
+    /// The socket connected, before the handshake.
+    async fn open(home: &Path) -> Result<Client, ClientError> {
         let path = daemon::socket_path(home);
         daemon::check_socket_path(&path).map_err(ClientError::Spawn)?;
         let stream = match UnixStream::connect(&path).await {
@@ -69,27 +108,22 @@ impl Client {
             Err(error) => return Err(error.into()),
         };
         let (read, writer) = stream.into_split();
-        let mut client = Client {
+        Ok(Client {
             reader: BufReader::new(read),
             writer,
             next_id: 1,
             notifications: VecDeque::new(),
             daemon: Value::Null,
-        };
-        client.daemon = client
-            .call(
-                "initialize",
-                json!({ "protocol": PROTOCOL_VERSION, "client": "corral-cli", "exec_id": exec_id }),
-            )
-            .await?;
-        Ok(client)
+        })
     }
 
-    /// Calls `method` and waits for its answer. A request longer than the protocol's line
-    /// limit is refused here, unsent; an error answer with a null id (the daemon could not read
-    /// the request: too long, not JSON, or it refuses this connection) ends the wait, since
-    /// this client has one call in flight at a time and so the error is this call's.
-    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+    /// Whether the daemon records the exec a `prompt.send` carries (`initialize` said so).
+    pub fn records_execs(&self) -> bool {
+        self.daemon.get("records_execs").and_then(Value::as_bool) == Some(true)
+    }
+
+    /// The next request's line (newline included), refused unsent when too long.
+    fn line(&mut self, method: &str, params: Value) -> Result<String, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         let mut line = serde_json::to_string(&Request::new(id, method, params))
@@ -101,6 +135,16 @@ impl Client {
             });
         }
         line.push('\n');
+        Ok(line)
+    }
+
+    /// Calls `method` and waits for its answer. A request longer than the protocol's line
+    /// limit is refused here, unsent; an error answer with a null id (the daemon could not read
+    /// the request: too long, not JSON, or it refuses this connection) ends the wait, since
+    /// this client has one call in flight at a time and so the error is this call's.
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let id = self.next_id;
+        let line = self.line(method, params)?;
         if let Err(error) = self.writer.write_all(line.as_bytes()).await {
             // The daemon may have closed the connection before reading (it refused this
             // peer): what it wrote first says why.
@@ -109,6 +153,11 @@ impl Client {
                 .await
                 .unwrap_or(ClientError::Io(error)));
         }
+        self.answer(id).await
+    }
+
+    /// Reads until the answer to request `id` (keeping the notifications read meanwhile).
+    async fn answer(&mut self, id: u64) -> Result<Value, ClientError> {
         loop {
             let message = self.read_message().await?;
             if message.get("id").and_then(Value::as_u64) == Some(id) {

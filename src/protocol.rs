@@ -426,6 +426,83 @@ pub struct SendParams {
     /// [`code::SUPERSEDED`] once another driver took the session over.
     #[serde(default)]
     pub generation: Option<i64>,
+    /// The caller's own exec, recorded by the daemon (a compatible addition; a daemon whose
+    /// `initialize` answers `records_execs: true` honours it): its start before the prompt is
+    /// queued, its end with this request's answer (exit 0 for a prompt, 1 for an error).
+    /// Read before the other params, so that a refused send is recorded too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecRecord>,
+}
+
+/// The longest id (an exec's, a trace's, a session's) an [`ExecRecord`] carries.
+pub const MAX_EXEC_ID: usize = 256;
+
+/// The longest path (`cwd`, `repo`) an [`ExecRecord`] carries (Linux's `PATH_MAX`).
+pub const MAX_EXEC_PATH: usize = 4096;
+
+/// A `corral` process as an exec row, sent by the process itself for the daemon to record
+/// (`prompt.send`'s `exec`): what `cli::invocation` would write into the store, field for
+/// field, so that the row is the same whoever writes it. The daemon records nothing a peer
+/// of the same uid could not record by running `corral` itself; it checks sizes and that the
+/// pid is the peer's, and that the id is the one the connection's `initialize` named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRecord {
+    pub id: String,
+    pub trace_id: String,
+    #[serde(default)]
+    pub parent_exec_id: Option<String>,
+    #[serde(default)]
+    pub caller_session_id: Option<String>,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub repo: Option<String>,
+    pub pid: u32,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat`), which tells the
+    /// process from a later one with the same pid.
+    #[serde(default)]
+    pub pid_start: Option<u64>,
+    /// Milliseconds since the epoch, taken by the process when it started.
+    pub started_at: i64,
+}
+
+impl ExecRecord {
+    /// Checks the record's sizes and fields; the client checks before it sends (a record that
+    /// fails here is written by the client itself), the daemon before it writes.
+    pub fn check(&self) -> Result<(), String> {
+        let id = |name: &str, value: &str| {
+            if value.is_empty() || value.len() > MAX_EXEC_ID {
+                Err(format!("exec.{name} must be 1 to {MAX_EXEC_ID} bytes"))
+            } else {
+                Ok(())
+            }
+        };
+        id("id", &self.id)?;
+        id("trace_id", &self.trace_id)?;
+        if let Some(parent) = &self.parent_exec_id {
+            id("parent_exec_id", parent)?;
+        }
+        if let Some(session) = &self.caller_session_id {
+            id("caller_session_id", session)?;
+        }
+        for (name, path) in [("cwd", &self.cwd), ("repo", &self.repo)] {
+            if path.as_ref().is_some_and(|path| path.len() > MAX_EXEC_PATH) {
+                return Err(format!("exec.{name} is at most {MAX_EXEC_PATH} bytes"));
+            }
+        }
+        if self.argv.is_empty() {
+            return Err("exec.argv must name the program".into());
+        }
+        if self.pid == 0 || self.pid > i32::MAX as u32 {
+            return Err("exec.pid must be a process id".into());
+        }
+        if self.started_at <= 0 {
+            return Err("exec.started_at must be milliseconds since the epoch".into());
+        }
+        Ok(())
+    }
 }
 
 /// `events.subscribe`: replay stored events after `after`, then stream live ones.

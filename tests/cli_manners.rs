@@ -538,3 +538,145 @@ fn an_answer_with_id_null_ends_the_clients_wait() {
     );
     assert_eq!(server.join().unwrap(), 1);
 }
+
+/// The rows of the execs whose argv has `send` in it, oldest first.
+#[allow(clippy::type_complexity)]
+fn send_rows(
+    db: &rusqlite::Connection,
+) -> Vec<(
+    Vec<String>,
+    Option<String>,
+    String,
+    u32,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+)> {
+    db.prepare(
+        "SELECT command, parent_exec_id, trace_id, pid, cwd, exit_code, outcome, completed_at \
+         FROM execs WHERE command LIKE '%\"send\"%' ORDER BY started_at",
+    )
+    .unwrap()
+    .query_map([], |row| {
+        let command: String = row.get(0)?;
+        let completed: Option<i64> = row.get(7)?;
+        assert!(completed.is_some(), "an exec left open: {command}");
+        Ok((
+            serde_json::from_str(&command).unwrap(),
+            row.get(1)?,
+            row.get(2)?,
+            row.get(3)?,
+            row.get(4)?,
+            row.get(5)?,
+            row.get(6)?,
+        ))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+#[test]
+fn a_send_through_a_daemon_is_recorded_by_the_daemon_as_it_would_record_itself() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    let send = |words: &[&str]| {
+        let mut command = home.corral(words);
+        command
+            .env("CORRAL_PARENT_EXEC", "the-parent")
+            .env("CORRAL_TRACE_ID", "the-trace")
+            .current_dir(home.work())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = command.spawn().unwrap();
+        let pid = child.id();
+        (pid, finish(child))
+    };
+    let (sent_pid, sent) = send(&["send", "s", "hello", "there"]);
+    let (refused_pid, refused) = send(&["send", "no-such-session", "hello"]);
+    assert_eq!(sent.status.code(), Some(0), "{sent:?}");
+    let said = stdout(&sent);
+    let words: Vec<&str> = said.split_whitespace().collect();
+    assert!(
+        words.len() == 2 && ["running", "queued"].contains(&words[1]),
+        "{said}"
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(stderr(&refused).lines().count(), 1, "{refused:?}");
+    assert!(stderr(&refused).contains("no-such-session"), "{refused:?}");
+
+    let rows = send_rows(&home.db());
+    let work = home.work().to_string_lossy().into_owned();
+    let expect = |words: &[&str], pid: u32, exit: i64, outcome: &str| {
+        let mut argv = vec![env!("CARGO_BIN_EXE_corral").to_string()];
+        argv.extend(words.iter().map(|word| word.to_string()));
+        (
+            argv,
+            Some("the-parent".to_string()),
+            "the-trace".to_string(),
+            pid,
+            Some(work.clone()),
+            Some(exit),
+            Some(outcome.to_string()),
+        )
+    };
+    assert_eq!(
+        rows,
+        [
+            expect(&["send", "s", "hello", "there"], sent_pid, 0, "succeeded"),
+            expect(
+                &["send", "no-such-session", "hello"],
+                refused_pid,
+                1,
+                "failed"
+            ),
+        ]
+    );
+    // The prompt was queued and ran.
+    home.ok(&["history", "s"]);
+    home.stop_daemon();
+}
+
+#[test]
+fn a_send_killed_once_its_request_is_written_is_recorded_by_the_daemon() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    // kill -9 of the client right after its one write (handshake and prompt, exec included):
+    // it never reads the answer, and never writes anything itself.
+    let mut command = home.corral(&["send", "s", "hello"]);
+    command
+        .env("CORRAL_TEST_KILL_AT", "send.written")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = command.spawn().unwrap();
+    let pid = child.id();
+    let killed = finish(child);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed.status),
+        Some(libc::SIGKILL),
+        "{killed:?}"
+    );
+    let db = home.db();
+    common::daemon::wait_until("the daemon completes the exec", || {
+        db.query_row(
+            "SELECT count(*) FROM execs WHERE pid = ?1 AND completed_at IS NOT NULL",
+            [pid],
+            |row| row.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 1
+    });
+    let rows = send_rows(&db);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (argv, _, _, row_pid, _, exit, outcome) = &rows[0];
+    assert_eq!(argv[1..], ["send", "s", "hello"]);
+    assert_eq!(
+        (*row_pid, *exit, outcome.as_deref()),
+        (pid, Some(0), Some("succeeded"))
+    );
+    let prompts: i64 = db
+        .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(prompts, 1);
+    home.stop_daemon();
+}

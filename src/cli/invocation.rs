@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::actors::ledger::{CompleteExec, LedgerHandle, RecordExec};
 use crate::process;
+use crate::protocol::ExecRecord;
 use crate::store::exec::{ExecCompletion, NewExec};
 use crate::store::now_ms;
 
@@ -70,23 +71,26 @@ impl Invocation {
         }
     }
 
-    fn row(&self, completion: Option<ExecCompletion>) -> NewExec {
+    /// The exec as a record the daemon can write for this process (`prompt.send`'s `exec`),
+    /// the same row this process would write itself.
+    pub fn record(&self) -> ExecRecord {
         let pid = std::process::id();
-        NewExec {
+        ExecRecord {
             id: self.id.clone(),
             trace_id: self.trace_id.clone(),
             parent_exec_id: self.parent_exec_id.clone(),
             caller_session_id: self.caller_session_id.clone(),
-            // An exec made for a session was made by its agent, not by a person.
-            via_agent: self.caller_session_id.is_some(),
             argv: self.argv.clone(),
             cwd: self.cwd.clone(),
             repo: self.repo.clone(),
             pid,
             pid_start: process::start_time(pid),
             started_at: self.started_at,
-            completion,
         }
+    }
+
+    fn row(&self, completion: Option<ExecCompletion>) -> NewExec {
+        NewExec::from_record(self.record(), completion)
     }
 
     /// Writes the exec's start. `Ok(false)` when there is no ledger to write to.

@@ -323,13 +323,28 @@ pub fn main() -> ExitCode {
     let (code, supervises) = system.block_on(async move {
         // The store the arguments will most likely name starts opening on the ledger's thread
         // while clap parses them (the two are the largest parts of corral's own cost).
-        let store = EarlyStore::open(&argv);
+        // Not for a plain `send`: one that a daemon answers opens no store (`send::quick`).
+        let plain_send = subcommand_word(&argv).is_some_and(|word| word == "send")
+            && !argv.iter().any(|word| word == "--wait");
+        let store = (!plain_send).then(|| EarlyStore::open(&argv)).flatten();
         tokio::task::yield_now().await;
         match Cli::parse_argv(&argv) {
-            Ok(cli) => {
+            Ok(mut cli) => {
                 // The commands that run a supervisor here stop it the orderly way.
                 let supervises = matches!(cli.command, Command::Daemon(_) | Command::Demo(_));
-                (run_parsed(cli, argv, store).await, supervises)
+                let invocation = match &mut cli.command {
+                    Command::Send(args) if !args.wait => {
+                        match send::quick(cli.home.as_deref(), &argv, args).await {
+                            send::Quick::Done(code) => return (code, false),
+                            send::Quick::Record(invocation, exit) => {
+                                return (record_whole(&cli, invocation, exit).await, false)
+                            }
+                            send::Quick::Ordinary(invocation) => invocation,
+                        }
+                    }
+                    _ => Invocation::capture(argv),
+                };
+                (run_parsed(cli, invocation, store).await, supervises)
             }
             Err(error) => (early(error, argv, store).await, false),
         }
@@ -407,8 +422,24 @@ async fn early(error: clap::Error, argv: Vec<OsString>, store: Option<EarlyStore
     code
 }
 
-async fn run_parsed(cli: Cli, argv: Vec<OsString>, store: Option<EarlyStore>) -> i32 {
-    let context = match open(&cli, argv, store).await {
+/// A command that ended without its exec recorded (a plain send the daemon answered without
+/// recording it): start and end written at once, into the store opened as usual.
+async fn record_whole(cli: &Cli, invocation: Invocation, exit: Exit) -> i32 {
+    match open(cli, invocation, None).await {
+        Ok(context) => {
+            if let Some(ledger) = &context.ledger {
+                if let Err(error) = context.invocation.record_whole(ledger, &exit).await {
+                    return report(error);
+                }
+            }
+            exit.code
+        }
+        Err(error) => report(error),
+    }
+}
+
+async fn run_parsed(cli: Cli, invocation: Invocation, store: Option<EarlyStore>) -> i32 {
+    let context = match open(&cli, invocation, store).await {
         Ok(context) => context,
         Err(error) => return report(error),
     };
@@ -542,7 +573,7 @@ fn report(error: CliError) -> i32 {
 /// or takes the one [`EarlyStore`] started for the same store when it needs no migration.
 async fn open(
     cli: &Cli,
-    argv: Vec<OsString>,
+    invocation: Invocation,
     early: Option<EarlyStore>,
 ) -> Result<Context, CliError> {
     let (home, source) = home::locate(cli.home.as_deref()).ok_or_else(|| {
@@ -587,7 +618,7 @@ async fn open(
         home,
         store_path,
         ledger,
-        invocation: Invocation::capture(argv),
+        invocation,
         // An inspection never starts a daemon, whatever it calls.
         no_spawn: cli.no_spawn || cli.command.inspects(),
     })

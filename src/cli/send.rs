@@ -9,20 +9,29 @@
 //! prompt ends, prints the answer, and releases the claim: exit 0 for `done`, 1 for `failed`
 //! or `cancelled` with the error on stderr.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
+use super::invocation::Invocation;
 use super::progress::StatusLine;
 use super::remote::{self, absolute, print_json, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::events::EventKind;
 
-/// The prompt's text: its words joined by spaces, or with `-` alone, all of stdin as it is. A
-/// text the protocol cannot carry in one line is refused here, with its size.
-fn prompt_text(words: &[String]) -> Result<String, CliError> {
-    let text = match words {
+/// What a send carries, read once: the prompt's text (its words joined by spaces, or with `-`
+/// alone, all of stdin as it is) and its images as absolute paths. A text the protocol cannot
+/// carry in one line is refused here, with its size.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    text: String,
+    images: Vec<String>,
+}
+
+fn prepare(args: &SendArgs) -> Result<Prepared, CliError> {
+    let text = match args.prompt.as_slice() {
         [dash] if dash == "-" => {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|error| {
@@ -30,10 +39,14 @@ fn prompt_text(words: &[String]) -> Result<String, CliError> {
             })?;
             text
         }
-        _ => words.join(" "),
+        words => words.join(" "),
     };
     crate::protocol::check_prompt_size(&text).map_err(CliError::failure)?;
-    Ok(text)
+    let mut images = Vec::with_capacity(args.images.len());
+    for image in &args.images {
+        images.push(absolute(image)?);
+    }
+    Ok(Prepared { text, images })
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,14 +72,137 @@ pub struct SendArgs {
     /// Print the prompt as JSON (with --wait: the ended prompt).
     #[arg(long)]
     pub json: bool,
+    /// What [`quick`] already read (stdin is read once), for the ordinary path it falls to.
+    #[arg(skip)]
+    pub prepared: Option<Result<Prepared, CliError>>,
+}
+
+/// How [`quick`] ended.
+pub enum Quick {
+    /// Sent, and the exec recorded by the daemon: exit with this code.
+    Done(i32),
+    /// Not sent: no daemon answers (or it cannot be asked this way); the ordinary path runs.
+    Ordinary(Invocation),
+    /// Done with this exit, but the daemon did not record the exec: the process writes it.
+    Record(Invocation, Exit),
+}
+
+/// A plain send (no `--wait`) through a daemon that records its exec (`prompt.send`'s
+/// `exec`): this process opens no store at all, and `initialize` and `prompt.send` go in one
+/// write. The store's header is still checked first (plain file I/O, `store::inspect`), so a
+/// refused store stops it as before. When no daemon answers, the ordinary path runs (store,
+/// auto-start), with what was read here.
+pub async fn quick(
+    home: Option<&std::path::Path>,
+    argv: &[OsString],
+    args: &mut SendArgs,
+) -> Quick {
+    let invocation = Invocation::capture(argv.to_vec());
+    let prepared = prepare(args);
+    let ready = match &prepared {
+        Ok(prepared) => ready_home(home).map(|home| (home, prepared.clone())),
+        Err(_) => None,
+    };
+    args.prepared = Some(prepared);
+    let Some((home, prepared)) = ready else {
+        return Quick::Ordinary(invocation);
+    };
+    let record = invocation.record();
+    if record.check().is_err() {
+        return Quick::Ordinary(invocation);
+    }
+    let params = json!({
+        "session": args.session,
+        "text": prepared.text,
+        "images": prepared.images,
+        "read_only": args.read_only,
+        "exec": record,
+    });
+    let exec_id = Some(invocation.id.as_str());
+    let (client, answer) =
+        match Client::connect_and_call(&home, exec_id, "prompt.send", params).await {
+            Ok(answered) => answered,
+            // Nothing was sent: the ordinary path connects (or starts a daemon) and says why.
+            Err(ClientError::NoDaemon(_) | ClientError::Spawn(_) | ClientError::TooLong { .. }) => {
+                return Quick::Ordinary(invocation)
+            }
+            Err(error) => {
+                eprintln!(
+                    "corral: {}",
+                    remote::failure(error).message.unwrap_or_default()
+                );
+                return Quick::Record(invocation, Exit::code(1));
+            }
+        };
+    let recorded = client.records_execs();
+    match answer {
+        Ok(prompt) => {
+            let code = match print_sent(args.json, &prompt) {
+                Ok(()) => 0,
+                Err(error) => {
+                    eprintln!("corral: writing the answer: {error}");
+                    1
+                }
+            };
+            match recorded {
+                true => Quick::Done(code),
+                false => Quick::Record(invocation, Exit::code(code)),
+            }
+        }
+        Err(error) => {
+            let by_daemon = recorded
+                && remote::rpc_error(&error)
+                    .and_then(|error| error.data.as_ref())
+                    .and_then(|data| data.get("exec_recorded"))
+                    .and_then(Value::as_bool)
+                    == Some(true);
+            eprintln!(
+                "corral: {}",
+                remote::failure(error).message.unwrap_or_default()
+            );
+            match by_daemon {
+                true => Quick::Done(1),
+                false => Quick::Record(invocation, Exit::code(1)),
+            }
+        }
+    }
+}
+
+/// The home named, when it is a directory whose store's header is plausibly ours; anything
+/// else is the ordinary path's to handle and say.
+fn ready_home(home: Option<&std::path::Path>) -> Option<PathBuf> {
+    let (home, _) = crate::home::locate(home)?;
+    if !std::fs::metadata(&home).is_ok_and(|meta| meta.is_dir()) {
+        return None;
+    }
+    let compatibility = crate::store::inspect(&crate::store::store_path(&home)).ok()?;
+    (compatibility == crate::store::Compatibility::Plausible).then_some(home)
+}
+
+/// What a plain send prints: the prompt's id and status, or with `--json` the prompt. A
+/// reader that closed the pipe had what it wanted.
+fn print_sent(json: bool, prompt: &Value) -> std::io::Result<()> {
+    use std::io::Write;
+    let text = if json {
+        serde_json::to_string_pretty(prompt).expect("values serialize")
+    } else {
+        format!(
+            "{} {}",
+            remote::text(prompt, "id"),
+            remote::text(prompt, "status")
+        )
+    };
+    match writeln!(std::io::stdout(), "{text}") {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliError> {
-    let text = prompt_text(&args.prompt)?;
-    let mut images = Vec::with_capacity(args.images.len());
-    for image in &args.images {
-        images.push(absolute(image)?);
-    }
+    let Prepared { text, images } = match &args.prepared {
+        Some(prepared) => prepared.clone()?,
+        None => prepare(args)?,
+    };
     let mut interrupts = Interrupts::watch();
     let mut client = tokio::select! {
         client = remote::connect(context) => client?,

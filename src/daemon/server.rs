@@ -664,6 +664,8 @@ fn initialize(connection: &Connection, params: &Value) -> Result<Value, RpcError
         "corral_version": env!("CARGO_PKG_VERSION"),
         "daemon_pid": std::process::id(),
         "home": connection.context.home.to_string_lossy(),
+        // `prompt.send` takes the caller's `exec` and records it (a compatible addition).
+        "records_execs": true,
     }))
 }
 
