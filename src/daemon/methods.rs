@@ -12,12 +12,15 @@ use serde_json::{json, Value};
 
 use super::origin;
 use super::server::Connection;
-use crate::actors::ledger::{ChangeProject, ChangeSession, ClaimDriver, ReleaseDriver, WaveNamed};
+use crate::actors::ledger::{
+    ChangeProject, ChangeSession, ClaimDriver, CompleteExec, RecordExec, ReleaseDriver, WaveNamed,
+};
 use crate::events::EventKind;
 use crate::protocol::{
-    code, ClaimParams, ProjectAddParams, ProjectSetParams, ReleaseParams, RpcError, SendParams,
-    SessionNewParams, METHODS,
+    code, ClaimParams, ExecRecord, ProjectAddParams, ProjectSetParams, ReleaseParams, RpcError,
+    SendParams, SessionNewParams, METHODS,
 };
+use crate::store::exec::{ExecCompletion, NewExec, Outcome};
 use crate::store::select::Unselected;
 use crate::store::settings::{self, KNOWN};
 use crate::store::work::{
@@ -399,6 +402,102 @@ pub async fn call(
     let context = &connection.context;
     let corral = &context.corral;
     check_named(params_value)?;
+) -> Result<Value, RpcError> {
+    if method == "prompt.send" {
+        if let Some(record) = exec_to_record(connection, params_value)? {
+            return send_recording(connection, params_value, record).await;
+        }
+    }
+    answer(connection, method, params_value).await
+}
+
+/// The `exec` a `prompt.send` asks the daemon to record, checked before anything else (a
+/// refused one is not recorded, and the error says nothing of it: the client records it).
+fn exec_to_record(connection: &Connection, params: &Value) -> Result<Option<ExecRecord>, RpcError> {
+    let Some(value) = params.get("exec").filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    let invalid = |message: String| RpcError::new(code::INVALID_PARAMS, message);
+    let record: ExecRecord =
+        serde_json::from_value(value.clone()).map_err(|error| invalid(format!("exec: {error}")))?;
+    record.check().map_err(invalid)?;
+    // The exec the connection is (`initialize`'s `exec_id`), run by the process connected.
+    if connection.exec_id.borrow().as_deref() != Some(record.id.as_str()) {
+        return Err(invalid(
+            "exec.id must be the exec_id this connection's initialize named".into(),
+        ));
+    }
+    if let Some(peer) = connection.peer_pid {
+        if i64::from(peer) != i64::from(record.pid) {
+            return Err(invalid(format!(
+                "exec.pid must be the connected process's ({peer})"
+            )));
+        }
+    }
+    Ok(Some(record))
+}
+
+/// `prompt.send` with the caller's exec: its start is handed to the ledger before the prompt
+/// (so it commits before it, or in the same batch: no queued prompt without its sender's
+/// row), its end is committed before the answer (exit 0 with a prompt, 1 with an error), so
+/// that the client exits knowing its row is complete. An error answer whose exec was recorded
+/// says so (`data.exec_recorded`); one that does not was not recorded.
+async fn send_recording(
+    connection: &Rc<Connection>,
+    params_value: &Value,
+    record: ExecRecord,
+) -> Result<Value, RpcError> {
+    let corral = &connection.context.corral;
+    let id = record.id.clone();
+    let start = corral.write(RecordExec(NewExec::from_record(record, None)));
+    let (started, answered) = tokio::join!(start, answer(connection, "prompt.send", params_value));
+    if let Err(error) = started {
+        tracing::warn!(%error, exec = id, "a client's exec was not recorded");
+        return Err(match answered {
+            Ok(prompt) => RpcError::new(
+                code::BUSY,
+                format!(
+                    "prompt {} is queued, but exec {id} could not be recorded: {error}",
+                    prompt.get("id").and_then(Value::as_str).unwrap_or("-")
+                ),
+            ),
+            Err(refused) => refused,
+        });
+    }
+    let exit_code = if answered.is_ok() { 0 } else { 1 };
+    let completion = ExecCompletion {
+        completed_at: crate::store::now_ms(),
+        exit_code,
+        outcome: Outcome::of_exit_code(exit_code),
+        signal: None,
+    };
+    if let Err(error) = corral
+        .write(CompleteExec {
+            id: id.clone(),
+            completion,
+        })
+        .await
+    {
+        // Left open: `monitor prune` closes it as lost once its process is gone.
+        tracing::warn!(%error, exec = id, "a client's exec end was not recorded");
+    }
+    answered.map_err(|mut refused| {
+        let mut data = match refused.data.take() {
+            Some(Value::Object(data)) => data,
+            Some(other) => serde_json::Map::from_iter([("data".to_string(), other)]),
+            None => serde_json::Map::new(),
+        };
+        data.insert("exec_recorded".into(), Value::Bool(true));
+        refused.data = Some(Value::Object(data));
+        refused
+    })
+}
+
+/// Every method but subscriptions (`server.rs`) and the exec-recording `prompt.send`.
+async fn answer(
+    connection: &Rc<Connection>,
+    method: &str,
+    params_value: &Value,
     refuse_widening_from_a_run(connection, method, params_value).await?;
     if let Some(answer) = corral
         .read(|c| Ok(inspect(c, method, params_value)))
