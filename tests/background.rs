@@ -33,6 +33,30 @@ fn pid_in(pidfile: &Path) -> i32 {
         .unwrap()
 }
 
+/// The pid of the shell the fake engine's last `spawn=` started in `session`, from the
+/// engine's own `fake-engine: spawned PID` line. For a process the run's end may kill before
+/// it could write a pid file (which is the point: it was left behind and must be gone).
+fn spawned_pid(home: &DaemonHome, session: &str) -> i32 {
+    let lines: Vec<String> = home
+        .db()
+        .prepare(
+            "SELECT json_extract(events.payload, '$.line') FROM events \
+             JOIN sessions ON sessions.id = events.session_id \
+             WHERE (sessions.id = ?1 OR sessions.title = ?1) AND events.kind = 'stderr' \
+             ORDER BY events.seq DESC",
+        )
+        .unwrap()
+        .query_map([session], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    lines
+        .iter()
+        .find_map(|line| line.strip_prefix("fake-engine: spawned "))
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `spawned` line in {lines:?}"))
+}
+
 /// The last prompt of `session`, waited for: its JSON.
 fn wait_prompt(home: &DaemonHome, session: &str) -> Value {
     let shown = home.json(&["session", "show", session, "--json"]);
@@ -58,7 +82,7 @@ fn a_process_left_in_the_group_is_gone_when_the_run_ends_on_its_own() {
     let file = pidfile(&home, "left");
     let prompt = format!("{}\nleave a sleep behind", spawn(&file, "sleep 30"));
     home.ok(&["send", &session, &prompt, "--wait"]);
-    let pid = pid_in(&file);
+    let pid = spawned_pid(&home, &session);
     // Gone by the time the prompt is done: the run's end waited for it.
     assert!(!alive(pid), "the engine's `sleep 30` outlived its run");
     let runs = home.json(&["history", &session, "--json"]);
@@ -199,7 +223,7 @@ fn keep_background_keeps_them_and_status_lists_them() {
     let prompt = format!("{}\nagain", spawn(&file, "sleep 30"));
     home.ok(&["send", &session, &prompt, "--wait"]);
     assert!(
-        !alive(pid_in(&file)),
+        !alive(spawned_pid(&home, &session)),
         "keep_background off, the process was kept"
     );
     // The next daemon forgets the dead one it kept.

@@ -83,47 +83,14 @@ impl Worker {
             keep_background,
             project_id,
         } = run;
-        let mut command = tokio::process::Command::new(&argv[0]);
-        command
-            .args(&argv[1..])
-            .current_dir(cwd)
-            .process_group(0)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        environment.apply(&mut command, run_id, kind);
-        let mut child = match command.spawn() {
+        let mut child = match spawn(argv, stdin, cwd, &environment, run_id, kind) {
             Ok(child) => child,
-            Err(error) => {
-                let message = if error.kind() == std::io::ErrorKind::NotFound {
-                    format!("engine '{kind}' not found: {}", argv[0].to_string_lossy())
-                } else {
-                    format!(
-                        "engine '{kind}' could not start ({}): {error}",
-                        argv[0].to_string_lossy()
-                    )
-                };
-                return (RunOutcome::failed(message), None);
-            }
+            Err(message) => return (RunOutcome::failed(message), None),
         };
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
         // A test's kill -9 between the run's two commits (its row, then its pid).
         process::kill_point("run.spawned");
-        // The prompt goes in from a task of its own: a child that prints before it has read
-        // all of a large prompt must not wait on us while we wait on it.
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            let text = text.to_string();
-            tokio::spawn(async move {
-                // A child that exits without reading it all closes the pipe: not our error.
-                let _ = pipe.write_all(text.as_bytes()).await;
-                let _ = pipe.shutdown().await;
-            });
-        }
         let started = self.new_event(
             prompt,
             run_id,
@@ -148,25 +115,9 @@ impl Worker {
             .err()
             .map(|unwritten| unwritten.error);
 
-        let (lines_tx, mut lines) = mpsc::channel::<Line>(LINE_BUFFER);
-        if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
-        }
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx.clone()));
-        }
-        drop(lines_tx);
-
-        let adapter = kind.adapter();
-        // Only the last terminal line decides a run (see `engine::judge`): keeping that one,
-        // not every event, keeps a long run's memory flat.
-        let mut terminal: Option<EngineEvent> = None;
-        let mut stderr_tail: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL);
-        let mut notices: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL);
+        let mut lines = read_output(&mut child);
+        let mut transcript = Transcript::new(kind, known_thread);
         let mut batch: Vec<NewEvent> = Vec::new();
-        let mut answer = Answer::for_engine(kind);
-        let mut thread: Option<String> = known_thread.map(str::to_string);
-        let mut resume_point: Option<String> = None;
         let deadline = tokio::time::sleep(settings.run_timeout);
         tokio::pin!(deadline);
         let mut streams_open = true;
@@ -194,55 +145,7 @@ impl Worker {
                         }
                         continue;
                     };
-                    if line.cut {
-                        batch.push(self.new_event(prompt, run_id, EventKind::Notice, json!({
-                            "message": format!("an output line longer than {MAX_LINE} bytes was cut"),
-                        })));
-                    }
-                    let events = match line.stream {
-                        Stream::Stdout => adapter.parse_line(&line.text),
-                        Stream::Stderr => {
-                            keep_last(&mut stderr_tail, line.text.clone());
-                            batch.push(self.new_event(prompt, run_id, EventKind::Stderr, json!({ "line": line.text })));
-                            vec![]
-                        }
-                    };
-                    let mut new_thread = None;
-                    for event in events {
-                        let event = match event {
-                            EngineEvent::Message { text } => {
-                                let (title, visible) = framing::extract_title(&text);
-                                if let Some(title) = title {
-                                    self.set_title(prompt, Some(run_id), &title, &mut batch).await;
-                                }
-                                answer.push(&visible);
-                                EngineEvent::Message { text: visible }
-                            }
-                            // A thread is told once: when it is new to the session.
-                            EngineEvent::ThreadStarted { ref thread_id } => {
-                                if thread.as_deref() == Some(thread_id.as_str()) {
-                                    continue;
-                                }
-                                thread = Some(thread_id.clone());
-                                new_thread = Some(thread_id.clone());
-                                event
-                            }
-                            EngineEvent::Notice { ref message } => {
-                                keep_last(&mut notices, message.clone());
-                                event
-                            }
-                            // Kept, not stored: where a later retry may resume from.
-                            EngineEvent::ResumePoint { id } => {
-                                resume_point = Some(id);
-                                continue;
-                            }
-                            other => other,
-                        };
-                        batch.push(self.new_event(prompt, run_id, event_kind(&event), event_payload(&event)));
-                        if matches!(event, EngineEvent::TurnCompleted | EngineEvent::TurnFailed { .. }) {
-                            terminal = Some(event);
-                        }
-                    }
+                    let new_thread = self.take_line(prompt, run_id, line, &mut transcript, &mut batch).await;
                     if let Some(thread_id) = new_thread {
                         // Stored the moment the engine names it (with its event), so that a
                         // daemon killed during this run resumes the thread on the rerun.
@@ -291,78 +194,189 @@ impl Worker {
                 break None;
             }
         };
-        let reported = thread.filter(|thread| Some(thread.as_str()) != known_thread);
-        if let Some(ended) = stop {
-            // The whole group and whatever carries the run's id, kept or not.
-            let mark = process::Mark {
-                group: Some(pgid),
-                env: Some((RUN_ID_ENV.to_string(), run_id.to_string())),
-                since: pid_start,
-            };
-            process::end_marked(&[mark], settings.cancel_grace, None).await;
-            let status = child.wait().await.ok();
-            let exit = Exit::of(status);
-            // What the child printed before it ended still belongs to the run.
-            while let Ok(line) = lines.try_recv() {
-                batch.push(self.new_event(
-                    prompt,
-                    run_id,
-                    EventKind::Raw,
-                    json!({ "line": line.text }),
-                ));
+        let reported = transcript.new_thread();
+        let outcome = match stop {
+            Some(ended) => {
+                let mark = process::Mark {
+                    group: Some(pgid),
+                    env: Some((RUN_ID_ENV.to_string(), run_id.to_string())),
+                    since: pid_start,
+                };
+                self.end_stopped(prompt, run_id, ended, child, mark, lines, batch, settings)
+                    .await
             }
-            let reason = match ended {
-                Ended::Stopped(Stop::Cancel) => "cancelled",
-                Ended::Stopped(Stop::Shutdown) => "daemon shutdown",
-                Ended::TimedOut => "timed out",
-                Ended::Unstored(_) => "store unavailable",
-            };
-            let error = match &ended {
-                Ended::Unstored(error) => Some(format!("{error}; the run was ended")),
-                _ => None,
-            };
+            None => {
+                let status = status.or_else(|| child.try_wait().ok().flatten());
+                self.end_exited(prompt, run_id, transcript, status, batch)
+            }
+        };
+        (outcome, reported)
+    }
+
+    /// Turns one output line into events (pushed on `batch`), keeping in `transcript` what
+    /// judges the run. Returns a thread the engine named that is new to the session.
+    async fn take_line(
+        &self,
+        prompt: &Prompt,
+        run_id: &str,
+        line: Line,
+        transcript: &mut Transcript,
+        batch: &mut Vec<NewEvent>,
+    ) -> Option<String> {
+        if line.cut {
             batch.push(self.new_event(
                 prompt,
                 run_id,
-                EventKind::RunExited,
+                EventKind::Notice,
                 json!({
-                    "ended_by": reason,
-                    "exit_code": exit.code,
-                    "signal": exit.signal,
-                    "error": error,
+                    "message": format!("an output line longer than {MAX_LINE} bytes was cut"),
                 }),
             ));
-            // Stored with the run's end.
-            self.deferred.append(&mut batch);
-            let outcome = match ended {
-                Ended::Stopped(stop) => RunOutcome::Stopped(stop, exit),
-                Ended::TimedOut => RunOutcome::TimedOut(exit),
-                Ended::Unstored(_) => RunOutcome::Finished {
-                    verdict: RunVerdict::Failed {
-                        message: error.unwrap_or_default(),
-                    },
-                    exit_code: exit.code,
-                    signal: exit.signal,
-                    answer: None,
-                    // Not the engine's failure: no retry would help while the store is locked.
-                    class: Some(FailureClass::Other),
-                    retry_after: None,
-                    context: Vec::new(),
-                    resume_point: None,
-                },
-            };
-            return (outcome, reported);
         }
-        let status = status.or_else(|| child.try_wait().ok().flatten());
+        let events = match line.stream {
+            Stream::Stdout => transcript.adapter.parse_line(&line.text),
+            Stream::Stderr => {
+                keep_last(&mut transcript.stderr_tail, line.text.clone());
+                batch.push(self.new_event(
+                    prompt,
+                    run_id,
+                    EventKind::Stderr,
+                    json!({ "line": line.text }),
+                ));
+                vec![]
+            }
+        };
+        let mut new_thread = None;
+        for event in events {
+            let event = match event {
+                EngineEvent::Message { text } => {
+                    let (title, visible) = framing::extract_title(&text);
+                    if let Some(title) = title {
+                        self.set_title(prompt, Some(run_id), &title, batch).await;
+                    }
+                    transcript.answer.push(&visible);
+                    EngineEvent::Message { text: visible }
+                }
+                // A thread is told once: when it is new to the session.
+                EngineEvent::ThreadStarted { ref thread_id } => {
+                    if transcript.thread.as_deref() == Some(thread_id.as_str()) {
+                        continue;
+                    }
+                    transcript.thread = Some(thread_id.clone());
+                    new_thread = Some(thread_id.clone());
+                    event
+                }
+                EngineEvent::Notice { ref message } => {
+                    keep_last(&mut transcript.notices, message.clone());
+                    event
+                }
+                // Kept, not stored: where a later retry may resume from.
+                EngineEvent::ResumePoint { id } => {
+                    transcript.resume_point = Some(id);
+                    continue;
+                }
+                other => other,
+            };
+            batch.push(self.new_event(prompt, run_id, event_kind(&event), event_payload(&event)));
+            if matches!(
+                event,
+                EngineEvent::TurnCompleted | EngineEvent::TurnFailed { .. }
+            ) {
+                transcript.terminal = Some(event);
+            }
+        }
+        new_thread
+    }
+
+    /// Ends a run stopped before it ended on its own (cancel, shutdown, timeout, a store
+    /// that stayed locked): its whole group and whatever carries its id, kept or not.
+    #[allow(clippy::too_many_arguments)]
+    async fn end_stopped(
+        &mut self,
+        prompt: &Prompt,
+        run_id: &str,
+        ended: Ended,
+        mut child: tokio::process::Child,
+        mark: process::Mark,
+        mut lines: mpsc::Receiver<Line>,
+        mut batch: Vec<NewEvent>,
+        settings: &crate::store::settings::Settings,
+    ) -> RunOutcome {
+        process::end_marked(&[mark], settings.cancel_grace, None).await;
+        let exit = Exit::of(child.wait().await.ok());
+        // What the child printed before it ended still belongs to the run.
+        while let Ok(line) = lines.try_recv() {
+            batch.push(self.new_event(
+                prompt,
+                run_id,
+                EventKind::Raw,
+                json!({ "line": line.text }),
+            ));
+        }
+        let reason = match ended {
+            Ended::Stopped(Stop::Cancel) => "cancelled",
+            Ended::Stopped(Stop::Shutdown) => "daemon shutdown",
+            Ended::TimedOut => "timed out",
+            Ended::Unstored(_) => "store unavailable",
+        };
+        let error = match &ended {
+            Ended::Unstored(error) => Some(format!("{error}; the run was ended")),
+            _ => None,
+        };
+        batch.push(self.new_event(
+            prompt,
+            run_id,
+            EventKind::RunExited,
+            json!({
+                "ended_by": reason,
+                "exit_code": exit.code,
+                "signal": exit.signal,
+                "error": error,
+            }),
+        ));
+        // Stored with the run's end.
+        self.deferred.append(&mut batch);
+        match ended {
+            Ended::Stopped(stop) => RunOutcome::Stopped(stop, exit),
+            Ended::TimedOut => RunOutcome::TimedOut(exit),
+            Ended::Unstored(_) => RunOutcome::Finished {
+                verdict: RunVerdict::Failed {
+                    message: error.unwrap_or_default(),
+                },
+                exit_code: exit.code,
+                signal: exit.signal,
+                answer: None,
+                // Not the engine's failure: no retry would help while the store is locked.
+                class: Some(FailureClass::Other),
+                retry_after: None,
+                context: Vec::new(),
+                resume_point: None,
+            },
+        }
+    }
+
+    /// Judges a run whose engine exited on its own, from its structured output and exit.
+    fn end_exited(
+        &mut self,
+        prompt: &Prompt,
+        run_id: &str,
+        transcript: Transcript,
+        status: Option<std::process::ExitStatus>,
+        mut batch: Vec<NewEvent>,
+    ) -> RunOutcome {
         let exit = Exit::of(status);
-        let tail: Vec<String> = stderr_tail.into_iter().collect();
+        let tail: Vec<String> = transcript.stderr_tail.into_iter().collect();
         let verdict = engine::judge(
-            terminal.as_slice(),
+            transcript.terminal.as_slice(),
             exit.code,
             exit.signal.as_deref(),
             &tail,
-            adapter.final_line(),
+            transcript.adapter.final_line(),
         );
+        let verdict_name = match &verdict {
+            RunVerdict::Succeeded => "succeeded",
+            RunVerdict::Failed { .. } => "failed",
+        };
         batch.push(self.new_event(
             prompt,
             run_id,
@@ -370,12 +384,12 @@ impl Worker {
             json!({
                 "exit_code": exit.code,
                 "signal": exit.signal,
-                "verdict": match &verdict { RunVerdict::Succeeded => "succeeded", RunVerdict::Failed { .. } => "failed" },
+                "verdict": verdict_name,
             }),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).
         self.deferred.append(&mut batch);
-        let (class, retry_after) = match terminal {
+        let (class, retry_after) = match transcript.terminal {
             Some(EngineEvent::TurnFailed {
                 class,
                 retry_after_ms,
@@ -383,17 +397,113 @@ impl Worker {
             }) => (class, retry_after_ms.map(Duration::from_millis)),
             _ => (None::<FailureClass>, None),
         };
-        let outcome = RunOutcome::Finished {
+        RunOutcome::Finished {
             verdict,
             exit_code: exit.code,
             signal: exit.signal,
-            answer: answer.into_text(),
+            answer: transcript.answer.into_text(),
             class,
             retry_after,
-            context: notices.into_iter().chain(tail).collect(),
-            resume_point,
-        };
-        (outcome, reported)
+            context: transcript.notices.into_iter().chain(tail).collect(),
+            resume_point: transcript.resume_point,
+        }
+    }
+}
+
+/// Spawns a run's engine as the leader of a process group of its own, with stdout and stderr
+/// piped and the prompt (if any) written to its stdin. `Err` is the run's failure message.
+fn spawn(
+    argv: &[OsString],
+    stdin: Option<&str>,
+    cwd: &str,
+    environment: &ChildEnv<'_>,
+    run_id: &str,
+    kind: EngineKind,
+) -> Result<tokio::process::Child, String> {
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .current_dir(cwd)
+        .process_group(0)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    environment.apply(&mut command, run_id, kind);
+    let mut child = command.spawn().map_err(|error| {
+        if error.kind() == std::io::ErrorKind::NotFound {
+            format!("engine '{kind}' not found: {}", argv[0].to_string_lossy())
+        } else {
+            format!(
+                "engine '{kind}' could not start ({}): {error}",
+                argv[0].to_string_lossy()
+            )
+        }
+    })?;
+    // The prompt goes in from a task of its own: a child that prints before it has read all
+    // of a large prompt must not wait on us while we wait on it.
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let text = text.to_string();
+        tokio::spawn(async move {
+            // A child that exits without reading it all closes the pipe: not our error.
+            let _ = pipe.write_all(text.as_bytes()).await;
+            let _ = pipe.shutdown().await;
+        });
+    }
+    Ok(child)
+}
+
+/// Reads the child's stdout and stderr on tasks of their own into one bounded channel of
+/// lines (at most [`LINE_BUFFER`] in flight).
+fn read_output(child: &mut tokio::process::Child) -> mpsc::Receiver<Line> {
+    let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx));
+    }
+    lines
+}
+
+/// What a run's output said so far that decides its outcome.
+struct Transcript {
+    adapter: Box<dyn engine::Engine>,
+    /// Only the last terminal line decides a run (see `engine::judge`): keeping that one, not
+    /// every event, keeps a long run's memory flat.
+    terminal: Option<EngineEvent>,
+    stderr_tail: VecDeque<String>,
+    notices: VecDeque<String>,
+    answer: Answer,
+    /// The session's thread before the run, then the one the engine names.
+    known_thread: Option<String>,
+    thread: Option<String>,
+    /// Where a later retry may resume from (claude's last good assistant message).
+    resume_point: Option<String>,
+}
+
+impl Transcript {
+    fn new(kind: EngineKind, known_thread: Option<&str>) -> Transcript {
+        Transcript {
+            adapter: kind.adapter(),
+            terminal: None,
+            stderr_tail: VecDeque::with_capacity(STDERR_TAIL),
+            notices: VecDeque::with_capacity(STDERR_TAIL),
+            answer: Answer::for_engine(kind),
+            known_thread: known_thread.map(str::to_string),
+            thread: known_thread.map(str::to_string),
+            resume_point: None,
+        }
+    }
+
+    /// The thread the engine reported, if it is not the one the session had.
+    fn new_thread(&self) -> Option<String> {
+        self.thread
+            .clone()
+            .filter(|thread| Some(thread) != self.known_thread.as_ref())
     }
 }
 
