@@ -300,3 +300,43 @@ fn after_a_kill_9_the_app_servers_status_is_the_truth_and_its_restarts_are_kept(
     assert_ne!(third["pid"], second["pid"], "{third}");
     assert!(started.elapsed() < Duration::from_secs(60));
 }
+
+#[test]
+fn a_daemon_stopped_by_sigterm_leaves_its_app_server_stopped_by_the_shutdown() {
+    let home = DaemonHome::new();
+    home.config(&[("engines.codex-app-server.path", FAKE)]);
+    home.add_project("a", &home.work(), "codex-app-server");
+    let session = home.new_session(&["a", "--title", "served"]);
+    home.ok(&["send", &session, "first", "--wait"]);
+    let running = app_server_status(&home);
+    assert_eq!(running["status"], "running", "{running}");
+    let pid = running["pid"].as_i64().unwrap() as i32;
+
+    home.stop_daemon();
+    assert!(!alive(pid), "the app-server child outlived its daemon");
+    // What the store keeps is the truth: stopped by the shutdown, not a child that died.
+    let stored: Value = home
+        .db()
+        .query_row(
+            "SELECT state FROM app_servers WHERE project_id = (SELECT id FROM projects WHERE name = 'a')",
+            [],
+            |row| row.get::<_, String>(0),
+        )
+        .map(|state| serde_json::from_str(&state).unwrap())
+        .unwrap();
+    assert_eq!(stored["status"], "stopped", "{stored}");
+    assert_eq!(
+        stored["last_exit"]["close_source"], "daemon shutdown",
+        "{stored}"
+    );
+    assert_eq!(stored["last_exit"]["pid"], pid, "{stored}");
+
+    // The next daemon has nothing to recover and says so.
+    home.start_daemon();
+    let after = app_server_status(&home);
+    assert_eq!(after["status"], "stopped", "{after}");
+    assert_eq!(
+        after["last_exit"]["close_source"], "daemon shutdown",
+        "{after}"
+    );
+}

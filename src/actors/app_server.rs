@@ -146,6 +146,8 @@ pub struct AppServerActor {
     /// after a restart is not (the old one ended with its daemon, not on its own), though its
     /// generation and restarts go on from the store.
     spawned_here: bool,
+    /// The daemon is shutting down ([`StopChild`]): no child is started any more.
+    stopping: bool,
     last_exit: Option<Value>,
     recent: VecDeque<Value>,
     /// Called with the state after every change worth keeping (persisted by the owner).
@@ -176,6 +178,7 @@ impl AppServerActor {
             waiting: Vec::new(),
             restarts: VecDeque::new(),
             spawned_here: false,
+            stopping: false,
             last_exit: None,
             recent: VecDeque::new(),
             on_change: None,
@@ -489,6 +492,12 @@ impl AppServerActor {
     /// after a backoff for a restart, or not at all past the restart limit (the waiters are
     /// then told why).
     fn start_for_waiters(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping {
+            for waiter in self.waiting.drain(..) {
+                let _ = waiter.send(Err("the daemon is shutting down".into()));
+            }
+            return;
+        }
         // `Starting` without a child: a restart is already scheduled.
         if self.child.is_none() && self.status != ServerStatus::Starting {
             let restarts = self.recent_restarts();
@@ -756,6 +765,52 @@ impl Handler<KillChild> for AppServerActor {
             );
             process::signal_group(pid as i32, libc::SIGKILL);
         }
+    }
+}
+
+/// Ends the child for the daemon's shutdown, once no turn runs: SIGTERM to its group, SIGKILL
+/// after `grace`. Replies with the state it leaves (stopped, the ended child in `last_exit`
+/// with `close_source: "daemon shutdown"`), which the caller stores: the next daemon must not
+/// take a child stopped with its daemon for one that died with it.
+#[derive(Message)]
+#[rtype(result = "AppServerState")]
+pub struct StopChild {
+    pub grace: Duration,
+}
+
+impl Handler<StopChild> for AppServerActor {
+    type Result = ResponseActFuture<Self, AppServerState>;
+
+    fn handle(&mut self, StopChild { grace }: StopChild, _: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        let pid = self.child.as_ref().map(|live| live.pid);
+        Box::pin(
+            async move {
+                if let Some(pid) = pid {
+                    process::end_orphan_group(pid as i32, grace).await;
+                }
+                pid
+            }
+            .into_actor(self)
+            .map(|pid, actor, ctx| {
+                if let Some(pid) = pid {
+                    // Its exit may not have been read yet: it is gone all the same.
+                    if actor.child.is_some() {
+                        actor.report_death(ctx);
+                    }
+                    if let Some(exit) = actor.last_exit.as_mut().filter(|exit| exit["pid"] == pid) {
+                        exit["close_source"] = json!("daemon shutdown");
+                    }
+                    actor.remember(
+                        "stopped",
+                        json!({ "pid": pid, "reason": "daemon shutdown" }),
+                    );
+                }
+                actor.status = ServerStatus::Stopped;
+                actor.changed();
+                actor.state()
+            }),
+        )
     }
 }
 
