@@ -28,9 +28,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::broadcast;
 
+use crate::actors::app_server::StopChild;
 use crate::actors::ledger::{
     CancelPrompt, CreateProject, CreateSession, EnqueuePrompt, LedgerError, LedgerHandle,
-    SetGroupLocking, SetSetting,
+    SaveAppServer, SetGroupLocking, SetSetting,
 };
 use crate::actors::slots::{SlotLimits, SlotsHandle};
 use crate::actors::supervisor::{
@@ -641,6 +642,26 @@ impl Corral {
             tokio::select! {
                 _ = events.recv() => {}
                 _ = tokio::time::sleep_until(stop_by) => break,
+            }
+        }
+        self.stop_app_servers().await;
+    }
+
+    /// Ends every project's app-server child (no turn runs any more) and stores the state it
+    /// leaves, so that the next daemon shows it stopped by this shutdown rather than taking
+    /// it for a child that died with its daemon.
+    async fn stop_app_servers(&self) {
+        let grace = self.settings().cancel_grace;
+        for server in self.shared.app_server_actors() {
+            let Ok(state) = server.send(StopChild { grace }).await else {
+                continue;
+            };
+            let write = SaveAppServer {
+                project_id: state.project_id.clone(),
+                state: serde_json::to_value(&state).unwrap_or_default(),
+            };
+            if let Err(error) = self.shared.ledger.write(write).await {
+                tracing::error!(%error, "the stopped app-server's state was not stored");
             }
         }
     }
