@@ -752,6 +752,29 @@ impl LedgerHandle {
         }))
     }
 
+    /// [`write`](Self::write) for what must not be lost to a locked store: a write given up
+    /// at `store.lock_timeout_ms` is made again, until it is stored, `stop` turns true (the
+    /// daemon's shutdown), or it fails for another reason.
+    pub async fn write_until_stored<W: LedgerWrite>(
+        &self,
+        mut write: W,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<W::Output, LedgerError> {
+        loop {
+            match self.write_keeping(write).await {
+                Ok(output) => return Ok(output),
+                Err(Unwritten {
+                    error,
+                    write: Some(kept),
+                }) if error.is_locked() && !*stop.borrow() => {
+                    tracing::warn!(%error, "a write kept: trying it again");
+                    write = kept;
+                }
+                Err(unwritten) => return Err(unwritten.error),
+            }
+        }
+    }
+
     /// The number of WAL checkpoints finished so far; it changes when one finishes.
     pub fn checkpoints(&self) -> watch::Receiver<u64> {
         self.checkpointed.clone()

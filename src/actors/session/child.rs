@@ -561,7 +561,12 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
     if kept.is_empty() && forget.is_empty() {
         return;
     }
-    if let Err(error) = shared.ledger.write(KeepProcesses { kept, forget }).await {
+    let write = KeepProcesses { kept, forget };
+    if let Err(error) = shared
+        .ledger
+        .write_until_stored(write, &shared.shutdown_signal())
+        .await
+    {
         tracing::error!(%error, "the kept processes were not recorded");
     }
 }
