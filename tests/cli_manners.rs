@@ -680,3 +680,81 @@ fn a_send_killed_once_its_request_is_written_is_recorded_by_the_daemon() {
     assert_eq!(prompts, 1);
     home.stop_daemon();
 }
+
+/// The exec row of a `corral run` (found by `needle` in its argv): (id, argv, pid,
+/// started_at, completed_at, exit_code, outcome).
+#[allow(clippy::type_complexity)]
+fn run_row(
+    db: &rusqlite::Connection,
+    needle: &str,
+) -> (
+    String,
+    Vec<String>,
+    u32,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+) {
+    db.query_row(
+        "SELECT id, command, pid, started_at, completed_at, exit_code, outcome FROM execs \
+         WHERE command LIKE ?1",
+        [format!("%{needle}%")],
+        |row| {
+            let command: String = row.get(1)?;
+            Ok((
+                row.get(0)?,
+                serde_json::from_str(&command).unwrap(),
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+            ))
+        },
+    )
+    .unwrap()
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn run_records_its_exec_whether_the_command_or_the_store_is_quicker() {
+    // A home with no store: the store is created and migrated while the command runs, which
+    // takes longer than `sh -c 'exit 3'` (the start and the end then go in one write); then
+    // a command slower than the store (its start written while it runs, its end after).
+    let home = Home::new();
+    for (script, code) in [
+        ("echo $CORRAL_PARENT_EXEC; exit 3", 3),
+        ("sleep 0.3; echo $CORRAL_PARENT_EXEC", 0),
+    ] {
+        let before = now_ms();
+        let child = home
+            .corral(&["run", "--", "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let output = child.wait_with_output().unwrap();
+        let after = now_ms();
+        assert_eq!(output.status.code(), Some(code), "{output:?}");
+        let (id, argv, row_pid, started, completed, exit, outcome) = run_row(&home.db(), script);
+        // The command was given its exec's id before the row was written.
+        assert_eq!(stdout(&output).trim(), id);
+        assert_eq!(argv[1..], ["run", "--", "sh", "-c", script]);
+        assert_eq!(row_pid, pid);
+        // The start is taken before the spawn, the end after the command's.
+        let completed = completed.expect("completed");
+        assert!(before <= started && started <= completed && completed <= after);
+        assert_eq!(exit, Some(code.into()));
+        let expected = if code == 0 { "succeeded" } else { "failed" };
+        assert_eq!(outcome.as_deref(), Some(expected));
+    }
+}

@@ -20,9 +20,13 @@
 //!    ([`Command::needs_store`]: `run` runs unrecorded) — exits 1 before it connects to a
 //!    daemon, starts one, or opens a reader;
 //! 3. record the exec's start through the ledger, run the command, record its end: exit code,
-//!    outcome, and the signal only when a signal really ended a process (a plain `send`
-//!    connects and queues its prompt while its start is written: the daemon needs no exec row
-//!    for that);
+//!    outcome, and the signal only when a signal really ended a process. Three commands take
+//!    a shorter way: a plain `send` that a daemon answers opens no store at all — it checks
+//!    the store's header, and the daemon records its exec with the prompt ([`send::quick`]);
+//!    a plain `send` that must open the store connects and queues its prompt while its start
+//!    is written (the daemon needs no exec row for that); `run` spawns its command before the
+//!    store is open, and writes the start while it runs, or start and end at once when the
+//!    command was quicker ([`run_first`]);
 //! 4. exit without tearing the runtime down (every write is committed by then; closing the
 //!    store's connection on the ledger's thread would only delay the exit), except for the
 //!    commands that run a supervisor in this process (`daemon`, `demo`).
@@ -344,6 +348,9 @@ pub fn main() -> ExitCode {
                     }
                     _ => Invocation::capture(argv),
                 };
+                if let Command::Run(_) = &cli.command {
+                    return (run_first(cli, invocation, store).await, false);
+                }
                 (run_parsed(cli, invocation, store).await, supervises)
             }
             Err(error) => (early(error, argv, store).await, false),
@@ -503,6 +510,123 @@ async fn run_parsed(cli: Cli, invocation: Invocation, store: Option<EarlyStore>)
     exit.code
 }
 
+/// `corral run`: the command is spawned at once (its exec's start time was taken before),
+/// and the store opens and the exec's start is written while it runs; a command that ends
+/// before the store is open is recorded in one write, start and end. A store that is refused
+/// leaves the command unrecorded (the refusal said once); one that cannot be opened or
+/// written is said when the command has ended, and corral then exits 1 (the command ran,
+/// unrecorded: corral's failure), as when the start cannot be written.
+async fn run_first(cli: Cli, invocation: Invocation, store: Option<EarlyStore>) -> i32 {
+    let Command::Run(args) = &cli.command else {
+        unreachable!("run_first runs `run`");
+    };
+    let home = match home::locate(cli.home.as_deref()) {
+        Some((home, source)) => match home::prepare(&home, &source) {
+            Ok(()) => home,
+            Err(error) => return report(CliError::failure(error)),
+        },
+        None => return report(no_home()),
+    };
+    invocation::install_panic_hook();
+    // Its own task, so that a panic in it is contained (the hook ends the child's group) and
+    // the exec is still completed.
+    let task = match run::spawn(&home, &invocation, args) {
+        Ok(running) => tokio::task::spawn_local(running.wait()),
+        Err(error) => tokio::task::spawn_local(async { run::Ended::Exited(Err(error)) }),
+    };
+    tokio::pin!(task);
+    let opening = open(&cli, invocation, store);
+    tokio::pin!(opening);
+    let mut ended = None;
+    let context = tokio::select! {
+        biased;
+        result = &mut task => {
+            ended = Some(result);
+            opening.await
+        }
+        context = &mut opening => context,
+    };
+    let context = match context {
+        Ok(context) => Some(context),
+        Err(error) => {
+            let result = match ended {
+                Some(result) => result,
+                None => task.await,
+            };
+            let _ = conclude_run(result, None).await;
+            return report(error);
+        }
+    };
+    let context = context.as_ref();
+    let ledger = context.and_then(|context| context.ledger.as_ref());
+    let mut started = false;
+    if let (None, Some(context)) = (&ended, context) {
+        if ledger.is_some() {
+            let start = context.invocation.record_start(ledger);
+            tokio::pin!(start);
+            let written = tokio::select! {
+                written = &mut start => written,
+                result = &mut task => {
+                    ended = Some(result);
+                    start.await
+                }
+            };
+            match written {
+                Ok(written) => started = written,
+                Err(error) => {
+                    let result = match ended {
+                        Some(result) => result,
+                        None => task.await,
+                    };
+                    let _ = conclude_run(result, context.into()).await;
+                    return report(error);
+                }
+            }
+        }
+    }
+    let result = match ended {
+        Some(result) => result,
+        None => task.await,
+    };
+    let exit = conclude_run(result, context).await;
+    if let (Some(context), Some(ledger)) = (context, ledger) {
+        if !started {
+            // Nothing of it is stored yet: not storing it is corral's failure, as a start that
+            // cannot be written is.
+            if let Err(error) = context.invocation.record_whole(ledger, &exit).await {
+                return report(error);
+            }
+        } else if let Err(error) = context.invocation.record_end(Some(ledger), &exit).await {
+            let reason = error.message.unwrap_or_default();
+            eprintln!("corral: could not record the end of this command: {reason}");
+        }
+    }
+    exit.code
+}
+
+/// The exit of `run`'s task: the command's, or a panic's.
+async fn conclude_run(
+    result: Result<run::Ended, tokio::task::JoinError>,
+    context: Option<&Context>,
+) -> Exit {
+    let ended = match result {
+        Ok(ended) => ended,
+        Err(error) if error.is_panic() => match error.try_into_panic() {
+            Ok(payload) if invocation::is_closed_pipe(&*payload) => return Exit::success(),
+            _ => return panicked(),
+        },
+        Err(_) => return panicked(),
+    };
+    match run::conclude(ended, context).await {
+        Ok(exit) => exit,
+        Err(error) => Exit::code(report(error)),
+    }
+}
+
+fn no_home() -> CliError {
+    CliError::failure("no home directory: set CORRAL_HOME, XDG_STATE_HOME or HOME")
+}
+
 /// How a command that panicked ended.
 fn panicked() -> Exit {
     Exit {
@@ -576,9 +700,7 @@ async fn open(
     invocation: Invocation,
     early: Option<EarlyStore>,
 ) -> Result<Context, CliError> {
-    let (home, source) = home::locate(cli.home.as_deref()).ok_or_else(|| {
-        CliError::failure("no home directory: set CORRAL_HOME, XDG_STATE_HOME or HOME")
-    })?;
+    let (home, source) = home::locate(cli.home.as_deref()).ok_or_else(no_home)?;
     home::prepare(&home, &source).map_err(CliError::failure)?;
     let store_path = store::store_path(&home);
     let early = early.filter(|early| early.path == store_path);
