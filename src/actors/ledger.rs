@@ -236,6 +236,11 @@ impl Handler<Open> for LedgerWriter {
         }
         // The checkpointer checkpoints (see `CHECKPOINT_EVERY`), not the commits.
         connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+        if version >= 1 {
+            // A short command's first write is its exec's: compiled now, beside its work.
+            exec::prepare_writes(&connection)
+                .map_err(|error| StoreError::from_sqlite(&self.path, error))?;
+        }
         // One attempt's wait: the writer retries a locked store itself (see `Commit`).
         connection.busy_timeout(attempt_wait())?;
         self.connection = Some(connection);

@@ -191,34 +191,44 @@ pub fn search_text(argv: &[String]) -> String {
     argv.join(" ").to_ascii_lowercase()
 }
 
+const INSERT: &str = "INSERT INTO execs (id, trace_id, parent_exec_id, caller_session_id, \
+     via_agent, command, search_text, cwd, repo, pid, pid_start, started_at, completed_at, \
+     exit_code, outcome, signal) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+
+const COMPLETE: &str = "UPDATE execs SET completed_at = ?2, exit_code = ?3, outcome = ?4, \
+     signal = ?5 WHERE id = ?1 AND completed_at IS NULL";
+
+/// Compiles the exec writes into the connection's statement cache (the insert's plan covers
+/// five indexes and a trigger): done when the ledger opens the store, which a short command
+/// overlaps with its other work, so that its first write does not compile them.
+pub(crate) fn prepare_writes(connection: &Connection) -> rusqlite::Result<()> {
+    connection.prepare_cached(INSERT)?;
+    connection.prepare_cached(COMPLETE)?;
+    Ok(())
+}
+
 pub(crate) fn insert(transaction: &Connection, exec: &NewExec) -> rusqlite::Result<()> {
     let command = serde_json::to_string(&exec.argv).expect("strings serialize");
     let completion = exec.completion.as_ref();
-    transaction
-        .prepare_cached(
-            "INSERT INTO execs (id, trace_id, parent_exec_id, caller_session_id, via_agent, \
-             command, search_text, cwd, repo, pid, pid_start, started_at, completed_at, \
-             exit_code, outcome, signal) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-        )?
-        .execute(params![
-            exec.id,
-            exec.trace_id,
-            exec.parent_exec_id,
-            exec.caller_session_id,
-            exec.via_agent,
-            command,
-            search_text(&exec.argv),
-            exec.cwd,
-            exec.repo,
-            exec.pid,
-            exec.pid_start.map(|start| start as i64),
-            exec.started_at,
-            completion.map(|c| c.completed_at),
-            completion.map(|c| c.exit_code),
-            completion.map(|c| c.outcome.as_str()),
-            completion.and_then(|c| c.signal.clone()),
-        ])?;
+    transaction.prepare_cached(INSERT)?.execute(params![
+        exec.id,
+        exec.trace_id,
+        exec.parent_exec_id,
+        exec.caller_session_id,
+        exec.via_agent,
+        command,
+        search_text(&exec.argv),
+        exec.cwd,
+        exec.repo,
+        exec.pid,
+        exec.pid_start.map(|start| start as i64),
+        exec.started_at,
+        completion.map(|c| c.completed_at),
+        completion.map(|c| c.exit_code),
+        completion.map(|c| c.outcome.as_str()),
+        completion.and_then(|c| c.signal.clone()),
+    ])?;
     Ok(())
 }
 
@@ -228,18 +238,13 @@ pub(crate) fn complete(
     id: &str,
     completion: &ExecCompletion,
 ) -> rusqlite::Result<bool> {
-    let changed = transaction
-        .prepare_cached(
-            "UPDATE execs SET completed_at = ?2, exit_code = ?3, outcome = ?4, signal = ?5 \
-             WHERE id = ?1 AND completed_at IS NULL",
-        )?
-        .execute(params![
-            id,
-            completion.completed_at,
-            completion.exit_code,
-            completion.outcome.as_str(),
-            completion.signal,
-        ])?;
+    let changed = transaction.prepare_cached(COMPLETE)?.execute(params![
+        id,
+        completion.completed_at,
+        completion.exit_code,
+        completion.outcome.as_str(),
+        completion.signal,
+    ])?;
     Ok(changed == 1)
 }
 
