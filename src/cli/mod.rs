@@ -152,6 +152,19 @@ enum QuickCommand {
 impl Cli {
     /// Parses `argv`, through [`QuickCli`] when it can.
     fn parse_argv(argv: &[OsString]) -> Result<Cli, clap::Error> {
+        // `corral run -- CMD…`: after `--` every word is the command's, so clap would find
+        // nothing else to parse (and the command starts sooner without it).
+        if let [_, run, dashes, command @ ..] = argv {
+            if run == "run" && dashes == "--" && !command.is_empty() {
+                return Ok(Cli {
+                    home: None,
+                    no_spawn: false,
+                    command: Command::Run(run::RunArgs {
+                        command: command.to_vec(),
+                    }),
+                });
+            }
+        }
         let quick = matches!(
             subcommand_word(argv).and_then(|word| word.to_str()),
             Some("run" | "send")
@@ -785,6 +798,9 @@ mod tests {
     fn the_quick_parse_reads_run_and_send_as_the_whole_parser_does() {
         for words in [
             &["corral", "run", "--", "true", "-x", "--home", "y"][..],
+            &["corral", "run", "--", "--help"],
+            &["corral", "run", "--", "--", "x"],
+            &["corral", "run", "--", "sh", "-c", "exit 3", "--no-spawn"],
             &["corral", "--home", "/h", "run", "ls", "-la"],
             &["corral", "run", "--no-spawn", "--", "sh", "-c", "exit 3"],
             &["corral", "send", "s", "hello", "world"],
