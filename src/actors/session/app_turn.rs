@@ -190,7 +190,11 @@ impl Worker {
             };
             // Not stored (the store stayed locked), the events stay deferred, in order.
             if let Err(unwritten) = self.write_events(set, vec![started]).await {
-                tracing::error!(error = %unwritten.error, "the app-server thread was not stored");
+                tracing::error!(error = %unwritten.error, "the app-server thread was not stored yet");
+                // Kept: stored with the prompt's end, which waits out the lock.
+                if let Some(set) = unwritten.write {
+                    self.pending_thread = Some(set);
+                }
             }
         }
         let (sender, mut notifications) = mpsc::unbounded_channel();

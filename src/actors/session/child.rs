@@ -129,6 +129,7 @@ impl Worker {
         let mut leftovers_done = false;
         let drain = tokio::time::sleep(Duration::from_secs(u32::MAX as u64));
         tokio::pin!(drain);
+        let mut drain_cap = tokio::time::Instant::now();
         let stop = loop {
             if let Some(error) = unstored.take() {
                 break Some(Ended::Unstored(error));
@@ -151,7 +152,11 @@ impl Worker {
                         // daemon killed during this run resumes the thread on the rerun.
                         let set = SetThread { session_id: self.session_id.clone(), thread_id: Some(thread_id), resume_point: None };
                         if let Err(unwritten) = self.write_events(set, std::mem::take(&mut batch)).await {
-                            tracing::error!(error = %unwritten.error, run_id, "the engine's thread was not stored");
+                            tracing::error!(error = %unwritten.error, run_id, "the engine's thread was not stored yet");
+                            // Kept: stored with the prompt's end, which waits out the lock.
+                            if let Some(set) = unwritten.write {
+                                self.pending_thread = Some(set);
+                            }
                             unstored = Some(unwritten.error);
                         }
                     } else if batch.len() >= EVENT_BATCH || lines.is_empty() {
@@ -162,8 +167,10 @@ impl Worker {
                     match exit {
                         Ok(exit) => status = Some(exit),
                         Err(error) => {
+                            // Ended as a stopped run is: its whole group and what carries
+                            // its id, then it fails saying why.
                             tracing::error!(%error, "waiting for the engine");
-                            break None;
+                            break Some(Ended::Lost(error.to_string()));
                         }
                     }
                     leftovers = Some(Box::pin(end_leftovers(
@@ -181,9 +188,19 @@ impl Worker {
                 }
                 _ = async { leftovers.as_mut().expect("armed").await }, if leftovers.is_some() && !leftovers_done => {
                     leftovers_done = true;
-                    drain.as_mut().reset(tokio::time::Instant::now() + STREAM_DRAIN);
+                    let now = tokio::time::Instant::now();
+                    drain.as_mut().reset(now + STREAM_DRAIN);
+                    drain_cap = now + STREAM_DRAIN_MAX;
                 }
-                _ = &mut drain, if leftovers_done && streams_open => break None,
+                // Lines still buffered are read first (a write that waited may have let the
+                // drain run out meanwhile); then the pipes' time is up, or at the latest.
+                _ = &mut drain, if leftovers_done && streams_open => {
+                    let now = tokio::time::Instant::now();
+                    if lines.is_empty() || now >= drain_cap {
+                        break None;
+                    }
+                    drain.as_mut().reset(now + STREAM_DRAIN);
+                }
                 // Once the engine has exited on its own, the run ends as an exit.
                 stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if status.is_none() => {
                     break Some(Ended::Stopped(stop))
@@ -206,6 +223,12 @@ impl Worker {
                     .await
             }
             None => {
+                // What the engine printed before it exited and the drain ended still
+                // belongs to the run (its final line among it, maybe).
+                while let Ok(line) = lines.try_recv() {
+                    self.take_line(prompt, run_id, line, &mut transcript, &mut batch)
+                        .await;
+                }
                 let status = status.or_else(|| child.try_wait().ok().flatten());
                 self.end_exited(prompt, run_id, transcript, status, batch)
             }
@@ -318,9 +341,11 @@ impl Worker {
             Ended::Stopped(Stop::Shutdown) => "daemon shutdown",
             Ended::TimedOut => "timed out",
             Ended::Unstored(_) => "store unavailable",
+            Ended::Lost(_) => "lost",
         };
         let error = match &ended {
             Ended::Unstored(error) => Some(format!("{error}; the run was ended")),
+            Ended::Lost(error) => Some(format!("the engine could not be waited for: {error}")),
             _ => None,
         };
         batch.push(self.new_event(
@@ -339,7 +364,7 @@ impl Worker {
         match ended {
             Ended::Stopped(stop) => RunOutcome::Stopped(stop, exit),
             Ended::TimedOut => RunOutcome::TimedOut(exit),
-            Ended::Unstored(_) => RunOutcome::Finished {
+            Ended::Unstored(_) | Ended::Lost(_) => RunOutcome::Finished {
                 verdict: RunVerdict::Failed {
                     message: error.unwrap_or_default(),
                 },
@@ -511,6 +536,11 @@ impl Transcript {
 /// (or kept): a process that escaped with them (or a kept one) must not hold the run.
 const STREAM_DRAIN: Duration = Duration::from_millis(200);
 
+/// The most the pipes may stay open once the engine has exited and what it left was ended
+/// or kept, however much is still coming: a kept process that keeps writing does not hold
+/// the run.
+const STREAM_DRAIN_MAX: Duration = Duration::from_secs(2);
+
 /// What an engine that exited on its own left behind, to end or keep.
 struct Left {
     pgid: i32,
@@ -578,6 +608,8 @@ enum Ended {
     /// Its events could not be stored: the store stayed locked past `store.lock_timeout_ms`
     /// (or failed). They are kept and stored with the run's end; the run fails.
     Unstored(crate::actors::ledger::LedgerError),
+    /// Its exit could not be waited for (an error from the kernel): ended and failed.
+    Lost(String),
 }
 
 fn keep_last(lines: &mut VecDeque<String>, line: String) {
