@@ -273,6 +273,20 @@ static SCANS: std::sync::Mutex<Scans> = std::sync::Mutex::new(Scans {
 
 /// Runs passes until no lookup waits; each pass answers every lookup queued before it began.
 fn run_scans() {
+    // A pass that panics must not leave `running` set: no thread would serve the lookups
+    // queued after it, and every run's end would wait forever.
+    struct Unwinding;
+    impl Drop for Unwinding {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                SCANS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .running = false;
+            }
+        }
+    }
+    let _unwinding = Unwinding;
     loop {
         let batch = {
             let mut queue = SCANS
