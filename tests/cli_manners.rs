@@ -758,3 +758,104 @@ fn run_records_its_exec_whether_the_command_or_the_store_is_quicker() {
         assert_eq!(outcome.as_deref(), Some(expected));
     }
 }
+
+/// Writes `requests` as lines on a new connection to `home`'s daemon, one write; the answers
+/// by id.
+fn pipelined(home: &std::path::Path, requests: &[Value]) -> Vec<Value> {
+    let mut stream = std::os::unix::net::UnixStream::connect(home.join("corral.sock")).unwrap();
+    let lines: String = requests
+        .iter()
+        .map(|request| format!("{request}\n"))
+        .collect();
+    stream.write_all(lines.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut answers: Vec<Value> = (0..requests.len())
+        .map(|_| {
+            let mut line = String::new();
+            assert!(
+                reader.read_line(&mut line).unwrap() > 0,
+                "the daemon hung up"
+            );
+            serde_json::from_str(&line).unwrap()
+        })
+        .collect();
+    answers.sort_by_key(|answer| answer["id"].as_u64());
+    answers
+}
+
+#[test]
+fn the_daemon_records_only_an_exec_its_peer_could_record() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    let pid = std::process::id();
+    let exec = |id: &str, pid: u32| {
+        serde_json::json!({ "id": id, "trace_id": id, "argv": ["corral", "send", "x"],
+            "pid": pid, "started_at": 1_700_000_000_000_i64 })
+    };
+    let request = |id: u64, method: &str, params: Value| serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let send = |id: u64, session: &str, exec: Value| {
+        request(
+            id,
+            "prompt.send",
+            serde_json::json!({ "session": session, "text": "x", "exec": exec }),
+        )
+    };
+    let hello = |exec_id: &str| {
+        request(
+            1,
+            "initialize",
+            serde_json::json!({ "protocol": 1, "exec_id": exec_id }),
+        )
+    };
+    let answers = pipelined(
+        home.path(),
+        &[
+            hello("exe-a"),
+            // Another process's pid, another exec than the connection's, a field too long.
+            send(2, "s", exec("exe-a", 1)),
+            send(3, "s", exec("exe-b", pid)),
+            send(4, "s", {
+                let mut long = exec("exe-a", pid);
+                long["cwd"] = Value::String("x".repeat(5000));
+                long
+            }),
+        ],
+    );
+    assert_eq!(answers[0]["result"]["records_execs"], true, "{answers:?}");
+    for answer in &answers[1..] {
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        assert!(answer["error"].get("data").is_none(), "{answer}");
+    }
+    let answers = pipelined(
+        home.path(),
+        &[
+            hello("exe-c"),
+            send(2, "no-such-session", exec("exe-c", pid)),
+            // One exec per connection.
+            send(3, "s", exec("exe-c", pid)),
+        ],
+    );
+    assert_eq!(answers[1]["error"]["code"], -32004, "{answers:?}");
+    assert_eq!(
+        answers[1]["error"]["data"]["exec_recorded"], true,
+        "{answers:?}"
+    );
+    assert_eq!(answers[2]["error"]["code"], -32602, "{answers:?}");
+    let db = home.db();
+    let rows: Vec<(String, Option<i64>, Option<String>)> = db
+        .prepare("SELECT id, exit_code, outcome FROM execs WHERE id LIKE 'exe-%'")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        [("exe-c".to_string(), Some(1), Some("failed".to_string()))]
+    );
+    let prompts: i64 = db
+        .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(prompts, 0);
+    home.stop_daemon();
+}

@@ -399,10 +399,6 @@ pub async fn call(
     method: &str,
     params_value: &Value,
 ) -> Result<Value, RpcError> {
-    let context = &connection.context;
-    let corral = &context.corral;
-    check_named(params_value)?;
-) -> Result<Value, RpcError> {
     if method == "prompt.send" {
         if let Some(record) = exec_to_record(connection, params_value)? {
             return send_recording(connection, params_value, record).await;
@@ -433,6 +429,11 @@ fn exec_to_record(connection: &Connection, params: &Value) -> Result<Option<Exec
                 "exec.pid must be the connected process's ({peer})"
             )));
         }
+    }
+    if connection.exec_recorded.replace(true) {
+        return Err(invalid(
+            "this connection's exec was recorded already".into(),
+        ));
     }
     Ok(Some(record))
 }
@@ -498,6 +499,10 @@ async fn answer(
     connection: &Rc<Connection>,
     method: &str,
     params_value: &Value,
+) -> Result<Value, RpcError> {
+    let context = &connection.context;
+    let corral = &context.corral;
+    check_named(params_value)?;
     refuse_widening_from_a_run(connection, method, params_value).await?;
     if let Some(answer) = corral
         .read(|c| Ok(inspect(c, method, params_value)))

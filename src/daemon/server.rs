@@ -114,6 +114,9 @@ pub struct Connection {
     pub initialized: Cell<bool>,
     /// The client's exec (the driver of what it sends), from `initialize`.
     pub exec_id: RefCell<Option<String>>,
+    /// Whether a `prompt.send` of this connection carried the exec for the daemon to record
+    /// (an exec is recorded once).
+    pub exec_recorded: Cell<bool>,
     out: Outbound,
     subscriptions: RefCell<HashMap<u64, tokio::task::JoinHandle<()>>>,
 }
@@ -432,6 +435,7 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
         peer_pid: peer.pid(),
         initialized: Cell::new(false),
         exec_id: RefCell::new(None),
+        exec_recorded: Cell::new(false),
         out: Outbound { lines, room },
         subscriptions: RefCell::new(HashMap::new()),
     });
