@@ -42,8 +42,12 @@ use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("restart") {
+        return restarts(&args[1..]);
+    }
+    let args: Vec<usize> = args
+        .iter()
         .map(|value| value.parse().expect("a number"))
         .collect();
     let arg = |index: usize, default: usize| args.get(index).copied().unwrap_or(default);
@@ -159,7 +163,14 @@ struct Restart {
 impl Case {
     fn run(corral: &Path, fake: &Path, sessions: usize, prompts: usize, restart: bool) -> Case {
         let home = tempfile::tempdir().expect("a temporary home");
-        let (daemon, _) = Daemon::start(corral, home.path());
+        let mut case = Case::run_in(home.path(), corral, fake, sessions, prompts);
+        case.restart = restart.then(|| Restart::measure(corral, home.path()));
+        case
+    }
+
+    /// One backlog made in `home`; its daemon stopped after the figures.
+    fn run_in(home: &Path, corral: &Path, fake: &Path, sessions: usize, prompts: usize) -> Case {
+        let (daemon, _) = Daemon::start(corral, home);
         let mut conn = Conn::open(&daemon.socket());
         conn.call(
             "initialize",
@@ -173,7 +184,7 @@ impl Case {
             "settings.set",
             json!({ "name": "slots.fake", "value": "1" }),
         );
-        let project = home.path().join("project");
+        let project = home.join("project");
         std::fs::create_dir_all(&project).unwrap();
         conn.call(
             "project.add",
@@ -226,12 +237,8 @@ impl Case {
             mib(hwm_kib)
         );
         drop(conn);
-
-        let restart = restart.then(|| {
-            let stopped = daemon.stop();
-            println!("  daemon stopped in {}", ms(stopped));
-            Restart::measure(corral, home.path())
-        });
+        let stopped = daemon.stop();
+        println!("  daemon stopped in {}", ms(stopped));
         Case {
             sessions,
             prompts,
@@ -242,7 +249,7 @@ impl Case {
             cancel,
             rss_kib,
             hwm_kib,
-            restart,
+            restart: None,
         }
     }
 
@@ -294,9 +301,12 @@ impl Restart {
             .collect();
         times.sort();
         // The sessions' workers may still be asking for their slots: read once they settled.
-        let waiters = conn.call("status", Value::Null)["slots"]["waiting"]
-            .as_array()
-            .map_or(0, Vec::len);
+        let slots = &conn.call("status", Value::Null)["slots"];
+        // `waiting_count` since the status lists only the first waiters; before, all of them.
+        let waiters = slots["waiting_count"].as_u64().map_or_else(
+            || slots["waiting"].as_array().map_or(0, Vec::len),
+            |count| count as usize,
+        );
         let _ = status;
         let (rss_kib, _) = memory(daemon.pid);
         drop(conn);
@@ -308,6 +318,54 @@ impl Restart {
             status_max: *times.last().unwrap(),
             rss_kib,
             waiters,
+        }
+    }
+}
+
+/// `restart SESSIONS PROMPTS STARTS [DIR...]`: one backlog store made (as a large case, with
+/// the first DIR's binaries), then STARTS rounds of daemons started on it, one per DIR in turn
+/// in each round (DIR holds `corral` and `corral-fake-engine`; default: this example's
+/// target dir): two builds compared on one store, alternating, in one sitting.
+fn restarts(args: &[String]) {
+    let number = |index: usize, default: usize| {
+        args.get(index)
+            .map_or(default, |value| value.parse().expect("a number"))
+    };
+    let (sessions, prompts, starts) = (number(0, 2_000), number(1, 20_000), number(2, 5));
+    let dirs: Vec<PathBuf> = if args.len() > 3 {
+        args[3..].iter().map(PathBuf::from).collect()
+    } else {
+        let (corral, _) = binaries();
+        vec![corral.parent().unwrap().to_path_buf()]
+    };
+    let (corral, fake) = (dirs[0].join("corral"), dirs[0].join("corral-fake-engine"));
+    // BACKLOG_HOME: a home kept (and reused when it has a store) to look at the boot further.
+    let temporary = tempfile::tempdir().expect("a temporary home");
+    let kept = std::env::var_os("BACKLOG_HOME").map(PathBuf::from);
+    let home = kept.as_deref().unwrap_or(temporary.path());
+    std::fs::create_dir_all(home).expect("BACKLOG_HOME");
+    if !home.join("corral.db").exists() {
+        Case::run_in(home, &corral, &fake, sessions, prompts);
+    }
+    println!();
+    println!(
+        "| build | start | detach | first status after spawn | status p50 | max | waiters | RSS |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for start in 0..starts {
+        for dir in &dirs {
+            let restart = Restart::measure(&dir.join("corral"), home);
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {:.1} MiB |",
+                dir.display(),
+                start + 1,
+                ms(restart.detached),
+                ms(restart.first_status),
+                ms(restart.status_p50),
+                ms(restart.status_max),
+                restart.waiters,
+                mib(restart.rss_kib)
+            );
         }
     }
 }

@@ -464,6 +464,12 @@ impl Corral {
         self.shared.slots.snapshot().await.ok()
     }
 
+    /// The slot manager's state as `status` shows it: limits, what runs, how many wait and
+    /// the first `first` waiters with what they wait for.
+    pub async fn slot_summary(&self, first: usize) -> Option<crate::actors::slots::SlotSummary> {
+        self.shared.slots.summary(first).await.ok()
+    }
+
     /// The app-server of a session's project (for steer and compact), running.
     async fn session_app_server(
         &self,

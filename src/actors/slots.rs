@@ -278,6 +278,34 @@ pub struct SlotSnapshot {
     pub waiting: Vec<SlotEntry>,
 }
 
+/// A waiting request as `status` shows it: the ticket, what it asked for, and what it waits
+/// for now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingEntry {
+    #[serde(flatten)]
+    pub entry: SlotEntry,
+    /// Why it is not granted now (always known for a waiter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocker: Option<Blocker>,
+}
+
+/// The table as `status` shows it: the limits and what runs, whole (a few entries: as many as
+/// the limits allow), and of the waiters their count and the first few in the order they are
+/// served, each with its blocker. A backlog of 2,000 waiting sessions would otherwise be
+/// 300 KB of JSON for every `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotSummary {
+    pub limits: SlotLimits,
+    /// Running requests, by ticket.
+    pub running: Vec<SlotEntry>,
+    /// How many requests of each engine run now (engines with none are left out).
+    pub running_per_engine: BTreeMap<String, usize>,
+    /// How many requests wait, in all.
+    pub waiting_count: usize,
+    /// The first waiting requests in arrival order (at most the number asked for).
+    pub waiting: Vec<WaitingEntry>,
+}
+
 // ---------------------------------------------------------------------------------------------
 // The pure core.
 
@@ -477,6 +505,40 @@ impl SlotTable {
                 .waiting
                 .values()
                 .map(|(ticket, request)| entry(ticket, request))
+                .collect(),
+        }
+    }
+
+    /// The table as `status` shows it: everything that runs, the waiters' count, and the
+    /// first `first` waiters with their blockers (cost: the running requests and `first`
+    /// waiters, whatever the backlog).
+    pub fn summary(&self, first: usize) -> SlotSummary {
+        let entry = |ticket: &Ticket, request: &SlotRequest| SlotEntry {
+            ticket: *ticket,
+            request: request.clone(),
+            owner: self.owners.get(ticket).cloned(),
+        };
+        SlotSummary {
+            limits: self.limits.clone(),
+            running: self
+                .running
+                .iter()
+                .map(|(ticket, request)| entry(ticket, request))
+                .collect(),
+            running_per_engine: self
+                .running_per_engine
+                .iter()
+                .map(|(engine, count)| (engine.clone(), *count))
+                .collect(),
+            waiting_count: self.waiting.len(),
+            waiting: self
+                .waiting
+                .values()
+                .take(first)
+                .map(|(ticket, request)| WaitingEntry {
+                    entry: entry(ticket, request),
+                    blocker: self.blocker(*ticket),
+                })
                 .collect(),
         }
     }
@@ -840,6 +902,21 @@ impl Handler<Snapshot> for SlotManager {
     }
 }
 
+/// Asks for the table as `status` shows it ([`SlotTable::summary`]).
+#[derive(Message)]
+#[rtype(result = "SlotSummary")]
+struct Summary {
+    first: usize,
+}
+
+impl Handler<Summary> for SlotManager {
+    type Result = MessageResult<Summary>;
+
+    fn handle(&mut self, Summary { first }: Summary, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.table.summary(first))
+    }
+}
+
 /// Asks why a session's waiting request is not granted.
 #[derive(Message)]
 #[rtype(result = "Option<Blocker>")]
@@ -853,6 +930,34 @@ impl Handler<Blocked> for SlotManager {
     fn handle(&mut self, Blocked { session }: Blocked, _: &mut Context<Self>) -> Self::Result {
         let ticket = self.table.waiting_for(&session)?;
         self.table.blocker(ticket)
+    }
+}
+
+/// Asks why each of several sessions' waiting requests is not granted, in one message (the
+/// boot's burst of `slot.waiting` announcements asks for 2,000 at once).
+#[derive(Message)]
+#[rtype(result = "Vec<Option<Blocker>>")]
+struct BlockedAll {
+    sessions: Vec<String>,
+}
+
+impl Handler<BlockedAll> for SlotManager {
+    type Result = MessageResult<BlockedAll>;
+
+    fn handle(
+        &mut self,
+        BlockedAll { sessions }: BlockedAll,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        MessageResult(
+            sessions
+                .iter()
+                .map(|session| {
+                    let ticket = self.table.waiting_for(session)?;
+                    self.table.blocker(ticket)
+                })
+                .collect(),
+        )
     }
 }
 
@@ -1008,6 +1113,23 @@ impl SlotsHandle {
             .send(Blocked {
                 session: session.to_string(),
             })
+            .await
+            .map_err(|_| SlotError::Stopped)
+    }
+
+    /// [`blocker`](Self::blocker) for each of `sessions`, in order, in one message.
+    pub async fn blockers(&self, sessions: Vec<String>) -> Result<Vec<Option<Blocker>>, SlotError> {
+        self.manager
+            .send(BlockedAll { sessions })
+            .await
+            .map_err(|_| SlotError::Stopped)
+    }
+
+    /// The table as `status` shows it: what runs, the waiters' count and the first `first`
+    /// waiters with their blockers.
+    pub async fn summary(&self, first: usize) -> Result<SlotSummary, SlotError> {
+        self.manager
+            .send(Summary { first })
             .await
             .map_err(|_| SlotError::Stopped)
     }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use actix::prelude::*;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::app_server::{AppServerActor, AppServerState};
 use super::ledger::{
@@ -57,6 +57,23 @@ pub struct Shared {
     draining: std::sync::atomic::AtomicBool,
     /// The app-server child of each project that uses one, started on first use.
     app_servers: std::sync::Mutex<HashMap<String, Addr<AppServerActor>>>,
+    /// How many session actors have a worker running now, kept by the workers themselves
+    /// ([`Shared::begin_work`]): `status` and the shutdown read it without asking every
+    /// session actor (2,000 of them at a large boot).
+    working: Arc<std::sync::atomic::AtomicUsize>,
+    /// The announcer of slot waits ([`Shared::announce_waiting`]), started on first use.
+    announcer: std::sync::OnceLock<mpsc::UnboundedSender<Announcement>>,
+}
+
+/// A session's worker counted in [`Shared::working`] for as long as this lives: dropped when
+/// the worker future ends, or with its actor.
+#[derive(Debug)]
+pub struct Working(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// An event as published to subscribers: the stored event, and its JSON text made once for
@@ -114,7 +131,21 @@ impl Shared {
             shutdown: watch::channel(false).0,
             draining: std::sync::atomic::AtomicBool::new(false),
             app_servers: std::sync::Mutex::new(HashMap::new()),
+            working: Arc::default(),
+            announcer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Counts a session's worker as working until the returned guard is dropped.
+    pub fn begin_work(&self) -> Working {
+        self.working
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Working(self.working.clone())
+    }
+
+    /// How many session actors have a worker running now.
+    pub fn working(&self) -> usize {
+        self.working.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// A receiver that turns true when the supervisor shuts down.
@@ -205,6 +236,41 @@ impl Shared {
         }
     }
 
+    /// Stores a worker's `slot.waiting` announcement: `events` are its deferred events with
+    /// the `slot.waiting` event last, whose `held_by` is filled in here. Announcements made
+    /// at once are stored together: their blockers asked of the slot manager in one message
+    /// and their events written in one ledger write, published after it (a boot resuming
+    /// 2,000 waiting sessions has them all announce 20 ms in; one by one they would hold up
+    /// the daemon's first answers). Returns once they are stored; an error hands back the
+    /// events not stored (a store locked past `store.lock_timeout_ms`), for the worker to
+    /// keep deferred, in order.
+    pub async fn announce_waiting(&self, events: Vec<NewEvent>) -> Result<(), Vec<NewEvent>> {
+        let Some(session_id) = events.last().map(|event| event.session_id.clone()) else {
+            return Ok(());
+        };
+        let announcer = self.announcer.get_or_init(|| {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            actix::spawn(announce(
+                self.ledger.clone(),
+                self.slots.clone(),
+                self.events.clone(),
+                receiver,
+            ));
+            sender
+        });
+        let (reply, answer) = oneshot::channel();
+        let announcement = Announcement {
+            session_id,
+            events,
+            reply,
+        };
+        if let Err(mpsc::error::SendError(announcement)) = announcer.send(announcement) {
+            return Err(announcement.events);
+        }
+        // No answer: the announcer stopped with the system; nothing is left to keep them.
+        answer.await.unwrap_or(Ok(()))
+    }
+
     /// Stores events that no session's worker tells (a worker keeps its own, in order with
     /// its run: `session::try_store_events`) and publishes them. Nothing is dropped for a
     /// store another program locks: the ledger waits up to `store.lock_timeout_ms`, and a
@@ -233,6 +299,90 @@ impl Shared {
                 Err(unwritten) => return Err(unwritten.error),
             }
         }
+    }
+}
+
+/// One worker's `slot.waiting` announcement ([`Shared::announce_waiting`]).
+struct Announcement {
+    session_id: String,
+    /// Its deferred events, then the `slot.waiting` event.
+    events: Vec<NewEvent>,
+    /// `Err`: the events that were not stored, handed back.
+    reply: oneshot::Sender<Result<(), Vec<NewEvent>>>,
+}
+
+/// The most announcements stored in one write.
+const ANNOUNCE_BATCH: usize = 4_096;
+
+/// The announcer: takes every announcement waiting now, asks the slot manager what blocks
+/// each (in one message), stores all their events in one write and answers each worker. A
+/// write that fails for another reason than a lock (a session gone meanwhile) is made again
+/// one announcement at a time, so that one session's failure costs no other its events.
+async fn announce(
+    ledger: LedgerHandle,
+    slots: SlotsHandle,
+    published: broadcast::Sender<Arc<Published>>,
+    mut announcements: mpsc::UnboundedReceiver<Announcement>,
+) {
+    let mut batch = Vec::new();
+    while announcements.recv_many(&mut batch, ANNOUNCE_BATCH).await > 0 {
+        let sessions = batch.iter().map(|a| a.session_id.clone()).collect();
+        let blockers = slots.blockers(sessions).await.unwrap_or_default();
+        for (announcement, blocker) in batch.iter_mut().zip(blockers) {
+            if let Some(waiting) = announcement.events.last_mut() {
+                waiting.payload["held_by"] = serde_json::to_value(blocker).unwrap_or_default();
+            }
+        }
+        if batch.len() > 1 {
+            let events = batch.iter().flat_map(|a| a.events.clone()).collect();
+            match ledger.write_keeping(AppendEvents { events }).await {
+                Ok(stored) => {
+                    publish(&published, stored);
+                    for announcement in batch.drain(..) {
+                        let _ = announcement.reply.send(Ok(()));
+                    }
+                    continue;
+                }
+                Err(Unwritten {
+                    error,
+                    write: Some(_),
+                }) if error.is_locked() => {
+                    // Never ran: every worker keeps its own, in order.
+                    for announcement in batch.drain(..) {
+                        let _ = announcement.reply.send(Err(announcement.events));
+                    }
+                    continue;
+                }
+                Err(unwritten) => {
+                    tracing::warn!(error = %unwritten.error, "slot announcements stored one by one");
+                }
+            }
+        }
+        for announcement in batch.drain(..) {
+            let Announcement { events, reply, .. } = announcement;
+            let answer = match ledger.write_keeping(AppendEvents { events }).await {
+                Ok(stored) => {
+                    publish(&published, stored);
+                    Ok(())
+                }
+                Err(Unwritten {
+                    write: Some(AppendEvents { events }),
+                    ..
+                }) => Err(events),
+                Err(Unwritten { error, write: None }) => {
+                    tracing::error!(%error, "events not stored");
+                    Ok(())
+                }
+            };
+            let _ = reply.send(answer);
+        }
+    }
+}
+
+/// Publishes stored events (no subscriber is not an error).
+fn publish(published: &broadcast::Sender<Arc<Published>>, stored: Vec<Event>) {
+    for event in stored {
+        let _ = published.send(Arc::new(Published::new(event)));
     }
 }
 
@@ -326,9 +476,11 @@ impl Handler<CancelRunning> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, message: CancelRunning, _: &mut Context<Self>) {
-        if let Some(actor) = self.sessions.get(&message.session_id) {
-            actor.do_send(CancelPrompt(message.prompt_id));
-        }
+        // Made if need be: a prompt resumed at boot may not have its actor yet (the resume
+        // is dispatched in steps, see `resume`); the cancel then waits in the new actor for
+        // the prompt's worker, which ends it at once.
+        let actor = self.actor(&message.session_id);
+        actor.do_send(CancelPrompt(message.prompt_id));
     }
 }
 
@@ -345,29 +497,17 @@ impl Handler<CountSessions> for Supervisor {
     }
 }
 
-/// How many session actors have a worker running now.
+/// How many session actors have a worker running now: the count the workers keep
+/// ([`Shared::working`]), so asking costs the same for 2 sessions or 2,000.
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct CountWorking;
 
 impl Handler<CountWorking> for Supervisor {
-    type Result = ResponseFuture<usize>;
+    type Result = usize;
 
-    fn handle(&mut self, _: CountWorking, _: &mut Context<Self>) -> Self::Result {
-        let asks: Vec<_> = self
-            .sessions
-            .values()
-            .map(|actor| actor.send(super::session::IsWorking))
-            .collect();
-        Box::pin(async move {
-            let mut working = 0;
-            for ask in asks {
-                if matches!(ask.await, Ok(true)) {
-                    working += 1;
-                }
-            }
-            working
-        })
+    fn handle(&mut self, _: CountWorking, _: &mut Context<Self>) -> usize {
+        self.shared.working()
     }
 }
 
@@ -402,15 +542,31 @@ impl Handler<Boot> for Supervisor {
                 Ok::<_, String>((recovered, prompts))
             }
             .into_actor(self)
-            .map(|result, supervisor, _| {
+            .map(|result, _, ctx| {
                 let (recovered, prompts) = result?;
-                for prompt in prompts {
-                    let actor = supervisor.actor(&prompt.session_id);
-                    actor.do_send(StartWork(prompt));
-                }
+                actix::spawn(resume(ctx.address(), prompts));
                 Ok(recovered)
             }),
         )
+    }
+}
+
+/// How many resumed prompts are handed to their sessions' actors before the others waiting
+/// on the daemon's thread (a request, an engine's output) get a turn.
+const RESUME_STEP: usize = 64;
+
+/// Hands the prompts boot found running to their sessions' workers, [`RESUME_STEP`] at a time
+/// with a yield between steps: each worker's first steps (its session and project read, its
+/// slot asked for) cost about 25 µs, so 2,000 of them at once would keep the daemon from
+/// answering anyone for 50 ms; in steps, a request waits for one step at most at each of
+/// its turns. The boot's answer (and with it the daemon's readiness) does not wait for them.
+async fn resume(supervisor: Addr<Supervisor>, prompts: Vec<Prompt>) {
+    let mut prompts = prompts.into_iter().peekable();
+    while prompts.peek().is_some() {
+        for prompt in prompts.by_ref().take(RESUME_STEP) {
+            supervisor.do_send(Dispatch(prompt));
+        }
+        tokio::task::yield_now().await;
     }
 }
 

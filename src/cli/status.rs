@@ -1,5 +1,6 @@
 //! `corral status`: the daemon (pid, version, home), how many sessions it knows, how many
-//! work now, its slots (limits, what runs, what waits), the app-server children (their state
+//! work now, its slots (limits, what runs, how many wait, and the first few waiters with what
+//! they wait for: `--waiters N`), the app-server children (their state
 //! as it truly is, restarts kept across daemon restarts) and the background processes that
 //! projects with `keep_background` kept after their runs. With no daemon running it says
 //! so in one line (`--json`: `{"daemon": null, "home", "sessions"}` from the store) and exits
@@ -15,11 +16,16 @@ pub struct StatusArgs {
     /// Print the daemon's status as JSON.
     #[arg(long)]
     pub json: bool,
+    /// How many slot waiters to list, the first served first (all are counted).
+    #[arg(long, value_name = "N", default_value_t = crate::daemon::methods::STATUS_WAITERS)]
+    pub waiters: usize,
 }
 
 pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliError> {
     let status = match remote::inspect(context).await? {
-        Source::Daemon(mut client) => remote::call(&mut client, "status", json!({})).await?,
+        Source::Daemon(mut client) => {
+            remote::call(&mut client, "status", json!({ "waiters": args.waiters })).await?
+        }
         Source::Store(store) => {
             if args.json {
                 print_json(&store.status()?);
@@ -48,6 +54,18 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
     println!("sessions: {}", status["sessions"].as_u64().unwrap_or(0));
     println!("working:  {}", status["working"].as_u64().unwrap_or(0));
     println!("slots:    {}", slots(&status["slots"]));
+    let slots = &status["slots"];
+    let shown = slots["waiting"].as_array().cloned().unwrap_or_default();
+    for waiter in &shown {
+        println!("waiting:  {}", waiter_line(waiter));
+    }
+    let count = waiting_count(slots);
+    if count > shown.len() {
+        println!(
+            "          … and {} more waiting (status --json --waiters N lists more)",
+            count - shown.len()
+        );
+    }
     for server in status["app_servers"].as_array().into_iter().flatten() {
         println!("app-server: {}", app_server(server));
     }
@@ -125,7 +143,61 @@ fn slots(slots: &Value) -> String {
         Some(total) => line.push_str(&format!("; total {total}")),
         None => line.push_str("; no total limit"),
     }
-    let waiting = slots["waiting"].as_array().map(Vec::len).unwrap_or(0);
-    line.push_str(&format!("; {waiting} waiting"));
+    line.push_str(&format!("; {} waiting", waiting_count(slots)));
     line
+}
+
+/// How many wait: `waiting_count`, or the list's length from a daemon older than it.
+fn waiting_count(slots: &Value) -> usize {
+    slots["waiting_count"].as_u64().map_or_else(
+        || slots["waiting"].as_array().map_or(0, Vec::len),
+        |count| count as usize,
+    )
+}
+
+/// `session 0193… "Fix the client" (fake, project /src/api): project lock held by session
+/// 0192… "Refactor"`.
+fn waiter_line(waiter: &Value) -> String {
+    let owner = &waiter["owner"];
+    let who = match owner["label"].as_str() {
+        Some(label) => format!("session {} \"{label}\"", short(text(owner, "session"))),
+        None => format!("session {}", short(text(owner, "session"))),
+    };
+    let request = &waiter["request"];
+    format!(
+        "{who} ({}, project {}): {}",
+        text(request, "engine"),
+        text(request, "project"),
+        blocker(&waiter["blocker"])
+    )
+}
+
+/// What a waiter waits for, in words (the `Blocker` of `src/actors/slots.rs`).
+fn blocker(blocker: &Value) -> String {
+    let holder = |holder: &Value| match holder["session"].as_str() {
+        Some(session) => format!(" held by session {}", short(session)),
+        None => String::new(),
+    };
+    let count = |key: &str| blocker[key].as_u64().unwrap_or(0);
+    match blocker["reason"].as_str() {
+        Some("project_lock") => format!("project lock{}", holder(&blocker["holder"])),
+        Some("group_lock") => format!(
+            "group {} lock{}",
+            text(blocker, "group"),
+            holder(&blocker["holder"])
+        ),
+        Some("engine_limit") => format!(
+            "{} limit, {}/{} running",
+            text(blocker, "engine"),
+            count("running"),
+            count("limit")
+        ),
+        Some("total_limit") => format!(
+            "total limit, {}/{} running",
+            count("running"),
+            count("limit")
+        ),
+        Some("queue") => format!("an earlier waiter{}", holder(&blocker["holder"])),
+        _ => "granted just now".into(),
+    }
 }

@@ -264,6 +264,10 @@ fn stored_settings(c: &Store) -> rusqlite::Result<Vec<(String, String)>> {
     rows
 }
 
+/// How many slot waiters `status` lists (with their blockers) unless its `waiters` param
+/// says otherwise; `slots.waiting_count` gives them all.
+pub const STATUS_WAITERS: usize = 20;
+
 /// What projects with `keep_background` kept after their runs and still lives: `status`
 /// lists them, from the daemon and from the store alike (`cli::local`).
 pub fn kept_alive(c: &Store) -> rusqlite::Result<Vec<work::KeptProcess>> {
@@ -512,9 +516,11 @@ async fn answer(
     }
     match method {
         "status" => {
+            let waiters = optional::<usize>(params_value, "waiters")?.unwrap_or(STATUS_WAITERS);
             let sessions = corral.read(work::session_count).map_err(store_error)?;
+            // Both kept as counts: the cost of `status` does not grow with the backlog.
             let working = corral.working().await;
-            let slots = corral.slots().await;
+            let slots = corral.slot_summary(waiters).await;
             Ok(json!({
                 "daemon": {
                     "pid": std::process::id(),

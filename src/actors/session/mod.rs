@@ -46,7 +46,7 @@ use super::ledger::{
     AppendEvents, Both, EndRun, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
-use super::supervisor::{Published, Shared};
+use super::supervisor::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::work::{NewEvent, Prompt, PromptStatus, RunEnd};
@@ -66,8 +66,9 @@ pub struct SessionActor {
     /// The id of the prompt whose cancellation was asked last; the worker ends its current
     /// prompt when this names it.
     cancel: watch::Sender<Option<String>>,
-    /// Whether a worker future is running.
-    working: bool,
+    /// Whether a worker future is running: it is counted in the supervisor's `working` for
+    /// as long as this is held.
+    working: Option<Working>,
     /// A prompt handed over while the worker was finishing: the worker's last transaction
     /// found nothing queued, then a send claimed this one before the worker future ended.
     /// It starts as soon as that future ends.
@@ -80,7 +81,7 @@ impl SessionActor {
             session_id,
             shared,
             cancel: watch::channel(None).0,
-            working: false,
+            working: None,
             pending: None,
         }
     }
@@ -99,7 +100,7 @@ impl Handler<StartWork> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, StartWork(prompt): StartWork, ctx: &mut Context<Self>) {
-        if self.working {
+        if self.working.is_some() {
             self.pending = Some(prompt);
             return;
         }
@@ -109,7 +110,7 @@ impl Handler<StartWork> for SessionActor {
 
 impl SessionActor {
     fn start_worker(&mut self, prompt: Prompt, ctx: &mut Context<Self>) {
-        self.working = true;
+        self.working = Some(self.shared.begin_work());
         let worker = Worker {
             session_id: self.session_id.clone(),
             shared: self.shared.clone(),
@@ -121,7 +122,7 @@ impl SessionActor {
             deferred: Vec::new(),
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
-            actor.working = false;
+            actor.working = None;
             if let Some(prompt) = actor.pending.take() {
                 actor.start_worker(prompt, ctx);
             }
@@ -151,7 +152,7 @@ impl Handler<IsWorking> for SessionActor {
     type Result = bool;
 
     fn handle(&mut self, _: IsWorking, _: &mut Context<Self>) -> bool {
-        self.working
+        self.working.is_some()
     }
 }
 

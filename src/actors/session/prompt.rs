@@ -357,9 +357,10 @@ impl Worker {
                 },
                 _ = &mut notice, if !noticed => {
                     noticed = true;
-                    // What holds the slot: an engine limit, a project or group lock, by whom.
-                    let held_by = slots.blocker(&self.session_id).await.ok().flatten();
-                    self.event(
+                    // What holds the slot (an engine limit, a project or group lock, by whom)
+                    // is filled in by the announcer, which stores the waits announced at once
+                    // together (a boot resuming thousands of waiting sessions).
+                    let waiting = self.session_event(
                         Some(&run.prompt.id),
                         None,
                         EventKind::SlotWaiting,
@@ -367,10 +368,14 @@ impl Worker {
                             "engine": run.kind.as_str(),
                             "project": run.project.name,
                             "groups": run.locking_groups,
-                            "held_by": held_by,
+                            "held_by": null,
                         }),
-                    )
-                    .await;
+                    );
+                    let events = self.take_deferred(vec![waiting]);
+                    if let Err(kept) = self.shared.announce_waiting(events).await {
+                        tracing::warn!(session = self.session_id, "events kept for the next write");
+                        self.keep_deferred(kept);
+                    }
                 }
                 stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
                     return Err(PromptEnd::stopped(stop))
