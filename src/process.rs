@@ -395,7 +395,8 @@ pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
 /// moment would. The points: `boot.found` (a new supervisor found the dead one's leftovers),
 /// `boot.signalled` (it sent them SIGTERM), `boot.ended` (they are gone, nothing committed),
 /// `boot.committed` (their runs closed, no prompt dispatched yet), `run.spawned` (an engine
-/// child spawned, its pid not recorded), `migration` (a schema step applied, not committed).
+/// child spawned, its pid not recorded), `migration` (a schema step applied, not committed),
+/// `send.written` (a `corral send` wrote its request, no answer read).
 pub const KILL_AT_ENV: &str = "CORRAL_TEST_KILL_AT";
 
 /// Kills this process with SIGKILL if [`KILL_AT_ENV`] names `point` (a test's kill -9 at a
