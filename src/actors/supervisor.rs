@@ -530,7 +530,9 @@ impl Handler<Boot> for Supervisor {
         let shared = self.shared.clone();
         Box::pin(
             async move {
+                let begun = std::time::Instant::now();
                 let recovered = reconcile(&shared).await?;
+                let reconciled = begun.elapsed();
                 process::kill_point("boot.committed");
                 let prompts = shared
                     .ledger
@@ -539,6 +541,12 @@ impl Handler<Boot> for Supervisor {
                     })
                     .await
                     .map_err(|error| error.to_string())?;
+                tracing::info!(
+                    reconcile_ms = reconciled.as_millis() as u64,
+                    claim_ms = (begun.elapsed() - reconciled).as_millis() as u64,
+                    prompts = prompts.len(),
+                    "boot reconciled"
+                );
                 Ok::<_, String>((recovered, prompts))
             }
             .into_actor(self)

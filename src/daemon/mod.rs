@@ -151,6 +151,7 @@ pub struct DaemonOptions {
 
 /// Runs a daemon in the foreground until it is told to stop. Needs a running actix system.
 pub async fn run(options: DaemonOptions) -> Result<(), String> {
+    let begun = Instant::now();
     let home = options.home;
     let socket = socket_path(&home);
     check_socket_path(&socket)?;
@@ -168,6 +169,7 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     }
     // Mode 0600 from the moment the path exists (src/socket.rs).
     let listener = crate::socket::bind_private(&socket).map_err(|error| error.to_string())?;
+    let bound = begun.elapsed();
 
     // The supervisor holds the home's lock from now on, as long as it lives (past the socket's
     // removal below).
@@ -184,9 +186,18 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     .map_err(|error| error.to_string())?;
 
     let signals = watch_signals()?;
+    // Ready once boot has ended what a dead daemon left and closed its runs: the resumed
+    // prompts' workers start in steps while the daemon serves (`supervisor::resume`).
     if std::env::var_os(READY_ENV).is_some() {
         announce_ready(&home);
     }
+    tracing::info!(
+        since_exec_ms = since_exec_ms(),
+        lock_and_socket_ms = bound.as_millis() as u64,
+        supervisor_ms = (begun.elapsed() - bound).as_millis() as u64,
+        resumed = corral.recovered().sessions.len(),
+        "ready"
+    );
     let started = Instant::now();
     let context = Rc::new(server::DaemonContext::new(corral.clone(), home.clone()));
     let outcome = serve_until_signal(listener, context.clone(), signals, &corral).await;
@@ -200,6 +211,19 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     }
     tracing::info!(uptime_s = started.elapsed().as_secs(), "daemon stopped");
     outcome
+}
+
+/// How long ago this process was started (exec'd), as `/proc` says (10 ms resolution): with
+/// the phases after it, where a daemon's start goes.
+fn since_exec_ms() -> Option<u64> {
+    let started = procfs::process::Process::myself()
+        .ok()?
+        .stat()
+        .ok()?
+        .starttime;
+    let uptime = <procfs::Uptime as procfs::Current>::current().ok()?.uptime;
+    let ticks = procfs::ticks_per_second() as f64;
+    Some(((uptime - started as f64 / ticks) * 1000.0).max(0.0) as u64)
 }
 
 /// The clients a daemon serves at once, unless `CORRAL_MAX_CONNECTIONS` says otherwise:
