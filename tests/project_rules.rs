@@ -134,3 +134,67 @@ fn projects_on_one_working_tree_share_the_project_lock() {
     assert!(a.1 <= b.0 || b.1 <= a.0, "the runs overlap: {a:?} {b:?}");
     home.stop_daemon();
 }
+
+/// The next `slot.waiting` event on a `watch --follow --json` of `session`.
+fn waits_for(home: &DaemonHome, session: &str, send: &str) -> Value {
+    let mut watch = home
+        .corral(&["watch", session, "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch starts");
+    let lines = lines_of(watch.stdout.take().unwrap());
+    home.ok(&["send", session, send]);
+    let waiting = next_line(&lines, |line| {
+        let event: Value = serde_json::from_str(line).ok()?;
+        (event["kind"] == "slot.waiting").then_some(event)
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    waiting
+        .unwrap_or_else(|seen| panic!("{session} did not wait: {seen:?}"))
+        .0
+}
+
+#[test]
+fn a_project_added_or_archived_while_an_overlapping_one_runs_still_waits_for_it() {
+    let home = fake_home();
+    let holder_of = |waiting: &Value| waiting["payload"]["held_by"]["holder"]["session"].clone();
+
+    // An inner project runs before any project holds its directory; one added above it now
+    // waits for it.
+    let tree = home.path().join("tree");
+    std::fs::create_dir_all(tree.join("inner")).unwrap();
+    home.add_project("inner", &tree.join("inner"), "fake");
+    let inner = home.new_session(&["inner", "--title", "inner first"]);
+    home.ok(&["send", &inner, "@fake hang\nhold the inner tree"]);
+    home.add_project("outer", &tree, "fake");
+    let outer = home.new_session(&["outer", "--title", "outer later"]);
+    let waiting = waits_for(&home, &outer, "the whole tree");
+    assert_eq!(
+        waiting["payload"]["held_by"]["reason"], "project_lock",
+        "{waiting}"
+    );
+    assert_eq!(holder_of(&waiting), inner.as_str(), "{waiting}");
+
+    // An outer project runs, then is archived: a project inside it still waits for its run.
+    let other = home.path().join("other");
+    std::fs::create_dir_all(other.join("sub")).unwrap();
+    home.add_project("top", &other, "fake");
+    let top = home.new_session(&["top", "--title", "top first"]);
+    home.ok(&["send", &top, "@fake hang\nhold the other tree"]);
+    home.add_project("sub", &other.join("sub"), "fake");
+    let sub = home.new_session(&["sub", "--title", "sub later"]);
+    home.ok(&["project", "archive", "top"]);
+    let waiting = waits_for(&home, &sub, "inside the archived one");
+    assert_eq!(holder_of(&waiting), top.as_str(), "{waiting}");
+
+    let mut running = slot_sessions(&home, "running");
+    running.sort();
+    let mut expected = vec![inner.clone(), top.clone()];
+    expected.sort();
+    assert_eq!(running, expected);
+    home.ok(&["cancel", &inner]);
+    home.ok(&["cancel", &top]);
+    home.stop_daemon();
+}

@@ -66,9 +66,11 @@
 //! engine): its waiters keep their place in the queue and their lock claims.
 //!
 //! The lock of a project is its identity as the caller names it in
-//! [`SlotRequest::project`]: the session worker names the canonical directory the project's
-//! runs work in (the outermost project directory holding it), so that two projects on one
-//! working tree, or one inside another, never run at once.
+//! [`SlotRequest::project`]: the session worker names the project's canonical directory, and
+//! in [`SlotRequest::overlapping`] the directories of the other projects (archived ones
+//! too) on the same tree: one above it or inside it. A request takes all of those locks, so
+//! two projects on one working tree never run at once, whichever was added or archived while
+//! the other ran.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -107,6 +109,12 @@ pub struct SlotRequest {
     /// be left out by the caller; the table treats every name here as a lock. Group names and
     /// project names live in separate namespaces (a group may share a project's name).
     pub groups: Vec<String>,
+    /// Other projects' locks this request takes too: those of the working trees that hold its
+    /// project's or lie inside it. Two projects of overlapping trees then never run at once,
+    /// whichever existed when the other's run began (each takes its own lock, and the later
+    /// one the earlier one's as well).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlapping: Vec<String>,
 }
 
 impl SlotRequest {
@@ -120,7 +128,14 @@ impl SlotRequest {
             engine: engine.into(),
             project: project.into(),
             groups: groups.into_iter().map(Into::into).collect(),
+            overlapping: Vec::new(),
         }
+    }
+
+    /// The same request also taking the locks of `projects` (see [`SlotRequest::overlapping`]).
+    pub fn overlapping(mut self, projects: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.overlapping = projects.into_iter().map(Into::into).collect();
+        self
     }
 
     /// The same request with its groups sorted and deduplicated, so that snapshots are stable
@@ -128,6 +143,9 @@ impl SlotRequest {
     fn normalized(mut self) -> SlotRequest {
         self.groups.sort();
         self.groups.dedup();
+        self.overlapping.sort();
+        self.overlapping.dedup();
+        self.overlapping.retain(|project| *project != self.project);
         self
     }
 }
@@ -321,6 +339,7 @@ impl SlotRequest {
     /// The locks this request takes: its project's, then its groups' in order.
     fn locks(&self) -> impl Iterator<Item = Lock> + '_ {
         std::iter::once(Lock::Project(self.project.clone()))
+            .chain(self.overlapping.iter().cloned().map(Lock::Project))
             .chain(self.groups.iter().cloned().map(Lock::Group))
     }
 }
@@ -565,11 +584,13 @@ impl SlotTable {
         let owner_of = |ticket: &Ticket| self.owners.get(ticket).cloned();
 
         // 1. What runs.
-        if let Some(holder) = self.held.get(&Lock::Project(request.project.clone())) {
-            return Some(Blocker::ProjectLock {
-                project: request.project.clone(),
-                holder: owner_of(holder),
-            });
+        for project in std::iter::once(&request.project).chain(&request.overlapping) {
+            if let Some(holder) = self.held.get(&Lock::Project(project.clone())) {
+                return Some(Blocker::ProjectLock {
+                    project: project.clone(),
+                    holder: owner_of(holder),
+                });
+            }
         }
         for group in &request.groups {
             if let Some(holder) = self.held.get(&Lock::Group(group.clone())) {
@@ -611,26 +632,17 @@ impl SlotTable {
         // earlier waiter: no permit is claimed by a waiter that waits while the engine and
         // the total have room (the rule in the module doc). The earliest such waiter is the
         // one in the way.
-        let (first, _) = request
+        let (first, lock) = request
             .locks()
             .filter_map(|lock| {
                 let first = *self.wanted.get(&lock)?.first()?;
                 (first < arrival).then_some((first, lock))
             })
             .min()?;
-        let (holder, ahead) = &self.waiting[&first];
-        let claim = if ahead.project == request.project {
-            Claim::Project {
-                project: request.project.clone(),
-            }
-        } else {
-            let group = request
-                .groups
-                .iter()
-                .find(|group| ahead.groups.contains(group))?;
-            Claim::Group {
-                group: group.clone(),
-            }
+        let (holder, _) = &self.waiting[&first];
+        let claim = match lock {
+            Lock::Project(project) => Claim::Project { project },
+            Lock::Group(group) => Claim::Group { group },
         };
         Some(Blocker::Queue {
             holder: owner_of(holder),
@@ -1189,6 +1201,24 @@ mod tests {
         // Whatever the engine: they share a working tree.
         assert!(!table.request(t(3), req("claude", "p", &[])));
         assert_eq!(table.release(t(1)), [t(2)]);
+        assert_eq!(table.release(t(2)), [t(3)]);
+    }
+
+    #[test]
+    fn a_request_taking_an_overlapping_trees_lock_waits_for_its_run_and_holds_it() {
+        let mut table = SlotTable::default();
+        // `/r/sub` runs before `/r` exists; `/r`'s request names `/r/sub` as overlapping.
+        assert!(table.request(t(1), req("codex", "/r/sub", &[])));
+        let outer = req("codex", "/r", &[]).overlapping(["/r/sub", "/r"]);
+        assert!(!table.request(t(2), outer));
+        assert!(matches!(
+            table.blocker(t(2)),
+            Some(Blocker::ProjectLock { project, .. }) if project == "/r/sub"
+        ));
+        // Granted, it holds both: `/r/sub`'s next run waits for it, and `/r` too.
+        assert_eq!(table.release(t(1)), [t(2)]);
+        assert!(!table.request(t(3), req("codex", "/r/sub", &[])));
+        assert!(!table.request(t(4), req("codex", "/r", &[]).overlapping(["/r/sub"])));
         assert_eq!(table.release(t(2)), [t(3)]);
     }
 

@@ -947,26 +947,33 @@ pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Pro
         .optional()
 }
 
-/// The working tree a project's runs lock (the slot manager's project lock): the directory of
-/// the outermost project that holds this one's — itself, or a project on the same directory
-/// or on one above it — so that two projects on one directory, or one inside another, never
-/// run at once. Archived projects run nothing new and are left out. Paths are stored
-/// canonical (`Corral::add_project`), so comparing them is comparing directories.
-pub fn lock_root(connection: &Connection, project: &Project) -> rusqlite::Result<String> {
+/// The other projects whose working trees overlap `project`'s: on the same directory, on
+/// one above it or on one inside it, archived ones included (an archived project's run may
+/// still be ending). A run takes their locks beside its own (`SlotRequest::overlapping`), so
+/// two projects on one working tree never run at once, whichever was added or archived
+/// while the other ran. Paths are stored canonical (`Corral::add_project`), so comparing them
+/// is comparing directories.
+pub fn overlapping_trees(
+    connection: &Connection,
+    project: &Project,
+) -> rusqlite::Result<Vec<String>> {
     let own = std::path::Path::new(&project.path);
-    // A string prefix is necessary for a holding directory; components decide.
+    // A string prefix either way is necessary for an overlap; components decide.
     let mut statement = connection.prepare_cached(
-        "SELECT path FROM projects WHERE archived_at IS NULL AND instr(?1, path) = 1",
+        "SELECT path FROM projects WHERE id != ?1 AND (instr(?2, path) = 1 OR instr(path, ?2) = 1)",
     )?;
-    let holders = statement.query_map([&project.path], |row| row.get::<_, String>(0))?;
-    let mut root = project.path.clone();
-    for holder in holders {
-        let holder = holder?;
-        if own.starts_with(&holder) && holder.len() < root.len() {
-            root = holder;
+    let paths = statement.query_map(params![project.id, project.path], |row| {
+        row.get::<_, String>(0)
+    })?;
+    let mut overlapping = Vec::new();
+    for path in paths {
+        let path = path?;
+        let other = std::path::Path::new(&path);
+        if own.starts_with(other) || other.starts_with(own) {
+            overlapping.push(path);
         }
     }
-    Ok(root)
+    Ok(overlapping)
 }
 
 pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {

@@ -33,9 +33,9 @@ pub(super) struct PromptRun {
     project: Project,
     /// The project's groups that lock (a label-only group holds nothing).
     locking_groups: Vec<String>,
-    /// The project lock's identity: the directory of the outermost project holding this
-    /// project's (`work::lock_root`), shared by projects on one working tree.
-    lock_root: String,
+    /// The projects whose working trees overlap this one's (`work::overlapping_trees`): their
+    /// locks are taken beside the project's own.
+    overlapping: Vec<String>,
     kind: EngineKind,
     /// The project's instructions, given when a conversation begins (the engine keeps them
     /// in its history from then on); never to the `command` engine.
@@ -254,15 +254,15 @@ impl Worker {
                 None => None,
             };
             let groups = work::execution_groups(connection)?;
-            let lock_root = match &project {
-                Some(project) => Some(work::lock_root(connection, project)?),
-                None => None,
+            let overlapping = match &project {
+                Some(project) => work::overlapping_trees(connection, project)?,
+                None => Vec::new(),
             };
-            Ok((session, project, groups, lock_root))
+            Ok((session, project, groups, overlapping))
         });
-        let (session, project, groups, lock_root) = match read {
-            Ok((Some(session), Some(project), groups, Some(lock_root))) => {
-                (session, project, groups, lock_root)
+        let (session, project, groups, overlapping) = match read {
+            Ok((Some(session), Some(project), groups, overlapping)) => {
+                (session, project, groups, overlapping)
             }
             Ok(_) => {
                 return Err(PromptEnd::failed(
@@ -320,7 +320,7 @@ impl Worker {
             prompt,
             session,
             locking_groups,
-            lock_root,
+            overlapping,
             kind,
             instructions: project.instructions.clone(),
             ask_title,
@@ -337,11 +337,13 @@ impl Worker {
     /// [`SLOT_NOTICE`] is announced with what holds the slot.
     async fn acquire_slot(&mut self, run: &PromptRun) -> Result<SlotGuard, PromptEnd> {
         let waited = Instant::now();
-        let request = SlotRequest {
-            engine: run.kind.as_str().to_string(),
-            project: run.lock_root.clone(),
-            groups: run.locking_groups.clone(),
-        };
+        // The project lock is its working tree: its canonical directory.
+        let request = SlotRequest::new(
+            run.kind.as_str(),
+            run.project.path.clone(),
+            run.locking_groups.clone(),
+        )
+        .overlapping(run.overlapping.clone());
         let slots = self.shared.slots.clone();
         // Named as its owner, so that whoever waits behind this session is told who holds.
         let owner = SlotOwner::new(self.session_id.clone(), run.session.title.clone());
