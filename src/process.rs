@@ -317,27 +317,37 @@ fn run_scans() {
 /// `point` is a test's [`kill_point`], reached once the first signals are sent.
 pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>) -> Vec<i64> {
     let mut gone_at: Vec<Option<i64>> = vec![None; marks.len()];
+    // The marks looked for, each with the index of the caller's mark it belongs to: the
+    // caller's, then the groups their members led (a member that called setsid takes its
+    // group with it, and what that group holds is the run's too, environment or not).
+    let mut looked_for: Vec<(usize, Mark)> = marks.iter().cloned().enumerate().collect();
     let deadline = tokio::time::Instant::now() + grace;
     let settle = deadline + KILL_SETTLE;
     let mut signal = Signal::SIGTERM;
     loop {
-        let found = members_async(marks).await;
+        let scan: Vec<Mark> = looked_for.iter().map(|(_, mark)| mark.clone()).collect();
+        let found = members_async(&scan).await;
         let now = crate::store::now_ms();
-        for (index, members) in found.iter().enumerate() {
-            if members.is_empty() {
-                gone_at[index].get_or_insert(now);
-            } else {
+        let mut left = vec![false; marks.len()];
+        for ((owner, _), members) in looked_for.iter().zip(&found) {
+            left[*owner] |= !members.is_empty();
+        }
+        for (index, left) in left.iter().enumerate() {
+            if *left {
                 // Something came back (a member forked after the first look): not gone yet.
                 gone_at[index] = None;
+            } else {
+                gone_at[index].get_or_insert(now);
             }
         }
-        if found.iter().all(Vec::is_empty) || tokio::time::Instant::now() >= settle {
+        if !left.contains(&true) || tokio::time::Instant::now() >= settle {
             break;
         }
         if signal == Signal::SIGTERM && tokio::time::Instant::now() >= deadline {
             signal = Signal::SIGKILL;
         }
-        for (mark, members) in marks.iter().zip(&found) {
+        let mut led = Vec::new();
+        for ((owner, mark), members) in looked_for.iter().zip(&found) {
             if members.is_empty() {
                 continue;
             }
@@ -346,12 +356,21 @@ pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>
                 let _ = signal::killpg(Pid::from_raw(group), signal);
             }
             for member in members {
-                // A member that leads a group of its own (it called setsid) takes that group
-                // with it: what it started is the run's too.
                 if member.pgrp == member.pid {
                     let _ = signal::killpg(Pid::from_raw(member.pgrp), signal);
+                    led.push((*owner, member.pgrp, mark.since));
                 }
                 let _ = signal::kill(Pid::from_raw(member.pid), signal);
+            }
+        }
+        for (owner, group, since) in led {
+            if !looked_for.iter().any(|(_, mark)| mark.group == Some(group)) {
+                let mark = Mark {
+                    group: Some(group),
+                    env: None,
+                    since,
+                };
+                looked_for.push((owner, mark));
             }
         }
         if let Some(point) = point.take() {
@@ -617,6 +636,44 @@ mod tests {
             "something of the run is left"
         );
         assert!(!is_alive(setsid as u32, None));
+    }
+
+    #[test]
+    fn a_group_a_member_led_is_ended_with_what_it_holds_without_the_runs_id() {
+        // The engine's member calls setsid (so it leads a group of its own) and starts, in
+        // that group, a process without the run's id (`env -i`) that ignores SIGTERM.
+        let (mut leader, stubborn) = engine(
+            "setsid sh -c 'env -i sh -c \"trap \\\"\\\" TERM; exec sleep 30\" & echo $!; wait' & wait",
+            "run-led",
+        );
+        let stubborn: i32 = stubborn.parse().unwrap();
+        let mark = Mark::of_leader(
+            Some(leader.id() as i32),
+            start_time(leader.id()),
+            "CORRAL_RUN_ID",
+            "run-led",
+        );
+        // The trap is set before `sleep` is exec'd: look until it has been.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while stat_of(stubborn as u32).is_some_and(|stat| stat.comm != "sleep")
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(end_marked(&[mark], Duration::from_millis(200), None));
+        let _ = leader.wait();
+        let survived = is_alive(stubborn as u32, None);
+        if survived {
+            let _ = signal::kill(Pid::from_raw(stubborn), Signal::SIGKILL);
+        }
+        assert!(
+            !survived,
+            "a process of the group a member led outlived the run"
+        );
     }
 
     #[test]

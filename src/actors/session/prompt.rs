@@ -568,15 +568,21 @@ impl Worker {
                         .then(|| run.before.resume_point.clone())
                         .flatten();
                     run.thread_id = thread.clone();
-                    let _ = self
+                    // The rerun after a daemon's death resumes what the store says: it must
+                    // not be left saying the old thread because the store was locked.
+                    let set = SetThread {
+                        session_id: self.session_id.clone(),
+                        thread_id: thread,
+                        resume_point,
+                    };
+                    let stored = self
                         .shared
                         .ledger
-                        .write(SetThread {
-                            session_id: self.session_id.clone(),
-                            thread_id: thread,
-                            resume_point,
-                        })
+                        .write_until_stored(set, &self.shared.shutdown_signal())
                         .await;
+                    if let Err(error) = stored {
+                        tracing::error!(%error, "the retry's thread was not stored");
+                    }
                 }
             }
         }
