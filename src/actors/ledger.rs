@@ -807,6 +807,17 @@ impl LedgerWrite for RecordExec {
     }
 }
 
+/// Records an exec whose end is known, completing its row if its start is stored already
+/// (see `exec::record_whole`).
+pub struct RecordWholeExec(pub NewExec);
+
+impl LedgerWrite for RecordWholeExec {
+    type Output = ();
+    fn apply(self, connection: &Connection) -> Result<(), StoreError> {
+        Ok(exec::record_whole(connection, &self.0)?)
+    }
+}
+
 /// Completes an exec. Replies whether the row was still open.
 pub struct CompleteExec {
     pub id: String,
@@ -1169,6 +1180,46 @@ mod tests {
                 .await
                 .unwrap();
             assert!(completed);
+        });
+    }
+
+    #[test]
+    fn a_whole_exec_completes_its_row_when_its_start_is_stored_already() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        actix::System::new().block_on(async {
+            let (ledger, _) = LedgerHandle::start(&path, true).await.unwrap();
+            let whole = |id: &str, exit_code: i32| {
+                let mut exec = exec(id);
+                exec.completion = Some(ExecCompletion {
+                    completed_at: 2,
+                    exit_code,
+                    outcome: Outcome::Failed,
+                    signal: None,
+                });
+                exec
+            };
+            // Its start was stored (by a daemon that died before answering), then the
+            // client records it whole: one row, completed.
+            ledger.write(RecordExec(exec("started"))).await.unwrap();
+            ledger
+                .write(RecordWholeExec(whole("started", 1)))
+                .await
+                .unwrap();
+            ledger
+                .write(RecordWholeExec(whole("new", 1)))
+                .await
+                .unwrap();
+            assert_eq!(count(&path), 2);
+            let connection = rusqlite::Connection::open(&path).unwrap();
+            let exit: Option<i64> = connection
+                .query_row(
+                    "SELECT exit_code FROM execs WHERE id = 'started'",
+                    [],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            assert_eq!(exit, Some(1));
         });
     }
 

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::actors::ledger::{CompleteExec, LedgerHandle, RecordExec};
+use crate::actors::ledger::{CompleteExec, LedgerHandle, RecordExec, RecordWholeExec};
 use crate::process;
 use crate::protocol::ExecRecord;
 use crate::store::exec::{ExecCompletion, NewExec};
@@ -117,7 +117,7 @@ impl Invocation {
     /// Writes start and end at once (early commands know their exit before recording).
     pub async fn record_whole(&self, ledger: &LedgerHandle, exit: &Exit) -> Result<(), CliError> {
         ledger
-            .write(RecordExec(self.row(Some(completion(exit)))))
+            .write(RecordWholeExec(self.row(Some(completion(exit)))))
             .await?;
         Ok(())
     }

@@ -232,6 +232,20 @@ pub(crate) fn insert(transaction: &Connection, exec: &NewExec) -> rusqlite::Resu
     Ok(())
 }
 
+/// Records a whole exec, start and end, whether or not its start is stored already: a
+/// `send` whose daemon stored its start and died before answering records itself, and must
+/// complete that row, not fail on a second one of the same id.
+pub(crate) fn record_whole(transaction: &Connection, exec: &NewExec) -> rusqlite::Result<()> {
+    let stored = transaction
+        .prepare_cached("SELECT 1 FROM execs WHERE id = ?1")?
+        .exists([&exec.id])?;
+    match (&exec.completion, stored) {
+        (Some(completion), true) => complete(transaction, &exec.id, completion).map(|_| ()),
+        (None, true) => Ok(()),
+        (_, false) => insert(transaction, exec),
+    }
+}
+
 /// Completes an exec; a row already completed (by prune, say) keeps its first completion.
 pub(crate) fn complete(
     transaction: &Connection,
