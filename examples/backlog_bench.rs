@@ -25,10 +25,17 @@
 //! 20; daemon RSS with that backlog ≤ 64 MiB; a daemon started on that store answers `status`
 //! within 200 ms.
 //!
-//! Run: `cargo build --release && cargo build --release --examples &&
+//! Run: `cargo build --release --bin corral --bin corral-fake-engine --example backlog_bench &&
 //! target/release/examples/backlog_bench [SMALL_SESSIONS SMALL_PROMPTS LARGE_SESSIONS LARGE_PROMPTS [ROUNDS]]`
 //! (defaults 20 2000 2000 20000 3). It uses `corral` and `corral-fake-engine` from
 //! target/release.
+//!
+//! `backlog_bench restart [SESSIONS PROMPTS STARTS [DIR...]]` (defaults 2000 20000 5): one
+//! backlog store, then STARTS rounds of a daemon started on it with each DIR's `corral` in
+//! turn (e.g. a copy of an earlier build's target/release and this one): builds compared on
+//! the same store, alternating, in one sitting. `BACKLOG_HOME=DIR` keeps that home (and
+//! reuses its store), e.g. to read the phases each daemon logs in DIR/daemon.log (`ready
+//! since_exec_ms=… supervisor_ms=…`, `boot reconciled reconcile_ms=… claim_ms=…`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
