@@ -443,15 +443,21 @@ async fn early(error: clap::Error, argv: Vec<OsString>, store: Option<EarlyStore
 }
 
 /// A command that ended without its exec recorded (a plain send the daemon answered without
-/// recording it): start and end written at once, into the store opened as usual.
+/// recording it): start and end written at once, into the store opened as usual. A command
+/// that failed has said why in its one line: a store that cannot take its record then (the
+/// lock its failure was about, say) is not a second line, and its exit stays the command's.
 async fn record_whole(cli: &Cli, invocation: Invocation, exit: Exit) -> i32 {
-    match open(cli, invocation, None).await {
-        Ok(context) => {
-            if let Some(ledger) = &context.ledger {
-                if let Err(error) = context.invocation.record_whole(ledger, &exit).await {
-                    return report(error);
-                }
-            }
+    let recorded = match open(cli, invocation, None).await {
+        Ok(context) => match &context.ledger {
+            Some(ledger) => context.invocation.record_whole(ledger, &exit).await,
+            None => Ok(()),
+        },
+        Err(error) => Err(error),
+    };
+    match recorded {
+        Ok(()) => exit.code,
+        Err(error) if exit.code != 0 => {
+            tracing::debug!(?error, "the failed command's exec was not recorded");
             exit.code
         }
         Err(error) => report(error),
