@@ -143,19 +143,6 @@ impl Handler<CancelPrompt> for SessionActor {
     }
 }
 
-/// Whether the actor has a worker running.
-#[derive(Message)]
-#[rtype(result = "bool")]
-pub struct IsWorking;
-
-impl Handler<IsWorking> for SessionActor {
-    type Result = bool;
-
-    fn handle(&mut self, _: IsWorking, _: &mut Context<Self>) -> bool {
-        self.working.is_some()
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The worker.
 
