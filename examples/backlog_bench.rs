@@ -37,6 +37,10 @@
 //! reuses its store), e.g. to read the phases each daemon logs in DIR/daemon.log (`ready
 //! since_exec_ms=… supervisor_ms=…`, `boot reconciled reconcile_ms=… claim_ms=…`).
 
+mod common;
+
+use common::binaries;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -441,27 +445,6 @@ fn slot_table() {
             us(cancel)
         );
     }
-}
-
-/// `corral` and `corral-fake-engine` beside this example's directory.
-fn binaries() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("this example's path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples/..");
-    let corral = dir.join("corral");
-    let fake = dir.join("corral-fake-engine");
-    for binary in [&corral, &fake] {
-        if !binary.exists() {
-            eprintln!(
-                "{} is missing: run `cargo build --release` first",
-                binary.display()
-            );
-            std::process::exit(2);
-        }
-    }
-    (corral, fake)
 }
 
 /// A process's CPU time so far (user + system).

@@ -14,7 +14,9 @@
 #[path = "../tests/common/crash_loop.rs"]
 mod crash_loop;
 
-use std::path::PathBuf;
+mod common;
+
+use common::binaries;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -100,24 +102,4 @@ fn scan_cost() {
         median(corral::process::start_time(me)),
         median(None)
     );
-}
-
-/// `corral` and `corral-fake-engine` beside this example's directory.
-fn binaries() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("this example's path");
-    let dir = exe
-        .parent()
-        .and_then(|examples| examples.parent())
-        .expect("target/<profile>/examples/..")
-        .to_path_buf();
-    let corral = dir.join("corral");
-    let fake = dir.join("corral-fake-engine");
-    for binary in [&corral, &fake] {
-        assert!(
-            binary.exists(),
-            "{} is missing: build the binaries of this profile first",
-            binary.display()
-        );
-    }
-    (corral, fake)
 }

@@ -19,6 +19,10 @@
 //! (defaults 2000 50 100000 10). It uses `corral` and `corral-fake-engine` from the directory
 //! above its own (target/release).
 
+mod common;
+
+use common::binaries;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -76,27 +80,6 @@ fn main() {
     drop(conn);
     let stopped = daemon.stop();
     println!("daemon stopped in {}", ms(stopped));
-}
-
-/// `corral` and `corral-fake-engine` beside this example's directory.
-fn binaries() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("this example's path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples/..");
-    let corral = dir.join("corral");
-    let fake = dir.join("corral-fake-engine");
-    for binary in [&corral, &fake] {
-        if !binary.exists() {
-            eprintln!(
-                "{} is missing: run `cargo build --release` first",
-                binary.display()
-            );
-            std::process::exit(2);
-        }
-    }
-    (corral, fake)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,8 +15,12 @@
 //! It uses `corral` and `corral-fake-engine` from the directory above its own, and `sqlite3`
 //! from PATH.
 
+mod common;
+
+use common::binaries;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -193,23 +197,4 @@ fn nix_kill(pid: i32) -> nix::Result<()> {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGTERM,
     )
-}
-
-/// `corral` and `corral-fake-engine` beside this example's directory.
-fn binaries() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("this example's path");
-    let dir: &Path = exe
-        .parent()
-        .and_then(|examples| examples.parent())
-        .expect("target/<profile>/examples/..");
-    let corral = dir.join("corral");
-    let fake = dir.join("corral-fake-engine");
-    for binary in [&corral, &fake] {
-        assert!(
-            binary.exists(),
-            "{} is missing: build the binaries of this profile first",
-            binary.display()
-        );
-    }
-    (corral, fake)
 }

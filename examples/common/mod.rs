@@ -1,0 +1,27 @@
+//! What the benchmarks that drive the built binaries share (each example includes it with
+//! `mod common;`; a directory without `main.rs` is not an example of its own).
+
+use std::path::{Path, PathBuf};
+
+/// `corral` and `corral-fake-engine` of the profile this example was built with (the
+/// directory above `target/<profile>/examples/`). Exits 2 with one line when one is missing:
+/// a benchmark needs `cargo build --release` (or the profile's build) first.
+pub fn binaries() -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().expect("this example's path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/examples/..");
+    let corral = dir.join("corral");
+    let fake = dir.join("corral-fake-engine");
+    for binary in [&corral, &fake] {
+        if !binary.exists() {
+            eprintln!(
+                "{} is missing: build the binaries of this profile first (cargo build --release)",
+                binary.display()
+            );
+            std::process::exit(2);
+        }
+    }
+    (corral, fake)
+}
