@@ -40,16 +40,12 @@
 mod common;
 
 use common::binaries;
+use common::daemon::{Conn, Daemon};
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corral::actors::slots::{SlotLimits, SlotRequest, SlotTable, Ticket};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 fn main() {
@@ -468,135 +464,6 @@ fn memory(pid: i32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
-}
-
-struct Daemon {
-    home: PathBuf,
-    pid: i32,
-    running: bool,
-}
-
-impl Daemon {
-    /// `corral daemon --detach` (which returns once the socket serves); how long it took.
-    fn start(corral: &Path, home: &Path) -> (Daemon, Duration) {
-        let mut command = Command::new(corral);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                command.env_remove(key);
-            }
-        }
-        let started = Instant::now();
-        let output = command
-            .arg("--home")
-            .arg(home)
-            .args(["daemon", "--detach"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("corral runs");
-        let took = started.elapsed();
-        assert!(
-            output.status.success(),
-            "the daemon did not start: {output:?}"
-        );
-        let pid = std::fs::read_to_string(home.join("daemon.pid"))
-            .expect("HOME/daemon.pid")
-            .trim()
-            .parse()
-            .expect("a pid");
-        let daemon = Daemon {
-            home: home.to_path_buf(),
-            pid,
-            running: true,
-        };
-        (daemon, took)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.home.join("corral.sock")
-    }
-
-    /// SIGTERM, then waits until the process has ended.
-    fn stop(mut self) -> Duration {
-        self.running = false;
-        terminate(self.pid)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.running {
-            terminate(self.pid);
-        }
-    }
-}
-
-fn terminate(pid: i32) -> Duration {
-    let started = Instant::now();
-    let pid = Pid::from_raw(pid);
-    let _ = kill(pid, Signal::SIGTERM);
-    while alive(pid) {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = kill(pid, Signal::SIGKILL);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    started.elapsed()
-}
-
-/// Not ended yet (a zombie has ended: the detached daemon is not our child).
-fn alive(pid: Pid) -> bool {
-    procfs::process::Process::new(pid.as_raw())
-        .and_then(|process| process.stat())
-        .is_ok_and(|stat| stat.state != 'Z')
-}
-
-/// A blocking connection that writes a request and reads its answer (skipping notifications).
-struct Conn {
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-    next_id: u64,
-}
-
-impl Conn {
-    fn open(socket: &Path) -> Conn {
-        let stream = UnixStream::connect(socket).expect("the daemon's socket");
-        Conn {
-            writer: stream.try_clone().unwrap(),
-            reader: BufReader::with_capacity(1 << 16, stream),
-            next_id: 1,
-        }
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut request = json!({ "jsonrpc": "2.0", "id": id, "method": method });
-        if !params.is_null() {
-            request["params"] = params;
-        }
-        let mut line = request.to_string();
-        line.push('\n');
-        self.writer
-            .write_all(line.as_bytes())
-            .expect("the daemon reads");
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = self
-                .reader
-                .read_line(&mut line)
-                .expect("the daemon answers");
-            assert!(read > 0, "the daemon closed the connection during {method}");
-            let message: Value = serde_json::from_str(&line).expect("a JSON line");
-            if message["id"] == json!(id) {
-                if let Some(error) = message.get("error") {
-                    panic!("{method} failed: {error}");
-                }
-                return message["result"].clone();
-            }
-        }
-    }
 }
 
 fn mib(kib: u64) -> f64 {

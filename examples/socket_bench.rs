@@ -22,10 +22,10 @@
 mod common;
 
 use common::binaries;
+use common::daemon::{Conn, Daemon};
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::io::BufRead;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -49,7 +49,7 @@ fn main() {
 
     let (corral, fake) = binaries();
     let home = tempfile::tempdir().expect("a temporary home");
-    let daemon = Daemon::start(&corral, home.path());
+    let (daemon, _) = Daemon::start(&corral, home.path());
     println!(
         "daemon pid {} ({}), home {}",
         daemon.pid,
@@ -407,77 +407,6 @@ fn field_number(line: &str, key: &str) -> Option<u64> {
 
 // ---------------------------------------------------------------------------------------------
 
-struct Daemon {
-    home: PathBuf,
-    pid: i32,
-    running: bool,
-}
-
-impl Daemon {
-    fn start(corral: &Path, home: &Path) -> Daemon {
-        let mut command = Command::new(corral);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CORRAL_") {
-                command.env_remove(key);
-            }
-        }
-        let output = command
-            .arg("--home")
-            .arg(home)
-            .args(["daemon", "--detach"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("corral runs");
-        assert!(
-            output.status.success(),
-            "the daemon did not start: {output:?}"
-        );
-        let pid = std::fs::read_to_string(home.join("daemon.pid"))
-            .expect("HOME/daemon.pid")
-            .trim()
-            .parse()
-            .expect("a pid");
-        Daemon {
-            home: home.to_path_buf(),
-            pid,
-            running: true,
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.home.join("corral.sock")
-    }
-
-    /// SIGTERM, then waits until the process has ended (a zombie has ended).
-    fn stop(mut self) -> Duration {
-        self.running = false;
-        terminate(self.pid)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.running {
-            terminate(self.pid);
-        }
-    }
-}
-
-fn terminate(pid: i32) -> Duration {
-    let started = Instant::now();
-    // SAFETY: kill on the daemon's pid.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    while running(pid) {
-        if started.elapsed() > Duration::from_secs(30) {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    started.elapsed()
-}
-
 /// CPU time (user + system) a process has used so far.
 fn cpu_time(pid: i32) -> Duration {
     stat_cpu(&format!("/proc/{pid}/stat"))
@@ -542,68 +471,6 @@ fn stat_cpu(path: &str) -> Duration {
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     Duration::from_secs_f64(ticks as f64 / per_second)
-}
-
-fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let rest = &stat[stat.rfind(')')? + 2..];
-            rest.chars().next()
-        })
-        .is_some_and(|state| state != 'Z')
-}
-
-/// A blocking connection that writes requests and reads answers (skipping notifications).
-struct Conn {
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-    next_id: u64,
-}
-
-impl Conn {
-    fn open(socket: &Path) -> Conn {
-        let stream = UnixStream::connect(socket).expect("the daemon's socket");
-        Conn {
-            writer: stream.try_clone().unwrap(),
-            reader: BufReader::with_capacity(1 << 16, stream),
-            next_id: 1,
-        }
-    }
-
-    fn send(&mut self, request: &Value) {
-        let mut line = request.to_string();
-        line.push('\n');
-        self.writer
-            .write_all(line.as_bytes())
-            .expect("the daemon reads");
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut request = json!({ "jsonrpc": "2.0", "id": id, "method": method });
-        if !params.is_null() {
-            request["params"] = params;
-        }
-        self.send(&request);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = self
-                .reader
-                .read_line(&mut line)
-                .expect("the daemon answers");
-            assert!(read > 0, "the daemon closed the connection during {method}");
-            let message: Value = serde_json::from_str(&line).expect("a JSON line");
-            if message["id"] == json!(id) {
-                if let Some(error) = message.get("error") {
-                    panic!("{method} failed: {error}");
-                }
-                return message["result"].clone();
-            }
-        }
-    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -1,5 +1,10 @@
 //! What the benchmarks that drive the built binaries share (each example includes it with
-//! `mod common;`; a directory without `main.rs` is not an example of its own).
+//! `mod common;`; a directory without `main.rs` is not an example of its own). Each uses a
+//! part of it, hence `dead_code` allowed here.
+
+#![allow(dead_code)]
+
+pub mod daemon;
 
 use std::path::{Path, PathBuf};
 
