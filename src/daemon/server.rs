@@ -44,7 +44,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::methods;
+use super::methods::{self, Caller, Transport};
 use crate::protocol::{
     code, Id, Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION,
 };
@@ -104,21 +104,23 @@ impl DaemonContext {
     }
 }
 
-/// What one connection knows about its client.
+/// What one connection knows about its client: the [`Caller`] the methods see (its peer
+/// pid from `SO_PEERCRED`, its exec from `initialize`), and the connection's own state.
 pub struct Connection {
-    pub context: Rc<DaemonContext>,
-    /// The peer's pid (`SO_PEERCRED`, read at accept; its uid is the daemon's own): the
-    /// process that connected, which may have exited since.
-    pub peer_pid: Option<i32>,
+    pub caller: Caller,
     /// Set by a successful `initialize`.
     pub initialized: Cell<bool>,
-    /// The client's exec (the driver of what it sends), from `initialize`.
-    pub exec_id: RefCell<Option<String>>,
-    /// Whether a `prompt.send` of this connection carried the exec for the daemon to record
-    /// (an exec is recorded once).
-    pub exec_recorded: Cell<bool>,
     out: Outbound,
     subscriptions: RefCell<HashMap<u64, tokio::task::JoinHandle<()>>>,
+}
+
+/// A connection reads as its caller (`connection.context`, `connection.peer_pid`).
+impl std::ops::Deref for Connection {
+    type Target = Caller;
+
+    fn deref(&self) -> &Caller {
+        &self.caller
+    }
 }
 
 impl Connection {
@@ -431,11 +433,8 @@ pub async fn serve(stream: UnixStream, context: Rc<DaemonContext>) {
         })
     };
     let connection = Rc::new(Connection {
-        context,
-        peer_pid: peer.pid(),
+        caller: Caller::new(context, peer.pid(), Transport::Socket),
         initialized: Cell::new(false),
-        exec_id: RefCell::new(None),
-        exec_recorded: Cell::new(false),
         out: Outbound { lines, room },
         subscriptions: RefCell::new(HashMap::new()),
     });
@@ -705,7 +704,7 @@ async fn handle(
                 )),
             }
         }
-        method => methods::call(connection, method, params).await,
+        method => methods::call(&connection.caller, method, params).await,
     }
 }
 

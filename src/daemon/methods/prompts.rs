@@ -1,0 +1,195 @@
+//! Prompts: `prompt.send` (with the sender's exec recorded when it asks), `prompt.cancel`,
+//! `prompt.wait`.
+
+use serde_json::{json, Value};
+
+use super::{answer, params, resolve_session, select, store_error, string_param, to_value, Caller};
+use crate::actors::ledger::{CompleteExec, RecordExec};
+use crate::protocol::{code, ExecRecord, RpcError, SendParams};
+use crate::store::exec::{ExecCompletion, NewExec, Outcome};
+use crate::store::work::{self, NewPrompt, Prompt};
+use crate::{Corral, CorralError};
+
+/// A prompt by its id or a unique id prefix.
+fn resolve_prompt(corral: &Corral, selector: &str) -> Result<Prompt, RpcError> {
+    let selector = selector.trim();
+    let found = corral
+        .read(|c| {
+            let mut statement = c.prepare(
+                "SELECT id FROM prompts WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 11",
+            )?;
+            let ids = statement
+                .query_map(
+                    rusqlite::params![selector, format!("{selector}\u{7f}")],
+                    |row| row.get::<_, String>(0),
+                )?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(ids)
+        })
+        .map_err(store_error)?;
+    let id = select("prompt", selector, found, |id| id.as_str(), |_| None)?;
+    corral
+        .read(|c| work::prompt(c, &id))
+        .map_err(store_error)?
+        .ok_or_else(|| RpcError::new(code::NOT_FOUND, format!("No prompt matches '{selector}'")))
+}
+
+/// The `exec` a `prompt.send` asks the daemon to record, checked before anything else (a
+/// refused one is not recorded, and the error says nothing of it: the client records it).
+pub(super) fn exec_to_record(
+    caller: &Caller,
+    params: &Value,
+) -> Result<Option<ExecRecord>, RpcError> {
+    let Some(value) = params.get("exec").filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    let invalid = |message: String| RpcError::new(code::INVALID_PARAMS, message);
+    let record: ExecRecord =
+        serde_json::from_value(value.clone()).map_err(|error| invalid(format!("exec: {error}")))?;
+    record.check().map_err(invalid)?;
+    // The exec the caller is (`initialize`'s `exec_id`), run by the process connected.
+    if caller.exec_id.borrow().as_deref() != Some(record.id.as_str()) {
+        return Err(invalid(
+            "exec.id must be the exec_id this connection's initialize named".into(),
+        ));
+    }
+    if let Some(peer) = caller.peer_pid {
+        if i64::from(peer) != i64::from(record.pid) {
+            return Err(invalid(format!(
+                "exec.pid must be the connected process's ({peer})"
+            )));
+        }
+    }
+    if caller.exec_recorded.replace(true) {
+        return Err(invalid(
+            "this connection's exec was recorded already".into(),
+        ));
+    }
+    Ok(Some(record))
+}
+
+/// `prompt.send` with the caller's exec: its start is handed to the ledger before the prompt
+/// (so it commits before it, or in the same batch: no queued prompt without its sender's
+/// row), its end is committed before the answer (exit 0 with a prompt, 1 with an error), so
+/// that the client exits knowing its row is complete. An error answer whose exec was recorded
+/// says so (`data.exec_recorded`); one that does not was not recorded.
+pub(super) async fn send_recording(
+    caller: &Caller,
+    params_value: &Value,
+    record: ExecRecord,
+) -> Result<Value, RpcError> {
+    let corral = caller.corral();
+    let id = record.id.clone();
+    let start = corral.write(RecordExec(NewExec::from_record(record, None)));
+    let (started, answered) = tokio::join!(start, answer(caller, "prompt.send", params_value));
+    if let Err(error) = started {
+        tracing::warn!(%error, exec = id, "a client's exec was not recorded");
+        return Err(match answered {
+            Ok(prompt) => RpcError::new(
+                code::BUSY,
+                format!(
+                    "prompt {} is queued, but exec {id} could not be recorded: {error}",
+                    prompt.get("id").and_then(Value::as_str).unwrap_or("-")
+                ),
+            ),
+            Err(refused) => refused,
+        });
+    }
+    let exit_code = if answered.is_ok() { 0 } else { 1 };
+    let completion = ExecCompletion {
+        completed_at: crate::store::now_ms(),
+        exit_code,
+        outcome: Outcome::of_exit_code(exit_code),
+        signal: None,
+    };
+    if let Err(error) = corral
+        .write(CompleteExec {
+            id: id.clone(),
+            completion,
+        })
+        .await
+    {
+        // Left open: `monitor prune` closes it as lost once its process is gone.
+        tracing::warn!(%error, exec = id, "a client's exec end was not recorded");
+    }
+    answered.map_err(|mut refused| {
+        let mut data = match refused.data.take() {
+            Some(Value::Object(data)) => data,
+            Some(other) => serde_json::Map::from_iter([("data".to_string(), other)]),
+            None => serde_json::Map::new(),
+        };
+        data.insert("exec_recorded".into(), Value::Bool(true));
+        refused.data = Some(Value::Object(data));
+        refused
+    })
+}
+
+pub(super) async fn send(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
+    let context = &caller.context;
+    let corral = &context.corral;
+    if context.is_shutting_down() {
+        return Err(RpcError::new(code::BUSY, "the daemon is shutting down"));
+    }
+    let p: SendParams = params(params_value)?;
+    let session = resolve_session(corral, &p.session)?;
+    let sender = caller.exec_id.borrow().clone();
+    let enqueued = corral
+        .send(NewPrompt {
+            session_id: session.id,
+            text: p.text,
+            images: p.images,
+            read_only: p.read_only,
+            sender_exec_id: sender,
+            // Checked in the enqueue's own transaction: a take-over cannot slip in between
+            // the check and the queueing.
+            driver_generation: p.generation,
+        })
+        .await;
+    match enqueued {
+        Ok(enqueued) => to_value(&enqueued.prompt),
+        Err(CorralError::Superseded(claim)) => {
+            let by = match (&claim.exec_id, &claim.last_exec_id) {
+                (Some(exec), _) => format!("superseded by exec {exec}"),
+                (None, Some(last)) => format!("superseded by exec {last} (since released)"),
+                (None, None) => format!(
+                    "superseded: the driver claim is at generation {}",
+                    claim.generation
+                ),
+            };
+            Err(RpcError::new(code::SUPERSEDED, by).with_data(json!({ "driver": claim })))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `prompt.cancel {target}`: a prompt, or a session (its running prompt and everything
+/// queued on it).
+pub(super) async fn cancel(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
+    let corral = caller.corral();
+    let target = string_param(params_value, "target")?;
+    match resolve_prompt(corral, target) {
+        Ok(prompt) => {
+            let found = corral.cancel(&prompt.id).await?;
+            Ok(json!({ "cancelled": [{ "prompt": prompt.id, "found": found }] }))
+        }
+        Err(error) if error.code == code::NOT_FOUND => {
+            let session = resolve_session(corral, target)?;
+            let prompts = corral
+                .read(|c| work::prompts_of(c, &session.id))
+                .map_err(store_error)?;
+            let mut cancelled = Vec::new();
+            for prompt in prompts.iter().filter(|p| !p.status.is_final()) {
+                let found = corral.cancel(&prompt.id).await?;
+                cancelled.push(json!({ "prompt": prompt.id, "found": found }));
+            }
+            Ok(json!({ "cancelled": cancelled }))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+pub(super) async fn wait(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
+    let corral = caller.corral();
+    let prompt = resolve_prompt(corral, string_param(params_value, "prompt")?)?;
+    to_value(&corral.wait_prompt(&prompt.id).await?)
+}
