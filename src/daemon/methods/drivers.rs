@@ -1,10 +1,10 @@
 //! Driver claims: `driver.claim`, `driver.release`, `driver.show`.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{params, resolve_session, store_error, string_param, to_value, Caller};
+use super::{resolve_session, store_error, Caller, Serve};
 use crate::actors::ledger::{ClaimDriver, ReleaseDriver};
-use crate::protocol::{code, ClaimParams, ReleaseParams, RpcError};
+use crate::protocol::*;
 use crate::store::work::{self, ClaimRefused};
 
 /// Whether an exec (a driver) still runs: not completed, and its process alive.
@@ -28,56 +28,58 @@ fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
 }
 
 /// `driver.claim`: the caller's exec becomes the session's driver.
-pub(super) async fn claim(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let context = &caller.context;
-    let p: ClaimParams = params(params_value)?;
-    let session = resolve_session(&context.corral, &p.session)?;
-    let exec_id = caller.exec_id.borrow().clone().ok_or_else(|| {
-        RpcError::new(
-            code::INVALID_PARAMS,
-            "a driver needs an exec: initialize with exec_id",
-        )
-    })?;
-    let home = context.home.clone();
-    let claimed = context
-        .corral
-        .write(ClaimDriver {
-            session_id: session.id,
-            exec_id,
-            take_over: p.take_over,
-            is_live: Box::new(move |exec| exec_is_live(&home, exec)),
-        })
-        .await?;
-    match claimed {
-        Ok(claim) => to_value(&claim),
-        Err(ClaimRefused::Held { exec_id }) => Err(RpcError::new(
-            code::CLAIMED,
-            format!("the session is driven by exec {exec_id}; use --take-over to take it"),
-        )
-        .with_data(json!({ "driver": exec_id }))),
+impl Serve for DriverClaim {
+    async fn serve(caller: &Caller, p: ClaimParams) -> Result<Claim, RpcError> {
+        let context = &caller.context;
+        let session = resolve_session(&context.corral, &p.session)?;
+        let exec_id = caller.exec_id.borrow().clone().ok_or_else(|| {
+            RpcError::new(
+                code::INVALID_PARAMS,
+                "a driver needs an exec: initialize with exec_id",
+            )
+        })?;
+        let home = context.home.clone();
+        let claimed = context
+            .corral
+            .write(ClaimDriver {
+                session_id: session.id,
+                exec_id,
+                take_over: p.take_over,
+                is_live: Box::new(move |exec| exec_is_live(&home, exec)),
+            })
+            .await?;
+        match claimed {
+            Ok(claim) => Ok((&claim).into()),
+            Err(ClaimRefused::Held { exec_id }) => Err(RpcError::new(
+                code::CLAIMED,
+                format!("the session is driven by exec {exec_id}; use --take-over to take it"),
+            )
+            .with_data(json!({ "driver": exec_id }))),
+        }
     }
 }
 
-pub(super) async fn release(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let corral = caller.corral();
-    let p: ReleaseParams = params(params_value)?;
-    let session = resolve_session(corral, &p.session)?;
-    to_value(
-        &corral
+impl Serve for DriverRelease {
+    async fn serve(caller: &Caller, p: ReleaseParams) -> Result<Option<Claim>, RpcError> {
+        let corral = caller.corral();
+        let session = resolve_session(corral, &p.session)?;
+        let released = corral
             .write(ReleaseDriver {
                 session_id: session.id,
                 generation: p.generation,
             })
-            .await?,
-    )
+            .await?;
+        Ok(released.as_ref().map(Claim::from))
+    }
 }
 
-pub(super) fn show(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let corral = caller.corral();
-    let session = resolve_session(corral, string_param(params_value, "session")?)?;
-    to_value(
-        &corral
+impl Serve for DriverShow {
+    async fn serve(caller: &Caller, p: SessionRef) -> Result<Option<Claim>, RpcError> {
+        let corral = caller.corral();
+        let session = resolve_session(corral, &p.session)?;
+        let claim = corral
             .read(|c| work::driver_claim(c, &session.id))
-            .map_err(store_error)?,
-    )
+            .map_err(store_error)?;
+        Ok(claim.as_ref().map(Claim::from))
+    }
 }

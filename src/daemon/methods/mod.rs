@@ -1,8 +1,10 @@
 //! The daemon's methods: each request becomes calls on the [`Corral`] handle.
 //!
 //! One entry point, [`call`], for every transport (the socket's `server.rs`, the HTTP API):
-//! a [`Caller`] says who asks (the daemon's state, the peer's pid, its exec). The dispatcher
-//! ([`answer`]) maps a method to its group's function, one file per group: `projects.rs`
+//! a [`Caller`] says who asks (the daemon's state, the peer's pid, its exec). Each method is
+//! a type of `crate::protocol` (`protocol::Method`: its name, params and result); the
+//! dispatch table ([`dispatch!`]) maps it to its group's impl of [`Serve`] or [`Inspect`],
+//! which takes the decoded params and returns the typed result, one file per group: `projects.rs`
 //! (projects, groups), `sessions.rs` (sessions, history, steer, compact), `prompts.rs`
 //! (send, with the sender's exec recorded, cancel, wait), `drivers.rs` (driver claims),
 //! `settings.rs`, `status.rs` (status, shutdown). This file holds what they share: param
@@ -24,15 +26,15 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use rusqlite::Connection as Store;
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::origin;
 use super::server::DaemonContext;
 use crate::events::EventKind;
-use crate::protocol::{code, RpcError, METHODS};
+use crate::protocol::*;
 use crate::store::select::Unselected;
-use crate::store::work::{self, Project, Session};
+use crate::store::work;
 use crate::{Corral, CorralError};
 
 pub use status::{kept_alive, STATUS_WAITERS};
@@ -93,7 +95,7 @@ impl From<CorralError> for RpcError {
 /// Every method but subscriptions (`server.rs`: they stream) and `initialize` (the
 /// transport's handshake).
 pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
-    if method == "prompt.send" {
+    if method == PromptSend::NAME {
         if let Some(record) = prompts::exec_to_record(caller, params)? {
             return prompts::send_recording(caller, params, record).await;
         }
@@ -101,8 +103,8 @@ pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value
     answer(caller, method, params).await
 }
 
-/// The dispatcher: the read-only methods on a reader ([`inspect`]), the others to their
-/// group's function.
+/// Checks every request alike, then answers it: the read-only methods on a reader
+/// ([`inspect`]), the others through [`serve`].
 async fn answer(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
     check_named(params)?;
     refuse_widening_from_a_run(caller, method, params).await?;
@@ -113,27 +115,64 @@ async fn answer(caller: &Caller, method: &str, params: &Value) -> Result<Value, 
     {
         return answer;
     }
-    match method {
-        "status" => status::status(caller, params).await,
-        "shutdown" => status::shutdown(caller),
-        "project.add" => projects::add(caller, params).await,
-        "project.set" => projects::set(caller, params, false).await,
-        "project.archive" => projects::set(caller, params, true).await,
-        "group.set" => projects::group_set(caller, params).await,
-        "session.new" => sessions::new(caller, params).await,
-        "session.rename" => sessions::change(caller, params, false).await,
-        "session.archive" => sessions::change(caller, params, true).await,
-        "session.steer" => sessions::steer(caller, params).await,
-        "session.compact" => sessions::compact(caller, params).await,
-        "prompt.send" => prompts::send(caller, params).await,
-        "prompt.cancel" => prompts::cancel(caller, params).await,
-        "prompt.wait" => prompts::wait(caller, params).await,
-        "settings.set" => settings::set(caller, params).await,
-        "driver.claim" => drivers::claim(caller, params).await,
-        "driver.release" => drivers::release(caller, params).await,
-        "driver.show" => drivers::show(caller, params),
-        other => Err(unknown_method(other)),
-    }
+    serve(caller, method, params).await
+}
+
+/// A method served with the daemon's supervisor, in its group's file.
+trait Serve: Method {
+    async fn serve(caller: &Caller, params: Self::Params) -> Result<Self::Result, RpcError>;
+}
+
+/// A method that only reads the store, answered on one connection (see [`inspect`]).
+trait Inspect: Method {
+    fn inspect(c: &Store, params: Self::Params) -> Result<Self::Result, RpcError>;
+}
+
+/// The dispatch table: each method to its group's [`Serve`] or [`Inspect`] impl. The
+/// method names come from the types (`protocol::METHODS` is made from the same ones).
+macro_rules! dispatch {
+    (inspect: [$($inspect:ty),* $(,)?], serve: [$($serve:ty),* $(,)?] $(,)?) => {
+        /// The methods that only read the store, answered on one connection: the daemon
+        /// serves them on a reader of its pool, and the CLI on its own read-only connection
+        /// when no daemon runs (`cli::local`), so both give the same results and check params
+        /// alike. `None`: `method` is not one of them.
+        pub fn inspect(c: &Store, method: &str, params: &Value) -> Option<Result<Value, RpcError>> {
+            Some(match method {
+                $(<$inspect as Method>::NAME => decode::<$inspect>(params)
+                    .and_then(|params| <$inspect as Inspect>::inspect(c, params))
+                    .and_then(|result| encode(&result)),)*
+                _ => return None,
+            })
+        }
+
+        async fn serve(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
+            match method {
+                $(<$serve as Method>::NAME => {
+                    let params = decode::<$serve>(params)?;
+                    encode(&<$serve as Serve>::serve(caller, params).await?)
+                })*
+                other => Err(unknown_method(other)),
+            }
+        }
+
+        /// Every method [`call`] answers.
+        #[cfg(test)]
+        const SERVED: &[&str] = &[$(<$inspect as Method>::NAME,)* $(<$serve as Method>::NAME,)*];
+    };
+}
+
+dispatch! {
+    inspect: [
+        ProjectList, ProjectShow, SessionList, SessionShow, History, SettingsGet, SettingsList,
+    ],
+    serve: [
+        Status, Shutdown,
+        ProjectAdd, ProjectSet, ProjectArchive, GroupSet,
+        SessionNew, SessionRename, SessionArchive, SessionSteer, SessionCompact,
+        PromptSend, PromptCancel, PromptWait,
+        SettingsSet,
+        DriverClaim, DriverRelease, DriverShow,
+    ],
 }
 
 fn unknown_method(method: &str) -> RpcError {
@@ -141,73 +180,20 @@ fn unknown_method(method: &str) -> RpcError {
         .with_data(json!({ "methods": METHODS }))
 }
 
-/// The methods that only read the store, answered on one connection: the daemon serves them
-/// on a reader of its pool, and the CLI on its own read-only connection when no daemon runs
-/// (`cli::local`), so both give the same results and check params alike. `None`: `method`
-/// is not one of them.
-pub fn inspect(c: &Store, method: &str, params: &Value) -> Option<Result<Value, RpcError>> {
-    Some(match method {
-        "project.list" => projects::list(c, params),
-        "project.show" => projects::show(c, params),
-        "session.list" => sessions::list(c, params),
-        "session.show" => sessions::show(c, params),
-        "history" => sessions::history(c, params),
-        "settings.get" => settings::get(c, params),
-        "settings.list" => settings::list(c),
-        _ => return None,
-    })
-}
-
-fn params<T: DeserializeOwned>(value: &Value) -> Result<T, RpcError> {
-    let value = if value.is_null() {
-        json!({})
+/// A method's params from the request's (absent or null: `{}`); a value of the wrong type is
+/// -32602 with the params type's message.
+fn decode<M: Method>(params: &Value) -> Result<M::Params, RpcError> {
+    let decoded = if params.is_null() {
+        M::Params::deserialize(&json!({}))
     } else {
-        value.clone()
+        M::Params::deserialize(params)
     };
-    serde_json::from_value(value)
-        .map_err(|error| RpcError::new(code::INVALID_PARAMS, error.to_string()))
+    decoded.map_err(|error| RpcError::new(code::INVALID_PARAMS, error.to_string()))
 }
 
-fn string_param<'a>(value: &'a Value, name: &str) -> Result<&'a str, RpcError> {
-    match value.get(name) {
-        Some(Value::String(text)) => Ok(text),
-        None | Some(Value::Null) => Err(RpcError::new(
-            code::INVALID_PARAMS,
-            format!("{name} is required"),
-        )),
-        Some(other) => Err(RpcError::new(
-            code::INVALID_PARAMS,
-            format!("{name} must be a string, not {}", json_type(other)),
-        )),
-    }
-}
-
-/// An optional param: absent or null is `None`; a value of another type is refused (never
-/// read as absent: `{"value": 12}` must not unset a setting).
-fn optional<T: DeserializeOwned>(value: &Value, name: &str) -> Result<Option<T>, RpcError> {
-    match value.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(given) => serde_json::from_value(given.clone())
-            .map(Some)
-            .map_err(|_| {
-                RpcError::new(
-                    code::INVALID_PARAMS,
-                    format!("{name} has the wrong type ({})", json_type(given)),
-                )
-            }),
-    }
-}
-
-/// The JSON type of a value, for error messages.
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+/// A result as the wire's JSON.
+fn encode<T: Serialize>(result: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(result).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
 }
 
 /// Params are named: an object, or absent. Positional (array) params are refused, whatever
@@ -228,10 +214,6 @@ fn check_named(params: &Value) -> Result<(), RpcError> {
 /// The longest title a person may give a session, in characters (a generated one is cut at
 /// 120).
 pub const MAX_TITLE: usize = 500;
-
-fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
-    serde_json::to_value(value).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
-}
 
 fn store_error(error: CorralError) -> RpcError {
     error.into()
@@ -329,20 +311,20 @@ fn select<T>(
     )?)
 }
 
-pub fn resolve_project(corral: &Corral, selector: &str) -> Result<Project, RpcError> {
+pub fn resolve_project(corral: &Corral, selector: &str) -> Result<work::Project, RpcError> {
     corral
         .read(|c| Ok(project_of(c, selector)))
         .map_err(store_error)?
 }
 
-pub fn resolve_session(corral: &Corral, selector: &str) -> Result<Session, RpcError> {
+pub fn resolve_session(corral: &Corral, selector: &str) -> Result<work::Session, RpcError> {
     corral
         .read(|c| Ok(session_of(c, selector)))
         .map_err(store_error)?
 }
 
 /// The project `selector` names, read on `c`.
-fn project_of(c: &Store, selector: &str) -> Result<Project, RpcError> {
+fn project_of(c: &Store, selector: &str) -> Result<work::Project, RpcError> {
     // An exact id (what clients send) wins anyway: one indexed row, not every project.
     if let Some(project) = read(work::project(c, selector.trim()))? {
         return Ok(project);
@@ -352,7 +334,7 @@ fn project_of(c: &Store, selector: &str) -> Result<Project, RpcError> {
 }
 
 /// The session `selector` names, read on `c`.
-fn session_of(c: &Store, selector: &str) -> Result<Session, RpcError> {
+fn session_of(c: &Store, selector: &str) -> Result<work::Session, RpcError> {
     // An exact id wins anyway: one indexed row, not every session (issue 11: a prompt sent
     // to one of 2,000 sessions read all 2,000).
     if let Some(session) = read(work::session(c, selector.trim()))? {
@@ -370,4 +352,47 @@ fn session_of(c: &Store, selector: &str) -> Result<Session, RpcError> {
 
 fn read<T>(result: rusqlite::Result<T>) -> Result<T, RpcError> {
     result.map_err(|error| RpcError::new(code::INTERNAL, format!("store: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_method_is_served_once() {
+        // The transports answer these themselves (the handshake, the streams).
+        let transports = [
+            Initialize::NAME,
+            EventsSubscribe::NAME,
+            EventsUnsubscribe::NAME,
+        ];
+        let mut served: Vec<&str> = SERVED.iter().chain(&transports).copied().collect();
+        served.sort_unstable();
+        let mut listed = METHODS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(served, listed);
+    }
+
+    #[test]
+    fn params_of_the_wrong_type_keep_their_messages() {
+        let message = |value: Value| decode::<SettingsSet>(&value).unwrap_err().message;
+        assert_eq!(message(json!({})), "name is required");
+        assert_eq!(
+            message(json!({ "name": 7 })),
+            "name must be a string, not a number"
+        );
+        assert_eq!(
+            message(json!({ "name": "n", "value": 12 })),
+            "value has the wrong type (a number)"
+        );
+        assert_eq!(
+            decode::<ProjectAdd>(&json!({ "name": "q" }))
+                .unwrap_err()
+                .message,
+            "missing field `path`"
+        );
+        let unset = decode::<SettingsSet>(&json!({ "name": "n", "value": null })).unwrap();
+        assert_eq!(unset.value, None);
+        assert!(decode::<Status>(&Value::Null).unwrap().waiters.is_none());
+    }
 }

@@ -2,53 +2,64 @@
 //! `project.archive`, `group.set`.
 
 use rusqlite::Connection as Store;
-use serde_json::{json, Value};
 
-use super::{optional, params, project_of, read, resolve_project, string_param, to_value, Caller};
+use super::{project_of, read, resolve_project, Caller, Inspect, Serve};
 use crate::actors::ledger::ChangeProject;
-use crate::protocol::{code, ProjectAddParams, ProjectSetParams, RpcError};
-use crate::store::work::{self, NewProject, Project};
+use crate::protocol::*;
+use crate::store::work::{self, NewProject};
 
-pub(super) fn list(c: &Store, params: &Value) -> Result<Value, RpcError> {
-    let all = optional::<bool>(params, "all")?.unwrap_or(false);
-    let projects: Vec<Project> = read(work::projects(c))?
-        .into_iter()
-        .filter(|p| all || p.archived_at.is_none())
-        .collect();
-    to_value(&projects)
+impl Inspect for ProjectList {
+    fn inspect(c: &Store, p: ProjectListParams) -> Result<Vec<Project>, RpcError> {
+        let all = p.all.unwrap_or(false);
+        Ok(read(work::projects(c))?
+            .iter()
+            .filter(|p| all || p.archived_at.is_none())
+            .map(Project::from)
+            .collect())
+    }
 }
 
-pub(super) fn show(c: &Store, params: &Value) -> Result<Value, RpcError> {
-    to_value(&project_of(c, string_param(params, "project")?)?)
+impl Inspect for ProjectShow {
+    fn inspect(c: &Store, p: ProjectRef) -> Result<Project, RpcError> {
+        Ok((&project_of(c, &p.project)?).into())
+    }
 }
 
-pub(super) async fn add(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let p: ProjectAddParams = params(params_value)?;
-    let project = caller
-        .corral()
-        .add_project(NewProject {
-            name: p.name,
-            path: p.path,
-            engine: p.engine,
-            model: p.model,
-            full_access: p.full_access,
-            remote: p.remote,
-            groups: p.groups,
-            instructions: p.instructions,
-            keep_background: p.keep_background,
-        })
-        .await?;
-    to_value(&project)
+impl Serve for ProjectAdd {
+    async fn serve(caller: &Caller, p: ProjectAddParams) -> Result<Project, RpcError> {
+        let project = caller
+            .corral()
+            .add_project(NewProject {
+                name: p.name,
+                path: p.path,
+                engine: p.engine,
+                model: p.model,
+                full_access: p.full_access,
+                remote: p.remote,
+                groups: p.groups,
+                instructions: p.instructions,
+                keep_background: p.keep_background,
+            })
+            .await?;
+        Ok((&project).into())
+    }
+}
+
+impl Serve for ProjectSet {
+    async fn serve(caller: &Caller, p: ProjectSetParams) -> Result<Project, RpcError> {
+        change(caller, p, false).await
+    }
+}
+
+impl Serve for ProjectArchive {
+    async fn serve(caller: &Caller, p: ProjectSetParams) -> Result<Project, RpcError> {
+        change(caller, p, true).await
+    }
 }
 
 /// `project.set`, and `project.archive` (`archive`: the same params, and the project goes).
-pub(super) async fn set(
-    caller: &Caller,
-    params_value: &Value,
-    archive: bool,
-) -> Result<Value, RpcError> {
+async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<Project, RpcError> {
     let corral = caller.corral();
-    let p: ProjectSetParams = params(params_value)?;
     let project = resolve_project(corral, &p.project)?;
     if let Some(engine) = &p.engine {
         engine
@@ -72,12 +83,16 @@ pub(super) async fn set(
         })
         .await?
         .ok_or_else(|| RpcError::new(code::NOT_FOUND, "the project is gone"))?;
-    to_value(&changed)
+    Ok((&changed).into())
 }
 
-pub(super) async fn group_set(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let name = string_param(params_value, "name")?;
-    let locking = optional::<bool>(params_value, "locking")?.unwrap_or(true);
-    caller.corral().set_group_locking(name, locking).await?;
-    Ok(json!({ "name": name, "locking": locking }))
+impl Serve for GroupSet {
+    async fn serve(caller: &Caller, p: GroupSetParams) -> Result<GroupSetResult, RpcError> {
+        let locking = p.locking.unwrap_or(true);
+        caller.corral().set_group_locking(&p.name, locking).await?;
+        Ok(GroupSetResult {
+            name: p.name,
+            locking,
+        })
+    }
 }

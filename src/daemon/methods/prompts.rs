@@ -3,15 +3,15 @@
 
 use serde_json::{json, Value};
 
-use super::{answer, params, resolve_session, select, store_error, string_param, to_value, Caller};
+use super::{answer, resolve_session, select, store_error, Caller, Serve};
 use crate::actors::ledger::{CompleteExec, RecordExec};
-use crate::protocol::{code, ExecRecord, RpcError, SendParams};
+use crate::protocol::*;
 use crate::store::exec::{ExecCompletion, NewExec, Outcome};
-use crate::store::work::{self, NewPrompt, Prompt};
+use crate::store::work::{self, NewPrompt};
 use crate::{Corral, CorralError};
 
 /// A prompt by its id or a unique id prefix.
-fn resolve_prompt(corral: &Corral, selector: &str) -> Result<Prompt, RpcError> {
+fn resolve_prompt(corral: &Corral, selector: &str) -> Result<work::Prompt, RpcError> {
     let selector = selector.trim();
     let found = corral
         .read(|c| {
@@ -81,7 +81,7 @@ pub(super) async fn send_recording(
     let corral = caller.corral();
     let id = record.id.clone();
     let start = corral.write(RecordExec(NewExec::from_record(record, None)));
-    let (started, answered) = tokio::join!(start, answer(caller, "prompt.send", params_value));
+    let (started, answered) = tokio::join!(start, answer(caller, PromptSend::NAME, params_value));
     if let Err(error) = started {
         tracing::warn!(%error, exec = id, "a client's exec was not recorded");
         return Err(match answered {
@@ -124,72 +124,82 @@ pub(super) async fn send_recording(
     })
 }
 
-pub(super) async fn send(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let context = &caller.context;
-    let corral = &context.corral;
-    if context.is_shutting_down() {
-        return Err(RpcError::new(code::BUSY, "the daemon is shutting down"));
-    }
-    let p: SendParams = params(params_value)?;
-    let session = resolve_session(corral, &p.session)?;
-    let sender = caller.exec_id.borrow().clone();
-    let enqueued = corral
-        .send(NewPrompt {
-            session_id: session.id,
-            text: p.text,
-            images: p.images,
-            read_only: p.read_only,
-            sender_exec_id: sender,
-            // Checked in the enqueue's own transaction: a take-over cannot slip in between
-            // the check and the queueing.
-            driver_generation: p.generation,
-        })
-        .await;
-    match enqueued {
-        Ok(enqueued) => to_value(&enqueued.prompt),
-        Err(CorralError::Superseded(claim)) => {
-            let by = match (&claim.exec_id, &claim.last_exec_id) {
-                (Some(exec), _) => format!("superseded by exec {exec}"),
-                (None, Some(last)) => format!("superseded by exec {last} (since released)"),
-                (None, None) => format!(
-                    "superseded: the driver claim is at generation {}",
-                    claim.generation
-                ),
-            };
-            Err(RpcError::new(code::SUPERSEDED, by).with_data(json!({ "driver": claim })))
+impl Serve for PromptSend {
+    async fn serve(caller: &Caller, p: SendParams) -> Result<Prompt, RpcError> {
+        let context = &caller.context;
+        let corral = &context.corral;
+        if context.is_shutting_down() {
+            return Err(RpcError::new(code::BUSY, "the daemon is shutting down"));
         }
-        Err(error) => Err(error.into()),
+        let session = resolve_session(corral, &p.session)?;
+        let sender = caller.exec_id.borrow().clone();
+        let enqueued = corral
+            .send(NewPrompt {
+                session_id: session.id,
+                text: p.text,
+                images: p.images,
+                read_only: p.read_only,
+                sender_exec_id: sender,
+                // Checked in the enqueue's own transaction: a take-over cannot slip in
+                // between the check and the queueing.
+                driver_generation: p.generation,
+            })
+            .await;
+        match enqueued {
+            Ok(enqueued) => Ok((&enqueued.prompt).into()),
+            Err(CorralError::Superseded(claim)) => {
+                let by = match (&claim.exec_id, &claim.last_exec_id) {
+                    (Some(exec), _) => format!("superseded by exec {exec}"),
+                    (None, Some(last)) => format!("superseded by exec {last} (since released)"),
+                    (None, None) => format!(
+                        "superseded: the driver claim is at generation {}",
+                        claim.generation
+                    ),
+                };
+                Err(RpcError::new(code::SUPERSEDED, by)
+                    .with_data(json!({ "driver": Claim::from(&claim) })))
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 }
 
 /// `prompt.cancel {target}`: a prompt, or a session (its running prompt and everything
 /// queued on it).
-pub(super) async fn cancel(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let corral = caller.corral();
-    let target = string_param(params_value, "target")?;
-    match resolve_prompt(corral, target) {
-        Ok(prompt) => {
-            let found = corral.cancel(&prompt.id).await?;
-            Ok(json!({ "cancelled": [{ "prompt": prompt.id, "found": found }] }))
-        }
-        Err(error) if error.code == code::NOT_FOUND => {
-            let session = resolve_session(corral, target)?;
-            let prompts = corral
-                .read(|c| work::prompts_of(c, &session.id))
-                .map_err(store_error)?;
-            let mut cancelled = Vec::new();
-            for prompt in prompts.iter().filter(|p| !p.status.is_final()) {
-                let found = corral.cancel(&prompt.id).await?;
-                cancelled.push(json!({ "prompt": prompt.id, "found": found }));
+impl Serve for PromptCancel {
+    async fn serve(caller: &Caller, p: CancelParams) -> Result<CancelResult, RpcError> {
+        let corral = caller.corral();
+        let target = p.target.as_str();
+        let prompts = match resolve_prompt(corral, target) {
+            Ok(prompt) => vec![prompt],
+            Err(error) if error.code == code::NOT_FOUND => {
+                let session = resolve_session(corral, target)?;
+                let prompts = corral
+                    .read(|c| work::prompts_of(c, &session.id))
+                    .map_err(store_error)?;
+                prompts
+                    .into_iter()
+                    .filter(|p| !p.status.is_final())
+                    .collect()
             }
-            Ok(json!({ "cancelled": cancelled }))
+            Err(error) => return Err(error),
+        };
+        let mut cancelled = Vec::new();
+        for prompt in prompts {
+            let found = corral.cancel(&prompt.id).await?;
+            cancelled.push(Cancelled {
+                prompt: prompt.id,
+                found: (&found).into(),
+            });
         }
-        Err(error) => Err(error),
+        Ok(CancelResult { cancelled })
     }
 }
 
-pub(super) async fn wait(caller: &Caller, params_value: &Value) -> Result<Value, RpcError> {
-    let corral = caller.corral();
-    let prompt = resolve_prompt(corral, string_param(params_value, "prompt")?)?;
-    to_value(&corral.wait_prompt(&prompt.id).await?)
+impl Serve for PromptWait {
+    async fn serve(caller: &Caller, p: PromptRef) -> Result<Prompt, RpcError> {
+        let corral = caller.corral();
+        let prompt = resolve_prompt(corral, &p.prompt)?;
+        Ok((&corral.wait_prompt(&prompt.id).await?).into())
+    }
 }

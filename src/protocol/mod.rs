@@ -1,17 +1,47 @@
-//! The control protocol between the daemon and its clients (the CLI, or any program).
+//! The control protocol between the daemon and its clients (the CLI, the HTTP API, or any
+//! program).
 //!
 //! JSON-RPC 2.0 over a Unix socket, one JSON object per line, at most [`MAX_LINE`] bytes a
 //! line. A client starts with `initialize` (the version handshake), then calls methods; a
 //! subscription streams `events.event` notifications until `events.unsubscribe` or the
 //! connection closes. `docs/protocol.md` has an example of every method.
 //!
-//! This module only holds the wire types (pueue's split: protocol types here, the daemon in
+//! This module holds the wire types only (pueue's split: protocol types here, the daemon in
 //! `crate::daemon`, the client in `crate::client`); both sides share them, so they cannot
-//! drift apart.
+//! drift apart. This file: the framing (ids, requests, responses, errors and their codes,
+//! limits) and the [`Method`] trait; each method is a unit struct implementing it, with its
+//! params and result types, in its group's file: `status.rs` (initialize, status,
+//! shutdown), `projects.rs`, `sessions.rs` (sessions, history), `prompts.rs` (send, cancel,
+//! wait; the sender's [`ExecRecord`]), `drivers.rs`, `settings.rs`, `events.rs`
+//! (subscriptions). [`METHODS`], the list the daemon gives in an unknown method's error, is
+//! made from the same table ([`methods!`]). Results that are stored rows are sent as the
+//! wire's own types (`projects::Project`, `sessions::Session`, `prompts::Prompt`, …), made
+//! from the rows, with the rows' keys: version 1's JSON, unchanged.
+//!
+//! Params are named (an object). Params read field by field ([`Named`]) keep the daemon's
+//! messages (`session is required`, `name must be a string, not a number`, `all has the
+//! wrong type (a string)`); the others are serde's (`missing field `name``).
 
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+pub mod drivers;
+pub mod events;
+pub mod projects;
+pub mod prompts;
+pub mod sessions;
+pub mod settings;
+pub mod status;
+
+pub use drivers::*;
+pub use events::*;
+pub use projects::*;
+pub use prompts::*;
+pub use sessions::*;
+pub use settings::*;
+pub use status::*;
 
 /// The protocol version this build speaks. A client with another version is refused at
 /// `initialize` with [`code::VERSION_MISMATCH`].
@@ -331,234 +361,148 @@ impl Notification {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Method parameters (results are the model types of `crate::store`, or small objects).
+// Methods: each one a unit struct with its params and result types.
 
-/// `initialize`: the version handshake; also tells the daemon which exec the client is.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct InitializeParams {
-    pub protocol: u32,
-    #[serde(default)]
-    pub client: Option<String>,
-    /// The client's exec id (the CLI's own exec row), used as the driver of what it sends.
-    #[serde(default)]
-    pub exec_id: Option<String>,
+/// A method of the protocol: its name on the wire, what it takes and what it answers. The
+/// daemon decodes `Params` and encodes `Result` (`daemon::methods`), the client the other way
+/// round (`Client::call`), so both use one definition.
+pub trait Method {
+    const NAME: &'static str;
+    type Params: Serialize + DeserializeOwned;
+    type Result: Serialize + DeserializeOwned;
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InitializeResult {
-    pub protocol: u32,
-    pub corral_version: String,
-    pub daemon_pid: u32,
-    pub home: String,
-}
+/// Declares methods: `Name = "wire.name": Params => Result,` makes the unit struct `Name`
+/// implementing [`Method`].
+macro_rules! method {
+    ($($(#[$doc:meta])* $name:ident = $wire:literal : $params:ty => $result:ty,)*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $name;
 
-/// `project.add`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ProjectAddParams {
-    pub name: String,
-    pub path: String,
-    #[serde(default)]
-    pub engine: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub full_access: bool,
-    #[serde(default)]
-    pub remote: bool,
-    #[serde(default)]
-    pub groups: Vec<String>,
-    #[serde(default)]
-    pub instructions: Option<String>,
-    /// Background processes its engines leave outlive their runs (a widening).
-    #[serde(default)]
-    pub keep_background: bool,
-}
-
-/// `project.set`: only the fields given change.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ProjectSetParams {
-    pub project: String,
-    #[serde(default)]
-    pub engine: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub full_access: Option<bool>,
-    #[serde(default)]
-    pub remote: Option<bool>,
-    #[serde(default)]
-    pub groups: Option<Vec<String>>,
-    #[serde(default)]
-    pub instructions: Option<String>,
-    /// Turning it on is a widening; off is always allowed.
-    #[serde(default)]
-    pub keep_background: Option<bool>,
-}
-
-/// `session.new`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SessionNewParams {
-    pub project: String,
-    #[serde(default)]
-    pub engine: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub reasoning_effort: Option<String>,
-    #[serde(default)]
-    pub title: Option<String>,
-    #[serde(default)]
-    pub task: Option<String>,
-    #[serde(default)]
-    pub wave: Option<String>,
-}
-
-/// `prompt.send`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SendParams {
-    pub session: String,
-    pub text: String,
-    #[serde(default)]
-    pub images: Vec<String>,
-    #[serde(default)]
-    pub read_only: bool,
-    /// The driver claim the sender holds (`send --wait`, `attach`): refused with
-    /// [`code::SUPERSEDED`] once another driver took the session over.
-    #[serde(default)]
-    pub generation: Option<i64>,
-    /// The caller's own exec, recorded by the daemon (a compatible addition; a daemon whose
-    /// `initialize` answers `records_execs: true` honours it): its start before the prompt is
-    /// queued, its end with this request's answer (exit 0 for a prompt, 1 for an error).
-    /// Read before the other params, so that a refused send is recorded too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exec: Option<ExecRecord>,
-}
-
-/// The longest id (an exec's, a trace's, a session's) an [`ExecRecord`] carries.
-pub const MAX_EXEC_ID: usize = 256;
-
-/// The longest path (`cwd`, `repo`) an [`ExecRecord`] carries (Linux's `PATH_MAX`).
-pub const MAX_EXEC_PATH: usize = 4096;
-
-/// A `corral` process as an exec row, sent by the process itself for the daemon to record
-/// (`prompt.send`'s `exec`): what `cli::invocation` would write into the store, field for
-/// field, so that the row is the same whoever writes it. The daemon records nothing a peer
-/// of the same uid could not record by running `corral` itself; it checks sizes and that the
-/// pid is the peer's, and that the id is the one the connection's `initialize` named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecRecord {
-    pub id: String,
-    pub trace_id: String,
-    #[serde(default)]
-    pub parent_exec_id: Option<String>,
-    #[serde(default)]
-    pub caller_session_id: Option<String>,
-    pub argv: Vec<String>,
-    #[serde(default)]
-    pub cwd: Option<String>,
-    #[serde(default)]
-    pub repo: Option<String>,
-    pub pid: u32,
-    /// The process's start time in clock ticks since boot (`/proc/PID/stat`), which tells the
-    /// process from a later one with the same pid.
-    #[serde(default)]
-    pub pid_start: Option<u64>,
-    /// Milliseconds since the epoch, taken by the process when it started.
-    pub started_at: i64,
-}
-
-impl ExecRecord {
-    /// Checks the record's sizes and fields; the client checks before it sends (a record that
-    /// fails here is written by the client itself), the daemon before it writes.
-    pub fn check(&self) -> Result<(), String> {
-        let id = |name: &str, value: &str| {
-            if value.is_empty() || value.len() > MAX_EXEC_ID {
-                Err(format!("exec.{name} must be 1 to {MAX_EXEC_ID} bytes"))
-            } else {
-                Ok(())
+            impl $crate::protocol::Method for $name {
+                const NAME: &'static str = $wire;
+                type Params = $params;
+                type Result = $result;
             }
-        };
-        id("id", &self.id)?;
-        id("trace_id", &self.trace_id)?;
-        if let Some(parent) = &self.parent_exec_id {
-            id("parent_exec_id", parent)?;
+        )*
+    };
+}
+pub(crate) use method;
+
+/// The table of every method the daemon serves, in the order `docs/protocol.md` lists them:
+/// [`METHODS`] is made from it, so the list cannot miss one that has a type.
+macro_rules! methods {
+    ($($method:ty),* $(,)?) => {
+        /// Every method the daemon serves, for `docs/protocol.md`, the unknown-method error's
+        /// `data.methods` and the HTTP API's `/describe`.
+        pub const METHODS: &[&str] = &[$(<$method as Method>::NAME),*];
+    };
+}
+
+methods![
+    Initialize,
+    Status,
+    ProjectAdd,
+    ProjectList,
+    ProjectShow,
+    ProjectSet,
+    ProjectArchive,
+    GroupSet,
+    SessionNew,
+    SessionList,
+    SessionShow,
+    SessionRename,
+    SessionArchive,
+    SessionSteer,
+    SessionCompact,
+    PromptSend,
+    PromptCancel,
+    PromptWait,
+    History,
+    EventsSubscribe,
+    EventsUnsubscribe,
+    SettingsGet,
+    SettingsSet,
+    SettingsList,
+    DriverClaim,
+    DriverRelease,
+    DriverShow,
+    Shutdown,
+];
+
+/// The params of a method that takes none (any named params are ignored, as before).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoParams {}
+
+/// Named params read one by one with the daemon's messages, for the params types whose
+/// `Deserialize` is written by hand: a missing string is `NAME is required`, a string of
+/// another type `NAME must be a string, not a number`, an optional value of the wrong type
+/// `NAME has the wrong type (a string)` (never read as absent: `{"value": 12}` must not
+/// unset a setting). Absent params read as `{}`.
+pub struct Named(Map<String, Value>);
+
+impl Named {
+    pub fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Named, D::Error> {
+        Ok(Named(
+            Option::<Map<String, Value>>::deserialize(deserializer)?.unwrap_or_default(),
+        ))
+    }
+
+    /// A required string.
+    pub fn string<E: serde::de::Error>(&self, name: &str) -> Result<String, E> {
+        match self.0.get(name) {
+            Some(Value::String(text)) => Ok(text.clone()),
+            None | Some(Value::Null) => Err(E::custom(format!("{name} is required"))),
+            Some(other) => Err(E::custom(format!(
+                "{name} must be a string, not {}",
+                json_type(other)
+            ))),
         }
-        if let Some(session) = &self.caller_session_id {
-            id("caller_session_id", session)?;
+    }
+
+    /// An optional value: absent or null is `None`.
+    pub fn optional<T: DeserializeOwned, E: serde::de::Error>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, E> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(given) => T::deserialize(given).map(Some).map_err(|_| {
+                E::custom(format!("{name} has the wrong type ({})", json_type(given)))
+            }),
         }
-        for (name, path) in [("cwd", &self.cwd), ("repo", &self.repo)] {
-            if path.as_ref().is_some_and(|path| path.len() > MAX_EXEC_PATH) {
-                return Err(format!("exec.{name} is at most {MAX_EXEC_PATH} bytes"));
-            }
-        }
-        if self.argv.is_empty() {
-            return Err("exec.argv must name the program".into());
-        }
-        if self.pid == 0 || self.pid > i32::MAX as u32 {
-            return Err("exec.pid must be a process id".into());
-        }
-        if self.started_at <= 0 {
-            return Err("exec.started_at must be milliseconds since the epoch".into());
-        }
-        Ok(())
     }
 }
 
-/// `events.subscribe`: replay stored events after `after`, then stream live ones.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SubscribeParams {
-    pub session: String,
-    #[serde(default)]
-    pub after: i64,
+/// The JSON type of a value, for error messages.
+pub fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
-/// `driver.claim`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ClaimParams {
-    pub session: String,
-    #[serde(default)]
-    pub take_over: bool,
+/// Writes `impl Deserialize` for a params struct read with [`Named`]: each field is
+/// `field: string` (required) or `field: optional` (absent or null is `None`).
+macro_rules! named_params {
+    ($name:ident { $($field:ident : $how:ident),* $(,)? }) => {
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let named = $crate::protocol::Named::read(deserializer)?;
+                Ok($name { $($field: $crate::protocol::named_params!(@ named, $field, $how)),* })
+            }
+        }
+    };
+    (@ $named:ident, $field:ident, string) => { $named.string(stringify!($field))? };
+    (@ $named:ident, $field:ident, optional) => { $named.optional(stringify!($field))? };
 }
-
-/// `driver.release`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ReleaseParams {
-    pub session: String,
-    pub generation: i64,
-}
-
-/// Every method the daemon serves, for `docs/protocol.md` and the unknown-method error.
-pub const METHODS: &[&str] = &[
-    "initialize",
-    "status",
-    "project.add",
-    "project.list",
-    "project.show",
-    "project.set",
-    "project.archive",
-    "group.set",
-    "session.new",
-    "session.list",
-    "session.show",
-    "session.rename",
-    "session.archive",
-    "session.steer",
-    "session.compact",
-    "prompt.send",
-    "prompt.cancel",
-    "prompt.wait",
-    "history",
-    "events.subscribe",
-    "events.unsubscribe",
-    "settings.get",
-    "settings.set",
-    "settings.list",
-    "driver.claim",
-    "driver.release",
-    "driver.show",
-    "shutdown",
-];
+pub(crate) use named_params;
 
 #[cfg(test)]
 mod tests {
@@ -586,5 +530,169 @@ mod tests {
         assert!(!error.contains('\n'));
         // Escapes count: 200,000 newlines are 400,000 bytes of JSON, plus the quotes.
         assert!(check_prompt_size(&"\n".repeat(MAX_LINE / 2)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    //! The wire's rows have the store rows' keys and values: version 1's JSON, unchanged.
+
+    use super::*;
+    use crate::store::work;
+
+    fn same<R: Serialize, W: Serialize>(row: &R, wire: &W) {
+        assert_eq!(
+            serde_json::to_value(row).unwrap(),
+            serde_json::to_value(wire).unwrap()
+        );
+    }
+
+    fn session() -> work::Session {
+        work::Session {
+            id: "ses".into(),
+            project_id: Some("prj".into()),
+            engine: "fake".into(),
+            model: None,
+            reasoning_effort: Some("high".into()),
+            thread_id: Some("thr".into()),
+            resume_point: None,
+            title: Some("fix".into()),
+            title_source: Some("human".into()),
+            status: "idle".into(),
+            task: None,
+            wave_id: None,
+            created_at: 1,
+            archived_at: None,
+            last_event_seq: 9,
+            compacted_message_count: Some(3),
+            compacted_character_count: None,
+            compacted_at: None,
+        }
+    }
+
+    fn prompt(id: &str, status: work::PromptStatus) -> work::Prompt {
+        work::Prompt {
+            id: id.into(),
+            session_id: "ses".into(),
+            text: "hi".into(),
+            images: vec!["a.png".into()],
+            read_only: true,
+            status,
+            attempts: 1,
+            error: None,
+            answer: Some("ok".into()),
+            created_at: 2,
+            started_at: Some(3),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn wire_rows_serialize_as_the_store_rows() {
+        let project = work::Project {
+            id: "prj".into(),
+            name: "web".into(),
+            path: "/w".into(),
+            engine: Some("fake".into()),
+            model: None,
+            full_access: true,
+            kind: "local".into(),
+            groups: vec!["g".into()],
+            instructions: None,
+            created_at: 1,
+            archived_at: Some(2),
+            keep_background: true,
+        };
+        same(&project, &Project::from(&project));
+        same(&session(), &Session::from(&session()));
+        let p = prompt("prm", work::PromptStatus::Running);
+        same(&p, &Prompt::from(&p));
+        let run = work::Run {
+            id: "run".into(),
+            prompt_id: "prm".into(),
+            session_id: "ses".into(),
+            attempt: 1,
+            engine: "fake".into(),
+            argv: vec!["fake".into()],
+            thread_id: None,
+            exec_id: Some("exe".into()),
+            pid: Some(7),
+            pid_start: Some(8),
+            pgid: Some(7),
+            started_at: 4,
+            ended_at: None,
+            exit_code: Some(0),
+            signal: None,
+            status: "succeeded".into(),
+            failure_class: None,
+            retry_decision: None,
+            error: None,
+        };
+        same(&run, &Run::from(&run));
+        let claim = work::DriverClaim {
+            session_id: "ses".into(),
+            exec_id: Some("exe".into()),
+            last_exec_id: None,
+            generation: 2,
+            provider_generation: 0,
+            claimed_at: Some(5),
+            released_at: None,
+        };
+        same(&claim, &Claim::from(&claim));
+        let kept = work::KeptProcess {
+            pid: 10,
+            pid_start: 11,
+            run_id: "run".into(),
+            session_id: "ses".into(),
+            project_id: None,
+            command: "sleep 9".into(),
+            kept_at: 12,
+        };
+        same(&kept, &KeptProcess::from(&kept));
+        for found in [
+            work::CancelFound::Dequeued,
+            work::CancelFound::Running {
+                session_id: "ses".into(),
+            },
+            work::CancelFound::Finished {
+                status: work::PromptStatus::Done,
+            },
+        ] {
+            same(&found, &CancelFound::from(&found));
+        }
+    }
+
+    #[test]
+    fn a_shown_session_adds_its_current_prompt_and_last_status() {
+        use work::PromptStatus::*;
+        let detail = |prompts: &[work::Prompt]| {
+            let detail = SessionDetail::new(&session(), prompts);
+            (detail.current_prompt_id, detail.last_status)
+        };
+        assert_eq!(detail(&[]), (None, None));
+        let done = prompt("a", Done);
+        let running = prompt("b", Running);
+        let queued = prompt("c", Queued);
+        assert_eq!(
+            detail(&[done.clone(), running.clone(), queued.clone()]),
+            (Some("b".into()), Some(Queued))
+        );
+        assert_eq!(
+            detail(&[done.clone(), queued]),
+            (Some("c".into()), Some(Queued))
+        );
+        assert_eq!(detail(&[done]), (None, Some(Done)));
+        // The row's keys stay, beside the two new ones.
+        let mut shown = serde_json::to_value(SessionDetail::new(&session(), &[running])).unwrap();
+        let added = shown.as_object_mut().unwrap();
+        assert_eq!(
+            added.remove("current_prompt_id"),
+            Some(serde_json::json!("b"))
+        );
+        assert_eq!(
+            added.remove("last_status"),
+            Some(serde_json::json!("running"))
+        );
+        assert_eq!(shown, serde_json::to_value(session()).unwrap());
     }
 }

@@ -1,0 +1,134 @@
+//! Projects and lock groups: `project.add`, `project.list`, `project.show`, `project.set`,
+//! `project.archive`, `group.set`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{method, named_params};
+use crate::store::work;
+
+method! {
+    ProjectAdd = "project.add": ProjectAddParams => Project,
+    ProjectList = "project.list": ProjectListParams => Vec<Project>,
+    ProjectShow = "project.show": ProjectRef => Project,
+    /// Only the fields given change.
+    ProjectSet = "project.set": ProjectSetParams => Project,
+    /// `project.set`'s params; the project is archived (and may be changed with it).
+    ProjectArchive = "project.archive": ProjectSetParams => Project,
+    GroupSet = "group.set": GroupSetParams => GroupSetResult,
+}
+
+/// A project on the wire (`work::Project`'s keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Project {
+    pub id: String,
+    pub name: String,
+    pub path: String,
+    /// The engine new sessions use unless told otherwise.
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    /// Engines run without sandbox or approvals.
+    pub full_access: bool,
+    /// `local` or `remote`.
+    pub kind: String,
+    pub groups: Vec<String>,
+    pub instructions: Option<String>,
+    pub created_at: i64,
+    pub archived_at: Option<i64>,
+    #[serde(default)]
+    pub keep_background: bool,
+}
+
+impl From<&work::Project> for Project {
+    fn from(p: &work::Project) -> Self {
+        Project {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            path: p.path.clone(),
+            engine: p.engine.clone(),
+            model: p.model.clone(),
+            full_access: p.full_access,
+            kind: p.kind.clone(),
+            groups: p.groups.clone(),
+            instructions: p.instructions.clone(),
+            created_at: p.created_at,
+            archived_at: p.archived_at,
+            keep_background: p.keep_background,
+        }
+    }
+}
+
+/// `project.add`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProjectAddParams {
+    pub name: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub full_access: bool,
+    #[serde(default)]
+    pub remote: bool,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Background processes its engines leave outlive their runs (a widening).
+    #[serde(default)]
+    pub keep_background: bool,
+}
+
+/// `project.set` (and `project.archive`): only the fields given change.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProjectSetParams {
+    pub project: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_access: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Turning it on is a widening; off is always allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_background: Option<bool>,
+}
+
+/// `project.list {all}`: archived projects too when `all`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProjectListParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
+}
+named_params!(ProjectListParams { all: optional });
+
+/// A project by its selector (an id, a unique id prefix, its name).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProjectRef {
+    pub project: String,
+}
+named_params!(ProjectRef { project: string });
+
+/// `group.set {name, locking}` (`locking` defaults to true).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GroupSetParams {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locking: Option<bool>,
+}
+named_params!(GroupSetParams {
+    name: string,
+    locking: optional
+});
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupSetResult {
+    pub name: String,
+    pub locking: bool,
+}

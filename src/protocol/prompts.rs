@@ -1,0 +1,194 @@
+//! Prompts: `prompt.send` (with the sender's exec, [`ExecRecord`], for the daemon to record),
+//! `prompt.cancel`, `prompt.wait`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{method, named_params};
+use crate::store::work::{self, PromptStatus};
+
+method! {
+    /// Queues a prompt on a session; answers the prompt as queued (or running).
+    PromptSend = "prompt.send": SendParams => Prompt,
+    /// A prompt, or a session: its running prompt and everything queued on it.
+    PromptCancel = "prompt.cancel": CancelParams => CancelResult,
+    /// Waits for a prompt to end; answers it as it ended.
+    PromptWait = "prompt.wait": PromptRef => Prompt,
+}
+
+/// A prompt on the wire (`work::Prompt`'s keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    pub id: String,
+    pub session_id: String,
+    pub text: String,
+    pub images: Vec<String>,
+    pub read_only: bool,
+    pub status: PromptStatus,
+    pub attempts: i64,
+    pub error: Option<String>,
+    /// The agent's final answer (title line removed).
+    pub answer: Option<String>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+impl From<&work::Prompt> for Prompt {
+    fn from(p: &work::Prompt) -> Self {
+        Prompt {
+            id: p.id.clone(),
+            session_id: p.session_id.clone(),
+            text: p.text.clone(),
+            images: p.images.clone(),
+            read_only: p.read_only,
+            status: p.status,
+            attempts: p.attempts,
+            error: p.error.clone(),
+            answer: p.answer.clone(),
+            created_at: p.created_at,
+            started_at: p.started_at,
+            finished_at: p.finished_at,
+        }
+    }
+}
+
+/// `prompt.cancel {target}`: a prompt's selector (its id or a unique prefix), or a session's.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CancelParams {
+    pub target: String,
+}
+named_params!(CancelParams { target: string });
+
+/// A prompt by its id or a unique id prefix.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PromptRef {
+    pub prompt: String,
+}
+named_params!(PromptRef { prompt: string });
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CancelResult {
+    pub cancelled: Vec<Cancelled>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cancelled {
+    pub prompt: String,
+    pub found: CancelFound,
+}
+
+/// What cancelling a prompt found (`work::CancelFound` on the wire).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cancel", rename_all = "snake_case")]
+pub enum CancelFound {
+    /// It was queued: it is now cancelled and will never run.
+    Dequeued,
+    /// It is running: its session's worker ends it.
+    Running { session_id: String },
+    /// It had already ended.
+    Finished { status: PromptStatus },
+}
+
+impl From<&work::CancelFound> for CancelFound {
+    fn from(found: &work::CancelFound) -> Self {
+        match found {
+            work::CancelFound::Dequeued => CancelFound::Dequeued,
+            work::CancelFound::Running { session_id } => CancelFound::Running {
+                session_id: session_id.clone(),
+            },
+            work::CancelFound::Finished { status } => CancelFound::Finished { status: *status },
+        }
+    }
+}
+
+/// `prompt.send`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SendParams {
+    pub session: String,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
+    #[serde(default)]
+    pub read_only: bool,
+    /// The driver claim the sender holds (`send --wait`, `attach`): refused with
+    /// [`code::SUPERSEDED`] once another driver took the session over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The caller's own exec, recorded by the daemon (a compatible addition; a daemon whose
+    /// `initialize` answers `records_execs: true` honours it): its start before the prompt is
+    /// queued, its end with this request's answer (exit 0 for a prompt, 1 for an error).
+    /// Read before the other params, so that a refused send is recorded too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecRecord>,
+}
+
+/// The longest id (an exec's, a trace's, a session's) an [`ExecRecord`] carries.
+pub const MAX_EXEC_ID: usize = 256;
+
+/// The longest path (`cwd`, `repo`) an [`ExecRecord`] carries (Linux's `PATH_MAX`).
+pub const MAX_EXEC_PATH: usize = 4096;
+
+/// A `corral` process as an exec row, sent by the process itself for the daemon to record
+/// (`prompt.send`'s `exec`): what `cli::invocation` would write into the store, field for
+/// field, so that the row is the same whoever writes it. The daemon records nothing a peer
+/// of the same uid could not record by running `corral` itself; it checks sizes and that the
+/// pid is the peer's, and that the id is the one the connection's `initialize` named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRecord {
+    pub id: String,
+    pub trace_id: String,
+    #[serde(default)]
+    pub parent_exec_id: Option<String>,
+    #[serde(default)]
+    pub caller_session_id: Option<String>,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub repo: Option<String>,
+    pub pid: u32,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat`), which tells the
+    /// process from a later one with the same pid.
+    #[serde(default)]
+    pub pid_start: Option<u64>,
+    /// Milliseconds since the epoch, taken by the process when it started.
+    pub started_at: i64,
+}
+
+impl ExecRecord {
+    /// Checks the record's sizes and fields; the client checks before it sends (a record that
+    /// fails here is written by the client itself), the daemon before it writes.
+    pub fn check(&self) -> Result<(), String> {
+        let id = |name: &str, value: &str| {
+            if value.is_empty() || value.len() > MAX_EXEC_ID {
+                Err(format!("exec.{name} must be 1 to {MAX_EXEC_ID} bytes"))
+            } else {
+                Ok(())
+            }
+        };
+        id("id", &self.id)?;
+        id("trace_id", &self.trace_id)?;
+        if let Some(parent) = &self.parent_exec_id {
+            id("parent_exec_id", parent)?;
+        }
+        if let Some(session) = &self.caller_session_id {
+            id("caller_session_id", session)?;
+        }
+        for (name, path) in [("cwd", &self.cwd), ("repo", &self.repo)] {
+            if path.as_ref().is_some_and(|path| path.len() > MAX_EXEC_PATH) {
+                return Err(format!("exec.{name} is at most {MAX_EXEC_PATH} bytes"));
+            }
+        }
+        if self.argv.is_empty() {
+            return Err("exec.argv must name the program".into());
+        }
+        if self.pid == 0 || self.pid > i32::MAX as u32 {
+            return Err("exec.pid must be a process id".into());
+        }
+        if self.started_at <= 0 {
+            return Err("exec.started_at must be milliseconds since the epoch".into());
+        }
+        Ok(())
+    }
+}

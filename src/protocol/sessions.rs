@@ -1,0 +1,229 @@
+//! Sessions: `session.new`, `session.list`, `session.show`, `session.rename`,
+//! `session.archive`, `session.steer`, `session.compact`, and `history` (a session's prompts
+//! and runs).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{method, named_params, Claim, Prompt};
+use crate::store::work::{self, PromptStatus};
+
+method! {
+    SessionNew = "session.new": SessionNewParams => Session,
+    SessionList = "session.list": SessionListParams => Vec<Session>,
+    /// A session with its prompts and driver claim.
+    SessionShow = "session.show": SessionRef => SessionShowResult,
+    SessionRename = "session.rename": SessionRenameParams => Session,
+    SessionArchive = "session.archive": SessionRef => Session,
+    /// Text for the turn that runs now (engines that can take it: the codex app-server).
+    SessionSteer = "session.steer": SteerParams => Value,
+    /// Compacts the engine's thread (engines that can).
+    SessionCompact = "session.compact": SessionRef => Value,
+    /// A session with its prompts and runs.
+    History = "history": SessionRef => HistoryResult,
+}
+
+/// A session on the wire (`work::Session`'s keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub id: String,
+    pub project_id: Option<String>,
+    pub engine: String,
+    pub model: Option<String>,
+    pub reasoning_effort: Option<String>,
+    /// The engine's own thread/session id, once it has one.
+    pub thread_id: Option<String>,
+    /// Where in that thread its last successful turn ended, in the engine's own words.
+    pub resume_point: Option<String>,
+    pub title: Option<String>,
+    /// `human` or `generated`.
+    pub title_source: Option<String>,
+    pub status: String,
+    pub task: Option<String>,
+    pub wave_id: Option<String>,
+    pub created_at: i64,
+    pub archived_at: Option<i64>,
+    pub last_event_seq: i64,
+    pub compacted_message_count: Option<i64>,
+    pub compacted_character_count: Option<i64>,
+    pub compacted_at: Option<i64>,
+}
+
+impl From<&work::Session> for Session {
+    fn from(s: &work::Session) -> Self {
+        Session {
+            id: s.id.clone(),
+            project_id: s.project_id.clone(),
+            engine: s.engine.clone(),
+            model: s.model.clone(),
+            reasoning_effort: s.reasoning_effort.clone(),
+            thread_id: s.thread_id.clone(),
+            resume_point: s.resume_point.clone(),
+            title: s.title.clone(),
+            title_source: s.title_source.clone(),
+            status: s.status.clone(),
+            task: s.task.clone(),
+            wave_id: s.wave_id.clone(),
+            created_at: s.created_at,
+            archived_at: s.archived_at,
+            last_event_seq: s.last_event_seq,
+            compacted_message_count: s.compacted_message_count,
+            compacted_character_count: s.compacted_character_count,
+            compacted_at: s.compacted_at,
+        }
+    }
+}
+
+/// `session.show`'s session: the row, and where its prompts are (made from the prompts
+/// `session.show` reads anyway; a compatible addition to version 1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDetail {
+    #[serde(flatten)]
+    pub session: Session,
+    /// The prompt that runs now, else the next queued one; null when none is pending.
+    #[serde(default)]
+    pub current_prompt_id: Option<String>,
+    /// The status of the session's last prompt; null before its first.
+    #[serde(default)]
+    pub last_status: Option<PromptStatus>,
+}
+
+impl SessionDetail {
+    /// `prompts` oldest first, as `work::prompts_of` reads them.
+    pub fn new(session: &work::Session, prompts: &[work::Prompt]) -> Self {
+        let current = prompts
+            .iter()
+            .find(|p| p.status == PromptStatus::Running)
+            .or_else(|| prompts.iter().find(|p| p.status == PromptStatus::Queued));
+        SessionDetail {
+            session: session.into(),
+            current_prompt_id: current.map(|p| p.id.clone()),
+            last_status: prompts.last().map(|p| p.status),
+        }
+    }
+}
+
+/// One engine child (or app-server turn) started for a prompt (`work::Run`'s keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub prompt_id: String,
+    pub session_id: String,
+    pub attempt: i64,
+    pub engine: String,
+    pub argv: Vec<String>,
+    pub thread_id: Option<String>,
+    pub exec_id: Option<String>,
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+    pub pgid: Option<i64>,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// `running`, `succeeded`, `failed`, `cancelled`, `interrupted`.
+    pub status: String,
+    pub failure_class: Option<String>,
+    pub retry_decision: Option<String>,
+    pub error: Option<String>,
+}
+
+impl From<&work::Run> for Run {
+    fn from(r: &work::Run) -> Self {
+        Run {
+            id: r.id.clone(),
+            prompt_id: r.prompt_id.clone(),
+            session_id: r.session_id.clone(),
+            attempt: r.attempt,
+            engine: r.engine.clone(),
+            argv: r.argv.clone(),
+            thread_id: r.thread_id.clone(),
+            exec_id: r.exec_id.clone(),
+            pid: r.pid,
+            pid_start: r.pid_start,
+            pgid: r.pgid,
+            started_at: r.started_at,
+            ended_at: r.ended_at,
+            exit_code: r.exit_code,
+            signal: r.signal.clone(),
+            status: r.status.clone(),
+            failure_class: r.failure_class.clone(),
+            retry_decision: r.retry_decision.clone(),
+            error: r.error.clone(),
+        }
+    }
+}
+
+/// `session.new`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SessionNewParams {
+    pub project: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<String>,
+}
+
+/// `session.list {all, project}`: archived sessions too when `all`; one project's.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionListParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+}
+named_params!(SessionListParams {
+    all: optional,
+    project: optional
+});
+
+/// A session by its selector (an id, a unique id prefix, its title).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionRef {
+    pub session: String,
+}
+named_params!(SessionRef { session: string });
+
+/// `session.rename {session, title}`: a person's title, at most 500 characters.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionRenameParams {
+    pub session: String,
+    pub title: String,
+}
+named_params!(SessionRenameParams {
+    session: string,
+    title: string
+});
+
+/// `session.steer {session, text}`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SteerParams {
+    pub session: String,
+    pub text: String,
+}
+named_params!(SteerParams {
+    session: string,
+    text: string
+});
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionShowResult {
+    pub session: SessionDetail,
+    pub prompts: Vec<Prompt>,
+    pub driver: Option<Claim>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HistoryResult {
+    pub session: Session,
+    pub prompts: Vec<Prompt>,
+    pub runs: Vec<Run>,
+}

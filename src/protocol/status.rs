@@ -1,0 +1,106 @@
+//! The daemon itself: `initialize` (the version handshake), `status`, `shutdown`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{method, named_params, NoParams};
+use crate::actors::slots::SlotSummary;
+use crate::store::work;
+
+method! {
+    /// The version handshake; also tells the daemon which exec the client is.
+    Initialize = "initialize": InitializeParams => InitializeResult,
+    /// What the daemon is doing: its sessions, working count, slots, app-server children.
+    Status = "status": StatusParams => StatusResult,
+    /// The same as SIGTERM: the daemon drains, then stops (a second ask: at once).
+    Shutdown = "shutdown": NoParams => ShutdownResult,
+}
+
+/// `initialize`'s params (checked by the transport's handshake itself, with messages that
+/// say which version the daemon speaks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct InitializeParams {
+    pub protocol: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The client's exec id (the CLI's own exec row), used as the driver of what it sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InitializeResult {
+    pub protocol: u32,
+    pub corral_version: String,
+    pub daemon_pid: u32,
+    pub home: String,
+    /// `prompt.send` takes the caller's `exec` and records it (a compatible addition: an
+    /// older daemon does not say it).
+    #[serde(default)]
+    pub records_execs: bool,
+}
+
+/// `status {waiters}`: how many slot waiters to list (with their blockers).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StatusParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiters: Option<usize>,
+}
+named_params!(StatusParams { waiters: optional });
+
+/// `status`'s answer. With no daemon the CLI fills the same keys from the store
+/// (`cli::local`): `daemon` and `slots` null, `working` 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusResult {
+    pub daemon: Option<DaemonInfo>,
+    pub sessions: usize,
+    pub working: usize,
+    pub slots: Option<SlotSummary>,
+    /// Each project's app-server child, as its actor reports it.
+    pub app_servers: Vec<Value>,
+    /// Processes runs left behind that their projects keep, still alive.
+    pub kept: Vec<KeptProcess>,
+    pub home: String,
+    /// Where the HTTP API listens (`{"listen", "url"}`), or why it does not; absent when off.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub http: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    pub pid: u32,
+    pub version: String,
+    pub home: String,
+    pub shutting_down: bool,
+}
+
+/// A process a run left behind and its project kept (`work::KeptProcess` on the wire).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptProcess {
+    pub pid: i64,
+    pub pid_start: i64,
+    pub run_id: String,
+    pub session_id: String,
+    pub project_id: Option<String>,
+    pub command: String,
+    pub kept_at: i64,
+}
+
+impl From<&work::KeptProcess> for KeptProcess {
+    fn from(kept: &work::KeptProcess) -> Self {
+        KeptProcess {
+            pid: kept.pid,
+            pid_start: kept.pid_start,
+            run_id: kept.run_id.clone(),
+            session_id: kept.session_id.clone(),
+            project_id: kept.project_id.clone(),
+            command: kept.command.clone(),
+            kept_at: kept.kept_at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShutdownResult {
+    pub stopping: bool,
+}
