@@ -1004,7 +1004,12 @@
     flush() {
       this.scheduled = false;
       const stick = atBottom();
-      const batch = this.queue.splice(0);
+      // A long replay is built a slice per frame, so the page keeps answering meanwhile.
+      const batch = this.queue.splice(0, 1500);
+      if (this.queue.length) {
+        this.scheduled = true;
+        requestAnimationFrame(() => this.flush());
+      }
       for (const ev of batch) {
         try { this.add(ev); } catch (error) { console.error('event', ev, error); }
       }
@@ -1037,7 +1042,13 @@
       if (LOG_KINDS.has(kind)) return this.log(box, ev, kind === 'stderr' ? p.line : (p.line ?? pretty(p)));
       if (kind === 'prompt.done') {
         this.endStream(ev);
-        if (!this.spoke.has(ev.prompt_id) && p.answer) this.agent(box, ev, p.answer);
+        if (!this.spoke.has(ev.prompt_id) && p.answer) {
+          // No message told the answer (the command engine): show it, as part of this event.
+          this.spoke.add(ev.prompt_id);
+          const body = h('div', { class: 'agent-text', testid: 'agent-text' });
+          richText(body, String(p.answer).replace(TITLE_LINE, ''));
+          box.appendChild(h('div', { class: 'ev ev-agent' }, body));
+        }
       }
       if (kind === 'title.generated' && p.title && this.hooks.onTitle) this.hooks.onTitle(p.title);
       if (META_KINDS.has(kind)) return this.meta(box, ev, p);
@@ -1085,8 +1096,13 @@
         // The whole message after its deltas: the streamed element becomes it.
         this.streams.delete(this.streamKey(ev));
         s.el.classList.remove('streaming');
-        s.el.dataset.kind = 'message';
-        s.el.dataset.seq = String(ev.seq);
+        // It takes the message's kind and number, unless later events follow it already
+        // (then the numbers in the page would go back).
+        if (s.el.parentNode && s.el.parentNode.lastElementChild === s.el) {
+          s.el.dataset.kind = 'message';
+          s.el.dataset.seq = String(ev.seq);
+        }
+        s.el.dataset.messageSeq = String(ev.seq);
         this.dirty.delete(s);
         richText(s.text, String(p.text || s.raw).replace(TITLE_LINE, ''));
         return;
@@ -1119,8 +1135,9 @@
         return;
       }
       if (name === 'reasoning' && !known && typeof d.text === 'string' && !d.text.trim().includes('\n') && d.text.length <= 240) {
-        // A one-line thought needs no fold.
-        return box.appendChild(this.base(ev, 'ev-thought', h('span', { class: 'label' }, 'thinking'), d.text));
+        // One-line thoughts need no fold each; a run of them shares one (the fake's, or
+        // an engine thinking aloud step by step).
+        return this.thought(box, ev, d.text);
       }
       if (known) {
         // codex: item.started, then item.completed of the same item.
@@ -1165,6 +1182,27 @@
     status(t, cls, text) {
       t.statusEl.className = `tstatus ${cls}`;
       t.statusEl.textContent = text;
+    }
+    thought(box, ev, text) {
+      let group = box.lastElementChild;
+      if (!group || !group.classList.contains('thought-group')) {
+        const count = h('span', { class: 'small faint' });
+        const preview = h('span', { class: 'preview' });
+        const lines = h('div', { class: 'lines' });
+        const summary = h('summary', null, h('span', { class: 'small' }, 'thinking'), count, preview);
+        group = h('details', { class: 'log-group thought-group', open: true }, summary, lines);
+        group._parts = { count, preview, lines, n: 0, touched: false };
+        // A person's click (not the fold below) decides from then on.
+        summary.addEventListener('click', () => { group._parts.touched = true; });
+        box.appendChild(group);
+      }
+      const parts = group._parts;
+      parts.n += 1;
+      parts.lines.appendChild(this.base(ev, 'ev-thought', text));
+      parts.count.textContent = parts.n > 1 ? `${parts.n} steps` : '';
+      parts.preview.textContent = parts.n > 3 ? oneLine(text) : '';
+      // Open while short; folded once it grows, unless the person opened or closed it.
+      if (parts.n === 4 && !parts.touched) group.open = false;
     }
     log(box, ev, line) {
       let group = box.lastElementChild;
@@ -1765,7 +1803,7 @@
       h('option', { value: 'system' }, 'System'), h('option', { value: 'light' }, 'Light'), h('option', { value: 'dark' }, 'Dark'));
     theme.value = document.documentElement.getAttribute('data-theme') || 'system';
     const themeError = h('p', { class: 'setting-error', testid: 'theme-error', role: 'alert' });
-    const groupsEl = h('div', null, h('p', { class: 'loading' }, 'Loading settings…'));
+    const groupsEl = h('div', { class: 'settings-groups' }, h('p', { class: 'loading' }, 'Loading settings…'));
     main.append(
       pageHead('Settings', "The daemon's settings: each with its default and what it means. A value is checked when saved."),
       panel('Appearance', h('div', { class: 'panel-body' },
