@@ -842,15 +842,18 @@
     }
     let refreshTimer = null;
     let lastRead = 0;
+    let readCost = 0; // how long the last read took: a busy daemon is asked less often
     function refreshSoon(delay) {
       if (refreshTimer) return;
-      const wait = delay !== undefined ? delay : Math.max(300, 1500 - (Date.now() - lastRead));
+      const spacing = Math.max(1500, readCost * 8);
+      const wait = delay !== undefined ? delay : Math.max(300, spacing - (Date.now() - lastRead));
       refreshTimer = scope.timeout(() => { refreshTimer = null; load(); }, wait);
     }
     async function load() {
       lastRead = Date.now();
       try {
         const ov = await fetchOverview();
+        readCost = Date.now() - lastRead;
         if (scope.alive) render(ov);
       } catch (error) {
         if (scope.alive && rows.size === 0) fill(slotsBody, h('p', { class: 'form-error' }, error.message));
@@ -1708,7 +1711,7 @@
     const f = {
       name: h('input', { type: 'text', value: p.name, required: true, disabled: editing, testid: 'project-name' }),
       path: h('input', { type: 'text', value: p.path, required: true, disabled: editing, placeholder: '/home/me/src/app', testid: 'project-path' }),
-      engine: h('select', { testid: 'project-engine', value: p.engine || '' }, h('option', { value: '' }, 'default (codex)'), ENGINES.map((e) => h('option', { value: e }, e))),
+      engine: h('select', { testid: 'project-engine', value: p.engine || '' }, h('option', { value: '' }, "corral's default"), ENGINES.map((e) => h('option', { value: e }, e))),
       model: h('input', { type: 'text', value: p.model || '', placeholder: "the engine's default", testid: 'project-model' }),
       groups: h('input', { type: 'text', value: (p.groups || []).join(', '), placeholder: 'frontend, db', testid: 'project-groups' }),
       full_access: h('input', { type: 'checkbox', checked: !!p.full_access, testid: 'project-full-access' }),
@@ -1928,7 +1931,10 @@
     const form = h('form', { class: 'filters', testid: 'history-filters' },
       field('Command contains', f.search), field('Outcome', f.outcome), field('Session', f.caller), field('Repository', f.repo),
       h('button', { type: 'submit', class: 'primary' }, 'Search'),
-      h('div', { class: 'more-filters' }, field('Parent exec', f.parent), field('Task', f.task), field('Wave', f.wave), h('div', { class: 'field' }, error)));
+      h('details', { class: 'more-filters', open: !!(val('parent') || val('task') || val('wave')) },
+        h('summary', null, 'More filters'),
+        h('div', { class: 'more-grid' }, field('Parent exec', f.parent), field('Task', f.task), field('Wave', f.wave))),
+      h('div', { class: 'more-filters' }, error));
     main.append(
       pageHead('History', 'Every command corral recorded (the exec ledger), newest first.'),
       h('section', { class: 'panel' }, form,
