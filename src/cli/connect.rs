@@ -1389,6 +1389,7 @@ mod tests {
         Event {
             session_id: "ses".into(),
             seq,
+            feed_seq: seq,
             prompt_id: prompt.map(str::to_string),
             run_id: None,
             at: 1_000_000 + seq,

@@ -42,13 +42,13 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::UnixStream;
-use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use super::events::{event_stream, EventStream, Scope, StreamItem};
 use super::methods::{self, Caller, Transport};
 use crate::protocol::{
     code, Id, Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION,
 };
-use crate::store::work;
 use crate::Corral;
 
 /// How long a new connection may take to send `initialize`.
@@ -75,9 +75,6 @@ pub const MAX_SUBSCRIPTIONS: usize = 64;
 
 /// The writer's buffer: answers written in one burst leave in few syscalls.
 const WRITE_BUFFER: usize = 64 << 10;
-
-/// Stored events replayed per read when a subscription catches up.
-const REPLAY_PAGE: usize = 512;
 
 /// What every connection shares.
 pub struct DaemonContext {
@@ -708,13 +705,24 @@ async fn handle(
     }
 }
 
-/// `events.subscribe {session, after}`: replays the stored events after `after`, then streams
-/// live ones, in order, with no gap and no repeat.
+/// `events.subscribe {session?, after}`: replays the stored events after `after`, then streams
+/// live ones, in order, with no gap and no repeat (`events::event_stream`). With `session`,
+/// that session's events and `after` is its `seq`; without, every session's and `after` is
+/// the daemon-wide `feed_seq`.
 async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value, RpcError> {
-    let selector = params
-        .get("session")
-        .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::new(code::INVALID_PARAMS, "session is required"))?;
+    let selector = match params.get("session") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(selector)) => Some(selector.as_str()),
+        Some(other) => {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!(
+                    "session must be a session selector (a string), or absent for every \
+                     session's events; not {other}"
+                ),
+            ))
+        }
+    };
     let after = match params.get("after") {
         None | Some(Value::Null) => 0,
         Some(after) => after.as_i64().filter(|after| *after >= 0).ok_or_else(|| {
@@ -724,7 +732,12 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
             )
         })?,
     };
-    let session = methods::resolve_session(&connection.context.corral, selector)?;
+    let scope = match selector {
+        Some(selector) => {
+            Scope::Session(methods::resolve_session(&connection.context.corral, selector)?.id)
+        }
+        None => Scope::All,
+    };
     if connection.subscriptions.borrow().len() >= MAX_SUBSCRIPTIONS {
         return Err(RpcError::new(
             code::BUSY,
@@ -736,17 +749,10 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
     }
     let id = connection.context.next_subscription.get();
     connection.context.next_subscription.set(id + 1);
-    // Listen before reading the store: an event committed in between is seen twice at most,
-    // and the sequence numbers drop the repeat.
-    let live = connection.context.corral.subscribe();
-    let forwarding = forward(
-        connection.context.corral.clone(),
-        connection.out.clone(),
-        live,
-        session.id.clone(),
-        id,
-        after,
-    );
+    // Subscribed to the live broadcast here, before the answer: nothing committed after it is
+    // missed.
+    let stream = event_stream(connection.context.corral.clone(), scope.clone(), after);
+    let forwarding = forward(stream, connection.out.clone(), id);
     // A subscription that ends by itself (lagged, the client gone) leaves the connection's
     // table: `events.unsubscribe` then says it is unknown, and nothing is kept for it.
     let owner = Rc::downgrade(connection);
@@ -758,66 +764,32 @@ async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value,
     });
     // (The task has not run yet: it is spawned on this thread, which has not yielded.)
     connection.subscriptions.borrow_mut().insert(id, task);
-    Ok(json!({ "subscription": id, "session": session.id, "after": after }))
+    Ok(json!({ "subscription": id, "session": scope.session(), "after": after }))
 }
 
-async fn forward(
-    corral: Corral,
-    out: Outbound,
-    mut live: broadcast::Receiver<std::sync::Arc<crate::actors::supervisor::Published>>,
-    session_id: String,
-    subscription: u64,
-    after: i64,
-) {
-    // The event's JSON text is made once for every subscriber (see `Published`).
-    let notify_json = |event: &str| {
-        format!(
-            r#"{{"jsonrpc":"2.0","method":"events.event","params":{{"subscription":{subscription},"event":{event}}}}}"#
-        )
-    };
-    let notify =
-        |event: &work::Event| notify_json(&serde_json::to_string(event).expect("events serialize"));
-    let lagged = |resume_after: i64| {
-        serde_json::to_string(&Notification::new(
-            "events.lagged",
-            json!({ "subscription": subscription, "session": session_id, "resume_after": resume_after }),
-        ))
-        .expect("notices serialize")
-    };
-    let mut last = after;
-    // Replay what is stored.
-    loop {
-        let page = match corral.read(|c| work::events_after(c, &session_id, last, REPLAY_PAGE)) {
-            Ok(page) => page,
-            Err(_) => return,
+/// Writes a stream's items to the client as `events.event` and `events.lagged`
+/// notifications. Waiting for room in the client's queue holds only this subscription: the
+/// sessions publish into the broadcast buffer and never wait for it.
+async fn forward(mut stream: EventStream, out: Outbound, subscription: u64) {
+    while let Some(item) = stream.next().await {
+        let line = match item {
+            // The event's JSON text is made once for every subscriber (see `Published`).
+            StreamItem::Event(event) => format!(
+                r#"{{"jsonrpc":"2.0","method":"events.event","params":{{"subscription":{subscription},"event":{}}}}}"#,
+                event.json()
+            ),
+            StreamItem::Lagged { resume_after } => serde_json::to_string(&Notification::new(
+                "events.lagged",
+                json!({
+                    "subscription": subscription,
+                    "session": stream.scope().session(),
+                    "resume_after": resume_after,
+                }),
+            ))
+            .expect("notices serialize"),
         };
-        for event in &page {
-            if !out.send(notify(event)).await {
-                return;
-            }
-            last = event.seq;
-        }
-        if page.len() < REPLAY_PAGE {
-            break;
-        }
-    }
-    // Then what happens.
-    loop {
-        match live.recv().await {
-            Ok(event) if event.session_id == session_id && event.seq > last => {
-                // Waiting here holds only this subscription: the session publishes into the
-                // broadcast buffer and never waits for us.
-                if !out.send(notify_json(event.json())).await {
-                    return;
-                }
-                last = event.seq;
-            }
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                out.send(lagged(last)).await;
-                return;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
+        if !out.send(line).await {
+            return;
         }
     }
 }

@@ -13,8 +13,9 @@
 //! params and result types, in its group's file: `status.rs` (initialize, status,
 //! shutdown), `projects.rs`, `sessions.rs` (sessions, history), `prompts.rs` (send, cancel,
 //! wait; the sender's [`ExecRecord`]), `drivers.rs`, `settings.rs`, `events.rs`
-//! (subscriptions). [`METHODS`], the list the daemon gives in an unknown method's error, is
-//! made from the same table ([`methods!`]). Results that are stored rows are sent as the
+//! (subscriptions), `overview.rs` (`overview`, `execs.list`). [`METHODS`], the list the
+//! daemon gives in an unknown method's error, is made from the same table ([`methods!`]).
+//! Results that are stored rows are sent as the
 //! wire's own types (`projects::Project`, `sessions::Session`, `prompts::Prompt`, …), made
 //! from the rows, with the rows' keys: version 1's JSON, unchanged.
 //!
@@ -29,6 +30,7 @@ use serde_json::{Map, Value};
 
 pub mod drivers;
 pub mod events;
+pub mod overview;
 pub mod projects;
 pub mod prompts;
 pub mod sessions;
@@ -37,6 +39,7 @@ pub mod status;
 
 pub use drivers::*;
 pub use events::*;
+pub use overview::*;
 pub use projects::*;
 pub use prompts::*;
 pub use sessions::*;
@@ -430,6 +433,8 @@ methods![
     DriverRelease,
     DriverShow,
     Shutdown,
+    Overview,
+    ExecsList,
 ];
 
 /// The params of a method that takes none (any named params are ignored, as before).

@@ -216,6 +216,35 @@ CREATE TABLE kept_processes (
 );
 "#,
     },
+    Migration {
+        name: "the daemon-wide event feed",
+        sql: r#"
+-- One number across sessions, strictly increasing, for a stream of every session that a client
+-- can resume. Existing rows are numbered in a stable order: by time, each session's events
+-- kept in their own order (a clock set back inside a session does not reorder it), then by
+-- session and seq. Written by the ledger with each event (`work::append_events`).
+ALTER TABLE events ADD COLUMN feed_seq INTEGER;
+UPDATE events SET feed_seq = numbered.feed_seq
+FROM (
+    SELECT session_id, seq,
+           row_number() OVER (ORDER BY session_at, session_id, seq) AS feed_seq
+    FROM (
+        SELECT session_id, seq,
+               max(at) OVER (PARTITION BY session_id ORDER BY seq
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS session_at
+        FROM events
+    )
+) AS numbered
+WHERE events.session_id = numbered.session_id AND events.seq = numbered.seq;
+CREATE UNIQUE INDEX events_by_feed ON events(feed_seq);
+-- Rows written by hand or by another program get the next number too.
+CREATE TRIGGER events_feed_seq AFTER INSERT ON events WHEN NEW.feed_seq IS NULL
+BEGIN
+    UPDATE events SET feed_seq = (SELECT coalesce(max(feed_seq), 0) + 1 FROM events)
+    WHERE session_id = NEW.session_id AND seq = NEW.seq;
+END;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

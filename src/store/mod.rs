@@ -20,6 +20,7 @@
 
 pub mod exec;
 pub mod migrations;
+pub mod overview;
 pub mod select;
 pub mod settings;
 pub mod work;

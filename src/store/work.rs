@@ -164,11 +164,16 @@ pub struct Run {
     pub error: Option<String>,
 }
 
-/// One normalized thing that happened in a session, numbered per session.
+/// One normalized thing that happened in a session, numbered per session (`seq`) and across
+/// the daemon's sessions (`feed_seq`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub session_id: String,
     pub seq: i64,
+    /// Daemon-wide, strictly increasing, without gaps among stored events: the cursor of the
+    /// stream of every session. 0 from a daemon older than the feed (migration 8).
+    #[serde(default)]
+    pub feed_seq: i64,
     pub prompt_id: Option<String>,
     pub run_id: Option<String>,
     pub at: i64,
@@ -287,6 +292,7 @@ fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
         at: row.get(4)?,
         kind: EventKind::parse(&row.get::<_, String>(5)?),
         payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::String(payload)),
+        feed_seq: row.get::<_, Option<i64>>(7)?.unwrap_or(0),
     })
 }
 
@@ -763,12 +769,20 @@ pub(crate) fn append_events(
         "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq",
     )?;
     let mut insert = connection.prepare_cached(
-        "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
+    if events.is_empty() {
+        return Ok(numbered);
+    }
     let at = now_ms();
+    // The daemon-wide number: the ledger is the only writer, so the last stored one plus one
+    // (an index seek) is free inside this transaction; a write rolled back gives its numbers
+    // back with its rows, so the stored numbers have no gaps.
+    let mut feed_seq = last_feed_seq(connection)?;
     for event in events {
         let seq: i64 = next.query_row([&event.session_id], |row| row.get(0))?;
+        feed_seq += 1;
         insert.execute(params![
             event.session_id,
             seq,
@@ -777,10 +791,12 @@ pub(crate) fn append_events(
             at,
             event.kind.as_str(),
             event.payload.to_string(),
+            feed_seq,
         ])?;
         numbered.push(Event {
             session_id: event.session_id,
             seq,
+            feed_seq,
             prompt_id: event.prompt_id,
             run_id: event.run_id,
             at,
@@ -1064,6 +1080,8 @@ pub fn running_runs(connection: &Connection) -> rusqlite::Result<Vec<Run>> {
     rows
 }
 
+const EVENT_COLUMNS: &str = "session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq";
+
 /// A session's events with a number above `after`, oldest first, at most `limit`.
 pub fn events_after(
     connection: &Connection,
@@ -1071,14 +1089,51 @@ pub fn events_after(
     after: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<Event>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT session_id, seq, prompt_id, run_id, at, kind, payload FROM events \
-         WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
+    events_between(connection, session_id, after, i64::MAX, limit)
+}
+
+/// A session's events numbered above `after` and below `before`, oldest first, at most
+/// `limit`.
+pub fn events_between(
+    connection: &Connection,
+    session_id: &str,
+    after: i64,
+    before: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events \
+         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
+    ))?;
     let rows = statement
-        .query_map(params![session_id, after, limit as i64], event_row)?
+        .query_map(params![session_id, after, before, limit as i64], event_row)?
         .collect();
     rows
+}
+
+/// Every session's events with a daemon-wide number above `after` and below `before`, in
+/// that number's order, at most `limit`.
+pub fn feed_between(
+    connection: &Connection,
+    after: i64,
+    before: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events \
+         WHERE feed_seq > ?1 AND feed_seq < ?2 ORDER BY feed_seq LIMIT ?3"
+    ))?;
+    let rows = statement
+        .query_map(params![after, before, limit as i64], event_row)?
+        .collect();
+    rows
+}
+
+/// The daemon-wide number of the last stored event (0: none yet).
+pub fn last_feed_seq(connection: &Connection) -> rusqlite::Result<i64> {
+    connection.row("SELECT coalesce(max(feed_seq), 0) FROM events", [], |row| {
+        row.get(0)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use super::{print_json, print_table, repo_scope};
 use crate::cli::{CliError, Context, Exit};
-use crate::store::exec::{self, Cursor, ExecFilter, Outcome, OutcomeFilter};
+use crate::store::exec::{Cursor, Outcome, OutcomeFilter};
+use crate::store::overview::{self, ExecQuery, PageError};
 use crate::store::select::{IdKind, ShortIds};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,43 +73,22 @@ pub struct ListArgs {
 
 pub fn execute(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
     let connection = context.reader()?;
-    let scope = repo_scope(args.all, args.repo.as_deref())?;
-    let wave_ids = match &args.wave {
-        None => None,
-        Some(selector) => {
-            let within = scope.as_ref().map(|repo| repo.as_deref());
-            let waves = exec::waves_matching(&connection, selector, within)?;
-            match waves.len() {
-                0 => return Err(CliError::failure(format!("No wave matches '{selector}'"))),
-                1 => Some(waves.into_iter().map(|(id, _)| id).collect()),
-                _ => {
-                    let candidates: Vec<String> = waves
-                        .iter()
-                        .map(|(id, repo)| format!("{id} ({})", repo.as_deref().unwrap_or("-")))
-                        .collect();
-                    return Err(CliError::failure(format!(
-                        "Ambiguous Work selector '{selector}': give one of the wave ids {}",
-                        candidates.join(", ")
-                    )));
-                }
-            }
-        }
-    };
-    let filter = ExecFilter {
+    let query = ExecQuery {
         parent: args.parent.clone(),
         caller: args.caller.clone(),
         outcome: args.outcome.map(OutcomeFilter::from),
         search: args.search.clone(),
-        repo: scope,
+        repo: repo_scope(args.all, args.repo.as_deref())?,
         task: args.task.clone(),
-        wave_ids,
+        wave: args.wave.clone(),
+        after: args.after.clone(),
+        limit: args.limit as usize,
     };
-    let page = exec::list(
-        &connection,
-        &filter,
-        args.after.as_ref(),
-        args.limit as usize,
-    )?;
+    // The same read as the daemon's `execs.list` (`store::overview`).
+    let page = overview::exec_page(&connection, &query).map_err(|error| match error {
+        PageError::Store(error) => CliError::from(error),
+        refused => CliError::failure(refused.to_string()),
+    })?;
     if args.json {
         print_json(&page);
     } else {

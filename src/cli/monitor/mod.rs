@@ -14,10 +14,10 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use super::{CliError, Context, Exit};
-use crate::process;
 use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
+use crate::store::overview::{self, SessionItem};
 use crate::store::select::{IdKind, ShortIds};
-use crate::store::work::{self, PromptStatus};
+use crate::store::work;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -57,9 +57,6 @@ pub async fn execute(context: &Context, args: &MonitorArgs) -> Result<Exit, CliE
     }
 }
 
-/// How many recent commands the overview shows.
-const OVERVIEW_RECENT: usize = 10;
-
 /// The overview: sessions, what runs now, and recent commands.
 #[derive(Debug, Serialize)]
 pub struct Overview {
@@ -83,84 +80,8 @@ pub struct Active {
     pub lost_execs: Vec<Exec>,
 }
 
-/// A session as the overview shows it.
-#[derive(Debug, Serialize)]
-pub struct SessionItem {
-    pub id: String,
-    pub title: Option<String>,
-    pub project: Option<String>,
-    pub engine: String,
-    /// `active`, `queued`, `waiting`, `finished`, `failed` or `unknown`.
-    pub state: &'static str,
-    /// Why it is in that state, in one line.
-    pub reason: String,
-    /// The command to run next about it.
-    pub next_action: String,
-}
-
-/// The state of one session, from its record and its prompts.
-fn session_item(
-    session: &work::Session,
-    prompts: &[work::Prompt],
-    project: Option<String>,
-) -> SessionItem {
-    let running = prompts.iter().find(|p| p.status == PromptStatus::Running);
-    let queued = prompts
-        .iter()
-        .filter(|p| p.status == PromptStatus::Queued)
-        .count();
-    let last_final = prompts
-        .iter()
-        .filter(|p| p.status.is_final())
-        .max_by_key(|p| (p.finished_at, p.created_at));
-    let first_line = |text: &str| {
-        text.lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim()
-            .to_string()
-    };
-    let (state, reason) = if session.archived_at.is_some() {
-        ("finished", "completion is recorded".to_string())
-    } else if let Some(prompt) = running {
-        ("active", format!("running: {}", first_line(&prompt.text)))
-    } else if queued > 0 {
-        ("queued", format!("{queued} prompt(s) queued"))
-    } else {
-        match last_final {
-            Some(prompt) if prompt.status == PromptStatus::Failed => (
-                "failed",
-                prompt.error.clone().unwrap_or_else(|| "failed".into()),
-            ),
-            // The person stopped it: the session waits for what they do next.
-            Some(prompt) if prompt.status == PromptStatus::Cancelled => (
-                "waiting",
-                format!("cancelled: {}", first_line(&prompt.text)),
-            ),
-            Some(prompt) => (
-                "waiting",
-                first_line(prompt.answer.as_deref().unwrap_or("")),
-            ),
-            None => ("unknown", "No current provider observation".to_string()),
-        }
-    };
-    let next_action = match state {
-        "active" | "queued" => format!("corral watch {}", session.id),
-        "waiting" => format!("corral attach {}", session.id),
-        _ => format!("corral history {}", session.id),
-    };
-    SessionItem {
-        id: session.id.clone(),
-        title: session.title.clone(),
-        project,
-        engine: session.engine.clone(),
-        state,
-        reason,
-        next_action,
-    }
-}
-
-/// Reads the overview. `scope` limits execs to a repository (see [`repo_scope`]).
+/// Reads the overview from the store, with the same reads as the daemon's `overview`
+/// (`store::overview`). `scope` limits execs to a repository (see [`repo_scope`]).
 pub fn build_overview(
     connection: &Connection,
     scope: Option<Option<String>>,
@@ -169,43 +90,11 @@ pub fn build_overview(
         repo: scope.clone(),
         ..ExecFilter::default()
     };
-    let recent = exec::list(connection, &filter, None, OVERVIEW_RECENT)?;
-    let (mut execs, mut lost_execs) = (Vec::new(), Vec::new());
-    for open in exec::open_execs(connection)? {
-        if scope.as_ref().is_some_and(|repo| *repo != open.exec.repo) {
-            continue;
-        }
-        let alive = open
-            .exec
-            .pid
-            .is_some_and(|pid| process::is_alive(pid as u32, open.pid_start));
-        if alive {
-            execs.push(open.exec);
-        } else {
-            lost_execs.push(open.exec);
-        }
-    }
-    let gaps: Vec<work::Run> = work::running_runs(connection)?
-        .into_iter()
-        .filter(|run| {
-            !run.pid.is_some_and(|pid| {
-                process::is_alive(pid as u32, run.pid_start.map(|start| start as u64))
-            })
-        })
-        .collect();
-    let projects: std::collections::HashMap<String, String> = work::projects(connection)?
-        .into_iter()
-        .map(|project| (project.id, project.name))
-        .collect();
-    let mut items = Vec::new();
-    for session in work::sessions(connection)? {
-        let prompts = work::prompts_of(connection, &session.id)?;
-        let project = session
-            .project_id
-            .as_ref()
-            .and_then(|id| projects.get(id).cloned());
-        items.push(session_item(&session, &prompts, project));
-    }
+    let recent = exec::list(connection, &filter, None, overview::RECENT)?;
+    let (execs, lost_execs) = overview::open_execs(connection, scope.as_ref())?;
+    // Read without asking a daemon: a run whose pid is not recorded counts as a gap.
+    let (_, gaps) = overview::runs_now(connection, false)?;
+    let items = overview::sessions(connection)?;
     let mut short_ids = ShortIds::of(
         Some(connection),
         IdKind::Session,
@@ -335,10 +224,9 @@ async fn overview(context: &Context, args: &MonitorArgs) -> Result<Exit, CliErro
 /// outside any repository; `Some(Some(top))` = that repository.
 pub fn repo_scope(all: bool, repo: Option<&Path>) -> Result<Option<Option<String>>, CliError> {
     if let Some(path) = repo {
-        let top = crate::repo::toplevel(path)
-            .or_else(|| path.canonicalize().ok())
+        let top = overview::repo_of(path)
             .ok_or_else(|| CliError::failure(format!("no such directory: {}", path.display())))?;
-        return Ok(Some(Some(top.to_string_lossy().into_owned())));
+        return Ok(Some(Some(top)));
     }
     if all {
         return Ok(None);

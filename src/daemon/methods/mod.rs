@@ -16,6 +16,7 @@
 //! `AMBIGUOUS` whose `data.candidates` lists them.
 
 mod drivers;
+mod overview;
 mod projects;
 mod prompts;
 mod sessions;
@@ -164,6 +165,7 @@ macro_rules! dispatch {
 dispatch! {
     inspect: [
         ProjectList, ProjectShow, SessionList, SessionShow, History, SettingsGet, SettingsList,
+        ExecsList,
     ],
     serve: [
         Status, Shutdown,
@@ -172,6 +174,7 @@ dispatch! {
         PromptSend, PromptCancel, PromptWait,
         SettingsSet,
         DriverClaim, DriverRelease, DriverShow,
+        Overview,
     ],
 }
 

@@ -1,0 +1,459 @@
+//! What `corral monitor` and the daemon's `overview` and `execs.list` read: one
+//! implementation for the CLI on its own read-only connection and the daemon on its pool.
+//!
+//! - [`sessions`]: every session with its state, in one query (a few aggregates joined to
+//!   the sessions, not a read per session: 1,000 sessions cost one statement).
+//! - [`runs_now`]: the runs marked running, split into the ones whose engine lives and the
+//!   gaps (engine gone: a daemon died; the next one closes them and requeues their prompts).
+//! - [`open_execs`]: execs not completed, split into running and lost (process gone).
+//! - [`read`]: all of it for the daemon's `overview` ([`Overview`]; the slots are the slot
+//!   manager's, and the daemon adds them).
+//! - [`exec_page`]: the exec ledger page of `monitor list` and `execs.list` ([`ExecQuery`]:
+//!   its filters, a wave by name or id, and the cursor).
+//!
+//! A session's state (DESIGN.md's words): `active` (a prompt runs), `queued`, `waiting` (its
+//! last prompt done — reason: the answer's first line — or cancelled), `failed` (reason: the
+//! error), `finished` (archived), `unknown` (no prompt yet).
+
+use std::fmt;
+use std::path::Path;
+
+use rusqlite::{Connection, Row};
+use serde::{Deserialize, Serialize};
+
+use super::exec::{self, Cursor, Exec, ExecFilter, ExecPage, OutcomeFilter};
+use super::work::{self, Run};
+use crate::process;
+
+/// How many recent commands an overview carries.
+pub const RECENT: usize = 10;
+
+/// Where a session is, in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionState {
+    Active,
+    Queued,
+    Waiting,
+    Failed,
+    Finished,
+    Unknown,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Active => "active",
+            SessionState::Queued => "queued",
+            SessionState::Waiting => "waiting",
+            SessionState::Failed => "failed",
+            SessionState::Finished => "finished",
+            SessionState::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for SessionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `pad`: a table's `{:<8}` lines it up.
+        f.pad(self.as_str())
+    }
+}
+
+/// A session as the overview shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionItem {
+    pub id: String,
+    pub title: Option<String>,
+    /// Its project's name.
+    pub project: Option<String>,
+    pub engine: String,
+    pub state: SessionState,
+    /// Why it is in that state, in one line.
+    pub reason: String,
+    /// The command to run next about it.
+    pub next_action: String,
+    /// Its last event's time (else its creation's, or its archiving's if later).
+    pub last_activity_at: i64,
+    /// The prompt the state is about: the running one, else the next queued, else the last
+    /// that ended; `None` before the first prompt.
+    pub current_prompt_id: Option<String>,
+    /// Prompts waiting behind the running one (or for a free session).
+    pub queued: i64,
+    /// Whether its project runs with full access (shown as a warning).
+    pub full_access: bool,
+}
+
+/// A run whose engine lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunNow {
+    pub id: String,
+    pub session_id: String,
+    pub prompt_id: String,
+    pub engine: String,
+    pub started_at: i64,
+    pub pid: Option<i64>,
+}
+
+impl From<&Run> for RunNow {
+    fn from(run: &Run) -> Self {
+        RunNow {
+            id: run.id.clone(),
+            session_id: run.session_id.clone(),
+            prompt_id: run.prompt_id.clone(),
+            engine: run.engine.clone(),
+            started_at: run.started_at,
+            pid: run.pid,
+        }
+    }
+}
+
+/// What the daemon's `overview` reads from the store (the slots it adds are the slot
+/// manager's: `protocol::OverviewResult`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overview {
+    pub sessions: Vec<SessionItem>,
+    pub runs: Vec<RunNow>,
+    /// Runs marked running whose engine is gone.
+    pub gaps: Vec<Run>,
+    /// The last [`RECENT`] commands, newest first.
+    pub recent: Vec<Exec>,
+    /// The daemon-wide number of the last stored event: a stream of every session's events
+    /// from here (`events.subscribe` without `session`) misses nothing after this overview.
+    pub feed_seq: i64,
+}
+
+/// The overview as the store has it. `daemon`: read by a live daemon (a run whose pid is
+/// not recorded yet is being spawned, not a gap).
+pub fn read(connection: &Connection, daemon: bool) -> rusqlite::Result<Overview> {
+    // The feed number first: an event stored while the rest is read is after it, so a
+    // stream from it repeats at most what the overview already shows.
+    let feed_seq = work::last_feed_seq(connection)?;
+    let (runs, gaps) = runs_now(connection, daemon)?;
+    let all = ExecFilter::default();
+    Ok(Overview {
+        sessions: sessions(connection)?,
+        runs: runs.iter().map(RunNow::from).collect(),
+        gaps,
+        recent: exec::list(connection, &all, None, RECENT)?.entries,
+        feed_seq,
+    })
+}
+
+/// The first non-blank line of a text, trimmed (SQL has trimmed its start already).
+fn first_line(text: Option<String>) -> String {
+    text.as_deref()
+        .unwrap_or("")
+        .lines()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// The start of a text column, blanks at its beginning dropped: its first line is in it (a
+/// reason is one line, and an answer may be 64 KiB; 4,096 characters of it are read).
+macro_rules! head {
+    ($column:literal) => {
+        concat!(
+            "substr(ltrim(",
+            $column,
+            ", ' ' || char(9, 10, 13)), 1, 4096)"
+        )
+    };
+}
+
+/// Every session with its state, in creation order: one statement whatever their number
+/// (the running prompt through its partial unique index, the queued counts and each
+/// session's last ended prompt as aggregates, the last event through the primary key).
+pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<SessionItem>> {
+    let sql = concat!(
+        "SELECT s.id, s.title, p.name, s.engine, s.created_at, s.archived_at, \
+                coalesce(p.full_access, 0), e.at, \
+                running.id, ",
+        head!("running.text"),
+        ", coalesce(queue.queued, 0), queue.next_id, \
+                ended.id, ended.status, ended.error, ",
+        head!("ended.text"),
+        ", ",
+        head!("ended.answer"),
+        " FROM sessions s \
+         LEFT JOIN projects p ON p.id = s.project_id \
+         LEFT JOIN events e ON e.session_id = s.id AND e.seq = s.last_event_seq \
+         LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
+         LEFT JOIN (SELECT session_id, count(*) AS queued, id AS next_id, min(created_at) \
+                    FROM prompts WHERE status = 'queued' GROUP BY session_id) queue \
+                ON queue.session_id = s.id \
+         LEFT JOIN (SELECT session_id, id FROM \
+                      (SELECT session_id, id, row_number() OVER \
+                         (PARTITION BY session_id ORDER BY finished_at DESC, created_at DESC, id DESC) \
+                         AS latest \
+                       FROM prompts WHERE status IN ('done', 'failed', 'cancelled')) \
+                    WHERE latest = 1) last_ended ON last_ended.session_id = s.id \
+         LEFT JOIN prompts ended ON ended.id = last_ended.id \
+         ORDER BY s.created_at, s.id"
+    );
+    let mut statement = connection.prepare_cached(sql)?;
+    let rows = statement.query_map([], session_item)?.collect();
+    rows
+}
+
+fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
+    let id: String = row.get(0)?;
+    let created_at: i64 = row.get(4)?;
+    let archived_at: Option<i64> = row.get(5)?;
+    let last_event_at: Option<i64> = row.get(7)?;
+    let running: Option<String> = row.get(8)?;
+    let queued: i64 = row.get(10)?;
+    let next_queued: Option<String> = row.get(11)?;
+    let ended: Option<String> = row.get(12)?;
+    let ended_status: Option<String> = row.get(13)?;
+    let (state, reason) = if archived_at.is_some() {
+        (SessionState::Finished, "completion is recorded".to_string())
+    } else if running.is_some() {
+        (
+            SessionState::Active,
+            format!("running: {}", first_line(row.get(9)?)),
+        )
+    } else if queued > 0 {
+        (SessionState::Queued, format!("{queued} prompt(s) queued"))
+    } else {
+        match ended_status.as_deref() {
+            Some("failed") => (
+                SessionState::Failed,
+                row.get::<_, Option<String>>(14)?
+                    .unwrap_or_else(|| "failed".into()),
+            ),
+            // The person stopped it: the session waits for what they do next.
+            Some("cancelled") => (
+                SessionState::Waiting,
+                format!("cancelled: {}", first_line(row.get(15)?)),
+            ),
+            Some(_) => (SessionState::Waiting, first_line(row.get(16)?)),
+            None => (
+                SessionState::Unknown,
+                "No current provider observation".to_string(),
+            ),
+        }
+    };
+    let next_action = match state {
+        SessionState::Active | SessionState::Queued => format!("corral watch {id}"),
+        SessionState::Waiting => format!("corral attach {id}"),
+        _ => format!("corral history {id}"),
+    };
+    let last_activity_at = [Some(created_at), archived_at, last_event_at]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(created_at);
+    Ok(SessionItem {
+        title: row.get(1)?,
+        project: row.get(2)?,
+        engine: row.get(3)?,
+        state,
+        reason,
+        next_action,
+        last_activity_at,
+        current_prompt_id: running.or(next_queued).or(ended),
+        queued,
+        full_access: row.get(6)?,
+        id,
+    })
+}
+
+/// The runs marked running: those whose engine lives, and the gaps. `daemon`: a run
+/// without a recorded pid counts as live (its engine is being spawned); read without a
+/// daemon it is a gap (nothing will record it).
+pub fn runs_now(connection: &Connection, daemon: bool) -> rusqlite::Result<(Vec<Run>, Vec<Run>)> {
+    Ok(work::running_runs(connection)?
+        .into_iter()
+        .partition(|run| match run.pid {
+            Some(pid) => process::is_alive(pid as u32, run.pid_start.map(|start| start as u64)),
+            None => daemon,
+        }))
+}
+
+/// The execs not completed (within `repo`, see [`ExecFilter::repo`]): those whose process
+/// lives, and the lost ones.
+pub fn open_execs(
+    connection: &Connection,
+    repo: Option<&Option<String>>,
+) -> rusqlite::Result<(Vec<Exec>, Vec<Exec>)> {
+    let (mut running, mut lost) = (Vec::new(), Vec::new());
+    for open in exec::open_execs(connection)? {
+        if repo.is_some_and(|repo| *repo != open.exec.repo) {
+            continue;
+        }
+        let alive = open
+            .exec
+            .pid
+            .is_some_and(|pid| process::is_alive(pid as u32, open.pid_start));
+        if alive {
+            running.push(open.exec);
+        } else {
+            lost.push(open.exec);
+        }
+    }
+    Ok((running, lost))
+}
+
+/// The repository a path is in (its git top level, else the directory itself), as execs
+/// record it; `None` when the path does not exist.
+pub fn repo_of(path: &Path) -> Option<String> {
+    crate::repo::toplevel(path)
+        .or_else(|| path.canonicalize().ok())
+        .map(|top| top.to_string_lossy().into_owned())
+}
+
+/// A page of the exec ledger: `monitor list`'s filters and cursor.
+#[derive(Debug, Clone, Default)]
+pub struct ExecQuery {
+    pub parent: Option<String>,
+    pub caller: Option<String>,
+    pub outcome: Option<OutcomeFilter>,
+    pub search: Option<String>,
+    /// `None`: every repository; `Some(None)`: execs outside any; `Some(Some(top))`: that one.
+    pub repo: Option<Option<String>>,
+    pub task: Option<String>,
+    /// A wave's name (within `repo` when given) or id.
+    pub wave: Option<String>,
+    pub after: Option<Cursor>,
+    pub limit: usize,
+}
+
+/// Why a page could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error("No wave matches '{0}'")]
+    NoWave(String),
+    #[error("Ambiguous Work selector '{selector}': give one of the wave ids {}", candidates.join(", "))]
+    AmbiguousWave {
+        selector: String,
+        /// `ID (REPO)` of each wave of that name.
+        candidates: Vec<String>,
+    },
+    #[error(transparent)]
+    Store(#[from] rusqlite::Error),
+}
+
+/// One page of the exec ledger, newest first (`{"entries":[…],"next":CURSOR|null}`).
+pub fn exec_page(connection: &Connection, query: &ExecQuery) -> Result<ExecPage, PageError> {
+    let wave_ids = match &query.wave {
+        None => None,
+        Some(selector) => {
+            let within = query.repo.as_ref().map(|repo| repo.as_deref());
+            let waves = exec::waves_matching(connection, selector, within)?;
+            match waves.len() {
+                0 => return Err(PageError::NoWave(selector.clone())),
+                1 => Some(waves.into_iter().map(|(id, _)| id).collect()),
+                _ => {
+                    return Err(PageError::AmbiguousWave {
+                        selector: selector.clone(),
+                        candidates: waves
+                            .iter()
+                            .map(|(id, repo)| format!("{id} ({})", repo.as_deref().unwrap_or("-")))
+                            .collect(),
+                    })
+                }
+            }
+        }
+    };
+    let filter = ExecFilter {
+        parent: query.parent.clone(),
+        caller: query.caller.clone(),
+        outcome: query.outcome,
+        search: query.search.clone(),
+        repo: query.repo.clone(),
+        task: query.task.clone(),
+        wave_ids,
+    };
+    Ok(exec::list(
+        connection,
+        &filter,
+        query.after.as_ref(),
+        query.limit,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_line_skips_blank_lines_and_trims() {
+        assert_eq!(
+            first_line(Some("\n  \n  hello there  \nmore".into())),
+            "hello there"
+        );
+        assert_eq!(first_line(None), "");
+    }
+
+    #[test]
+    fn states_pad_in_tables() {
+        assert_eq!(format!("{:<8}|", SessionState::Active), "active  |");
+        assert_eq!(
+            serde_json::to_value(SessionState::Finished).unwrap(),
+            "finished"
+        );
+    }
+
+    /// A store with sessions in every state, read by the one query.
+    #[test]
+    fn every_state_from_one_query() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        let mut db = Connection::open(&path).unwrap();
+        super::super::migrations::migrate(&mut db).unwrap();
+        db.execute_batch(
+            "INSERT INTO projects (id, name, path, full_access, created_at) VALUES ('p', 'proj', '/', 1, 1);
+             INSERT INTO sessions (id, project_id, engine, created_at) VALUES
+               ('s1', 'p', 'fake', 1), ('s2', NULL, 'fake', 2), ('s3', 'p', 'fake', 3),
+               ('s4', 'p', 'fake', 4), ('s5', 'p', 'fake', 5), ('s6', 'p', 'fake', 6);
+             UPDATE sessions SET archived_at = 60 WHERE id = 's6';
+             INSERT INTO prompts (id, session_id, text, status, created_at, finished_at, answer, error) VALUES
+               ('a1', 's1', '\n first\nsecond', 'running', 10, NULL, NULL, NULL),
+               ('a2', 's1', 'later', 'queued', 11, NULL, NULL, NULL),
+               ('b1', 's2', 'x', 'queued', 12, NULL, NULL, NULL),
+               ('b2', 's2', 'y', 'queued', 13, NULL, NULL, NULL),
+               ('c1', 's3', 'x', 'done', 14, 20, 'old answer', NULL),
+               ('c2', 's3', 'x', 'done', 15, 21, '  \n new answer \n', NULL),
+               ('d1', 's4', 'x', 'failed', 16, 22, NULL, 'it broke'),
+               ('e1', 's5', 'stop me', 'cancelled', 17, 23, NULL, NULL);
+             UPDATE sessions SET last_event_seq = 1 WHERE id = 's3';
+             INSERT INTO events (session_id, seq, at, kind, payload) VALUES ('s3', 1, 99, 'message', '{}');",
+        )
+        .unwrap();
+        let items = sessions(&db).unwrap();
+        let states: Vec<(&str, SessionState, &str, Option<&str>, i64)> = items
+            .iter()
+            .map(|item| {
+                (
+                    item.id.as_str(),
+                    item.state,
+                    item.reason.as_str(),
+                    item.current_prompt_id.as_deref(),
+                    item.queued,
+                )
+            })
+            .collect();
+        use SessionState::*;
+        assert_eq!(
+            states,
+            [
+                ("s1", Active, "running: first", Some("a1"), 1),
+                ("s2", Queued, "2 prompt(s) queued", Some("b1"), 2),
+                ("s3", Waiting, "new answer", Some("c2"), 0),
+                ("s4", Failed, "it broke", Some("d1"), 0),
+                ("s5", Waiting, "cancelled: stop me", Some("e1"), 0),
+                ("s6", Finished, "completion is recorded", None, 0),
+            ]
+        );
+        assert_eq!(items[2].last_activity_at, 99);
+        assert_eq!(items[5].last_activity_at, 60);
+        assert!(items[0].full_access && !items[1].full_access);
+        assert_eq!(items[0].project.as_deref(), Some("proj"));
+        assert_eq!(items[1].next_action, "corral watch s2");
+        assert_eq!(items[2].next_action, "corral attach s3");
+        assert_eq!(items[3].next_action, "corral history s4");
+    }
+}
