@@ -3,6 +3,7 @@
 //! private environments (`engines`), and a pseudo-terminal (`pty`).
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod daemon;
 pub mod engines;
 pub mod library;
