@@ -5,6 +5,7 @@
 //! - [`actors`]: the actix actors; today the [`actors::ledger`], the only writer of the store;
 //! - [`cli`]: the `corral` command line, one file per command;
 //! - [`events`]: the kinds of a session's events, shared by their emitters and readers;
+//! - [`http`]: the daemon's HTTP API, WebSocket and dashboard;
 //! - [`process`]: process groups and pid identity; [`repo`]: git top-level discovery;
 //!   [`home`]: where corral keeps its state.
 
@@ -17,6 +18,7 @@ pub mod engine;
 pub mod events;
 pub mod framing;
 pub mod home;
+pub mod http;
 pub mod process;
 pub mod protocol;
 pub mod repo;

@@ -56,6 +56,7 @@ pub mod session;
 pub mod status;
 pub mod steer;
 pub mod watch;
+pub mod web;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -121,6 +122,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Settings: get, set, unset, list.
     Config(config::ConfigArgs),
+    /// The dashboard's login URL (starts the daemon if none runs; --open: in a browser).
+    Web(web::WebArgs),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),
     /// Panics on purpose: lets the tests see that a panic still completes the exec.
@@ -681,6 +684,7 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::History(args) => interruptible(history::execute(context, args)).await,
         Command::Status(args) => interruptible(status::execute(context, args)).await,
         Command::Config(args) => interruptible(config::execute(context, args)).await,
+        Command::Web(args) => interruptible(web::execute(context, args)).await,
         Command::Completions(args) => completions::execute(context, args),
         Command::Panic => panic!("panic requested with `corral __panic`"),
     }

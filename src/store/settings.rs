@@ -32,6 +32,48 @@ pub const DEFAULT_STORE_LOCK_TIMEOUT_MS: u64 = 60_000;
 /// The range of [`STORE_LOCK_TIMEOUT_MS`]: a second (one attempt of the writer's) to an hour.
 const STORE_LOCK_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
 
+/// Where the daemon serves its HTTP API and dashboard (`src/http/`), read when it starts.
+pub const HTTP_LISTEN: &str = "http.listen";
+
+/// The dashboard's theme preference, stored for the page (the daemon does not read it).
+pub const UI_THEME: &str = "ui.theme";
+
+/// The themes [`UI_THEME`] takes.
+pub const UI_THEMES: &[&str] = &["system", "light", "dark"];
+
+/// The default of [`HTTP_LISTEN`]: loopback, a free port.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:0";
+
+/// Reads an [`HTTP_LISTEN`] value: `off` is `None`; otherwise a loopback address and port
+/// (`127.0.0.1:PORT`, `[::1]:PORT`, `localhost:PORT`; port 0 is a free one). Any other
+/// address is refused: the API drives agents with the user's rights, so it serves this machine
+/// only.
+pub fn parse_listen(value: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    let value = value.trim();
+    if value == "off" {
+        return Ok(None);
+    }
+    let refused = |why: &str| {
+        format!(
+            "{HTTP_LISTEN} must be a loopback address and port (127.0.0.1:PORT, [::1]:PORT or \
+             localhost:PORT; port 0: a free one) or off, not '{value}': {why}"
+        )
+    };
+    let address = match value.strip_prefix("localhost:") {
+        Some(port) => port
+            .parse::<u16>()
+            .map(|port| std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+            .map_err(|_| refused("the port is not a number of 0 to 65535"))?,
+        None => value
+            .parse::<std::net::SocketAddr>()
+            .map_err(|_| refused("not an address and port"))?,
+    };
+    if !address.ip().is_loopback() {
+        return Err(refused("the API serves this machine only"));
+    }
+    Ok(Some(address))
+}
+
 /// A setting corral knows: its name (or `prefix.<engine>` pattern), default, and meaning.
 pub struct Known {
     pub name: &'static str,
@@ -97,6 +139,17 @@ pub const KNOWN: &[Known] = &[
         default: "10000",
         meaning:
             "on SIGTERM, how long running prompts may finish before they are ended and requeued",
+    },
+    Known {
+        name: HTTP_LISTEN,
+        default: DEFAULT_HTTP_LISTEN,
+        meaning: "where the daemon serves the HTTP API and dashboard: a loopback address and \
+                  port (port 0: a free one), or off; read when the daemon starts",
+    },
+    Known {
+        name: UI_THEME,
+        default: "system",
+        meaning: "the dashboard's theme: system, light or dark",
     },
 ];
 
@@ -227,6 +280,15 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
                 "{name} must be 1000..=3600000 milliseconds, not '{value}'"
             )),
         },
+        HTTP_LISTEN => {
+            parse_listen(value)?;
+            Ok(value.to_string())
+        }
+        UI_THEME if UI_THEMES.contains(&value) => Ok(value.to_string()),
+        UI_THEME => Err(format!(
+            "{UI_THEME} must be one of {}, not '{value}'",
+            UI_THEMES.join(", ")
+        )),
         "daemon.autostart" => match value {
             "true" | "false" => Ok(value.to_string()),
             _ => Err(format!(
@@ -272,6 +334,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// [`STORE_LOCK_TIMEOUT_MS`] (the ledger reads it itself, when the store is locked).
     pub store_lock_timeout: Duration,
+    /// [`HTTP_LISTEN`]: `None` is off.
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 /// The default limit per engine.
@@ -291,6 +355,7 @@ impl Default for Settings {
             daemon_autostart: true,
             shutdown_grace: Duration::from_secs(10),
             store_lock_timeout: Duration::from_millis(DEFAULT_STORE_LOCK_TIMEOUT_MS),
+            http_listen: parse_listen(DEFAULT_HTTP_LISTEN).expect("valid default"),
         }
     }
 }
@@ -331,6 +396,7 @@ impl Settings {
                 self.run_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
             }
             "daemon.autostart" => self.daemon_autostart = value == "true",
+            HTTP_LISTEN => self.http_listen = parse_listen(&value)?,
             STORE_LOCK_TIMEOUT_MS => {
                 self.store_lock_timeout =
                     Duration::from_millis(value.parse().map_err(|_| "number")?)
@@ -383,6 +449,36 @@ mod tests {
             .unwrap_err()
             .contains("unknown setting"));
         assert!(validate("daemon.autostart", "yes").is_err());
+        assert_eq!(
+            validate(HTTP_LISTEN, "127.0.0.1:8080").unwrap(),
+            "127.0.0.1:8080"
+        );
+        assert_eq!(validate(HTTP_LISTEN, "off").unwrap(), "off");
+        assert_eq!(
+            parse_listen("localhost:7000").unwrap(),
+            Some("127.0.0.1:7000".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("[::1]:0").unwrap(),
+            Some("[::1]:0".parse().unwrap())
+        );
+        for refused in [
+            "0.0.0.0:8080",
+            "192.168.1.2:80",
+            "127.0.0.1",
+            "localhost:x",
+            "",
+        ] {
+            let error = validate(HTTP_LISTEN, refused).unwrap_err();
+            assert!(
+                error.starts_with("http.listen must be a loopback address"),
+                "{error}"
+            );
+        }
+        assert_eq!(validate(UI_THEME, "dark").unwrap(), "dark");
+        assert!(validate(UI_THEME, "blue")
+            .unwrap_err()
+            .contains("system, light, dark"));
         assert_eq!(validate(STORE_LOCK_TIMEOUT_MS, " 5000 ").unwrap(), "5000");
         assert!(validate(STORE_LOCK_TIMEOUT_MS, "999")
             .unwrap_err()

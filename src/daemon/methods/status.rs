@@ -43,7 +43,8 @@ impl Serve for Status {
             slots,
             app_servers: corral.app_servers().await,
             kept: corral.read(kept_alive).map_err(store_error)?,
-            http: serde_json::Value::Null,
+            // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
+            http: crate::http::status().to_json(),
             // As in the store's answer with no daemon (`cli::local`): the same keys.
             home,
         })

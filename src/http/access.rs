@@ -1,0 +1,460 @@
+//! Who may use the HTTP API: the token, login sessions, the cookie, CSRF, Host and Origin.
+//!
+//! - The secret is `HOME/http.token` (hex, mode 0600), made at the daemon's first start
+//!   ([`ensure_token`]); `corral web --rotate-token` replaces it ([`rotate_token`]: a new file
+//!   renamed over the old). The daemon notices a replaced file by its identity (inode, size,
+//!   mtime), checked on each request (one `stat`), reads the new token and forgets every
+//!   login: browsers are logged out. A file that is not ours (another owner, a symlink, not a
+//!   regular file, readable by others) is refused, never read or replaced.
+//! - `GET /login?token=T` makes a login: a random cookie value (`corral_session`, HttpOnly,
+//!   SameSite=Strict, Path=/) and a CSRF token of its own, kept in memory (a daemon restart
+//!   logs every browser out). Logins unused for [`LOGIN_IDLE`] expire; at most [`MAX_LOGINS`]
+//!   are kept (the least recently used goes first).
+//! - API requests carry the cookie or `Authorization: Bearer TOKEN` (scripts). A write
+//!   (POST, PUT, PATCH, DELETE) made with the cookie also needs `X-CSRF-Token` equal to its
+//!   login's CSRF token; the page reads it from the meta tag the server writes into it.
+//! - The Host header must name the server as a browser on this machine does (the listen
+//!   address, `localhost:PORT`, `127.0.0.1:PORT`, `[::1]:PORT`): a page of another site whose
+//!   name was made to resolve to 127.0.0.1 (DNS rebinding) sends its own name and is refused.
+//!   The WebSocket upgrade also checks Origin (absent, or `http://` and an allowed host):
+//!   browsers do not apply the same-origin rule to WebSockets. No CORS header is ever sent.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The token's file name in the home.
+pub const TOKEN_FILE: &str = "http.token";
+
+/// The login cookie's name.
+pub const COOKIE: &str = "corral_session";
+
+/// The header a cookie-authenticated write carries.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// A login unused this long is forgotten.
+pub const LOGIN_IDLE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The most logins kept at once.
+pub const MAX_LOGINS: usize = 256;
+
+/// Random bytes in a token, a cookie value, a CSRF token (written as hex).
+const SECRET_BYTES: usize = 32;
+
+/// The longest token file read (a token is 64 hex digits).
+const MAX_TOKEN_FILE: u64 = 1024;
+
+/// `bytes` random bytes from the kernel, as lower-case hex.
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut buffer = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
+    Ok(buffer.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// The token file of a home.
+pub fn token_path(home: &Path) -> PathBuf {
+    home.join(TOKEN_FILE)
+}
+
+/// What identifies one version of the token file: a replaced file differs in one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    inode: u64,
+    size: u64,
+    modified_ns: i128,
+}
+
+impl Stamp {
+    fn of(metadata: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            inode: metadata.ino(),
+            size: metadata.size(),
+            modified_ns: metadata.mtime() as i128 * 1_000_000_000 + metadata.mtime_nsec() as i128,
+        }
+    }
+}
+
+/// Why a file at the token's path is not one we read.
+fn unsafe_reason(metadata: &std::fs::Metadata) -> Option<String> {
+    let uid = nix::unistd::geteuid().as_raw();
+    if !metadata.file_type().is_file() {
+        return Some("it is not a regular file".into());
+    }
+    if metadata.uid() != uid {
+        return Some(format!("it belongs to uid {}, not {uid}", metadata.uid()));
+    }
+    if metadata.mode() & 0o077 != 0 {
+        return Some(format!(
+            "its mode is {:04o}; it must be 0600",
+            metadata.mode() & 0o7777
+        ));
+    }
+    if metadata.size() > MAX_TOKEN_FILE {
+        return Some(format!("it is {} bytes long", metadata.size()));
+    }
+    None
+}
+
+/// Reads the token file: the token and its stamp. Never follows a symlink.
+fn read_token(path: &Path) -> Result<(String, Stamp), String> {
+    let refused = |why: String| {
+        format!(
+            "{} is not corral's token file ({why}); remove it and run `corral web --rotate-token`",
+            path.display()
+        )
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(code) if code == nix::errno::Errno::ELOOP as i32 => {
+                refused("it is a symbolic link".into())
+            }
+            _ => format!("cannot read {}: {error}", path.display()),
+        })?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    if let Some(why) = unsafe_reason(&metadata) {
+        return Err(refused(why));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let token = text.trim().to_string();
+    if token.len() < 32 || !token.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
+        return Err(refused("it holds no token".into()));
+    }
+    Ok((token, Stamp::of(&metadata)))
+}
+
+/// Writes a new token: a file of ours (0600 from its creation) renamed over the path.
+fn write_token(path: &Path) -> Result<String, String> {
+    let token =
+        random_hex(SECRET_BYTES).map_err(|error| format!("cannot make a token: {error}"))?;
+    let temporary = path.with_extension(format!("token.{}.new", std::process::id()));
+    let written = (|| {
+        let _ = std::fs::remove_file(&temporary);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&temporary)?;
+        // The mode given at creation is masked by the umask: make sure it is 0600 exactly.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        writeln!(file, "{token}")?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    written.map_err(|error| {
+        let _ = std::fs::remove_file(&temporary);
+        format!("cannot write {}: {error}", path.display())
+    })?;
+    Ok(token)
+}
+
+/// The home's token, made if there is none yet.
+pub fn ensure_token(home: &Path) -> Result<String, String> {
+    let path = token_path(home);
+    match std::fs::symlink_metadata(&path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => write_token(&path),
+        _ => read_token(&path).map(|(token, _)| token),
+    }
+}
+
+/// Replaces the home's token (a file that is not ours is refused, not replaced): every login
+/// made with the old one ends at its next request.
+pub fn rotate_token(home: &Path) -> Result<String, String> {
+    let path = token_path(home);
+    match std::fs::symlink_metadata(&path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+        Ok(metadata) => {
+            if let Some(why) = unsafe_reason(&metadata).or_else(|| {
+                metadata
+                    .file_type()
+                    .is_symlink()
+                    .then(|| "it is a symbolic link".to_string())
+            }) {
+                return Err(format!(
+                    "{} is not corral's token file ({why}); remove it first",
+                    path.display()
+                ));
+            }
+        }
+    }
+    write_token(&path)
+}
+
+/// Compares secrets in time that does not depend on where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |differ, (x, y)| differ | (x ^ y))
+            == 0
+}
+
+/// A login: its CSRF token and when it was last used.
+struct Login {
+    csrf: String,
+    used: Instant,
+}
+
+struct Inner {
+    /// `None`: the token file went away or is not ours; nothing authenticates by token then.
+    token: Option<String>,
+    stamp: Option<Stamp>,
+    logins: HashMap<String, Login>,
+}
+
+/// How a request is authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authenticated {
+    /// A login cookie, whose CSRF token a write must carry.
+    Cookie { csrf: String },
+    /// `Authorization: Bearer TOKEN`.
+    Bearer,
+}
+
+/// The token and the logins, shared by the workers.
+pub struct Access {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+impl Access {
+    /// Reads (or makes) the home's token.
+    pub fn open(home: &Path) -> Result<Access, String> {
+        ensure_token(home)?;
+        let path = token_path(home);
+        let (token, stamp) = read_token(&path)?;
+        Ok(Access {
+            path,
+            inner: Mutex::new(Inner {
+                token: Some(token),
+                stamp: Some(stamp),
+                logins: HashMap::new(),
+            }),
+        })
+    }
+
+    /// The state, with the token file looked at again: a replaced file is read, and its
+    /// logins forgotten.
+    fn current(&self) -> std::sync::MutexGuard<'_, Inner> {
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let stamp = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|metadata| Stamp::of(&metadata));
+        if stamp != inner.stamp {
+            let read = read_token(&self.path);
+            if let Err(error) = &read {
+                tracing::warn!("http: {error}; no token is valid until it is replaced");
+            } else {
+                tracing::info!("http: the token was replaced; every browser is logged out");
+            }
+            let (token, stamp) = match read {
+                Ok((token, stamp)) => (Some(token), Some(stamp)),
+                Err(_) => (None, stamp),
+            };
+            inner.token = token;
+            inner.stamp = stamp;
+            inner.logins.clear();
+        }
+        inner
+    }
+
+    /// Whether `token` is the token.
+    pub fn is_token(&self, token: &str) -> bool {
+        self.current()
+            .token
+            .as_deref()
+            .is_some_and(|current| same_secret(current, token))
+    }
+
+    /// Makes a login: its cookie value and CSRF token.
+    pub fn login(&self) -> Result<(String, String), String> {
+        let cookie = random_hex(SECRET_BYTES).map_err(|error| error.to_string())?;
+        let csrf = random_hex(SECRET_BYTES).map_err(|error| error.to_string())?;
+        let mut inner = self.current();
+        let now = Instant::now();
+        inner
+            .logins
+            .retain(|_, login| now.duration_since(login.used) < LOGIN_IDLE);
+        if inner.logins.len() >= MAX_LOGINS {
+            if let Some(oldest) = inner
+                .logins
+                .iter()
+                .min_by_key(|(_, login)| login.used)
+                .map(|(cookie, _)| cookie.clone())
+            {
+                inner.logins.remove(&oldest);
+            }
+        }
+        inner.logins.insert(
+            cookie.clone(),
+            Login {
+                csrf: csrf.clone(),
+                used: now,
+            },
+        );
+        Ok((cookie, csrf))
+    }
+
+    /// The CSRF token of the login a cookie value names, if it is a live one.
+    pub fn login_of(&self, cookie: &str) -> Option<String> {
+        let mut inner = self.current();
+        let now = Instant::now();
+        let expired = match inner.logins.get_mut(cookie) {
+            None => return None,
+            Some(login) if now.duration_since(login.used) >= LOGIN_IDLE => true,
+            Some(login) => {
+                login.used = now;
+                return Some(login.csrf.clone());
+            }
+        };
+        if expired {
+            inner.logins.remove(cookie);
+        }
+        None
+    }
+
+    /// How a request with these headers is authenticated, if it is: a live login's cookie, or
+    /// the bearer token.
+    pub fn authenticate(
+        &self,
+        headers: &actix_web::http::header::HeaderMap,
+    ) -> Option<Authenticated> {
+        if let Some(token) = headers
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+        {
+            return self.is_token(token.trim()).then_some(Authenticated::Bearer);
+        }
+        let cookie = cookie_value(headers, COOKIE)?;
+        self.login_of(&cookie)
+            .map(|csrf| Authenticated::Cookie { csrf })
+    }
+}
+
+/// The value of cookie `name` in a request's `Cookie` headers.
+pub fn cookie_value(headers: &actix_web::http::header::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(actix_web::http::header::COOKIE)
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.trim_matches('"').to_string())
+}
+
+/// The `Set-Cookie` value of a login.
+pub fn login_cookie(value: &str) -> String {
+    format!("{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/")
+}
+
+/// Whether a Host header names this server as a browser on this machine would.
+pub fn allowed_host(host: &str, listen: std::net::SocketAddr) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let port = listen.port();
+    let names = [
+        listen.to_string(),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ];
+    names.contains(&host)
+}
+
+/// Whether a WebSocket's Origin is this server's (absent: not a browser page).
+pub fn allowed_origin(origin: Option<&str>, listen: std::net::SocketAddr) -> bool {
+    match origin {
+        None => true,
+        Some(origin) => origin
+            .strip_prefix("http://")
+            .is_some_and(|host| allowed_host(host, listen)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins_of_this_machine_only() {
+        let listen: std::net::SocketAddr = "127.0.0.1:4242".parse().unwrap();
+        for host in [
+            "127.0.0.1:4242",
+            "localhost:4242",
+            "LOCALHOST:4242",
+            "[::1]:4242",
+        ] {
+            assert!(allowed_host(host, listen), "{host}");
+        }
+        for host in [
+            "evil.example:4242",
+            "127.0.0.1:4243",
+            "localhost",
+            "127.0.0.1",
+            "",
+        ] {
+            assert!(!allowed_host(host, listen), "{host}");
+        }
+        assert!(allowed_origin(None, listen));
+        assert!(allowed_origin(Some("http://localhost:4242"), listen));
+        assert!(!allowed_origin(Some("https://localhost:4242"), listen));
+        assert!(!allowed_origin(Some("http://evil.example:4242"), listen));
+        assert!(!allowed_origin(Some("null"), listen));
+    }
+
+    #[test]
+    fn the_token_file_is_made_private_and_a_stranger_file_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        let token = ensure_token(home.path()).unwrap();
+        assert_eq!(token.len(), 64);
+        let metadata = std::fs::metadata(token_path(home.path())).unwrap();
+        assert_eq!(metadata.mode() & 0o777, 0o600);
+        assert_eq!(ensure_token(home.path()).unwrap(), token, "kept");
+        let rotated = rotate_token(home.path()).unwrap();
+        assert_ne!(rotated, token);
+        // Readable by others: refused, not read, not replaced.
+        std::fs::set_permissions(
+            token_path(home.path()),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let error = ensure_token(home.path()).unwrap_err();
+        assert!(error.contains("mode is 0644"), "{error}");
+        assert!(rotate_token(home.path()).is_err());
+        // A symlink is never followed.
+        std::fs::remove_file(token_path(home.path())).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", token_path(home.path())).unwrap();
+        let error = ensure_token(home.path()).unwrap_err();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert!(rotate_token(home.path()).is_err());
+    }
+
+    #[test]
+    fn a_replaced_token_logs_every_browser_out() {
+        let home = tempfile::tempdir().unwrap();
+        let access = Access::open(home.path()).unwrap();
+        let token = ensure_token(home.path()).unwrap();
+        assert!(access.is_token(&token));
+        assert!(!access.is_token("0123"));
+        let (cookie, csrf) = access.login().unwrap();
+        assert_eq!(access.login_of(&cookie), Some(csrf));
+        let rotated = rotate_token(home.path()).unwrap();
+        assert!(!access.is_token(&token));
+        assert!(access.is_token(&rotated));
+        assert_eq!(access.login_of(&cookie), None);
+    }
+}

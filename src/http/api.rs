@@ -1,0 +1,615 @@
+//! The handlers: every request is checked (Host, then authentication, then CSRF for a
+//! cookie's write), its params gathered strictly (path, typed query, JSON body within
+//! [`MAX_BODY`]), and its method answered through the [`Bridge`](super::Bridge). A success
+//! body is the method's `result`; an error body is `{"error":{code,message,data}}` with the
+//! socket's codes and the HTTP status [`status_of`] gives: never a backtrace.
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Map, Value};
+
+use super::access::{self, Authenticated};
+use super::routes::{self, Kind, Route, Serve};
+use super::{Shared, MAX_BODY};
+use crate::daemon::{methods, origin};
+use crate::protocol::{code, RpcError, MAX_EXEC_ID};
+use crate::store::work;
+
+/// The page, with `{{CSRF_TOKEN}}` where its login's CSRF token goes.
+const INDEX: &str = include_str!("assets/index.html");
+/// The page that says how to log in.
+const LOGIN: &str = include_str!("assets/login.html");
+
+/// The dashboard's other files (`/assets/NAME`), served as they are.
+const ASSETS: &[(&str, &str, &str)] = &[
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_str!("assets/app.css"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("assets/app.js"),
+    ),
+];
+
+/// The longest query string taken, in bytes.
+pub const MAX_QUERY: usize = 16 << 10;
+
+/// Stored events one page gives at most (`limit`'s default and ceiling).
+pub const EVENTS_PAGE: usize = 1000;
+
+/// The HTTP status of an error code (the socket's codes; `docs/http.md` has the table).
+pub fn status_of(error_code: i64) -> StatusCode {
+    match error_code {
+        code::PARSE_ERROR | code::INVALID_REQUEST | code::INVALID_PARAMS => StatusCode::BAD_REQUEST,
+        code::VERSION_MISMATCH => StatusCode::BAD_REQUEST,
+        code::METHOD_NOT_FOUND | code::NOT_FOUND => StatusCode::NOT_FOUND,
+        code::AMBIGUOUS | code::SUPERSEDED | code::CLAIMED => StatusCode::CONFLICT,
+        code::BUSY => StatusCode::SERVICE_UNAVAILABLE,
+        code::NOT_ALLOWED | code::PEER_REFUSED => StatusCode::FORBIDDEN,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// A JSON answer, never cached.
+fn json_response(status: StatusCode, body: &Value) -> HttpResponse {
+    HttpResponse::build(status)
+        .insert_header((header::CONTENT_TYPE, "application/json"))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(serde_json::to_string(body).expect("JSON serializes"))
+}
+
+/// An error's answer, with the status of its code.
+pub fn error_response(error: RpcError) -> HttpResponse {
+    json_response(status_of(error.code), &json!({ "error": error }))
+}
+
+/// A request the access rules refuse: `status` (401 or 403), code `PEER_REFUSED`, and why.
+pub(super) fn refused(status: StatusCode, reason: &str, message: &str) -> HttpResponse {
+    let error = RpcError::new(code::PEER_REFUSED, message).with_data(json!({ "reason": reason }));
+    let mut response = json_response(status, &json!({ "error": error }));
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"corral\""),
+        );
+    }
+    response
+}
+
+fn unauthenticated() -> HttpResponse {
+    refused(
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+        "not logged in: open the URL `corral web` prints, or send Authorization: Bearer \
+         <HOME/http.token>",
+    )
+}
+
+pub(super) fn shared(request: &HttpRequest) -> &Shared {
+    request
+        .app_data::<web::Data<Shared>>()
+        .expect("the app carries its shared state")
+}
+
+/// Host must name this server (DNS rebinding): `None` when it does.
+fn check_host(request: &HttpRequest, shared: &Shared) -> Option<HttpResponse> {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok());
+    match host {
+        Some(host) if access::allowed_host(host, shared.listen) => None,
+        _ => Some(refused(
+            StatusCode::FORBIDDEN,
+            "host",
+            &format!(
+                "refused: the Host header must be {} or localhost:{} (this API serves this \
+                 machine's own pages only)",
+                shared.listen,
+                shared.listen.port()
+            ),
+        )),
+    }
+}
+
+/// Headers every page and answer carries: no framing, no sniffing, no referrer (the login
+/// URL holds the token).
+fn harden(mut response: HttpResponse) -> HttpResponse {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    response
+}
+
+/// Every route's entry: the Host check, then what serves it.
+pub async fn handle(
+    route: &'static Route,
+    request: HttpRequest,
+    body: web::Payload,
+) -> HttpResponse {
+    let shared = shared(&request);
+    if let Some(refusal) = check_host(&request, shared) {
+        return harden(refusal);
+    }
+    let response = match route.serve {
+        Serve::Healthz => json_response(StatusCode::OK, &json!({ "ok": true })),
+        Serve::Describe => match shared.access.authenticate(request.headers()) {
+            Some(_) => json_response(StatusCode::OK, &routes::describe()),
+            None => unauthenticated(),
+        },
+        Serve::Index => index(&request, shared),
+        Serve::Login => login(&request, shared),
+        Serve::Asset => asset(&request),
+        Serve::Rpc(method) => rpc(route, method, &request, body).await,
+        Serve::EventsPage => events_page(route, &request).await,
+        Serve::EventsSocket => super::ws::upgrade(route, &request, body).await,
+    };
+    harden(response)
+}
+
+/// An unknown path: a JSON 404 (after the Host check).
+pub async fn no_route(request: HttpRequest) -> HttpResponse {
+    if let Some(refusal) = check_host(&request, shared(&request)) {
+        return harden(refusal);
+    }
+    harden(error_response(RpcError::new(
+        code::METHOD_NOT_FOUND,
+        format!(
+            "no route {} {} (GET /describe lists them)",
+            request.method(),
+            cut(request.path(), 200)
+        ),
+    )))
+}
+
+/// A known path with another method: 405, naming the methods it takes.
+pub async fn wrong_method(request: HttpRequest, allowed: String) -> HttpResponse {
+    if let Some(refusal) = check_host(&request, shared(&request)) {
+        return harden(refusal);
+    }
+    let error = RpcError::new(
+        code::METHOD_NOT_FOUND,
+        format!(
+            "{} takes {allowed}, not {}",
+            cut(request.path(), 200),
+            request.method()
+        ),
+    );
+    let mut response = json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({ "error": error }));
+    if let Ok(value) = HeaderValue::from_str(&allowed) {
+        response.headers_mut().insert(header::ALLOW, value);
+    }
+    harden(response)
+}
+
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+fn see_other(location: &'static str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .finish()
+}
+
+fn html(status: StatusCode, body: String) -> HttpResponse {
+    HttpResponse::build(status)
+        .insert_header((header::CONTENT_TYPE, "text/html; charset=utf-8"))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(body)
+}
+
+/// `GET /`: the page for a logged-in browser, else to the login.
+fn index(request: &HttpRequest, shared: &Shared) -> HttpResponse {
+    let csrf = access::cookie_value(request.headers(), access::COOKIE)
+        .and_then(|cookie| shared.access.login_of(&cookie));
+    match csrf {
+        Some(csrf) => html(StatusCode::OK, INDEX.replace("{{CSRF_TOKEN}}", &csrf)),
+        None => see_other("/login"),
+    }
+}
+
+/// `GET /login?token=T`: a valid token logs the browser in (the cookie) and goes to the page;
+/// anything else is the login page, 401.
+fn login(request: &HttpRequest, shared: &Shared) -> HttpResponse {
+    let token = query_pairs(request.query_string())
+        .ok()
+        .and_then(|pairs| pairs.into_iter().find(|(name, _)| name == "token"))
+        .map(|(_, token)| token);
+    let valid = token.is_some_and(|token| shared.access.is_token(&token));
+    if !valid {
+        return html(StatusCode::UNAUTHORIZED, LOGIN.to_string());
+    }
+    match shared.access.login() {
+        Ok((cookie, _csrf)) => {
+            let mut response = see_other("/");
+            if let Ok(value) = HeaderValue::from_str(&access::login_cookie(&cookie)) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(error) => error_response(RpcError::new(
+            code::INTERNAL,
+            format!("cannot make a login: {error}"),
+        )),
+    }
+}
+
+/// `GET /assets/NAME`.
+fn asset(request: &HttpRequest) -> HttpResponse {
+    let name = request.match_info().get("file").unwrap_or_default();
+    match ASSETS.iter().find(|(file, _, _)| *file == name) {
+        Some((_, content_type, text)) => HttpResponse::Ok()
+            .insert_header((header::CONTENT_TYPE, *content_type))
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .body(*text),
+        None => error_response(RpcError::new(
+            code::NOT_FOUND,
+            format!("no asset '{}'", cut(name, 80)),
+        )),
+    }
+}
+
+/// The query's pairs, decoded; a query past [`MAX_QUERY`] or not form-encoded is refused.
+fn query_pairs(query: &str) -> Result<Vec<(String, String)>, RpcError> {
+    if query.len() > MAX_QUERY {
+        return Err(RpcError::new(
+            code::INVALID_REQUEST,
+            format!("the query is {} bytes; at most {MAX_QUERY}", query.len()),
+        ));
+    }
+    web::Query::<Vec<(String, String)>>::from_query(query)
+        .map(web::Query::into_inner)
+        .map_err(|error| RpcError::new(code::INVALID_PARAMS, format!("the query: {error}")))
+}
+
+/// The params a route's query gives, each read as its declared type; an unknown or repeated
+/// parameter is refused.
+pub(super) fn query_params(route: &Route, query: &str) -> Result<Map<String, Value>, RpcError> {
+    let mut params = Map::new();
+    for (name, value) in query_pairs(query)? {
+        let Some(declared) = route.query.iter().find(|query| query.name == name) else {
+            let known: Vec<&str> = route.query.iter().map(|query| query.name).collect();
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!(
+                    "unknown query parameter '{}' ({})",
+                    cut(&name, 80),
+                    if known.is_empty() {
+                        "this route takes none".to_string()
+                    } else {
+                        format!("this route takes {}", known.join(", "))
+                    }
+                ),
+            ));
+        };
+        let typed = match declared.kind {
+            Kind::Text => Value::String(value),
+            Kind::Count => value.parse::<u64>().map(Value::from).map_err(|_| {
+                RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!(
+                        "{name} must be a whole number of at least 0, not '{}'",
+                        cut(&value, 80)
+                    ),
+                )
+            })?,
+            Kind::Boolean => match value.as_str() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => {
+                    return Err(RpcError::new(
+                        code::INVALID_PARAMS,
+                        format!("{name} must be true or false, not '{}'", cut(&value, 80)),
+                    ))
+                }
+            },
+        };
+        if params.insert(declared.param.to_string(), typed).is_some() {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!("query parameter '{name}' is given twice"),
+            ));
+        }
+    }
+    Ok(params)
+}
+
+/// Reads the JSON body: an object of params (empty: none), at most [`MAX_BODY`] bytes.
+async fn body_params(
+    request: &HttpRequest,
+    body: web::Payload,
+) -> Result<Map<String, Value>, RpcError> {
+    let too_large = |length: &dyn std::fmt::Display| {
+        RpcError::new(
+            code::INVALID_REQUEST,
+            format!("the body is {length} bytes; at most {MAX_BODY}"),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|length| length.to_str().ok())
+        .and_then(|length| length.parse::<u64>().ok());
+    if let Some(length) = declared.filter(|length| *length > MAX_BODY as u64) {
+        return Err(too_large(&length));
+    }
+    let bytes = match body.to_bytes_limited(MAX_BODY).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(error)) => {
+            return Err(RpcError::new(
+                code::INVALID_REQUEST,
+                format!("the body could not be read: {error}"),
+            ))
+        }
+        Err(_) => return Err(too_large(&format!("more than {MAX_BODY}"))),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(params)) => Ok(params),
+        Ok(other) => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!(
+                "the body must be a JSON object of the method's params, not {}",
+                json_kind(&other)
+            ),
+        )),
+        Err(error) => Err(RpcError::new(
+            code::PARSE_ERROR,
+            format!("the body is not JSON: {error}"),
+        )),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A route's params: its path segments, its query, its body (a body member a segment fills
+/// must say the same).
+async fn params_of(
+    route: &Route,
+    request: &HttpRequest,
+    body: web::Payload,
+) -> Result<Map<String, Value>, RpcError> {
+    let mut params = query_params(route, request.query_string())?;
+    if route.body {
+        for (name, value) in body_params(request, body).await? {
+            if params.contains_key(&name) {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("{name} is given in the query and the body"),
+                ));
+            }
+            params.insert(name, value);
+        }
+    }
+    for (segment, value) in request.match_info().iter() {
+        let param = route
+            .renames
+            .iter()
+            .find(|(name, _)| *name == segment)
+            .map_or(segment, |(_, param)| *param);
+        let value = Value::String(value.to_string());
+        match params.get(param) {
+            Some(given) if *given != value => {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("{param} is given in the path and, differently, in the body"),
+                ))
+            }
+            _ => {
+                params.insert(param.to_string(), value);
+            }
+        }
+    }
+    Ok(params)
+}
+
+/// Authentication for an API request, and CSRF for a cookie's write: the refusal, if any.
+pub(super) fn check_access(
+    route: &Route,
+    request: &HttpRequest,
+    shared: &Shared,
+) -> Option<HttpResponse> {
+    match shared.access.authenticate(request.headers()) {
+        None => Some(unauthenticated()),
+        Some(Authenticated::Cookie { csrf }) if route.verb.writes() => {
+            let sent = request
+                .headers()
+                .get(access::CSRF_HEADER)
+                .and_then(|value| value.to_str().ok());
+            match sent {
+                Some(sent) if sent == csrf => None,
+                Some(_) => Some(refused(
+                    StatusCode::FORBIDDEN,
+                    "csrf",
+                    "refused: the X-CSRF-Token header is not this login's",
+                )),
+                None => Some(refused(
+                    StatusCode::FORBIDDEN,
+                    "csrf",
+                    "refused: a write needs the X-CSRF-Token header (the page's csrf-token meta)",
+                )),
+            }
+        }
+        Some(_) => None,
+    }
+}
+
+/// The exec a client names as the driver of what it sends (`X-Corral-Exec`), if any.
+fn exec_of(request: &HttpRequest) -> Result<Option<String>, RpcError> {
+    match request.headers().get("x-corral-exec") {
+        None => Ok(None),
+        Some(value) => match value.to_str() {
+            Ok(exec) if !exec.is_empty() && exec.len() <= MAX_EXEC_ID => Ok(Some(exec.to_string())),
+            _ => Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!("X-Corral-Exec must be an exec id of 1 to {MAX_EXEC_ID} bytes"),
+            )),
+        },
+    }
+}
+
+/// A socket method's route.
+async fn rpc(
+    route: &Route,
+    method: &'static str,
+    request: &HttpRequest,
+    body: web::Payload,
+) -> HttpResponse {
+    let shared = shared(request);
+    if let Some(refusal) = check_access(route, request, shared) {
+        return refusal;
+    }
+    let params = match params_of(route, request, body).await {
+        Ok(params) => Value::Object(params),
+        Err(error) => return error_response(error),
+    };
+    let exec_id = match exec_of(request) {
+        Ok(exec_id) => exec_id,
+        Err(error) => return error_response(error),
+    };
+    // Only a widening request needs to know who asks (a pass over /proc).
+    let peer_pid = match (origin::widening(method, &params), request.peer_addr()) {
+        (Some(_), Some(peer)) => {
+            let local = request.app_config().local_addr();
+            web::block(move || super::peer::pid_of(peer, local))
+                .await
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    };
+    match shared.bridge.call(method, params, peer_pid, exec_id).await {
+        Ok(result) => json_response(StatusCode::OK, &result),
+        Err(error) => error_response(error),
+    }
+}
+
+/// `GET /api/v1/sessions/{session}/events?after=N&limit=M`: stored events after `after`,
+/// oldest first, at most `limit` (≤ [`EVENTS_PAGE`]); `next_after` resumes the page.
+async fn events_page(route: &Route, request: &HttpRequest) -> HttpResponse {
+    let shared = shared(request);
+    if let Some(refusal) = check_access(route, request, shared) {
+        return refusal;
+    }
+    let params = match query_params(route, request.query_string()) {
+        Ok(params) => params,
+        Err(error) => return error_response(error),
+    };
+    let after = params.get("after").and_then(Value::as_u64).unwrap_or(0);
+    let limit = params
+        .get("limit")
+        .and_then(Value::as_u64)
+        .unwrap_or(EVENTS_PAGE as u64);
+    if limit == 0 || limit > EVENTS_PAGE as u64 {
+        return error_response(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("limit must be 1 to {EVENTS_PAGE}, not {limit}"),
+        ));
+    }
+    let selector = request
+        .match_info()
+        .get("session")
+        .unwrap_or_default()
+        .to_string();
+    let corral = shared.corral.clone();
+    let read = web::block(move || -> Result<Value, RpcError> {
+        let session = methods::resolve_session(&corral, &selector)?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let events = corral
+            .read(|c| work::events_after(c, &session.id, after, limit as usize))
+            .map_err(RpcError::from)?;
+        let next_after = events.last().map_or(after, |event| event.seq);
+        Ok(json!({
+            "session": session.id,
+            "events": events,
+            "next_after": next_after,
+            "more": events.len() as u64 == limit,
+        }))
+    })
+    .await;
+    match read {
+        Ok(Ok(page)) => json_response(StatusCode::OK, &page),
+        Ok(Err(error)) => error_response(error),
+        Err(_) => error_response(RpcError::new(code::INTERNAL, "the read did not finish")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_code_has_its_status() {
+        assert_eq!(status_of(code::PARSE_ERROR), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(code::INVALID_PARAMS), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(code::NOT_FOUND), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(code::METHOD_NOT_FOUND), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(code::AMBIGUOUS), StatusCode::CONFLICT);
+        assert_eq!(status_of(code::CLAIMED), StatusCode::CONFLICT);
+        assert_eq!(status_of(code::BUSY), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(status_of(code::NOT_ALLOWED), StatusCode::FORBIDDEN);
+        assert_eq!(status_of(code::INTERNAL), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn query_params_are_typed_and_strict() {
+        let route = routes::ROUTES
+            .iter()
+            .find(|route| route.serve == Serve::Rpc("session.list"))
+            .unwrap();
+        let params = query_params(route, "project=p&archived=true").unwrap();
+        assert_eq!(
+            Value::Object(params),
+            json!({ "project": "p", "all": true })
+        );
+        for bad in ["archived=yes", "nope=1", "project=a&project=b"] {
+            let error = query_params(route, bad).unwrap_err();
+            assert_eq!(error.code, code::INVALID_PARAMS, "{bad}");
+        }
+        let status = routes::ROUTES
+            .iter()
+            .find(|route| route.serve == Serve::Rpc("status"))
+            .unwrap();
+        assert_eq!(
+            query_params(status, "waiters=-1").unwrap_err().code,
+            code::INVALID_PARAMS
+        );
+        assert_eq!(
+            query_params(status, &"w".repeat(MAX_QUERY + 1))
+                .unwrap_err()
+                .code,
+            code::INVALID_REQUEST
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! The daemon's HTTP API and dashboard, served on loopback (issue 12; `docs/http.md`).
+//!
+//! Map of the module:
+//! - this file: [`start`] (the daemon's boot calls it; the server stops when the daemon
+//!   drains), [`HttpStatus`] (what `status` says of the server), and the [`Bridge`] that carries each
+//!   API call to the daemon's main thread;
+//! - [`routes`]: the route table, in one place: it builds the actix-web app and answers
+//!   `/describe`;
+//! - [`api`]: the handlers (pages, assets, the JSON routes, their errors);
+//! - [`access`]: the token file, login sessions, the cookie, CSRF, the Host and Origin checks;
+//! - [`peer`]: the process behind a loopback TCP peer (procfs), for widening requests only;
+//! - [`ws`]: the WebSocket of events.
+//!
+//! Threading. The daemon's methods run on its main actix thread and hold `Rc` state
+//! ([`DaemonContext`]); actix-web runs [`WORKERS`] workers, each a thread with an actix
+//! system of its own. So a handler never calls a method itself: it sends a [`Call`] (method,
+//! params, the peer's pid when the request widens) through the [`Bridge`], a `Send` channel
+//! whose receiving task, spawned on the main thread, builds a [`Caller`] with
+//! [`Transport::Http`] and runs `methods::call`, each call a task of its own; the answer
+//! comes back on a oneshot. What is `Send` and cheap (the store's readers through
+//! [`Corral::read`], the event broadcast) the workers use directly.
+
+pub mod access;
+mod api;
+pub mod peer;
+pub mod routes;
+mod ws;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::daemon::methods::{self, Caller, Transport};
+use crate::daemon::server::DaemonContext;
+use crate::daemon::shutdown::Phase;
+use crate::protocol::{code, RpcError};
+use crate::Corral;
+
+/// actix-web's workers: two threads answer HTTP (a loopback API for one person; the methods
+/// themselves run on the daemon's main thread anyway).
+pub const WORKERS: usize = 2;
+
+/// The largest request body taken, in bytes: a prompt with its images fits.
+pub const MAX_BODY: usize = 16 << 20;
+
+/// Calls waiting for the main thread at once; a handler past it waits for room.
+const BRIDGE_QUEUE: usize = 1024;
+
+/// One API call handed to the daemon's main thread.
+pub struct Call {
+    pub method: &'static str,
+    pub params: Value,
+    /// The process behind the TCP peer, looked up only for a widening request.
+    pub peer_pid: Option<i32>,
+    /// The exec the client names (`X-Corral-Exec`), the driver of what it sends.
+    pub exec_id: Option<String>,
+    pub reply: oneshot::Sender<Result<Value, RpcError>>,
+}
+
+/// The `Send` end of the way to the daemon's main thread.
+#[derive(Clone)]
+pub struct Bridge {
+    calls: mpsc::Sender<Call>,
+}
+
+impl Bridge {
+    /// Runs `method` on the main thread and waits for its answer.
+    pub async fn call(
+        &self,
+        method: &'static str,
+        params: Value,
+        peer_pid: Option<i32>,
+        exec_id: Option<String>,
+    ) -> Result<Value, RpcError> {
+        let (reply, answer) = oneshot::channel();
+        let call = Call {
+            method,
+            params,
+            peer_pid,
+            exec_id,
+            reply,
+        };
+        if self.calls.send(call).await.is_err() {
+            return Err(stopping());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopping()))
+    }
+}
+
+fn stopping() -> RpcError {
+    RpcError::new(code::BUSY, "the daemon is stopping")
+}
+
+/// The main thread's side of the [`Bridge`]: each call a task, as the socket's requests.
+fn serve_calls(context: Rc<DaemonContext>, mut calls: mpsc::Receiver<Call>) {
+    actix::spawn(async move {
+        while let Some(call) = calls.recv().await {
+            let context = context.clone();
+            actix::spawn(async move {
+                let caller = Caller::new(context, call.peer_pid, Transport::Http);
+                *caller.exec_id.borrow_mut() = call.exec_id;
+                let method = call.method;
+                let mut reply = call.reply;
+                let answer = CatchUnwind(Box::pin(methods::call(&caller, method, &call.params)));
+                // A client that left stops waiting (`prompt.wait`); writes already handed to
+                // the ledger commit anyway.
+                let result = tokio::select! {
+                    result = answer => result.unwrap_or_else(|()| {
+                        tracing::error!(method, "an HTTP request panicked; answered with an internal error");
+                        Err(RpcError::new(
+                            code::INTERNAL,
+                            format!("internal error: the daemon hit a bug in {method}; it goes on serving"),
+                        ))
+                    }),
+                    () = reply.closed(), if method == "prompt.wait" => return,
+                };
+                let _ = reply.send(result);
+            });
+        }
+    });
+}
+
+/// A call's future, with a panic turned into `Err(())` (the panic hook has logged it).
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+/// What the daemon's HTTP server is doing, as `status` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpStatus {
+    /// `http.listen` is `off`.
+    Off,
+    Serving {
+        listen: SocketAddr,
+    },
+    /// It could not start (the port is taken, the token file is not ours); the socket serves.
+    Failed {
+        error: String,
+    },
+}
+
+impl HttpStatus {
+    /// `status`'s `http`: `{listen, url}`, `{error}`, or null when off.
+    pub fn to_json(&self) -> Value {
+        match self {
+            HttpStatus::Off => Value::Null,
+            HttpStatus::Serving { listen } => json!({
+                "listen": listen.to_string(),
+                "url": format!("http://{listen}/"),
+            }),
+            HttpStatus::Failed { error } => json!({ "error": error }),
+        }
+    }
+}
+
+/// What every worker shares.
+pub struct Shared {
+    pub bridge: Bridge,
+    pub access: access::Access,
+    pub corral: Corral,
+    /// The address served (its real port).
+    pub listen: SocketAddr,
+}
+
+/// What this process's daemon says of its HTTP server (one daemon per process; `Off` until
+/// [`start`] ran, and in a program that only embeds the supervisor).
+static STATUS: std::sync::Mutex<HttpStatus> = std::sync::Mutex::new(HttpStatus::Off);
+
+/// The HTTP server's status, as `status` gives it (`http`).
+pub fn status() -> HttpStatus {
+    STATUS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
+}
+
+/// Starts the HTTP server as `http.listen` says, on the daemon's main thread, and stops it
+/// when the daemon starts draining (as the socket stops accepting then): requests in flight
+/// get a second to end, WebSockets are closed. A failure to start is logged in one line and
+/// told by the status: the daemon serves its socket anyway.
+pub fn start(context: Rc<DaemonContext>) -> HttpStatus {
+    let status = start_serving(context);
+    *STATUS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = status.clone();
+    status
+}
+
+fn start_serving(context: Rc<DaemonContext>) -> HttpStatus {
+    let Some(address) = context.corral.settings().http_listen else {
+        return HttpStatus::Off;
+    };
+    match bind(context.clone(), address) {
+        Ok((handle, listen)) => {
+            tracing::info!(%listen, "http: serving");
+            let shutdown = context.shutdown.clone();
+            actix::spawn(async move {
+                shutdown.reached(Phase::Draining).await;
+                handle.stop(true).await;
+                tracing::info!("http: stopped");
+            });
+            HttpStatus::Serving { listen }
+        }
+        Err(error) => {
+            tracing::error!("http: not serving: {error}");
+            HttpStatus::Failed { error }
+        }
+    }
+}
+
+fn bind(
+    context: Rc<DaemonContext>,
+    address: SocketAddr,
+) -> Result<(actix_web::dev::ServerHandle, SocketAddr), String> {
+    let access = access::Access::open(&context.home)?;
+    let listener = std::net::TcpListener::bind(address)
+        .map_err(|error| format!("cannot listen on {address} (http.listen): {error}"))?;
+    let listen = listener
+        .local_addr()
+        .map_err(|error| format!("cannot read the address listened on: {error}"))?;
+    let (calls, received) = mpsc::channel(BRIDGE_QUEUE);
+    let shared = Arc::new(Shared {
+        bridge: Bridge { calls },
+        access,
+        corral: context.corral.clone(),
+        listen,
+    });
+    let data = actix_web::web::Data::from(shared);
+    let server = actix_web::HttpServer::new(move || routes::app(data.clone()))
+        .workers(WORKERS)
+        // The daemon handles its signals itself (`daemon::watch_signals`).
+        .disable_signals()
+        .shutdown_timeout(1)
+        .listen(listener)
+        .map_err(|error| format!("cannot serve on {listen}: {error}"))?
+        .run();
+    let handle = server.handle();
+    actix::spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%error, "http: the server stopped");
+        }
+    });
+    serve_calls(context, received);
+    Ok((handle, listen))
+}

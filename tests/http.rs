@@ -1,0 +1,1127 @@
+//! The daemon's HTTP API (src/http/, docs/http.md) through the built binary: a daemon in a
+//! temporary home on the fake engine, spoken to over loopback TCP by a small HTTP/1.1 client
+//! written here (every byte it sends is the test's) and tungstenite for the WebSocket.
+//!
+//! What is checked: healthz and describe; the access rules (no token 401, bearer, the login
+//! cookie's attributes, CSRF on a cookie's writes, a foreign Host, the WebSocket's Origin, no
+//! CORS, a rotated token logs browsers out); every route once; bad input on every route
+//! (missing, wrong-typed, oversized: JSON 400s with the socket's codes); the event WebSocket
+//! (replay, resume, live), a client that never reads dropped while its session goes on, a
+//! thousand clients at once; a taken port (told by `status` and `corral web`, the socket still
+//! serves); a widening request from inside a supervised run refused over HTTP too.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::daemon::{wait_until, DaemonHome, DEADLINE};
+use serde_json::{json, Value};
+
+const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
+
+/// An HTTP answer.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {} {}", self.status, self.text()))
+    }
+
+    /// The error's code, checking the error body's shape and that the status is the code's.
+    fn error_code(&self) -> i64 {
+        let body = self.json();
+        let code = body["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no error code: {} {body}", self.status));
+        assert!(body["error"]["message"].is_string(), "{body}");
+        assert_eq!(self.status, status_of(code), "{body}");
+        code
+    }
+}
+
+/// The status the contract gives each code (docs/http.md).
+fn status_of(code: i64) -> u16 {
+    match code {
+        -32700 | -32600 | -32602 | -32008 => 400,
+        -32601 | -32004 => 404,
+        -32005 | -32007 | -32009 => 409,
+        -32006 => 503,
+        -32010 | -32011 => 403,
+        _ => 500,
+    }
+}
+
+/// One request on a connection of its own (`Connection: close`), read to its end.
+fn request(listen: &str, head: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(listen).expect("the HTTP server listens");
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut text = format!("{head} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        text.push_str(&format!("Host: {listen}\r\n"));
+    }
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() || !head.starts_with("GET") {
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    text.push_str("\r\n");
+    stream.write_all(text.as_bytes()).unwrap();
+    // The server may answer (and close) before it has read a refused body.
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    parse(&answer)
+}
+
+fn parse(answer: &[u8]) -> Reply {
+    let end = answer
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(answer)));
+    let head = String::from_utf8_lossy(&answer[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_string(), value.trim().to_string()))
+        .collect();
+    let mut body = answer[end + 4..].to_vec();
+    let chunked = headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case("transfer-encoding") && value.contains("chunked")
+    });
+    if chunked {
+        let mut decoded = Vec::new();
+        let mut rest = &body[..];
+        while let Some(line_end) = rest.windows(2).position(|window| window == b"\r\n") {
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..line_end]).trim(), 16)
+                .unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            decoded.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
+            rest = &rest[line_end + 2 + size + 2..];
+        }
+        body = decoded;
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The API of a home's daemon, as `corral web --json` names it.
+struct Api {
+    listen: String,
+    token: String,
+    login_url: String,
+}
+
+impl Api {
+    fn of(home: &DaemonHome) -> Api {
+        let web = home.json(&["web", "--json"]);
+        let listen = web["listen"].as_str().expect("listen").to_string();
+        let login_url = web["login_url"].as_str().expect("login_url").to_string();
+        let token = login_url
+            .split_once("token=")
+            .map(|(_, token)| token.to_string())
+            .expect("the login URL carries the token");
+        Api {
+            listen,
+            token,
+            login_url,
+        }
+    }
+
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    /// A request with the bearer token.
+    fn call(&self, verb: &str, path: &str, body: Option<Value>) -> Reply {
+        let bearer = self.bearer();
+        let body = body.map(|body| body.to_string()).unwrap_or_default();
+        request(
+            &self.listen,
+            &format!("{verb} {path}"),
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+            ],
+            body.as_bytes(),
+        )
+    }
+
+    /// A request that must succeed: its JSON body.
+    fn ok(&self, verb: &str, path: &str, body: Option<Value>) -> Value {
+        let reply = self.call(verb, path, body);
+        assert_eq!(reply.status, 200, "{verb} {path}: {}", reply.text());
+        reply.json()
+    }
+
+    /// Logs in as a browser does: the cookie and the page's CSRF token.
+    fn login(&self) -> (String, String) {
+        let path = self
+            .login_url
+            .split_once(&self.listen)
+            .map(|(_, path)| path.to_string())
+            .unwrap();
+        let reply = request(&self.listen, &format!("GET {path}"), &[], b"");
+        assert_eq!(reply.status, 303, "{}", reply.text());
+        assert_eq!(reply.header("location"), Some("/"));
+        let set = reply.header("set-cookie").expect("a cookie").to_string();
+        let cookie = set.split(';').next().unwrap().trim().to_string();
+        let page = request(&self.listen, "GET /", &[("Cookie", &cookie)], b"");
+        assert_eq!(page.status, 200);
+        let text = page.text();
+        let csrf = text
+            .split_once("name=\"csrf-token\" content=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(csrf, _)| csrf.to_string())
+            .expect("the page carries its CSRF token");
+        (cookie, csrf)
+    }
+
+    fn websocket(
+        &self,
+        query: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<tungstenite::WebSocket<TcpStream>, u16> {
+        use tungstenite::client::IntoClientRequest;
+        let url = format!("ws://{}/api/v1/events{query}", self.listen);
+        let mut request = url.into_client_request().unwrap();
+        for (name, value) in headers {
+            request.headers_mut().insert(
+                tungstenite::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        let stream = TcpStream::connect(&self.listen).unwrap();
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        match tungstenite::client(request, stream) {
+            Ok((socket, _)) => Ok(socket),
+            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+                Err(response.status().as_u16())
+            }
+            Err(error) => panic!("the WebSocket handshake failed: {error}"),
+        }
+    }
+
+    fn bearer_socket(&self, query: &str) -> tungstenite::WebSocket<TcpStream> {
+        let bearer = self.bearer();
+        self.websocket(query, &[("Authorization", &bearer)])
+            .expect("the WebSocket opens")
+    }
+}
+
+/// A home with a daemon, a fake-engine project `p` and a session `t`: (home, api, session id).
+fn daemon() -> (DaemonHome, Api, String) {
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "t", &[]);
+    let api = Api::of(&home);
+    (home, api, session)
+}
+
+/// Reads a WebSocket's notifications until `stop` says so; all of them.
+fn read_until(
+    socket: &mut tungstenite::WebSocket<TcpStream>,
+    mut stop: impl FnMut(&Value) -> bool,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        match socket.read() {
+            Ok(tungstenite::Message::Text(text)) => {
+                let message: Value = serde_json::from_str(&text).unwrap();
+                let done = stop(&message);
+                seen.push(message);
+                if done {
+                    return seen;
+                }
+            }
+            Ok(_) => {}
+            Err(error) => panic!("the WebSocket ended ({error}) after {seen:#?}"),
+        }
+    }
+}
+
+fn kind(message: &Value) -> &str {
+    message["params"]["event"]["kind"].as_str().unwrap_or("")
+}
+
+/// Sends a prompt over HTTP and waits for its end over HTTP: the ended prompt.
+fn prompt(api: &Api, session: &str, text: &str) -> Value {
+    let sent = api.ok(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": text })),
+    );
+    let id = sent["id"].as_str().expect("a prompt id").to_string();
+    api.ok("GET", &format!("/api/v1/prompts/{id}/wait"), None)
+}
+
+#[test]
+fn health_describe_and_the_access_rules() {
+    let (home, api, _session) = daemon();
+    let listen = api.listen.as_str();
+
+    let health = request(listen, "GET /healthz", &[], b"");
+    assert_eq!((health.status, health.json()), (200, json!({ "ok": true })));
+    assert_eq!(health.header("content-type"), Some("application/json"));
+
+    // No token: 401 with a JSON error; a wrong one too.
+    for headers in [vec![], vec![("Authorization", "Bearer 0000")]] {
+        for head in [
+            "GET /describe",
+            "GET /api/v1/status",
+            "GET /api/v1/sessions",
+        ] {
+            let reply = request(listen, head, &headers, b"");
+            assert_eq!(reply.status, 401, "{head}");
+            assert_eq!(reply.json()["error"]["data"]["reason"], "unauthenticated");
+        }
+    }
+    let bearer = api.bearer();
+    let describe = request(listen, "GET /describe", &[("Authorization", &bearer)], b"");
+    assert_eq!(describe.status, 200);
+    let describe = describe.json();
+    assert_eq!(describe["corral_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(describe["protocol"], 1);
+    let routes = describe["routes"].as_array().unwrap();
+    assert!(routes.iter().any(
+        |route| route["path"] == "/api/v1/sessions/{session}/prompts"
+            && route["method"] == "POST"
+            && route["rpc"] == "prompt.send"
+    ));
+    assert!(describe["capabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("events.websocket")));
+
+    // The status names the address.
+    let status = api.ok("GET", "/api/v1/status", None);
+    assert_eq!(status["http"]["listen"], listen);
+    assert_eq!(status["http"]["url"], format!("http://{listen}/"));
+
+    // The page: to the login without a cookie; the login page (401) without a valid token.
+    let page = request(listen, "GET /", &[], b"");
+    assert_eq!(
+        (page.status, page.header("location")),
+        (303, Some("/login"))
+    );
+    for head in ["GET /login", "GET /login?token=nope"] {
+        let login = request(listen, head, &[], b"");
+        assert_eq!(login.status, 401);
+        assert!(login.text().contains("corral web"), "{}", login.text());
+        assert!(login.header("set-cookie").is_none());
+    }
+    let stale = request(listen, "GET /", &[("Cookie", "corral_session=stale")], b"");
+    assert_eq!(stale.status, 303);
+
+    // Logged in: the cookie is HttpOnly, SameSite=Strict, Path=/; the page has its CSRF token.
+    let path = api.login_url.split_once(listen).unwrap().1.to_string();
+    let login = request(listen, &format!("GET {path}"), &[], b"");
+    let set = login.header("set-cookie").unwrap();
+    for attribute in ["corral_session=", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    let (cookie, csrf) = api.login();
+    assert_eq!(csrf.len(), 64);
+    assert!(!csrf.contains("{{"));
+    let assets = request(listen, "GET /assets/app.js", &[], b"");
+    assert_eq!(assets.status, 200);
+    assert!(assets
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/javascript"));
+
+    // The cookie reads; a write needs its login's CSRF token; the bearer token needs none.
+    let read = request(
+        listen,
+        "GET /api/v1/settings/ui.theme",
+        &[("Cookie", &cookie)],
+        b"",
+    );
+    assert_eq!(read.status, 200, "{}", read.text());
+    let body = br#"{"value":"dark"}"#;
+    let put = "PUT /api/v1/settings/ui.theme";
+    let no_csrf = request(listen, put, &[("Cookie", &cookie)], body);
+    assert_eq!(no_csrf.status, 403, "{}", no_csrf.text());
+    assert_eq!(no_csrf.json()["error"]["data"]["reason"], "csrf");
+    let wrong = request(
+        listen,
+        put,
+        &[("Cookie", &cookie), ("X-CSRF-Token", "00")],
+        body,
+    );
+    assert_eq!(wrong.status, 403);
+    let with_csrf = request(
+        listen,
+        put,
+        &[("Cookie", &cookie), ("X-CSRF-Token", &csrf)],
+        body,
+    );
+    assert_eq!(with_csrf.status, 200, "{}", with_csrf.text());
+    assert_eq!(with_csrf.json()["value"], "dark");
+    let by_bearer = request(
+        listen,
+        put,
+        &[("Authorization", &bearer)],
+        br#"{"value":"light"}"#,
+    );
+    assert_eq!(by_bearer.status, 200, "{}", by_bearer.text());
+
+    // A foreign Host is refused everywhere, even with the token.
+    for head in ["GET /healthz", "GET /api/v1/status", "GET /", "GET /nope"] {
+        let reply = request(
+            listen,
+            head,
+            &[("Host", "evil.example:80"), ("Authorization", &bearer)],
+            b"",
+        );
+        assert_eq!(reply.status, 403, "{head}");
+        assert_eq!(reply.json()["error"]["data"]["reason"], "host");
+    }
+    let port = listen.rsplit(':').next().unwrap();
+    for host in [format!("localhost:{port}"), format!("[::1]:{port}")] {
+        let reply = request(listen, "GET /healthz", &[("Host", &host)], b"");
+        assert_eq!(reply.status, 200, "{host}");
+    }
+
+    // No CORS, ever.
+    let origin = request(
+        listen,
+        "GET /api/v1/status",
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://evil.example"),
+        ],
+        b"",
+    );
+    let preflight = request(
+        listen,
+        "OPTIONS /api/v1/status",
+        &[
+            ("Origin", "http://evil.example"),
+            ("Access-Control-Request-Method", "GET"),
+        ],
+        b"",
+    );
+    for reply in [&origin, &preflight] {
+        assert!(
+            reply
+                .headers
+                .iter()
+                .all(|(name, _)| !name.to_ascii_lowercase().starts_with("access-control")),
+            "{:?}",
+            reply.headers
+        );
+    }
+    assert_eq!(preflight.status, 405);
+
+    // A rotated token: the old token and the old logins are refused, the new one serves.
+    let rotated = home.json(&["web", "--rotate-token", "--json"]);
+    let token = rotated["login_url"]
+        .as_str()
+        .unwrap()
+        .split_once("token=")
+        .unwrap()
+        .1;
+    assert_ne!(token, api.token);
+    let old = request(
+        listen,
+        "GET /api/v1/status",
+        &[("Authorization", &bearer)],
+        b"",
+    );
+    assert_eq!(old.status, 401);
+    let old_cookie = request(listen, "GET /", &[("Cookie", &cookie)], b"");
+    assert_eq!(old_cookie.status, 303);
+    let new_bearer = format!("Bearer {token}");
+    let new = request(
+        listen,
+        "GET /api/v1/status",
+        &[("Authorization", &new_bearer)],
+        b"",
+    );
+    assert_eq!(new.status, 200);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(home.path().join("http.token"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    home.stop_daemon();
+}
+
+#[test]
+fn every_route_once() {
+    let (home, api, session) = daemon();
+    let work = home.work().display().to_string();
+    let other = home.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let other = other.display().to_string();
+
+    assert_eq!(
+        api.ok("GET", "/api/v1/status?waiters=2", None)["sessions"],
+        1
+    );
+    let overview = api.ok("GET", "/api/v1/overview", None);
+    assert!(overview["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["id"] == session.as_str()));
+
+    // Projects.
+    let added = api.ok(
+        "POST",
+        "/api/v1/projects",
+        Some(json!({ "name": "q", "path": other, "engine": "fake" })),
+    );
+    assert_eq!(added["name"], "q");
+    let listed = api.ok("GET", "/api/v1/projects", None);
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(api.ok("GET", "/api/v1/projects/q", None)["path"], other);
+    let set = api.ok(
+        "PATCH",
+        "/api/v1/projects/q",
+        Some(json!({ "model": "m2" })),
+    );
+    assert_eq!(set["model"], "m2");
+    let archived = api.ok("POST", "/api/v1/projects/q/archive", None);
+    assert!(archived["archived_at"].is_i64(), "{archived}");
+    assert_eq!(
+        api.ok("GET", "/api/v1/projects", None)
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        api.ok("GET", "/api/v1/projects?archived=true", None)
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let group = api.ok(
+        "PUT",
+        "/api/v1/groups/deploy",
+        Some(json!({ "locking": true })),
+    );
+    assert_eq!(group, json!({ "name": "deploy", "locking": true }));
+    let _ = work;
+
+    // Sessions.
+    let new = api.ok(
+        "POST",
+        "/api/v1/sessions",
+        Some(json!({ "project": "p", "title": "second" })),
+    );
+    let second = new["id"].as_str().unwrap().to_string();
+    let sessions = api.ok("GET", "/api/v1/sessions?project=p", None);
+    assert_eq!(sessions.as_array().unwrap().len(), 2);
+    let shown = api.ok("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(shown["session"]["id"], session.as_str());
+    let renamed = api.ok(
+        "PATCH",
+        &format!("/api/v1/sessions/{second}"),
+        Some(json!({ "title": "renamed" })),
+    );
+    assert_eq!(renamed["title"], "renamed");
+    let gone = api.ok("POST", &format!("/api/v1/sessions/{second}/archive"), None);
+    assert!(gone["archived_at"].is_i64());
+
+    // Prompts: sent, waited for, their events paged.
+    let done = prompt(&api, &session, "hello over http");
+    assert_eq!(done["status"], "done", "{done}");
+    let page = api.ok(
+        "GET",
+        &format!("/api/v1/sessions/{session}/events?after=0&limit=2"),
+        None,
+    );
+    let events = page["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["seq"], 1);
+    assert_eq!(page["next_after"], 2);
+    let rest = api.ok(
+        "GET",
+        &format!("/api/v1/sessions/{session}/events?after=2"),
+        None,
+    );
+    assert!(rest["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "prompt.done"));
+    let history = api.ok("GET", &format!("/api/v1/history?session={session}"), None);
+    assert_eq!(history["prompts"].as_array().unwrap().len(), 1);
+    let execs = api.ok("GET", "/api/v1/execs?limit=5", None);
+    assert!(execs.is_object() || execs.is_array(), "{execs}");
+
+    // Steering and compaction: the fake exec engine cannot; the refusal is a JSON error.
+    for path in ["steer", "compact"] {
+        let reply = api.call(
+            "POST",
+            &format!("/api/v1/sessions/{session}/{path}"),
+            Some(json!({ "text": "more" })),
+        );
+        assert_ne!(reply.status, 500, "{}", reply.text());
+        if reply.status != 200 {
+            reply.error_code();
+        }
+    }
+
+    // Cancelling: a hanging prompt, by its id.
+    let hanging = api.ok(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": "@fake hang\nwait" })),
+    );
+    let id = hanging["id"].as_str().unwrap();
+    let cancelled = api.ok("POST", &format!("/api/v1/prompts/{id}/cancel"), None);
+    assert_eq!(cancelled["cancelled"][0]["prompt"], id);
+    let ended = api.ok("GET", &format!("/api/v1/prompts/{id}/wait"), None);
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+
+    // Drivers: none; a claim needs an exec (X-Corral-Exec), refused without one.
+    let driver = api.ok("GET", &format!("/api/v1/sessions/{session}/driver"), None);
+    assert!(driver.is_null() || driver.is_object(), "{driver}");
+    let claim = api.call("POST", &format!("/api/v1/sessions/{session}/driver"), None);
+    assert_eq!((claim.status, claim.error_code()), (400, -32602));
+    let release = api.call(
+        "DELETE",
+        &format!("/api/v1/sessions/{session}/driver"),
+        Some(json!({ "generation": 1 })),
+    );
+    assert_ne!(release.status, 500, "{}", release.text());
+
+    // Settings.
+    let settings = api.ok("GET", "/api/v1/settings", None);
+    assert!(settings["known"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k["name"] == "ui.theme"));
+    let theme = api.ok("GET", "/api/v1/settings/ui.theme", None);
+    assert_eq!(theme["default"], "system");
+    let refused = api.call(
+        "PUT",
+        "/api/v1/settings/ui.theme",
+        Some(json!({ "value": "blue" })),
+    );
+    assert_eq!(refused.error_code(), -32602);
+    assert!(refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("system, light, dark"));
+
+    // Shutdown: the daemon stops.
+    let pid = home.daemon_pid().unwrap();
+    assert_eq!(
+        api.ok("POST", "/api/v1/shutdown", None),
+        json!({ "stopping": true })
+    );
+    wait_until("the daemon stops", || !common::daemon::alive(pid));
+}
+
+#[test]
+fn bad_input_is_a_json_error_on_every_route() {
+    let (home, api, session) = daemon();
+    let describe = api.ok("GET", "/describe", None);
+    let routes: Vec<(String, String, bool, Vec<Value>)> = describe["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|route| route["path"].as_str().unwrap().starts_with("/api/"))
+        .filter(|route| route["websocket"] != true)
+        .map(|route| {
+            (
+                route["method"].as_str().unwrap().to_string(),
+                route["path"].as_str().unwrap().to_string(),
+                route["body"] == true,
+                route["query"].as_array().unwrap().clone(),
+            )
+        })
+        .collect();
+    assert!(routes.len() >= 25, "{routes:?}");
+    let fill = |path: &str| {
+        path.replace("{session}", &session)
+            .replace("{project}", "p")
+            .replace("{prompt}", "nosuchprompt")
+            .replace("{name}", "ui.theme")
+    };
+    for (verb, path, body, query) in &routes {
+        if path.ends_with("/shutdown") {
+            continue;
+        }
+        let path = fill(path);
+        // An unknown query parameter.
+        let reply = api.call(verb, &format!("{path}?nosuch=1"), body.then(|| json!({})));
+        assert_eq!(
+            reply.error_code(),
+            -32602,
+            "{verb} {path}: {}",
+            reply.text()
+        );
+        // A declared one of the wrong type.
+        for declared in query {
+            if declared["type"] != "string" {
+                let name = declared["name"].as_str().unwrap();
+                let reply = api.call(verb, &format!("{path}?{name}=notanumber"), None);
+                assert_eq!(
+                    reply.error_code(),
+                    -32602,
+                    "{verb} {path}?{name}: {}",
+                    reply.text()
+                );
+            }
+        }
+        // An oversized query.
+        let reply = api.call(verb, &format!("{path}?{}", "x".repeat(20_000)), None);
+        assert!(
+            reply.status == 400 || reply.status == 431,
+            "{verb} {path}: {}",
+            reply.status
+        );
+        if *body {
+            // Not JSON; not an object; a member of the wrong type.
+            let bearer = api.bearer();
+            let broken = request(
+                &api.listen,
+                &format!("{verb} {path}"),
+                &[("Authorization", &bearer)],
+                b"{\"title\":",
+            );
+            assert_eq!(broken.error_code(), -32700, "{verb} {path}");
+            let array = api.call(verb, &path, Some(json!([1, 2])));
+            assert_eq!(array.error_code(), -32602, "{verb} {path}");
+            let typed = api.call(
+                verb,
+                &path,
+                Some(
+                    json!({ "name": 5, "title": 5, "text": 5, "value": 5, "path": 5,
+                             "project": 5, "locking": "yes", "generation": "x" }),
+                ),
+            );
+            assert_eq!(
+                typed.error_code(),
+                -32602,
+                "{verb} {path}: {}",
+                typed.text()
+            );
+        }
+    }
+    // Missing params.
+    for (verb, path, body) in [
+        (
+            "POST",
+            "/api/v1/projects".to_string(),
+            json!({ "name": "x" }),
+        ),
+        ("POST", "/api/v1/sessions".to_string(), json!({})),
+        ("PATCH", format!("/api/v1/sessions/{session}"), json!({})),
+        (
+            "POST",
+            format!("/api/v1/sessions/{session}/prompts"),
+            json!({}),
+        ),
+        (
+            "POST",
+            format!("/api/v1/sessions/{session}/steer"),
+            json!({}),
+        ),
+    ] {
+        let reply = api.call(verb, &path, Some(body));
+        assert_eq!(
+            reply.error_code(),
+            -32602,
+            "{verb} {path}: {}",
+            reply.text()
+        );
+    }
+    // A path segment the body contradicts.
+    let contradicted = api.call(
+        "PATCH",
+        &format!("/api/v1/sessions/{session}"),
+        Some(json!({ "session": "other", "title": "x" })),
+    );
+    assert_eq!(contradicted.error_code(), -32602);
+    // Oversized: a title, a selector, a body over the limit (16 MiB).
+    let title = api.call(
+        "PATCH",
+        &format!("/api/v1/sessions/{session}"),
+        Some(json!({ "title": "t".repeat(100_000) })),
+    );
+    assert_eq!(title.error_code(), -32602);
+    let selector = api.call(
+        "GET",
+        &format!("/api/v1/sessions/{}", "s".repeat(5000)),
+        None,
+    );
+    assert_eq!(selector.error_code(), -32004);
+    assert!(
+        selector.text().len() < 2000,
+        "the error repeats the whole selector"
+    );
+    let huge = format!(r#"{{"text":"{}"}}"#, "x".repeat(16 << 20));
+    let bearer = api.bearer();
+    let over = request(
+        &api.listen,
+        &format!("POST /api/v1/sessions/{session}/prompts"),
+        &[("Authorization", &bearer)],
+        huge.as_bytes(),
+    );
+    assert_eq!(over.error_code(), -32600, "{}", over.text());
+    assert!(over.text().contains("16777216"), "{}", over.text());
+    // A prompt within the body limit but over the prompt's own limit (1 MiB as JSON).
+    let long = api.call(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": "x".repeat(2 << 20) })),
+    );
+    assert_eq!(long.error_code(), -32602, "{}", long.text());
+    // Unknown routes and methods.
+    assert_eq!(
+        api.call("GET", "/api/v1/nothing", None).error_code(),
+        -32601
+    );
+    let wrong = api.call("DELETE", "/api/v1/status", None);
+    assert_eq!(wrong.status, 405);
+    assert_eq!(wrong.header("allow"), Some("GET"));
+    // The daemon still serves, and stored nothing of all that.
+    assert_eq!(api.ok("GET", "/api/v1/status", None)["sessions"], 1);
+    home.stop_daemon();
+}
+
+#[test]
+fn the_event_websocket_replays_resumes_and_checks_its_origin() {
+    let (home, api, session) = daemon();
+    let bearer = api.bearer();
+    let own = format!("http://{}", api.listen);
+    // Access: the token, and an Origin of this server or none.
+    assert_eq!(api.websocket("", &[]).err(), Some(401));
+    assert_eq!(
+        api.websocket(
+            "",
+            &[
+                ("Authorization", &bearer),
+                ("Origin", "http://evil.example")
+            ]
+        )
+        .err(),
+        Some(403)
+    );
+    assert_eq!(
+        api.websocket(
+            "",
+            &[
+                ("Authorization", &bearer),
+                ("Origin", &format!("https://{}", api.listen))
+            ]
+        )
+        .err(),
+        Some(403)
+    );
+    let mut all = api
+        .websocket("", &[("Authorization", &bearer), ("Origin", &own)])
+        .expect("an Origin of this server opens");
+    // A browser's cookie works too.
+    let (cookie, _) = api.login();
+    let mut by_cookie = api
+        .websocket(
+            &format!("?session={session}"),
+            &[("Cookie", &cookie), ("Origin", &own)],
+        )
+        .expect("a cookie opens");
+    assert_eq!(
+        api.websocket("?session=nosuch", &[("Authorization", &bearer)])
+            .err(),
+        Some(404)
+    );
+    assert_eq!(
+        api.websocket("?after=x", &[("Authorization", &bearer)])
+            .err(),
+        Some(400)
+    );
+
+    let done = prompt(&api, &session, "stream me");
+    assert_eq!(done["status"], "done");
+    // Live: the session's events, in order, to its end.
+    let seen = read_until(&mut by_cookie, |m| kind(m) == "prompt.done");
+    let seqs: Vec<i64> = seen
+        .iter()
+        .map(|m| m["params"]["event"]["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "{seen:#?}"
+    );
+    assert!(seen
+        .iter()
+        .all(|m| m["jsonrpc"] == "2.0" && m["method"] == "events.event"));
+    // Every session's: the same events, numbered by the feed.
+    let feed = read_until(&mut all, |m| kind(m) == "prompt.done");
+    assert_eq!(feed.len(), seen.len());
+    let feed_seqs: Vec<i64> = feed
+        .iter()
+        .map(|m| m["params"]["event"]["feed_seq"].as_i64().unwrap())
+        .collect();
+    assert!(
+        feed_seqs.windows(2).all(|pair| pair[0] < pair[1]),
+        "{feed_seqs:?}"
+    );
+
+    // Replay from a cursor: exactly what came after it.
+    let after = seqs[1];
+    let mut resumed = api.bearer_socket(&format!("?session={session}&after={after}"));
+    let replayed = read_until(&mut resumed, |m| kind(m) == "prompt.done");
+    assert_eq!(replayed[0]["params"]["event"]["seq"], after + 1);
+    assert_eq!(replayed.len(), seen.len() - after as usize);
+    let mut from_feed = api.bearer_socket(&format!("?after={}", feed_seqs[0]));
+    let refed = read_until(&mut from_feed, |m| kind(m) == "prompt.done");
+    assert_eq!(refed.len(), feed.len() - 1);
+    home.stop_daemon();
+}
+
+#[test]
+fn a_websocket_client_that_never_reads_is_dropped_and_its_session_goes_on() {
+    let (home, api, session) = daemon();
+    // Connected, and never read from until the end.
+    let mut idle = api.bearer_socket(&format!("?session={session}"));
+    let steps = 40_000;
+    let done = prompt(&api, &session, &format!("@fake deltas={steps}\nmany steps"));
+    assert_eq!(done["status"], "done", "{done}");
+    // The session is whole: every step stored.
+    let last = api.ok(
+        "GET",
+        &format!("/api/v1/sessions/{session}/events?after=0&limit=1000"),
+        None,
+    );
+    assert!(last["more"] == true);
+    wait_until("the idle client is dropped", || {
+        std::fs::read_to_string(home.path().join("daemon.log"))
+            .unwrap_or_default()
+            .contains("dropped a WebSocket client that stopped reading")
+    });
+    // The idle client gets what was buffered for it, then the end, not the whole stream.
+    let mut received = 0usize;
+    let mut saw_done = false;
+    let until = Instant::now() + DEADLINE;
+    loop {
+        assert!(
+            Instant::now() < until,
+            "the dropped client's stream never ended"
+        );
+        match idle.read() {
+            Ok(tungstenite::Message::Text(text)) => {
+                received += 1;
+                saw_done |= text.contains("\"prompt.done\"");
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        !saw_done,
+        "the dropped client got the whole stream ({received} messages)"
+    );
+    assert!(received > 0 && received < steps, "{received}");
+    // A new client reads the whole stream, and the daemon goes on.
+    let mut fresh = api.bearer_socket(&format!("?session={session}"));
+    let all = read_until(&mut fresh, |m| kind(m) == "prompt.done");
+    assert!(all.len() > steps, "{}", all.len());
+    let again = prompt(&api, &session, "still here");
+    assert_eq!(again["status"], "done");
+    home.stop_daemon();
+}
+
+#[test]
+fn a_thousand_websocket_clients_at_once() {
+    let (home, api, session) = daemon();
+    let clients = 1000;
+    let started = Instant::now();
+    let mut sockets: Vec<_> = (0..clients)
+        .map(|n| {
+            let query = if n % 2 == 0 {
+                format!("?session={session}")
+            } else {
+                String::new()
+            };
+            api.bearer_socket(&query)
+        })
+        .collect();
+    let opened = started.elapsed();
+    let done = prompt(&api, &session, "to a thousand");
+    assert_eq!(done["status"], "done");
+    for (n, socket) in sockets.iter_mut().enumerate() {
+        let seen = read_until(socket, |m| kind(m) == "prompt.done");
+        assert!(seen.len() >= 3, "client {n}: {seen:?}");
+    }
+    eprintln!(
+        "{clients} clients opened in {opened:?}, all served in {:?}",
+        started.elapsed()
+    );
+    drop(sockets);
+    assert_eq!(api.ok("GET", "/api/v1/status", None)["sessions"], 1);
+    home.stop_daemon();
+}
+
+#[test]
+fn a_taken_port_is_told_and_the_socket_still_serves() {
+    let home = DaemonHome::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    // Only loopback is accepted (a refused value is a usage error, exit 2, as any invalid setting).
+    for refused in ["0.0.0.0:8080", "10.1.2.3:80", "nonsense"] {
+        let error = home.fails(&["config", "set", "http.listen", refused], 2);
+        assert!(
+            error.contains("http.listen must be a loopback address"),
+            "{error}"
+        );
+    }
+    home.config(&[("http.listen", address.as_str())]);
+    home.stop_daemon();
+    home.start_daemon();
+    let status = home.json(&["status", "--json"]);
+    let error = status["http"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        error.contains(&format!("cannot listen on {address}")),
+        "{error}"
+    );
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    assert_eq!(log.matches("http: not serving").count(), 1, "{log}");
+    let web = home.fails(&["web"], 1);
+    assert!(
+        web.contains("the daemon serves no HTTP: cannot listen on"),
+        "{web}"
+    );
+    // The socket serves: a project and a session through it.
+    home.add_project("p", &home.work(), "fake");
+    home.new_session(&["p", "--title", "still"]);
+    // Off: no HTTP, said so.
+    home.config(&[("http.listen", "off")]);
+    home.stop_daemon();
+    home.start_daemon();
+    assert!(home.json(&["status", "--json"])["http"].is_null());
+    let web = home.fails(&["web"], 1);
+    assert!(web.contains("http.listen is off"), "{web}");
+    drop(taken);
+    home.stop_daemon();
+}
+
+#[test]
+fn widening_from_inside_a_supervised_run_is_refused_over_http() {
+    let (home, api, session) = daemon();
+    let token_file = home.path().join("http.token");
+    let curl = |verb: &str, path: &str, body: &str| {
+        format!(
+            "curl -s -w ' HTTP %{{http_code}}' -X {verb} -H \"Authorization: Bearer $(cat '{}')\" \
+             -H 'Content-Type: application/json' -d '{body}' 'http://{}{path}'",
+            token_file.display(),
+            api.listen
+        )
+    };
+    let script = [
+        "set +e".to_string(),
+        "echo '== widen'".into(),
+        curl("PATCH", "/api/v1/projects/p", r#"{"full_access":true}"#),
+        "echo; echo '== detached'".into(),
+        format!(
+            "env -i PATH=\"$PATH\" setsid -w {}",
+            curl("PUT", "/api/v1/groups/deploy", r#"{"locking":false}"#)
+        ),
+        "echo; echo '== narrow'".into(),
+        curl("PATCH", "/api/v1/projects/p", r#"{"full_access":false}"#),
+        "echo; echo '== end'".into(),
+    ]
+    .join("\n");
+    let script_path = home.path().join("agent.sh");
+    std::fs::write(&script_path, script).unwrap();
+    let done = prompt(
+        &api,
+        &session,
+        &format!("@fake run=sh '{}'\nwiden", script_path.display()),
+    );
+    assert_eq!(done["status"], "done", "{done}");
+    let page = api.ok("GET", &format!("/api/v1/sessions/{session}/events"), None);
+    let events = page["events"].as_array().unwrap();
+    let output = events
+        .iter()
+        .rev()
+        .filter(|event| event["kind"] == "tool")
+        .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
+        .expect("the agent's command ran")
+        .to_string();
+    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    assert_eq!(sections.len(), 4, "{output}");
+    for section in &sections[..2] {
+        assert!(section.contains("HTTP 403"), "{section}");
+        assert!(section.contains("-32010"), "{section}");
+        assert!(
+            section.contains(&format!(
+                "not allowed from inside a supervised run (session {session})"
+            )),
+            "{section}"
+        );
+    }
+    assert!(
+        sections[2].contains("HTTP 200"),
+        "narrowing refused: {}",
+        sections[2]
+    );
+    let refused: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "request.refused")
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:#?}");
+    assert!(
+        refused
+            .iter()
+            .all(|e| e["payload"]["found_by"] == "ancestry"),
+        "{refused:#?}"
+    );
+    // Nothing changed; the same request from a person (this test) is allowed.
+    assert_eq!(
+        api.ok("GET", "/api/v1/projects/p", None)["full_access"],
+        false
+    );
+    let person = api.ok(
+        "PATCH",
+        "/api/v1/projects/p",
+        Some(json!({ "full_access": true })),
+    );
+    assert_eq!(person["full_access"], true);
+    let _ = Duration::ZERO;
+    home.stop_daemon();
+}
