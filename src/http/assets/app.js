@@ -569,7 +569,7 @@
       h('section', { class: 'panel' },
         h('div', { class: 'panel-head' }, h('h2', null, 'Sessions'), chips),
         h('div', { class: 'toolbar' }, filterInput, countEl),
-        h('div', { class: 'sessions-scroll' },
+        h('div', { class: 'sessions-scroll loading-rows' },
           // Rows are grid boxes, not <tr>: off-screen ones skip layout (content-visibility),
           // which a table cannot do; 1,000 rows lay out in a few ms instead of ~150.
           h('div', { class: 'sessions-list', role: 'table', 'aria-label': 'Sessions', testid: 'sessions' },
@@ -718,6 +718,7 @@
       const sessions = ov.sessions || [];
       const first = rows.size === 0;
       if (first && performance.mark) performance.mark('corral:overview-read');
+      if (first) tbody.closest('.sessions-scroll').classList.remove('loading-rows');
       if (first) build(sessions); else merge(sessions);
       refreshCounts();
       renderSlots(ov.slots);
