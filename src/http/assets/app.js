@@ -586,9 +586,14 @@
         panel('Recent commands', recentBody, h('a', { href: '#/history' }, 'All history →')),
         panel('Gaps', gapsBody)),
     );
+    // Tooltips are made when pointed at: formatting 1,000 of them up front costs.
     tbody.addEventListener('mouseover', (e) => {
-      const el = e.target.closest && e.target.closest('[data-ago]');
-      if (el && !el.title) el.title = fmtFull(Number(el.dataset.ago));
+      if (!e.target.closest) return;
+      const el = e.target.closest('[data-ago], .reason, .next, .state');
+      if (!el || el.title) return;
+      if (el.dataset.ago) el.title = fmtFull(Number(el.dataset.ago));
+      else if (el.classList.contains('state')) el.title = STATE_HELP[el.dataset.state] || '';
+      else el.title = el.classList.contains('reason') ? (rows.get(el.closest('[data-session-id]').dataset.sessionId) || { item: {} }).item.reason || '' : el.textContent;
     });
 
     function hayOf(item) {
@@ -625,8 +630,29 @@
       fillRow(row, item);
       return row;
     }
+    /** A new row's cells: plain writes, no comparisons; tooltips are made on hover. */
+    function firstFill(row, item) {
+      const c = row.cells;
+      c.link.textContent = item.title || '(untitled)';
+      c.idSub.textContent = shortId(item.id);
+      c.project.textContent = item.project || '—';
+      if (item.full_access) c.badge.appendChild(fullAccessBadge());
+      c.engine.textContent = item.engine || '—';
+      row.tr.dataset.state = item.state;
+      c.state.dataset.state = item.state;
+      c.state.textContent = item.state;
+      c.reason.textContent = oneLine(item.reason);
+      c.next.textContent = item.next_action || '';
+      if (item.last_activity_at) {
+        c.last.dataset.ago = String(item.last_activity_at);
+        c.last.textContent = ago(item.last_activity_at);
+      } else c.last.textContent = '—';
+      row.item = Object.assign({}, item);
+      row.hay = hayOf(item);
+    }
     function fillRow(row, item) {
-      const old = row.item || {};
+      if (!row.item) { firstFill(row, item); return; }
+      const old = row.item;
       const c = row.cells;
       if (old.title !== item.title) setText(c.link, item.title || '(untitled)');
       if (old.id !== item.id) { setText(c.idSub, shortId(item.id)); c.idSub.title = item.id; }
@@ -637,10 +663,10 @@
         setAttr(row.tr, 'data-state', item.state);
         setAttr(c.state, 'data-state', item.state);
         setText(c.state, item.state);
-        c.state.title = STATE_HELP[item.state] || '';
+        c.state.removeAttribute('title');
       }
-      if (old.reason !== item.reason) { setText(c.reason, oneLine(item.reason)); c.reason.title = item.reason || ''; }
-      if (old.next_action !== item.next_action) { setText(c.next, item.next_action || ''); c.next.title = item.next_action || ''; }
+      if (old.reason !== item.reason) { setText(c.reason, oneLine(item.reason)); c.reason.removeAttribute('title'); }
+      if (old.next_action !== item.next_action) setText(c.next, item.next_action || '');
       if (old.last_activity_at !== item.last_activity_at) {
         if (item.last_activity_at) {
           c.last.dataset.ago = String(item.last_activity_at);
@@ -658,15 +684,18 @@
       return (!stateFilter || row.item.state === stateFilter) && (!query || row.hay.includes(query));
     }
     function applyFilter() {
+      if (pending && (stateFilter || query)) finishBuild();
       let shown = 0;
       for (const row of rows.values()) {
         const v = visible(row);
         if (row.tr.hidden === v) row.tr.hidden = !v;
         if (v) shown += 1;
       }
-      setText(countEl, rows.size ? (shown === rows.size ? plural(rows.size, 'session') : `${shown} of ${rows.size} sessions`) : '');
-      emptyEl.hidden = rows.size > 0;
-      noMatchEl.hidden = rows.size === 0 || shown > 0;
+      const total = rows.size + (pending ? pending.length : 0);
+      if (pending) shown += pending.length; // not built yet; counted once they are
+      setText(countEl, total ? (shown === total ? plural(total, 'session') : `${shown} of ${total} sessions`) : '');
+      emptyEl.hidden = total > 0;
+      noMatchEl.hidden = total === 0 || shown > 0;
     }
     let countsQueued = false;
     function refreshCounts() {
@@ -676,24 +705,50 @@
         countsQueued = false;
         const n = Object.fromEntries(STATES.map((s) => [s, 0]));
         for (const row of rows.values()) n[row.item.state] = (n[row.item.state] || 0) + 1;
+        for (const item of pending || []) n[item.state] = (n[item.state] || 0) + 1;
         for (const [s, chip] of chipEls) setText(chip.querySelector('.n'), n[s]);
         applyFilter();
       });
     }
     const order = (a, b) => (STATE_RANK[a.state] ?? 9) - (STATE_RANK[b.state] ?? 9) || (b.last_activity_at || 0) - (a.last_activity_at || 0);
 
-    /** The first build: every row in one fragment. */
-    function build(sessions) {
+    /**
+     * The first build: the rows a screen shows at once, then the rest in slices after the
+     * first paint (1,000 rows are ~60 ms of script; the page is usable before they are in).
+     */
+    let pending = null;
+    function appendRows(items) {
       const fragment = document.createDocumentFragment();
-      for (const item of [...sessions].sort(order)) {
+      for (const item of items) {
         const row = makeRow(item);
         rows.set(item.id, row);
+        if (stateFilter || query) row.tr.hidden = !visible(row);
         fragment.appendChild(row.tr);
       }
-      fill(tbody, fragment);
+      tbody.appendChild(fragment);
+    }
+    function build(sessions) {
+      const sorted = [...sessions].sort(order);
+      fill(tbody);
+      appendRows(sorted.slice(0, 80));
+      pending = sorted.length > 80 ? sorted.slice(80) : null;
+      const slice = () => {
+        if (!scope.alive || !pending) return;
+        appendRows(pending.splice(0, 250));
+        if (pending.length) setTimeout(slice, 0);
+        else { pending = null; refreshCounts(); }
+      };
+      if (pending) setTimeout(slice, 0);
+    }
+    function finishBuild() {
+      if (!pending) return;
+      const rest = pending;
+      pending = null;
+      appendRows(rest);
     }
     /** A later read: rows updated in place by id; new ones on top; gone ones removed. */
     function merge(sessions) {
+      finishBuild();
       const seen = new Set();
       const fresh = [];
       for (const item of sessions) {
@@ -729,7 +784,11 @@
       const waiting = ov.slots && typeof ov.slots.waiting_count === 'number' ? ov.slots.waiting_count : (ov.slots && ov.slots.waiting ? ov.slots.waiting.length : 0);
       setText(subEl, `${plural(sessions.length, 'session')} · ${working} active · ${plural((ov.runs || []).length, 'run')} now · ${waiting} waiting for a slot`);
       // For benchmarks: when the first overview is in the page (performance.getEntriesByName).
-      if (first && performance.mark) performance.mark('corral:overview-rendered');
+      if (first && performance.mark) {
+        performance.mark('corral:overview-rendered');
+        // After the frame that shows it (laid out and painted).
+        requestAnimationFrame(() => setTimeout(() => performance.mark('corral:overview-painted'), 0));
+      }
     }
     const titleOf = (id) => { const r = rows.get(id); return r ? (r.item.title || shortId(id)) : shortId(id); };
     const sessionLink = (id, label) => (id ? h('a', { href: `#/sessions/${enc(id)}` }, label || titleOf(id)) : h('span', { class: 'faint' }, '—'));
@@ -2086,6 +2145,8 @@
       }
     }, () => { /* not a known setting on this daemon: the browser's copy stays */ });
   }
+  // The overview's read starts while the page is still being parsed; its page takes it over.
+  if (/^(#\/?)?$/.test(location.hash)) fetchOverview().catch(() => {});
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', boot);
   else boot();
 
