@@ -3,27 +3,52 @@
 //! calls methods; notifications that arrive while a call waits for its answer are kept for
 //! [`Client::next_notification`].
 //!
+//! Calls are typed: [`Client::call`] takes a method of `crate::protocol` (`Method`), sends
+//! its params type and decodes its result type, the daemon's own definitions.
+//! [`Client::call_json`] is the same call answered as JSON (for a command that prints the
+//! daemon's answer as it came), [`Client::call_raw`] a call by name (a proxy).
+//!
 //! [`connect_or_spawn`] is the CLI's way in: when no daemon answers, it starts one in the
 //! background (unless told not to) and says so on stderr.
 
 use std::collections::VecDeque;
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::daemon;
-use crate::protocol::{Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION};
+use crate::protocol::{
+    Initialize, InitializeParams, Method, Notification, Request, Response, RpcError, MAX_LINE,
+    PROTOCOL_VERSION,
+};
 
 /// The longest answer line the client reads (a bound against a broken peer, not a limit of
 /// the protocol's answers in practice).
 const MAX_ANSWER: usize = 1 << 30;
 
 /// `initialize`'s params.
-fn handshake(exec_id: Option<&str>) -> Value {
-    json!({ "protocol": PROTOCOL_VERSION, "client": "corral-cli", "exec_id": exec_id })
+fn handshake(exec_id: Option<&str>) -> InitializeParams {
+    InitializeParams {
+        protocol: PROTOCOL_VERSION,
+        client: Some("corral-cli".into()),
+        exec_id: exec_id.map(str::to_string),
+    }
+}
+
+/// Params as the JSON a request carries.
+fn params_json<M: Method>(params: &M::Params) -> Result<Value, ClientError> {
+    serde_json::to_value(params).map_err(|error| ClientError::Protocol(error.to_string()))
+}
+
+/// A method's answer as its result type.
+pub fn decode<T: DeserializeOwned>(method: &str, answer: Value) -> Result<T, ClientError> {
+    serde_json::from_value(answer).map_err(|error| {
+        ClientError::Protocol(format!("the answer to {method} does not read: {error}"))
+    })
 }
 
 /// Why a call did not get an answer.
@@ -60,24 +85,26 @@ impl Client {
     /// Connects to the daemon of `home` and does the handshake, as exec `exec_id`.
     pub async fn connect(home: &Path, exec_id: Option<&str>) -> Result<Client, ClientError> {
         let mut client = Client::open(home).await?;
-        client.daemon = client.call("initialize", handshake(exec_id)).await?;
+        client.daemon = client.call_json::<Initialize>(&handshake(exec_id)).await?;
         Ok(client)
     }
 
     /// Connects as exec `exec_id` and writes `initialize` and one call in a single write: one
     /// round trip instead of two (the daemon decides the handshake in line order, so the call
     /// runs only once `initialize` succeeded, and is refused otherwise). A refused handshake
-    /// is the error; else the client and the call's own answer.
-    pub async fn connect_and_call(
+    /// is the error; else the client and the call's own answer (as JSON).
+    pub async fn connect_and_call<M: Method>(
         home: &Path,
         exec_id: Option<&str>,
-        method: &str,
-        params: Value,
+        params: &M::Params,
     ) -> Result<(Client, Result<Value, ClientError>), ClientError> {
         let mut client = Client::open(home).await?;
-        let mut lines = client.line("initialize", handshake(exec_id))?;
+        let mut lines = client.line(
+            Initialize::NAME,
+            params_json::<Initialize>(&handshake(exec_id))?,
+        )?;
         let call = client.next_id;
-        lines.push_str(&client.line(method, params)?);
+        lines.push_str(&client.line(M::NAME, params_json::<M>(params)?)?);
         if let Err(error) = client.writer.write_all(lines.as_bytes()).await {
             return Err(client
                 .read_closing_reason()
@@ -138,11 +165,22 @@ impl Client {
         Ok(line)
     }
 
-    /// Calls `method` and waits for its answer. A request longer than the protocol's line
-    /// limit is refused here, unsent; an error answer with a null id (the daemon could not read
-    /// the request: too long, not JSON, or it refuses this connection) ends the wait, since
-    /// this client has one call in flight at a time and so the error is this call's.
-    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+    /// Calls method `M` and waits for its answer, decoded as `M`'s result.
+    pub async fn call<M: Method>(&mut self, params: &M::Params) -> Result<M::Result, ClientError> {
+        let answer = self.call_json::<M>(params).await?;
+        decode(M::NAME, answer)
+    }
+
+    /// Calls method `M` and waits for its answer, as the JSON the daemon sent.
+    pub async fn call_json<M: Method>(&mut self, params: &M::Params) -> Result<Value, ClientError> {
+        self.call_raw(M::NAME, params_json::<M>(params)?).await
+    }
+
+    /// Calls `method` by name and waits for its answer. A request longer than the protocol's
+    /// line limit is refused here, unsent; an error answer with a null id (the daemon could not
+    /// read the request: too long, not JSON, or it refuses this connection) ends the wait,
+    /// since this client has one call in flight at a time and so the error is this call's.
+    pub async fn call_raw(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
         let id = self.next_id;
         let line = self.line(method, params)?;
         if let Err(error) = self.writer.write_all(line.as_bytes()).await {

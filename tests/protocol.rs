@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use corral::protocol::{code, MAX_LINE};
+use corral::protocol::{self, code, MAX_LINE};
 use serde_json::{json, Value};
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
@@ -1993,10 +1993,13 @@ fn a_long_history_reaches_the_client() {
     let home = daemon.home.clone();
     let outcome = runtime.block_on(async {
         let mut client = corral::client::Client::connect(&home, None).await?;
+        // Typed calls: the answer decodes as the method's result type.
         let history = client
-            .call("history", json!({ "session": session }))
+            .call::<protocol::History>(&protocol::SessionSelector::new(&session))
             .await?;
-        let status = client.call("status", Value::Null).await?;
+        let status = client
+            .call::<protocol::Status>(&protocol::StatusParams::default())
+            .await?;
         Ok::<_, corral::client::ClientError>((history, status))
     });
     daemon.stop_cleanly();
@@ -2006,6 +2009,7 @@ fn a_long_history_reaches_the_client() {
              (MAX_LINE is {MAX_LINE}): {error}"
         )
     });
-    assert_eq!(history["prompts"].as_array().map(Vec::len), Some(12));
-    assert!(status.get("daemon").is_some());
+    assert_eq!(history.prompts.len(), 12);
+    assert!(history.prompts.iter().all(|p| p.text.len() > 100_000));
+    assert!(status.daemon.is_some());
 }

@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::io::Write;
 
-use serde_json::json;
+use crate::protocol::{PromptSend, SendParams};
 use tokio::sync::mpsc;
 
 use super::progress::StatusLine;
@@ -89,18 +89,18 @@ async fn drive(
                         status.print(|| eprintln!("corral: {why}"));
                         continue;
                     }
-                    let params = json!({
-                        "session": session.id,
-                        "text": text,
-                        "generation": generation,
-                    });
-                    match client.call("prompt.send", params).await {
+                    let params = SendParams {
+                        session: session.id.clone(),
+                        text: text.to_string(),
+                        generation: Some(generation),
+                        ..SendParams::default()
+                    };
+                    match client.call::<PromptSend>(&params).await {
                         Ok(prompt) => {
-                            let id = remote::text(&prompt, "id").to_string();
                             status.print(|| {
-                                eprintln!("corral: sent {id} ({})", remote::text(&prompt, "status"))
+                                eprintln!("corral: sent {} ({})", prompt.id, prompt.status.as_str())
                             });
-                            pending.insert(id);
+                            pending.insert(prompt.id);
                         }
                         Err(error) if remote::is_superseded(&error) => {
                             return Err(remote::failure(error));

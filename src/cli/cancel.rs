@@ -2,10 +2,11 @@
 //! session. A queued prompt is removed at once; a running one has its engine's whole process
 //! group ended.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
+use crate::protocol::{CancelParams, PromptCancel};
 
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
@@ -19,12 +20,10 @@ pub struct CancelArgs {
 
 pub async fn execute(context: &Context, args: &CancelArgs) -> Result<Exit, CliError> {
     let mut client = remote::connect(context).await?;
-    let result = remote::call(
-        &mut client,
-        "prompt.cancel",
-        json!({ "target": args.target }),
-    )
-    .await?;
+    let params = CancelParams {
+        target: args.target.clone(),
+    };
+    let result = remote::ask_json::<PromptCancel>(&mut client, &params).await?;
     if args.json {
         print_json(&result);
         return Ok(Exit::success());

@@ -2,7 +2,7 @@
 //! context, and records what was compacted on the session. A thread whose rollout is missing
 //! is reset instead (the next prompt starts a new thread), and the command says so.
 
-use serde_json::json;
+use crate::protocol::{SessionCompact, SessionSelector};
 
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
@@ -18,12 +18,8 @@ pub struct CompactArgs {
 
 pub async fn execute(context: &Context, args: &CompactArgs) -> Result<Exit, CliError> {
     let mut client = remote::connect(context).await?;
-    let result = remote::call(
-        &mut client,
-        "session.compact",
-        json!({ "session": args.session }),
-    )
-    .await?;
+    let params = SessionSelector::new(&args.session);
+    let result = remote::ask_json::<SessionCompact>(&mut client, &params).await?;
     if args.json {
         print_json(&result);
         return Ok(Exit::success());

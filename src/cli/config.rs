@@ -5,12 +5,14 @@
 //!
 //! An unknown name or a bad value is a usage error (exit 2) whose line says what is allowed.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::remote::{self, print_json, text};
 use super::{CliError, Context, Exit};
 use crate::client::ClientError;
-use crate::protocol::code;
+use crate::protocol::{
+    code, NoParams, SettingName, SettingsGet, SettingsList, SettingsSet, SettingsSetParams,
+};
 use crate::store::settings;
 
 #[derive(Debug, clap::Args)]
@@ -87,7 +89,9 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
         ConfigAction::Get(get) => {
             let mut source = remote::inspect(context).await?;
             let result = source
-                .call("settings.get", json!({ "name": get.name }))
+                .call_json::<SettingsGet>(&SettingName {
+                    name: get.name.clone(),
+                })
                 .await
                 .map_err(|error| match remote::rpc_error(&error) {
                     Some(rpc)
@@ -113,7 +117,7 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
         }
         ConfigAction::List(list) => {
             let mut source = remote::inspect(context).await?;
-            let result = source.ask("settings.list", json!({})).await?;
+            let result = source.ask_json::<SettingsList>(&NoParams {}).await?;
             if list.json {
                 print_json(&result);
             } else {
@@ -122,11 +126,12 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
         }
         ConfigAction::Set(set) => {
             let mut client = remote::connect(context).await?;
+            let params = SettingsSetParams {
+                name: set.name.clone(),
+                value: Some(set.value.clone()),
+            };
             let result = client
-                .call(
-                    "settings.set",
-                    json!({ "name": set.name, "value": set.value }),
-                )
+                .call_json::<SettingsSet>(&params)
                 .await
                 .map_err(usage_or_failure)?;
             if set.json {
@@ -146,8 +151,12 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
                 )));
             };
             let mut client = remote::connect(context).await?;
+            let params = SettingsSetParams {
+                name: unset.name.clone(),
+                value: None,
+            };
             let result = client
-                .call("settings.set", json!({ "name": unset.name }))
+                .call_json::<SettingsSet>(&params)
                 .await
                 .map_err(usage_or_failure)?;
             if unset.json {

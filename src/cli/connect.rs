@@ -36,7 +36,11 @@ use super::{CliError, Context, Exit};
 use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::client::{Client, ClientError};
 use crate::events::EventKind;
-use crate::protocol::{code, RpcError, MAX_LINE};
+use crate::protocol::{
+    code, CancelParams, ClaimParams, DriverClaim, DriverShow, History, Method, ProjectSelector,
+    ProjectShow, PromptCancel, PromptSend, RpcError, SendParams, SessionSelector, SessionShow,
+    SessionSteer, SteerParams, MAX_LINE,
+};
 use crate::store::exec::{ExecCompletion, NewExec, Outcome};
 use crate::store::now_ms;
 use crate::store::work::Event;
@@ -320,7 +324,7 @@ async fn release(shared: &Shared, exec_id: &str) {
         return;
     };
     let Ok(claim) = client
-        .call("driver.show", json!({ "session": shared.session_id }))
+        .call_json::<DriverShow>(&SessionSelector::new(&shared.session_id))
         .await
     else {
         return;
@@ -590,8 +594,8 @@ impl Native {
     }
 
     /// A daemon call; a broken daemon connection ends the native connection too.
-    async fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
-        match self.client.call(method, params).await {
+    async fn call<M: Method>(&mut self, params: &M::Params) -> Result<Value, RpcError> {
+        match self.client.call_json::<M>(params).await {
             Ok(value) => Ok(value),
             Err(ClientError::Rpc(error)) => Err(error),
             Err(other) => {
@@ -610,7 +614,7 @@ impl Native {
     /// Reads the session and its project into `info`; returns the session's last event.
     async fn refresh(&mut self) -> Result<i64, RpcError> {
         let shown = self
-            .call("session.show", json!({ "session": self.shared.session_id }))
+            .call::<SessionShow>(&SessionSelector::new(&self.shared.session_id))
             .await?;
         let session = &shown["session"];
         let text = |value: &Value| value.as_str().map(str::to_string);
@@ -630,7 +634,7 @@ impl Native {
         };
         if let Some(project) = session["project_id"].as_str().map(str::to_string) {
             let project = self
-                .call("project.show", json!({ "project": project }))
+                .call::<ProjectShow>(&ProjectSelector::new(project))
                 .await?;
             info.cwd = text(&project["path"]);
             info.model = info.model.or_else(|| text(&project["model"]));
@@ -695,7 +699,7 @@ impl Native {
     /// The session's prompts as turns (for `thread/read` with `includeTurns`).
     async fn turns(&mut self) -> Result<Value, RpcError> {
         let history = self
-            .call("history", json!({ "session": self.shared.session_id }))
+            .call::<History>(&SessionSelector::new(&self.shared.session_id))
             .await?;
         let prompts = history["prompts"].as_array().cloned().unwrap_or_default();
         let turns: Vec<Value> = prompts
@@ -743,15 +747,13 @@ impl Native {
         let (text, images) = input(params)?;
         let generation = self.claim().await?;
         let sent = self
-            .call(
-                "prompt.send",
-                json!({
-                    "session": self.shared.session_id,
-                    "text": text,
-                    "images": images,
-                    "generation": generation,
-                }),
-            )
+            .call::<PromptSend>(&SendParams {
+                session: self.shared.session_id.clone(),
+                text,
+                images,
+                generation: Some(generation),
+                ..SendParams::default()
+            })
             .await;
         match sent {
             Ok(prompt) => {
@@ -794,10 +796,10 @@ impl Native {
                 format!("expected active turn id {expected} but found {running}"),
             ));
         }
-        self.call(
-            "session.steer",
-            json!({ "session": self.shared.session_id, "text": text }),
-        )
+        self.call::<SessionSteer>(&SteerParams {
+            session: self.shared.session_id.clone(),
+            text,
+        })
         .await?;
         Ok(json!({ "turnId": running }))
     }
@@ -813,7 +815,7 @@ impl Native {
         // Only a prompt of this session, named exactly (a session selector would cancel
         // everything queued on it).
         let shown = self
-            .call("session.show", json!({ "session": self.shared.session_id }))
+            .call::<SessionShow>(&SessionSelector::new(&self.shared.session_id))
             .await?;
         let known = shown["prompts"].as_array().is_some_and(|prompts| {
             prompts
@@ -826,7 +828,7 @@ impl Native {
                 format!("no turn {turn} in this thread"),
             ));
         }
-        self.call("prompt.cancel", json!({ "target": turn }))
+        self.call::<PromptCancel>(&CancelParams { target: turn })
             .await?;
         Ok(json!({}))
     }
@@ -839,10 +841,10 @@ impl Native {
             Claim::Unclaimed => {}
         }
         let claimed = self
-            .call(
-                "driver.claim",
-                json!({ "session": self.shared.session_id, "take_over": false }),
-            )
+            .call::<DriverClaim>(&ClaimParams {
+                session: self.shared.session_id.clone(),
+                take_over: false,
+            })
             .await;
         match claimed {
             Ok(claim) => {
@@ -879,7 +881,7 @@ impl Native {
     /// (steer and interrupt carry no generation of their own).
     async fn verify(&mut self, generation: i64) -> Result<(), RpcError> {
         let claim = self
-            .call("driver.show", json!({ "session": self.shared.session_id }))
+            .call::<DriverShow>(&SessionSelector::new(&self.shared.session_id))
             .await?;
         let holder = claim["exec_id"].as_str();
         if holder == Some(self.exec_id.as_str()) && claim["generation"].as_i64() == Some(generation)
@@ -906,7 +908,7 @@ impl Native {
     /// The session's running prompt, if any.
     async fn running_prompt(&mut self) -> Result<Option<String>, RpcError> {
         let shown = self
-            .call("session.show", json!({ "session": self.shared.session_id }))
+            .call::<SessionShow>(&SessionSelector::new(&self.shared.session_id))
             .await?;
         Ok(shown["prompts"].as_array().and_then(|prompts| {
             prompts

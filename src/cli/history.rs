@@ -2,11 +2,12 @@
 //! attempts, its answer or error, and the engine runs it took. Through the daemon when one
 //! runs, else read from the store directly; it never starts one.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::monitor::format_duration;
 use super::remote::{self, cut, first_line, one_line, print_json, text, time};
 use super::{CliError, Context, Exit};
+use crate::protocol::{History, SessionSelector};
 
 #[derive(Debug, clap::Args)]
 pub struct HistoryArgs {
@@ -20,7 +21,7 @@ pub struct HistoryArgs {
 pub async fn execute(context: &Context, args: &HistoryArgs) -> Result<Exit, CliError> {
     let mut source = remote::inspect(context).await?;
     let history = source
-        .ask("history", json!({ "session": args.session }))
+        .ask_json::<History>(&SessionSelector::new(&args.session))
         .await?;
     if args.json {
         print_json(&history);

@@ -83,6 +83,8 @@ impl LocalStore {
             "slots": null,
             "app_servers": app_servers,
             "kept": crate::daemon::methods::kept_alive(c)?,
+            // The HTTP API is the daemon's.
+            "http": null,
             "home": self.home,
         }))
     }

@@ -7,10 +7,14 @@
 use std::path::PathBuf;
 
 use clap::ArgAction;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::remote::{self, absolute, print_json, text, time};
 use super::{CliError, Context, Exit};
+use crate::protocol::{
+    ProjectAdd, ProjectAddParams, ProjectArchive, ProjectList, ProjectListParams, ProjectSelector,
+    ProjectSet, ProjectSetParams, ProjectShow,
+};
 use crate::store::select::IdKind;
 
 #[derive(Debug, clap::Args)]
@@ -131,7 +135,7 @@ pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliE
         ProjectAction::Show(show) => {
             let mut source = remote::inspect(context).await?;
             let project = source
-                .ask("project.show", json!({ "project": show.project }))
+                .ask_json::<ProjectShow>(&ProjectSelector::new(&show.project))
                 .await?;
             print(&project, show.json);
             Ok(Exit::success())
@@ -139,12 +143,11 @@ pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliE
         ProjectAction::Set(set) => self::set(context, set).await,
         ProjectAction::Archive(archive) => {
             let mut client = remote::connect(context).await?;
-            let project = remote::call(
-                &mut client,
-                "project.archive",
-                json!({ "project": archive.project }),
-            )
-            .await?;
+            let params = ProjectSetParams {
+                project: archive.project.clone(),
+                ..ProjectSetParams::default()
+            };
+            let project = remote::ask_json::<ProjectArchive>(&mut client, &params).await?;
             if archive.json {
                 print_json(&project);
             } else {
@@ -160,19 +163,19 @@ pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliE
 }
 
 async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
-    let params = json!({
-        "name": args.name,
-        "path": absolute(&args.path)?,
-        "engine": args.engine,
-        "model": args.model,
-        "full_access": args.full_access,
-        "remote": args.remote,
-        "groups": args.groups,
-        "instructions": args.instructions,
-        "keep_background": args.keep_background,
-    });
+    let params = ProjectAddParams {
+        name: args.name.clone(),
+        path: absolute(&args.path)?,
+        engine: args.engine.clone(),
+        model: args.model.clone(),
+        full_access: args.full_access,
+        remote: args.remote,
+        groups: args.groups.clone(),
+        instructions: args.instructions.clone(),
+        keep_background: args.keep_background,
+    };
     let mut client = remote::connect(context).await?;
-    let project = remote::call(&mut client, "project.add", params).await?;
+    let project = remote::ask_json::<ProjectAdd>(&mut client, &params).await?;
     if args.json {
         print_json(&project);
     } else {
@@ -189,7 +192,9 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
 async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
     let mut source = remote::inspect(context).await?;
     let projects = source
-        .ask("project.list", json!({ "all": args.all }))
+        .ask_json::<ProjectList>(&ProjectListParams {
+            all: Some(args.all),
+        })
         .await?;
     if args.json {
         print_json(&projects);
@@ -246,18 +251,18 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
              --no-groups, --instructions or --keep-background",
         ));
     }
-    let params = json!({
-        "project": args.project,
-        "engine": args.engine,
-        "model": args.model,
-        "full_access": args.full_access,
-        "remote": args.remote,
-        "groups": groups,
-        "instructions": args.instructions,
-        "keep_background": args.keep_background,
-    });
+    let params = ProjectSetParams {
+        project: args.project.clone(),
+        engine: args.engine.clone(),
+        model: args.model.clone(),
+        full_access: args.full_access,
+        remote: args.remote,
+        groups,
+        instructions: args.instructions.clone(),
+        keep_background: args.keep_background,
+    };
     let mut client = remote::connect(context).await?;
-    let project = remote::call(&mut client, "project.set", params).await?;
+    let project = remote::ask_json::<ProjectSet>(&mut client, &params).await?;
     print(&project, args.json);
     Ok(Exit::success())
 }

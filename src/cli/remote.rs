@@ -6,14 +6,17 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::local::LocalStore;
 use super::{CliError, Context};
 use crate::client::{self, Client, ClientError};
 use crate::events::EventKind;
-use crate::protocol::{code, RpcError};
+use crate::protocol::{
+    code, DriverRelease, EventsSubscribe, Method, ReleaseParams, RpcError, SessionSelector,
+    SessionShow, SubscribeParams,
+};
 use crate::store::select::{IdKind, ShortIds};
 use crate::store::work::Event;
 
@@ -61,23 +64,33 @@ pub enum Source {
 
 impl Source {
     /// Calls a read-only method on the daemon, or answers it from the store as the daemon
-    /// would.
-    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+    /// would; the answer as JSON.
+    pub async fn call_json<M: Method>(&mut self, params: &M::Params) -> Result<Value, ClientError> {
         match self {
-            Source::Daemon(client) => client.call(method, params).await,
-            Source::Store(store) => store.call(method, &params),
+            Source::Daemon(client) => client.call_json::<M>(params).await,
+            Source::Store(store) => {
+                let params = serde_json::to_value(params)
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                store.call(M::NAME, &params)
+            }
         }
     }
 
-    /// [`Source::call`]; any error is a failure (exit 1).
-    pub async fn ask(&mut self, method: &str, params: Value) -> Result<Value, CliError> {
-        self.call(method, params).await.map_err(failure)
+    /// [`Source::call_json`], decoded as `M`'s result; any error is a failure (exit 1).
+    pub async fn ask<M: Method>(&mut self, params: &M::Params) -> Result<M::Result, CliError> {
+        let answer = self.ask_json::<M>(params).await?;
+        crate::client::decode(M::NAME, answer).map_err(failure)
+    }
+
+    /// [`Source::call_json`]; any error is a failure (exit 1).
+    pub async fn ask_json<M: Method>(&mut self, params: &M::Params) -> Result<Value, CliError> {
+        self.call_json::<M>(params).await.map_err(failure)
     }
 
     /// Resolves a session selector, as [`session`] does through the daemon.
     pub async fn session(&mut self, selector: &str) -> Result<SessionRef, CliError> {
         let shown = self
-            .ask("session.show", json!({ "session": selector }))
+            .ask_json::<SessionShow>(&SessionSelector::new(selector))
             .await?;
         SessionRef::from_shown(shown)
     }
@@ -146,9 +159,25 @@ pub fn rpc_error(error: &ClientError) -> Option<&RpcError> {
     }
 }
 
-/// Calls `method`; any error is a failure (exit 1).
+/// Calls method `M`; any error is a failure (exit 1).
+pub async fn ask<M: Method>(
+    client: &mut Client,
+    params: &M::Params,
+) -> Result<M::Result, CliError> {
+    client.call::<M>(params).await.map_err(failure)
+}
+
+/// Calls method `M`, its answer as JSON; any error is a failure (exit 1).
+pub async fn ask_json<M: Method>(
+    client: &mut Client,
+    params: &M::Params,
+) -> Result<Value, CliError> {
+    client.call_json::<M>(params).await.map_err(failure)
+}
+
+/// Calls `method` by name; any error is a failure (exit 1).
 pub async fn call(client: &mut Client, method: &str, params: Value) -> Result<Value, CliError> {
-    client.call(method, params).await.map_err(failure)
+    client.call_raw(method, params).await.map_err(failure)
 }
 
 /// Prints a method's result as pretty JSON.
@@ -323,7 +352,7 @@ impl SessionRef {
 
 /// Resolves a session selector through the daemon.
 pub async fn session(client: &mut Client, selector: &str) -> Result<SessionRef, CliError> {
-    let shown = call(client, "session.show", json!({ "session": selector })).await?;
+    let shown = ask_json::<SessionShow>(client, &SessionSelector::new(selector)).await?;
     SessionRef::from_shown(shown)
 }
 
@@ -374,16 +403,11 @@ impl Drop for EventStream {
 }
 
 async fn subscribe(client: &mut Client, session_id: &str, after: i64) -> Result<u64, CliError> {
-    let answer = call(
-        client,
-        "events.subscribe",
-        json!({ "session": session_id, "after": after }),
-    )
-    .await?;
-    answer
-        .get("subscription")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| CliError::failure("the daemon answered a subscription without an id"))
+    let params = SubscribeParams {
+        session: Some(session_id.to_string()),
+        after,
+    };
+    Ok(ask::<EventsSubscribe>(client, &params).await?.subscription)
 }
 
 /// Reads notifications and forwards the subscription's events, re-subscribing after a lag.
@@ -482,13 +506,11 @@ impl Interrupts {
 
 /// Releases a driver claim; a failure is only said, never the command's result.
 pub async fn release(client: &mut Client, session_id: &str, generation: i64) {
-    if let Err(error) = client
-        .call(
-            "driver.release",
-            json!({ "session": session_id, "generation": generation }),
-        )
-        .await
-    {
+    let params = ReleaseParams {
+        session: session_id.to_string(),
+        generation,
+    };
+    if let Err(error) = client.call::<DriverRelease>(&params).await {
         eprintln!(
             "corral: could not release the driver claim: {}",
             one_line(&error.to_string())

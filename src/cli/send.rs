@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::invocation::Invocation;
 use super::progress::StatusLine;
@@ -20,6 +20,9 @@ use super::remote::{self, absolute, print_json, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::client::{Client, ClientError};
 use crate::events::EventKind;
+use crate::protocol::{
+    ClaimParams, DriverClaim, PromptSelector, PromptSend, PromptWait, SendParams,
+};
 
 /// What a send carries, read once: the prompt's text (its words joined by spaces, or with `-`
 /// alone, all of stdin as it is) and its images as absolute paths. A text the protocol cannot
@@ -111,16 +114,17 @@ pub async fn quick(
     if record.check().is_err() {
         return Quick::Ordinary(invocation);
     }
-    let params = json!({
-        "session": args.session,
-        "text": prepared.text,
-        "images": prepared.images,
-        "read_only": args.read_only,
-        "exec": record,
-    });
+    let params = SendParams {
+        session: args.session.clone(),
+        text: prepared.text,
+        images: prepared.images,
+        read_only: args.read_only,
+        exec: Some(record),
+        ..SendParams::default()
+    };
     let exec_id = Some(invocation.id.as_str());
     let (client, answer) =
-        match Client::connect_and_call(&home, exec_id, "prompt.send", params).await {
+        match Client::connect_and_call::<PromptSend>(&home, exec_id, &params).await {
             Ok(answered) => answered,
             // Nothing was sent: the ordinary path connects (or starts a daemon) and says why.
             Err(ClientError::NoDaemon(_) | ClientError::Spawn(_) | ClientError::TooLong { .. }) => {
@@ -209,14 +213,15 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
     };
     if !args.wait {
-        let params = json!({
-            "session": args.session,
-            "text": text,
-            "images": images,
-            "read_only": args.read_only,
-        });
+        let params = SendParams {
+            session: args.session.clone(),
+            text,
+            images,
+            read_only: args.read_only,
+            ..SendParams::default()
+        };
         let prompt = tokio::select! {
-            prompt = remote::call(&mut client, "prompt.send", params) => prompt?,
+            prompt = remote::ask_json::<PromptSend>(&mut client, &params) => prompt?,
             signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
         };
         if args.json {
@@ -235,13 +240,14 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         claimed = claim(&mut client, &args.session, args.take_over) => claimed?,
         signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
     };
-    let params = json!({
-        "session": session.id,
-        "text": text,
-        "images": images,
-        "read_only": args.read_only,
-        "generation": generation,
-    });
+    let params = SendParams {
+        session: session.id.clone(),
+        text,
+        images,
+        read_only: args.read_only,
+        generation: Some(generation),
+        exec: None,
+    };
     let outcome = tokio::select! {
         outcome = send_and_follow(context, &mut client, &session, params) => outcome,
         signal = interrupts.recv() => {
@@ -287,17 +293,12 @@ pub async fn claim(
     take_over: bool,
 ) -> Result<(remote::SessionRef, i64), CliError> {
     let session = remote::session(client, selector).await?;
-    let claim = remote::call(
-        client,
-        "driver.claim",
-        json!({ "session": session.id, "take_over": take_over }),
-    )
-    .await?;
-    let generation = claim
-        .get("generation")
-        .and_then(Value::as_i64)
-        .ok_or_else(|| CliError::failure("the daemon answered a claim without a generation"))?;
-    Ok((session, generation))
+    let params = ClaimParams {
+        session: session.id.clone(),
+        take_over,
+    };
+    let claim = remote::ask::<DriverClaim>(client, &params).await?;
+    Ok((session, claim.generation))
 }
 
 /// Subscribes from the session's current end, sends, and follows the events until the prompt
@@ -307,13 +308,12 @@ async fn send_and_follow(
     context: &Context,
     client: &mut Client,
     session: &remote::SessionRef,
-    params: Value,
+    params: SendParams,
 ) -> Result<Value, CliError> {
     // Listening starts before the prompt exists, from the session's last event: nothing of
     // this prompt can be missed.
     let mut events = EventStream::open(context, &session.id, session.last_event_seq).await?;
-    let prompt = remote::call(client, "prompt.send", params).await?;
-    let prompt_id = remote::text(&prompt, "id").to_string();
+    let prompt_id = remote::ask::<PromptSend>(client, &params).await?.id;
     // Dropped on every way out (an error, an interrupt), which clears it.
     let mut status = StatusLine::stderr();
     loop {
@@ -346,5 +346,6 @@ async fn send_and_follow(
     }
     status.clear();
     // The prompt's end is committed before its event: this answers at once.
-    remote::call(client, "prompt.wait", json!({ "prompt": prompt_id })).await
+    let params = PromptSelector { prompt: prompt_id };
+    remote::ask_json::<PromptWait>(client, &params).await
 }

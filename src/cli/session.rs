@@ -6,10 +6,14 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::remote::{self, cut, first_line, one_line, print_json, short_ids, text, time};
 use super::{CliError, Context, Exit};
+use crate::protocol::{
+    ProjectList, ProjectListParams, SessionArchive, SessionList, SessionListParams, SessionNew,
+    SessionNewParams, SessionRename, SessionRenameParams, SessionSelector, SessionShow,
+};
 use crate::store::select::IdKind;
 
 #[derive(Debug, clap::Args)]
@@ -99,36 +103,40 @@ impl SessionAction {
 }
 
 pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliError> {
-    let (method, params, as_json) = match &args.action {
+    // A change: through the daemon, which is started when none runs.
+    let (session, as_json) = match &args.action {
         SessionAction::List(list) => return self::list(context, list).await,
         SessionAction::Show(show) => return self::show(context, show).await,
-        SessionAction::New(new) => (
-            "session.new",
-            json!({
-                "project": new.project,
-                "engine": new.engine,
-                "model": new.model,
-                "reasoning_effort": new.effort,
-                "title": new.title,
-                "task": new.task,
-                "wave": new.wave,
-            }),
-            new.json,
-        ),
-        SessionAction::Rename(rename) => (
-            "session.rename",
-            json!({ "session": rename.session, "title": rename.title }),
-            rename.json,
-        ),
-        SessionAction::Archive(archive) => (
-            "session.archive",
-            json!({ "session": archive.session }),
-            archive.json,
-        ),
+        SessionAction::New(new) => {
+            let params = SessionNewParams {
+                project: new.project.clone(),
+                engine: new.engine.clone(),
+                model: new.model.clone(),
+                reasoning_effort: new.effort.clone(),
+                title: new.title.clone(),
+                task: new.task.clone(),
+                wave: new.wave.clone(),
+            };
+            let mut client = remote::connect(context).await?;
+            let session = remote::ask_json::<SessionNew>(&mut client, &params).await?;
+            (session, new.json)
+        }
+        SessionAction::Rename(rename) => {
+            let params = SessionRenameParams {
+                session: rename.session.clone(),
+                title: rename.title.clone(),
+            };
+            let mut client = remote::connect(context).await?;
+            let session = remote::ask_json::<SessionRename>(&mut client, &params).await?;
+            (session, rename.json)
+        }
+        SessionAction::Archive(archive) => {
+            let params = SessionSelector::new(&archive.session);
+            let mut client = remote::connect(context).await?;
+            let session = remote::ask_json::<SessionArchive>(&mut client, &params).await?;
+            (session, archive.json)
+        }
     };
-    // A change: through the daemon, which is started when none runs.
-    let mut client = remote::connect(context).await?;
-    let session = remote::call(&mut client, method, params).await?;
     if as_json {
         print_json(&session);
         return Ok(Exit::success());
@@ -147,17 +155,17 @@ pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliE
 
 async fn list(context: &Context, list: &ListArgs) -> Result<Exit, CliError> {
     let mut source = remote::inspect(context).await?;
-    let mut params = json!({ "all": list.all });
-    if let Some(project) = &list.project {
-        params["project"] = json!(project);
-    }
-    let sessions = source.ask("session.list", params).await?;
+    let params = SessionListParams {
+        all: Some(list.all),
+        project: list.project.clone(),
+    };
+    let sessions = source.ask_json::<SessionList>(&params).await?;
     if list.json {
         print_json(&sessions);
         return Ok(Exit::success());
     }
     let projects = source
-        .ask("project.list", json!({ "all": true }))
+        .ask_json::<ProjectList>(&ProjectListParams { all: Some(true) })
         .await?
         .as_array()
         .cloned()
@@ -173,7 +181,7 @@ async fn list(context: &Context, list: &ListArgs) -> Result<Exit, CliError> {
 async fn show(context: &Context, show: &ShowArgs) -> Result<Exit, CliError> {
     let mut source = remote::inspect(context).await?;
     let shown = source
-        .ask("session.show", json!({ "session": show.session }))
+        .ask_json::<SessionShow>(&SessionSelector::new(&show.session))
         .await?;
     if show.json {
         print_json(&shown);

@@ -6,10 +6,11 @@
 //! so in one line (`--json`: `{"daemon": null, "home", "sessions"}` from the store) and exits
 //! [`remote::NO_DAEMON`]; it never starts one.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::remote::{self, print_json, text, Source};
 use super::{CliError, Context, Exit};
+use crate::protocol::{Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -24,7 +25,10 @@ pub struct StatusArgs {
 pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliError> {
     let status = match remote::inspect(context).await? {
         Source::Daemon(mut client) => {
-            remote::call(&mut client, "status", json!({ "waiters": args.waiters })).await?
+            let params = StatusParams {
+                waiters: Some(args.waiters),
+            };
+            remote::ask_json::<Status>(&mut client, &params).await?
         }
         Source::Store(store) => {
             if args.json {

@@ -1,7 +1,7 @@
 //! `corral steer SESSION TEXT…`: adds text to the turn running on a codex-app-server session
 //! (`turn/steer`), without waiting for the turn to end.
 
-use serde_json::json;
+use crate::protocol::{SessionSteer, SteerParams};
 
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
@@ -20,12 +20,11 @@ pub struct SteerArgs {
 
 pub async fn execute(context: &Context, args: &SteerArgs) -> Result<Exit, CliError> {
     let mut client = remote::connect(context).await?;
-    let result = remote::call(
-        &mut client,
-        "session.steer",
-        json!({ "session": args.session, "text": args.text.join(" ") }),
-    )
-    .await?;
+    let params = SteerParams {
+        session: args.session.clone(),
+        text: args.text.join(" "),
+    };
+    let result = remote::ask_json::<SessionSteer>(&mut client, &params).await?;
     if args.json {
         print_json(&result);
     } else {

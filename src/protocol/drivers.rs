@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{method, SessionRef};
+use super::{method, SessionSelector};
 use crate::store::work;
 
 method! {
@@ -10,7 +10,7 @@ method! {
     DriverClaim = "driver.claim": ClaimParams => Claim,
     /// Ends the claim of that generation; the claim as it is now.
     DriverRelease = "driver.release": ReleaseParams => Option<Claim>,
-    DriverShow = "driver.show": SessionRef => Option<Claim>,
+    DriverShow = "driver.show": SessionSelector => Option<Claim>,
 }
 
 /// A session's driver claim on the wire (`work::DriverClaim`'s keys).

@@ -9,7 +9,7 @@ use crate::store::work;
 method! {
     ProjectAdd = "project.add": ProjectAddParams => Project,
     ProjectList = "project.list": ProjectListParams => Vec<Project>,
-    ProjectShow = "project.show": ProjectRef => Project,
+    ProjectShow = "project.show": ProjectSelector => Project,
     /// Only the fields given change.
     ProjectSet = "project.set": ProjectSetParams => Project,
     /// `project.set`'s params; the project is archived (and may be changed with it).
@@ -110,10 +110,18 @@ named_params!(ProjectListParams { all: optional });
 
 /// A project by its selector (an id, a unique id prefix, its name).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ProjectRef {
+pub struct ProjectSelector {
     pub project: String,
 }
-named_params!(ProjectRef { project: string });
+named_params!(ProjectSelector { project: string });
+
+impl ProjectSelector {
+    pub fn new(project: impl Into<String>) -> Self {
+        ProjectSelector {
+            project: project.into(),
+        }
+    }
+}
 
 /// `group.set {name, locking}` (`locking` defaults to true).
 #[derive(Debug, Clone, Default, Serialize)]

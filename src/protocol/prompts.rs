@@ -12,7 +12,7 @@ method! {
     /// A prompt, or a session: its running prompt and everything queued on it.
     PromptCancel = "prompt.cancel": CancelParams => CancelResult,
     /// Waits for a prompt to end; answers it as it ended.
-    PromptWait = "prompt.wait": PromptRef => Prompt,
+    PromptWait = "prompt.wait": PromptSelector => Prompt,
 }
 
 /// A prompt on the wire (`work::Prompt`'s keys).
@@ -61,10 +61,10 @@ named_params!(CancelParams { target: string });
 
 /// A prompt by its id or a unique id prefix.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct PromptRef {
+pub struct PromptSelector {
     pub prompt: String,
 }
-named_params!(PromptRef { prompt: string });
+named_params!(PromptSelector { prompt: string });
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CancelResult {

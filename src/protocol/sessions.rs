@@ -12,15 +12,15 @@ method! {
     SessionNew = "session.new": SessionNewParams => Session,
     SessionList = "session.list": SessionListParams => Vec<Session>,
     /// A session with its prompts and driver claim.
-    SessionShow = "session.show": SessionRef => SessionShowResult,
+    SessionShow = "session.show": SessionSelector => SessionShowResult,
     SessionRename = "session.rename": SessionRenameParams => Session,
-    SessionArchive = "session.archive": SessionRef => Session,
+    SessionArchive = "session.archive": SessionSelector => Session,
     /// Text for the turn that runs now (engines that can take it: the codex app-server).
     SessionSteer = "session.steer": SteerParams => Value,
     /// Compacts the engine's thread (engines that can).
-    SessionCompact = "session.compact": SessionRef => Value,
+    SessionCompact = "session.compact": SessionSelector => Value,
     /// A session with its prompts and runs.
-    History = "history": SessionRef => HistoryResult,
+    History = "history": SessionSelector => HistoryResult,
 }
 
 /// A session on the wire (`work::Session`'s keys).
@@ -187,10 +187,18 @@ named_params!(SessionListParams {
 
 /// A session by its selector (an id, a unique id prefix, its title).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct SessionRef {
+pub struct SessionSelector {
     pub session: String,
 }
-named_params!(SessionRef { session: string });
+named_params!(SessionSelector { session: string });
+
+impl SessionSelector {
+    pub fn new(session: impl Into<String>) -> Self {
+        SessionSelector {
+            session: session.into(),
+        }
+    }
+}
 
 /// `session.rename {session, title}`: a person's title, at most 500 characters.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -61,8 +61,9 @@ pub struct StatusResult {
     /// Processes runs left behind that their projects keep, still alive.
     pub kept: Vec<KeptProcess>,
     pub home: String,
-    /// Where the HTTP API listens (`{"listen", "url"}`), or why it does not; absent when off.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
+    /// Where the HTTP API listens (`{"listen", "url"}`), or why it does not; null when off
+    /// (and from the store: `cli::local`).
+    #[serde(default)]
     pub http: Value,
 }
 

@@ -74,7 +74,7 @@ impl Serve for DriverRelease {
 }
 
 impl Serve for DriverShow {
-    async fn serve(caller: &Caller, p: SessionRef) -> Result<Option<Claim>, RpcError> {
+    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Option<Claim>, RpcError> {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
         let claim = corral

@@ -20,7 +20,7 @@ impl Inspect for ProjectList {
 }
 
 impl Inspect for ProjectShow {
-    fn inspect(c: &Store, p: ProjectRef) -> Result<Project, RpcError> {
+    fn inspect(c: &Store, p: ProjectSelector) -> Result<Project, RpcError> {
         Ok((&project_of(c, &p.project)?).into())
     }
 }

@@ -197,7 +197,7 @@ impl Serve for PromptCancel {
 }
 
 impl Serve for PromptWait {
-    async fn serve(caller: &Caller, p: PromptRef) -> Result<Prompt, RpcError> {
+    async fn serve(caller: &Caller, p: PromptSelector) -> Result<Prompt, RpcError> {
         let corral = caller.corral();
         let prompt = resolve_prompt(corral, &p.prompt)?;
         Ok((&corral.wait_prompt(&prompt.id).await?).into())

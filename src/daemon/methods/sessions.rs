@@ -29,7 +29,7 @@ impl Inspect for SessionList {
 }
 
 impl Inspect for SessionShow {
-    fn inspect(c: &Store, p: SessionRef) -> Result<SessionShowResult, RpcError> {
+    fn inspect(c: &Store, p: SessionSelector) -> Result<SessionShowResult, RpcError> {
         let session = session_of(c, &p.session)?;
         let prompts = read(work::prompts_of(c, &session.id))?;
         let driver = read(work::driver_claim(c, &session.id))?;
@@ -42,7 +42,7 @@ impl Inspect for SessionShow {
 }
 
 impl Inspect for History {
-    fn inspect(c: &Store, p: SessionRef) -> Result<HistoryResult, RpcError> {
+    fn inspect(c: &Store, p: SessionSelector) -> Result<HistoryResult, RpcError> {
         let session = session_of(c, &p.session)?;
         let prompts = read(work::prompts_of(c, &session.id))?;
         let runs = read(work::runs_of_session(c, &session.id))?;
@@ -100,7 +100,7 @@ impl Serve for SessionRename {
 }
 
 impl Serve for SessionArchive {
-    async fn serve(caller: &Caller, p: SessionRef) -> Result<Session, RpcError> {
+    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Session, RpcError> {
         let session = resolve_session(caller.corral(), &p.session)?;
         change(caller, session, None, true).await
     }
@@ -133,7 +133,7 @@ impl Serve for SessionSteer {
 }
 
 impl Serve for SessionCompact {
-    async fn serve(caller: &Caller, p: SessionRef) -> Result<Value, RpcError> {
+    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Value, RpcError> {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
         Ok(corral.compact(&session.id).await?)
