@@ -525,6 +525,7 @@
   const OVERVIEW_REFRESH_KINDS = /^(prompt\.|run\.|slot\.|app_server\.)/;
 
   function pageOverview(main, scope) {
+    document.title = 'Overview · corral';
     const rows = new Map(); // session id → { tr, cells, item, hay }
     let stateFilter = null;
     let query = '';
@@ -532,7 +533,7 @@
     const countEl = h('span', { class: 'count' });
     const chips = h('div', { class: 'summary', role: 'group', 'aria-label': 'Filter by state' });
     const chipEls = new Map();
-    const filterInput = h('input', { type: 'search', placeholder: 'Filter sessions: title, project, engine, reason…', 'aria-label': 'Filter sessions', testid: 'session-filter' });
+    const filterInput = h('input', { type: 'search', placeholder: 'Filter: title, project, engine, reason…  ( / )', 'aria-label': 'Filter sessions', testid: 'session-filter' });
     const emptyEl = h('p', { class: 'empty', hidden: true }, 'No session yet. Start one with the form below, or `corral session new`.');
     const noMatchEl = h('p', { class: 'empty', hidden: true }, 'No session matches the filter.');
     const slotsBody = h('div', { class: 'panel-body' }, h('p', { class: 'muted' }, 'Loading…'));
@@ -551,6 +552,14 @@
       chipEls.set(s, chip);
       chips.appendChild(chip);
     }
+    // "/" jumps to the filter, as in many lists.
+    scope.on(document, 'keydown', (e) => {
+      if (e.key !== '/' || e.ctrlKey || e.metaKey || e.altKey) return;
+      const t = e.target;
+      if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+      e.preventDefault();
+      filterInput.focus();
+    });
     let filterTimer = null;
     filterInput.addEventListener('input', () => {
       clearTimeout(filterTimer);
@@ -586,6 +595,12 @@
         panel('Recent commands', recentBody, h('a', { href: '#/history' }, 'All history →')),
         panel('Gaps', gapsBody)),
     );
+    // A click anywhere on a row opens its session (the title is the link for keyboards).
+    tbody.addEventListener('click', (e) => {
+      if (e.target.closest('a, button') || (window.getSelection && String(window.getSelection()))) return;
+      const row = e.target.closest('[data-session-id]');
+      if (row) location.hash = `#/sessions/${enc(row.dataset.sessionId)}`;
+    });
     // Tooltips are made when pointed at: formatting 1,000 of them up front costs.
     tbody.addEventListener('mouseover', (e) => {
       if (!e.target.closest) return;
@@ -1670,6 +1685,7 @@
 
   // ---------------------------------------------------------------- projects
   function pageProjects(main, scope) {
+    document.title = 'Projects · corral';
     let showArchived = false;
     const tbody = h('tbody');
     const countEl = h('span', { class: 'count' });
@@ -1862,6 +1878,7 @@
 
   // ---------------------------------------------------------------- settings
   function pageSettings(main, scope) {
+    document.title = 'Settings · corral';
     const theme = h('select', { testid: 'theme', 'aria-label': 'Theme' },
       h('option', { value: 'system' }, 'System'), h('option', { value: 'light' }, 'Light'), h('option', { value: 'dark' }, 'Dark'));
     theme.value = document.documentElement.getAttribute('data-theme') || 'system';
@@ -1971,6 +1988,7 @@
 
   // ---------------------------------------------------------------- history
   function pageHistory(main, scope, query) {
+    document.title = 'History · corral';
     const val = (k) => query.get(k) || '';
     const f = {
       search: h('input', { type: 'search', value: val('search'), placeholder: 'cargo test', testid: 'history-search', 'aria-label': 'Search the command line' }),
