@@ -524,7 +524,7 @@
   /** Kinds after which the overview is read again (queued counts, slots, runs move). */
   const OVERVIEW_REFRESH_KINDS = /^(prompt\.|run\.|slot\.|app_server\.)/;
 
-  function pageOverview(main, scope) {
+  function pageOverview(main, scope, params) {
     document.title = 'Overview · corral';
     const rows = new Map(); // session id → { tr, cells, item, hay }
     let stateFilter = null;
@@ -534,6 +534,10 @@
     const chips = h('div', { class: 'summary', role: 'group', 'aria-label': 'Filter by state' });
     const chipEls = new Map();
     const filterInput = h('input', { type: 'search', placeholder: 'Filter: title, project, engine, reason…  ( / )', 'aria-label': 'Filter sessions', testid: 'session-filter' });
+    if (params && params.get('q')) {
+      filterInput.value = params.get('q');
+      query = filterInput.value.trim().toLowerCase();
+    }
     const emptyEl = h('p', { class: 'empty', hidden: true }, 'No session yet. Start one with the form below, or `corral session new`.');
     const noMatchEl = h('p', { class: 'empty', hidden: true }, 'No session matches the filter.');
     const slotsBody = h('div', { class: 'panel-body' }, h('p', { class: 'muted' }, 'Loading…'));
@@ -1013,7 +1017,7 @@
       for (const k of ['command', 'file_path', 'path', 'pattern', 'url', 'query', 'description', 'prompt']) if (typeof input[k] === 'string') return input[k];
       return JSON.stringify(input);
     }
-    if (typeof d.text === 'string') return firstLine(d.text);
+    if (typeof d.text === 'string') return firstLine(d.text).replace(/\*\*/g, '');
     if (typeof d.query === 'string') return d.query;
     if (Array.isArray(d.changes)) return d.changes.map((c) => `${c.kind || ''} ${c.path || ''}`.trim()).join(', ');
     if (d.server || d.tool) return [d.server, d.tool].filter(Boolean).join(' · ');
@@ -1365,6 +1369,7 @@
     const stateSlot = h('span');
     const metaEl = h('div', { class: 'meta' });
     const titleWrap = h('div', { class: 'title-wrap' }, titleEl, metaEl);
+    const back = h('a', { href: '#/', class: 'back small' }, '← Overview');
     const renameBtn = h('button', { type: 'button', testid: 'session-rename', title: 'Rename this session' }, 'Rename');
     const compactBtn = h('button', { type: 'button', testid: 'session-compact', hidden: true, title: "Compact the thread's context" }, 'Compact');
     const archiveBtn = h('button', { type: 'button', class: 'danger', testid: 'session-archive' }, 'Archive');
@@ -1391,6 +1396,7 @@
     const runsCount = h('span', { class: 'count' });
 
     main.append(
+      back,
       h('div', { class: 'session-head' }, titleWrap, h('div', { class: 'actions' }, renameBtn, compactBtn, archiveBtn)),
       h('div', { class: 'session-layout' },
         h('section', { class: 'panel transcript-panel' }, transcriptEl, h('div', { class: 'panel-body', style: 'padding-top:0' }, queuedEl), composer),
@@ -1545,7 +1551,10 @@
         renderHead();
         if (prompt && prompt.status === 'queued') toast('Queued: it runs after the current prompt');
       } catch (error) {
-        setText(composerError, error.message);
+        if (body.images && error.code === -32602 && /expected a string/.test(error.message)) {
+          // A daemon whose prompt.send takes image paths only, not uploads.
+          setText(composerError, `This daemon takes images as paths on its machine only, not uploaded from a browser; remove the images to send the text (${error.message}).`);
+        } else setText(composerError, error.message);
       } finally {
         sendBtn.disabled = !!(S.session && S.session.archived_at);
       }
@@ -1721,6 +1730,7 @@
         td('Instructions', null, p.instructions ? h('div', { class: 'instructions-snippet', title: p.instructions }, p.instructions) : h('span', { class: 'faint' }, '—')),
         td('Created', { class: 'nowrap small', title: fmtFull(p.created_at) }, fmtTime(p.created_at)),
         td('', { class: 'actions' },
+          h('a', { href: `#/?q=${enc(p.name)}`, class: 'small', style: 'margin-right:10px' }, 'sessions'),
           h('button', { type: 'button', class: 'small', testid: 'project-edit', on: { click: () => projectDialog(p, load) } }, 'Edit'), ' ',
           p.archived_at ? null : h('button', { type: 'button', class: 'small danger', testid: 'project-archive', on: { click: () => archive(p) } }, 'Archive')));
     }
@@ -2026,6 +2036,8 @@
 
     let next = null;
     let loading = false;
+    // Session titles, from the overview this visit read (ids otherwise).
+    const titles = new Map(((lastOverview && lastOverview.sessions) || []).map((x) => [x.id, x.title]).filter(([, t]) => t));
     const filters = () => {
       const out = {};
       for (const k of Object.keys(f)) if (f[k].value.trim()) out[k] = f[k].value.trim();
@@ -2040,7 +2052,7 @@
         td('Outcome', null, stateBadge(outcome)),
         td('Exit', { class: 'num' }, e.exit_code ?? (e.signal ? e.signal : '—')),
         td('Duration', { class: 'num' }, done ? dur(e.completed_at - e.started_at) : elapsedEl(e.started_at)),
-        td('Session', { class: 'clip' }, e.caller_session_id ? h('a', { href: `#/sessions/${enc(e.caller_session_id)}`, title: e.caller_session_id, on: { click: (ev) => ev.stopPropagation() } }, shortId(e.caller_session_id)) : h('span', { class: 'faint' }, e.via_agent ? 'agent' : 'person')));
+        td('Session', { class: 'clip' }, e.caller_session_id ? h('a', { href: `#/sessions/${enc(e.caller_session_id)}`, title: e.caller_session_id, on: { click: (ev) => ev.stopPropagation() } }, titles.get(e.caller_session_id) || shortId(e.caller_session_id)) : h('span', { class: 'faint' }, e.via_agent ? 'agent' : 'person')));
       let detail = null;
       const toggle = () => {
         if (detail) { detail.remove(); detail = null; tr.setAttribute('aria-expanded', 'false'); return; }
@@ -2101,7 +2113,7 @@
 
   // ---------------------------------------------------------------- router
   const ROUTES = [
-    [/^\/?$/, 'overview', (m, s) => pageOverview(m, s)],
+    [/^\/?$/, 'overview', (m, s, match, q) => pageOverview(m, s, q)],
     [/^\/sessions\/([^/]+)\/?$/, 'overview', (m, s, match) => pageSession(m, s, decodeURIComponent(match[1]))],
     [/^\/projects\/?$/, 'projects', (m, s) => pageProjects(m, s)],
     [/^\/settings\/?$/, 'settings', (m, s) => pageSettings(m, s)],
