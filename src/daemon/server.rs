@@ -47,7 +47,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use super::events::{event_stream, EventStream, Scope, StreamItem};
 use super::methods::{self, Caller, Transport};
 use crate::protocol::{
-    code, Id, Notification, Request, Response, RpcError, MAX_LINE, PROTOCOL_VERSION,
+    code, Id, InitializeResult, Notification, Request, Response, RpcError, MAX_LINE,
+    PROTOCOL_VERSION,
 };
 use crate::Corral;
 
@@ -659,14 +660,15 @@ fn initialize(connection: &Connection, params: &Value) -> Result<Value, RpcError
     let exec_id = text("exec_id", MAX_INITIALIZE_TEXT)?;
     *connection.exec_id.borrow_mut() = exec_id;
     connection.initialized.set(true);
-    Ok(json!({
-        "protocol": PROTOCOL_VERSION,
-        "corral_version": env!("CARGO_PKG_VERSION"),
-        "daemon_pid": std::process::id(),
-        "home": connection.context.home.to_string_lossy(),
+    let result = InitializeResult {
+        protocol: PROTOCOL_VERSION,
+        corral_version: env!("CARGO_PKG_VERSION").into(),
+        daemon_pid: std::process::id(),
+        home: connection.context.home.to_string_lossy().into_owned(),
         // `prompt.send` takes the caller's `exec` and records it (a compatible addition).
-        "records_execs": true,
-    }))
+        records_execs: true,
+    };
+    serde_json::to_value(result).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
 }
 
 /// The longest `client` and `exec_id` `initialize` takes (an exec id is 36 characters).
