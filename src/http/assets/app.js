@@ -933,9 +933,14 @@
       try {
         const ov = await fetchOverview();
         readCost = Date.now() - lastRead;
+        subEl.classList.remove('form-error');
         if (scope.alive) render(ov);
       } catch (error) {
-        if (scope.alive && rows.size === 0) fill(slotsBody, h('p', { class: 'form-error' }, error.message));
+        if (scope.alive && rows.size === 0) {
+          fill(slotsBody, h('p', { class: 'form-error' }, error.message));
+          setText(subEl, `The overview could not be read: ${error.message}`);
+          subEl.classList.add('form-error');
+        }
         if (scope.alive) toast(`Overview: ${error.message}`, 'error');
       }
     }
@@ -1679,7 +1684,11 @@
       }
       S.id = S.session.id;
       if (selector !== S.id) history.replaceState(null, '', `#/sessions/${enc(S.id)}`);
-      scope.feed({ session: S.id, after: 0, onEvent });
+      scope.feed({
+        session: S.id, after: 0, onEvent,
+        // Back after a drop: the stream resumes from the last seq; the record is read again.
+        onOpen: (again) => { if (again) { soon('session'); soon('runs'); } },
+      });
       loadRuns().catch((e) => fill(runsBody, h('p', { class: 'panel-body form-error' }, e.message)));
       if (S.session.project_id) {
         GET(`/api/v1/projects/${enc(S.session.project_id)}`).then((p) => { if (scope.alive) { S.project = p; renderHead(); } }, () => {});
