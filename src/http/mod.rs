@@ -50,6 +50,14 @@ pub const WORKERS: usize = 2;
 /// The largest request body taken, in bytes: a prompt with its images fits.
 pub const MAX_BODY: usize = 16 << 20;
 
+/// The connections one worker serves at once: a third of the descriptors the socket's limit
+/// leaves to the supervisor, shared by the workers (1,666 in all with 20,000 descriptors; at
+/// least 64 a worker).
+fn max_connections() -> usize {
+    let socket = crate::daemon::connection_limit();
+    (socket / 3 / 3 / WORKERS).max(64)
+}
+
 /// Calls waiting for the main thread at once; a handler past it waits for room.
 const BRIDGE_QUEUE: usize = 1024;
 
@@ -246,6 +254,9 @@ fn bind(
     let data = actix_web::web::Data::from(shared);
     let server = actix_web::HttpServer::new(move || routes::app(data.clone()))
         .workers(WORKERS)
+        // A share of the descriptors the socket leaves (`daemon::connection_limit` takes three
+        // quarters): past it a worker stops accepting until connections close.
+        .max_connections(max_connections())
         // The daemon handles its signals itself (`daemon::watch_signals`).
         .disable_signals()
         .shutdown_timeout(1)

@@ -132,8 +132,12 @@ async fn serve(
     drop(queue);
     match end {
         End::Flush => {
-            // The writer closes once its queue is written; the client's close ends it too.
-            let _ = writer.await;
+            // The writer closes once its queue is written (at most [`CLIENT_BYTES`]); one that
+            // cannot write it within [`STALL`] is not read either.
+            let mut writer = writer;
+            if tokio::time::timeout(STALL, &mut writer).await.is_err() {
+                writer.abort();
+            }
         }
         End::Drop => writer.abort(),
     }
