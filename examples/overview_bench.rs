@@ -3,7 +3,7 @@
 //!
 //! A daemon (`corral daemon --detach`) on a temporary home with the fake engine and one
 //! project. Through its socket: SESSIONS sessions, each given PROMPTS prompts that the fake
-//! engine answers (waited for), then HANGING sessions whose prompt hangs (active, holding
+//! engine answers with 8 KiB (waited for), then HANGING sessions whose prompt hangs (active, holding
 //! the engine's slots) and as many again whose prompt waits for a slot. Then CALLS `overview`
 //! requests, one at a time: the round trip from writing the request line to having read the
 //! whole answer line (not parsed), p50 and p90, and the answer's size. The `monitor`
@@ -25,6 +25,9 @@ use serde_json::{json, Value};
 
 /// Sessions whose prompt hangs (they hold the fake engine's slots).
 const HANGING: usize = 3;
+
+/// The length of each answer, in bytes (the answer is one line: the worst case of a reason).
+const ANSWER: usize = 8 << 10;
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -64,7 +67,13 @@ fn main() {
             json!({ "project": "p", "title": format!("session {index}") }),
         );
         for prompt in 0..prompts {
-            let text = format!("@fake answer=answer {index}.{prompt}\nprompt {prompt}");
+            // Answers of a few KiB, as agents give: their first line is what the overview
+            // shows, and the rest must cost it nothing.
+            let answer = format!(
+                "answer {index}.{prompt}: {}",
+                "words of the answer ".repeat(ANSWER / 20)
+            );
+            let text = format!("@fake answer={answer}\nprompt {prompt}");
             sent.push(
                 conn.call(
                     "prompt.send",

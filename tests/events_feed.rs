@@ -319,6 +319,13 @@ fn store_at_version_7(home: &DaemonHome) {
         )
         .unwrap();
     }
+    // s1's prompt ended before the migration: its answer's first line is read back.
+    db.execute(
+        "INSERT INTO prompts (id, session_id, text, status, attempts, answer, created_at, finished_at) \
+         VALUES ('q1', 's1', 'old question', 'done', 1, ?1, 5, 6)",
+        params![format!("\n\n  the old answer  \n{}", "more lines\n".repeat(5_000))],
+    )
+    .unwrap();
     // s1 at 10, 30, 20 (the clock went back); s2 at 15, 25, 25.
     for (session, seq, at) in [
         ("s1", 1, 10),
@@ -394,6 +401,32 @@ fn migration_8_numbers_an_older_stores_events_and_a_kill_in_the_middle_leaves_it
     );
     let new = key(&events[2]);
     assert_eq!((new.0.as_str(), new.1, new.2), ("s2", 4, 7));
+    // The overview's reasons: the old answer (kept by the migration), the new one (kept as it
+    // was stored).
+    let overview = client.ok("overview", json!({}));
+    let reasons: Vec<(&str, &str, &str)> = overview["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            (
+                item["id"].as_str().unwrap(),
+                item["state"].as_str().unwrap(),
+                item["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("s1", "waiting", "the old answer"),
+            ("s2", "waiting", "fake answer: more")
+        ]
+    );
+    assert_eq!(
+        overview["feed_seq"].as_i64(),
+        Some(stored(&home).last().unwrap().2)
+    );
     home.stop_daemon();
 }
 

@@ -217,7 +217,7 @@ CREATE TABLE kept_processes (
 "#,
     },
     Migration {
-        name: "the daemon-wide event feed",
+        name: "the daemon-wide event feed, the overview's reads",
         sql: r#"
 -- One number across sessions, strictly increasing, for a stream of every session that a client
 -- can resume. Existing rows are numbered in a stable order: by time, each session's events
@@ -242,6 +242,29 @@ CREATE TRIGGER events_feed_seq AFTER INSERT ON events WHEN NEW.feed_seq IS NULL
 BEGIN
     UPDATE events SET feed_seq = (SELECT coalesce(max(feed_seq), 0) + 1 FROM events)
     WHERE session_id = NEW.session_id AND seq = NEW.seq;
+END;
+-- What the overview reads of every session's last ended prompt without touching the prompt's
+-- row past its `error` (an answer may be 64 KiB of overflow pages, and `finished_at` comes
+-- after it): the order of ended prompts, and the start of each answer (its first line is the
+-- reason a waiting session shows), written with the answer.
+CREATE INDEX prompts_ended ON prompts(session_id, finished_at, created_at, id)
+    WHERE status IN ('done', 'failed', 'cancelled');
+CREATE TABLE answer_heads (
+    prompt_id TEXT PRIMARY KEY NOT NULL,
+    head      TEXT NOT NULL                         -- the answer from its first non-blank character, at most 1,024
+) WITHOUT ROWID;
+INSERT INTO answer_heads (prompt_id, head)
+    SELECT id, substr(ltrim(answer, ' ' || char(9, 10, 13)), 1, 1024) FROM prompts
+    WHERE answer IS NOT NULL;
+CREATE TRIGGER prompts_answer_head AFTER UPDATE OF answer ON prompts WHEN NEW.answer IS NOT NULL
+BEGIN
+    INSERT OR REPLACE INTO answer_heads (prompt_id, head)
+    VALUES (NEW.id, substr(ltrim(NEW.answer, ' ' || char(9, 10, 13)), 1, 1024));
+END;
+CREATE TRIGGER prompts_answer_head_inserted AFTER INSERT ON prompts WHEN NEW.answer IS NOT NULL
+BEGIN
+    INSERT OR REPLACE INTO answer_heads (prompt_id, head)
+    VALUES (NEW.id, substr(ltrim(NEW.answer, ' ' || char(9, 10, 13)), 1, 1024));
 END;
 "#,
     },

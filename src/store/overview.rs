@@ -152,7 +152,7 @@ fn first_line(text: Option<String>) -> String {
 }
 
 /// The start of a text column, blanks at its beginning dropped: its first line is in it (a
-/// reason is one line, and an answer may be 64 KiB; 4,096 characters of it are read).
+/// reason is one line; 4,096 characters of it are read).
 macro_rules! head {
     ($column:literal) => {
         concat!(
@@ -163,39 +163,41 @@ macro_rules! head {
     };
 }
 
-/// Every session with its state, in creation order: one statement whatever their number
-/// (the running prompt through its partial unique index, the queued counts and each
-/// session's last ended prompt as aggregates, the last event through the primary key).
+/// Every session with its state, in creation order: one statement whatever their number.
+/// Per session it costs index seeks only: its project, its last event (primary key), its
+/// running prompt, its queued ones (`prompts_by_session`), its last ended one
+/// (`prompts_ended`, which also orders them) and that one's answer's start (`answer_heads`).
+/// No prompt row is read past its `error` column, so a long answer costs nothing here.
 pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<SessionItem>> {
     let sql = concat!(
         "SELECT s.id, s.title, p.name, s.engine, s.created_at, s.archived_at, \
-                coalesce(p.full_access, 0), e.at, \
-                running.id, ",
+                coalesce(p.full_access, 0), e.at, running.id, ",
         head!("running.text"),
-        ", coalesce(queue.queued, 0), queue.next_id, \
-                ended.id, ended.status, ended.error, ",
+        ", (SELECT count(*) FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued'), \
+           (SELECT q.id FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued' \
+            ORDER BY q.created_at, q.id LIMIT 1), \
+           ended.id, ended.status, ended.error, \
+           CASE ended.status WHEN 'cancelled' THEN ",
         head!("ended.text"),
-        ", ",
-        head!("ended.answer"),
-        " FROM sessions s \
+        " END, heads.head \
+         FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
          LEFT JOIN events e ON e.session_id = s.id AND e.seq = s.last_event_seq \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
-         LEFT JOIN (SELECT session_id, count(*) AS queued, id AS next_id, min(created_at) \
-                    FROM prompts WHERE status = 'queued' GROUP BY session_id) queue \
-                ON queue.session_id = s.id \
-         LEFT JOIN (SELECT session_id, id FROM \
-                      (SELECT session_id, id, row_number() OVER \
-                         (PARTITION BY session_id ORDER BY finished_at DESC, created_at DESC, id DESC) \
-                         AS latest \
-                       FROM prompts WHERE status IN ('done', 'failed', 'cancelled')) \
-                    WHERE latest = 1) last_ended ON last_ended.session_id = s.id \
-         LEFT JOIN prompts ended ON ended.id = last_ended.id \
-         ORDER BY s.created_at, s.id"
+         LEFT JOIN prompts ended ON ended.id = \
+           (SELECT f.id FROM prompts f \
+            WHERE f.session_id = s.id AND f.status IN ('done', 'failed', 'cancelled') \
+            ORDER BY f.finished_at DESC, f.created_at DESC, f.id DESC LIMIT 1) \
+         LEFT JOIN answer_heads heads ON heads.prompt_id = ended.id"
     );
     let mut statement = connection.prepare_cached(sql)?;
-    let rows = statement.query_map([], session_item)?.collect();
-    rows
+    let mut items = statement
+        .query_map([], |row| Ok((row.get::<_, i64>(4)?, session_item(row)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    // Sorted here, not by SQL: no index orders sessions by creation, and a sorter would carry
+    // every row's text.
+    items.sort_unstable_by(|(a_at, a), (b_at, b)| (a_at, &a.id).cmp(&(b_at, &b.id)));
+    Ok(items.into_iter().map(|(_, item)| item).collect())
 }
 
 fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
