@@ -328,6 +328,13 @@ fn health_describe_and_the_access_rules() {
     let status = api.ok("GET", "/api/v1/status", None);
     assert_eq!(status["http"]["listen"], listen);
     assert_eq!(status["http"]["url"], format!("http://{listen}/"));
+    let human = home.ok(&["status"]);
+    assert!(
+        human.contains(&format!(
+            "http:     http://{listen}/ (corral web prints the login URL)"
+        )),
+        "{human}"
+    );
 
     // The page: to the login without a cookie; the login page (401) without a valid token.
     let page = request(listen, "GET /", &[], b"");
@@ -1026,6 +1033,9 @@ fn a_taken_port_is_told_and_the_socket_still_serves() {
         web.contains("the daemon serves no HTTP: cannot listen on"),
         "{web}"
     );
+    assert!(home
+        .ok(&["status"])
+        .contains("http:     not serving: cannot listen on"));
     // The socket serves: a project and a session through it.
     home.add_project("p", &home.work(), "fake");
     home.new_session(&["p", "--title", "still"]);

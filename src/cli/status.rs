@@ -55,6 +55,9 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         text(daemon, "version")
     );
     println!("home:     {}", text(daemon, "home"));
+    if let Some(http) = http_line(&status) {
+        println!("http:     {http}");
+    }
     println!("sessions: {}", status["sessions"].as_u64().unwrap_or(0));
     println!("working:  {}", status["working"].as_u64().unwrap_or(0));
     println!("slots:    {}", slots(&status["slots"]));
@@ -204,4 +207,17 @@ fn blocker(blocker: &Value) -> String {
         Some("queue") => format!("an earlier waiter{}", holder(&blocker["holder"])),
         _ => "granted just now".into(),
     }
+}
+
+/// The HTTP API's line: its URL, why it does not serve, or off (`None`: a daemon that does not
+/// say, older than the HTTP API).
+fn http_line(status: &serde_json::Value) -> Option<String> {
+    let http = status.get("http")?;
+    Some(if http.is_null() {
+        "off (http.listen)".to_string()
+    } else if let Some(error) = http["error"].as_str() {
+        format!("not serving: {error}")
+    } else {
+        format!("{} (corral web prints the login URL)", text(http, "url"))
+    })
 }
