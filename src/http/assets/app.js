@@ -533,7 +533,7 @@
     const countEl = h('span', { class: 'count' });
     const chips = h('div', { class: 'summary', role: 'group', 'aria-label': 'Filter by state' });
     const chipEls = new Map();
-    const filterInput = h('input', { type: 'search', placeholder: 'Filter: title, project, engine, reason…  ( / )', 'aria-label': 'Filter sessions', testid: 'session-filter' });
+    const filterInput = h('input', { type: 'search', placeholder: 'Filter sessions (press /)', title: 'Matches title, id, project, engine, state, reason', 'aria-label': 'Filter sessions', testid: 'session-filter' });
     if (params && params.get('q')) {
       filterInput.value = params.get('q');
       query = filterInput.value.trim().toLowerCase();
