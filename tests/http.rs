@@ -1135,3 +1135,72 @@ fn widening_from_inside_a_supervised_run_is_refused_over_http() {
     let _ = Duration::ZERO;
     home.stop_daemon();
 }
+
+#[test]
+fn an_image_uploaded_with_a_prompt_reaches_the_engine_as_a_private_file() {
+    let (home, api, session) = daemon();
+    let png = b"\x89PNG\r\n\x1a\nnot much of a picture";
+    let data: String = {
+        // Base64 by hand: the test's own bytes, no helper of the code under test.
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        png.chunks(3)
+            .flat_map(|chunk| {
+                let n = chunk.iter().fold(0u32, |n, byte| n << 8 | *byte as u32)
+                    << (8 * (3 - chunk.len()));
+                (0..4).map(move |i| {
+                    if i > chunk.len() {
+                        '='
+                    } else {
+                        ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
+                    }
+                })
+            })
+            .collect()
+    };
+    let sent = api.ok(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": "look at this", "images": [
+            { "name": "shot.png", "media_type": "image/png", "data": data }
+        ]})),
+    );
+    let path = sent["images"][0]
+        .as_str()
+        .expect("the image's path")
+        .to_string();
+    assert!(
+        path.starts_with(&home.path().join("uploads").display().to_string()),
+        "{path}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), png);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let id = sent["id"].as_str().unwrap();
+    let done = api.ok("GET", &format!("/api/v1/prompts/{id}/wait"), None);
+    assert_eq!(done["status"], "done", "{done}");
+    // The engine was given the file.
+    let page = api.ok("GET", &format!("/api/v1/sessions/{session}/events"), None);
+    let argv = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|event| event["kind"] == "run.started")
+        .map(|event| event["payload"]["argv"].clone())
+        .expect("a run");
+    assert!(argv.as_array().unwrap().contains(&json!(path)), "{argv}");
+    // What is not an image is refused, and nothing is written for it.
+    let refused = api.call(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": "x", "images": [
+            { "name": "page.html", "media_type": "text/html", "data": "PHA+" }
+        ]})),
+    );
+    assert_eq!(refused.error_code(), -32602);
+    let uploads = std::fs::read_dir(home.path().join("uploads"))
+        .unwrap()
+        .count();
+    assert_eq!(uploads, 1);
+    home.stop_daemon();
+}

@@ -490,10 +490,29 @@ async fn rpc(
     if let Some(refusal) = check_access(route, request, shared) {
         return refusal;
     }
-    let params = match params_of(route, request, body).await {
+    let mut params = match params_of(route, request, body).await {
         Ok(params) => Value::Object(params),
         Err(error) => return error_response(error),
     };
+    // A browser's images come as their bytes: written to files, sent as their paths.
+    let mut uploaded = Vec::new();
+    if method == "prompt.send" {
+        let home = shared.home.clone();
+        let stored = web::block(move || {
+            super::uploads::store(&home, &mut params).map(|written| (params, written))
+        })
+        .await;
+        match stored {
+            Ok(Ok((stored, written))) => {
+                params = stored;
+                uploaded = written;
+            }
+            Ok(Err(error)) => return error_response(error),
+            Err(_) => {
+                return error_response(RpcError::new(code::INTERNAL, "the upload did not finish"))
+            }
+        }
+    }
     let exec_id = match exec_of(request) {
         Ok(exec_id) => exec_id,
         Err(error) => return error_response(error),
@@ -511,7 +530,10 @@ async fn rpc(
     };
     match shared.bridge.call(method, params, peer_pid, exec_id).await {
         Ok(result) => json_response(StatusCode::OK, &result),
-        Err(error) => error_response(error),
+        Err(error) => {
+            super::uploads::remove(&uploaded);
+            error_response(error)
+        }
     }
 }
 

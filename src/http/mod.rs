@@ -9,6 +9,7 @@
 //! - [`api`]: the handlers (pages, assets, the JSON routes, their errors);
 //! - [`access`]: the token file, login sessions, the cookie, CSRF, the Host and Origin checks;
 //! - [`peer`]: the process behind a loopback TCP peer (procfs), for widening requests only;
+//! - [`uploads`]: images a browser sends with a prompt, written to `HOME/uploads/`;
 //! - [`ws`]: the WebSocket of events.
 //!
 //! Threading. The daemon's methods run on its main actix thread and hold `Rc` state
@@ -24,6 +25,7 @@ pub mod access;
 mod api;
 pub mod peer;
 pub mod routes;
+pub mod uploads;
 mod ws;
 
 use std::future::Future;
@@ -186,6 +188,8 @@ pub struct Shared {
     pub corral: Corral,
     /// The address served (its real port).
     pub listen: SocketAddr,
+    /// The daemon's home (uploads go in it).
+    pub home: std::path::PathBuf,
 }
 
 /// What this process's daemon says of its HTTP server (one daemon per process; `Off` until
@@ -250,6 +254,7 @@ fn bind(
         access,
         corral: context.corral.clone(),
         listen,
+        home: context.home.clone(),
     });
     let data = actix_web::web::Data::from(shared);
     let server = actix_web::HttpServer::new(move || routes::app(data.clone()))
