@@ -2170,6 +2170,13 @@
       const open = $('#nav').classList.toggle('open');
       toggle.setAttribute('aria-expanded', open ? 'true' : 'false');
     });
+    document.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && $('#nav').classList.contains('open')) {
+        $('#nav').classList.remove('open');
+        toggle.setAttribute('aria-expanded', 'false');
+        toggle.focus();
+      }
+    });
     window.addEventListener('hashchange', route);
     route();
     updateLive();
