@@ -453,6 +453,38 @@ fn health_describe_and_the_access_rules() {
     assert_eq!(preflight.status, 405);
 
     // A rotated token: the old token and the old logins are refused, the new one serves.
+    // --open hands the login URL to $BROWSER.
+    let browser = home.path().join("browser.sh");
+    let opened = home.path().join("opened");
+    std::fs::write(
+        &browser,
+        format!(
+            "#!/bin/sh\necho \"$1\" > '{}.tmp' && mv '{0}.tmp' '{0}'\n",
+            opened.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &browser,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let output = home
+        .corral(&["web", "--open"])
+        .env("BROWSER", &browser)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        api.login_url
+    );
+    wait_until("the browser is given the URL", || opened.exists());
+    assert_eq!(
+        std::fs::read_to_string(&opened).unwrap().trim(),
+        api.login_url
+    );
+
     let rotated = home.json(&["web", "--rotate-token", "--json"]);
     let token = rotated["login_url"]
         .as_str()
