@@ -1005,6 +1005,15 @@ fn a_websocket_client_that_never_reads_is_dropped_and_its_session_goes_on() {
 
 #[test]
 fn a_thousand_websocket_clients_at_once() {
+    // A thousand sockets each side: the soft descriptor limit raised to the hard one (the
+    // daemon, started below, inherits it).
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    assert!(
+        hard >= 4096,
+        "a thousand clients need 4,096 descriptors; the hard limit is {hard}"
+    );
     let (home, api, session) = daemon();
     let clients = 1000;
     let started = Instant::now();
