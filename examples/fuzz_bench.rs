@@ -63,7 +63,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 /// `METHODS`, and one more for the methods that are not.
-const METHOD_SLOTS: usize = 32;
+const METHOD_SLOTS: usize = 48;
 const _: () = assert!(METHODS.len() < METHOD_SLOTS);
 
 /// How long one connection may take to be answered and closed.
@@ -792,7 +792,7 @@ impl Fuzzer {
             if self.summary.per_method.is_empty() {
                 self.summary.per_method = vec![0; METHOD_SLOTS];
             }
-            for (sum, count) in self.summary.per_method.iter_mut().zip(outcome.per_method) {
+            for (sum, count) in self.summary.per_method.iter_mut().zip(outcome.per_method.0) {
                 *sum += count;
             }
             self.summary.answers += outcome.answers;
@@ -1186,6 +1186,29 @@ struct Found {
     invalid: bool,
 }
 
+/// Counts per slot of [`METHOD_SLOTS`] (an array that long has no `Default` of its own).
+#[derive(Debug)]
+struct PerMethod([u64; METHOD_SLOTS]);
+
+impl Default for PerMethod {
+    fn default() -> Self {
+        PerMethod([0; METHOD_SLOTS])
+    }
+}
+
+impl std::ops::Deref for PerMethod {
+    type Target = [u64; METHOD_SLOTS];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PerMethod {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
 #[derive(Debug, Default)]
 struct Outcome {
     lines: u64,
@@ -1193,7 +1216,7 @@ struct Outcome {
     /// Lines of JSON past serde's limits, whose answer is not checked.
     unknown: u64,
     /// Requests after a successful `initialize`, per method of `METHODS` (and unknown ones).
-    per_method: [u64; METHOD_SLOTS],
+    per_method: PerMethod,
     answers: u64,
     notifications: u64,
     invalid: u64,

@@ -132,7 +132,8 @@ impl Invocation {
     }
 }
 
-fn completion(exit: &Exit) -> ExecCompletion {
+/// How an exec that ended with `exit` is recorded.
+pub fn completion(exit: &Exit) -> ExecCompletion {
     ExecCompletion {
         completed_at: now_ms(),
         exit_code: exit.code,

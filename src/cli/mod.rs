@@ -346,7 +346,12 @@ pub fn main() -> ExitCode {
         // Not for a plain `send`: one that a daemon answers opens no store (`send::quick`).
         let plain_send = subcommand_word(&argv).is_some_and(|word| word == "send")
             && !argv.iter().any(|word| word == "--wait");
-        let store = (!plain_send).then(|| EarlyStore::open(&argv)).flatten();
+        // Nor for a `run` beside a daemon, which records its exec (`run_beside_daemon`).
+        let beside_daemon =
+            subcommand_word(&argv).is_some_and(|word| word == "run") && daemon_listens(&argv);
+        let store = (!plain_send && !beside_daemon)
+            .then(|| EarlyStore::open(&argv))
+            .flatten();
         tokio::task::yield_now().await;
         match Cli::parse_argv(&argv) {
             Ok(mut cli) => {
@@ -381,6 +386,13 @@ pub fn main() -> ExitCode {
     // runtime and the ledger's thread are left to the exit rather than torn down: closing the
     // store's connection on that thread while the process exits only delays the exit.
     std::process::exit(code)
+}
+
+/// Whether the home the arguments most likely name has a daemon's socket (a stale one is
+/// found out when connecting).
+fn daemon_listens(argv: &[OsString]) -> bool {
+    home::locate(home::scan_flag(argv).as_deref())
+        .is_some_and(|(home, _)| crate::daemon::socket_path(&home).exists())
 }
 
 /// The store as found before the arguments are parsed, in the home that `--home` (found
@@ -552,17 +564,24 @@ async fn run_first(cli: Cli, invocation: Invocation, store: Option<EarlyStore>) 
     invocation::install_panic_hook();
     // Its own task, so that a panic in it is contained (the hook ends the child's group) and
     // the exec is still completed.
-    let task = match run::spawn(&home, &invocation, args) {
+    let mut task = match run::spawn(&home, &invocation, args) {
         Ok(running) => tokio::task::spawn_local(running.wait()),
         Err(error) => tokio::task::spawn_local(async { run::Ended::Exited(Err(error)) }),
     };
+    let mut ended = None;
+    if store.is_none() && crate::daemon::socket_path(&home).exists() {
+        match run_beside_daemon(&home, &invocation, &mut task).await {
+            BesideDaemon::Done(code) => return code,
+            BesideDaemon::EndUnrecorded(exit) => return record_whole(&cli, invocation, exit).await,
+            BesideDaemon::StartUnrecorded(result) => ended = result,
+        }
+    }
     tokio::pin!(task);
     let opening = open(&cli, invocation, store);
     tokio::pin!(opening);
-    let mut ended = None;
     let context = tokio::select! {
         biased;
-        result = &mut task => {
+        result = &mut task, if ended.is_none() => {
             ended = Some(result);
             opening.await
         }
@@ -626,6 +645,58 @@ async fn run_first(cli: Cli, invocation: Invocation, store: Option<EarlyStore>) 
     exit.code
 }
 
+/// How `run` went beside a daemon (`run_beside_daemon`).
+enum BesideDaemon {
+    /// The daemon recorded the exec, start and end: corral exits with this code.
+    Done(i32),
+    /// The daemon recorded the start, and went away before the end of the command, which
+    /// ended so: the store records the exec whole.
+    EndUnrecorded(Exit),
+    /// No daemon recorded the start: the store records the exec. The command's end, when it
+    /// came meanwhile.
+    StartUnrecorded(Option<Result<run::Ended, tokio::task::JoinError>>),
+}
+
+/// `run` with its exec recorded by the daemon that answers on the home's socket: the
+/// connection and `exec.start` while the command runs, `exec.end` once it ended. No store
+/// is opened (docs/cli_cost.md: the open, the schema's parse and the first write are most of
+/// `run`'s own cost).
+async fn run_beside_daemon(
+    home: &std::path::Path,
+    invocation: &Invocation,
+    task: &mut tokio::task::JoinHandle<run::Ended>,
+) -> BesideDaemon {
+    let start = run::DaemonExec::start(home, invocation);
+    tokio::pin!(start);
+    let mut ended = None;
+    let started = tokio::select! {
+        biased;
+        result = &mut *task => {
+            ended = Some(result);
+            start.await
+        }
+        started = &mut start => started,
+    };
+    let Some(daemon) = started else {
+        return BesideDaemon::StartUnrecorded(ended);
+    };
+    let result = match ended {
+        Some(result) => result,
+        None => task.await,
+    };
+    let exit = match result {
+        Ok(ended) => match run::conclude_in(ended, home).await {
+            Ok(exit) => exit,
+            Err(error) => Exit::code(report(error)),
+        },
+        Err(error) => conclude_panic(error),
+    };
+    match daemon.end(invocation, &exit).await {
+        Ok(()) => BesideDaemon::Done(exit.code),
+        Err(_) => BesideDaemon::EndUnrecorded(exit),
+    }
+}
+
 /// The exit of `run`'s task: the command's, or a panic's.
 async fn conclude_run(
     result: Result<run::Ended, tokio::task::JoinError>,
@@ -633,16 +704,25 @@ async fn conclude_run(
 ) -> Exit {
     let ended = match result {
         Ok(ended) => ended,
-        Err(error) if error.is_panic() => match error.try_into_panic() {
-            Ok(payload) if invocation::is_closed_pipe(&*payload) => return Exit::success(),
-            _ => return panicked(),
-        },
-        Err(_) => return panicked(),
+        Err(error) => return conclude_panic(error),
     };
     match run::conclude(ended, context).await {
         Ok(exit) => exit,
         Err(error) => Exit::code(report(error)),
     }
+}
+
+/// The exit of a `run` whose task did not end on its own: a closed pipe is success, a panic
+/// is the panic's exit.
+fn conclude_panic(error: tokio::task::JoinError) -> Exit {
+    if error.is_panic() {
+        if let Ok(payload) = error.try_into_panic() {
+            if invocation::is_closed_pipe(&*payload) {
+                return Exit::success();
+            }
+        }
+    }
+    panicked()
 }
 
 fn no_home() -> CliError {

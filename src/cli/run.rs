@@ -5,9 +5,11 @@
 //! `cancel.grace_ms`), then corral exits 130 or 143 as `interrupted`. Processes CMD leaves
 //! running in its group after it exits on its own are left alone: backgrounding is its call.
 //!
-//! The command is spawned as soon as the arguments are parsed, before the store is open:
-//! `cli::run_first` opens the store and writes the exec's start while it runs (start and end
-//! in one write when the command is quicker than the store).
+//! The command is spawned as soon as the arguments are parsed, before the store is open.
+//! When a daemon answers, it records the exec ([`DaemonExec`]: `exec.start` while the
+//! command runs, `exec.end` once it ended) and corral opens no store at all; else
+//! `cli::run_first` opens the store and writes the exec's start while the command runs
+//! (start and end in one write when the command is quicker than the store).
 //!
 //! From a terminal's foreground, CMD gets the terminal while it runs (see
 //! `process::Foreground`), so it can read it; the terminal's Ctrl-C then goes to CMD, as
@@ -22,11 +24,13 @@ use std::sync::atomic::Ordering;
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::invocation::{Invocation, OWNED_GROUP};
+use super::invocation::{self, Invocation, OWNED_GROUP};
 use super::{CliError, Context, Exit};
+use crate::client::{Client, ClientError};
 use crate::process;
+use crate::protocol::{ExecEnd, ExecEndParams, ExecStart, ExecStartParams};
 use crate::store::exec::Outcome;
-use crate::store::settings;
+use crate::store::{self, settings};
 
 /// The exit status of a command that could not be started, as shells use it.
 pub const CANNOT_START: i32 = 127;
@@ -205,6 +209,58 @@ pub async fn conclude(ended: Ended, context: Option<&Context>) -> Result<Exit, C
                 .end(settings::cancel_grace(reader.as_ref()))
                 .await)
         }
+    }
+}
+
+/// [`conclude`] beside a daemon that records the exec: no store is open, so an interrupted
+/// command's grace is read from a reader opened for it (the rare path).
+pub async fn conclude_in(ended: Ended, home: &Path) -> Result<Exit, CliError> {
+    match ended {
+        Ended::Exited(exit) => exit,
+        Ended::Interrupted(interrupted) => {
+            let reader = store::open_reader(&store::store_path(home)).ok();
+            Ok(interrupted
+                .end(settings::cancel_grace(reader.as_ref()))
+                .await)
+        }
+    }
+}
+
+/// The daemon recording this exec: its start is committed (`exec.start`), its end is to be
+/// (`exec.end`), both on this connection (the daemon checks that the exec is the one the
+/// connection's `initialize` named, run by the connected process).
+pub struct DaemonExec {
+    client: Client,
+}
+
+impl DaemonExec {
+    /// Connects and has the exec's start recorded. `None` when no daemon answers, it does
+    /// not know `exec.start`, or it refused or could not record it: the store records the
+    /// exec instead (its write is an upsert, so a start the daemon did commit is no harm).
+    pub async fn start(home: &Path, invocation: &Invocation) -> Option<DaemonExec> {
+        let record = invocation.record();
+        record.check().ok()?;
+        let params = ExecStartParams { exec: record };
+        let (client, answer) =
+            Client::connect_and_call::<ExecStart>(home, Some(&invocation.id), &params)
+                .await
+                .ok()?;
+        answer.ok()?;
+        Some(DaemonExec { client })
+    }
+
+    /// Has the exec's end recorded; answered once it is committed, so that a command run
+    /// after this one finds the row complete.
+    pub async fn end(mut self, invocation: &Invocation, exit: &Exit) -> Result<(), ClientError> {
+        let completion = invocation::completion(exit);
+        let params = ExecEndParams {
+            id: invocation.id.clone(),
+            completed_at: completion.completed_at,
+            exit_code: completion.exit_code,
+            outcome: completion.outcome,
+            signal: completion.signal,
+        };
+        self.client.call::<ExecEnd>(&params).await.map(drop)
     }
 }
 

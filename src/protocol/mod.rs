@@ -13,7 +13,8 @@
 //! params and result types, in its group's file: `status.rs` (initialize, status,
 //! shutdown), `projects.rs`, `sessions.rs` (sessions, history), `prompts.rs` (send, cancel,
 //! wait; the sender's [`ExecRecord`]), `drivers.rs`, `settings.rs`, `events.rs`
-//! (subscriptions), `overview.rs` (`overview`, `execs.list`). [`METHODS`], the list the
+//! (subscriptions), `overview.rs` (`overview`, `execs.list`), `execs.rs` (`exec.start`,
+//! `exec.end`: a client's own exec, recorded by the daemon). [`METHODS`], the list the
 //! daemon gives in an unknown method's error, is made from the same table ([`methods!`]).
 //! Results that are stored rows are sent as the
 //! wire's own types (`projects::Project`, `sessions::Session`, `prompts::Prompt`, …), made
@@ -30,6 +31,7 @@ use serde_json::{Map, Value};
 
 pub mod drivers;
 pub mod events;
+pub mod execs;
 pub mod overview;
 pub mod projects;
 pub mod prompts;
@@ -39,6 +41,7 @@ pub mod status;
 
 pub use drivers::*;
 pub use events::*;
+pub use execs::*;
 pub use overview::*;
 pub use projects::*;
 pub use prompts::*;
@@ -435,6 +438,8 @@ methods![
     Shutdown,
     Overview,
     ExecsList,
+    ExecStart,
+    ExecEnd,
 ];
 
 /// The params of a method that takes none (any named params are ignored, as before).

@@ -16,6 +16,7 @@
 //! `AMBIGUOUS` whose `data.candidates` lists them.
 
 mod drivers;
+mod execs;
 mod overview;
 mod projects;
 mod prompts;
@@ -61,6 +62,9 @@ pub struct Caller {
     /// Whether a `prompt.send` of this caller carried the exec for the daemon to record (an
     /// exec is recorded once).
     pub exec_recorded: Cell<bool>,
+    /// Whether this caller's exec was started by `exec.start` and not yet ended by
+    /// `exec.end` (only such an exec may be ended through the caller).
+    pub exec_started: Cell<bool>,
     pub transport: Transport,
 }
 
@@ -71,6 +75,7 @@ impl Caller {
             peer_pid,
             exec_id: RefCell::new(None),
             exec_recorded: Cell::new(false),
+            exec_started: Cell::new(false),
             transport,
         }
     }
@@ -175,6 +180,7 @@ dispatch! {
         SettingsSet,
         DriverClaim, DriverRelease, DriverShow,
         Overview,
+        ExecStart, ExecEnd,
     ],
 }
 

@@ -43,29 +43,9 @@ pub(super) fn exec_to_record(
     let Some(value) = params.get("exec").filter(|value| !value.is_null()) else {
         return Ok(None);
     };
-    let invalid = |message: String| RpcError::new(code::INVALID_PARAMS, message);
-    let record: ExecRecord =
-        serde_json::from_value(value.clone()).map_err(|error| invalid(format!("exec: {error}")))?;
-    record.check().map_err(invalid)?;
-    // The exec the caller is (`initialize`'s `exec_id`), run by the process connected.
-    if caller.exec_id.borrow().as_deref() != Some(record.id.as_str()) {
-        return Err(invalid(
-            "exec.id must be the exec_id this connection's initialize named".into(),
-        ));
-    }
-    if let Some(peer) = caller.peer_pid {
-        if i64::from(peer) != i64::from(record.pid) {
-            return Err(invalid(format!(
-                "exec.pid must be the connected process's ({peer})"
-            )));
-        }
-    }
-    if caller.exec_recorded.replace(true) {
-        return Err(invalid(
-            "this connection's exec was recorded already".into(),
-        ));
-    }
-    Ok(Some(record))
+    let record: ExecRecord = serde_json::from_value(value.clone())
+        .map_err(|error| RpcError::new(code::INVALID_PARAMS, format!("exec: {error}")))?;
+    super::execs::claim(caller, record).map(Some)
 }
 
 /// `prompt.send` with the caller's exec: its start is handed to the ledger before the prompt
