@@ -224,6 +224,116 @@ mod tests {
         assert_eq!(session.session(), Some("a"));
     }
 
+    /// Events stored but never published (their writer's task gone), then one published:
+    /// the stream gives them all, in order, once; and a lag ends it with its cursor.
+    #[test]
+    fn what_was_stored_but_not_published_is_read_from_the_store_in_order() {
+        use crate::actors::ledger::AppendEvents;
+        use crate::events::EventKind;
+        use crate::store::work::{NewEvent, NewProject, NewSession};
+        let home = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        actix::System::new().block_on(async {
+            let corral = Corral::start(crate::CorralOptions::new(home.path()))
+                .await
+                .unwrap();
+            let project = corral
+                .add_project(NewProject {
+                    name: "p".into(),
+                    path: work.path().to_string_lossy().into_owned(),
+                    engine: Some("fake".into()),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut sessions = Vec::new();
+            for _ in 0..2 {
+                let session = corral
+                    .open_session(NewSession {
+                        project_id: project.id.clone(),
+                        engine: "fake".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                sessions.push(session.id);
+            }
+            let note = |session: &str, text: &str| NewEvent {
+                session_id: session.to_string(),
+                prompt_id: None,
+                run_id: None,
+                kind: EventKind::Notice,
+                payload: serde_json::json!({ "text": text }),
+            };
+            let mut all = event_stream(corral.clone(), Scope::All, 0);
+            let mut second = event_stream(corral.clone(), Scope::Session(sessions[1].clone()), 0);
+            // Stored in one write, published by nobody.
+            corral
+                .write(AppendEvents {
+                    events: vec![
+                        note(&sessions[0], "a"),
+                        note(&sessions[1], "b"),
+                        note(&sessions[0], "c"),
+                        note(&sessions[1], "d"),
+                    ],
+                })
+                .await
+                .unwrap();
+            // Then one published: its number is past what the streams were given.
+            corral
+                .record_event(
+                    &sessions[1],
+                    EventKind::Notice,
+                    serde_json::json!({ "text": "e" }),
+                )
+                .await
+                .unwrap();
+            let mut seen = Vec::new();
+            for _ in 0..5 {
+                match all.next().await {
+                    Some(StreamItem::Event(event)) => {
+                        seen.push((event.feed_seq, event.payload["text"].clone()))
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            let texts: Vec<_> = seen
+                .iter()
+                .map(|(_, text)| text.as_str().unwrap())
+                .collect();
+            assert_eq!(texts, ["a", "b", "c", "d", "e"]);
+            let numbers: Vec<i64> = seen.iter().map(|(feed_seq, _)| *feed_seq).collect();
+            assert_eq!(numbers, [1, 2, 3, 4, 5]);
+            assert_eq!(all.last(), 5);
+            let mut of_second = Vec::new();
+            for _ in 0..3 {
+                match second.next().await {
+                    Some(StreamItem::Event(event)) => of_second.push(event.seq),
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(of_second, [1, 2, 3]);
+
+            // A consumer that reads nothing while more than the buffer passes: one notice
+            // with its cursor, then the end.
+            let flood = (0..crate::actors::supervisor::EVENT_CHANNEL + 10).map(|index| {
+                corral.record_event(
+                    &sessions[0],
+                    EventKind::Notice,
+                    serde_json::json!({ "text": index }),
+                )
+            });
+            for recorded in futures::future::join_all(flood).await {
+                recorded.unwrap();
+            }
+            match all.next().await {
+                Some(StreamItem::Lagged { resume_after }) => assert_eq!(resume_after, 5),
+                other => panic!("{other:?}"),
+            }
+            assert!(all.next().await.is_none());
+        });
+    }
+
     fn assert_send<T: Send>(_: &T) {}
 
     #[allow(dead_code)]

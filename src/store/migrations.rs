@@ -243,28 +243,44 @@ BEGIN
     UPDATE events SET feed_seq = (SELECT coalesce(max(feed_seq), 0) + 1 FROM events)
     WHERE session_id = NEW.session_id AND seq = NEW.seq;
 END;
--- What the overview reads of every session's last ended prompt without touching the prompt's
--- row past its `error` (an answer may be 64 KiB of overflow pages, and `finished_at` comes
--- after it): the order of ended prompts, and the start of each answer (its first line is the
--- reason a waiting session shows), written with the answer.
-CREATE INDEX prompts_ended ON prompts(session_id, finished_at, created_at, id)
-    WHERE status IN ('done', 'failed', 'cancelled');
-CREATE TABLE answer_heads (
-    prompt_id TEXT PRIMARY KEY NOT NULL,
-    head      TEXT NOT NULL                         -- the answer from its first non-blank character, at most 1,024
-) WITHOUT ROWID;
-INSERT INTO answer_heads (prompt_id, head)
-    SELECT id, substr(ltrim(answer, ' ' || char(9, 10, 13)), 1, 1024) FROM prompts
-    WHERE answer IS NOT NULL;
-CREATE TRIGGER prompts_answer_head AFTER UPDATE OF answer ON prompts WHEN NEW.answer IS NOT NULL
+-- What the overview reads of every session, in small rows (a prompt's text and answer, an
+-- event's payload may be long, and reading near them walks their overflow pages).
+-- A session's last event's time, written by the ledger with each event.
+ALTER TABLE sessions ADD COLUMN last_event_at INTEGER;
+UPDATE sessions SET last_event_at =
+    (SELECT at FROM events WHERE session_id = sessions.id AND seq = sessions.last_event_seq);
+-- Each ended prompt, written by triggers in the write that ends it, backfilled here. `head`:
+-- the start (256 characters, blanks before it dropped) of the answer (done), the error
+-- (failed) or the prompt's text (cancelled): the reason a session's state shows.
+CREATE TABLE prompt_ends (
+    prompt_id   TEXT PRIMARY KEY NOT NULL,
+    session_id  TEXT NOT NULL,
+    status      TEXT NOT NULL,                      -- done | failed | cancelled
+    finished_at INTEGER,
+    created_at  INTEGER NOT NULL,
+    head        TEXT
+);
+CREATE INDEX prompt_ends_by_session ON prompt_ends(session_id, finished_at, created_at, prompt_id);
+INSERT INTO prompt_ends (prompt_id, session_id, status, finished_at, created_at, head)
+    SELECT id, session_id, status, finished_at, created_at,
+           substr(ltrim(CASE status WHEN 'done' THEN answer WHEN 'failed' THEN error ELSE text END,
+                        ' ' || char(9, 10, 13)), 1, 256)
+    FROM prompts WHERE status IN ('done', 'failed', 'cancelled');
+CREATE TRIGGER prompts_ended AFTER UPDATE OF status ON prompts
+    WHEN NEW.status IN ('done', 'failed', 'cancelled')
 BEGIN
-    INSERT OR REPLACE INTO answer_heads (prompt_id, head)
-    VALUES (NEW.id, substr(ltrim(NEW.answer, ' ' || char(9, 10, 13)), 1, 1024));
+    INSERT OR REPLACE INTO prompt_ends (prompt_id, session_id, status, finished_at, created_at, head)
+    VALUES (NEW.id, NEW.session_id, NEW.status, NEW.finished_at, NEW.created_at,
+            substr(ltrim(CASE NEW.status WHEN 'done' THEN NEW.answer WHEN 'failed' THEN NEW.error
+                         ELSE NEW.text END, ' ' || char(9, 10, 13)), 1, 256));
 END;
-CREATE TRIGGER prompts_answer_head_inserted AFTER INSERT ON prompts WHEN NEW.answer IS NOT NULL
+CREATE TRIGGER prompts_ended_inserted AFTER INSERT ON prompts
+    WHEN NEW.status IN ('done', 'failed', 'cancelled')
 BEGIN
-    INSERT OR REPLACE INTO answer_heads (prompt_id, head)
-    VALUES (NEW.id, substr(ltrim(NEW.answer, ' ' || char(9, 10, 13)), 1, 1024));
+    INSERT OR REPLACE INTO prompt_ends (prompt_id, session_id, status, finished_at, created_at, head)
+    VALUES (NEW.id, NEW.session_id, NEW.status, NEW.finished_at, NEW.created_at,
+            substr(ltrim(CASE NEW.status WHEN 'done' THEN NEW.answer WHEN 'failed' THEN NEW.error
+                         ELSE NEW.text END, ' ' || char(9, 10, 13)), 1, 256));
 END;
 "#,
     },

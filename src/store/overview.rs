@@ -140,15 +140,26 @@ pub fn read(connection: &Connection, daemon: bool) -> rusqlite::Result<Overview>
     })
 }
 
-/// The first non-blank line of a text, trimmed (SQL has trimmed its start already).
-fn first_line(text: Option<String>) -> String {
-    text.as_deref()
-        .unwrap_or("")
+/// The most characters of a text a reason repeats: one line a table or a page shows, not a
+/// whole answer (1,000 sessions' overview stays a few hundred KiB).
+pub const REASON_CHARS: usize = 240;
+
+/// A reason from a text: its first non-blank line, trimmed, cut at [`REASON_CHARS`] (with
+/// `…`). SQL has dropped the blanks before it already.
+fn reason(text: rusqlite::Result<Option<String>>) -> rusqlite::Result<String> {
+    Ok(first_line(text?.as_deref().unwrap_or("")))
+}
+
+fn first_line(text: &str) -> String {
+    let line = text
         .lines()
         .find(|line| !line.trim().is_empty())
         .unwrap_or("")
-        .trim()
-        .to_string()
+        .trim();
+    match line.char_indices().nth(REASON_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_string(),
+    }
 }
 
 /// The start of a text column, blanks at its beginning dropped: its first line is in it (a
@@ -164,31 +175,25 @@ macro_rules! head {
 }
 
 /// Every session with its state, in creation order: one statement whatever their number.
-/// Per session it costs index seeks only: its project, its last event (primary key), its
-/// running prompt, its queued ones (`prompts_by_session`), its last ended one
-/// (`prompts_ended`, which also orders them) and that one's answer's start (`answer_heads`).
-/// No prompt row is read past its `error` column, so a long answer costs nothing here.
+/// Per session it costs index seeks only: its project, its running prompt and its queued ones
+/// (`prompts_by_session`), its last ended one (`prompt_ends`, small rows kept apart from the
+/// prompts' for this: the reason is in them). No long column (a prompt's text, an answer, an
+/// event's payload) is read, nor any row that holds one, but the running prompt's.
 pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<SessionItem>> {
     let sql = concat!(
         "SELECT s.id, s.title, p.name, s.engine, s.created_at, s.archived_at, \
-                coalesce(p.full_access, 0), e.at, running.id, ",
+                coalesce(p.full_access, 0), s.last_event_at, running.id, ",
         head!("running.text"),
         ", (SELECT count(*) FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued'), \
            (SELECT q.id FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued' \
             ORDER BY q.created_at, q.id LIMIT 1), \
-           ended.id, ended.status, ended.error, \
-           CASE ended.status WHEN 'cancelled' THEN ",
-        head!("ended.text"),
-        " END, heads.head \
+           ended.prompt_id, ended.status, ended.head \
          FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
-         LEFT JOIN events e ON e.session_id = s.id AND e.seq = s.last_event_seq \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
-         LEFT JOIN prompts ended ON ended.id = \
-           (SELECT f.id FROM prompts f \
-            WHERE f.session_id = s.id AND f.status IN ('done', 'failed', 'cancelled') \
-            ORDER BY f.finished_at DESC, f.created_at DESC, f.id DESC LIMIT 1) \
-         LEFT JOIN answer_heads heads ON heads.prompt_id = ended.id"
+         LEFT JOIN prompt_ends ended ON ended.prompt_id = \
+           (SELECT f.prompt_id FROM prompt_ends f WHERE f.session_id = s.id \
+            ORDER BY f.finished_at DESC, f.created_at DESC, f.prompt_id DESC LIMIT 1)"
     );
     let mut statement = connection.prepare_cached(sql)?;
     let mut items = statement
@@ -210,12 +215,13 @@ fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
     let next_queued: Option<String> = row.get(11)?;
     let ended: Option<String> = row.get(12)?;
     let ended_status: Option<String> = row.get(13)?;
+    let head = || reason(row.get::<_, Option<String>>(14));
     let (state, reason) = if archived_at.is_some() {
         (SessionState::Finished, "completion is recorded".to_string())
     } else if running.is_some() {
         (
             SessionState::Active,
-            format!("running: {}", first_line(row.get(9)?)),
+            format!("running: {}", reason(row.get(9))?),
         )
     } else if queued > 0 {
         (SessionState::Queued, format!("{queued} prompt(s) queued"))
@@ -223,15 +229,13 @@ fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
         match ended_status.as_deref() {
             Some("failed") => (
                 SessionState::Failed,
-                row.get::<_, Option<String>>(14)?
+                Some(head()?)
+                    .filter(|error| !error.is_empty())
                     .unwrap_or_else(|| "failed".into()),
             ),
             // The person stopped it: the session waits for what they do next.
-            Some("cancelled") => (
-                SessionState::Waiting,
-                format!("cancelled: {}", first_line(row.get(15)?)),
-            ),
-            Some(_) => (SessionState::Waiting, first_line(row.get(16)?)),
+            Some("cancelled") => (SessionState::Waiting, format!("cancelled: {}", head()?)),
+            Some(_) => (SessionState::Waiting, head()?),
             None => (
                 SessionState::Unknown,
                 "No current provider observation".to_string(),
@@ -383,11 +387,11 @@ mod tests {
 
     #[test]
     fn a_first_line_skips_blank_lines_and_trims() {
-        assert_eq!(
-            first_line(Some("\n  \n  hello there  \nmore".into())),
-            "hello there"
-        );
-        assert_eq!(first_line(None), "");
+        assert_eq!(first_line("\n  \n  hello there  \nmore"), "hello there");
+        assert_eq!(first_line(""), "");
+        let long = first_line(&"é".repeat(REASON_CHARS + 10));
+        assert_eq!(long.chars().count(), REASON_CHARS + 1);
+        assert!(long.ends_with('…'));
     }
 
     #[test]
@@ -421,7 +425,7 @@ mod tests {
                ('c2', 's3', 'x', 'done', 15, 21, '  \n new answer \n', NULL),
                ('d1', 's4', 'x', 'failed', 16, 22, NULL, 'it broke'),
                ('e1', 's5', 'stop me', 'cancelled', 17, 23, NULL, NULL);
-             UPDATE sessions SET last_event_seq = 1 WHERE id = 's3';
+             UPDATE sessions SET last_event_seq = 1, last_event_at = 99 WHERE id = 's3';
              INSERT INTO events (session_id, seq, at, kind, payload) VALUES ('s3', 1, 99, 'message', '{}');",
         )
         .unwrap();

@@ -765,8 +765,11 @@ pub(crate) fn append_events(
     events: Vec<NewEvent>,
 ) -> rusqlite::Result<Vec<Event>> {
     let mut numbered = Vec::with_capacity(events.len());
+    // The session's last event's time goes with its number (the overview reads it there, not
+    // from the event, whose payload may be long).
     let mut next = connection.prepare_cached(
-        "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq",
+        "UPDATE sessions SET last_event_seq = last_event_seq + 1, last_event_at = ?2 \
+         WHERE id = ?1 RETURNING last_event_seq",
     )?;
     let mut insert = connection.prepare_cached(
         "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
@@ -781,7 +784,7 @@ pub(crate) fn append_events(
     // back with its rows, so the stored numbers have no gaps.
     let mut feed_seq = last_feed_seq(connection)?;
     for event in events {
-        let seq: i64 = next.query_row([&event.session_id], |row| row.get(0))?;
+        let seq: i64 = next.query_row(params![&event.session_id, at], |row| row.get(0))?;
         feed_seq += 1;
         insert.execute(params![
             event.session_id,
