@@ -21,10 +21,12 @@
 //! drained by a writer task; a task whose answer does not fit waits, holding its permit. At
 //! most [`MAX_SUBSCRIPTIONS`] subscriptions.
 //!
-//! A subscription forwards events from the supervisor's broadcast (a bounded buffer the
-//! sessions publish into without ever waiting) to the client's queue. A client that falls more
-//! than that buffer behind gets an `events.lagged` notice with the sequence to resume from, and
-//! the subscription ends — a slow reader never blocks a session.
+//! A subscription forwards one session's events, or every session's, to the client's queue:
+//! the stored ones after its cursor, then the supervisor's broadcast (a bounded buffer the
+//! sessions publish into without ever waiting), through `daemon::events::event_stream`, the
+//! stream every transport serves. A client that falls more than that buffer behind gets an
+//! `events.lagged` notice with the cursor to resume from, and the subscription ends — a slow
+//! reader never blocks a session.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
