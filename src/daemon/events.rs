@@ -7,8 +7,9 @@
 //! Events are published after their commit by whoever wrote them, so two writers may publish
 //! out of their numbers' order (or one may never publish, its task gone): a live event whose
 //! number is past the next expected one means the ones between are committed (numbers are
-//! given in commit order without gaps), and they are read from the store first. A consumer
-//! therefore sees every event exactly once, in its cursor's order.
+//! given in commit order without gaps), and they are read from the store first, a page at a
+//! time, the live one held meanwhile. A consumer therefore sees every event exactly once, in
+//! its cursor's order.
 //!
 //! The lag rule: the broadcast is a bounded buffer the sessions publish into without waiting
 //! ([`EVENT_CHANNEL`](crate::actors::supervisor::EVENT_CHANNEL) events). A consumer that falls
@@ -95,6 +96,7 @@ pub fn event_stream(corral: Corral, scope: Scope, after: i64) -> EventStream {
         live,
         ready: VecDeque::new(),
         replaying: true,
+        held: None,
         ended: false,
     }
 }
@@ -111,6 +113,9 @@ pub struct EventStream {
     ready: VecDeque<Arc<Published>>,
     /// Whether the stored events after the cursor are still being read.
     replaying: bool,
+    /// A live event whose number is past the next one: it waits while the stored events before
+    /// it are read, a page at a time.
+    held: Option<Arc<Published>>,
     ended: bool,
 }
 
@@ -137,6 +142,31 @@ impl EventStream {
             if self.ended {
                 return None;
             }
+            if let Some(held) = self.held.take() {
+                // The stored events between the cursor and the held one: committed (an event
+                // numbered after them was published), not yet published, or to nobody.
+                let before = self.scope.cursor(&held).unwrap_or(self.last);
+                let page = if before > self.last + 1 {
+                    let Some(page) = self.scope.read(&self.corral, self.last, before) else {
+                        self.ended = true;
+                        continue;
+                    };
+                    page
+                } else {
+                    Vec::new()
+                };
+                let done = page.len() < REPLAY_PAGE;
+                self.ready.extend(
+                    page.into_iter()
+                        .map(|event| Arc::new(Published::new(event))),
+                );
+                if done {
+                    self.ready.push_back(held);
+                } else {
+                    self.held = Some(held);
+                }
+                continue;
+            }
             if self.replaying {
                 let Some(page) = self.scope.read(&self.corral, self.last, i64::MAX) else {
                     self.ended = true;
@@ -158,11 +188,11 @@ impl EventStream {
                         // Replayed or filled from the store already.
                         continue;
                     }
-                    if cursor > self.last + 1 && !self.fill(cursor) {
-                        self.ended = true;
-                        continue;
+                    if cursor == self.last + 1 {
+                        self.ready.push_back(event);
+                    } else {
+                        self.held = Some(event);
                     }
-                    self.ready.push_back(event);
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.ended = true;
@@ -172,26 +202,6 @@ impl EventStream {
                     });
                 }
                 Err(broadcast::error::RecvError::Closed) => self.ended = true,
-            }
-        }
-    }
-
-    /// Queues the stored events between the cursor and `before` (committed, since an event
-    /// numbered after them was published, but not yet published, or published to nobody).
-    /// `false` when the store cannot be read.
-    fn fill(&mut self, before: i64) -> bool {
-        let mut after = self.last;
-        loop {
-            let Some(page) = self.scope.read(&self.corral, after, before) else {
-                return false;
-            };
-            let full = page.len() == REPLAY_PAGE;
-            for event in page {
-                after = self.scope.cursor(&event).unwrap_or(after);
-                self.ready.push_back(Arc::new(Published::new(event)));
-            }
-            if !full {
-                return true;
             }
         }
     }
@@ -314,6 +324,28 @@ mod tests {
             }
             assert_eq!(of_second, [1, 2, 3]);
 
+            // More unpublished events than a page: read a page at a time, all in order.
+            let many: Vec<NewEvent> = (0..REPLAY_PAGE + 88)
+                .map(|index| note(&sessions[0], &index.to_string()))
+                .collect();
+            corral.write(AppendEvents { events: many }).await.unwrap();
+            corral
+                .record_event(
+                    &sessions[0],
+                    EventKind::Notice,
+                    serde_json::json!({ "text": "f" }),
+                )
+                .await
+                .unwrap();
+            for expected in 6..=(6 + REPLAY_PAGE as i64 + 88) {
+                match all.next().await {
+                    Some(StreamItem::Event(event)) => assert_eq!(event.feed_seq, expected),
+                    other => panic!("{other:?}"),
+                }
+            }
+            let last = all.last();
+            assert_eq!(last, 6 + REPLAY_PAGE as i64 + 88);
+
             // A consumer that reads nothing while more than the buffer passes: one notice
             // with its cursor, then the end.
             let flood = (0..crate::actors::supervisor::EVENT_CHANNEL + 10).map(|index| {
@@ -327,7 +359,7 @@ mod tests {
                 recorded.unwrap();
             }
             match all.next().await {
-                Some(StreamItem::Lagged { resume_after }) => assert_eq!(resume_after, 5),
+                Some(StreamItem::Lagged { resume_after }) => assert_eq!(resume_after, last),
                 other => panic!("{other:?}"),
             }
             assert!(all.next().await.is_none());
