@@ -98,7 +98,10 @@ fn unsafe_reason(metadata: &std::fs::Metadata) -> Option<String> {
     None
 }
 
-/// Reads the token file: the token and its stamp. Never follows a symlink.
+/// Reads the token file: the token and its stamp. Never follows a symlink, and never opens
+/// what is not a regular file of ours (a FIFO would block an open for reading): the path's
+/// own metadata is checked first, the file opened without blocking and without following a
+/// link, and checked again once open (it must be the file checked).
 fn read_token(path: &Path) -> Result<(String, Stamp), String> {
     let refused = |why: String| {
         format!(
@@ -106,25 +109,37 @@ fn read_token(path: &Path) -> Result<(String, Stamp), String> {
             path.display()
         )
     };
+    let cannot = |error: std::io::Error| format!("cannot read {}: {error}", path.display());
+    let before = std::fs::symlink_metadata(path).map_err(cannot)?;
+    if before.file_type().is_symlink() {
+        return Err(refused("it is a symbolic link".into()));
+    }
+    if let Some(why) = unsafe_reason(&before) {
+        return Err(refused(why));
+    }
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
     let mut file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .custom_flags(flags.bits())
         .open(path)
         .map_err(|error| match error.raw_os_error() {
             Some(code) if code == nix::errno::Errno::ELOOP as i32 => {
                 refused("it is a symbolic link".into())
             }
-            _ => format!("cannot read {}: {error}", path.display()),
+            _ => cannot(error),
         })?;
-    let metadata = file
-        .metadata()
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let metadata = file.metadata().map_err(cannot)?;
     if let Some(why) = unsafe_reason(&metadata) {
         return Err(refused(why));
     }
+    if metadata.ino() != before.ino() || metadata.dev() != before.dev() {
+        return Err(refused("it was replaced while being read".into()));
+    }
     let mut text = String::new();
-    file.read_to_string(&mut text)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    (&mut file)
+        .take(MAX_TOKEN_FILE)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
     let token = text.trim().to_string();
     if token.len() < 32 || !token.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
         return Err(refused("it holds no token".into()));
@@ -192,7 +207,7 @@ pub fn rotate_token(home: &Path) -> Result<String, String> {
 }
 
 /// Compares secrets in time that does not depend on where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
+pub fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
             .zip(b.bytes())
@@ -245,26 +260,35 @@ impl Access {
     }
 
     /// The state, with the token file looked at again: a replaced file is read, and its
-    /// logins forgotten.
+    /// logins forgotten. The file is looked at and read before the lock is taken (no file
+    /// I/O under it: a request never waits on another's read).
     fn current(&self) -> std::sync::MutexGuard<'_, Inner> {
-        let mut inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let lock = || {
+            self.inner
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        };
         let stamp = std::fs::symlink_metadata(&self.path)
             .ok()
             .map(|metadata| Stamp::of(&metadata));
-        if stamp != inner.stamp {
-            let read = read_token(&self.path);
-            if let Err(error) = &read {
-                tracing::warn!("http: {error}; no token is valid until it is replaced");
-            } else {
+        if stamp == lock().stamp {
+            return lock();
+        }
+        let read = read_token(&self.path);
+        let mut inner = lock();
+        let (token, stamp) = match read {
+            Ok((token, stamp)) => (Some(token), Some(stamp)),
+            Err(error) => {
+                if inner.stamp != stamp || inner.token.is_some() {
+                    tracing::warn!("http: {error}; no token is valid until it is replaced");
+                }
+                (None, stamp)
+            }
+        };
+        if inner.stamp != stamp || inner.token != token {
+            if token.is_some() {
                 tracing::info!("http: the token was replaced; every browser is logged out");
             }
-            let (token, stamp) = match read {
-                Ok((token, stamp)) => (Some(token), Some(stamp)),
-                Err(_) => (None, stamp),
-            };
             inner.token = token;
             inner.stamp = stamp;
             inner.logins.clear();
@@ -372,7 +396,9 @@ pub fn allowed_host(host: &str, listen: std::net::SocketAddr) -> bool {
         format!("127.0.0.1:{port}"),
         format!("[::1]:{port}"),
     ];
-    names.contains(&host)
+    // On port 80 a browser sends the name alone.
+    let bare = port == 80 && ["localhost", "127.0.0.1", "[::1]"].contains(&host.as_str());
+    bare || names.contains(&host)
 }
 
 /// Whether a WebSocket's Origin is this server's (absent: not a browser page).
@@ -409,6 +435,13 @@ mod tests {
         ] {
             assert!(!allowed_host(host, listen), "{host}");
         }
+        let eighty: std::net::SocketAddr = "127.0.0.1:80".parse().unwrap();
+        for host in ["localhost", "127.0.0.1", "[::1]", "localhost:80"] {
+            assert!(allowed_host(host, eighty), "{host}");
+            assert!(!allowed_host(host, listen), "{host}");
+        }
+        assert!(allowed_origin(Some("http://localhost"), eighty));
+        assert!(!allowed_host("evil.example", eighty));
         assert!(allowed_origin(None, listen));
         assert!(allowed_origin(Some("http://localhost:4242"), listen));
         assert!(!allowed_origin(Some("https://localhost:4242"), listen));
@@ -441,6 +474,34 @@ mod tests {
         let error = ensure_token(home.path()).unwrap_err();
         assert!(error.contains("symbolic link"), "{error}");
         assert!(rotate_token(home.path()).is_err());
+    }
+
+    #[test]
+    fn a_fifo_in_the_token_s_place_is_refused_without_waiting() {
+        let home = tempfile::tempdir().unwrap();
+        let access = Access::open(home.path()).unwrap();
+        let token = ensure_token(home.path()).unwrap();
+        std::fs::remove_file(token_path(home.path())).unwrap();
+        nix::unistd::mkfifo(
+            &token_path(home.path()),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        // No writer ever opens the FIFO: an open for reading would block forever.
+        let error = ensure_token(home.path()).unwrap_err();
+        assert!(error.contains("not a regular file"), "{error}");
+        assert!(!access.is_token(&token));
+        assert!(!access.is_token(&token), "asked again");
+        assert!(Access::open(home.path()).is_err());
+        // A FIFO the path's check missed (swapped in after it) does not block the open.
+        let fifo = home.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+            .open(&fifo)
+            .unwrap();
+        assert!(unsafe_reason(&opened.metadata().unwrap()).is_some());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::access::{self, Authenticated};
 use super::routes::{self, Kind, Route, Serve};
 use super::{Shared, MAX_BODY};
-use crate::daemon::{methods, origin};
+use crate::daemon::methods;
 use crate::protocol::{code, RpcError, MAX_EXEC_ID};
 use crate::store::work;
 
@@ -129,12 +129,25 @@ fn harden(mut response: HttpResponse) -> HttpResponse {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("frame-ancestors 'none'"),
-    );
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+    }
     response
 }
+
+/// The policy of every page and answer: the page's own files only, no inline script, no
+/// plugin, no framing, nothing fetched elsewhere.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+     frame-ancestors 'none'";
+
+/// The login page's: as [`CSP`], but its own inline stylesheet applies (it has no script;
+/// `assets/login.html` keeps its style inline so it stands alone).
+const LOGIN_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+     object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// Every route's entry: the Host check, then what serves it.
 pub async fn handle(
@@ -237,7 +250,12 @@ fn login(request: &HttpRequest, shared: &Shared) -> HttpResponse {
         .map(|(_, token)| token);
     let valid = token.is_some_and(|token| shared.access.is_token(&token));
     if !valid {
-        return html(StatusCode::UNAUTHORIZED, LOGIN.to_string());
+        let mut page = html(StatusCode::UNAUTHORIZED, LOGIN.to_string());
+        page.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(LOGIN_CSP),
+        );
+        return page;
     }
     match shared.access.login() {
         Ok((cookie, _csrf)) => {
@@ -339,6 +357,7 @@ async fn body_params(
     request: &HttpRequest,
     body: web::Payload,
 ) -> Result<Map<String, Value>, RpcError> {
+    // The bytes read count against every request's bound until the params are made.
     let too_large = |length: &dyn std::fmt::Display| {
         RpcError::new(
             code::INVALID_REQUEST,
@@ -353,16 +372,7 @@ async fn body_params(
     if let Some(length) = declared.filter(|length| *length > MAX_BODY as u64) {
         return Err(too_large(&length));
     }
-    let bytes = match body.to_bytes_limited(MAX_BODY).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(error)) => {
-            return Err(RpcError::new(
-                code::INVALID_REQUEST,
-                format!("the body could not be read: {error}"),
-            ))
-        }
-        Err(_) => return Err(too_large(&format!("more than {MAX_BODY}"))),
-    };
+    let (bytes, _held) = read_body(body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
@@ -378,6 +388,96 @@ async fn body_params(
         Err(error) => Err(RpcError::new(
             code::PARSE_ERROR,
             format!("the body is not JSON: {error}"),
+        )),
+    }
+}
+
+/// The request bytes the server holds at once, read and not yet made params, over every
+/// connection: past it a request is answered BUSY (503) instead of read.
+pub const MAX_BYTES_IN_FLIGHT: usize = 64 << 20;
+
+/// The longest a request's body may take to arrive (`CORRAL_HTTP_BODY_TIMEOUT_MS` overrides
+/// it, for tests).
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn body_timeout() -> std::time::Duration {
+    std::env::var("CORRAL_HTTP_BODY_TIMEOUT_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(BODY_TIMEOUT, std::time::Duration::from_millis)
+}
+
+/// Room for request bytes, shared by the workers.
+static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_BYTES_IN_FLIGHT);
+
+/// Request bytes held: given back to [`IN_FLIGHT`] when dropped.
+struct Held(usize);
+
+impl Held {
+    /// Takes room for `bytes` more, at once or not at all.
+    fn take(&mut self, bytes: usize) -> Result<(), RpcError> {
+        let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+        match IN_FLIGHT.try_acquire_many(permits) {
+            Ok(permit) => {
+                permit.forget();
+                self.0 += permits as usize;
+                Ok(())
+            }
+            Err(_) => Err(RpcError::new(
+                code::BUSY,
+                format!(
+                    "busy: the server holds {} MiB of request bodies already; try again",
+                    MAX_BYTES_IN_FLIGHT >> 20
+                ),
+            )),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        IN_FLIGHT.add_permits(self.0);
+    }
+}
+
+/// The whole body, at most [`MAX_BODY`] bytes, arrived within [`BODY_TIMEOUT`] (a client
+/// that sends a byte at a time does not hold a connection for longer), its bytes counted
+/// against [`MAX_BYTES_IN_FLIGHT`] while they are held.
+async fn read_body(mut body: web::Payload) -> Result<(web::Bytes, Held), RpcError> {
+    use actix::prelude::Stream;
+    let timeout = body_timeout();
+    let mut held = Held(0);
+    let mut bytes = web::BytesMut::new();
+    let reading = async {
+        while let Some(chunk) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await
+        {
+            let chunk = chunk.map_err(|error| {
+                RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!("the body could not be read: {error}"),
+                )
+            })?;
+            if bytes.len() + chunk.len() > MAX_BODY {
+                return Err(RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!("the body is more than {MAX_BODY} bytes; at most {MAX_BODY}"),
+                ));
+            }
+            held.take(chunk.len())?;
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, reading).await {
+        Ok(Ok(())) => Ok((bytes.freeze(), held)),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(RpcError::new(
+            code::INVALID_REQUEST,
+            format!(
+                "the body did not arrive within {} ms; send it whole",
+                timeout.as_millis()
+            ),
         )),
     }
 }
@@ -448,7 +548,7 @@ pub(super) fn check_access(
                 .get(access::CSRF_HEADER)
                 .and_then(|value| value.to_str().ok());
             match sent {
-                Some(sent) if sent == csrf => None,
+                Some(sent) if access::same_secret(sent, &csrf) => None,
                 Some(_) => Some(refused(
                     StatusCode::FORBIDDEN,
                     "csrf",
@@ -479,6 +579,70 @@ fn exec_of(request: &HttpRequest) -> Result<Option<String>, RpcError> {
     }
 }
 
+/// Whether a request's peer is looked up: what a GET asks never widens, nor speaks for an
+/// exec unless it names one.
+fn needs_peer(route: &Route, method: &str, names_exec: bool) -> bool {
+    route.verb.writes() || method.starts_with("driver.") || names_exec
+}
+
+/// The process behind the request's TCP peer, looked up now (a pass over /proc). Done when
+/// the request starts, before its body is read: a client that sent its request and closed
+/// is found only while it still holds the socket.
+async fn peer_of(request: &HttpRequest) -> Option<i32> {
+    let peer = request.peer_addr()?;
+    let local = request.app_config().local_addr();
+    web::block(move || super::peer::pid_of(peer, local))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `X-Corral-Exec` over HTTP names an exec of the store, still running, run by the process
+/// that sends the request: anything else is refused (a request cannot speak for an exec that
+/// is not its own).
+async fn check_exec(shared: &Shared, exec_id: &str, peer_pid: Option<i32>) -> Result<(), RpcError> {
+    let corral = shared.corral.clone();
+    let id = exec_id.to_string();
+    let row = web::block(move || {
+        corral.read(|c| {
+            use rusqlite::OptionalExtension;
+            c.query_row(
+                "SELECT pid, completed_at FROM execs WHERE id = ?1",
+                [&id],
+                |row| Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?)),
+            )
+            .optional()
+        })
+    })
+    .await
+    .map_err(|_| RpcError::new(code::INTERNAL, "the exec's read did not finish"))?
+    .map_err(RpcError::from)?;
+    let shown = cut(exec_id, 80);
+    match row {
+        None => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("X-Corral-Exec names exec {shown}, which is not recorded"),
+        )),
+        Some((_, Some(_))) => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("X-Corral-Exec names exec {shown}, which has ended"),
+        )),
+        Some((pid, None)) => match (pid, peer_pid) {
+            (Some(pid), Some(peer)) if pid == i64::from(peer) => Ok(()),
+            _ => Err(RpcError::new(
+                code::NOT_ALLOWED,
+                format!(
+                    "X-Corral-Exec names exec {shown}, which is not the process sending this \
+                     request{}",
+                    peer_pid.map_or(" (its process could not be found)".to_string(), |peer| {
+                        format!(" (pid {peer})")
+                    })
+                ),
+            )),
+        },
+    }
+}
+
 /// A socket method's route.
 async fn rpc(
     route: &Route,
@@ -490,10 +654,43 @@ async fn rpc(
     if let Some(refusal) = check_access(route, request, shared) {
         return refusal;
     }
+    let exec_id = match exec_of(request) {
+        Ok(exec_id) => exec_id,
+        Err(error) => return error_response(error),
+    };
+    // Who asks is looked up first, before the body is read (whether a request widens is
+    // known only from its body), and only when it may matter: a write (any may widen), a
+    // driver's request, one that speaks for an exec. A read never widens.
+    let peer_pid = if needs_peer(route, method, exec_id.is_some()) {
+        let found = peer_of(request).await;
+        if found.is_none() {
+            tracing::info!(
+                method,
+                "http: the process behind a {method} request was not found (it closed its \
+                 connection, or is another user's): an unknown peer"
+            );
+        }
+        found
+    } else {
+        None
+    };
     let mut params = match params_of(route, request, body).await {
         Ok(params) => Value::Object(params),
         Err(error) => return error_response(error),
     };
+    // The exec records of prompt.send are the socket's (`corral run`'s); the browser never
+    // sends one, and an HTTP peer cannot be matched against one's pid.
+    if method == "prompt.send" && params.get("exec").is_some() {
+        return error_response(RpcError::new(
+            code::INVALID_PARAMS,
+            "exec records are the socket's: prompt.send over HTTP takes no exec",
+        ));
+    }
+    if let Some(exec_id) = &exec_id {
+        if let Err(error) = check_exec(shared, exec_id, peer_pid).await {
+            return error_response(error);
+        }
+    }
     // A browser's images come as their bytes: written to files, sent as their paths.
     let mut uploaded = Vec::new();
     if method == "prompt.send" {
@@ -513,21 +710,6 @@ async fn rpc(
             }
         }
     }
-    let exec_id = match exec_of(request) {
-        Ok(exec_id) => exec_id,
-        Err(error) => return error_response(error),
-    };
-    // Only a widening request needs to know who asks (a pass over /proc).
-    let peer_pid = match (origin::widening(method, &params), request.peer_addr()) {
-        (Some(_), Some(peer)) => {
-            let local = request.app_config().local_addr();
-            web::block(move || super::peer::pid_of(peer, local))
-                .await
-                .ok()
-                .flatten()
-        }
-        _ => None,
-    };
     match shared.bridge.call(method, params, peer_pid, exec_id).await {
         Ok(result) => json_response(StatusCode::OK, &result),
         Err(error) => {
@@ -602,6 +784,47 @@ mod tests {
         assert_eq!(status_of(code::BUSY), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(status_of(code::NOT_ALLOWED), StatusCode::FORBIDDEN);
         assert_eq!(status_of(code::INTERNAL), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn every_route_that_may_widen_looks_its_peer_up() {
+        // The methods a request widens with (origin::widening) are all written to, never read.
+        for route in routes::ROUTES {
+            let Serve::Rpc(method) = route.serve else {
+                continue;
+            };
+            let widens = [
+                "project.add",
+                "project.set",
+                "settings.set",
+                "group.set",
+                "shutdown",
+                "driver.claim",
+            ]
+            .contains(&method);
+            if widens {
+                assert!(needs_peer(route, method, false), "{method}");
+            }
+        }
+        let status = routes::ROUTES
+            .iter()
+            .find(|route| route.serve == Serve::Rpc("status"))
+            .unwrap();
+        assert!(!needs_peer(status, "status", false));
+        assert!(needs_peer(status, "status", true));
+    }
+
+    #[test]
+    fn request_bytes_in_flight_are_bounded_and_given_back() {
+        let mut held = Held(0);
+        held.take(MAX_BYTES_IN_FLIGHT - 10).unwrap();
+        let mut other = Held(0);
+        assert_eq!(other.take(11).unwrap_err().code, code::BUSY);
+        other.take(10).unwrap();
+        drop(held);
+        drop(other);
+        let mut again = Held(0);
+        again.take(MAX_BYTES_IN_FLIGHT).unwrap();
     }
 
     #[test]

@@ -8,14 +8,15 @@
 //!   `/describe`;
 //! - [`api`]: the handlers (pages, assets, the JSON routes, their errors);
 //! - [`access`]: the token file, login sessions, the cookie, CSRF, the Host and Origin checks;
-//! - [`peer`]: the process behind a loopback TCP peer (procfs), for widening requests only;
+//! - [`peer`]: the process behind a loopback TCP peer (procfs), for the requests that may
+//!   widen (writes), drivers' and those naming an exec (`X-Corral-Exec`);
 //! - [`uploads`]: images a browser sends with a prompt, written to `HOME/uploads/`;
 //! - [`ws`]: the WebSocket of events.
 //!
 //! Threading. The daemon's methods run on its main actix thread and hold `Rc` state
 //! ([`DaemonContext`]); actix-web runs [`WORKERS`] workers, each a thread with an actix
 //! system of its own. So a handler never calls a method itself: it sends a [`Call`] (method,
-//! params, the peer's pid when the request widens) through the [`Bridge`], a `Send` channel
+//! params, the peer's pid when the request may widen) through the [`Bridge`], a `Send` channel
 //! whose receiving task, spawned on the main thread, builds a [`Caller`] with
 //! [`Transport::Http`] and runs `methods::call`, each call a task of its own; the answer
 //! comes back on a oneshot. What is `Send` and cheap (the store's readers through
@@ -67,7 +68,8 @@ const BRIDGE_QUEUE: usize = 1024;
 pub struct Call {
     pub method: &'static str,
     pub params: Value,
-    /// The process behind the TCP peer, looked up only for a widening request.
+    /// The process behind the TCP peer, looked up when the request started (before its body
+    /// was read) for a write, a driver's request or one naming an exec; else `None`.
     pub peer_pid: Option<i32>,
     /// The exec the client names (`X-Corral-Exec`), the driver of what it sends.
     pub exec_id: Option<String>,

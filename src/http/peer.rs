@@ -4,11 +4,13 @@
 //! the entry of `/proc/net/tcp` (or `tcp6`) whose local address is the peer's and whose remote
 //! address is ours; its inode is the socket, and the process holding a descriptor on
 //! `socket:[INODE]` is the peer (the first found, as a forked child may share it). It costs a
-//! pass over `/proc/*/fd`, so it is looked up only for a request that widens an agent's rights
-//! (`origin::widening`), which `origin::find` then matches against the live runs. A peer that
-//! closed before the lookup, or a process of another user whose descriptors cannot be read, is
-//! not found: the request is then treated as a person's, as a socket peer whose pid cannot be
-//! read is (the API serves this user only: another user's process has no token).
+//! pass over `/proc/*/fd`, so it is looked up only for a request that may widen an agent's
+//! rights (`origin::widening`, known from the route), a driver's, or one naming an exec; and
+//! it is looked up when the request starts, before its body is read, while the client most
+//! likely still holds its socket. `origin::find` then matches the pid against the live runs.
+//! A peer that closed before the lookup (its socket's inode is then 0), or a process of
+//! another user whose descriptors cannot be read, is not found: `None`, an unknown peer, which
+//! the widening rule refuses over HTTP.
 
 use std::net::SocketAddr;
 
@@ -16,7 +18,9 @@ use procfs::process::FDTarget;
 
 /// The pid of the process holding the peer's end of the TCP connection `peer` → `local`.
 pub fn pid_of(peer: SocketAddr, local: SocketAddr) -> Option<i32> {
-    let inode = socket_inode(peer, local)?;
+    // Inode 0: the peer closed its end (an orphan socket the kernel finishes alone); no
+    // process holds it, and none must be matched by it.
+    let inode = socket_inode(peer, local).filter(|inode| *inode != 0)?;
     let own = std::process::id() as i32;
     let processes = procfs::process::all_processes().ok()?;
     for process in processes.flatten() {

@@ -8,6 +8,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -77,17 +78,48 @@ fn decode(
     Ok((extension, bytes))
 }
 
+/// Makes `dir` if it is not there, and checks the one there: a directory of ours, never a
+/// symbolic link (it would send the uploads elsewhere), private (a looser mode is made 0700).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let refused = |why: String| {
+        std::io::Error::other(format!(
+            "{} is not corral's uploads directory ({why}); remove it",
+            dir.display()
+        ))
+    };
+    let metadata = match std::fs::symlink_metadata(dir) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+            std::fs::symlink_metadata(dir)?
+        }
+        other => other?,
+    };
+    if metadata.file_type().is_symlink() {
+        return Err(refused("it is a symbolic link".into()));
+    }
+    if !metadata.is_dir() {
+        return Err(refused("it is not a directory".into()));
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if metadata.uid() != uid {
+        return Err(refused(format!("it belongs to uid {}", metadata.uid())));
+    }
+    if metadata.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Writes `bytes` as a new private file in `dir`.
 fn write_new(dir: &Path, extension: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    private_dir(dir)?;
     let path = dir.join(format!("{}.{extension}", uuid::Uuid::now_v7()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(&path)?;
     file.write_all(bytes)?;
     file.sync_all()?;
@@ -167,6 +199,29 @@ mod tests {
         };
         assert_eq!(mode(Path::new(path)), 0o600);
         assert_eq!(mode(&home.path().join(UPLOADS_DIR)), 0o700);
+    }
+
+    #[test]
+    fn an_uploads_link_is_not_followed_and_a_loose_mode_is_tightened() {
+        let home = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let data = base64::engine::general_purpose::STANDARD.encode(PNG);
+        let image = json!({ "images": [{ "media_type": "image/png", "data": data }] });
+        std::os::unix::fs::symlink(elsewhere.path(), home.path().join(UPLOADS_DIR)).unwrap();
+        let error = store(home.path(), &mut image.clone()).unwrap_err();
+        assert!(error.message.contains("symbolic link"), "{}", error.message);
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+        std::fs::remove_file(home.path().join(UPLOADS_DIR)).unwrap();
+        std::fs::create_dir(home.path().join(UPLOADS_DIR)).unwrap();
+        let loose = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(home.path().join(UPLOADS_DIR), loose).unwrap();
+        store(home.path(), &mut image.clone()).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(home.path().join(UPLOADS_DIR))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     #[test]

@@ -155,7 +155,14 @@ async fn feed(
             item = events.next() => item,
             message = messages.recv() => match message {
                 Some(Ok(actix_ws::Message::Ping(bytes))) => {
-                    let _ = queue.send((Frame::Pong(bytes), None));
+                    // A pong takes room in the queue as any frame: a client that pings and
+                    // never reads fills it, and is dropped as one that stops reading.
+                    let Some(permit) = reserve(room, bytes.len() + MESSAGE_OVERHEAD).await else {
+                        return End::Drop;
+                    };
+                    if queue.send((Frame::Pong(bytes), Some(permit))).is_err() {
+                        return End::Drop;
+                    }
                     continue;
                 }
                 Some(Ok(actix_ws::Message::Close(_))) | Some(Err(_)) | None => return End::Drop,
@@ -171,25 +178,27 @@ async fn feed(
             }
             None => return End::Flush,
         };
-        let cost = (text.len() + MESSAGE_OVERHEAD).min(CLIENT_BYTES) as u32;
-        let permit = match room.clone().try_acquire_many_owned(cost) {
-            Ok(permit) => permit,
-            Err(_) => {
-                // Full: wait for the client to read some, for a while.
-                tokio::select! {
-                    permit = room.clone().acquire_many_owned(cost) => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => return End::Drop,
-                    },
-                    () = tokio::time::sleep(STALL) => {
-                        tracing::info!("http: dropped a WebSocket client that stopped reading");
-                        return End::Drop;
-                    }
-                }
-            }
+        let Some(permit) = reserve(room, text.len() + MESSAGE_OVERHEAD).await else {
+            return End::Drop;
         };
         if queue.send((Frame::Text(text), Some(permit))).is_err() {
             return End::Drop;
+        }
+    }
+}
+
+/// Room for a frame of `cost` bytes in a client's queue, waited for as long as the client
+/// reads: `None` when it frees none within [`STALL`] (it is dropped then).
+async fn reserve(room: &Arc<Semaphore>, cost: usize) -> Option<OwnedSemaphorePermit> {
+    let cost = cost.min(CLIENT_BYTES) as u32;
+    if let Ok(permit) = room.clone().try_acquire_many_owned(cost) {
+        return Some(permit);
+    }
+    tokio::select! {
+        permit = room.clone().acquire_many_owned(cost) => permit.ok(),
+        () = tokio::time::sleep(STALL) => {
+            tracing::info!("http: dropped a WebSocket client that stopped reading");
+            None
         }
     }
 }
