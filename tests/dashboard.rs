@@ -555,6 +555,52 @@ fn a_missing_or_expired_cookie_is_sent_to_the_login_page() {
     assert_eq!(browser.document_url(), format!("{}/", dashboard.base));
 }
 
+/// On a phone's screen (390 CSS pixels wide) every page fits its width: nothing is wider than
+/// the window, so nothing needs a sideways scroll.
+#[test]
+fn every_page_fits_a_phone_screen() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, ids) = Dashboard::start(&["a session with a rather long title to wrap"]);
+    dashboard.home.ok(&[
+        "send",
+        &ids[0],
+        "--wait",
+        "@fake answer=An answer long enough to wrap on a narrow screen, twice over at least.\nhi",
+    ]);
+    let browser = Browser::start("phone", dashboard.home.path());
+    browser.set_window_size(390, 844);
+    dashboard.log_in(&browser);
+    let fits = "document.documentElement.scrollWidth <= document.documentElement.clientWidth";
+    let pages = [
+        ("#/", "[data-testid=session-row]"),
+        (
+            &*format!("#/sessions/{}", ids[0]),
+            "[data-testid=agent-text]",
+        ),
+        ("#/projects", "[data-testid=project-row]"),
+        ("#/settings", "[data-testid=setting-row]"),
+        ("#/history", "[data-testid=exec-row]"),
+    ];
+    for (route, content) in pages {
+        dashboard.open(&browser, route);
+        browser.wait_for(content);
+        let width = browser.execute(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+            vec![],
+        );
+        assert_eq!(
+            browser.execute(&format!("return {fits};"), vec![]),
+            json!(true),
+            "{route} is wider than the phone's screen: {width}"
+        );
+        if route == "#/" {
+            screenshot(&browser, "overview-phone");
+        }
+    }
+}
+
 /// The login cookie's properties, then a write made with it: refused (403, a JSON error)
 /// without the CSRF token or with a wrong one, stored with the token the page's meta tag
 /// holds; a bearer write needs none.

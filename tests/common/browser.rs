@@ -275,6 +275,14 @@ impl Browser {
         self.run(&format!("going to {url}"), self.client().goto(url));
     }
 
+    /// Resizes the window (CSS pixels, the browser's frame included).
+    pub fn set_window_size(&self, width: u32, height: u32) {
+        self.run(
+            &format!("resizing the window to {width}x{height}"),
+            self.client().set_window_size(width, height),
+        );
+    }
+
     /// The URL the browser shows now.
     pub fn url(&self) -> String {
         self.run("reading the URL", self.client().current_url())
