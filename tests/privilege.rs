@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::daemon::DaemonHome;
+use serde_json::json;
 
 const REFUSAL: &str = "not allowed from inside a supervised run (session ";
 
@@ -64,22 +65,18 @@ fn attempts(home: &Path, rpc: &Path) -> (String, usize) {
     (script, widening.len())
 }
 
-#[test]
-fn an_agent_cannot_widen_its_own_rights_by_any_route() {
-    let home = DaemonHome::new();
-    let session = home.fake_session(env!("CARGO_BIN_EXE_corral-fake-engine"), "agent", &[]);
-    let rpc = home.path().join("rpc.py");
-    std::fs::write(&rpc, RPC).unwrap();
-    let (script, widening) = attempts(home.path(), &rpc);
+/// What the agent's script printed, split at its `== ` lines, and the session's events.
+fn run_as_agent(
+    home: &DaemonHome,
+    session: &str,
+    script: &str,
+) -> (Vec<String>, Vec<serde_json::Value>) {
     let script_path = home.path().join("attempts.sh");
     std::fs::write(&script_path, script).unwrap();
-
     let prompt = format!("@fake run=sh '{}'\ntry everything", script_path.display());
-    home.ok(&["send", &session, &prompt, "--wait"]);
-
-    // What the agent saw: one refusal line per widening attempt, naming the session.
+    home.ok(&["send", session, &prompt, "--wait"]);
     let events: Vec<serde_json::Value> = home
-        .ok(&["watch", &session, "--json"])
+        .ok(&["watch", session, "--json"])
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
@@ -90,7 +87,20 @@ fn an_agent_cannot_widen_its_own_rights_by_any_route() {
         .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
         .expect("the agent's command ran")
         .to_string();
-    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    let sections = output.split("== ").skip(1).map(str::to_string).collect();
+    (sections, events)
+}
+
+#[test]
+fn an_agent_cannot_widen_its_own_rights_by_any_route() {
+    let home = DaemonHome::new();
+    let session = home.fake_session(env!("CARGO_BIN_EXE_corral-fake-engine"), "agent", &[]);
+    let rpc = home.path().join("rpc.py");
+    std::fs::write(&rpc, RPC).unwrap();
+    let (script, widening) = attempts(home.path(), &rpc);
+    // What the agent saw: one refusal line per widening attempt, naming the session.
+    let (sections, events) = run_as_agent(&home, &session, &script);
+    let output = sections.join("== ");
     assert_eq!(sections.len(), widening + 2, "{output}");
     for section in &sections[..widening] {
         assert!(
@@ -143,5 +153,199 @@ fn an_agent_cannot_widen_its_own_rights_by_any_route() {
         home.json(&["project", "show", "p", "--json"])["full_access"],
         true
     );
+    home.stop_daemon();
+}
+
+/// The requests that widened by the back door before (issue #12's review): another engine
+/// for a session, a project on `/` or with an engine of the agent's choosing, text for a
+/// session without a sandbox (full access by proxy), a driver taken over, a project taken
+/// out of its lock group, and `project.archive` carrying `project.set`'s params. From a run
+/// each is refused and recorded (the archive: refused as bad params, for anyone); the same
+/// requests that do not widen pass, and from a person every one passes.
+#[test]
+fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    let session = home.fake_session(fake, "agent", &[]);
+    // A person's full-access project, with a session; p in a locking group; a sandboxed
+    // session beside the agent's.
+    let open = home.path().join("open");
+    std::fs::create_dir_all(&open).unwrap();
+    home.add_project("fa", &open, "fake");
+    home.ok(&["project", "set", "fa", "--full-access", "true"]);
+    let target = home.new_session(&["fa", "--title", "target"]);
+    let beside = home.new_session(&["p", "--title", "beside"]);
+    let mut person = common::rpc::Rpc::connect(home.path());
+    person
+        .call("project.set", json!({"project": "p", "groups": ["deploy"]}))
+        .expect("a person puts p in a group");
+    let rpc = home.path().join("rpc.py");
+    std::fs::write(&rpc, RPC).unwrap();
+
+    let work = home.work().display().to_string();
+    let widening: Vec<(&str, serde_json::Value)> = vec![
+        ("session.new", json!({"project": "p", "engine": "command"})),
+        ("session.new", json!({"project": "fa", "engine": "command"})),
+        ("project.add", json!({"name": "root", "path": "/"})),
+        (
+            "project.add",
+            json!({"name": "up", "path": format!("{work}/..")}),
+        ),
+        (
+            "project.add",
+            json!({"name": "cmd", "path": work, "engine": "command"}),
+        ),
+        (
+            "project.add",
+            json!({"name": "bg", "path": work, "keep_background": true}),
+        ),
+        (
+            "prompt.send",
+            json!({"session": target, "text": "rm -rf /"}),
+        ),
+        (
+            "prompt.send",
+            json!({"session": "target", "text": "by title"}),
+        ),
+        ("session.steer", json!({"session": target, "text": "now"})),
+        (
+            "driver.claim",
+            json!({"session": beside, "take_over": true}),
+        ),
+        ("project.set", json!({"project": "p", "groups": []})),
+        ("project.set", json!({"project": "p", "engine": "command"})),
+    ];
+    // Not widening: the project's own engine, a project on the run's own directory, text for
+    // a sandboxed session, a claim without take-over (refused for want of an exec), p kept in
+    // its group.
+    let allowed: Vec<(&str, serde_json::Value)> = vec![
+        (
+            "session.new",
+            json!({"project": "p", "engine": "fake", "title": "mine"}),
+        ),
+        ("project.add", json!({"name": "same", "path": work})),
+        ("prompt.send", json!({"session": beside, "text": "hello"})),
+        ("driver.claim", json!({"session": beside})),
+        (
+            "project.set",
+            json!({"project": "p", "groups": ["deploy", "more"]}),
+        ),
+    ];
+    let archive = json!({"project": "p", "full_access": true});
+    let mut script = String::from("set +e\n");
+    let quote = |value: &serde_json::Value| value.to_string().replace('\'', r"'\''");
+    let mut call = |label: &str, method: &str, params: &serde_json::Value| {
+        script.push_str(&format!(
+            "echo '== {label} {method}'\npython3 '{}' {method} '{}' 2>&1\n",
+            rpc.display(),
+            quote(params)
+        ));
+    };
+    for (method, params) in &widening {
+        call("widening", method, params);
+    }
+    for (method, params) in &allowed {
+        call("allowed", method, params);
+    }
+    call("invalid", "project.archive", &archive);
+    script.push_str("echo '== end'\n");
+
+    let (sections, events) = run_as_agent(&home, &session, &script);
+    let all = sections.join("== ");
+    assert_eq!(sections.len(), widening.len() + allowed.len() + 2, "{all}");
+    for section in &sections[..widening.len()] {
+        assert!(
+            section.contains(&format!("{REFUSAL}{session})")),
+            "not refused: {section}\n--- all:\n{all}"
+        );
+    }
+    for section in &sections[widening.len()..widening.len() + allowed.len()] {
+        assert!(
+            !section.contains(REFUSAL),
+            "refused: {section}\n--- all:\n{all}"
+        );
+        if !section.starts_with("allowed driver.claim") {
+            assert!(section.contains("ALLOWED"), "{section}\n--- all:\n{all}");
+        }
+    }
+    let invalid = &sections[widening.len() + allowed.len()];
+    assert!(
+        invalid.contains("project.archive takes only project, not full_access"),
+        "{invalid}"
+    );
+
+    // Each widening attempt is recorded, naming its method; nothing widened.
+    let refused: Vec<&str> = events
+        .iter()
+        .filter(|event| event["kind"] == "request.refused")
+        .filter_map(|event| event["payload"]["method"].as_str())
+        .collect();
+    let methods: Vec<&str> = widening.iter().map(|(method, _)| *method).collect();
+    assert_eq!(refused, methods);
+    let projects = home.json(&["project", "list", "--all", "--json"]);
+    let names: Vec<&str> = projects
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|project| project["name"].as_str())
+        .collect();
+    for name in ["root", "up", "cmd", "bg"] {
+        assert!(!names.contains(&name), "{name} was added: {names:?}");
+    }
+    let p = home.json(&["project", "show", "p", "--json"]);
+    assert_eq!(p["engine"], "fake", "{p}");
+    assert_eq!(p["full_access"], false, "{p}");
+    assert!(p["archived_at"].is_null(), "{p}");
+    assert_eq!(p["groups"], json!(["deploy", "more"]), "{p}");
+    let sessions = home.json(&["session", "list", "--json"]);
+    assert!(
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|session| session["engine"] != "command"),
+        "{sessions}"
+    );
+    let target_show = home.json(&["session", "show", &target, "--json"]);
+    assert_eq!(target_show["prompts"], json!([]), "{target_show}");
+
+    // From a person, outside any run, every widening request passes the check.
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    person
+        .call(
+            "project.add",
+            json!({"name": "elsewhere", "path": elsewhere, "engine": "fake"}),
+        )
+        .expect("a person adds a project anywhere, on the engine they choose");
+    person
+        .call("session.new", json!({"project": "p", "engine": "codex"}))
+        .expect("a person chooses a session's engine");
+    person
+        .call("prompt.send", json!({"session": target, "text": "hello"}))
+        .expect("a person sends to a full-access session");
+    let claim = person
+        .call(
+            "driver.claim",
+            json!({"session": beside, "take_over": true}),
+        )
+        .expect_err("no exec: not a driver");
+    assert_eq!(claim["code"], -32602, "{claim}");
+    person
+        .call("project.set", json!({"project": "p", "groups": []}))
+        .expect("a person takes p out of its group");
+    // project.archive takes its selector only, from anyone; `corral project archive` works.
+    let archived = person
+        .call(
+            "project.archive",
+            json!({"project": "elsewhere", "engine": "command"}),
+        )
+        .expect_err("project.archive with project.set's params");
+    assert_eq!(archived["code"], -32602, "{archived}");
+    assert!(home.json(&["project", "show", "elsewhere", "--json"])["archived_at"].is_null());
+    home.ok(&["project", "archive", "elsewhere"]);
+    let elsewhere = home.json(&["project", "show", "elsewhere", "--json"]);
+    assert!(elsewhere["archived_at"].is_i64(), "{elsewhere}");
+    assert_eq!(elsewhere["engine"], "fake", "{elsewhere}");
     home.stop_daemon();
 }

@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::remote::{self, absolute, print_json, text, time};
 use super::{CliError, Context, Exit};
 use crate::protocol::{
-    ProjectAdd, ProjectAddParams, ProjectArchive, ProjectList, ProjectListParams, ProjectSelector,
-    ProjectSet, ProjectSetParams, ProjectShow,
+    ProjectAdd, ProjectAddParams, ProjectArchive, ProjectArchiveParams, ProjectList,
+    ProjectListParams, ProjectSelector, ProjectSet, ProjectSetParams, ProjectShow,
 };
 use crate::store::select::IdKind;
 
@@ -143,10 +143,7 @@ pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliE
         ProjectAction::Set(set) => self::set(context, set).await,
         ProjectAction::Archive(archive) => {
             let mut client = remote::connect(context).await?;
-            let params = ProjectSetParams {
-                project: archive.project.clone(),
-                ..ProjectSetParams::default()
-            };
+            let params = ProjectArchiveParams::new(&archive.project);
             let project = remote::ask_json::<ProjectArchive>(&mut client, &params).await?;
             if archive.json {
                 print_json(&project);

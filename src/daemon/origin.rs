@@ -25,6 +25,9 @@ use std::collections::HashMap;
 
 use procfs::process::Process;
 
+use crate::protocol::*;
+use crate::store::work;
+
 /// The variable every engine child carries: its run's id.
 pub const RUN_ID_ENV: &str = crate::actors::supervisor::RUN_ID_ENV;
 
@@ -103,50 +106,273 @@ fn run_id_in_environment(process: &Process) -> Option<String> {
         .map(|value| value.to_string_lossy().into_owned())
 }
 
-/// What a request would widen, in words for the refusal, if it widens anything an agent may
-/// do: full access on, `remote` off, another engine for a project, where an engine's program
-/// comes from, a group that stops locking, background processes kept after their runs
-/// (`keep_background` on: an agent could leave a process running unsupervised), the daemon
-/// stopped. Narrowing (full access off, `remote` on, `keep_background` off) is not widening.
+/// What a request would widen, judged before anything is read: the dispatcher's rules
+/// ([`Widening`]) with nothing known of the store or of the caller, so a rule that needs
+/// to know answers as if the worst were true. The HTTP API asks it before it pays for a peer
+/// lookup (`http::peer`): `None` here is `None` for every caller, whatever the store says.
+/// A method that is not served, or params that do not decode, do not widen (they fail).
 pub fn widening(method: &str, params: &serde_json::Value) -> Option<String> {
-    let field = |name: &str| params.get(name);
-    let is =
-        |name: &str, value: bool| field(name).and_then(serde_json::Value::as_bool) == Some(value);
-    match method {
-        "project.add" if is("full_access", true) => {
-            Some("adding a project with full access".into())
-        }
-        "project.add" if is("keep_background", true) => {
-            Some("adding a project whose runs' background processes outlive them".into())
-        }
-        "project.set" if is("full_access", true) => Some("turning full access on".into()),
-        "project.set" if is("keep_background", true) => {
-            Some("letting background processes outlive their runs".into())
-        }
-        "project.set" if is("remote", false) => Some("turning remote off".into()),
-        "project.set" if field("engine").is_some_and(|engine| !engine.is_null()) => {
-            Some("changing a project's engine".into())
-        }
-        "project.set" if field("path").is_some_and(|path| !path.is_null()) => {
-            Some("changing a project's path".into())
-        }
-        "settings.set" => {
-            let name = field("name")?.as_str()?;
-            let engine_program = name.starts_with("engines.")
-                && (name.ends_with(".path") || name == "engines.command.template");
-            engine_program.then(|| format!("changing {name}"))
-        }
-        // `locking` defaults to true: only an explicit false widens.
-        "group.set" if is("locking", false) => Some(format!(
-            "making group {} non-locking",
-            field("name")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("?")
-        )),
-        "shutdown" => Some("stopping the daemon".into()),
-        _ => None,
+    super::methods::widening_unread(method, params)
+}
+
+/// A request's params that may widen what an agent may do, as the dispatcher decodes them:
+/// every served method's params implement it (`methods::Serve` requires it), so a method
+/// cannot skip the check by sharing a type or a name. The rules (docs/protocol.md,
+/// "Privilege stays with people") are written once per params type, here.
+pub trait Widening {
+    /// What this request would widen, in words for the refusal; `None`: nothing (narrowing
+    /// is never widening). A fact `ctx` cannot give (no store, an unknown selector, a caller
+    /// whose run is not known) counts as the worst: the rule widens.
+    fn widens(&self, _ctx: &WideningContext) -> Option<String> {
+        None
     }
 }
+
+/// What a rule may know: the store (`None`: not read — [`widening`]) and the run the
+/// request came from (its session and that session's project; `None`: not known, which a
+/// rule reads as a run that may do nothing — no full access, no project of its own).
+pub struct WideningContext<'a> {
+    store: Option<&'a rusqlite::Connection>,
+    caller: Option<(work::Session, Option<work::Project>)>,
+}
+
+impl<'a> WideningContext<'a> {
+    /// Nothing known: the worst for every fact.
+    pub fn unread() -> Self {
+        WideningContext {
+            store: None,
+            caller: None,
+        }
+    }
+
+    /// The store read, the caller's run not known (yet).
+    pub fn of_store(store: &'a rusqlite::Connection) -> Self {
+        WideningContext {
+            store: Some(store),
+            caller: None,
+        }
+    }
+
+    /// The store read, and the caller's run: `session_id` is its session's (`None`: an
+    /// app-server child, which serves many sessions: not known).
+    pub fn of_run(store: &'a rusqlite::Connection, session_id: Option<&str>) -> Self {
+        let caller = session_id
+            .and_then(|id| work::session(store, id).ok().flatten())
+            .map(|session| {
+                let project = session
+                    .project_id
+                    .as_deref()
+                    .and_then(|id| work::project(store, id).ok().flatten());
+                (session, project)
+            });
+        WideningContext {
+            store: Some(store),
+            caller,
+        }
+    }
+
+    /// The project a selector names (`None`: no store, or it names none or several).
+    pub fn project(&self, selector: &str) -> Option<work::Project> {
+        super::methods::project_of(self.store?, selector).ok()
+    }
+
+    /// The session a selector names, with its project.
+    pub fn session(&self, selector: &str) -> Option<(work::Session, work::Project)> {
+        let store = self.store?;
+        let session = super::methods::session_of(store, selector).ok()?;
+        let project = work::project(store, session.project_id.as_deref()?).ok()??;
+        Some((session, project))
+    }
+
+    /// The caller's run's project, when known.
+    pub fn caller_project(&self) -> Option<&work::Project> {
+        self.caller.as_ref()?.1.as_ref()
+    }
+
+    /// Whether the caller's run is itself unconfined (see [`unconfined`]); not known: no.
+    fn caller_unconfined(&self) -> bool {
+        match &self.caller {
+            Some((session, Some(project))) => unconfined(session, project),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a session's runs have no sandbox: its project has full access (and is not
+/// remote: a remote project's engines are always read-only), or its engine is `command`
+/// (any program, never sandboxed).
+fn unconfined(session: &work::Session, project: &work::Project) -> bool {
+    (project.full_access && project.kind != "remote") || session.engine == "command"
+}
+
+/// The engine a project's new sessions get when none is given (`Corral::open_session`).
+fn project_engine(project: &work::Project) -> &str {
+    project.engine.as_deref().unwrap_or("codex")
+}
+
+/// Whether two paths are the same directory (symlinks resolved); a path that does not
+/// resolve is no directory of anyone's.
+fn same_directory(a: &str, b: &str) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+impl Widening for ProjectAddParams {
+    /// Choosing a project's sandbox, engine and place is the person's: from a run, a project
+    /// is added only on the run's own project's directory (not a directory below it: the
+    /// agent could later replace that directory with a symlink to anywhere), sandboxed as
+    /// that project is, on the default engine.
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        if self.full_access {
+            return Some("adding a project with full access".into());
+        }
+        if self.keep_background {
+            return Some("adding a project whose runs' background processes outlive them".into());
+        }
+        if self
+            .engine
+            .as_deref()
+            .is_some_and(|engine| !engine.is_empty())
+        {
+            return Some("choosing a new project's engine".into());
+        }
+        let Some(own) = ctx
+            .caller_project()
+            .filter(|own| same_directory(&own.path, &self.path))
+        else {
+            return Some(format!(
+                "adding a project on {} (not the run's own project's directory)",
+                self.path
+            ));
+        };
+        (own.kind == "remote" && !self.remote)
+            .then(|| "adding a local project from a remote one".into())
+    }
+}
+
+impl Widening for ProjectSetParams {
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        if self.full_access == Some(true) {
+            return Some("turning full access on".into());
+        }
+        if self.keep_background == Some(true) {
+            return Some("letting background processes outlive their runs".into());
+        }
+        if self.remote == Some(false) {
+            return Some("turning remote off".into());
+        }
+        let project = || ctx.project(&self.project);
+        if let Some(engine) = &self.engine {
+            if project().and_then(|p| p.engine) != Some(engine.clone()) {
+                return Some("changing a project's engine".into());
+            }
+        }
+        if let Some(groups) = &self.groups {
+            let Some(project) = project() else {
+                return Some("changing a project's groups".into());
+            };
+            if let Some(left) = project.groups.iter().find(|group| !groups.contains(group)) {
+                return Some(format!(
+                    "taking project {} out of group {left}",
+                    project.name
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// `project.archive` takes its selector only: it changes nothing else.
+impl Widening for ProjectArchiveParams {}
+
+impl Widening for GroupSetParams {
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        // `locking` defaults to true: only an explicit false widens.
+        (self.locking == Some(false)).then(|| format!("making group {} non-locking", self.name))
+    }
+}
+
+impl Widening for SettingsSetParams {
+    /// Where an engine's program comes from (set or unset alike).
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        let name = &self.name;
+        let engine_program = name.starts_with("engines.")
+            && (name.ends_with(".path") || name == "engines.command.template");
+        engine_program.then(|| format!("changing {name}"))
+    }
+}
+
+impl Widening for ShutdownParams {
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        Some("stopping the daemon".into())
+    }
+}
+
+impl Widening for SessionNewParams {
+    /// A session runs its project's engine unless a person chooses another (the `command`
+    /// engine has no sandbox at all).
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        let engine = self.engine.as_deref().filter(|engine| !engine.is_empty())?;
+        match ctx.project(&self.project) {
+            Some(project) if project_engine(&project) == engine => None,
+            Some(project) => Some(format!(
+                "choosing engine {engine} for a session of project {} (its engine is {})",
+                project.name,
+                project_engine(&project)
+            )),
+            None => Some(format!("choosing engine {engine} for a new session")),
+        }
+    }
+}
+
+/// Text for a session whose runs have no sandbox, from a run that has one, is full access
+/// by proxy.
+fn into_unconfined(ctx: &WideningContext, selector: &str) -> Option<String> {
+    if ctx.caller_unconfined() {
+        return None;
+    }
+    match ctx.session(selector) {
+        Some((session, project)) if !unconfined(&session, &project) => None,
+        Some((session, project)) => Some(format!(
+            "sending to session {} of project {}, which runs without a sandbox",
+            session.id, project.name
+        )),
+        None => Some("sending to a session that may run without a sandbox".into()),
+    }
+}
+
+impl Widening for SendParams {
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        into_unconfined(ctx, &self.session)
+    }
+}
+
+impl Widening for SteerParams {
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        into_unconfined(ctx, &self.session)
+    }
+}
+
+impl Widening for ClaimParams {
+    /// Taking a session from its driver (a person's terminal, say) is the person's.
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        self.take_over
+            .then(|| format!("taking session {} over from its driver", self.session))
+    }
+}
+
+// The served methods whose params never widen (a method that is only read never does).
+impl Widening for NoParams {}
+impl Widening for StatusParams {}
+impl Widening for SessionSelector {}
+impl Widening for SessionRenameParams {}
+impl Widening for CancelParams {}
+impl Widening for PromptSelector {}
+impl Widening for ReleaseParams {}
+impl Widening for ExecStartParams {}
+impl Widening for ExecEndParams {}
 
 #[cfg(test)]
 mod tests {
@@ -191,56 +417,73 @@ mod tests {
     #[test]
     fn widening_requests_are_named_and_narrowing_ones_pass() {
         use serde_json::json;
+        // Nothing read: a rule that needs the store or the caller answers as if the worst.
         let widens = |method: &str, params: serde_json::Value| widening(method, &params);
-        assert!(widens("project.set", json!({"project": "p", "full_access": true})).is_some());
-        assert!(widens("project.set", json!({"project": "p", "remote": false})).is_some());
-        assert!(widens("project.set", json!({"project": "p", "engine": "codex"})).is_some());
-        assert!(widens("project.add", json!({"name": "q", "full_access": true})).is_some());
-        assert!(widens(
-            "settings.set",
-            json!({"name": "engines.claude.path", "value": "/x"})
-        )
-        .is_some());
-        assert!(widens("settings.set", json!({"name": "engines.command.template"})).is_some());
-        assert!(widens("group.set", json!({"name": "deploy", "locking": false})).is_some());
-        assert!(widens("shutdown", json!({})).is_some());
-        assert!(widens(
-            "project.set",
-            json!({"project": "p", "keep_background": true})
-        )
-        .is_some());
-        assert!(widens("project.add", json!({"name": "q", "keep_background": true})).is_some());
-        assert_eq!(
-            widens(
+        for (method, params) in [
+            ("project.set", json!({"project": "p", "full_access": true})),
+            ("project.set", json!({"project": "p", "remote": false})),
+            ("project.set", json!({"project": "p", "engine": "codex"})),
+            (
                 "project.set",
-                json!({"project": "p", "keep_background": false})
+                json!({"project": "p", "keep_background": true}),
             ),
-            None
-        );
+            ("project.set", json!({"project": "p", "groups": []})),
+            (
+                "project.add",
+                json!({"name": "q", "path": "/", "full_access": true}),
+            ),
+            (
+                "project.add",
+                json!({"name": "q", "path": "/", "keep_background": true}),
+            ),
+            ("project.add", json!({"name": "q", "path": "/tmp"})),
+            (
+                "settings.set",
+                json!({"name": "engines.claude.path", "value": "/x"}),
+            ),
+            ("settings.set", json!({"name": "engines.command.template"})),
+            ("group.set", json!({"name": "deploy", "locking": false})),
+            ("shutdown", json!({})),
+            ("shutdown", serde_json::Value::Null),
+            ("session.new", json!({"project": "p", "engine": "command"})),
+            ("prompt.send", json!({"session": "s", "text": "hi"})),
+            ("session.steer", json!({"session": "s", "text": "hi"})),
+            ("driver.claim", json!({"session": "s", "take_over": true})),
+        ] {
+            assert!(
+                widens(method, params.clone()).is_some(),
+                "{method} {params}"
+            );
+        }
         // Narrowing, and everything else, is allowed.
-        assert_eq!(
-            widens("project.set", json!({"project": "p", "full_access": false})),
-            None
-        );
-        assert_eq!(
-            widens("project.set", json!({"project": "p", "remote": true})),
-            None
-        );
-        assert_eq!(
-            widens("project.add", json!({"name": "q", "path": "/tmp"})),
-            None
-        );
-        assert_eq!(
-            widens("settings.set", json!({"name": "slots.total", "value": "1"})),
-            None
-        );
-        assert_eq!(widens("group.set", json!({"name": "deploy"})), None);
-        assert_eq!(
-            widens("prompt.send", json!({"session": "s", "text": "hi"})),
-            None
-        );
+        for (method, params) in [
+            ("project.set", json!({"project": "p", "full_access": false})),
+            ("project.set", json!({"project": "p", "remote": true})),
+            (
+                "project.set",
+                json!({"project": "p", "keep_background": false}),
+            ),
+            ("project.set", json!({"project": "p", "model": "m"})),
+            ("settings.set", json!({"name": "slots.total", "value": "1"})),
+            ("group.set", json!({"name": "deploy"})),
+            ("group.set", json!({"name": "deploy", "locking": true})),
+            ("session.new", json!({"project": "p"})),
+            ("session.new", json!({"project": "p", "engine": ""})),
+            ("driver.claim", json!({"session": "s"})),
+            ("session.rename", json!({"session": "s", "title": "t"})),
+            ("project.archive", json!({"project": "p"})),
+            ("project.show", json!({"project": "p"})),
+            ("status", json!({})),
+            // Not served, or not decoded: it fails on its own.
+            ("no.such", json!({"full_access": true})),
+            (
+                "project.archive",
+                json!({"project": "p", "full_access": true}),
+            ),
+        ] {
+            assert_eq!(widens(method, params.clone()), None, "{method} {params}");
+        }
     }
-
     #[test]
     fn a_stranger_is_not_a_run() {
         let runs = [run(999_999, "r1")];

@@ -12,8 +12,8 @@ method! {
     ProjectShow = "project.show": ProjectSelector => Project,
     /// Only the fields given change.
     ProjectSet = "project.set": ProjectSetParams => Project,
-    /// `project.set`'s params; the project is archived (and may be changed with it).
-    ProjectArchive = "project.archive": ProjectSetParams => Project,
+    /// The project is archived; nothing else changes (its selector is its only param).
+    ProjectArchive = "project.archive": ProjectArchiveParams => Project,
     GroupSet = "group.set": GroupSetParams => GroupSetResult,
 }
 
@@ -79,7 +79,7 @@ pub struct ProjectAddParams {
     pub keep_background: bool,
 }
 
-/// `project.set` (and `project.archive`): only the fields given change.
+/// `project.set`: only the fields given change.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProjectSetParams {
     pub project: String,
@@ -118,6 +118,35 @@ named_params!(ProjectSelector { project: string });
 impl ProjectSelector {
     pub fn new(project: impl Into<String>) -> Self {
         ProjectSelector {
+            project: project.into(),
+        }
+    }
+}
+
+/// `project.archive {project}`: the selector and nothing else — a member that would change
+/// the project is refused (-32602), not ignored: archiving is never a way to change one.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProjectArchiveParams {
+    pub project: String,
+}
+
+impl<'de> Deserialize<'de> for ProjectArchiveParams {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let named = super::Named::read(deserializer)?;
+        if let Some(other) = named.0.keys().find(|key| key.as_str() != "project") {
+            return Err(serde::de::Error::custom(format!(
+                "project.archive takes only project, not {other} (change a project with project.set)"
+            )));
+        }
+        Ok(ProjectArchiveParams {
+            project: named.string("project")?,
+        })
+    }
+}
+
+impl ProjectArchiveParams {
+    pub fn new(project: impl Into<String>) -> Self {
+        ProjectArchiveParams {
             project: project.into(),
         }
     }

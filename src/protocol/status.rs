@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{method, named_params, NoParams};
+use super::{method, named_params};
 use crate::actors::slots::SlotSummary;
 use crate::store::work;
 
@@ -13,8 +13,14 @@ method! {
     /// What the daemon is doing: its sessions, working count, slots, app-server children.
     Status = "status": StatusParams => StatusResult,
     /// The same as SIGTERM: the daemon drains, then stops (a second ask: at once).
-    Shutdown = "shutdown": NoParams => ShutdownResult,
+    Shutdown = "shutdown": ShutdownParams => ShutdownResult,
 }
+
+/// `shutdown`'s params: none (any named params are ignored, as `NoParams`'s are). A type of
+/// its own because stopping the daemon is a widening (`daemon::origin::Widening`), which a
+/// method sharing `NoParams` is not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShutdownParams {}
 
 /// `initialize`'s params (checked by the transport's handshake itself, with messages that
 /// say which version the daemon speaks).

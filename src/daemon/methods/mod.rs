@@ -110,10 +110,9 @@ pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value
 }
 
 /// Checks every request alike, then answers it: the read-only methods on a reader
-/// ([`inspect`]), the others through [`serve`].
+/// ([`inspect`]), the others through [`serve`] (which refuses a widening one from a run).
 async fn answer(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
     check_named(params)?;
-    refuse_widening_from_a_run(caller, method, params).await?;
     if let Some(answer) = caller
         .corral()
         .read(|c| Ok(inspect(c, method, params)))
@@ -124,8 +123,9 @@ async fn answer(caller: &Caller, method: &str, params: &Value) -> Result<Value, 
     serve(caller, method, params).await
 }
 
-/// A method served with the daemon's supervisor, in its group's file.
-trait Serve: Method {
+/// A method served with the daemon's supervisor, in its group's file. Its params say what
+/// it would widen ([`origin::Widening`]), checked by [`serve_checked`] before it is served.
+trait Serve: Method<Params: origin::Widening> {
     async fn serve(caller: &Caller, params: Self::Params) -> Result<Self::Result, RpcError>;
 }
 
@@ -153,11 +153,18 @@ macro_rules! dispatch {
 
         async fn serve(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
             match method {
-                $(<$serve as Method>::NAME => {
-                    let params = decode::<$serve>(params)?;
-                    encode(&<$serve as Serve>::serve(caller, params).await?)
-                })*
+                $(<$serve as Method>::NAME => serve_checked::<$serve>(caller, params).await,)*
                 other => Err(unknown_method(other)),
+            }
+        }
+
+        /// What a request would widen with nothing read (`origin::widening`).
+        pub(crate) fn widening_unread(method: &str, params: &Value) -> Option<String> {
+            use origin::Widening as _;
+            let context = origin::WideningContext::unread();
+            match method {
+                $(<$serve as Method>::NAME => decode::<$serve>(params).ok()?.widens(&context),)*
+                _ => None,
             }
         }
 
@@ -182,6 +189,13 @@ dispatch! {
         Overview,
         ExecStart, ExecEnd,
     ],
+}
+
+/// One served method: its params decoded, a widening request from a run refused, then served.
+async fn serve_checked<M: Serve>(caller: &Caller, params: &Value) -> Result<Value, RpcError> {
+    let params = decode::<M>(params)?;
+    refuse_widening_from_a_run(caller, M::NAME, &params).await?;
+    encode(&M::serve(caller, params).await?)
 }
 
 fn unknown_method(method: &str) -> RpcError {
@@ -245,21 +259,51 @@ fn check_title(title: &str) -> Result<(), RpcError> {
 
 /// Privilege stays with people: a request that would widen what an agent may do is refused
 /// when it comes from inside a supervised run (`origin::find`), and the attempt is recorded
-/// as an event of the run's session.
-async fn refuse_widening_from_a_run(
+/// as an event of the run's session. Its rules are judged twice: first for the worst caller
+/// (a run that may do nothing), on the store — most requests widen nothing for anyone and
+/// cost no look at the peer; then, for a peer inside a run, for that run (`prompt.send`
+/// into a session without a sandbox widens only for a run that has one). Over HTTP a peer
+/// that was not found is refused: a person's browser or curl is always found (`http::peer`).
+async fn refuse_widening_from_a_run<P: origin::Widening>(
     caller: &Caller,
     method: &str,
-    params_value: &Value,
+    params: &P,
 ) -> Result<(), RpcError> {
-    let Some(what) = origin::widening(method, params_value) else {
+    let corral = caller.corral();
+    let judge = |session: Option<&str>, of_run: bool| {
+        corral
+            .read(|c| {
+                Ok(params.widens(&if of_run {
+                    origin::WideningContext::of_run(c, session)
+                } else {
+                    origin::WideningContext::of_store(c)
+                }))
+            })
+            .map_err(store_error)
+    };
+    let Some(worst) = judge(None, false)? else {
         return Ok(());
     };
     let Some(peer) = caller.peer_pid else {
+        if caller.transport == Transport::Http {
+            let what = worst;
+            tracing::warn!(
+                method,
+                what,
+                "refused a widening request whose HTTP peer was not found"
+            );
+            return Err(RpcError::new(
+                code::NOT_ALLOWED,
+                format!("cannot tell who asks (the process behind this connection was not found): {what}"),
+            ));
+        }
         return Ok(());
     };
-    let corral = caller.corral();
     let runs = corral.live_runs().await;
     let Some(origin) = origin::find(peer, &runs) else {
+        return Ok(());
+    };
+    let Some(what) = judge(origin.session_id.as_deref(), true)? else {
         return Ok(());
     };
     let session = origin
@@ -333,7 +377,7 @@ pub fn resolve_session(corral: &Corral, selector: &str) -> Result<work::Session,
 }
 
 /// The project `selector` names, read on `c`.
-fn project_of(c: &Store, selector: &str) -> Result<work::Project, RpcError> {
+pub(crate) fn project_of(c: &Store, selector: &str) -> Result<work::Project, RpcError> {
     // An exact id (what clients send) wins anyway: one indexed row, not every project.
     if let Some(project) = read(work::project(c, selector.trim()))? {
         return Ok(project);
@@ -343,7 +387,7 @@ fn project_of(c: &Store, selector: &str) -> Result<work::Project, RpcError> {
 }
 
 /// The session `selector` names, read on `c`.
-fn session_of(c: &Store, selector: &str) -> Result<work::Session, RpcError> {
+pub(crate) fn session_of(c: &Store, selector: &str) -> Result<work::Session, RpcError> {
     // An exact id wins anyway: one indexed row, not every session (issue 11: a prompt sent
     // to one of 2,000 sessions read all 2,000).
     if let Some(session) = read(work::session(c, selector.trim()))? {

@@ -52,12 +52,16 @@ impl Serve for ProjectSet {
 }
 
 impl Serve for ProjectArchive {
-    async fn serve(caller: &Caller, p: ProjectSetParams) -> Result<Project, RpcError> {
-        change(caller, p, true).await
+    async fn serve(caller: &Caller, p: ProjectArchiveParams) -> Result<Project, RpcError> {
+        let unchanged = ProjectSetParams {
+            project: p.project,
+            ..ProjectSetParams::default()
+        };
+        change(caller, unchanged, true).await
     }
 }
 
-/// `project.set`, and `project.archive` (`archive`: the same params, and the project goes).
+/// `project.set`, and `project.archive` (`archive`: no change but that the project goes).
 async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<Project, RpcError> {
     let corral = caller.corral();
     let project = resolve_project(corral, &p.project)?;

@@ -53,7 +53,7 @@ impl Serve for Status {
 
 /// The same as SIGTERM: the daemon drains, then stops (a second ask: at once).
 impl Serve for Shutdown {
-    async fn serve(caller: &Caller, _: NoParams) -> Result<ShutdownResult, RpcError> {
+    async fn serve(caller: &Caller, _: ShutdownParams) -> Result<ShutdownResult, RpcError> {
         caller.context.shutdown.request();
         Ok(ShutdownResult { stopping: true })
     }
