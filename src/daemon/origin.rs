@@ -126,6 +126,11 @@ pub trait Widening {
     fn widens(&self, _ctx: &WideningContext) -> Option<String> {
         None
     }
+
+    /// Replaces the selectors a rule judges by with the ids they name now (left as they are
+    /// when they name none), so that the method serves the session or project that was
+    /// judged, not one that took its title in between.
+    fn pin(&mut self, _ctx: &WideningContext) {}
 }
 
 /// What a rule may know: the store (`None`: not read — [`widening`]) and the run the
@@ -182,6 +187,23 @@ impl<'a> WideningContext<'a> {
         let session = super::methods::session_of(store, selector).ok()?;
         let project = work::project(store, session.project_id.as_deref()?).ok()??;
         Some((session, project))
+    }
+
+    /// `selector` made the id of the project it names now.
+    fn pin_project(&self, selector: &mut String) {
+        if let Some(project) = self.project(selector) {
+            *selector = project.id;
+        }
+    }
+
+    /// `selector` made the id of the session it names now.
+    fn pin_session(&self, selector: &mut String) {
+        let Some(store) = self.store else {
+            return;
+        };
+        if let Ok(session) = super::methods::session_of(store, selector) {
+            *selector = session.id;
+        }
     }
 
     /// The caller's run's project, when known.
@@ -253,6 +275,10 @@ impl Widening for ProjectAddParams {
 }
 
 impl Widening for ProjectSetParams {
+    fn pin(&mut self, ctx: &WideningContext) {
+        ctx.pin_project(&mut self.project);
+    }
+
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
         if self.full_access == Some(true) {
             return Some("turning full access on".into());
@@ -313,6 +339,10 @@ impl Widening for ShutdownParams {
 impl Widening for SessionNewParams {
     /// A session runs its project's engine unless a person chooses another (the `command`
     /// engine has no sandbox at all).
+    fn pin(&mut self, ctx: &WideningContext) {
+        ctx.pin_project(&mut self.project);
+    }
+
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
         let engine = self.engine.as_deref().filter(|engine| !engine.is_empty())?;
         match ctx.project(&self.project) {
@@ -344,12 +374,20 @@ fn into_unconfined(ctx: &WideningContext, selector: &str) -> Option<String> {
 }
 
 impl Widening for SendParams {
+    fn pin(&mut self, ctx: &WideningContext) {
+        ctx.pin_session(&mut self.session);
+    }
+
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
         into_unconfined(ctx, &self.session)
     }
 }
 
 impl Widening for SteerParams {
+    fn pin(&mut self, ctx: &WideningContext) {
+        ctx.pin_session(&mut self.session);
+    }
+
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
         into_unconfined(ctx, &self.session)
     }

@@ -193,8 +193,8 @@ dispatch! {
 
 /// One served method: its params decoded, a widening request from a run refused, then served.
 async fn serve_checked<M: Serve>(caller: &Caller, params: &Value) -> Result<Value, RpcError> {
-    let params = decode::<M>(params)?;
-    refuse_widening_from_a_run(caller, M::NAME, &params).await?;
+    let mut params = decode::<M>(params)?;
+    refuse_widening_from_a_run(caller, M::NAME, &mut params).await?;
     encode(&M::serve(caller, params).await?)
 }
 
@@ -267,21 +267,10 @@ fn check_title(title: &str) -> Result<(), RpcError> {
 async fn refuse_widening_from_a_run<P: origin::Widening>(
     caller: &Caller,
     method: &str,
-    params: &P,
+    params: &mut P,
 ) -> Result<(), RpcError> {
     let corral = caller.corral();
-    let judge = |session: Option<&str>, of_run: bool| {
-        corral
-            .read(|c| {
-                Ok(params.widens(&if of_run {
-                    origin::WideningContext::of_run(c, session)
-                } else {
-                    origin::WideningContext::of_store(c)
-                }))
-            })
-            .map_err(store_error)
-    };
-    let Some(worst) = judge(None, false)? else {
+    let Some(worst) = judge(corral, params, None)? else {
         return Ok(());
     };
     let Some(peer) = caller.peer_pid else {
@@ -303,7 +292,7 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
     let Some(origin) = origin::find(peer, &runs) else {
         return Ok(());
     };
-    let Some(what) = judge(origin.session_id.as_deref(), true)? else {
+    let Some(what) = judge(corral, params, Some(origin.session_id.as_deref()))? else {
         return Ok(());
     };
     let session = origin
@@ -336,6 +325,26 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
         format!("not allowed from inside a supervised run (session {session}): {what}"),
     )
     .with_data(json!({ "run_id": origin.run_id, "found_by": origin.found_by })))
+}
+
+/// What `params` would widen, on one read of the store: for the worst caller (`run`:
+/// `None`), or for the run of that session (`Some(None)`: a run of no one session). The
+/// params' selectors are pinned to the ids judged first, so the method serves what was judged.
+fn judge<P: origin::Widening>(
+    corral: &Corral,
+    params: &mut P,
+    run: Option<Option<&str>>,
+) -> Result<Option<String>, RpcError> {
+    corral
+        .read(|c| {
+            let context = match run {
+                None => origin::WideningContext::of_store(c),
+                Some(session) => origin::WideningContext::of_run(c, session),
+            };
+            params.pin(&context);
+            Ok(params.widens(&context))
+        })
+        .map_err(store_error)
 }
 
 /// A selector's failure with the protocol's error codes (the CLI's direct reads of the store
