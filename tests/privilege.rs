@@ -158,8 +158,9 @@ fn an_agent_cannot_widen_its_own_rights_by_any_route() {
 
 /// The requests that widened by the back door before (issue #12's review): another engine
 /// for a session, a project on `/` or with an engine of the agent's choosing, text for a
-/// session without a sandbox (full access by proxy), a driver taken over, a project taken
-/// out of its lock group, and `project.archive` carrying `project.set`'s params. From a run
+/// session without a sandbox or instructions for its project (full access by proxy), a
+/// driver taken over, a project taken out of its lock group, and `project.archive` carrying
+/// `project.set`'s params. From a run
 /// each is refused and recorded (the archive: refused as bad params, for anyone); the same
 /// requests that do not widen pass, and from a person every one passes.
 #[test]
@@ -214,10 +215,14 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
         ),
         ("project.set", json!({"project": "p", "groups": []})),
         ("project.set", json!({"project": "p", "engine": "command"})),
+        (
+            "project.set",
+            json!({"project": "fa", "instructions": "rm -rf ~"}),
+        ),
     ];
     // Not widening: the project's own engine, a project on the run's own directory, text for
     // a sandboxed session, a claim without take-over (refused for want of an exec), p kept in
-    // its group.
+    // its group, instructions for a sandboxed project.
     let allowed: Vec<(&str, serde_json::Value)> = vec![
         (
             "session.new",
@@ -229,6 +234,10 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
         (
             "project.set",
             json!({"project": "p", "groups": ["deploy", "more"]}),
+        ),
+        (
+            "project.set",
+            json!({"project": "p", "instructions": "Be brief."}),
         ),
     ];
     let archive = json!({"project": "p", "full_access": true});
@@ -308,6 +317,8 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
     );
     let target_show = home.json(&["session", "show", &target, "--json"]);
     assert_eq!(target_show["prompts"], json!([]), "{target_show}");
+    let fa = home.json(&["project", "show", "fa", "--json"]);
+    assert!(fa["instructions"].is_null(), "{fa}");
 
     // From a person, outside any run, every widening request passes the check.
     let elsewhere = home.path().join("elsewhere");
@@ -334,6 +345,12 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
     person
         .call("project.set", json!({"project": "p", "groups": []}))
         .expect("a person takes p out of its group");
+    person
+        .call(
+            "project.set",
+            json!({"project": "fa", "instructions": "Be careful."}),
+        )
+        .expect("a person instructs a full-access project");
     // project.archive takes its selector only, from anyone; `corral project archive` works.
     let archived = person
         .call(

@@ -206,6 +206,24 @@ impl<'a> WideningContext<'a> {
         }
     }
 
+    /// Whether some session of `project` runs without a sandbox: it has full access (and is
+    /// not remote), or one of its sessions is on the `command` engine (not known: yes).
+    fn has_unconfined_sessions(&self, project: &work::Project) -> bool {
+        if project.full_access && project.kind != "remote" {
+            return true;
+        }
+        let Some(store) = self.store else {
+            return true;
+        };
+        store
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sessions WHERE project_id = ?1 AND engine = 'command')",
+                [&project.id],
+                |row| row.get::<_, bool>(0),
+            )
+            .unwrap_or(true)
+    }
+
     /// The caller's run's project, when known.
     pub fn caller_project(&self) -> Option<&work::Project> {
         self.caller.as_ref()?.1.as_ref()
@@ -293,6 +311,20 @@ impl Widening for ProjectSetParams {
         if let Some(engine) = &self.engine {
             if project().and_then(|p| p.engine) != Some(engine.clone()) {
                 return Some("changing a project's engine".into());
+            }
+        }
+        // A project's instructions come with every prompt its sessions send: text for a
+        // session without a sandbox, as `prompt.send`'s is.
+        if self.instructions.is_some() && !ctx.caller_unconfined() {
+            match project() {
+                Some(project) if !ctx.has_unconfined_sessions(&project) => {}
+                Some(project) => {
+                    return Some(format!(
+                    "changing the instructions of project {}, whose sessions run without a sandbox",
+                    project.name
+                ))
+                }
+                None => return Some("changing a project's instructions".into()),
             }
         }
         if let Some(groups) = &self.groups {
@@ -466,6 +498,7 @@ mod tests {
                 json!({"project": "p", "keep_background": true}),
             ),
             ("project.set", json!({"project": "p", "groups": []})),
+            ("project.set", json!({"project": "p", "instructions": "x"})),
             (
                 "project.add",
                 json!({"name": "q", "path": "/", "full_access": true}),
