@@ -435,6 +435,42 @@ mod tests {
         assert_eq!(served, listed);
     }
 
+    /// Over HTTP a widening request whose peer was not found is refused (a person's browser
+    /// or curl is always found); over the socket it is a person's, as before. A request that
+    /// widens nothing needs no peer, and a found peer outside every run is a person.
+    #[test]
+    fn a_widening_request_over_http_from_an_unknown_peer_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        actix::System::new().block_on(async {
+            let corral = Corral::start(crate::CorralOptions::new(home.path()))
+                .await
+                .unwrap();
+            let context = Rc::new(DaemonContext::new(corral, home.path().to_path_buf()));
+            let caller = |peer, transport| Caller::new(context.clone(), peer, transport);
+            let widening = json!({ "name": "deploy", "locking": false });
+            let narrowing = json!({ "name": "deploy", "locking": true });
+            let unknown = caller(None, Transport::Http);
+            let refused = call(&unknown, GroupSet::NAME, &widening).await.unwrap_err();
+            assert_eq!(refused.code, code::NOT_ALLOWED, "{refused:?}");
+            assert!(
+                refused.message.starts_with("cannot tell who asks"),
+                "{refused:?}"
+            );
+            assert!(refused.message.ends_with("making group deploy non-locking"));
+            call(&unknown, GroupSet::NAME, &narrowing).await.unwrap();
+            let myself = Some(std::process::id() as i32);
+            call(&caller(myself, Transport::Http), GroupSet::NAME, &widening)
+                .await
+                .unwrap();
+            call(&caller(None, Transport::Socket), GroupSet::NAME, &narrowing)
+                .await
+                .unwrap();
+            call(&caller(None, Transport::Socket), GroupSet::NAME, &widening)
+                .await
+                .unwrap();
+        });
+    }
+
     #[test]
     fn params_of_the_wrong_type_keep_their_messages() {
         let message = |value: Value| decode::<SettingsSet>(&value).unwrap_err().message;
