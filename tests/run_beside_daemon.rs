@@ -35,10 +35,11 @@ fn holds_the_store(pid: u32, home: &Path) -> bool {
         .any(|target| target.to_string_lossy().starts_with(&store))
 }
 
-/// `corral run` of a command that says `ready` and waits for a line on its stdin, then
-/// exits 5; the test looks at corral while the command waits.
-fn run_waiting(home: &DaemonHome, tag: &str) -> (Child, bool) {
-    let script = format!("echo ready; read _; exit 5 # {tag}");
+/// `corral run` of a command that says `ready`, waits for a line on its stdin, then runs
+/// `then`; returned once its exec's start is stored (by corral itself, beside its command, or
+/// by the daemon), so that a store still opening is not mistaken for none.
+fn run_waiting(home: &DaemonHome, then: &str, tag: &str) -> Child {
+    let script = format!("echo ready; read _; {then} # {tag}");
     let mut child = home
         .corral(&["run", "--", "sh", "-c", &script])
         .stdin(Stdio::piped())
@@ -49,8 +50,6 @@ fn run_waiting(home: &DaemonHome, tag: &str) -> (Child, bool) {
     let lines = lines_of(child.stdout.take().unwrap());
     next_line(&lines, |line| (line == "ready").then_some(()))
         .unwrap_or_else(|seen| panic!("the command never said ready: {seen:?}"));
-    // The start is stored (by corral itself, beside its command, or by the daemon) before
-    // corral is looked at: a store still opening is not mistaken for none.
     wait_until("the exec's start is stored", || {
         home.db()
             .query_row(
@@ -61,9 +60,12 @@ fn run_waiting(home: &DaemonHome, tag: &str) -> (Child, bool) {
             .unwrap()
             > 0
     });
-    let holds = holds_the_store(child.id(), home.path());
+    child
+}
+
+/// Lets the waiting command go on.
+fn go(child: &mut Child) {
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    (child, holds)
 }
 
 #[test]
@@ -73,7 +75,9 @@ fn beside_a_daemon_run_opens_no_store_and_the_daemon_records_the_exec() {
     // runs: the comparison that shows the check below can see an open store. (The first run
     // makes the store, which the test then reads.)
     assert!(home.run(&["run", "--", "true"]).status.success());
-    let (alone, held) = run_waiting(&home, "alone");
+    let mut alone = run_waiting(&home, "exit 5", "alone");
+    let held = holds_the_store(alone.id(), home.path());
+    go(&mut alone);
     let output = finish(alone);
     assert_eq!(output.status.code(), Some(5), "{output:?}");
     assert!(held, "a run without a daemon opens the store");
@@ -83,7 +87,9 @@ fn beside_a_daemon_run_opens_no_store_and_the_daemon_records_the_exec() {
     );
 
     home.start_daemon();
-    let (beside, held) = run_waiting(&home, "beside");
+    let mut beside = run_waiting(&home, "exit 5", "beside");
+    let held = holds_the_store(beside.id(), home.path());
+    go(&mut beside);
     let output = finish(beside);
     assert_eq!(output.status.code(), Some(5), "{output:?}");
     assert!(!held, "beside a daemon, run opens no store");
@@ -124,17 +130,9 @@ fn a_daemon_killed_mid_command_leaves_the_end_to_the_store() {
     let home = DaemonHome::new();
     home.start_daemon();
     let daemon = home.daemon_pid().expect("the daemon's pid");
-    let script = format!("echo ready; read _; kill -9 {daemon}; exit 4 # killed");
-    let mut child = home
-        .corral(&["run", "--", "sh", "-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(child.stdout.take().unwrap());
-    next_line(&lines, |line| (line == "ready").then_some(())).unwrap();
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    // Its start is the daemon's; the daemon is gone before its end.
+    let mut child = run_waiting(&home, &format!("kill -9 {daemon}; exit 4"), "killed");
+    go(&mut child);
     let output = finish(child);
     assert_eq!(output.status.code(), Some(4), "{output:?}");
     assert_eq!(
