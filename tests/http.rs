@@ -1103,6 +1103,26 @@ fn widening_from_inside_a_supervised_run_is_refused_over_http() {
             api.listen
         )
     };
+    let closing_client = home.path().join("closing_client.py");
+    let (host, port) = api.listen.rsplit_once(':').unwrap();
+    std::fs::write(
+        &closing_client,
+        format!(
+            "import socket\n\
+             token = open('{token}').read().strip()\n\
+             body = b'{{\"full_access\":true}}'\n\
+             head = ('PATCH /api/v1/projects/p HTTP/1.1\\r\\nHost: {listen}\\r\\n'\n\
+                     'Authorization: Bearer ' + token + '\\r\\nContent-Type: application/json\\r\\n'\n\
+                     'Content-Length: %d\\r\\n\\r\\n' % len(body)).encode()\n\
+             s = socket.create_connection(('{host}', {port}))\n\
+             s.sendall(head + body)\n\
+             s.close()\n\
+             print('sent and closed')\n",
+            token = token_file.display(),
+            listen = api.listen,
+        ),
+    )
+    .unwrap();
     let script = [
         "set +e".to_string(),
         "echo '== widen'".into(),
@@ -1114,6 +1134,10 @@ fn widening_from_inside_a_supervised_run_is_refused_over_http() {
         ),
         "echo; echo '== narrow'".into(),
         curl("PATCH", "/api/v1/projects/p", r#"{"full_access":false}"#),
+        // Sent and closed at once, the answer never read: the peer is gone when the daemon
+        // reads the body (after the narrowing, which would undo it).
+        "echo; echo '== closed'".into(),
+        format!("python3 '{}'", closing_client.display()),
         "echo; echo '== end'".into(),
     ]
     .join("\n");
@@ -1135,7 +1159,8 @@ fn widening_from_inside_a_supervised_run_is_refused_over_http() {
         .expect("the agent's command ran")
         .to_string();
     let sections: Vec<&str> = output.split("== ").skip(1).collect();
-    assert_eq!(sections.len(), 4, "{output}");
+    assert_eq!(sections.len(), 5, "{output}");
+    assert!(sections[3].contains("sent and closed"), "{output}");
     for section in &sections[..2] {
         assert!(section.contains("HTTP 403"), "{section}");
         assert!(section.contains("-32010"), "{section}");
@@ -1151,11 +1176,31 @@ fn widening_from_inside_a_supervised_run_is_refused_over_http() {
         "narrowing refused: {}",
         sections[2]
     );
-    let refused: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "request.refused")
-        .collect();
-    assert_eq!(refused.len(), 2, "{refused:#?}");
+    // The closed client's request is the daemon's to finish (no answer tells the test): it
+    // is done once the daemon said its peer was not found, or refused it as a run's.
+    let refusals = || {
+        let page = api.ok("GET", &format!("/api/v1/sessions/{session}/events"), None);
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "request.refused")
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    wait_until("the closed client's request is handled", || {
+        let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap_or_default();
+        log.contains("the process behind a project.set request was not found")
+            || refusals().len() == 3
+    });
+    // Whatever was said to a client that did not listen, the project did not widen.
+    assert_eq!(
+        api.ok("GET", "/api/v1/projects/p", None)["full_access"],
+        false,
+        "a client that sent and closed widened the project"
+    );
+    let refused = refusals();
+    assert!((2..=3).contains(&refused.len()), "{refused:#?}");
     assert!(
         refused
             .iter()
@@ -1243,5 +1288,256 @@ fn an_image_uploaded_with_a_prompt_reaches_the_engine_as_a_private_file() {
         .unwrap()
         .count();
     assert_eq!(uploads, 1);
+    home.stop_daemon();
+}
+
+/// A field of /proc/PID/status, in KiB.
+fn status_kib(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+#[test]
+fn a_websocket_client_that_pings_and_never_reads_costs_the_daemon_little() {
+    let (home, api, _session) = daemon();
+    let pid = home.daemon_pid().expect("the daemon's pid");
+    let mut socket = api.bearer_socket("");
+    let before_rss = status_kib(pid, "VmRSS:");
+    let before_peak = status_kib(pid, "VmHWM:");
+    // Masked ping frames of 125 bytes (the most a control frame holds), written raw: the
+    // client never reads a pong. Loopback's buffers hold some 10 MB of pongs, so the pings
+    // go well past them (100,000 pongs would fit in the kernel).
+    let mut frame = vec![0x89u8, 0x80 | 125, 0, 0, 0, 0];
+    frame.extend_from_slice(&[b'p'; 125]);
+    let batch: Vec<u8> = frame.repeat(1000);
+    let pings = 500_000;
+    let stream = socket.get_mut();
+    // Once the client's queue is full the daemon reads no more of it: a write blocked this
+    // long is the daemon not reading.
+    stream
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sent = 0;
+    while sent < pings {
+        if stream.write_all(&batch).is_err() {
+            break;
+        }
+        sent += 1000;
+    }
+    let after_rss = status_kib(pid, "VmRSS:");
+    let after_peak = status_kib(pid, "VmHWM:");
+    let grown = after_peak.saturating_sub(before_peak.max(before_rss));
+    eprintln!(
+        "{sent} pings written; the daemon's RSS {before_rss} → {after_rss} KiB, its peak \
+         {before_peak} → {after_peak} KiB (+{grown} KiB)"
+    );
+    assert!(
+        grown < 8 << 10,
+        "the daemon's peak RSS grew by {grown} KiB for a client that pings and never reads"
+    );
+    wait_until("the pinging client is dropped", || {
+        std::fs::read_to_string(home.path().join("daemon.log"))
+            .unwrap_or_default()
+            .contains("dropped a WebSocket client that stopped reading")
+    });
+    drop(socket);
+    assert_eq!(api.ok("GET", "/api/v1/status", None)["sessions"], 1);
+    home.stop_daemon();
+}
+
+#[test]
+fn a_fifo_in_place_of_the_token_hangs_neither_the_api_nor_corral_web() {
+    let (home, api, _session) = daemon();
+    let token = home.path().join("http.token");
+    std::fs::remove_file(&token).unwrap();
+    nix::unistd::mkfifo(&token, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Nothing ever writes the FIFO: a server that opened it would wait forever.
+    let refused = api.call("GET", "/api/v1/status", None);
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    assert_eq!(
+        api.call("GET", "/api/v1/status", None).status,
+        401,
+        "asked again"
+    );
+    let web = home.fails(&["web"], 1);
+    assert!(web.contains("not a regular file"), "{web}");
+    assert_eq!(web.trim().lines().count(), 1, "{web}");
+    // Replaced by a token again: served again.
+    std::fs::remove_file(&token).unwrap();
+    home.ok(&["web", "--rotate-token"]);
+    let api = Api::of(&home);
+    api.ok("GET", "/api/v1/status", None);
+    home.stop_daemon();
+}
+
+#[test]
+fn exec_records_and_the_exec_a_request_names_are_checked_over_http() {
+    let (home, api, session) = daemon();
+    let bearer = api.bearer();
+    let send = |exec: &str, body: &Value| {
+        request(
+            &api.listen,
+            &format!("POST /api/v1/sessions/{session}/prompts"),
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+                ("X-Corral-Exec", exec),
+            ],
+            body.to_string().as_bytes(),
+        )
+    };
+    let forged_id = "0190aaaa-0000-7000-8000-000000000001";
+    let forged = json!({
+        "text": "forged",
+        "exec": {
+            "id": forged_id,
+            "trace_id": forged_id,
+            "argv": ["true"],
+            "cwd": "/",
+            "pid": 1,
+            "started_at": 1,
+        },
+    });
+    let refused = send(forged_id, &forged);
+    assert_eq!(refused.error_code(), -32602, "{}", refused.text());
+    assert!(
+        refused.text().contains("exec records are the socket's"),
+        "{}",
+        refused.text()
+    );
+    let rows: i64 = home
+        .db()
+        .query_row("SELECT count(*) FROM execs WHERE pid = 1", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(rows, 0, "a forged exec was recorded");
+    // An exec that is not recorded.
+    let claim = |exec: &str| {
+        request(
+            &api.listen,
+            &format!("POST /api/v1/sessions/{session}/driver"),
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+                ("X-Corral-Exec", exec),
+            ],
+            b"{}",
+        )
+    };
+    let unknown = claim(forged_id);
+    assert_eq!(unknown.error_code(), -32602, "{}", unknown.text());
+    assert!(
+        unknown.text().contains("not recorded"),
+        "{}",
+        unknown.text()
+    );
+    // An exec that ended.
+    home.ok(&["run", "--", "true"]);
+    let exec_of = |command: &str, open: bool| -> Option<String> {
+        home.db()
+            .query_row(
+                "SELECT id FROM execs WHERE command LIKE ?1 AND (completed_at IS NULL) = ?2 \
+                 ORDER BY started_at DESC LIMIT 1",
+                rusqlite::params![format!("%{command}%"), open],
+                |row| row.get(0),
+            )
+            .ok()
+    };
+    let ended = exec_of("\"true\"", false).expect("corral run's exec is recorded");
+    let reply = claim(&ended);
+    assert_eq!(reply.error_code(), -32602, "{}", reply.text());
+    assert!(reply.text().contains("has ended"), "{}", reply.text());
+    // A live exec of another process: this test is not it.
+    let mut running = home
+        .corral(&["run", "--", "sleep", "30"])
+        .spawn()
+        .expect("corral run starts");
+    let mut live = None;
+    wait_until("corral run's exec is recorded", || {
+        live = exec_of("\"sleep\"", true);
+        live.is_some()
+    });
+    let live = live.unwrap();
+    let reply = claim(&live);
+    assert_eq!(reply.error_code(), -32010, "{}", reply.text());
+    assert!(
+        reply
+            .text()
+            .contains("not the process sending this request"),
+        "{}",
+        reply.text()
+    );
+    let reply = send(&live, &json!({ "text": "as another exec" }));
+    assert_eq!(reply.error_code(), -32010, "{}", reply.text());
+    // Without the header, the person's request goes as before.
+    api.ok(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": "mine" })),
+    );
+    common::daemon::kill(running.id() as i32, libc::SIGTERM);
+    let _ = running.wait();
+    home.stop_daemon();
+}
+
+#[test]
+fn a_body_that_arrives_too_slowly_is_refused_and_pages_carry_a_full_csp() {
+    let (home, api, session) = daemon();
+    home.stop_daemon();
+    let started = home
+        .corral(&["daemon", "--detach"])
+        .env("CORRAL_HTTP_BODY_TIMEOUT_MS", "300")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{started:?}");
+    drop(api);
+    let api = Api::of(&home);
+    let mut stream = TcpStream::connect(&api.listen).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let head = format!(
+        "POST /api/v1/sessions/{session}/prompts HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"te",
+        api.listen,
+        api.bearer()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // The rest never comes: the answer does, and the connection ends.
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let reply = parse(&answer);
+    assert_eq!(reply.error_code(), -32600, "{}", reply.text());
+    assert!(
+        reply.text().contains("did not arrive within 300 ms"),
+        "{}",
+        reply.text()
+    );
+    // A whole body is read as ever.
+    api.ok(
+        "POST",
+        &format!("/api/v1/sessions/{session}/prompts"),
+        Some(json!({ "text": "whole" })),
+    );
+    let (cookie, _) = api.login();
+    let page = request(&api.listen, "GET /", &[("Cookie", &cookie)], b"");
+    let csp = page.header("content-security-policy").unwrap_or_default();
+    for directive in [
+        "default-src 'self'",
+        "script-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(directive), "{csp}");
+    }
+    let answer = api.call("GET", "/api/v1/status", None);
+    assert!(answer
+        .header("content-security-policy")
+        .unwrap_or_default()
+        .contains("default-src 'self'"));
     home.stop_daemon();
 }

@@ -90,7 +90,13 @@ mod tests {
             &mut line,
         )
         .unwrap();
+        let started = std::time::Instant::now();
         let found = pid_of(peer, stream.local_addr().unwrap());
+        eprintln!(
+            "a peer lookup over {} processes took {:?}",
+            procfs::process::all_processes().unwrap().count(),
+            started.elapsed()
+        );
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(found, Some(child.id() as i32));
