@@ -480,10 +480,19 @@ fn health_describe_and_the_access_rules() {
         api.login_url
     );
     wait_until("the browser is given the URL", || opened.exists());
-    assert_eq!(
-        std::fs::read_to_string(&opened).unwrap().trim(),
-        api.login_url
-    );
+    // The browser is given a single-use code, never the token (its argv is world-readable).
+    let handed = std::fs::read_to_string(&opened).unwrap().trim().to_string();
+    let code_path = handed
+        .strip_prefix(&format!("http://{listen}"))
+        .unwrap_or_else(|| panic!("{handed}"))
+        .to_string();
+    assert!(code_path.starts_with("/login?code="), "{handed}");
+    assert!(!handed.contains(&api.token), "{handed}");
+    let first = request(listen, &format!("GET {code_path}"), &[], b"");
+    assert_eq!(first.status, 303, "{}", first.text());
+    assert!(first.header("set-cookie").is_some());
+    let again = request(listen, &format!("GET {code_path}"), &[], b"");
+    assert_eq!(again.status, 401, "a login code is good once");
 
     let rotated = home.json(&["web", "--rotate-token", "--json"]);
     let token = rotated["login_url"]

@@ -1,8 +1,9 @@
 //! `corral web`: the dashboard's login URL (`http://127.0.0.1:PORT/login?token=…`), from the
 //! daemon's `status` (its `http` address) and `HOME/http.token`, starting the daemon if none
 //! runs. `--rotate-token` replaces the token first: the daemon notices the new file at its
-//! next request and logs every browser out. `--open` hands the URL to `$BROWSER` or
-//! `xdg-open`, in a process group of its own that is left to run (the browser is the
+//! next request and logs every browser out. `--open` hands `…/login?code=…` to `$BROWSER` or
+//! `xdg-open` instead (a single-use code from the daemon's `http.login_code`, valid 60 s: a
+//! browser's argv and history never hold the token), in a process group of its own that is left to run (the browser is the
 //! person's, not corral's).
 
 use serde_json::json;
@@ -48,7 +49,13 @@ pub async fn execute(context: &Context, args: &WebArgs) -> Result<Exit, CliError
     let token = access::ensure_token(&context.home).map_err(CliError::failure)?;
     let login = format!("{url}login?token={token}");
     if args.open {
-        open(&login)?;
+        // The browser gets a code good once for a minute, not the token: its argv is
+        // readable by every user (/proc/PID/cmdline), and its history keeps the URL.
+        let code = remote::call(&mut client, "http.login_code", json!({})).await?;
+        let code = code["code"]
+            .as_str()
+            .ok_or_else(|| CliError::failure("the daemon gave no login code"))?;
+        open(&format!("{url}login?code={code}"))?;
     }
     if args.json {
         print_json(&json!({ "url": url, "login_url": login, "listen": http["listen"] }));

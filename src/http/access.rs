@@ -6,7 +6,8 @@
 //!   mtime), checked on each request (one `stat`), reads the new token and forgets every
 //!   login: browsers are logged out. A file that is not ours (another owner, a symlink, not a
 //!   regular file, readable by others) is refused, never read or replaced.
-//! - `GET /login?token=T` makes a login: a random cookie value (`corral_session`, HttpOnly,
+//! - `GET /login?code=C` with a single-use code (`http.login_code`, what `corral web --open`
+//!   hands the browser: valid [`LOGIN_CODE_LIFE`], once) or `GET /login?token=T` makes a login: a random cookie value (`corral_session`, HttpOnly,
 //!   SameSite=Strict, Path=/) and a CSRF token of its own, kept in memory (a daemon restart
 //!   logs every browser out). Logins unused for [`LOGIN_IDLE`] expire; at most [`MAX_LOGINS`]
 //!   are kept (the least recently used goes first).
@@ -204,6 +205,49 @@ pub fn rotate_token(home: &Path) -> Result<String, String> {
         }
     }
     write_token(&path)
+}
+
+/// How long a login code is valid (`http.login_code`).
+pub const LOGIN_CODE_LIFE: Duration = Duration::from_secs(60);
+
+/// The most login codes waiting at once (the oldest is dropped past it).
+const MAX_LOGIN_CODES: usize = 64;
+
+/// Login codes not yet used: each logs one browser in, once, within [`LOGIN_CODE_LIFE`].
+/// Kept by the process (one daemon a process), as the daemon's method makes them on its main
+/// thread and the workers spend them.
+static LOGIN_CODES: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+
+/// A new single-use login code (`GET /login?code=CODE`).
+pub fn new_login_code() -> std::io::Result<String> {
+    let code = random_hex(SECRET_BYTES)?;
+    let mut codes = LOGIN_CODES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let now = Instant::now();
+    codes.retain(|(_, made)| now.duration_since(*made) < LOGIN_CODE_LIFE);
+    if codes.len() >= MAX_LOGIN_CODES {
+        codes.remove(0);
+    }
+    codes.push((code.clone(), now));
+    Ok(code)
+}
+
+/// Spends a login code: whether it was a live one (it is gone either way).
+pub fn take_login_code(code: &str) -> bool {
+    let mut codes = LOGIN_CODES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let now = Instant::now();
+    codes.retain(|(_, made)| now.duration_since(*made) < LOGIN_CODE_LIFE);
+    // Every code is compared (in constant time), so the answer's time tells nothing.
+    let found = codes
+        .iter()
+        .fold(false, |found, (known, _)| found | same_secret(known, code));
+    if found {
+        codes.retain(|(known, _)| !same_secret(known, code));
+    }
+    found
 }
 
 /// Compares secrets in time that does not depend on where they differ.
@@ -502,6 +546,15 @@ mod tests {
             .open(&fifo)
             .unwrap();
         assert!(unsafe_reason(&opened.metadata().unwrap()).is_some());
+    }
+
+    #[test]
+    fn a_login_code_is_good_once() {
+        let code = new_login_code().unwrap();
+        assert_eq!(code.len(), 64);
+        assert!(!take_login_code("nope"));
+        assert!(take_login_code(&code));
+        assert!(!take_login_code(&code), "spent");
     }
 
     #[test]

@@ -241,14 +241,22 @@ fn index(request: &HttpRequest, shared: &Shared) -> HttpResponse {
     }
 }
 
-/// `GET /login?token=T`: a valid token logs the browser in (the cookie) and goes to the page;
+/// `GET /login?code=C` or `GET /login?token=T`: a live code (spent now) or the token logs the browser in (the cookie) and goes to the page;
 /// anything else is the login page, 401.
 fn login(request: &HttpRequest, shared: &Shared) -> HttpResponse {
-    let token = query_pairs(request.query_string())
-        .ok()
-        .and_then(|pairs| pairs.into_iter().find(|(name, _)| name == "token"))
-        .map(|(_, token)| token);
-    let valid = token.is_some_and(|token| shared.access.is_token(&token));
+    let pairs = query_pairs(request.query_string()).unwrap_or_default();
+    let given = |wanted: &str| {
+        pairs
+            .iter()
+            .find(|(name, _)| name == wanted)
+            .map(|(_, value)| value.as_str())
+    };
+    // A single-use code (what a browser is handed), or the token (scripts).
+    let valid = match (given("code"), given("token")) {
+        (Some(code), _) => access::take_login_code(code),
+        (None, Some(token)) => shared.access.is_token(token),
+        (None, None) => false,
+    };
     if !valid {
         let mut page = html(StatusCode::UNAUTHORIZED, LOGIN.to_string());
         page.headers_mut().insert(

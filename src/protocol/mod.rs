@@ -32,6 +32,7 @@ use serde_json::{Map, Value};
 pub mod drivers;
 pub mod events;
 pub mod execs;
+pub mod http;
 pub mod overview;
 pub mod projects;
 pub mod prompts;
@@ -42,6 +43,7 @@ pub mod status;
 pub use drivers::*;
 pub use events::*;
 pub use execs::*;
+pub use http::*;
 pub use overview::*;
 pub use projects::*;
 pub use prompts::*;
@@ -440,6 +442,7 @@ methods![
     ExecsList,
     ExecStart,
     ExecEnd,
+    HttpLoginCode,
 ];
 
 /// The params of a method that takes none (any named params are ignored, as before).

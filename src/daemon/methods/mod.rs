@@ -17,6 +17,7 @@
 
 mod drivers;
 mod execs;
+mod http;
 mod overview;
 mod projects;
 mod prompts;
@@ -188,6 +189,7 @@ dispatch! {
         DriverClaim, DriverRelease, DriverShow,
         Overview,
         ExecStart, ExecEnd,
+        HttpLoginCode,
     ],
 }
 
