@@ -580,8 +580,10 @@ async fn serve_line<R: AsyncBufReadExt + Unpin>(
     Next::Read
 }
 
-/// A request's future, with a panic turned into `Err(())` (the panic hook has logged it).
-struct CatchUnwind<F>(Pin<Box<F>>);
+/// A request's future, with a panic turned into `Err(())` (the panic hook has logged it):
+/// a method's bug ends its request, never the connection or the daemon. The HTTP bridge
+/// wraps its calls in it too.
+pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, ()>;

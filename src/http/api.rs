@@ -392,7 +392,7 @@ async fn body_params(
             code::INVALID_PARAMS,
             format!(
                 "the body must be a JSON object of the method's params, not {}",
-                json_kind(&other)
+                crate::protocol::json_type(&other)
             ),
         )),
         Err(error) => Err(RpcError::new(
@@ -489,17 +489,6 @@ async fn read_body(mut body: web::Payload) -> Result<(web::Bytes, Held), RpcErro
                 timeout.as_millis()
             ),
         )),
-    }
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

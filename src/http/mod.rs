@@ -29,19 +29,15 @@ pub mod routes;
 pub mod uploads;
 mod ws;
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::daemon::methods::{self, Caller, Transport};
-use crate::daemon::server::DaemonContext;
+use crate::daemon::server::{CatchUnwind, DaemonContext};
 use crate::daemon::shutdown::Phase;
 use crate::protocol::{code, RpcError};
 use crate::Corral;
@@ -137,22 +133,6 @@ fn serve_calls(context: Rc<DaemonContext>, mut calls: mpsc::Receiver<Call>) {
             });
         }
     });
-}
-
-/// A call's future, with a panic turned into `Err(())` (the panic hook has logged it).
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, ()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(_) => Poll::Ready(Err(())),
-        }
-    }
 }
 
 /// What the daemon's HTTP server is doing, as `status` says it.
