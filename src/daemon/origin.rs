@@ -565,11 +565,13 @@ mod tests {
 
     #[test]
     fn the_run_id_in_an_ancestors_environment_names_the_run() {
-        // A child whose environment names a live run, and whose pid is not the run's.
-        // It says it is ready once it runs (exec'd, with its own environment in place).
+        // A child whose environment names a live run, and whose pid is not the run's. It
+        // says it is ready once it runs, then waits on its stdin without another exec (while
+        // a process execs, its `/proc/PID/environ` can read empty).
         let mut child = Command::new("sh")
-            .args(["-c", "echo ready; exec sleep 5"])
+            .args(["-c", "echo ready; read _"])
             .env(RUN_ID_ENV, "r2")
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
