@@ -2244,7 +2244,15 @@ fn schema(method: &str) -> &'static [P] {
         }
         "prompt.cancel" => const { &[p("target", Sel(S::Target), true)] },
         "prompt.wait" => const { &[p("prompt", Sel(S::Prompt), true)] },
-        "events.subscribe" => const { &[SESSION, p("after", After, false)] },
+        // Without a session: every session's events (the daemon-wide feed).
+        "events.subscribe" => {
+            const {
+                &[
+                    p("session", Kind::Sel(S::Session), false),
+                    p("after", After, false),
+                ]
+            }
+        }
         "events.unsubscribe" => const { &[p("subscription", Subscription, true)] },
         "settings.get" => const { &[p("name", SettingName, true)] },
         "settings.set" => {

@@ -716,6 +716,7 @@ async fn handle(
 /// that session's events and `after` is its `seq`; without, every session's and `after` is
 /// the daemon-wide `feed_seq`.
 async fn subscribe(connection: &Rc<Connection>, params: &Value) -> Result<Value, RpcError> {
+    methods::check_named(params)?;
     let selector = match params.get("session") {
         None | Some(Value::Null) => None,
         Some(Value::String(selector)) => Some(selector.as_str()),

@@ -223,7 +223,7 @@ fn encode<T: Serialize>(result: &T) -> Result<Value, RpcError> {
 
 /// Params are named: an object, or absent. Positional (array) params are refused, whatever
 /// the method, as is any other JSON value.
-fn check_named(params: &Value) -> Result<(), RpcError> {
+pub(crate) fn check_named(params: &Value) -> Result<(), RpcError> {
     match params {
         Value::Object(_) | Value::Null => Ok(()),
         other => Err(RpcError::new(
