@@ -202,8 +202,9 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let started = Instant::now();
     let context = Rc::new(server::DaemonContext::new(corral.clone(), home.clone()));
     // The HTTP API (`http.listen`); a failure to serve it leaves the socket serving.
-    let _http = crate::http::start(context.clone());
+    let http = crate::http::start(context.clone());
     let outcome = serve_until_signal(listener, context.clone(), signals, &corral).await;
+    http.stopped().await;
     let _ = std::fs::remove_file(&socket);
     // The pid file names a live daemon only; remove it if it is ours.
     let pid_file = home.join(PID_FILE);

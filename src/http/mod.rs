@@ -189,33 +189,50 @@ pub fn status() -> HttpStatus {
 /// Starts the HTTP server as `http.listen` says, on the daemon's main thread, and stops it
 /// when the daemon starts draining (as the socket stops accepting then): requests in flight
 /// get a second to end, WebSockets are closed. A failure to start is logged in one line and
-/// told by the status: the daemon serves its socket anyway.
-pub fn start(context: Rc<DaemonContext>) -> HttpStatus {
-    let status = start_serving(context);
+/// told by the status: the daemon serves its socket anyway. The daemon awaits
+/// [`Serving::stopped`] before it exits, so that an answer in flight (`shutdown`'s own) is
+/// written, not cut off by the process's exit.
+pub fn start(context: Rc<DaemonContext>) -> Serving {
+    let (status, stopping) = start_serving(context);
     *STATUS
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = status.clone();
-    status
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = status;
+    Serving { stopping }
 }
 
-fn start_serving(context: Rc<DaemonContext>) -> HttpStatus {
+/// The HTTP server, as the daemon holds it.
+pub struct Serving {
+    /// The task that stops the server when the daemon drains; `None` when none serves.
+    stopping: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Once the server has stopped (its graceful stop ended).
+    pub async fn stopped(self) {
+        if let Some(stopping) = self.stopping {
+            let _ = stopping.await;
+        }
+    }
+}
+
+fn start_serving(context: Rc<DaemonContext>) -> (HttpStatus, Option<tokio::task::JoinHandle<()>>) {
     let Some(address) = context.corral.settings().http_listen else {
-        return HttpStatus::Off;
+        return (HttpStatus::Off, None);
     };
     match bind(context.clone(), address) {
         Ok((handle, listen)) => {
             tracing::info!(%listen, "http: serving");
             let shutdown = context.shutdown.clone();
-            actix::spawn(async move {
+            let stopping = actix::spawn(async move {
                 shutdown.reached(Phase::Draining).await;
                 handle.stop(true).await;
                 tracing::info!("http: stopped");
             });
-            HttpStatus::Serving { listen }
+            (HttpStatus::Serving { listen }, Some(stopping))
         }
         Err(error) => {
             tracing::error!("http: not serving: {error}");
-            HttpStatus::Failed { error }
+            (HttpStatus::Failed { error }, None)
         }
     }
 }
