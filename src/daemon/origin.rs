@@ -108,9 +108,10 @@ fn run_id_in_environment(process: &Process) -> Option<String> {
 
 /// What a request would widen, judged before anything is read: the dispatcher's rules
 /// ([`Widening`]) with nothing known of the store or of the caller, so a rule that needs
-/// to know answers as if the worst were true. The HTTP API asks it before it pays for a peer
-/// lookup (`http::peer`): `None` here is `None` for every caller, whatever the store says.
-/// A method that is not served, or params that do not decode, do not widen (they fail).
+/// to know answers as if the worst were true (`None` here is `None` for every caller,
+/// whatever the store says); the rules' unit tests ask it. A method that is not served, or
+/// params that do not decode, do not widen (they fail).
+#[cfg(test)]
 pub fn widening(method: &str, params: &serde_json::Value) -> Option<String> {
     super::methods::widening_unread(method, params)
 }
@@ -120,6 +121,11 @@ pub fn widening(method: &str, params: &serde_json::Value) -> Option<String> {
 /// cannot skip the check by sharing a type or a name. The rules (docs/protocol.md,
 /// "Privilege stays with people") are written once per params type, here.
 pub trait Widening {
+    /// Whether any request of these params can widen at all: `false` for the params that
+    /// never do, so that their requests (`status`, `exec.start`, …) take no store read for
+    /// the check. A type that may widen keeps the default.
+    const MAY_WIDEN: bool = true;
+
     /// What this request would widen, in words for the refusal; `None`: nothing (narrowing
     /// is never widening). A fact `ctx` cannot give (no store, an unknown selector, a caller
     /// whose run is not known) counts as the worst: the rule widens.
@@ -343,7 +349,9 @@ impl Widening for ProjectSetParams {
 }
 
 /// `project.archive` takes its selector only: it changes nothing else.
-impl Widening for ProjectArchiveParams {}
+impl Widening for ProjectArchiveParams {
+    const MAY_WIDEN: bool = false;
+}
 
 impl Widening for GroupSetParams {
     fn widens(&self, _: &WideningContext) -> Option<String> {
@@ -434,15 +442,33 @@ impl Widening for ClaimParams {
 }
 
 // The served methods whose params never widen (a method that is only read never does).
-impl Widening for NoParams {}
-impl Widening for StatusParams {}
-impl Widening for SessionSelector {}
-impl Widening for SessionRenameParams {}
-impl Widening for CancelParams {}
-impl Widening for PromptSelector {}
-impl Widening for ReleaseParams {}
-impl Widening for ExecStartParams {}
-impl Widening for ExecEndParams {}
+impl Widening for NoParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for StatusParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for SessionSelector {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for SessionRenameParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for CancelParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for PromptSelector {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for ReleaseParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for ExecStartParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for ExecEndParams {
+    const MAY_WIDEN: bool = false;
+}
 
 #[cfg(test)]
 mod tests {

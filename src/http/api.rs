@@ -787,7 +787,7 @@ mod tests {
 
     #[test]
     fn every_route_that_may_widen_looks_its_peer_up() {
-        // The methods a request widens with (origin::widening) are all written to, never read.
+        // The methods whose params may widen (origin::Widening) are all written to, never read.
         for route in routes::ROUTES {
             let Serve::Rpc(method) = route.serve else {
                 continue;

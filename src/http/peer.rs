@@ -5,8 +5,8 @@
 //! address is ours; its inode is the socket, and the process holding a descriptor on
 //! `socket:[INODE]` is the peer (the first found, as a forked child may share it). It costs a
 //! pass over `/proc/*/fd`, so it is looked up only for a request that may widen an agent's
-//! rights (`origin::widening`, known from the route), a driver's, or one naming an exec; and
-//! it is looked up when the request starts, before its body is read, while the client most
+//! rights (a write: whether it widens is only known from its body), a driver's, or one naming
+//! an exec, never for a read; and it is looked up when the request starts, before its body is read, while the client most
 //! likely still holds its socket. `origin::find` then matches the pid against the live runs.
 //! A peer that closed before the lookup (its socket's inode is then 0), or a process of
 //! another user whose descriptors cannot be read, is not found: `None`, an unknown peer, which

@@ -5,7 +5,9 @@ use crate::daemon::origin;
 use crate::protocol::*;
 
 /// A login code logs a browser in, as the token file's reader could: nothing widens.
-impl origin::Widening for HttpLoginCodeParams {}
+impl origin::Widening for HttpLoginCodeParams {
+    const MAY_WIDEN: bool = false;
+}
 
 impl Serve for HttpLoginCode {
     async fn serve(

@@ -160,6 +160,7 @@ macro_rules! dispatch {
         }
 
         /// What a request would widen with nothing read (`origin::widening`).
+        #[cfg(test)]
         pub(crate) fn widening_unread(method: &str, params: &Value) -> Option<String> {
             use origin::Widening as _;
             let context = origin::WideningContext::unread();
@@ -271,6 +272,9 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
     method: &str,
     params: &mut P,
 ) -> Result<(), RpcError> {
+    if !P::MAY_WIDEN {
+        return Ok(());
+    }
     let corral = caller.corral();
     let Some(worst) = judge(corral, params, None)? else {
         return Ok(());
