@@ -503,27 +503,14 @@ impl SlotTable {
 
     /// A copy of the whole state, serializable.
     pub fn snapshot(&self) -> SlotSnapshot {
-        let entry = |ticket: &Ticket, request: &SlotRequest| SlotEntry {
-            ticket: *ticket,
-            request: request.clone(),
-            owner: self.owners.get(ticket).cloned(),
-        };
         SlotSnapshot {
             limits: self.limits.clone(),
-            running: self
-                .running
-                .iter()
-                .map(|(ticket, request)| entry(ticket, request))
-                .collect(),
-            running_per_engine: self
-                .running_per_engine
-                .iter()
-                .map(|(engine, count)| (engine.clone(), *count))
-                .collect(),
+            running: self.running_entries(),
+            running_per_engine: self.running_per_engine_map(),
             waiting: self
                 .waiting
                 .values()
-                .map(|(ticket, request)| entry(ticket, request))
+                .map(|(ticket, request)| self.entry(ticket, request))
                 .collect(),
         }
     }
@@ -532,34 +519,44 @@ impl SlotTable {
     /// first `first` waiters with their blockers (cost: the running requests and `first`
     /// waiters, whatever the backlog).
     pub fn summary(&self, first: usize) -> SlotSummary {
-        let entry = |ticket: &Ticket, request: &SlotRequest| SlotEntry {
-            ticket: *ticket,
-            request: request.clone(),
-            owner: self.owners.get(ticket).cloned(),
-        };
         SlotSummary {
             limits: self.limits.clone(),
-            running: self
-                .running
-                .iter()
-                .map(|(ticket, request)| entry(ticket, request))
-                .collect(),
-            running_per_engine: self
-                .running_per_engine
-                .iter()
-                .map(|(engine, count)| (engine.clone(), *count))
-                .collect(),
+            running: self.running_entries(),
+            running_per_engine: self.running_per_engine_map(),
             waiting_count: self.waiting.len(),
             waiting: self
                 .waiting
                 .values()
                 .take(first)
                 .map(|(ticket, request)| WaitingEntry {
-                    entry: entry(ticket, request),
+                    entry: self.entry(ticket, request),
                     blocker: self.blocker(*ticket),
                 })
                 .collect(),
         }
+    }
+
+    /// A request as the snapshot and the summary show it, with its owner.
+    fn entry(&self, ticket: &Ticket, request: &SlotRequest) -> SlotEntry {
+        SlotEntry {
+            ticket: *ticket,
+            request: request.clone(),
+            owner: self.owners.get(ticket).cloned(),
+        }
+    }
+
+    fn running_entries(&self) -> Vec<SlotEntry> {
+        self.running
+            .iter()
+            .map(|(ticket, request)| self.entry(ticket, request))
+            .collect()
+    }
+
+    fn running_per_engine_map(&self) -> BTreeMap<String, usize> {
+        self.running_per_engine
+            .iter()
+            .map(|(engine, count)| (engine.clone(), *count))
+            .collect()
     }
 
     /// The owner `ticket` was requested for, if it named one and is still known.
