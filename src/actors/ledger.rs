@@ -884,6 +884,12 @@ ledger_write!(
 );
 
 ledger_write!(
+    /// Moves a session's worktree to another state; replies with the session.
+    SetWorktreeState { session_id: String, state: work::WorktreeState } -> Option<work::Session>,
+    |this, connection| work::set_worktree_state(connection, &this.session_id, this.state)
+);
+
+ledger_write!(
     /// Queues a prompt: `running` when the session is free, else `queued` (one transaction).
     EnqueuePrompt { prompt: work::NewPrompt } -> Result<work::Enqueued, work::DriverClaim>,
     |this, connection| work::enqueue(connection, &this.prompt)

@@ -170,6 +170,7 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         groups: args.groups.clone(),
         instructions: args.instructions.clone(),
         keep_background: args.keep_background,
+        ..ProjectAddParams::default()
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_json::<ProjectAdd>(&mut client, &params).await?;
@@ -257,6 +258,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         groups,
         instructions: args.instructions.clone(),
         keep_background: args.keep_background,
+        ..ProjectSetParams::default()
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_json::<ProjectSet>(&mut client, &params).await?;

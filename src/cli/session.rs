@@ -11,8 +11,9 @@ use serde_json::Value;
 use super::remote::{self, cut, first_line, one_line, print_json, short_ids, text, time};
 use super::{CliError, Context, Exit};
 use crate::protocol::{
-    ProjectList, ProjectListParams, SessionArchive, SessionList, SessionListParams, SessionNew,
-    SessionNewParams, SessionRename, SessionRenameParams, SessionSelector, SessionShow,
+    ProjectList, ProjectListParams, SessionArchive, SessionArchiveParams, SessionList,
+    SessionListParams, SessionNew, SessionNewParams, SessionRename, SessionRenameParams,
+    SessionSelector, SessionShow,
 };
 use crate::store::select::IdKind;
 
@@ -116,6 +117,7 @@ pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliE
                 title: new.title.clone(),
                 task: new.task.clone(),
                 wave: new.wave.clone(),
+                ..SessionNewParams::default()
             };
             let mut client = remote::connect(context).await?;
             let session = remote::ask_json::<SessionNew>(&mut client, &params).await?;
@@ -131,7 +133,10 @@ pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliE
             (session, rename.json)
         }
         SessionAction::Archive(archive) => {
-            let params = SessionSelector::new(&archive.session);
+            let params = SessionArchiveParams {
+                session: archive.session.clone(),
+                discard_changes: None,
+            };
             let mut client = remote::connect(context).await?;
             let session = remote::ask_json::<SessionArchive>(&mut client, &params).await?;
             (session, archive.json)

@@ -277,6 +277,9 @@ impl Widening for ProjectAddParams {
         if self.keep_background {
             return Some("adding a project whose runs' background processes outlive them".into());
         }
+        if let Some(why) = worktree_widening(self.setup.as_deref(), self.worktrees_dir.as_deref()) {
+            return Some(why);
+        }
         if self
             .engine
             .as_deref()
@@ -313,7 +316,17 @@ impl Widening for ProjectSetParams {
         if self.remote == Some(false) {
             return Some("turning remote off".into());
         }
+        if let Some(why) = worktree_widening(self.setup.as_deref(), self.worktrees_dir.as_deref()) {
+            return Some(why);
+        }
         let project = || ctx.project(&self.project);
+        // Shared isolation runs the project's new sessions in the person's own checkout,
+        // where a worktree session cannot reach.
+        if self.isolation.as_deref() == Some("shared")
+            && project().is_none_or(|p| p.isolation != work::Isolation::Shared)
+        {
+            return Some("making a project's sessions share its working tree".into());
+        }
         if let Some(engine) = &self.engine {
             if project().and_then(|p| p.engine) != Some(engine.clone()) {
                 return Some("changing a project's engine".into());
@@ -348,6 +361,17 @@ impl Widening for ProjectSetParams {
     }
 }
 
+/// A setup command is run by corral, outside any sandbox; a worktrees directory is a place
+/// corral writes: both are the person's to choose (clearing either is not).
+fn worktree_widening(setup: Option<&str>, worktrees_dir: Option<&str>) -> Option<String> {
+    if setup.is_some_and(|setup| !setup.is_empty()) {
+        return Some("setting a project's setup command".into());
+    }
+    worktrees_dir
+        .filter(|dir| !dir.is_empty())
+        .map(|_| "choosing where a project's worktrees go".into())
+}
+
 /// `project.archive` takes its selector only: it changes nothing else.
 impl Widening for ProjectArchiveParams {
     const MAY_WIDEN: bool = false;
@@ -366,7 +390,8 @@ impl Widening for SettingsSetParams {
         let name = &self.name;
         let engine_program = name.starts_with("engines.")
             && (name.ends_with(".path") || name == "engines.command.template");
-        engine_program.then(|| format!("changing {name}"))
+        // Where corral makes worktrees (set or unset alike).
+        (engine_program || name == "worktrees.dir").then(|| format!("changing {name}"))
     }
 }
 
@@ -441,6 +466,29 @@ impl Widening for ClaimParams {
     }
 }
 
+impl Widening for SessionArchiveParams {
+    fn pin(&mut self, ctx: &WideningContext) {
+        ctx.pin_session(&mut self.session);
+    }
+
+    /// A worktree's uncommitted changes are lost for good.
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        (self.discard_changes == Some(true)).then(|| {
+            format!(
+                "discarding the uncommitted changes of session {}'s worktree",
+                self.session
+            )
+        })
+    }
+}
+
+impl Widening for SessionMergeParams {
+    /// A merge writes the person's branch (and may fast-forward their checkout).
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        Some(format!("merging session {}'s branch", self.session))
+    }
+}
+
 // The served methods whose params never widen (a method that is only read never does).
 impl Widening for NoParams {
     const MAY_WIDEN: bool = false;
@@ -452,6 +500,9 @@ impl Widening for SessionSelector {
     const MAY_WIDEN: bool = false;
 }
 impl Widening for SessionRenameParams {
+    const MAY_WIDEN: bool = false;
+}
+impl Widening for SessionDiffParams {
     const MAY_WIDEN: bool = false;
 }
 impl Widening for CancelParams {

@@ -423,6 +423,9 @@ methods![
     SessionShow,
     SessionRename,
     SessionArchive,
+    SessionDiff,
+    SessionMerge,
+    SessionRecreate,
     SessionSteer,
     SessionCompact,
     PromptSend,
@@ -580,6 +583,13 @@ mod wire_tests {
             compacted_message_count: Some(3),
             compacted_character_count: None,
             compacted_at: None,
+            worktree: Some(work::SessionWorktree {
+                path: "/nonexistent/wt".into(),
+                branch: "corral/fix-0badc0de".into(),
+                base: "main".into(),
+                base_commit: "abc".into(),
+                state: work::WorktreeState::Removed,
+            }),
         }
     }
 
@@ -615,6 +625,10 @@ mod wire_tests {
             created_at: 1,
             archived_at: Some(2),
             keep_background: true,
+            isolation: work::Isolation::Worktree,
+            worktrees_dir: None,
+            setup: Some("npm ci".into()),
+            repo_root: Some("/w".into()),
         };
         same(&project, &Project::from(&project));
         same(&session(), &Session::from(&session()));

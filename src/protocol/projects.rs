@@ -36,6 +36,23 @@ pub struct Project {
     pub archived_at: Option<i64>,
     #[serde(default)]
     pub keep_background: bool,
+    /// `shared` (one working tree, sessions one at a time) or `worktree` (a git worktree and
+    /// branch per session, sessions in parallel).
+    #[serde(default = "shared")]
+    pub isolation: String,
+    /// Where its sessions' worktrees go, instead of the `worktrees.dir` setting.
+    #[serde(default)]
+    pub worktrees_dir: Option<String>,
+    /// Run in each new worktree before its first prompt.
+    #[serde(default)]
+    pub setup: Option<String>,
+    /// The git repository's top level holding `path` (null: not in one).
+    #[serde(default)]
+    pub repo_root: Option<String>,
+}
+
+fn shared() -> String {
+    work::Isolation::Shared.as_str().to_string()
 }
 
 impl From<&work::Project> for Project {
@@ -53,6 +70,10 @@ impl From<&work::Project> for Project {
             created_at: p.created_at,
             archived_at: p.archived_at,
             keep_background: p.keep_background,
+            isolation: p.isolation.as_str().to_string(),
+            worktrees_dir: p.worktrees_dir.clone(),
+            setup: p.setup.clone(),
+            repo_root: p.repo_root.clone(),
         }
     }
 }
@@ -77,6 +98,17 @@ pub struct ProjectAddParams {
     /// Background processes its engines leave outlive their runs (a widening).
     #[serde(default)]
     pub keep_background: bool,
+    /// `worktree` or `shared`; by default `worktree` for a path in a git repository with a
+    /// commit (and git 2.17 or newer on PATH), else `shared`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
+    /// Where its sessions' worktrees go (a widening: a place corral writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktrees_dir: Option<String>,
+    /// A command run in each new worktree before its first prompt (a widening: corral runs
+    /// it unsandboxed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
 }
 
 /// `project.set`: only the fields given change.
@@ -98,6 +130,15 @@ pub struct ProjectSetParams {
     /// Turning it on is a widening; off is always allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_background: Option<bool>,
+    /// For the project's new sessions; its sessions made before keep their directories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
+    /// `""` clears it (back to the `worktrees.dir` setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktrees_dir: Option<String>,
+    /// `""` clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
 }
 
 /// `project.list {all}`: archived projects too when `all`.

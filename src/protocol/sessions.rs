@@ -14,7 +14,15 @@ method! {
     /// A session with its prompts and driver claim.
     SessionShow = "session.show": SessionSelector => SessionShowResult,
     SessionRename = "session.rename": SessionRenameParams => Session,
-    SessionArchive = "session.archive": SessionSelector => Session,
+    /// A clean worktree is removed (its branch kept); one with changes is kept unless
+    /// `discard_changes` (the answer's `worktree_state` says which).
+    SessionArchive = "session.archive": SessionArchiveParams => Session,
+    /// The session's changes against its base: commits and uncommitted files alike.
+    SessionDiff = "session.diff": SessionDiffParams => SessionDiffResult,
+    /// Merges the session's branch inside corral's own worktree, never half-done.
+    SessionMerge = "session.merge": SessionMergeParams => SessionMerged,
+    /// Makes a worktree removed by hand again, on its branch.
+    SessionRecreate = "session.recreate": SessionSelector => Session,
     /// Text for the turn that runs now (engines that can take it: the codex app-server).
     SessionSteer = "session.steer": SteerParams => Value,
     /// Compacts the engine's thread (engines that can).
@@ -47,6 +55,20 @@ pub struct Session {
     pub compacted_message_count: Option<i64>,
     pub compacted_character_count: Option<i64>,
     pub compacted_at: Option<i64>,
+    /// Its own git worktree (null: it runs in its project's path).
+    #[serde(default)]
+    pub worktree: Option<String>,
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// The ref the worktree was made from, as given.
+    #[serde(default)]
+    pub base: Option<String>,
+    #[serde(default)]
+    pub base_commit: Option<String>,
+    /// `creating`, `setup`, `ready`, `removed`, `kept`, or `missing` (made, and its
+    /// directory gone since: removed by hand).
+    #[serde(default)]
+    pub worktree_state: Option<String>,
 }
 
 impl From<&work::Session> for Session {
@@ -70,7 +92,23 @@ impl From<&work::Session> for Session {
             compacted_message_count: s.compacted_message_count,
             compacted_character_count: s.compacted_character_count,
             compacted_at: s.compacted_at,
+            worktree: s.worktree.as_ref().map(|w| w.path.clone()),
+            branch: s.worktree.as_ref().map(|w| w.branch.clone()),
+            base: s.worktree.as_ref().map(|w| w.base.clone()),
+            base_commit: s.worktree.as_ref().map(|w| w.base_commit.clone()),
+            worktree_state: s.worktree.as_ref().map(worktree_state),
         }
+    }
+}
+
+/// A worktree's state as shown: a made one whose directory is gone reads `missing`.
+fn worktree_state(worktree: &work::SessionWorktree) -> String {
+    use work::WorktreeState::{Ready, Setup};
+    let made = matches!(worktree.state, Setup | Ready);
+    if made && !std::path::Path::new(&worktree.path).exists() {
+        "missing".to_string()
+    } else {
+        worktree.state.as_str().to_string()
     }
 }
 
@@ -170,6 +208,83 @@ pub struct SessionNewParams {
     pub task: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<String>,
+    /// A worktree project's session: its branch (default `corral/<slug>-<short id>`; one
+    /// that exists is checked out as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// A worktree project's session: the ref its branch starts from (default: the project's
+    /// HEAD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+}
+
+/// `session.archive {session, discard_changes}`: `discard_changes` removes a worktree that
+/// has changes (a widening: the changes are lost); an archived session may be archived again
+/// with it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionArchiveParams {
+    pub session: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discard_changes: Option<bool>,
+}
+named_params!(SessionArchiveParams {
+    session: string,
+    discard_changes: optional
+});
+
+/// `session.diff {session, stat}`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionDiffParams {
+    pub session: String,
+    /// `git diff --stat`'s summary instead of the patch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stat: Option<bool>,
+}
+named_params!(SessionDiffParams {
+    session: string,
+    stat: optional
+});
+
+/// The session's changes against its base commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDiffResult {
+    pub session_id: String,
+    pub branch: String,
+    pub base_commit: String,
+    /// The patch, or the `--stat` summary.
+    pub text: String,
+    pub files_changed: u32,
+    pub insertions: u32,
+    pub deletions: u32,
+}
+
+/// `session.merge {session, into, squash}` (a widening: it writes the person's branch).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionMergeParams {
+    pub session: String,
+    /// Default: the session's base, when that is a branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub into: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub squash: Option<bool>,
+}
+named_params!(SessionMergeParams {
+    session: string,
+    into: optional,
+    squash: optional
+});
+
+/// A merge made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMerged {
+    pub session_id: String,
+    pub branch: String,
+    pub into: String,
+    /// The commit `into` now points at.
+    pub commit: String,
+    pub squash: bool,
+    /// The checkout of `into` that was fast-forwarded to it, if it is checked out.
+    pub checkout_updated: Option<String>,
 }
 
 /// `session.list {all, project}`: archived sessions too when `all`; one project's.

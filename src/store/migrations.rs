@@ -284,6 +284,23 @@ BEGIN
 END;
 "#,
     },
+    Migration {
+        name: "worktrees",
+        sql: r#"
+-- Isolation (#13): a worktree project gives each session its own git worktree and branch.
+ALTER TABLE projects ADD COLUMN isolation TEXT NOT NULL DEFAULT 'shared'; -- shared | worktree
+ALTER TABLE projects ADD COLUMN worktrees_dir TEXT;  -- overrides the worktrees.dir setting
+ALTER TABLE projects ADD COLUMN setup TEXT;          -- run in a new worktree before its first prompt
+ALTER TABLE projects ADD COLUMN repo_root TEXT;      -- the repository's top level, read at add
+ALTER TABLE sessions ADD COLUMN worktree TEXT;       -- the worktree's root (absolute)
+ALTER TABLE sessions ADD COLUMN branch TEXT;
+ALTER TABLE sessions ADD COLUMN base TEXT;           -- the ref as given (HEAD by default)
+ALTER TABLE sessions ADD COLUMN base_commit TEXT;    -- what that ref was then
+ALTER TABLE sessions ADD COLUMN worktree_state TEXT; -- creating | setup | ready | removed | kept
+-- Two sessions never share a worktree.
+CREATE UNIQUE INDEX sessions_by_worktree ON sessions(worktree) WHERE worktree IS NOT NULL;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

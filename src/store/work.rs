@@ -42,6 +42,136 @@ pub struct Project {
     /// its processes.
     #[serde(default)]
     pub keep_background: bool,
+    /// Whether its sessions share the project's working tree or each get a git worktree.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Where its sessions' worktrees go, instead of the `worktrees.dir` setting.
+    #[serde(default)]
+    pub worktrees_dir: Option<String>,
+    /// A command run in each new worktree before its first prompt (`npm ci`).
+    #[serde(default)]
+    pub setup: Option<String>,
+    /// The top level of the git repository holding `path`, when it is in one (read at add):
+    /// a session's working directory is its worktree joined with `path`'s place below it.
+    #[serde(default)]
+    pub repo_root: Option<String>,
+}
+
+/// How a project's sessions share its working tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// One working tree for all its sessions: they run one at a time (the project's lock).
+    #[default]
+    Shared,
+    /// Each session has its own git worktree and branch: sessions run in parallel.
+    Worktree,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Shared => "shared",
+            Isolation::Worktree => "worktree",
+        }
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "shared" => Ok(Isolation::Shared),
+            "worktree" => Ok(Isolation::Worktree),
+            other => Err(format!("unknown isolation '{other}' (worktree or shared)")),
+        }
+    }
+}
+
+/// Where a session's worktree is in its life (see docs/worktrees.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorktreeState {
+    /// The row names its path and branch; `git worktree add` is not known to be done (a
+    /// daemon killed meanwhile leaves this, and the session's worker finishes it).
+    Creating,
+    /// Made; the project's setup command has not succeeded yet.
+    Setup,
+    /// Made and set up.
+    Ready,
+    /// Removed when the session was archived (its branch is kept).
+    Removed,
+    /// Archived, and kept because it had changes.
+    Kept,
+}
+
+impl WorktreeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorktreeState::Creating => "creating",
+            WorktreeState::Setup => "setup",
+            WorktreeState::Ready => "ready",
+            WorktreeState::Removed => "removed",
+            WorktreeState::Kept => "kept",
+        }
+    }
+}
+
+impl std::fmt::Display for WorktreeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for WorktreeState {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "creating" => Ok(WorktreeState::Creating),
+            "setup" => Ok(WorktreeState::Setup),
+            "ready" => Ok(WorktreeState::Ready),
+            "removed" => Ok(WorktreeState::Removed),
+            "kept" => Ok(WorktreeState::Kept),
+            other => Err(format!("unknown worktree state '{other}'")),
+        }
+    }
+}
+
+impl rusqlite::types::FromSql for Isolation {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|_| rusqlite::types::FromSqlError::InvalidType)
+    }
+}
+
+impl rusqlite::types::FromSql for WorktreeState {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|_| rusqlite::types::FromSqlError::InvalidType)
+    }
+}
+
+/// A session's own worktree: where, on which branch, from what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionWorktree {
+    /// The worktree's root (absolute).
+    pub path: String,
+    pub branch: String,
+    /// The ref it was made from, as given (`HEAD` by default).
+    pub base: String,
+    /// What `base` was when the worktree was made: diffs are against it.
+    pub base_commit: String,
+    pub state: WorktreeState,
 }
 
 /// A named group of projects; runs of projects sharing a locking group never overlap.
@@ -77,6 +207,70 @@ pub struct Session {
     pub compacted_message_count: Option<i64>,
     pub compacted_character_count: Option<i64>,
     pub compacted_at: Option<i64>,
+    /// Its own git worktree (a worktree project's session); `None`: it runs in its project's
+    /// path, under the project's lock.
+    #[serde(default, flatten, with = "worktree_columns")]
+    pub worktree: Option<SessionWorktree>,
+}
+
+/// A session's worktree as the flat keys `--json` has always printed a session with
+/// (`worktree`, `branch`, `base`, `base_commit`, `worktree_state`), all null without one.
+mod worktree_columns {
+    use super::{SessionWorktree, WorktreeState};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize, Default)]
+    struct Flat {
+        #[serde(default)]
+        worktree: Option<String>,
+        #[serde(default)]
+        branch: Option<String>,
+        #[serde(default)]
+        base: Option<String>,
+        #[serde(default)]
+        base_commit: Option<String>,
+        #[serde(default)]
+        worktree_state: Option<WorktreeState>,
+    }
+
+    pub fn serialize<S: Serializer>(
+        worktree: &Option<SessionWorktree>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let flat = match worktree {
+            Some(w) => Flat {
+                worktree: Some(w.path.clone()),
+                branch: Some(w.branch.clone()),
+                base: Some(w.base.clone()),
+                base_commit: Some(w.base_commit.clone()),
+                worktree_state: Some(w.state),
+            },
+            None => Flat::default(),
+        };
+        flat.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SessionWorktree>, D::Error> {
+        let flat = Flat::deserialize(deserializer)?;
+        Ok(match flat {
+            Flat {
+                worktree: Some(path),
+                branch: Some(branch),
+                base,
+                base_commit: Some(base_commit),
+                worktree_state: Some(state),
+            } => Some(SessionWorktree {
+                path,
+                branch,
+                base: base.unwrap_or_else(|| "HEAD".into()),
+                base_commit,
+                state,
+            }),
+            _ => None,
+        })
+    }
 }
 
 /// Where a prompt is in its life.
@@ -186,7 +380,8 @@ fn json_list(text: String) -> Vec<String> {
 }
 
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
-                               instructions, created_at, archived_at, keep_background";
+                               instructions, created_at, archived_at, keep_background, \
+                               isolation, worktrees_dir, setup, repo_root";
 
 fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     Ok(Project {
@@ -202,13 +397,18 @@ fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
         created_at: row.get(9)?,
         archived_at: row.get(10)?,
         keep_background: row.get(11)?,
+        isolation: row.get(12)?,
+        worktrees_dir: row.get(13)?,
+        setup: row.get(14)?,
+        repo_root: row.get(15)?,
     })
 }
 
 const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, thread_id, \
                                title, title_source, status, task, wave_id, created_at, \
                                archived_at, last_event_seq, compacted_message_count, \
-                               compacted_character_count, compacted_at, resume_point";
+                               compacted_character_count, compacted_at, resume_point, \
+                               worktree, branch, base, base_commit, worktree_state";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
@@ -230,7 +430,25 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
         compacted_character_count: row.get(15)?,
         compacted_at: row.get(16)?,
         resume_point: row.get(17)?,
+        worktree: worktree_row(row, 18)?,
     })
+}
+
+/// The worktree columns from `first` on (path, branch, base, base_commit, state).
+fn worktree_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<SessionWorktree>> {
+    let path: Option<String> = row.get(first)?;
+    let Some(path) = path else { return Ok(None) };
+    Ok(Some(SessionWorktree {
+        path,
+        branch: row.get::<_, Option<String>>(first + 1)?.unwrap_or_default(),
+        base: row
+            .get::<_, Option<String>>(first + 2)?
+            .unwrap_or_else(|| "HEAD".into()),
+        base_commit: row.get::<_, Option<String>>(first + 3)?.unwrap_or_default(),
+        state: row
+            .get::<_, Option<WorktreeState>>(first + 4)?
+            .unwrap_or(WorktreeState::Creating),
+    }))
 }
 
 const PROMPT_COLUMNS: &str = "id, session_id, text, images, read_only, status, attempts, \
@@ -312,6 +530,10 @@ pub struct NewProject {
     pub instructions: Option<String>,
     /// See [`Project::keep_background`].
     pub keep_background: bool,
+    pub isolation: Isolation,
+    pub worktrees_dir: Option<String>,
+    pub setup: Option<String>,
+    pub repo_root: Option<String>,
 }
 
 pub(crate) fn insert_project(
@@ -331,9 +553,13 @@ pub(crate) fn insert_project(
         created_at: now_ms(),
         archived_at: None,
         keep_background: new.keep_background,
+        isolation: new.isolation,
+        worktrees_dir: new.worktrees_dir.clone(),
+        setup: new.setup.clone(),
+        repo_root: new.repo_root.clone(),
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
         params![
             project.id,
             project.name,
@@ -347,6 +573,10 @@ pub(crate) fn insert_project(
             project.created_at,
             project.archived_at,
             project.keep_background,
+            project.isolation.as_str(),
+            project.worktrees_dir,
+            project.setup,
+            project.repo_root,
         ],
     )?;
     for group in &project.groups {
@@ -382,6 +612,11 @@ pub struct NewSession {
     pub title: Option<String>,
     pub task: Option<String>,
     pub wave_id: Option<String>,
+    /// The id to give it (a worktree's path and branch are named after it before the row
+    /// exists); `None`: a new one.
+    pub id: Option<String>,
+    /// Its worktree, recorded `creating` in the same insert (see [`WorktreeState`]).
+    pub worktree: Option<SessionWorktree>,
 }
 
 pub(crate) fn insert_session(
@@ -389,7 +624,10 @@ pub(crate) fn insert_session(
     new: &NewSession,
 ) -> rusqlite::Result<Session> {
     let session = Session {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: new
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         project_id: Some(new.project_id.clone()),
         engine: new.engine.clone(),
         model: new.model.clone(),
@@ -407,11 +645,14 @@ pub(crate) fn insert_session(
         compacted_message_count: None,
         compacted_character_count: None,
         compacted_at: None,
+        worktree: new.worktree.clone(),
     };
+    let worktree = session.worktree.as_ref();
     connection.run(
         "INSERT INTO sessions (id, project_id, engine, model, reasoning_effort, thread_id, title, \
-         title_source, status, task, wave_id, created_at, archived_at, last_event_seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         title_source, status, task, wave_id, created_at, archived_at, last_event_seq, \
+         worktree, branch, base, base_commit, worktree_state) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
         params![
             session.id,
             session.project_id,
@@ -427,9 +668,27 @@ pub(crate) fn insert_session(
             session.created_at,
             session.archived_at,
             session.last_event_seq,
+            worktree.map(|w| &w.path),
+            worktree.map(|w| &w.branch),
+            worktree.map(|w| &w.base),
+            worktree.map(|w| &w.base_commit),
+            worktree.map(|w| w.state.as_str()),
         ],
     )?;
     Ok(session)
+}
+
+/// Moves a session's worktree to `state`; replies with the session.
+pub(crate) fn set_worktree_state(
+    connection: &Connection,
+    session_id: &str,
+    state: WorktreeState,
+) -> rusqlite::Result<Option<Session>> {
+    connection.run(
+        "UPDATE sessions SET worktree_state = ?2 WHERE id = ?1 AND worktree IS NOT NULL",
+        params![session_id, state.as_str()],
+    )?;
+    session(connection, session_id)
 }
 
 /// A prompt to queue.
@@ -1264,6 +1523,11 @@ pub struct ProjectChange {
     pub groups: Option<Vec<String>>,
     pub instructions: Option<String>,
     pub keep_background: Option<bool>,
+    pub isolation: Option<Isolation>,
+    /// `Some(None)` clears it (back to the `worktrees.dir` setting).
+    pub worktrees_dir: Option<Option<String>>,
+    /// `Some(None)` clears it.
+    pub setup: Option<Option<String>>,
     pub archive: bool,
 }
 
@@ -1279,7 +1543,10 @@ pub(crate) fn change_project(
          kind = COALESCE(CASE ?5 WHEN 1 THEN 'remote' WHEN 0 THEN 'local' END, kind), \
          groups = COALESCE(?6, groups), instructions = COALESCE(?7, instructions), \
          archived_at = CASE WHEN ?8 THEN COALESCE(archived_at, ?9) ELSE archived_at END, \
-         keep_background = COALESCE(?10, keep_background) \
+         keep_background = COALESCE(?10, keep_background), \
+         isolation = COALESCE(?11, isolation), \
+         worktrees_dir = CASE WHEN ?12 THEN ?13 ELSE worktrees_dir END, \
+         setup = CASE WHEN ?14 THEN ?15 ELSE setup END \
          WHERE id = ?1",
         params![
             id,
@@ -1295,6 +1562,11 @@ pub(crate) fn change_project(
             change.archive,
             now,
             change.keep_background,
+            change.isolation.map(Isolation::as_str),
+            change.worktrees_dir.is_some(),
+            change.worktrees_dir.clone().flatten(),
+            change.setup.is_some(),
+            change.setup.clone().flatten(),
         ],
     )?;
     if let Some(groups) = &change.groups {

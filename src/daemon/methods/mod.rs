@@ -184,7 +184,8 @@ dispatch! {
     serve: [
         Status, Shutdown,
         ProjectAdd, ProjectSet, ProjectArchive, GroupSet,
-        SessionNew, SessionRename, SessionArchive, SessionSteer, SessionCompact,
+        SessionNew, SessionRename, SessionArchive, SessionDiff, SessionMerge, SessionRecreate,
+        SessionSteer, SessionCompact,
         PromptSend, PromptCancel, PromptWait,
         SettingsSet,
         DriverClaim, DriverRelease, DriverShow,

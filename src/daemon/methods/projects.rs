@@ -39,6 +39,7 @@ impl Serve for ProjectAdd {
                 groups: p.groups,
                 instructions: p.instructions,
                 keep_background: p.keep_background,
+                ..NewProject::default()
             })
             .await?;
         Ok((&project).into())
@@ -79,6 +80,7 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
         instructions: p.instructions,
         keep_background: p.keep_background,
         archive,
+        ..work::ProjectChange::default()
     };
     let changed = corral
         .write(ChangeProject {

@@ -84,6 +84,7 @@ impl Serve for SessionNew {
                 title: p.title,
                 task: p.task,
                 wave_id,
+                ..NewSession::default()
             })
             .await?;
         Ok((&session).into())
@@ -100,9 +101,37 @@ impl Serve for SessionRename {
 }
 
 impl Serve for SessionArchive {
-    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Session, RpcError> {
+    async fn serve(caller: &Caller, p: SessionArchiveParams) -> Result<Session, RpcError> {
         let session = resolve_session(caller.corral(), &p.session)?;
         change(caller, session, None, true).await
+    }
+}
+
+// TODO(#13, actors helper): served by Corral's worktree calls.
+impl Serve for SessionDiff {
+    async fn serve(_: &Caller, _: SessionDiffParams) -> Result<SessionDiffResult, RpcError> {
+        Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "session.diff is not built yet",
+        ))
+    }
+}
+
+impl Serve for SessionMerge {
+    async fn serve(_: &Caller, _: SessionMergeParams) -> Result<SessionMerged, RpcError> {
+        Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "session.merge is not built yet",
+        ))
+    }
+}
+
+impl Serve for SessionRecreate {
+    async fn serve(_: &Caller, _: SessionSelector) -> Result<Session, RpcError> {
+        Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "session.recreate is not built yet",
+        ))
     }
 }
 
