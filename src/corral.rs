@@ -672,6 +672,11 @@ impl Corral {
         }
     }
 
+    /// The `git` worktree isolation uses (found once per supervisor, again after a failure).
+    pub async fn git(&self) -> Result<crate::git::Git, crate::git::GitError> {
+        self.shared.git().await
+    }
+
     /// The home this supervisor runs in.
     pub fn home(&self) -> &Path {
         &self.shared.home

@@ -95,6 +95,18 @@ event_kinds! {
     /// A request from inside one of the session's runs was refused: it would have widened
     /// what the agent may do (`method`, `what`, `found_by`, `peer_pid`).
     RequestRefused => "request.refused",
+    /// The session's git worktree was made (`path`, `branch`, `base_commit`).
+    WorktreeCreated => "worktree.created",
+    /// The session's worktree was removed at archive (`path`, `kept_branch`).
+    WorktreeRemoved => "worktree.removed",
+    /// The project's setup command began in a new worktree (`command`).
+    SetupStarted => "setup.started",
+    /// A line the setup command wrote (`line`, `stream`).
+    SetupOutput => "setup.output",
+    /// The setup command ended (`code`, `signal`).
+    SetupExited => "setup.exited",
+    /// The session's branch was merged (`into`, `commit`, `squash`).
+    SessionMerged => "session.merged",
 }
 
 impl EventKind {
@@ -170,11 +182,11 @@ mod tests {
 
     #[test]
     fn an_unknown_kind_is_kept_by_name() {
-        let kind: EventKind = serde_json::from_str("\"worktree.created\"").unwrap();
-        assert_eq!(kind, EventKind::Other("worktree.created".into()));
+        let kind: EventKind = serde_json::from_str("\"worktree.exploded\"").unwrap();
+        assert_eq!(kind, EventKind::Other("worktree.exploded".into()));
         assert_eq!(
             serde_json::to_string(&kind).unwrap(),
-            "\"worktree.created\""
+            "\"worktree.exploded\""
         );
         assert!(!kind.ends_prompt());
         assert!(EventKind::PromptCancelled.ends_prompt());

@@ -63,6 +63,9 @@ pub struct Shared {
     working: Arc<std::sync::atomic::AtomicUsize>,
     /// The announcer of slot waits ([`Shared::announce_waiting`]), started on first use.
     announcer: std::sync::OnceLock<mpsc::UnboundedSender<Announcement>>,
+    /// The `git` worktree isolation uses ([`Shared::git`]): found once, looked for again
+    /// after a failure (git installed while the daemon runs).
+    git: tokio::sync::Mutex<Option<crate::git::Git>>,
 }
 
 /// A session's worker counted in [`Shared::working`] for as long as this lives: dropped when
@@ -133,7 +136,20 @@ impl Shared {
             app_servers: std::sync::Mutex::new(HashMap::new()),
             working: Arc::default(),
             announcer: std::sync::OnceLock::new(),
+            git: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The `git` on PATH (at least 2.17), found on first use and kept; a failure is not kept,
+    /// so the next call looks again.
+    pub(crate) async fn git(&self) -> Result<crate::git::Git, crate::git::GitError> {
+        let mut found = self.git.lock().await;
+        if let Some(git) = found.as_ref() {
+            return Ok(git.clone());
+        }
+        let git = crate::git::Git::detect().await?;
+        *found = Some(git.clone());
+        Ok(git)
     }
 
     /// Counts a session's worker as working until the returned guard is dropped.
