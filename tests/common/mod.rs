@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod daemon;
 pub mod engines;
+pub mod git;
 pub mod library;
 pub mod pty;
 pub mod rpc;
