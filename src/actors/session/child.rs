@@ -482,8 +482,8 @@ fn spawn(
 }
 
 /// Reads the child's stdout and stderr on tasks of their own into one bounded channel of
-/// lines (at most [`LINE_BUFFER`] in flight).
-fn read_output(child: &mut tokio::process::Child) -> mpsc::Receiver<Line> {
+/// lines (at most [`LINE_BUFFER`] in flight). A worktree's setup command is read the same way.
+pub(super) fn read_output(child: &mut tokio::process::Child) -> mpsc::Receiver<Line> {
     let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
     if let Some(stdout) = child.stdout.take() {
         tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
@@ -698,14 +698,29 @@ impl ChildEnv<'_> {
     /// `RUST_BACKTRACE=0`, and the engine's own defaults ([`engine::Engine::env`]) unless the
     /// daemon's environment sets them. README's "Environment" lists the same.
     fn apply(&self, command: &mut tokio::process::Command, run_id: &str, kind: EngineKind) {
+        self.apply_common(command);
+        command
+            .env("CORRAL_RUN_ATTEMPT", self.attempt.to_string())
+            .env(RUN_ID_ENV, run_id);
+        for (name, value) in kind.adapter().env() {
+            if std::env::var_os(name).is_none() {
+                command.env(name, value);
+            }
+        }
+    }
+
+    /// What every child of a session gets, a run's engine or a worktree's setup command (which
+    /// is no run: it gets neither `CORRAL_RUN_ID` nor `CORRAL_RUN_ATTEMPT`, not even the
+    /// daemon's own).
+    pub(super) fn apply_common(&self, command: &mut tokio::process::Command) {
         for name in DAEMON_ONLY {
             command.env_remove(name);
         }
         command
+            .env_remove(RUN_ID_ENV)
+            .env_remove("CORRAL_RUN_ATTEMPT")
             .env("CORRAL_HOME", self.home)
             .env("CORRAL_SESSION_ID", self.session_id)
-            .env("CORRAL_RUN_ATTEMPT", self.attempt.to_string())
-            .env(RUN_ID_ENV, run_id)
             // Engines' own backtraces are noise in a supervised run's error message.
             .env("RUST_BACKTRACE", "0");
         match self.exec_id {
@@ -716,25 +731,30 @@ impl ChildEnv<'_> {
             Some(trace_id) => command.env(crate::cli::invocation::ENV_TRACE_ID, trace_id),
             None => command.env_remove(crate::cli::invocation::ENV_TRACE_ID),
         };
-        for (name, value) in kind.adapter().env() {
-            if std::env::var_os(name).is_none() {
-                command.env(name, value);
-            }
-        }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stream {
+pub(super) enum Stream {
     Stdout,
     Stderr,
 }
 
-struct Line {
-    stream: Stream,
-    text: String,
+impl Stream {
+    /// Its name in events (`setup.output`'s `stream`).
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+pub(super) struct Line {
+    pub(super) stream: Stream,
+    pub(super) text: String,
     /// The line was longer than [`MAX_LINE`] and only its start is kept.
-    cut: bool,
+    pub(super) cut: bool,
 }
 
 /// Reads `pipe` line by line as bytes: invalid UTF-8 is decoded lossily, a last line without a

@@ -27,7 +27,8 @@
 //! The files: this one holds the actor and the worker's outer loop (a prompt's end, the next
 //! prompt claimed in the same transaction); `prompt.rs` one prompt's attempts, step by step;
 //! `retry.rs` the policy (pure); `child.rs` a run as a child process; `app_turn.rs` a run as
-//! a turn of the project's app-server.
+//! a turn of the project's app-server; `setup.rs` a session's own worktree made usable before
+//! a prompt's first attempt (made, set up with the project's setup command, or found gone).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,7 @@ mod app_turn;
 mod child;
 mod prompt;
 pub mod retry;
+mod setup;
 
 use super::app_server;
 use super::ledger::{
@@ -51,6 +53,7 @@ use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::work::{NewEvent, Prompt, PromptStatus, RunEnd};
 pub use app_turn::driver_file;
+pub use setup::SETUP_ENV;
 
 /// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that
 /// comes at once, the common case, costs no event).

@@ -2,10 +2,11 @@
 //! of each one, in the order [`Worker::run_prompt`] takes them:
 //!
 //! ```text
-//! prepare ─► (app-server child up) ─► acquire_slot ─► start_run ─► child / app turn
-//!                     ▲                                                    │
-//!                     └──── sleep the delay (cancellable) ◄── settle ◄─────┘
-//!                                                              └─► done / failed / stopped
+//! prepare ─► ready_worktree ─► (app-server child up) ─► acquire_slot ─► start_run ─► child
+//!  (a session's own worktree:        ▲                                         / app turn
+//!   made, set up, or gone)           │                                              │
+//!                                    └──── sleep the delay (cancellable) ◄── settle ◄┘
+//!                                                                              └─► done / failed / stopped
 //! ```
 
 use std::path::PathBuf;
@@ -25,6 +26,7 @@ use crate::events::EventKind;
 use crate::framing;
 use crate::store::settings::Settings;
 use crate::store::work::{self, Project, Prompt, PromptStatus, RunEnd, Session};
+use crate::worktree;
 
 /// What a prompt's attempts share: read once when it starts, moved on by each retry.
 pub(super) struct PromptRun {
@@ -37,6 +39,9 @@ pub(super) struct PromptRun {
     /// locks are taken beside the project's own.
     overlapping: Vec<String>,
     kind: EngineKind,
+    /// Where the engine runs: the project's path, or for a session with its own worktree the
+    /// same place inside that worktree ([`worktree::working_dir`]).
+    cwd: String,
     /// The project's instructions, given when a conversation begins (the engine keeps them
     /// in its history from then on); never to the `command` engine.
     instructions: Option<String>,
@@ -74,6 +79,31 @@ impl PromptRun {
         framing::frame(&self.prompt.text, instructions, self.ask_title)
     }
 
+    /// What the attempt asks the slot manager for. The project lock is the working tree the
+    /// engine writes: the project's canonical directory (with the locks of the projects whose
+    /// trees overlap it), or for a session with its own worktree `worktree:<session id>`,
+    /// which nobody else takes, so the sessions of a worktree project run side by side.
+    ///
+    /// The locking groups are the project's in both cases, and each session counts against
+    /// them: a locking group holds one run at a time, whatever project or worktree it comes
+    /// from (a group that serializes projects also serializes the sessions of a worktree
+    /// project in it).
+    fn slot_request(&self) -> SlotRequest {
+        match &self.session.worktree {
+            Some(_) => SlotRequest::new(
+                self.kind.as_str(),
+                format!("worktree:{}", self.session.id),
+                self.locking_groups.clone(),
+            ),
+            None => SlotRequest::new(
+                self.kind.as_str(),
+                self.project.path.clone(),
+                self.locking_groups.clone(),
+            )
+            .overlapping(self.overlapping.clone()),
+        }
+    }
+
     /// The engine's invocation for the attempt under way.
     fn spec(&self, program: PathBuf, settings: &Settings) -> RunSpec {
         RunSpec {
@@ -88,7 +118,7 @@ impl PromptRun {
             } else {
                 self.prompt.images.iter().map(PathBuf::from).collect()
             },
-            cwd: PathBuf::from(&self.project.path),
+            cwd: PathBuf::from(&self.cwd),
             thread_id: self.thread_id.clone(),
             resume_at: self.resume_at.clone(),
             title: self.new_title.clone(),
@@ -125,6 +155,14 @@ impl Worker {
             Ok(run) => run,
             Err(end) => return end,
         };
+        match self
+            .ready_worktree(&run.prompt, &run.session, &run.project)
+            .await
+        {
+            Ok(Some(session)) => run.session = session,
+            Ok(None) => {}
+            Err(end) => return end,
+        }
         loop {
             if self.is_cancelled(&run.prompt.id) {
                 return PromptEnd::stopped(Stop::Cancel);
@@ -190,7 +228,7 @@ impl Worker {
                         continuing: run.continuing,
                         model: spec.model.as_deref(),
                         sandbox: run.sandbox,
-                        cwd: &run.project.path,
+                        cwd: &run.cwd,
                         driver_exec: exec_id,
                         generation,
                         pid,
@@ -205,7 +243,7 @@ impl Worker {
                         run_id: &run_id,
                         argv: &argv,
                         stdin: stdin.as_deref(),
-                        cwd: &run.project.path,
+                        cwd: &run.cwd,
                         environment: ChildEnv {
                             home: &shared.home,
                             session_id: &self.session_id.clone(),
@@ -254,9 +292,11 @@ impl Worker {
                 None => None,
             };
             let groups = work::execution_groups(connection)?;
+            // A session in a worktree of its own shares no working tree with anyone.
+            let shares_tree = session.as_ref().is_some_and(|s| s.worktree.is_none());
             let overlapping = match &project {
-                Some(project) => work::overlapping_trees(connection, project)?,
-                None => Vec::new(),
+                Some(project) if shares_tree => work::overlapping_trees(connection, project)?,
+                _ => Vec::new(),
             };
             Ok((session, project, groups, overlapping))
         });
@@ -317,6 +357,9 @@ impl Worker {
                 resume_point: session.resume_point.clone(),
             },
             thread_id: session.thread_id.clone(),
+            cwd: worktree::working_dir(&session, &project)
+                .to_string_lossy()
+                .into_owned(),
             prompt,
             session,
             locking_groups,
@@ -337,13 +380,7 @@ impl Worker {
     /// [`SLOT_NOTICE`] is announced with what holds the slot.
     async fn acquire_slot(&mut self, run: &PromptRun) -> Result<SlotGuard, PromptEnd> {
         let waited = Instant::now();
-        // The project lock is its working tree: its canonical directory.
-        let request = SlotRequest::new(
-            run.kind.as_str(),
-            run.project.path.clone(),
-            run.locking_groups.clone(),
-        )
-        .overlapping(run.overlapping.clone());
+        let request = run.slot_request();
         let slots = self.shared.slots.clone();
         // Named as its owner, so that whoever waits behind this session is told who holds.
         let owner = SlotOwner::new(self.session_id.clone(), run.session.title.clone());
@@ -593,5 +630,165 @@ impl Worker {
     async fn end_run(&mut self, end: RunEnd) {
         self.flush_end().await;
         self.pending_end = Some(end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::store::work::{Isolation, SessionWorktree, WorktreeState};
+    use crate::worktree::working_dir;
+
+    fn project(path: &str, repo_root: Option<&str>) -> Project {
+        Project {
+            id: "p1".into(),
+            name: "app".into(),
+            path: path.into(),
+            engine: None,
+            model: None,
+            full_access: false,
+            kind: "local".into(),
+            groups: vec!["deploys".into()],
+            instructions: None,
+            created_at: 0,
+            archived_at: None,
+            keep_background: false,
+            isolation: Isolation::Worktree,
+            worktrees_dir: None,
+            setup: None,
+            repo_root: repo_root.map(str::to_string),
+        }
+    }
+
+    fn session(worktree: Option<&str>) -> Session {
+        Session {
+            id: "0190-s1".into(),
+            project_id: Some("p1".into()),
+            engine: "command".into(),
+            model: None,
+            reasoning_effort: None,
+            thread_id: None,
+            resume_point: None,
+            title: None,
+            title_source: None,
+            status: "idle".into(),
+            task: None,
+            wave_id: None,
+            created_at: 0,
+            archived_at: None,
+            last_event_seq: 0,
+            compacted_message_count: None,
+            compacted_character_count: None,
+            compacted_at: None,
+            worktree: worktree.map(|path| SessionWorktree {
+                path: path.into(),
+                branch: "corral/fix-1234abcd".into(),
+                base: "HEAD".into(),
+                base_commit: "abc".into(),
+                state: WorktreeState::Ready,
+            }),
+        }
+    }
+
+    fn prompt_run(session: Session, project: Project) -> PromptRun {
+        PromptRun {
+            prompt: Prompt {
+                id: "q1".into(),
+                session_id: session.id.clone(),
+                text: "pwd".into(),
+                images: Vec::new(),
+                read_only: false,
+                status: PromptStatus::Running,
+                attempts: 0,
+                error: None,
+                answer: None,
+                created_at: 0,
+                started_at: None,
+                finished_at: None,
+            },
+            cwd: working_dir(&session, &project)
+                .to_string_lossy()
+                .into_owned(),
+            locking_groups: project.groups.clone(),
+            overlapping: vec!["/repo".into()],
+            kind: EngineKind::Command,
+            instructions: None,
+            ask_title: false,
+            sandbox: Sandbox::WorkspaceWrite,
+            new_title: None,
+            attempt: 0,
+            retries: Retries::default(),
+            before: Before::default(),
+            thread_id: None,
+            resume_at: None,
+            continuing: false,
+            session,
+            project,
+        }
+    }
+
+    #[test]
+    fn a_session_without_a_worktree_runs_in_its_project_path() {
+        let project = project("/repo/web", Some("/repo"));
+        assert_eq!(
+            working_dir(&session(None), &project),
+            Path::new("/repo/web")
+        );
+    }
+
+    #[test]
+    fn a_worktree_session_runs_at_the_project_path_s_place_in_its_worktree() {
+        let worktree = Some("/w/app/fix-1234abcd");
+        // The project is the repository's top level.
+        let top = project("/repo", Some("/repo"));
+        assert_eq!(
+            working_dir(&session(worktree), &top),
+            Path::new("/w/app/fix-1234abcd")
+        );
+        // A subdirectory of it.
+        let sub = project("/repo/services/web", Some("/repo"));
+        assert_eq!(
+            working_dir(&session(worktree), &sub),
+            Path::new("/w/app/fix-1234abcd/services/web")
+        );
+        // No repository recorded, or a path outside it: the worktree's root.
+        for project in [project("/repo", None), project("/elsewhere", Some("/repo"))] {
+            assert_eq!(
+                working_dir(&session(worktree), &project),
+                Path::new("/w/app/fix-1234abcd")
+            );
+        }
+    }
+
+    #[test]
+    fn a_worktree_session_locks_its_own_worktree_and_its_project_s_groups() {
+        let run = prompt_run(
+            session(Some("/w/app/fix-1234abcd")),
+            project("/repo", Some("/repo")),
+        );
+        let request = run.slot_request();
+        assert_eq!(request.project, "worktree:0190-s1");
+        assert!(request.overlapping.is_empty());
+        assert_eq!(request.groups, vec!["deploys".to_string()]);
+        assert_eq!(request.engine, "command");
+        assert_eq!(
+            run.spec(PathBuf::from("sh"), &Settings::default()).cwd,
+            Path::new("/w/app/fix-1234abcd")
+        );
+    }
+
+    #[test]
+    fn a_session_without_a_worktree_locks_its_project_tree_as_before() {
+        let run = prompt_run(session(None), project("/repo", Some("/repo")));
+        let request = run.slot_request();
+        assert_eq!(request.project, "/repo");
+        assert_eq!(request.overlapping, vec!["/repo".to_string()]);
+        assert_eq!(request.groups, vec!["deploys".to_string()]);
+        assert_eq!(
+            run.spec(PathBuf::from("sh"), &Settings::default()).cwd,
+            Path::new("/repo")
+        );
     }
 }

@@ -1,0 +1,235 @@
+//! A worktree project's setup command (issue 13), through the built binary against a real
+//! daemon and real git (isolated from the person's: `common::git`): it runs in the session's
+//! worktree before the session's first prompt, its lines are the session's `setup.output`
+//! events, a failure fails the prompt and the next prompt tries again, a cancel ends its whole
+//! process group, and the engine then runs in the worktree (the `command` engine's prompt is a
+//! shell command line: `pwd > where.txt`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use common::daemon::{alive, wait_until};
+use common::git::{same_path, GitHome};
+
+/// A home whose command engine has short grace periods.
+fn command_home() -> GitHome {
+    let home = GitHome::new();
+    home.config(&[
+        ("cancel.grace_ms", "300"),
+        ("daemon.shutdown_grace_ms", "300"),
+    ]);
+    home
+}
+
+/// A repository `repo` in the home, a worktree project `app` on `dir` (the repository or a
+/// directory in it) with `setup`, and a session of it: (repository, session id).
+fn worktree_session(home: &GitHome, sub: Option<&str>, setup: &str) -> (PathBuf, String) {
+    let repo = home.repo("repo");
+    let dir = match sub {
+        Some(sub) => {
+            home.commit_file(&repo, &format!("{sub}/keep.txt"), "k\n", "a subdirectory");
+            repo.join(sub)
+        }
+        None => repo.clone(),
+    };
+    home.add_project("app", &dir, &["--isolation", "worktree", "--setup", setup]);
+    let session = home.new_session(&["app", "--title", "setup test"]);
+    (repo, session)
+}
+
+/// The session's events as (kind, payload), in order.
+fn events(home: &GitHome, session: &str) -> Vec<(String, Value)> {
+    let db = home.home.db();
+    let mut statement = db
+        .prepare("SELECT kind, payload FROM events WHERE session_id = ?1 ORDER BY seq")
+        .unwrap();
+    statement
+        .query_map([session], |row| {
+            let payload: String = row.get(1)?;
+            Ok((row.get(0)?, serde_json::from_str(&payload).unwrap()))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn count(events: &[(String, Value)], kind: &str) -> usize {
+    events.iter().filter(|(k, _)| k == kind).count()
+}
+
+fn position(events: &[(String, Value)], kind: &str) -> usize {
+    events
+        .iter()
+        .position(|(k, _)| k == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {events:#?}"))
+}
+
+/// `send S PROMPT --wait`, which must fail: its stderr.
+fn prompt_fails(home: &GitHome, session: &str, prompt: &str) -> String {
+    let output = home.run(&["send", session, prompt, "--wait"]);
+    assert!(
+        !output.status.success(),
+        "{prompt:?} succeeded: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn the_setup_runs_in_the_worktree_before_the_first_prompt_and_the_engine_runs_there_too() {
+    let home = command_home();
+    let (repo, session) = worktree_session(&home, None, "echo hi; touch setup-ran");
+    let worktree = home.worktree_of(&session);
+    // The prompt sees what the setup made, in its own working directory.
+    home.prompt(&session, "test -f setup-ran && pwd > where.txt");
+    assert!(worktree.join("setup-ran").is_file());
+    assert!(
+        same_path(Path::new(&read(&worktree.join("where.txt"))), &worktree),
+        "the engine ran in {}, not in the worktree {}",
+        read(&worktree.join("where.txt")),
+        worktree.display()
+    );
+    // Nothing in the person's checkout.
+    assert!(!repo.join("setup-ran").exists());
+    assert!(!repo.join("where.txt").exists());
+    assert_eq!(home.session(&session)["worktree_state"], "ready");
+
+    let seen = events(&home, &session);
+    let started = position(&seen, "setup.started");
+    assert_eq!(seen[started].1["command"], "echo hi; touch setup-ran");
+    let output: Vec<&Value> = seen
+        .iter()
+        .filter(|(kind, _)| kind == "setup.output")
+        .map(|(_, payload)| payload)
+        .collect();
+    assert_eq!(output.len(), 1, "{seen:#?}");
+    assert_eq!(output[0]["line"], "hi");
+    assert_eq!(output[0]["stream"], "stdout");
+    let exited = position(&seen, "setup.exited");
+    assert_eq!(seen[exited].1["code"], 0);
+    assert!(seen[exited].1["signal"].is_null());
+    // In order: the prompt started, the setup, then the engine's run.
+    assert!(position(&seen, "prompt.started") < started);
+    assert!(started < position(&seen, "setup.output"));
+    assert!(position(&seen, "setup.output") < exited);
+    assert!(exited < position(&seen, "run.started"));
+
+    // Set up once: the next prompt runs straight away.
+    home.prompt(&session, "true");
+    assert_eq!(count(&events(&home, &session), "setup.started"), 1);
+}
+
+#[test]
+fn a_failing_setup_fails_the_prompt_and_runs_again_on_the_next() {
+    let home = command_home();
+    let allow = home.path().join("allow");
+    let setup = format!(
+        "echo checking; if [ -f '{}' ]; then touch ok; else echo 'no allow file' >&2; exit 3; fi",
+        allow.display()
+    );
+    let (_, session) = worktree_session(&home, None, &setup);
+    let worktree = home.worktree_of(&session);
+
+    let stderr = prompt_fails(&home, &session, "touch engine-ran");
+    assert!(
+        stderr.contains("setup command failed (exit 3): no allow file"),
+        "{stderr}"
+    );
+    // The engine never ran, and the worktree waits for its setup still.
+    assert!(!worktree.join("engine-ran").exists());
+    assert_eq!(home.session(&session)["worktree_state"], "setup");
+    let seen = events(&home, &session);
+    assert_eq!(count(&seen, "run.started"), 0, "{seen:#?}");
+    let exited = position(&seen, "setup.exited");
+    assert_eq!(seen[exited].1["code"], 3);
+    let stderr_line = seen
+        .iter()
+        .find(|(kind, payload)| kind == "setup.output" && payload["stream"] == "stderr")
+        .unwrap_or_else(|| panic!("no stderr line in {seen:#?}"));
+    assert_eq!(stderr_line.1["line"], "no allow file");
+    assert_eq!(seen.last().unwrap().0, "prompt.failed");
+
+    // Fixed: the next prompt runs the setup again, then the engine.
+    std::fs::write(&allow, "").unwrap();
+    home.prompt(&session, "touch engine-ran");
+    assert!(worktree.join("ok").is_file());
+    assert!(worktree.join("engine-ran").is_file());
+    assert_eq!(home.session(&session)["worktree_state"], "ready");
+    assert_eq!(count(&events(&home, &session), "setup.started"), 2);
+}
+
+#[test]
+fn a_project_in_a_subdirectory_runs_its_setup_and_engine_at_that_place_in_the_worktree() {
+    let home = command_home();
+    let (_, session) = worktree_session(&home, Some("services/web"), "pwd > setup-where.txt");
+    let worktree = home.worktree_of(&session);
+    home.prompt(&session, "pwd > where.txt");
+    let place = worktree.join("services/web");
+    assert!(same_path(
+        Path::new(&read(&place.join("setup-where.txt"))),
+        &place
+    ));
+    assert!(same_path(
+        Path::new(&read(&place.join("where.txt"))),
+        &place
+    ));
+}
+
+#[test]
+fn cancelling_the_prompt_ends_the_setup_s_whole_group_and_the_next_prompt_sets_up_again() {
+    let home = command_home();
+    let pid_file = home.path().join("sleep.pid");
+    let setup = format!("sleep 60 & echo $! > '{}'; wait", pid_file.display());
+    let (_, session) = worktree_session(&home, None, &setup);
+    home.ok(&["send", &session, "true"]);
+    wait_until("the setup's sleep started", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
+    });
+    let sleep: i32 = read(&pid_file).parse().unwrap();
+    assert!(alive(sleep));
+    home.ok(&["cancel", &session]);
+    wait_until("the prompt ended", || {
+        events(&home, &session)
+            .iter()
+            .any(|(kind, _)| kind == "prompt.cancelled")
+    });
+    // Its background child went with its group, before the prompt's end.
+    assert!(
+        !alive(sleep),
+        "the setup's sleep {sleep} outlived the cancel"
+    );
+    let seen = events(&home, &session);
+    let exited = position(&seen, "setup.exited");
+    assert_eq!(seen[exited].1["ended_by"], "cancelled");
+    assert_eq!(count(&seen, "run.started"), 0);
+    assert_eq!(home.session(&session)["worktree_state"], "setup");
+    home.stop_daemon();
+}
+
+#[test]
+fn a_worktree_deleted_by_hand_fails_the_prompt_saying_how_to_recreate_it() {
+    let home = command_home();
+    let (_, session) = worktree_session(&home, None, "true");
+    home.prompt(&session, "true");
+    let worktree = home.worktree_of(&session);
+    std::fs::remove_dir_all(&worktree).unwrap();
+    let stderr = prompt_fails(&home, &session, "touch x");
+    assert!(
+        stderr.contains(&format!(
+            "worktree {} is gone (removed by hand?): recreate it with `corral session recreate {session}`",
+            worktree.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!worktree.exists());
+}
