@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod engine;
 pub mod events;
 pub mod framing;
+pub mod git;
 pub mod home;
 pub mod http;
 pub mod process;

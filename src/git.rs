@@ -1,0 +1,1846 @@
+//! corral's git layer: every git command corral runs for worktree isolation, async on tokio
+//! (the daemon's actors share one thread: nothing here waits on git; the few file-system calls
+//! are single stats, a mkdir and a copy of an index, and a tree's removal goes to tokio's
+//! blocking pool).
+//!
+//! Map of the file:
+//! - [`Git`]: the `git` found on PATH ([`Git::detect`], at least [`MIN_VERSION`]) and one method
+//!   per question or change: [`Git::repo`], [`Git::head`], [`Git::resolve`],
+//!   [`Git::branch_exists`], [`Git::worktree_add`], [`Git::worktrees`], [`Git::prune`],
+//!   [`Git::is_clean`], [`Git::worktree_remove`], [`Git::diff`], [`Git::merge`];
+//! - what they answer: [`Repo`], [`Head`], [`WorktreeEntry`], [`Diff`], [`Merged`], and
+//!   [`GitError`], one clear line per way git can fail corral;
+//! - `GitCommand`: the one place a git child is spawned (its own process group, the group killed
+//!   when the call is dropped, SIGKILL when the daemon dies, `LC_ALL=C`, no prompts);
+//! - the parsers of `git --version`, `git worktree list --porcelain` and `git diff --numstat`.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::{getpid, getppid, Pid};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The oldest git corral works with: `git worktree remove` came in 2.17.
+pub const MIN_VERSION: GitVersion = GitVersion {
+    major: 2,
+    minor: 17,
+    patch: 0,
+};
+/// [`MIN_VERSION`] as people write it.
+const MIN_VERSION_TEXT: &str = "2.17";
+
+/// Variables that would point git at another repository than the directory it is run in (set
+/// when corral itself runs under git, in a hook): never passed on.
+const LOCATION_VARIABLES: [&str; 8] = [
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+];
+
+/// Every way a git call fails corral; each displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error(
+        "git is not on PATH: worktree isolation needs git {} or newer",
+        MIN_VERSION_TEXT
+    )]
+    Missing,
+    #[error("git {found} is too old: worktree isolation needs git {needed} or newer")]
+    TooOld { found: String, needed: String },
+    /// `stderr` is git's first meaningful line, without its `fatal: ` or `error: `.
+    #[error("{what} failed: {stderr}")]
+    Failed { what: String, stderr: String },
+    #[error("the repository has no commit yet ({})", path.display())]
+    NoCommit { path: PathBuf },
+    #[error("no commit named '{rev}'")]
+    UnknownRevision { rev: String },
+    #[error("there is no branch '{branch}'")]
+    NoBranch { branch: String },
+    #[error("{} exists already", path.display())]
+    Exists { path: PathBuf },
+    #[error("{} has uncommitted changes: commit or discard them first", path.display())]
+    Dirty { path: PathBuf },
+    #[error("the merge conflicts in {}: nothing was changed", files.join(", "))]
+    Conflict { files: Vec<String> },
+    #[error("branch '{branch}' has nothing to merge into '{into}'")]
+    NothingToMerge { branch: String, into: String },
+    #[error("cannot {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A git version, as `git --version` tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GitVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl GitVersion {
+    /// Reads `git version 2.47.3`, `git version 2.39.2 (Apple Git-143)`,
+    /// `git version 2.45.1.windows.1`; the patch number may be missing.
+    pub fn parse(output: &str) -> Option<GitVersion> {
+        let number = output
+            .trim()
+            .strip_prefix("git version ")?
+            .split_whitespace()
+            .next()?;
+        let mut parts = number.split('.').map(leading_number);
+        Some(GitVersion {
+            major: parts.next()??,
+            minor: parts.next()??,
+            patch: parts.next().flatten().unwrap_or(0),
+        })
+    }
+
+    /// `git --version`'s answer, refused when older than [`MIN_VERSION`].
+    fn check(output: &str) -> Result<GitVersion, GitError> {
+        let version =
+            GitVersion::parse(output).ok_or_else(|| unexpected("git --version", output))?;
+        if version < MIN_VERSION {
+            return Err(GitError::TooOld {
+                found: version.to_string(),
+                needed: MIN_VERSION_TEXT.to_owned(),
+            });
+        }
+        Ok(version)
+    }
+}
+
+impl fmt::Display for GitVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+fn leading_number(part: &str) -> Option<u32> {
+    let digits = part.len() - part.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    part[..digits].parse().ok()
+}
+
+/// The repository a path belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repo {
+    /// The top level of the work tree holding the path (a linked worktree's own root).
+    pub toplevel: PathBuf,
+    /// The repository's common git directory (absolute; shared by all its worktrees).
+    pub common_dir: PathBuf,
+    /// The path relative to `toplevel` (empty at the top level).
+    pub prefix: PathBuf,
+}
+
+/// What a work tree has checked out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Head {
+    /// A branch, by its short name (`main`, `corral/fix-1a2b3c4d`).
+    Branch(String),
+    /// A commit, by its sha.
+    Detached(String),
+}
+
+/// One entry of `git worktree list --porcelain`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorktreeEntry {
+    pub path: PathBuf,
+    /// The checked-out commit; none in a bare repository's entry.
+    pub head: Option<String>,
+    /// The checked-out branch's short name (`refs/heads/` taken off).
+    pub branch: Option<String>,
+    pub detached: bool,
+    /// Locked, by `git worktree lock` or by a `git worktree add` that never finished.
+    pub locked: bool,
+    /// Its directory is gone: `git worktree prune` would drop it.
+    pub prunable: bool,
+}
+
+/// A work tree's changes against a commit, untracked files included.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// The patch, or the `--stat` summary when asked.
+    pub text: String,
+    /// Binary files count as changed files with no lines.
+    pub files_changed: u32,
+    pub insertions: u32,
+    pub deletions: u32,
+}
+
+/// What [`Git::merge`] made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merged {
+    /// The merge (or squash) commit `into` now points at.
+    pub commit: String,
+    pub into: String,
+    /// The worktree where `into` is checked out, fast-forwarded to `commit`.
+    pub checkout_updated: Option<PathBuf>,
+}
+
+/// The `git` program corral runs.
+#[derive(Clone, Debug)]
+pub struct Git {
+    program: PathBuf,
+    version: GitVersion,
+    /// Variables every git child gets besides the fixed ones ([`Git::with_env`]).
+    env: Vec<(OsString, OsString)>,
+}
+
+impl Git {
+    /// The `git` on PATH, when it is at least [`MIN_VERSION`].
+    pub async fn detect() -> Result<Git, GitError> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let program = find_on_path("git", &path).ok_or(GitError::Missing)?;
+        let mut git = Git {
+            program,
+            version: MIN_VERSION,
+            env: Vec::new(),
+        };
+        git.version = GitVersion::check(&git.command(None, &["--version"]).run().await?)?;
+        Ok(git)
+    }
+
+    /// Every git child gets `name=value` too (tests isolate git's configuration with it).
+    pub fn with_env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Git {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    pub fn version(&self) -> GitVersion {
+        self.version
+    }
+
+    /// The repository `path` is in; `None` when it is in none.
+    pub async fn repo(&self, path: &Path) -> Result<Option<Repo>, GitError> {
+        let output = self
+            .at(path, &["rev-parse"])
+            .args(["--show-toplevel", "--git-common-dir", "--show-prefix"])
+            .output()
+            .await?;
+        if !output.status.success() {
+            if output.stderr.contains("not a git repository") {
+                return Ok(None);
+            }
+            return Err(output.failed());
+        }
+        let mut lines = output.stdout.lines();
+        let (Some(toplevel), Some(common_dir)) = (lines.next(), lines.next()) else {
+            return Err(unexpected(&output.what, &output.stdout));
+        };
+        // The common dir may come relative to `path` (`.git`, `../../.git`).
+        let common_dir = path.join(common_dir);
+        let common_dir = std::fs::canonicalize(&common_dir)
+            .map_err(io_error(format!("resolve {}", common_dir.display())))?;
+        Ok(Some(Repo {
+            toplevel: PathBuf::from(toplevel),
+            common_dir,
+            prefix: PathBuf::from(lines.next().unwrap_or("").trim_end_matches('/')),
+        }))
+    }
+
+    /// What the work tree at `dir` has checked out; [`GitError::NoCommit`] in a repository
+    /// without a commit.
+    pub async fn head(&self, dir: &Path) -> Result<Head, GitError> {
+        let (commit, branch) = tokio::join!(
+            self.at(dir, &["rev-parse"])
+                .args(["--verify", "--quiet", "HEAD^{commit}"])
+                .output(),
+            self.at(dir, &["symbolic-ref"])
+                .args(["--quiet", "HEAD"])
+                .output(),
+        );
+        let (commit, branch) = (commit?, branch?);
+        match commit.status.code() {
+            Some(0) => {}
+            // `--verify --quiet` says "no such commit" by exiting 1 silently: HEAD is unborn.
+            Some(1) => return Err(GitError::NoCommit { path: dir.into() }),
+            _ => return Err(commit.failed()),
+        }
+        match branch.status.code() {
+            Some(0) => Ok(Head::Branch(short_branch(branch.stdout.trim()).to_owned())),
+            Some(1) => Ok(Head::Detached(commit.stdout.trim().to_owned())),
+            _ => Err(branch.failed()),
+        }
+    }
+
+    /// The sha of the commit `rev` names.
+    pub async fn resolve(&self, dir: &Path, rev: &str) -> Result<String, GitError> {
+        let unknown = || GitError::UnknownRevision {
+            rev: rev.to_owned(),
+        };
+        // A rev that git would read as an option is no rev.
+        if rev.is_empty() || rev.starts_with('-') {
+            return Err(unknown());
+        }
+        let output = self
+            .at(dir, &["rev-parse"])
+            .args(["--verify", "--quiet"])
+            .arg(format!("{rev}^{{commit}}"))
+            .output()
+            .await?;
+        match output.status.code() {
+            Some(0) => Ok(output.stdout.trim().to_owned()),
+            Some(1) => Err(unknown()),
+            _ => Err(output.failed()),
+        }
+    }
+
+    pub async fn branch_exists(&self, dir: &Path, branch: &str) -> Result<bool, GitError> {
+        let output = self
+            .at(dir, &["show-ref"])
+            .args(["--verify", "--quiet"])
+            .arg(format!("refs/heads/{branch}"))
+            .output()
+            .await?;
+        match output.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(output.failed()),
+        }
+    }
+
+    /// Makes the worktree `path` of `repo`: on a new `branch` from `base_commit`
+    /// (`new_branch`), else on the existing `branch` (`base_commit` unused); then initializes
+    /// its submodules. `path` must not exist; its parent is made if missing. On failure what
+    /// it made is taken back (worktree, directory, new branch), so nothing half-made is left;
+    /// a call dropped midway (the daemon killed) leaves that to the caller's `creating` state.
+    pub async fn worktree_add(
+        &self,
+        repo: &Path,
+        path: &Path,
+        branch: &str,
+        base_commit: &str,
+        new_branch: bool,
+    ) -> Result<(), GitError> {
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(GitError::Exists { path: path.into() });
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(io_error(format!("create {}", parent.display())))?;
+        }
+        let makes_branch = new_branch && !self.branch_exists(repo, branch).await?;
+        let made = self
+            .checkout_worktree(repo, path, branch, base_commit, new_branch)
+            .await;
+        if made.is_err() {
+            self.undo_worktree_add(repo, path, makes_branch.then_some((branch, base_commit)))
+                .await;
+        }
+        made
+    }
+
+    async fn checkout_worktree(
+        &self,
+        repo: &Path,
+        path: &Path,
+        branch: &str,
+        base_commit: &str,
+        new_branch: bool,
+    ) -> Result<(), GitError> {
+        let add = self.at(repo, &["worktree", "add"]);
+        let add = if new_branch {
+            add.args(["-b", branch, "--"]).arg(path).arg(base_commit)
+        } else {
+            add.arg("--").arg(path).arg(branch)
+        };
+        add.run().await?;
+        if path.join(".gitmodules").exists() {
+            self.at(path, &["submodule", "update"])
+                .args(["--init", "--recursive"])
+                .run()
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Takes back what a failed [`Git::worktree_add`] made, as far as it can: the first
+    /// failure is the one reported.
+    async fn undo_worktree_add(&self, repo: &Path, path: &Path, made_branch: Option<(&str, &str)>) {
+        if self.worktree_remove(repo, path, true).await.is_err() {
+            // Not registered (git stopped before): only a directory may be left, and `path`
+            // did not exist before the call.
+            let path = path.to_owned();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
+        }
+        if let Some((branch, base_commit)) = made_branch {
+            // The old value makes git delete it only while it is where it was made.
+            let _ = self
+                .at(repo, &["update-ref"])
+                .arg("-d")
+                .arg(format!("refs/heads/{branch}"))
+                .arg(base_commit)
+                .run()
+                .await;
+        }
+    }
+
+    /// The repository's worktrees, its main one first.
+    pub async fn worktrees(&self, repo: &Path) -> Result<Vec<WorktreeEntry>, GitError> {
+        let listed = self
+            .at(repo, &["worktree", "list"])
+            .arg("--porcelain")
+            .run()
+            .await?;
+        let mut entries = parse_worktrees(&listed);
+        // git says `prunable` itself only since 2.31.
+        for entry in &mut entries {
+            if !entry.prunable {
+                entry.prunable = !entry.path.exists();
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Drops the registrations of worktrees whose directories are gone.
+    pub async fn prune(&self, repo: &Path) -> Result<(), GitError> {
+        self.at(repo, &["worktree", "prune"]).run().await.map(drop)
+    }
+
+    /// Whether `git status` shows nothing: no change, no untracked file (ignored ones aside),
+    /// no change inside a submodule.
+    pub async fn is_clean(&self, worktree: &Path) -> Result<bool, GitError> {
+        let status = self
+            .at(worktree, &["status"])
+            .args([
+                "--porcelain=v1",
+                "--untracked-files=all",
+                "--ignore-submodules=none",
+            ])
+            // Its engine may be using the index: status must not take its lock to refresh it.
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .run()
+            .await?;
+        Ok(status.is_empty())
+    }
+
+    /// Removes the worktree `path` (directory and registration; its branch stays). Without
+    /// `force` a worktree with changes is refused ([`GitError::Dirty`]); `force` discards them
+    /// and also removes a worktree left locked by an interrupted `git worktree add`.
+    ///
+    /// git refuses any worktree holding submodules unless forced (it cannot tell whether their
+    /// own commits exist elsewhere); corral removes one when its status, submodules included,
+    /// is clean.
+    pub async fn worktree_remove(
+        &self,
+        repo: &Path,
+        path: &Path,
+        force: bool,
+    ) -> Result<(), GitError> {
+        let remove = |force: &[&str]| {
+            self.at(repo, &["worktree", "remove"])
+                .args(force)
+                .arg("--")
+                .arg(path)
+                .output()
+        };
+        let flags: &[&str] = if force { &["--force", "--force"] } else { &[] };
+        let output = remove(flags).await?;
+        if output.status.success() {
+            return Ok(());
+        }
+        let dirty = || GitError::Dirty { path: path.into() };
+        if !force && output.stderr.contains("modified or untracked files") {
+            return Err(dirty());
+        }
+        if !force && output.stderr.contains("containing submodules") {
+            if !self.is_clean(path).await? {
+                return Err(dirty());
+            }
+            return remove(&["--force"]).await?.success().map(drop);
+        }
+        Err(output.failed())
+    }
+
+    /// The changes in `worktree` against `base_commit`, untracked files included, the
+    /// worktree's own index untouched (its engine may be using it).
+    pub async fn diff(
+        &self,
+        worktree: &Path,
+        base_commit: &str,
+        stat: bool,
+    ) -> Result<Diff, GitError> {
+        let index = tempfile::Builder::new()
+            .prefix("corral-index-")
+            .tempdir()
+            .map_err(io_error("make a temporary index".to_owned()))?;
+        let tree = self
+            .worktree_tree(worktree, &index.path().join("index"))
+            .await?;
+        let diff = |extra: Option<&str>| {
+            self.at(worktree, &["diff"])
+                .args(["--no-color", "--no-ext-diff"])
+                .args(extra)
+                .args([base_commit, tree.as_str(), "--"])
+                .run()
+        };
+        let stat = stat.then_some("--stat");
+        let (text, numstat) = tokio::try_join!(diff(stat), diff(Some("--numstat")))?;
+        let (files_changed, insertions, deletions) = parse_numstat(&numstat);
+        Ok(Diff {
+            text,
+            files_changed,
+            insertions,
+            deletions,
+        })
+    }
+
+    /// The tree of everything in `worktree` now (untracked files in, ignored ones out), written
+    /// through the temporary index file `index`: HEAD read into it, then `add -A`.
+    async fn worktree_tree(&self, worktree: &Path, index: &Path) -> Result<String, GitError> {
+        let own = self
+            .at(worktree, &["rev-parse"])
+            .args(["--git-path", "index"])
+            .run()
+            .await?;
+        // A copy of the worktree's index lends its stat cache (`read-tree --reset` keeps it
+        // where HEAD matches): `add -A` then hashes only changed files, not the whole tree.
+        let copied = std::fs::copy(worktree.join(own.trim()), index).is_ok();
+        let with_index = |words: &[&str]| self.at(worktree, words).env("GIT_INDEX_FILE", index);
+        let read = with_index(&["read-tree"])
+            .args(["--reset", "HEAD"])
+            .run()
+            .await;
+        if read.is_err() && copied {
+            // A copy git cannot read on its own (a split index): start from HEAD alone.
+            let _ = std::fs::remove_file(index);
+            with_index(&["read-tree"]).arg("HEAD").run().await?;
+        } else {
+            read?;
+        }
+        with_index(&["add"]).arg("-A").run().await?;
+        let tree = with_index(&["write-tree"]).run().await?;
+        Ok(tree.trim().to_owned())
+    }
+
+    /// Merges `branch` into `into` without touching the person's checkout until the merge is
+    /// made: both sides must be clean ([`GitError::Dirty`]); the merge (`--no-ff`, or
+    /// `--squash` and a commit, with `message`) is made in a detached worktree at `scratch`;
+    /// a conflict ([`GitError::Conflict`]) changes nothing. Then `into` moves: the clean
+    /// checkout where it is checked out is fast-forwarded, else the ref is updated (from the
+    /// value it had, or not at all). The scratch worktree is removed whatever happens; one
+    /// left by a daemon killed mid-merge is removed first.
+    pub async fn merge(
+        &self,
+        repo: &Path,
+        scratch: &Path,
+        branch: &str,
+        into: &str,
+        squash: bool,
+        message: &str,
+    ) -> Result<Merged, GitError> {
+        let plan = self.merge_plan(repo, branch, into).await?;
+        self.clear_scratch(repo, scratch).await?;
+        let merged = self
+            .merge_in_scratch(repo, scratch, &plan, squash, message)
+            .await;
+        let removed = if scratch.exists() {
+            self.worktree_remove(repo, scratch, true).await
+        } else {
+            Ok(())
+        };
+        if let Err(error) = removed {
+            // The merge's outcome stands; a stale scratch is cleared by the next merge.
+            tracing::warn!(scratch = %scratch.display(), %error, "scratch worktree left");
+        }
+        merged
+    }
+
+    /// Both tips, where each branch is checked out, and the refusals that need no merge.
+    async fn merge_plan(
+        &self,
+        repo: &Path,
+        branch: &str,
+        into: &str,
+    ) -> Result<MergePlan, GitError> {
+        let nothing = || GitError::NothingToMerge {
+            branch: branch.to_owned(),
+            into: into.to_owned(),
+        };
+        if branch == into {
+            return Err(nothing());
+        }
+        let branch_commit = self.branch_tip(repo, branch).await?;
+        let into_commit = self.branch_tip(repo, into).await?;
+        let worktrees = self.worktrees(repo).await?;
+        let checkout = |name: &str| {
+            worktrees
+                .iter()
+                .find(|entry| !entry.prunable && entry.branch.as_deref() == Some(name))
+                .map(|entry| entry.path.clone())
+        };
+        let (branch_checkout, into_checkout) = (checkout(branch), checkout(into));
+        for path in [&branch_checkout, &into_checkout].into_iter().flatten() {
+            if !self.is_clean(path).await? {
+                return Err(GitError::Dirty { path: path.clone() });
+            }
+        }
+        if self.is_ancestor(repo, &branch_commit, &into_commit).await? {
+            return Err(nothing());
+        }
+        Ok(MergePlan {
+            branch: branch.to_owned(),
+            into: into.to_owned(),
+            branch_commit,
+            into_commit,
+            into_checkout,
+        })
+    }
+
+    async fn branch_tip(&self, repo: &Path, branch: &str) -> Result<String, GitError> {
+        match self.resolve(repo, &format!("refs/heads/{branch}")).await {
+            Err(GitError::UnknownRevision { .. }) => Err(GitError::NoBranch {
+                branch: branch.to_owned(),
+            }),
+            tip => tip,
+        }
+    }
+
+    async fn is_ancestor(&self, repo: &Path, commit: &str, of: &str) -> Result<bool, GitError> {
+        let output = self
+            .at(repo, &["merge-base"])
+            .args(["--is-ancestor", commit, of])
+            .output()
+            .await?;
+        match output.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(output.failed()),
+        }
+    }
+
+    /// Removes a scratch worktree of `repo` left at `scratch`; anything else there is not
+    /// corral's to remove.
+    async fn clear_scratch(&self, repo: &Path, scratch: &Path) -> Result<(), GitError> {
+        let Ok(path) = std::fs::canonicalize(scratch) else {
+            return Ok(());
+        };
+        let registered = self
+            .worktrees(repo)
+            .await?
+            .iter()
+            .any(|entry| entry.path == path);
+        if !registered {
+            return Err(GitError::Exists { path });
+        }
+        self.worktree_remove(repo, scratch, true).await
+    }
+
+    /// The merge made in a detached worktree at `scratch`, then `into` moved to it.
+    async fn merge_in_scratch(
+        &self,
+        repo: &Path,
+        scratch: &Path,
+        plan: &MergePlan,
+        squash: bool,
+        message: &str,
+    ) -> Result<Merged, GitError> {
+        // The scratch checkout needs no large files: LFS leaves their pointers in. `--force`
+        // overrides a registration left without its directory by a killed merge.
+        self.at(repo, &["worktree", "add"])
+            .args(["--detach", "--force", "--"])
+            .arg(scratch)
+            .arg(&plan.into_commit)
+            .env("GIT_LFS_SKIP_SMUDGE", "1")
+            .run()
+            .await?;
+        let merge = self.at(scratch, &["merge"]).env("GIT_LFS_SKIP_SMUDGE", "1");
+        let merge = if squash {
+            merge.arg("--squash")
+        } else {
+            merge.args(["--no-ff", "--no-edit", "-m", message])
+        };
+        let output = merge.arg(&plan.branch_commit).output().await?;
+        if !output.status.success() {
+            return Err(self.merge_failed(scratch, squash, output).await);
+        }
+        if squash {
+            let staged = self
+                .at(scratch, &["diff"])
+                .args(["--cached", "--quiet"])
+                .output()
+                .await?;
+            if staged.status.success() {
+                // Its changes are in `into` already (squash-merged before).
+                return Err(GitError::NothingToMerge {
+                    branch: plan.branch.clone(),
+                    into: plan.into.clone(),
+                });
+            }
+            self.at(scratch, &["commit"])
+                .args(["--quiet", "-m", message])
+                .run()
+                .await?;
+        }
+        let commit = self.resolve(scratch, "HEAD").await?;
+        let checkout_updated = match &plan.into_checkout {
+            Some(checkout) => {
+                // A fast-forward of the person's clean checkout, as `git pull --ff-only` does:
+                // git refuses it if the checkout moved or would lose local changes meanwhile.
+                self.at(checkout, &["merge"])
+                    .args(["--ff-only", "--quiet", commit.as_str()])
+                    .run()
+                    .await?;
+                Some(checkout.clone())
+            }
+            None => {
+                self.at(repo, &["update-ref"])
+                    .arg("-m")
+                    .arg(format!("corral: merge {}", plan.branch))
+                    .arg(format!("refs/heads/{}", plan.into))
+                    .args([&commit, &plan.into_commit])
+                    .run()
+                    .await?;
+                None
+            }
+        };
+        Ok(Merged {
+            commit,
+            into: plan.into.clone(),
+            checkout_updated,
+        })
+    }
+
+    /// A failed merge in `scratch`: a conflict (the merge undone, its files named) or git's
+    /// own error.
+    async fn merge_failed(&self, scratch: &Path, squash: bool, output: GitOutput) -> GitError {
+        let conflicted = self
+            .at(scratch, &["diff"])
+            .args(["--name-only", "-z", "--diff-filter=U"])
+            .run()
+            .await;
+        let files: Vec<String> = match conflicted {
+            Ok(names) => names
+                .split('\0')
+                .filter(|n| !n.is_empty())
+                .map(Into::into)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if files.is_empty() {
+            return output.failed();
+        }
+        // The scratch worktree goes anyway; undoing first leaves nothing even if that fails.
+        let undo = if squash {
+            self.at(scratch, &["reset"]).args(["--hard", "--quiet"])
+        } else {
+            self.at(scratch, &["merge"]).arg("--abort")
+        };
+        let _ = undo.run().await;
+        GitError::Conflict { files }
+    }
+
+    /// A git command run in `dir` (`git -C dir WORDS…`); see [`Git::command`].
+    fn at(&self, dir: &Path, words: &[&str]) -> GitCommand {
+        self.command(Some(dir), words)
+    }
+
+    /// `git [-C dir] WORDS…` (the words name the command in errors; add its arguments to
+    /// the answer), as every git child runs: in its own process group, stdin closed, output
+    /// captured, killed with its group when the call is dropped, SIGKILL when the process
+    /// that spawned it dies, in the C locale (its errors are read), never prompting.
+    fn command(&self, dir: Option<&Path>, words: &[&str]) -> GitCommand {
+        let mut command = tokio::process::Command::new(&self.program);
+        if let Some(dir) = dir {
+            command.arg("-C").arg(dir);
+        }
+        command
+            .args(words)
+            .env("LC_ALL", "C")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        for name in LOCATION_VARIABLES {
+            command.env_remove(name);
+        }
+        command.envs(self.env.iter().map(|(name, value)| (name, value)));
+        let parent = getpid();
+        // SAFETY: the hook calls only prctl and getppid, async-signal-safe, between fork and
+        // exec.
+        unsafe {
+            command.pre_exec(move || die_with_parent(parent));
+        }
+        GitCommand {
+            what: format!("git {}", words.join(" ")).trim_end().to_owned(),
+            command,
+        }
+    }
+}
+
+/// [`Git::merge`]'s findings before it merges.
+struct MergePlan {
+    branch: String,
+    into: String,
+    branch_commit: String,
+    into_commit: String,
+    /// The clean worktree where `into` is checked out.
+    into_checkout: Option<PathBuf>,
+}
+
+/// In the child before exec: SIGKILL when its parent dies, so a daemon killed -9 leaves no git
+/// behind. (The "parent" is the spawning thread: the daemon's actors run on its main one.)
+fn die_with_parent(parent: Pid) -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    // Dead between fork and prctl: no signal will ever come.
+    if getppid() != parent {
+        return Err(std::io::Error::other("corral is gone"));
+    }
+    Ok(())
+}
+
+/// One git invocation, ready to run.
+struct GitCommand {
+    /// `git worktree add`: how errors name it.
+    what: String,
+    command: tokio::process::Command,
+}
+
+/// How a git invocation ended.
+struct GitOutput {
+    what: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl GitCommand {
+    fn arg(mut self, arg: impl AsRef<OsStr>) -> GitCommand {
+        self.command.arg(arg);
+        self
+    }
+
+    fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> GitCommand {
+        self.command.args(args);
+        self
+    }
+
+    fn env(mut self, name: &str, value: impl AsRef<OsStr>) -> GitCommand {
+        self.command.env(name, value);
+        self
+    }
+
+    /// Runs it to its end; an error only when it cannot be run.
+    async fn output(mut self) -> Result<GitOutput, GitError> {
+        let child = self.command.spawn().map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                GitError::Missing
+            } else {
+                io_error(format!("run {}", self.what))(source)
+            }
+        })?;
+        let mut child = Group(child);
+        let (stdout, stderr) = (child.0.stdout.take(), child.0.stderr.take());
+        let (status, stdout, stderr) =
+            tokio::try_join!(child.0.wait(), read_all(stdout), read_all(stderr))
+                .map_err(io_error(format!("run {}", self.what)))?;
+        Ok(GitOutput {
+            what: self.what,
+            status,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Runs it and answers its stdout; a nonzero exit is [`GitError::Failed`].
+    async fn run(self) -> Result<String, GitError> {
+        self.output().await?.success()
+    }
+}
+
+impl GitOutput {
+    fn success(self) -> Result<String, GitError> {
+        if self.status.success() {
+            Ok(self.stdout)
+        } else {
+            Err(self.failed())
+        }
+    }
+
+    fn failed(self) -> GitError {
+        GitError::Failed {
+            stderr: first_meaningful_line(&self.stderr)
+                .unwrap_or_else(|| format!("it ended with {}", self.status)),
+            what: self.what,
+        }
+    }
+}
+
+/// A running git child. Dropped before its end (its call cancelled), its whole group is
+/// killed: git's own children (hooks, submodule clones) too, not only the git tokio kills.
+struct Group(tokio::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // `id` is none once the child is reaped: its group id cannot have been reused.
+        if let Some(pid) = self.0.id().and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+async fn read_all(pipe: Option<impl AsyncRead + Unpin>) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    if let Some(mut pipe) = pipe {
+        pipe.read_to_end(&mut bytes).await?;
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The line of git's stderr that says what went wrong: its first `fatal:` or `error:` line
+/// (progress such as "Preparing worktree" comes before), else its first line that is no hint
+/// or warning, else its first line; the prefix taken off.
+fn first_meaningful_line(stderr: &str) -> Option<String> {
+    let lines = || {
+        stderr
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+    };
+    let line = lines()
+        .find(|line| line.starts_with("fatal:") || line.starts_with("error:"))
+        .or_else(|| lines().find(|l| !l.starts_with("hint:") && !l.starts_with("warning:")))
+        .or_else(|| lines().next())?;
+    let line = ["fatal:", "error:"]
+        .iter()
+        .find_map(|prefix| line.strip_prefix(prefix))
+        .unwrap_or(line);
+    Some(line.trim().to_owned())
+}
+
+fn unexpected(what: &str, stdout: &str) -> GitError {
+    GitError::Failed {
+        what: what.to_owned(),
+        stderr: format!("unexpected output: {}", stdout.trim()),
+    }
+}
+
+fn io_error(what: String) -> impl FnOnce(std::io::Error) -> GitError {
+    move |source| GitError::Io { what, source }
+}
+
+fn short_branch(reference: &str) -> &str {
+    reference.strip_prefix("refs/heads/").unwrap_or(reference)
+}
+
+/// The executable `name` in an absolute directory of `path` (a PATH value), as a shell finds
+/// it; relative entries (`.`, empty) are skipped: corral runs no program from wherever it is.
+fn find_on_path(name: &str, path: &OsStr) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// The entries of `git worktree list --porcelain`: a `worktree PATH` line opens each, then
+/// `HEAD SHA`, `branch REF` or `detached`, and maybe `bare`, `locked [REASON]`,
+/// `prunable [REASON]`; blank lines between.
+fn parse_worktrees(porcelain: &str) -> Vec<WorktreeEntry> {
+    let mut entries: Vec<WorktreeEntry> = Vec::new();
+    for line in porcelain.lines() {
+        let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+        if key == "worktree" {
+            entries.push(WorktreeEntry {
+                path: PathBuf::from(value),
+                ..WorktreeEntry::default()
+            });
+            continue;
+        }
+        let Some(entry) = entries.last_mut() else {
+            continue;
+        };
+        match key {
+            "HEAD" => entry.head = Some(value.to_owned()),
+            "branch" => entry.branch = Some(short_branch(value).to_owned()),
+            "detached" => entry.detached = true,
+            "locked" => entry.locked = true,
+            "prunable" => entry.prunable = true,
+            _ => {}
+        }
+    }
+    entries
+}
+
+/// Files, insertions and deletions from `git diff --numstat` (`ADDED\tDELETED\tPATH`; a
+/// binary file's numbers are `-`).
+fn parse_numstat(numstat: &str) -> (u32, u32, u32) {
+    let mut totals = (0, 0, 0);
+    for line in numstat.lines().filter(|line| !line.trim().is_empty()) {
+        let mut numbers = line.split('\t').map(|n| n.parse::<u32>().unwrap_or(0));
+        totals.0 += 1;
+        totals.1 += numbers.next().unwrap_or(0);
+        totals.2 += numbers.next().unwrap_or(0);
+    }
+    totals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Read};
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::time::Duration;
+
+    /// A temporary directory and a [`Git`] whose configuration is this test's alone (the
+    /// process's environment is never changed: tests run in parallel threads).
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        git: Git,
+    }
+
+    impl Fixture {
+        async fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let config = root.join("gitconfig");
+            // Local submodules need the file protocol, which git refuses by default since 2.38.
+            std::fs::write(
+                &config,
+                "[init]\n\tdefaultBranch = main\n[protocol \"file\"]\n\tallow = always\n",
+            )
+            .unwrap();
+            let mut git = Git::detect()
+                .await
+                .unwrap()
+                .with_env("GIT_CONFIG_GLOBAL", &config)
+                .with_env("GIT_CONFIG_NOSYSTEM", "1");
+            for (name, value) in [
+                ("GIT_AUTHOR_NAME", "corral test"),
+                ("GIT_AUTHOR_EMAIL", "test@corral.invalid"),
+                ("GIT_COMMITTER_NAME", "corral test"),
+                ("GIT_COMMITTER_EMAIL", "test@corral.invalid"),
+            ] {
+                git = git.with_env(name, value);
+            }
+            Fixture {
+                _dir: dir,
+                root,
+                git,
+            }
+        }
+
+        /// `git ARGS…` in `dir`, which must succeed: its stdout.
+        async fn git(&self, dir: &Path, args: &[&str]) -> String {
+            self.git.at(dir, &[]).args(args).run().await.unwrap()
+        }
+
+        /// A new repository `name` whose one commit holds `a.txt`.
+        async fn repo(&self, name: &str) -> PathBuf {
+            self.git(&self.root, &["init", "-q", name]).await;
+            let path = self.root.join(name);
+            self.commit(&path, "a.txt", "one\n", "first").await;
+            path
+        }
+
+        /// Writes `file` in `dir` and commits it: the new commit's sha.
+        async fn commit(&self, dir: &Path, file: &str, text: &str, message: &str) -> String {
+            std::fs::write(dir.join(file), text).unwrap();
+            self.git(dir, &["add", file]).await;
+            self.git(dir, &["commit", "-q", "-m", message]).await;
+            self.sha(dir, "HEAD").await
+        }
+
+        async fn sha(&self, dir: &Path, rev: &str) -> String {
+            self.git.resolve(dir, rev).await.unwrap()
+        }
+
+        async fn status(&self, dir: &Path) -> String {
+            self.git(dir, &["status", "--porcelain=v1", "--untracked-files=all"])
+                .await
+        }
+
+        /// A repository `main` and a session worktree on `corral/s` from main's HEAD (or from
+        /// `from`), with one commit of `file`: (main, worktree, base commit).
+        async fn session(&self, from: &str, file: &str, text: &str) -> (PathBuf, PathBuf, String) {
+            let main = self.repo("main").await;
+            let base = self.sha(&main, from).await;
+            let worktree = self.root.join("worktrees/main/s");
+            self.git
+                .worktree_add(&main, &worktree, "corral/s", &base, true)
+                .await
+                .unwrap();
+            self.commit(&worktree, file, text, "session work").await;
+            (main, worktree, base)
+        }
+    }
+
+    fn text(path: &Path) -> &str {
+        path.to_str().unwrap()
+    }
+
+    #[test]
+    fn versions_are_read_and_old_ones_refused() {
+        let version = |major, minor, patch| GitVersion {
+            major,
+            minor,
+            patch,
+        };
+        let parse = GitVersion::parse;
+        assert_eq!(parse("git version 2.47.3\n"), Some(version(2, 47, 3)));
+        assert_eq!(
+            parse("git version 2.39.2 (Apple Git-143)"),
+            Some(version(2, 39, 2))
+        );
+        assert_eq!(
+            parse("git version 2.45.1.windows.1"),
+            Some(version(2, 45, 1))
+        );
+        assert_eq!(parse("git version 2.17"), Some(version(2, 17, 0)));
+        assert_eq!(parse("git version 2.18.0.rc2"), Some(version(2, 18, 0)));
+        assert_eq!(parse("hub version 2.14.2"), None);
+        assert_eq!(parse("git version x.1"), None);
+
+        assert_eq!(
+            GitVersion::check("git version 2.17.0").unwrap(),
+            MIN_VERSION
+        );
+        let too_old = GitVersion::check("git version 2.16.6").unwrap_err();
+        assert!(
+            matches!(&too_old, GitError::TooOld { found, needed } if found == "2.16.6" && needed == "2.17"),
+            "{too_old:?}"
+        );
+        assert_eq!(
+            too_old.to_string(),
+            "git 2.16.6 is too old: worktree isolation needs git 2.17 or newer"
+        );
+        assert_eq!(
+            GitError::Missing.to_string(),
+            "git is not on PATH: worktree isolation needs git 2.17 or newer"
+        );
+        assert!(matches!(
+            GitVersion::check("nonsense"),
+            Err(GitError::Failed { .. })
+        ));
+    }
+
+    #[test]
+    fn git_is_found_on_path_as_a_shell_finds_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let make = |sub: &str, mode: u32| {
+            let bin = dir.path().join(sub);
+            std::fs::create_dir_all(&bin).unwrap();
+            let git = bin.join("git");
+            std::fs::write(&git, "").unwrap();
+            std::fs::set_permissions(&git, std::fs::Permissions::from_mode(mode)).unwrap();
+            bin
+        };
+        let (plain, runnable) = (make("plain", 0o644), make("runnable", 0o755));
+        let path = std::env::join_paths([
+            PathBuf::from("relative"),
+            dir.path().join("absent"),
+            plain,
+            runnable.clone(),
+        ])
+        .unwrap();
+        assert_eq!(find_on_path("git", &path), Some(runnable.join("git")));
+        assert_eq!(find_on_path("git", OsStr::new("")), None);
+        assert_eq!(
+            find_on_path("git", dir.path().join("plain").as_os_str()),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn detect_finds_this_machines_git() {
+        let git = Git::detect().await.unwrap();
+        assert!(git.version() >= MIN_VERSION);
+        assert!(git.program().is_absolute() && git.program().ends_with("git"));
+    }
+
+    #[test]
+    fn git_errors_are_told_by_their_meaningful_line() {
+        let add =
+            "Preparing worktree (new branch 'main')\nfatal: a branch named 'main' already exists\n";
+        assert_eq!(
+            first_meaningful_line(add).as_deref(),
+            Some("a branch named 'main' already exists")
+        );
+        assert_eq!(
+            first_meaningful_line("\nhint: try this\n  something broke  \n").as_deref(),
+            Some("something broke")
+        );
+        assert_eq!(first_meaningful_line(" \n"), None);
+    }
+
+    #[tokio::test]
+    async fn repo_is_found_from_its_top_a_subdirectory_and_a_linked_worktree() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        let at_top = f.git.repo(&main).await.unwrap().unwrap();
+        assert_eq!(
+            at_top,
+            Repo {
+                toplevel: main.clone(),
+                common_dir: main.join(".git"),
+                prefix: PathBuf::new(),
+            }
+        );
+
+        std::fs::create_dir_all(main.join("src/deep")).unwrap();
+        let below = f.git.repo(&main.join("src/deep")).await.unwrap().unwrap();
+        assert_eq!(below.toplevel, main);
+        assert_eq!(below.common_dir, main.join(".git"));
+        assert_eq!(below.prefix, PathBuf::from("src/deep"));
+
+        // The project path is itself a linked worktree: its own top, the shared common dir,
+        // and worktrees made from it belong to the one repository.
+        let linked = f.root.join("linked");
+        f.git(
+            &main,
+            &["worktree", "add", "-q", "-b", "side", text(&linked)],
+        )
+        .await;
+        let repo = f.git.repo(&linked).await.unwrap().unwrap();
+        assert_eq!(repo.toplevel, linked);
+        assert_eq!(repo.common_dir, main.join(".git"));
+        assert_eq!(repo.prefix, PathBuf::new());
+        let one = f.root.join("worktrees/one");
+        f.git
+            .worktree_add(&linked, &one, "corral/one", "HEAD", true)
+            .await
+            .unwrap();
+        let paths: Vec<_> = f
+            .git
+            .worktrees(&main)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, [main, linked, one]);
+    }
+
+    #[tokio::test]
+    async fn outside_a_repository_is_none_and_a_repository_without_commit_says_so() {
+        let f = Fixture::new().await;
+        let plain = f.root.join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        assert_eq!(f.git.repo(&plain).await.unwrap(), None);
+
+        f.git(&f.root, &["init", "-q", "empty"]).await;
+        let empty = f.root.join("empty");
+        assert_eq!(f.git.repo(&empty).await.unwrap().unwrap().toplevel, empty);
+        let error = f.git.head(&empty).await.unwrap_err();
+        assert!(matches!(&error, GitError::NoCommit { path } if *path == empty));
+        assert!(error
+            .to_string()
+            .starts_with("the repository has no commit yet"));
+
+        let gone = f.git.repo(&f.root.join("absent")).await.unwrap_err();
+        assert!(matches!(&gone, GitError::Failed { what, .. } if what == "git rev-parse"));
+    }
+
+    #[tokio::test]
+    async fn head_resolve_and_branch_exists_answer_what_is_there() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        let first = f.sha(&main, "HEAD").await;
+        assert_eq!(
+            f.git.head(&main).await.unwrap(),
+            Head::Branch("main".into())
+        );
+        f.commit(&main, "a.txt", "two\n", "second").await;
+        f.git(&main, &["checkout", "-q", "--detach", "HEAD~1"])
+            .await;
+        assert_eq!(
+            f.git.head(&main).await.unwrap(),
+            Head::Detached(first.clone())
+        );
+
+        assert_eq!(f.sha(&main, "main~1").await, first);
+        for rev in ["no-such-thing", "-h", ""] {
+            let error = f.git.resolve(&main, rev).await.unwrap_err();
+            assert!(
+                matches!(&error, GitError::UnknownRevision { rev: r } if r == rev),
+                "{error:?}"
+            );
+        }
+        assert!(f.git.branch_exists(&main, "main").await.unwrap());
+        assert!(!f.git.branch_exists(&main, "nope").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn worktree_add_makes_a_new_branch_or_checks_out_an_existing_one() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        let base = f.sha(&main, "HEAD").await;
+        f.git(&main, &["branch", "existing"]).await;
+        f.commit(&main, "a.txt", "two\n", "second").await;
+
+        // The parent directories do not exist yet.
+        let one = f.root.join("worktrees/proj/one");
+        f.git
+            .worktree_add(&main, &one, "corral/one", &base, true)
+            .await
+            .unwrap();
+        assert_eq!(
+            f.git.head(&one).await.unwrap(),
+            Head::Branch("corral/one".into())
+        );
+        assert_eq!(f.sha(&one, "HEAD").await, base);
+        assert_eq!(std::fs::read_to_string(one.join("a.txt")).unwrap(), "one\n");
+
+        let two = f.root.join("worktrees/proj/two");
+        f.git
+            .worktree_add(&main, &two, "existing", "unused", false)
+            .await
+            .unwrap();
+        assert_eq!(
+            f.git.head(&two).await.unwrap(),
+            Head::Branch("existing".into())
+        );
+        assert_eq!(f.sha(&two, "HEAD").await, base);
+
+        let entries = f.git.worktrees(&main).await.unwrap();
+        let seen: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.path.clone(),
+                    e.branch.clone().unwrap(),
+                    e.detached,
+                    e.prunable,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (main.clone(), "main".to_owned(), false, false),
+                (one, "corral/one".to_owned(), false, false),
+                (two, "existing".to_owned(), false, false),
+            ]
+        );
+        assert_eq!(entries[1].head.as_deref(), Some(base.as_str()));
+    }
+
+    #[tokio::test]
+    async fn worktree_add_refuses_what_exists_and_leaves_nothing_behind() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        let base = f.sha(&main, "HEAD").await;
+
+        // A path that exists (a crash's leftover, or made by hand), even empty, is refused.
+        let taken = f.root.join("taken");
+        std::fs::create_dir(&taken).unwrap();
+        let error = f
+            .git
+            .worktree_add(&main, &taken, "corral/t", &base, true)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, GitError::Exists { path } if *path == taken),
+            "{error:?}"
+        );
+        std::fs::write(taken.join("file"), "mine").unwrap();
+        assert!(f
+            .git
+            .worktree_add(&main, &taken, "corral/t", &base, false)
+            .await
+            .is_err());
+        assert_eq!(std::fs::read_to_string(taken.join("file")).unwrap(), "mine");
+
+        let fresh = f.root.join("worktrees/fresh");
+        let refusals = [
+            ("main", base.as_str(), true, "already exists"),
+            (
+                "corral/x",
+                "0123456789abcdef0123456789abcdef01234567",
+                true,
+                "invalid reference",
+            ),
+            ("main", "unused", false, "main"),
+        ];
+        for (branch, base_commit, new_branch, says) in refusals {
+            let error = f
+                .git
+                .worktree_add(&main, &fresh, branch, base_commit, new_branch)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&error, GitError::Failed { what, stderr } if what == "git worktree add" && stderr.contains(says)),
+                "{error:?}"
+            );
+            assert!(!fresh.exists());
+        }
+        assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 1);
+        assert!(!f.git.branch_exists(&main, "corral/x").await.unwrap());
+        assert!(!f.git.branch_exists(&main, "corral/t").await.unwrap());
+        assert_eq!(f.sha(&main, "main").await, base);
+    }
+
+    #[tokio::test]
+    async fn submodules_are_initialized_counted_and_their_worktree_removed_when_clean() {
+        let f = Fixture::new().await;
+        let lib = f.repo("lib").await;
+        let main = f.repo("main").await;
+        f.git(&main, &["submodule", "add", "-q", text(&lib), "vendor/lib"])
+            .await;
+        f.git(&main, &["commit", "-q", "-m", "vendor lib"]).await;
+        let base = f.sha(&main, "HEAD").await;
+
+        let worktree = f.root.join("worktrees/sub");
+        f.git
+            .worktree_add(&main, &worktree, "corral/sub", &base, true)
+            .await
+            .unwrap();
+        let vendored = worktree.join("vendor/lib/a.txt");
+        assert_eq!(std::fs::read_to_string(&vendored).unwrap(), "one\n");
+        assert!(f.git.is_clean(&worktree).await.unwrap());
+
+        // A change inside the submodule counts; git alone refuses any worktree with
+        // submodules, corral removes it once clean.
+        std::fs::write(&vendored, "changed\n").unwrap();
+        assert!(!f.git.is_clean(&worktree).await.unwrap());
+        let error = f
+            .git
+            .worktree_remove(&main, &worktree, false)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, GitError::Dirty { path } if *path == worktree),
+            "{error:?}"
+        );
+        assert!(vendored.exists());
+        f.git(
+            &worktree.join("vendor/lib"),
+            &["checkout", "-q", "--", "a.txt"],
+        )
+        .await;
+        f.git
+            .worktree_remove(&main, &worktree, false)
+            .await
+            .unwrap();
+        assert!(!worktree.exists());
+        assert!(f.git.branch_exists(&main, "corral/sub").await.unwrap());
+
+        // A submodule that cannot be fetched fails the add midway: the worktree, its
+        // directory and its new branch are taken back.
+        std::fs::rename(&lib, f.root.join("lib-moved")).unwrap();
+        let broken = f.root.join("worktrees/broken");
+        let error = f
+            .git
+            .worktree_add(&main, &broken, "corral/broken", &base, true)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, GitError::Failed { what, .. } if what == "git submodule update"),
+            "{error:?}"
+        );
+        assert!(!broken.exists());
+        assert!(!f.git.branch_exists(&main, "corral/broken").await.unwrap());
+        assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn is_clean_counts_changes_and_untracked_files_not_ignored_ones() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        f.commit(&main, ".gitignore", "*.log\n", "ignore logs")
+            .await;
+        assert!(f.git.is_clean(&main).await.unwrap());
+        std::fs::write(main.join("debug.log"), "noise").unwrap();
+        assert!(f.git.is_clean(&main).await.unwrap());
+        std::fs::create_dir_all(main.join("new/deeper")).unwrap();
+        std::fs::write(main.join("new/deeper/file"), "x").unwrap();
+        assert!(!f.git.is_clean(&main).await.unwrap());
+        std::fs::remove_dir_all(main.join("new")).unwrap();
+        std::fs::write(main.join("a.txt"), "changed\n").unwrap();
+        assert!(!f.git.is_clean(&main).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn worktree_remove_keeps_changes_unless_forced_and_prune_drops_the_gone() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        let base = f.sha(&main, "HEAD").await;
+        let one = f.root.join("worktrees/one");
+        let two = f.root.join("worktrees/two");
+        for (path, branch) in [(&one, "corral/one"), (&two, "corral/two")] {
+            f.git
+                .worktree_add(&main, path, branch, &base, true)
+                .await
+                .unwrap();
+        }
+        std::fs::write(one.join("work.txt"), "unsaved").unwrap();
+        let error = f.git.worktree_remove(&main, &one, false).await.unwrap_err();
+        assert!(
+            matches!(&error, GitError::Dirty { path } if *path == one),
+            "{error:?}"
+        );
+        assert!(one.join("work.txt").exists());
+        f.git.worktree_remove(&main, &one, true).await.unwrap();
+        assert!(!one.exists());
+        assert!(f.git.branch_exists(&main, "corral/one").await.unwrap());
+
+        std::fs::remove_dir_all(&two).unwrap();
+        let entries = f.git.worktrees(&main).await.unwrap();
+        assert_eq!(entries.len(), 2);
+        assert!(entries[1].prunable && entries[1].path == two);
+        f.git.prune(&main).await.unwrap();
+        assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn worktree_list_porcelain_is_read_entry_by_entry() {
+        let listed = "worktree /r\nHEAD aaa\nbranch refs/heads/main\n\n\
+                      worktree /w\nHEAD bbb\ndetached\nlocked initializing\n\n\
+                      worktree /gone\nHEAD ccc\nbranch refs/heads/corral/x-1\n\
+                      prunable gitdir file points to non-existent location\n\n\
+                      worktree /bare.git\nbare\n";
+        let entry = |path: &str, head: Option<&str>, branch: Option<&str>| WorktreeEntry {
+            path: path.into(),
+            head: head.map(Into::into),
+            branch: branch.map(Into::into),
+            ..WorktreeEntry::default()
+        };
+        assert_eq!(
+            parse_worktrees(listed),
+            [
+                entry("/r", Some("aaa"), Some("main")),
+                WorktreeEntry {
+                    detached: true,
+                    locked: true,
+                    ..entry("/w", Some("bbb"), None)
+                },
+                WorktreeEntry {
+                    prunable: true,
+                    ..entry("/gone", Some("ccc"), Some("corral/x-1"))
+                },
+                entry("/bare.git", None, None),
+            ]
+        );
+        assert_eq!(parse_worktrees(""), []);
+    }
+
+    #[test]
+    fn numstat_counts_files_lines_and_binaries() {
+        assert_eq!(
+            parse_numstat("1\t2\ta.txt\n-\t-\tb.bin\n10\t0\tc d.txt\n"),
+            (3, 11, 2)
+        );
+        assert_eq!(parse_numstat(""), (0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn diff_counts_untracked_and_modified_files_and_leaves_the_index_alone() {
+        let f = Fixture::new().await;
+        let main = f.repo("main").await;
+        let base = f.sha(&main, "HEAD").await;
+        let worktree = f.root.join("worktrees/d");
+        f.git
+            .worktree_add(&main, &worktree, "corral/d", &base, true)
+            .await
+            .unwrap();
+        std::fs::write(worktree.join("a.txt"), "two\n").unwrap(); // +1 -1
+        std::fs::write(worktree.join("new.txt"), "x\ny\n").unwrap(); // untracked, +2
+        std::fs::write(worktree.join("blob.bin"), [0u8, 1, 2, 0, 255]).unwrap(); // binary
+        std::fs::write(worktree.join("staged.txt"), "s\n").unwrap(); // +1
+        f.git(&worktree, &["add", "staged.txt"]).await;
+        let own_index = f
+            .git(&worktree, &["rev-parse", "--git-path", "index"])
+            .await;
+        let own_index = worktree.join(own_index.trim());
+        let index_before = std::fs::read(&own_index).unwrap();
+        let status_before = f.status(&worktree).await;
+
+        let diff = f.git.diff(&worktree, &base, false).await.unwrap();
+        assert_eq!(
+            (diff.files_changed, diff.insertions, diff.deletions),
+            (4, 4, 1)
+        );
+        for shown in [
+            "-one",
+            "+two",
+            "+++ b/new.txt",
+            "Binary files",
+            "+++ b/staged.txt",
+        ] {
+            assert!(diff.text.contains(shown), "{shown} not in {}", diff.text);
+        }
+        let stat = f.git.diff(&worktree, &base, true).await.unwrap();
+        assert_eq!(
+            (stat.files_changed, stat.insertions, stat.deletions),
+            (4, 4, 1)
+        );
+        assert!(stat.text.contains("4 files changed"), "{}", stat.text);
+        assert!(!stat.text.contains("+two"));
+
+        assert_eq!(std::fs::read(&own_index).unwrap(), index_before);
+        assert_eq!(f.status(&worktree).await, status_before);
+        assert!(status_before.contains("?? new.txt") && status_before.contains("A  staged.txt"));
+
+        // Nothing changed: nothing to show.
+        let clean = f.root.join("worktrees/clean");
+        f.git
+            .worktree_add(&main, &clean, "corral/clean", &base, true)
+            .await
+            .unwrap();
+        assert_eq!(
+            f.git.diff(&clean, &base, false).await.unwrap(),
+            Diff::default()
+        );
+    }
+
+    fn parents(line: String) -> Vec<String> {
+        line.split_whitespace().skip(1).map(Into::into).collect()
+    }
+
+    #[tokio::test]
+    async fn merge_no_ff_moves_a_branch_nobody_has_checked_out() {
+        let f = Fixture::new().await;
+        let (main, worktree, base) = f.session("HEAD", "b.txt", "b\n").await;
+        f.git(&main, &["branch", "target", &base]).await;
+        let tip = f.sha(&main, "corral/s").await;
+        let scratch = f.root.join("worktrees/.merge-s");
+
+        // A scratch worktree left by a daemon killed mid-merge is cleared first.
+        f.git(
+            &main,
+            &["worktree", "add", "-q", "--detach", text(&scratch)],
+        )
+        .await;
+        let merged = f
+            .git
+            .merge(&main, &scratch, "corral/s", "target", false, "merge s")
+            .await
+            .unwrap();
+        assert_eq!(merged.into, "target");
+        assert_eq!(merged.checkout_updated, None);
+        assert_eq!(f.sha(&main, "target").await, merged.commit);
+        let line = f
+            .git(&main, &["rev-list", "--parents", "-n1", &merged.commit])
+            .await;
+        assert_eq!(parents(line), [base.clone(), tip]);
+        let subject = f
+            .git(&main, &["log", "-1", "--format=%s", &merged.commit])
+            .await;
+        assert_eq!(subject.trim(), "merge s");
+
+        // The person's checkout and the session's are as they were; the scratch is gone.
+        assert_eq!(f.sha(&main, "main").await, base);
+        assert_eq!(f.status(&main).await, "");
+        assert_eq!(f.status(&worktree).await, "");
+        assert!(!scratch.exists());
+        assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 2);
+
+        // Merged already: nothing to merge. Something else at the scratch path is not
+        // corral's to remove. A branch that does not exist is named.
+        let again = f
+            .git
+            .merge(&main, &scratch, "corral/s", "target", false, "m")
+            .await;
+        assert!(
+            matches!(again, Err(GitError::NothingToMerge { .. })),
+            "{again:?}"
+        );
+        f.commit(&worktree, "c.txt", "c\n", "more").await;
+        std::fs::create_dir_all(&scratch).unwrap();
+        let taken = f
+            .git
+            .merge(&main, &scratch, "corral/s", "target", false, "m")
+            .await;
+        assert!(
+            matches!(&taken, Err(GitError::Exists { path }) if *path == scratch),
+            "{taken:?}"
+        );
+        assert!(scratch.exists());
+        let missing = f
+            .git
+            .merge(&main, &scratch, "corral/none", "target", false, "m")
+            .await;
+        assert!(matches!(&missing, Err(GitError::NoBranch { branch }) if branch == "corral/none"));
+    }
+
+    #[tokio::test]
+    async fn merge_squash_makes_one_commit_with_the_branch_changes() {
+        let f = Fixture::new().await;
+        let (main, worktree, base) = f.session("HEAD", "b.txt", "b\n").await;
+        f.commit(&worktree, "c.txt", "c\n", "more work").await;
+        f.git(&main, &["branch", "target", &base]).await;
+        let scratch = f.root.join("worktrees/.merge-s");
+        let merged = f
+            .git
+            .merge(&main, &scratch, "corral/s", "target", true, "squashed s")
+            .await
+            .unwrap();
+        let line = f
+            .git(&main, &["rev-list", "--parents", "-n1", &merged.commit])
+            .await;
+        assert_eq!(parents(line), [base]);
+        let squashed = f
+            .git(
+                &main,
+                &["rev-parse", &format!("{}^{{tree}}", merged.commit)],
+            )
+            .await;
+        let session = f.git(&main, &["rev-parse", "corral/s^{tree}"]).await;
+        assert_eq!(squashed, session);
+        let subject = f.git(&main, &["log", "-1", "--format=%s", "target"]).await;
+        assert_eq!(subject.trim(), "squashed s");
+        assert!(!scratch.exists());
+
+        // Squashed already: its changes are in `into`, nothing to merge.
+        let again = f
+            .git
+            .merge(&main, &scratch, "corral/s", "target", true, "m")
+            .await;
+        assert!(
+            matches!(again, Err(GitError::NothingToMerge { .. })),
+            "{again:?}"
+        );
+        assert_eq!(f.sha(&main, "target").await, merged.commit);
+        assert!(!scratch.exists());
+    }
+
+    #[tokio::test]
+    async fn merge_fast_forwards_the_clean_checkout_where_into_is() {
+        let f = Fixture::new().await;
+        let (main, _worktree, base) = f.session("HEAD", "b.txt", "b\n").await;
+        let scratch = f.root.join("worktrees/.merge-s");
+        let merged = f
+            .git
+            .merge(&main, &scratch, "corral/s", "main", false, "merge s")
+            .await
+            .unwrap();
+        assert_eq!(merged.checkout_updated, Some(main.clone()));
+        assert_eq!(f.sha(&main, "HEAD").await, merged.commit);
+        assert_eq!(f.sha(&main, "HEAD~1").await, base);
+        assert_eq!(std::fs::read_to_string(main.join("b.txt")).unwrap(), "b\n");
+        assert_eq!(f.status(&main).await, "");
+        assert_eq!(
+            f.git.head(&main).await.unwrap(),
+            Head::Branch("main".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_merge_changes_nothing_anywhere() {
+        let f = Fixture::new().await;
+        let (main, worktree, _base) = f.session("HEAD", "a.txt", "session\n").await;
+        f.commit(&main, "a.txt", "person\n", "person's work").await;
+        let before = (
+            f.sha(&main, "main").await,
+            f.sha(&main, "corral/s").await,
+            f.status(&main).await,
+            f.status(&worktree).await,
+        );
+        let scratch = f.root.join("worktrees/.merge-s");
+        for squash in [false, true] {
+            let error = f
+                .git
+                .merge(&main, &scratch, "corral/s", "main", squash, "m")
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&error, GitError::Conflict { files } if files == &["a.txt"]),
+                "{error:?}"
+            );
+            assert_eq!(
+                error.to_string(),
+                "the merge conflicts in a.txt: nothing was changed"
+            );
+            let after = (
+                f.sha(&main, "main").await,
+                f.sha(&main, "corral/s").await,
+                f.status(&main).await,
+                f.status(&worktree).await,
+            );
+            assert_eq!(after, before);
+            assert_eq!(
+                std::fs::read_to_string(main.join("a.txt")).unwrap(),
+                "person\n"
+            );
+            assert!(!scratch.exists());
+            assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn merge_refuses_a_dirty_side() {
+        let f = Fixture::new().await;
+        let (main, worktree, base) = f.session("HEAD", "b.txt", "b\n").await;
+        let tip = f.sha(&main, "corral/s").await;
+        let scratch = f.root.join("worktrees/.merge-s");
+        let merge = || f.git.merge(&main, &scratch, "corral/s", "main", false, "m");
+
+        std::fs::write(worktree.join("unsaved.txt"), "x").unwrap();
+        let error = merge().await.unwrap_err();
+        assert!(
+            matches!(&error, GitError::Dirty { path } if *path == worktree),
+            "{error:?}"
+        );
+        std::fs::remove_file(worktree.join("unsaved.txt")).unwrap();
+
+        std::fs::write(main.join("a.txt"), "edited by the person\n").unwrap();
+        let error = merge().await.unwrap_err();
+        assert!(
+            matches!(&error, GitError::Dirty { path } if *path == main),
+            "{error:?}"
+        );
+
+        assert_eq!(
+            (f.sha(&main, "main").await, f.sha(&main, "corral/s").await),
+            (base, tip)
+        );
+        assert_eq!(f.status(&main).await, " M a.txt\n");
+        assert!(!scratch.exists());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_call_kills_its_whole_group() {
+        let f = Fixture::new().await;
+        // A pipe whose write end only this git child (and what it starts) inherits: its EOF
+        // says they all ended.
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let fd = write.as_raw_fd();
+        let alias = format!("alias.linger=!echo started > /dev/fd/{fd}; exec sleep 30");
+        let mut linger = f.git.at(&f.root, &["-c", &alias, "linger"]);
+        // SAFETY: fcntl is async-signal-safe.
+        unsafe {
+            linger.command.pre_exec(move || {
+                let fd = BorrowedFd::borrow_raw(fd);
+                nix::fcntl::fcntl(fd, nix::fcntl::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+                Ok(())
+            });
+        }
+        let mut reader = std::io::BufReader::new(std::fs::File::from(read));
+        let started = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            (line, reader)
+        });
+        let mut call = Box::pin(linger.output());
+        let (line, mut reader) = tokio::select! {
+            ended = &mut call => panic!("git ended first: {:?}", ended.map(|o| o.stderr)),
+            started = started => started.unwrap(),
+        };
+        assert_eq!(line, "started\n");
+        drop(write);
+        drop(call);
+        let rest = tokio::task::spawn_blocking(move || reader.read_to_end(&mut Vec::new()));
+        let ended = tokio::time::timeout(Duration::from_secs(20), rest).await;
+        assert!(ended.is_ok(), "the group outlived its dropped call");
+    }
+}
