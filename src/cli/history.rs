@@ -1,6 +1,7 @@
 //! `corral history SESSION`: a session's prompts, oldest first, each with its status, its
-//! attempts, its answer or error, and the engine runs it took. Through the daemon when one
-//! runs, else read from the store directly; it never starts one.
+//! attempts, its answer or error, and the engine runs it took; a worktree session's branch,
+//! base and worktree under the header. Through the daemon when one runs, else read from the
+//! store directly; it never starts one.
 
 use serde_json::Value;
 
@@ -34,6 +35,9 @@ pub async fn execute(context: &Context, args: &HistoryArgs) -> Result<Exit, CliE
         text(session, "title"),
         text(session, "engine")
     );
+    if let Some(line) = super::session::worktree::history_line(session) {
+        println!("{line}");
+    }
     let prompts = history["prompts"].as_array().cloned().unwrap_or_default();
     let runs = history["runs"].as_array().cloned().unwrap_or_default();
     if prompts.is_empty() {

@@ -3,8 +3,12 @@
 //! Every subcommand is one daemon call (`project.*`); `--json` prints its result as it is.
 //! `list` and `show` only look: with no daemon running they read the store directly (same
 //! output) and start none.
+//!
+//! A project's isolation (`--isolation worktree|shared`, docs/worktrees.md) is the daemon's
+//! to decide by default; `add` only explains, in one note on stderr, a path in a git
+//! repository that got `shared` (no usable git, or no commit yet).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::ArgAction;
 use serde_json::Value;
@@ -67,6 +71,17 @@ pub struct AddArgs {
     /// default a run ends with all of its processes. `corral status` lists what is kept.
     #[arg(long)]
     pub keep_background: bool,
+    /// `worktree`: each session gets its own git worktree and branch, and sessions run in
+    /// parallel; `shared`: one working tree, one session at a time. Default: worktree for a
+    /// path in a git repository with a commit (git 2.17 or newer), else shared.
+    #[arg(long, value_name = "worktree|shared", value_parser = ISOLATIONS)]
+    pub isolation: Option<String>,
+    /// Where its sessions' worktrees go (default: the `worktrees.dir` setting).
+    #[arg(long, value_name = "DIR")]
+    pub worktrees_dir: Option<PathBuf>,
+    /// A command (`sh -c`) run in each new worktree before its first prompt (`npm ci`).
+    #[arg(long, value_name = "CMD")]
+    pub setup: Option<String>,
     /// Print the new project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -116,10 +131,22 @@ pub struct SetArgs {
     /// Let background processes its engines start outlive their runs.
     #[arg(long, value_name = "true|false", action = ArgAction::Set)]
     pub keep_background: Option<bool>,
+    /// For its new sessions (sessions made before keep their directories).
+    #[arg(long, value_name = "worktree|shared", value_parser = ISOLATIONS)]
+    pub isolation: Option<String>,
+    /// Where its new sessions' worktrees go; '' goes back to the `worktrees.dir` setting.
+    #[arg(long, value_name = "DIR")]
+    pub worktrees_dir: Option<String>,
+    /// The command run in each new worktree before its first prompt; '' removes it.
+    #[arg(long, value_name = "CMD")]
+    pub setup: Option<String>,
     /// Print the changed project as JSON.
     #[arg(long)]
     pub json: bool,
 }
+
+/// The values `--isolation` takes (`work::Isolation`'s words).
+const ISOLATIONS: [&str; 2] = ["worktree", "shared"];
 
 impl ProjectAction {
     /// Whether the subcommand only looks (and so never starts a daemon).
@@ -170,18 +197,26 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         groups: args.groups.clone(),
         instructions: args.instructions.clone(),
         keep_background: args.keep_background,
-        ..ProjectAddParams::default()
+        isolation: args.isolation.clone(),
+        worktrees_dir: args.worktrees_dir.as_deref().map(absolute).transpose()?,
+        setup: args.setup.clone(),
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_json::<ProjectAdd>(&mut client, &params).await?;
+    if args.isolation.is_none() {
+        if let Some(note) = shared_note(&project, crate::repo::toplevel(&args.path).is_some()) {
+            eprintln!("{note}");
+        }
+    }
     if args.json {
         print_json(&project);
     } else {
         println!(
-            "added project {} ({}) at {}",
+            "added project {} ({}) at {}, isolation {}",
             text(&project, "name"),
             text(&project, "id"),
-            text(&project, "path")
+            text(&project, "path"),
+            isolation(&project)
         );
     }
     Ok(Exit::success())
@@ -207,8 +242,8 @@ async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
     let short = remote::short_ids(context, IdKind::Project, &projects, "id");
     let width = short.width(projects.iter().map(|project| text(project, "id")));
     println!(
-        "{:<width$}  {:<16}  {:<8}  {:<6}  {:<16}  PATH",
-        "ID", "NAME", "ENGINE", "KIND", "GROUPS"
+        "{:<width$}  {:<16}  {:<8}  {:<6}  {:<9}  {:<16}  PATH",
+        "ID", "NAME", "ENGINE", "KIND", "ISOLATION", "GROUPS"
     );
     for project in &projects {
         let mut name = text(project, "name").to_string();
@@ -216,11 +251,12 @@ async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
             name.push_str(" (archived)");
         }
         println!(
-            "{:<width$}  {:<16}  {:<8}  {:<6}  {:<16}  {}",
+            "{:<width$}  {:<16}  {:<8}  {:<6}  {:<9}  {:<16}  {}",
             short.get(text(project, "id")),
             name,
             text(project, "engine"),
             text(project, "kind"),
+            isolation(project),
             groups(project),
             text(project, "path"),
         );
@@ -243,12 +279,22 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && groups.is_none()
         && args.instructions.is_none()
         && args.keep_background.is_none()
+        && args.isolation.is_none()
+        && args.worktrees_dir.is_none()
+        && args.setup.is_none()
     {
         return Err(CliError::usage(
             "nothing to change: give --engine, --model, --full-access, --remote, --group, \
-             --no-groups, --instructions or --keep-background",
+             --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir \
+             or --setup",
         ));
     }
+    // '' clears the directory: it goes as it is, not made absolute.
+    let worktrees_dir = match args.worktrees_dir.as_deref() {
+        Some("") => Some(String::new()),
+        Some(dir) => Some(absolute(Path::new(dir))?),
+        None => None,
+    };
     let params = ProjectSetParams {
         project: args.project.clone(),
         engine: args.engine.clone(),
@@ -258,7 +304,9 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         groups,
         instructions: args.instructions.clone(),
         keep_background: args.keep_background,
-        ..ProjectSetParams::default()
+        isolation: args.isolation.clone(),
+        worktrees_dir,
+        setup: args.setup.clone(),
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_json::<ProjectSet>(&mut client, &params).await?;
@@ -277,6 +325,26 @@ fn groups(project: &Value) -> String {
     } else {
         groups.join(",")
     }
+}
+
+/// A project's isolation word (`shared` from a daemon that predates it).
+fn isolation(project: &Value) -> &str {
+    project
+        .get("isolation")
+        .and_then(Value::as_str)
+        .unwrap_or("shared")
+}
+
+/// The note `project add` prints when it chose `shared` (no `--isolation`) for a path in a
+/// git repository: worktrees were not possible there, and the person should know why.
+fn shared_note(project: &Value, in_repository: bool) -> Option<String> {
+    (in_repository && isolation(project) == "shared").then(|| {
+        format!(
+            "corral: note: project {} shares one working tree (isolation shared): worktree isolation \
+             needs git 2.17+ and a commit",
+            text(project, "name")
+        )
+    })
 }
 
 /// One project, as text or JSON.
@@ -298,6 +366,18 @@ fn print(project: &Value, json: bool) {
     println!("access:       {access}");
     println!("kind:         {}", text(project, "kind"));
     println!("groups:       {}", groups(project));
+    let isolation = match isolation(project) {
+        "worktree" => "worktree (a git worktree and branch per session; sessions in parallel)",
+        "shared" => "shared (one working tree; sessions one at a time)",
+        other => other,
+    };
+    println!("isolation:    {isolation}");
+    if let Some(dir) = project.get("worktrees_dir").and_then(Value::as_str) {
+        println!("worktrees:    {dir}");
+    }
+    if let Some(setup) = project.get("setup").and_then(Value::as_str) {
+        println!("setup:        {setup}");
+    }
     println!("instructions: {}", text(project, "instructions"));
     let background = if project["keep_background"].as_bool() == Some(true) {
         "kept after their runs (corral status lists them)"
@@ -307,4 +387,83 @@ fn print(project: &Value, json: bool) {
     println!("background:   {background}");
     println!("created:      {} UTC", time(project, "created_at"));
     println!("archived:     {}", time(project, "archived_at"));
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use serde_json::json;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn action(words: &[&str]) -> Result<ProjectAction, clap::Error> {
+        let argv = ["corral", "project"].iter().chain(words);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Project(args) => Ok(args.action),
+            other => panic!("not a project command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn add_takes_isolation_worktrees_dir_and_setup() {
+        let ProjectAction::Add(add) = action(&[
+            "add",
+            "p",
+            "/r",
+            "--isolation",
+            "worktree",
+            "--worktrees-dir",
+            "/wt",
+            "--setup",
+            "npm ci",
+        ])
+        .unwrap() else {
+            panic!("not add");
+        };
+        assert_eq!(add.isolation.as_deref(), Some("worktree"));
+        assert_eq!(add.worktrees_dir.as_deref(), Some(Path::new("/wt")));
+        assert_eq!(add.setup.as_deref(), Some("npm ci"));
+        let ProjectAction::Add(plain) = action(&["add", "p", "/r"]).unwrap() else {
+            panic!("not add");
+        };
+        assert!(plain.isolation.is_none() && plain.setup.is_none());
+        // Another word is a usage error, before any daemon is asked.
+        let wrong = action(&["add", "p", "/r", "--isolation", "branch"]).unwrap_err();
+        assert_eq!(wrong.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn set_takes_empty_values_to_clear() {
+        let ProjectAction::Set(set) = action(&[
+            "set",
+            "p",
+            "--isolation",
+            "shared",
+            "--worktrees-dir",
+            "",
+            "--setup",
+            "",
+        ])
+        .unwrap() else {
+            panic!("not set");
+        };
+        assert_eq!(set.isolation.as_deref(), Some("shared"));
+        assert_eq!(set.worktrees_dir.as_deref(), Some(""));
+        assert_eq!(set.setup.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn the_shared_note_is_for_a_repository_path_only() {
+        let shared = json!({ "name": "web", "isolation": "shared" });
+        let note = shared_note(&shared, true).unwrap();
+        assert!(
+            note.contains("project web") && note.contains("git 2.17"),
+            "{note}"
+        );
+        assert!(shared_note(&shared, false).is_none());
+        assert!(shared_note(&json!({ "name": "w", "isolation": "worktree" }), true).is_none());
+        // An older daemon's project has no isolation: it is shared.
+        assert_eq!(isolation(&json!({ "name": "old" })), "shared");
+    }
 }

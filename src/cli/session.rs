@@ -1,8 +1,13 @@
-//! `corral session new|list|show|rename|archive`: agent conversations in a project.
+//! `corral session new|list|show|rename|archive|diff|merge|recreate`: agent conversations in
+//! a project.
 //!
 //! Every subcommand is one daemon call (`session.*`, plus `project.list` to name projects in
 //! the listing); `--json` prints the method's result as it is. `list` and `show` only look:
-//! with no daemon running they read the store directly (same output) and start none.
+//! with no daemon running they read the store directly (same output) and start none. What is
+//! about a session's git worktree (archive's report, diff, merge, recreate, the worktree's
+//! lines in `show`) is in [`worktree`] (docs/worktrees.md).
+
+pub mod worktree;
 
 use std::collections::HashMap;
 
@@ -11,9 +16,8 @@ use serde_json::Value;
 use super::remote::{self, cut, first_line, one_line, print_json, short_ids, text, time};
 use super::{CliError, Context, Exit};
 use crate::protocol::{
-    ProjectList, ProjectListParams, SessionArchive, SessionArchiveParams, SessionList,
-    SessionListParams, SessionNew, SessionNewParams, SessionRename, SessionRenameParams,
-    SessionSelector, SessionShow,
+    ProjectList, ProjectListParams, SessionList, SessionListParams, SessionNew, SessionNewParams,
+    SessionRename, SessionRenameParams, SessionSelector, SessionShow,
 };
 use crate::store::select::IdKind;
 
@@ -33,8 +37,15 @@ pub enum SessionAction {
     Show(ShowArgs),
     /// Give a session a title (a title you set is never replaced by a generated one).
     Rename(RenameArgs),
-    /// Archive a session.
-    Archive(ShowArgs),
+    /// Archive a session; its worktree is removed when clean (its branch is kept).
+    Archive(worktree::ArchiveArgs),
+    /// A worktree session's changes against its base: commits and uncommitted files.
+    Diff(worktree::DiffArgs),
+    /// Merge a worktree session's branch (in corral's own scratch worktree, never in your
+    /// checkout; refused when either side has uncommitted changes or the merge conflicts).
+    Merge(worktree::MergeArgs),
+    /// Make a worktree removed by hand again, on its branch.
+    Recreate(ShowArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,6 +69,14 @@ pub struct NewArgs {
     /// The wave (a named batch of sessions) it belongs to.
     #[arg(long, value_name = "WAVE")]
     pub wave: Option<String>,
+    /// A worktree project's session: its branch (default `corral/<title slug>-<short id>`;
+    /// a branch that exists is checked out as it is).
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
+    /// A worktree project's session: the ref its branch starts from (default: the project's
+    /// HEAD).
+    #[arg(long, value_name = "REF")]
+    pub base: Option<String>,
     /// Print the new session as JSON.
     #[arg(long)]
     pub json: bool,
@@ -104,56 +123,58 @@ impl SessionAction {
 }
 
 pub async fn execute(context: &Context, args: &SessionArgs) -> Result<Exit, CliError> {
-    // A change: through the daemon, which is started when none runs.
-    let (session, as_json) = match &args.action {
-        SessionAction::List(list) => return self::list(context, list).await,
-        SessionAction::Show(show) => return self::show(context, show).await,
-        SessionAction::New(new) => {
-            let params = SessionNewParams {
-                project: new.project.clone(),
-                engine: new.engine.clone(),
-                model: new.model.clone(),
-                reasoning_effort: new.effort.clone(),
-                title: new.title.clone(),
-                task: new.task.clone(),
-                wave: new.wave.clone(),
-                ..SessionNewParams::default()
-            };
-            let mut client = remote::connect(context).await?;
-            let session = remote::ask_json::<SessionNew>(&mut client, &params).await?;
-            (session, new.json)
-        }
-        SessionAction::Rename(rename) => {
-            let params = SessionRenameParams {
-                session: rename.session.clone(),
-                title: rename.title.clone(),
-            };
-            let mut client = remote::connect(context).await?;
-            let session = remote::ask_json::<SessionRename>(&mut client, &params).await?;
-            (session, rename.json)
-        }
-        SessionAction::Archive(archive) => {
-            let params = SessionArchiveParams {
-                session: archive.session.clone(),
-                discard_changes: None,
-            };
-            let mut client = remote::connect(context).await?;
-            let session = remote::ask_json::<SessionArchive>(&mut client, &params).await?;
-            (session, archive.json)
-        }
-    };
-    if as_json {
-        print_json(&session);
-        return Ok(Exit::success());
-    }
     match &args.action {
-        SessionAction::New(_) => println!("{}", text(&session, "id")),
-        SessionAction::Rename(_) => println!(
+        SessionAction::List(list) => self::list(context, list).await,
+        SessionAction::Show(show) => self::show(context, show).await,
+        SessionAction::New(new) => self::new(context, new).await,
+        SessionAction::Rename(rename) => self::rename(context, rename).await,
+        SessionAction::Archive(archive) => worktree::archive(context, archive).await,
+        SessionAction::Diff(diff) => worktree::diff(context, diff).await,
+        SessionAction::Merge(merge) => worktree::merge(context, merge).await,
+        SessionAction::Recreate(recreate) => worktree::recreate(context, recreate).await,
+    }
+}
+
+/// Opens the session (and, in a worktree project, its worktree's row: the worktree itself is
+/// made before the first prompt) and prints its id.
+async fn new(context: &Context, new: &NewArgs) -> Result<Exit, CliError> {
+    let params = SessionNewParams {
+        project: new.project.clone(),
+        engine: new.engine.clone(),
+        model: new.model.clone(),
+        reasoning_effort: new.effort.clone(),
+        title: new.title.clone(),
+        task: new.task.clone(),
+        wave: new.wave.clone(),
+        branch: new.branch.clone(),
+        base: new.base.clone(),
+    };
+    // A change: through the daemon, which is started when none runs.
+    let mut client = remote::connect(context).await?;
+    let session = remote::ask_json::<SessionNew>(&mut client, &params).await?;
+    if new.json {
+        print_json(&session);
+    } else {
+        println!("{}", text(&session, "id"));
+    }
+    Ok(Exit::success())
+}
+
+async fn rename(context: &Context, rename: &RenameArgs) -> Result<Exit, CliError> {
+    let params = SessionRenameParams {
+        session: rename.session.clone(),
+        title: rename.title.clone(),
+    };
+    let mut client = remote::connect(context).await?;
+    let session = remote::ask_json::<SessionRename>(&mut client, &params).await?;
+    if rename.json {
+        print_json(&session);
+    } else {
+        println!(
             "session {} is now titled '{}'",
             text(&session, "id"),
             text(&session, "title")
-        ),
-        _ => println!("archived session {}", text(&session, "id")),
+        );
     }
     Ok(Exit::success())
 }
@@ -207,9 +228,19 @@ fn print_list(context: &Context, sessions: &[Value], projects: &[Value]) {
         .iter()
         .map(|project| (text(project, "id"), text(project, "name")))
         .collect();
+    // A BRANCH column only when a listed session has one (a worktree project's).
+    let branches = worktree::BranchColumn::of(
+        sessions
+            .iter()
+            .map(|session| session.get("branch").and_then(Value::as_str)),
+    );
     println!(
-        "{:<width$}  {:<16}  {:<8}  {:<19}  TITLE",
-        "ID", "PROJECT", "ENGINE", "CREATED (UTC)"
+        "{:<width$}  {:<16}  {:<8}  {:<19}  {}TITLE",
+        "ID",
+        "PROJECT",
+        "ENGINE",
+        "CREATED (UTC)",
+        branches.header()
     );
     for session in sessions {
         let project = names
@@ -221,11 +252,12 @@ fn print_list(context: &Context, sessions: &[Value], projects: &[Value]) {
             title.push_str(" (archived)");
         }
         println!(
-            "{:<width$}  {:<16}  {:<8}  {:<19}  {}",
+            "{:<width$}  {:<16}  {:<8}  {:<19}  {}{}",
             short.get(text(session, "id")),
             project,
             text(session, "engine"),
             time(session, "created_at"),
+            branches.cell(session.get("branch").and_then(Value::as_str)),
             title
         );
     }
@@ -246,6 +278,9 @@ fn print_shown(context: &Context, shown: &Value) {
     println!("thread:    {}", text(session, "thread_id"));
     println!("task:      {}", text(session, "task"));
     println!("wave:      {}", text(session, "wave_id"));
+    for line in worktree::shown_lines(session) {
+        println!("{line}");
+    }
     println!("created:   {} UTC", time(session, "created_at"));
     println!("archived:  {}", time(session, "archived_at"));
     println!(
@@ -270,6 +305,101 @@ fn print_shown(context: &Context, shown: &Value) {
             short.get(text(prompt, "id")),
             text(prompt, "status"),
             cut(first_line(text(prompt, "text")), 70)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::worktree::{ArchiveArgs, DiffArgs, MergeArgs};
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn action(words: &[&str]) -> SessionAction {
+        let argv = ["corral", "session"].iter().chain(words);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Session(args) => args.action,
+            other => panic!("not a session command: {other:?}"),
+        }
+    }
+
+    fn refused(words: &[&str]) -> clap::error::ErrorKind {
+        let argv = ["corral", "session"].iter().chain(words);
+        Cli::try_parse_from(argv).unwrap_err().kind()
+    }
+
+    #[test]
+    fn new_takes_a_branch_and_a_base() {
+        let SessionAction::New(new) = action(&["new", "p", "--branch", "fix/x", "--base", "v1"])
+        else {
+            panic!("not new");
+        };
+        assert_eq!(
+            (new.branch.as_deref(), new.base.as_deref()),
+            (Some("fix/x"), Some("v1"))
+        );
+        let SessionAction::New(plain) = action(&["new", "p"]) else {
+            panic!("not new");
+        };
+        assert!(plain.branch.is_none() && plain.base.is_none());
+    }
+
+    #[test]
+    fn archive_discards_changes_only_when_told() {
+        let SessionAction::Archive(ArchiveArgs {
+            session,
+            discard_changes,
+            json,
+        }) = action(&["archive", "s"])
+        else {
+            panic!("not archive");
+        };
+        assert_eq!(
+            (session.as_str(), discard_changes, json),
+            ("s", false, false)
+        );
+        let SessionAction::Archive(archive) = action(&["archive", "s", "--discard-changes"]) else {
+            panic!("not archive");
+        };
+        assert!(archive.discard_changes);
+        assert!(!action(&["archive", "s"]).inspects());
+    }
+
+    #[test]
+    fn diff_merge_and_recreate_parse() {
+        let SessionAction::Diff(DiffArgs { session, stat, .. }) = action(&["diff", "s", "--stat"])
+        else {
+            panic!("not diff");
+        };
+        assert_eq!((session.as_str(), stat), ("s", true));
+        let SessionAction::Merge(MergeArgs {
+            into, squash, json, ..
+        }) = action(&["merge", "s", "--into", "main", "--squash", "--json"])
+        else {
+            panic!("not merge");
+        };
+        assert_eq!((into.as_deref(), squash, json), (Some("main"), true, true));
+        let SessionAction::Merge(merge) = action(&["merge", "s"]) else {
+            panic!("not merge");
+        };
+        assert!(merge.into.is_none() && !merge.squash);
+        assert!(matches!(
+            action(&["recreate", "s"]),
+            SessionAction::Recreate(ShowArgs { .. })
+        ));
+        // None of them only looks: each needs the daemon (git runs there).
+        for words in [&["diff", "s"][..], &["merge", "s"], &["recreate", "s"]] {
+            assert!(!action(words).inspects(), "{words:?}");
+        }
+        assert_eq!(
+            refused(&["merge", "s", "--into"]),
+            clap::error::ErrorKind::InvalidValue
+        );
+        assert_eq!(
+            refused(&["diff"]),
+            clap::error::ErrorKind::MissingRequiredArgument
         );
     }
 }

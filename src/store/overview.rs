@@ -11,6 +11,8 @@
 //! - [`exec_page`]: the exec ledger page of `monitor list` and `execs.list` ([`ExecQuery`]:
 //!   its filters, a wave by name or id, and the cursor).
 //!
+//! A session's line carries its branch when it has its own worktree (docs/worktrees.md).
+//!
 //! A session's state (DESIGN.md's words): `active` (a prompt runs), `queued`, `waiting` (its
 //! last prompt done — reason: the answer's first line — or cancelled), `failed` (reason: the
 //! error), `finished` (archived), `unknown` (no prompt yet).
@@ -82,6 +84,10 @@ pub struct SessionItem {
     pub queued: i64,
     /// Whether its project runs with full access (shown as a warning).
     pub full_access: bool,
+    /// Its git branch, when it has its own worktree (a worktree project's session); absent
+    /// from an older daemon's answer.
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 /// A run whose engine lives.
@@ -187,7 +193,7 @@ pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<SessionItem>> {
         ", (SELECT count(*) FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued'), \
            (SELECT q.id FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued' \
             ORDER BY q.created_at, q.id LIMIT 1), \
-           ended.prompt_id, ended.status, ended.head \
+           ended.prompt_id, ended.status, ended.head, s.branch \
          FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
@@ -263,6 +269,7 @@ fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
         current_prompt_id: running.or(next_queued).or(ended),
         queued,
         full_access: row.get(6)?,
+        branch: row.get(15)?,
         id,
     })
 }
@@ -416,6 +423,8 @@ mod tests {
                ('s1', 'p', 'fake', 1), ('s2', NULL, 'fake', 2), ('s3', 'p', 'fake', 3),
                ('s4', 'p', 'fake', 4), ('s5', 'p', 'fake', 5), ('s6', 'p', 'fake', 6);
              UPDATE sessions SET archived_at = 60 WHERE id = 's6';
+             UPDATE sessions SET worktree = '/w/s3', branch = 'corral/s3-00000003', base = 'HEAD',
+               base_commit = 'abc', worktree_state = 'ready' WHERE id = 's3';
              INSERT INTO prompts (id, session_id, text, status, created_at, finished_at, answer, error) VALUES
                ('a1', 's1', '\n first\nsecond', 'running', 10, NULL, NULL, NULL),
                ('a2', 's1', 'later', 'queued', 11, NULL, NULL, NULL),
@@ -458,6 +467,8 @@ mod tests {
         assert_eq!(items[5].last_activity_at, 60);
         assert!(items[0].full_access && !items[1].full_access);
         assert_eq!(items[0].project.as_deref(), Some("proj"));
+        assert_eq!(items[2].branch.as_deref(), Some("corral/s3-00000003"));
+        assert!(items[0].branch.is_none());
         assert_eq!(items[1].next_action, "corral watch s2");
         assert_eq!(items[2].next_action, "corral attach s3");
         assert_eq!(items[3].next_action, "corral history s4");

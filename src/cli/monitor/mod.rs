@@ -13,6 +13,7 @@ use std::path::Path;
 use rusqlite::Connection;
 use serde::Serialize;
 
+use super::session::worktree::BranchColumn;
 use super::{CliError, Context, Exit};
 use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
 use crate::store::overview::{self, SessionItem};
@@ -124,9 +125,16 @@ pub fn print_overview(overview: &Overview) {
     if !overview.items.is_empty() {
         println!("SESSIONS ({})", overview.items.len());
         let width = short.width(overview.items.iter().map(|item| item.id.as_str()));
+        // A BRANCH column only when a session has its own worktree.
+        let branches = BranchColumn::of(overview.items.iter().map(|item| item.branch.as_deref()));
         println!(
-            "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  REASON",
-            "ID", "PROJECT", "ENGINE", "STATE", "TITLE"
+            "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  {}REASON",
+            "ID",
+            "PROJECT",
+            "ENGINE",
+            "STATE",
+            "TITLE",
+            branches.header()
         );
         for item in &overview.items {
             let title: String = super::remote::one_line(item.title.as_deref().unwrap_or("-"))
@@ -138,12 +146,13 @@ pub fn print_overview(overview: &Overview) {
                 .take(60)
                 .collect();
             println!(
-                "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  {}",
+                "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  {}{}",
                 short.get(&item.id),
                 item.project.as_deref().unwrap_or("-"),
                 item.engine,
                 item.state,
                 title,
+                branches.cell(item.branch.as_deref()),
                 reason
             );
         }
