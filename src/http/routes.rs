@@ -189,10 +189,27 @@ pub const ROUTES: &[Route] = &[
     with_body(rpc(Post, "/api/v1/sessions", "session.new")),
     rpc(Get, "/api/v1/sessions/{session}", "session.show"),
     with_body(rpc(Patch, "/api/v1/sessions/{session}", "session.rename")),
-    rpc(
+    // `{"discard_changes": true}` removes a kept worktree (a widening).
+    with_body(rpc(
         Post,
         "/api/v1/sessions/{session}/archive",
         "session.archive",
+    )),
+    // A read: `?stat=true` for git's summary instead of the patch.
+    with_query(
+        rpc(Get, "/api/v1/sessions/{session}/diff", "session.diff"),
+        &[q("stat", Boolean)],
+    ),
+    // Writes the person's branch (a widening): `{"into", "squash"}`.
+    with_body(rpc(
+        Post,
+        "/api/v1/sessions/{session}/merge",
+        "session.merge",
+    )),
+    rpc(
+        Post,
+        "/api/v1/sessions/{session}/recreate",
+        "session.recreate",
     ),
     with_body(rpc(
         Post,

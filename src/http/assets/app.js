@@ -7,7 +7,8 @@
  *   api           fetch of /api/v1 with the CSRF token on writes; errors as ApiError
  *   feeds         WebSockets on /api/v1/events that resume from the last seq seen; [data-testid=live]
  *   ui bits       dialogs (confirm), toasts, the one-second ticker
- *   pages         overview, session (transcript), projects, settings, history
+ *   pages         overview, session (transcript; a worktree session's panel: branch, diff
+ *                 stat, merge, recreate, discard), projects, settings, history
  *   router        hash routes (#/, #/sessions/ID, #/projects, #/settings, #/history)
  *   boot
  *
@@ -616,7 +617,7 @@
     });
 
     function hayOf(item) {
-      return [item.title, item.id, item.project, item.engine, item.state, item.reason, item.next_action].join('\u0001').toLowerCase();
+      return [item.title, item.id, item.project, item.engine, item.state, item.reason, item.next_action, item.branch].join('\u0001').toLowerCase();
     }
     /** One row made once; every session's row is a clone of it (1,000 rows in a few ms). */
     let proto = null;
@@ -624,7 +625,8 @@
       if (!proto) {
         const cell = (cls, props, ...children) => h('div', Object.assign({ role: 'cell', class: `scell ${cls}` }, props || {}), ...children);
         proto = h('div', { role: 'row', class: 'srow', testid: 'session-row' },
-          cell('c-title', null, h('a'), h('div', { class: 'sub mono' })),
+          // The sub line: the short id, then the branch of a worktree session.
+          cell('c-title', null, h('a'), h('div', { class: 'sub mono' }, h('span'), h('span', { class: 'branch', testid: 'session-branch' }))),
           cell('c-project', null, h('span'), ' ', h('span')),
           cell('c-engine', null, h('span')),
           cell('c-state', { testid: 'session-state' }, h('span', { class: 'state' })),
@@ -635,7 +637,7 @@
       const tr = proto.cloneNode(true);
       const [c0, c1, c2, c3, c4, c5, c6] = tr.children;
       const cells = {
-        link: c0.firstChild, idSub: c0.lastChild,
+        link: c0.firstChild, idSub: c0.lastChild.firstChild, branch: c0.lastChild.lastChild,
         project: c1.firstChild, badge: c1.lastChild,
         engine: c2.firstChild,
         state: c3.firstChild,
@@ -654,6 +656,7 @@
       const c = row.cells;
       c.link.textContent = item.title || '(untitled)';
       c.idSub.textContent = shortId(item.id);
+      if (item.branch) c.branch.textContent = item.branch;
       c.project.textContent = item.project || '—';
       if (item.full_access) c.badge.appendChild(fullAccessBadge());
       c.engine.textContent = item.engine || '—';
@@ -675,6 +678,7 @@
       const c = row.cells;
       if (old.title !== item.title) setText(c.link, item.title || '(untitled)');
       if (old.id !== item.id) { setText(c.idSub, shortId(item.id)); c.idSub.title = item.id; }
+      if (old.branch !== item.branch) setText(c.branch, item.branch || '');
       if (old.project !== item.project) setText(c.project, item.project || '—');
       if (!!old.full_access !== !!item.full_access) fill(c.badge, item.full_access ? fullAccessBadge() : null);
       if (old.engine !== item.engine) setText(c.engine, item.engine || '—');
@@ -1008,8 +1012,9 @@
   }
 
   // ---------------------------------------------------------------- session: transcript
-  const META_KINDS = new Set(['thread.started', 'turn.started', 'turn.completed', 'usage', 'run.started', 'run.exited', 'slot.granted', 'prompt.done', 'title.generated']);
-  const LOG_KINDS = new Set(['stderr', 'raw']);
+  const META_KINDS = new Set(['thread.started', 'turn.started', 'turn.completed', 'usage', 'run.started', 'run.exited', 'slot.granted', 'prompt.done', 'title.generated',
+    'worktree.created', 'worktree.removed', 'setup.started', 'setup.exited', 'session.merged']);
+  const LOG_KINDS = new Set(['stderr', 'raw', 'setup.output']);
   const TITLE_LINE = /^\s*<!--\s*corral-title:.*?-->\s*\n?/;
 
   /** What a tool event's detail says in one line, per engine shape (codex items, claude blocks). */
@@ -1126,7 +1131,7 @@
       if (kind === 'message.delta') return this.delta(box, ev, p);
       if (kind === 'message') return this.message(box, ev, p);
       if (kind === 'tool') return this.tool(box, ev, p);
-      if (LOG_KINDS.has(kind)) return this.log(box, ev, kind === 'stderr' ? p.line : (p.line ?? pretty(p)));
+      if (LOG_KINDS.has(kind)) return this.log(box, ev, kind === 'raw' ? (p.line ?? pretty(p)) : p.line, kind === 'setup.output' ? 'setup output' : 'engine output');
       if (kind === 'prompt.done') {
         this.endStream(ev);
         if (!this.spoke.has(ev.prompt_id) && p.answer) {
@@ -1291,13 +1296,13 @@
       // Open while short; folded once it grows, unless the person opened or closed it.
       if (parts.n === 4 && !parts.touched) group.open = false;
     }
-    log(box, ev, line) {
+    log(box, ev, line, label = 'engine output') {
       let group = box.lastElementChild;
-      if (!group || !group.classList.contains('log-group')) {
+      if (!group || !group.classList.contains('log-group') || group.classList.contains('thought-group') || group.dataset.label !== label) {
         const preview = h('span', { class: 'preview' });
         const count = h('span', { class: 'small faint' });
         const lines = h('div', { class: 'lines' });
-        group = h('details', { class: 'log-group' }, h('summary', null, h('span', { class: 'small' }, 'engine output'), count, preview), lines);
+        group = h('details', { class: 'log-group', data: { label } }, h('summary', null, h('span', { class: 'small' }, label), count, preview), lines);
         group._parts = { preview, count, lines, n: 0 };
         box.appendChild(group);
       }
@@ -1337,6 +1342,16 @@
         case 'slot.granted': text = `slot granted${p.waited_ms ? ` after ${dur(p.waited_ms)}` : ''}`; break;
         case 'prompt.done': text = 'done'; cls = 'ok'; break;
         case 'title.generated': text = `titled “${p.title || ''}”`; break;
+        case 'worktree.created': text = `worktree made · ${p.branch || ''} from ${shortSha(p.base_commit)}`; title = p.path || ''; break;
+        case 'worktree.removed': text = `worktree removed${p.kept_branch ? ` · ${p.kept_branch} kept` : ''}`; title = p.path || ''; break;
+        case 'setup.started': text = 'setup started'; title = p.command || ''; break;
+        case 'setup.exited': {
+          const ok = p.code === 0;
+          text = `setup exited${p.code !== null && p.code !== undefined ? ` ${p.code}` : ''}${p.signal ? ` · ${p.signal}` : ''}`;
+          cls = ok ? 'ok' : 'bad';
+          break;
+        }
+        case 'session.merged': text = `merged into ${p.into || '?'} · ${shortSha(p.commit)}${p.squash ? ' (squashed)' : ''}`; cls = 'ok'; title = p.commit || ''; break;
         default:
       }
       row.appendChild(h('span', { class: `ev ev-meta ${cls}`, testid: 'event', data: { kind: ev.kind, seq: ev.seq }, title }, text));
@@ -1365,6 +1380,214 @@
   function atBottom() {
     const doc = document.documentElement;
     return window.innerHeight + window.scrollY >= doc.scrollHeight - 120;
+  }
+
+  // ---------------------------------------------------------------- session: worktree
+  /** A commit's short form, as git prints it. */
+  const shortSha = (sha) => (sha ? String(sha).slice(0, 7) : '—');
+  /** `git diff --stat`'s last line from the numbers: "1 file changed, 2 insertions(+)". */
+  function diffSummary(d) {
+    if (!d.files_changed) return 'No changes against the base';
+    const parts = [`${plural(d.files_changed, 'file')} changed`];
+    if (d.insertions) parts.push(`${plural(d.insertions, 'insertion')}(+)`);
+    if (d.deletions) parts.push(`${plural(d.deletions, 'deletion')}(-)`);
+    return parts.join(', ');
+  }
+  /** A base that names a branch (the merge's default target); HEAD and shas do not. */
+  const branchLike = (base) => !!base && base !== 'HEAD' && !/^[0-9a-f]{7,40}$/i.test(base);
+  const WORKTREE_HELP = {
+    creating: 'being made',
+    setup: 'made; the setup command runs before the next prompt',
+    ready: 'made and set up',
+    removed: 'removed at archive; the branch is kept',
+    kept: 'kept at archive: it has uncommitted changes',
+    missing: 'its directory is gone (removed by hand?)',
+  };
+  /** Event kinds after which the session's changes are read again. */
+  const DIFF_REFRESH_KINDS = new Set(['prompt.done', 'prompt.failed', 'prompt.cancelled', 'worktree.created', 'worktree.removed', 'setup.exited', 'session.merged']);
+
+  /**
+   * The session page's worktree panel (a worktree session only): where it is, its branch and
+   * base, its state (`missing` as a warning, with Recreate), the diff stat against the base
+   * (read again when a prompt ends, and by its button), Merge (squash and the target asked in
+   * a dialog; the result or the error shown in place), and a kept worktree's discard.
+   * `hooks.session()` is the session shown; `hooks.changed(session)` takes a new record.
+   */
+  function worktreePanel(scope, hooks) {
+    const pathEl = h('span', { class: 'mono small', testid: 'worktree-path' });
+    const branchEl = h('span', { class: 'mono small', testid: 'worktree-branch' });
+    const baseEl = h('span', { class: 'mono small', testid: 'worktree-base' });
+    const stateEl = h('span', { class: 'badge', testid: 'worktree-state' });
+    const noticeEl = h('p', { class: 'wt-notice', testid: 'worktree-notice', hidden: true });
+    const recreateBtn = h('button', { type: 'button', class: 'small primary', testid: 'worktree-recreate', hidden: true, title: 'Make the worktree again on its branch' }, 'Recreate worktree');
+    const discardBtn = h('button', { type: 'button', class: 'small danger', testid: 'worktree-discard', hidden: true, title: "Remove the kept worktree with its uncommitted changes (the branch stays)" }, 'Discard changes');
+    const actionError = h('p', { class: 'form-error wt-error', role: 'alert', testid: 'worktree-error' });
+    const summaryEl = h('p', { class: 'diff-summary', testid: 'diff-summary' }, '…');
+    const statEl = h('pre', { class: 'diff-stat', testid: 'diff-text', hidden: true });
+    const refreshBtn = h('button', { type: 'button', class: 'small', testid: 'diff-refresh', title: 'Read the changes again' }, 'Refresh');
+    const mergeBtn = h('button', { type: 'button', class: 'small primary', testid: 'session-merge', title: "Merge the branch, in corral's own worktree" }, 'Merge…');
+    const mergeResult = h('p', { class: 'merge-result', role: 'status', testid: 'merge-result', hidden: true });
+    const mergeError = h('p', { class: 'form-error wt-error', role: 'alert', testid: 'merge-error' });
+    const diffBox = h('div', { class: 'wt-diff', testid: 'diff-stat' },
+      h('div', { class: 'row' }, h('h3', null, 'Changes'), h('span', { class: 'spacer' }), refreshBtn),
+      summaryEl, statEl);
+    const body = h('div', { class: 'panel-body stack' },
+      h('dl', { class: 'kv' },
+        h('dt', null, 'path'), h('dd', null, pathEl),
+        h('dt', null, 'branch'), h('dd', null, branchEl),
+        h('dt', null, 'base'), h('dd', null, baseEl),
+        h('dt', null, 'state'), h('dd', null, stateEl)),
+      noticeEl,
+      h('div', { class: 'row' }, recreateBtn, discardBtn),
+      actionError,
+      diffBox,
+      h('div', { class: 'row' }, mergeBtn),
+      mergeResult, mergeError);
+    const el = panel('Worktree', body);
+    el.setAttribute('data-testid', 'worktree');
+    el.hidden = true;
+
+    let shownId = null;
+    let diffToken = 0;
+    let diffTimer = null;
+    let busy = false;
+    /** Whether git can read the worktree's changes now. */
+    const readable = (s) => !!s.worktree && !['removed', 'missing', 'creating'].includes(s.worktree_state);
+
+    function render() {
+      const s = hooks.session();
+      if (!s || !s.worktree) { el.hidden = true; return; }
+      el.hidden = false;
+      const first = shownId !== s.id;
+      shownId = s.id;
+      setText(pathEl, s.worktree);
+      pathEl.title = s.worktree;
+      setText(branchEl, s.branch || '—');
+      setText(baseEl, `${s.base || 'HEAD'} · ${shortSha(s.base_commit)}`);
+      baseEl.title = s.base_commit || '';
+      const state = s.worktree_state || 'creating';
+      setText(stateEl, state === 'missing' ? '⚠ missing' : state);
+      setAttr(stateEl, 'data-state', state);
+      stateEl.className = `badge ${state === 'missing' ? 'amber' : state === 'kept' ? 'amber' : state === 'ready' ? 'info' : ''}`;
+      stateEl.title = WORKTREE_HELP[state] || '';
+      let notice = null;
+      if (state === 'missing') notice = `The worktree ${s.worktree} is gone (removed by hand?). Recreate it on its branch ${s.branch}; its next prompt fails until then.`;
+      else if (state === 'kept') notice = `Kept worktree ${s.worktree}: it has uncommitted changes. Merge or commit them, or discard them (the branch ${s.branch} stays).`;
+      else if (state === 'removed') notice = `The worktree was removed at archive; the branch ${s.branch} is kept.`;
+      noticeEl.hidden = !notice;
+      setText(noticeEl, notice || '');
+      noticeEl.className = `wt-notice ${state === 'missing' || state === 'kept' ? 'warn' : ''}`;
+      recreateBtn.hidden = state !== 'missing';
+      discardBtn.hidden = state !== 'kept';
+      recreateBtn.disabled = busy;
+      discardBtn.disabled = busy;
+      diffBox.hidden = !readable(s);
+      mergeBtn.disabled = busy || state === 'creating' || !!hooks.running();
+      mergeBtn.title = hooks.running() ? 'A prompt runs: merge once it ends' : "Merge the branch, in corral's own worktree";
+      if (first && readable(s)) loadDiff();
+    }
+
+    async function loadDiff() {
+      const s = hooks.session();
+      if (!s || !readable(s)) return;
+      const token = ++diffToken;
+      refreshBtn.disabled = true;
+      try {
+        const d = await GET(`/api/v1/sessions/${enc(s.id)}/diff${qs({ stat: 'true' })}`);
+        if (!scope.alive || token !== diffToken) return;
+        setText(summaryEl, diffSummary(d));
+        summaryEl.className = 'diff-summary';
+        for (const key of ['files_changed', 'insertions', 'deletions']) setAttr(summaryEl, `data-${key.replace('_', '-')}`, d[key] || 0);
+        const text = String(d.text || '').replace(/\s+$/, '');
+        statEl.hidden = !text;
+        setText(statEl, text);
+      } catch (error) {
+        if (!scope.alive || token !== diffToken) return;
+        setText(summaryEl, error.message);
+        summaryEl.className = 'diff-summary form-error';
+        statEl.hidden = true;
+      } finally {
+        if (token === diffToken) refreshBtn.disabled = false;
+      }
+    }
+    /** A read soon: the events of one change come together. */
+    function refreshSoon() {
+      if (diffTimer) return;
+      diffTimer = scope.timeout(() => { diffTimer = null; loadDiff(); }, 300);
+    }
+    refreshBtn.addEventListener('click', () => loadDiff());
+
+    /** Runs one action: buttons off meanwhile, the error line in place. */
+    async function act(fn) {
+      if (busy) return;
+      busy = true;
+      setText(actionError, '');
+      render();
+      try { await fn(); } catch (error) { setText(actionError, error.message); } finally { busy = false; render(); }
+    }
+    recreateBtn.addEventListener('click', () => act(async () => {
+      const s = hooks.session();
+      hooks.changed(await api('POST', `/api/v1/sessions/${enc(s.id)}/recreate`));
+      toast('Worktree made again');
+      loadDiff();
+    }));
+    discardBtn.addEventListener('click', async () => {
+      const s = hooks.session();
+      const yes = await confirmDialog({
+        title: 'Discard the uncommitted changes?',
+        body: [h('span', { class: 'mono' }, s.worktree), ' is removed with the changes not committed in it. The branch ', h('strong', { class: 'mono' }, s.branch), ' and its commits stay.'],
+        ok: 'Discard changes', danger: true,
+      });
+      if (!yes) return;
+      act(async () => {
+        hooks.changed(await api('POST', `/api/v1/sessions/${enc(s.id)}/archive`, { discard_changes: true }));
+        toast('Worktree removed');
+      });
+    });
+
+    mergeBtn.addEventListener('click', async () => {
+      const s = hooks.session();
+      const into = h('input', { type: 'text', testid: 'merge-into', id: 'merge-into', value: branchLike(s.base) ? s.base : '', placeholder: "the session's base", 'aria-label': 'Target branch', spellcheck: false });
+      const squash = h('input', { type: 'checkbox', testid: 'merge-squash' });
+      const yes = await confirmDialog({
+        title: 'Merge this session?',
+        body: h('div', { class: 'stack' },
+          h('p', null, 'The branch ', h('strong', { class: 'mono' }, s.branch), " is merged in corral's own worktree, never in your checkout; a checkout of the target is only fast-forwarded, and only when it is clean. A conflict changes nothing."),
+          h('div', { class: 'field' }, h('label', { for: 'merge-into' }, 'Into branch'), into),
+          h('label', { class: 'check' }, squash, h('span', null, 'Squash', h('span', { class: 'hint' }, 'one commit on the target instead of a merge commit')))),
+        ok: 'Merge',
+      });
+      if (!yes) return;
+      const body = {};
+      if (into.value.trim()) body.into = into.value.trim();
+      if (squash.checked) body.squash = true;
+      setText(mergeError, '');
+      mergeResult.hidden = true;
+      busy = true;
+      render();
+      try {
+        const m = await api('POST', `/api/v1/sessions/${enc(s.id)}/merge`, body);
+        fill(mergeResult,
+          `Merged ${m.branch} into ${m.into}${m.squash ? ' (squashed)' : ''}: `, h('span', { class: 'mono', title: m.commit }, shortSha(m.commit)),
+          m.checkout_updated ? h('span', { class: 'small muted' }, ` · the checkout ${m.checkout_updated} was fast-forwarded`) : null);
+        mergeResult.hidden = false;
+        setAttr(mergeResult, 'data-commit', m.commit);
+        toast(`Merged into ${m.into}`);
+      } catch (error) {
+        setText(mergeError, error.message);
+      } finally {
+        busy = false;
+        render();
+      }
+      loadDiff();
+    });
+
+    return {
+      el,
+      render,
+      /** A session event: the changes are read again after the kinds that move them. */
+      event(ev) { if (DIFF_REFRESH_KINDS.has(ev.kind)) refreshSoon(); },
+    };
   }
 
   // ---------------------------------------------------------------- session: page
@@ -1399,6 +1622,11 @@
     const infoBody = h('div', { class: 'panel-body' });
     const runsBody = h('div', { class: 'panel-body tight' });
     const runsCount = h('span', { class: 'count' });
+    const worktree = worktreePanel(scope, {
+      session: () => S.session,
+      running: () => S.running,
+      changed: (session) => { S.session = session; renderHead(); },
+    });
 
     main.append(
       back,
@@ -1407,6 +1635,7 @@
         h('section', { class: 'panel transcript-panel' }, transcriptEl, h('div', { class: 'panel-body', style: 'padding-top:0' }, queuedEl), composer),
         h('aside', { class: 'side' },
           panel('Session', infoBody),
+          worktree.el,
           panel(h('h2', null, 'Runs', runsCount), runsBody))));
 
     const transcript = new Transcript(transcriptEl, { onTitle: (t) => { if (S.session) { S.session.title = t; renderHead(); } } });
@@ -1438,6 +1667,7 @@
       if (s.archived_at) input.placeholder = 'This session is archived.';
       renderInfo();
       renderQueued();
+      worktree.render();
     }
     function renderInfo() {
       const s = S.session;
@@ -1521,6 +1751,9 @@
         if (ev.kind !== 'prompt.started' || !known) soon('session');
       }
       if (ev.kind.startsWith('run.') || ev.kind === 'retry.scheduled') soon('runs');
+      // A worktree's state moves with these (and `missing` is read, not sent): read it again.
+      if (ev.kind.startsWith('worktree.') || ev.kind === 'setup.exited' || ev.kind === 'prompt.failed') soon('session');
+      worktree.event(ev);
       transcript.push(ev);
     }
 
@@ -1600,15 +1833,19 @@
       }
     });
     archiveBtn.addEventListener('click', async () => {
+      const s = S.session;
       const yes = await confirmDialog({
         title: 'Archive this session?',
-        body: [h('strong', null, S.session.title || shortId(S.id)), ' leaves the overview as finished. Its transcript and runs stay in the ledger.'],
+        body: [h('strong', null, s.title || shortId(S.id)), ' leaves the overview as finished. Its transcript and runs stay in the ledger.',
+          s.worktree ? [' Its worktree is removed if it is clean (the branch ', h('strong', { class: 'mono' }, s.branch), ' stays); one with uncommitted changes is kept.'] : null],
         ok: 'Archive', danger: true,
       });
       if (!yes) return;
       try {
         S.session = await api('POST', `/api/v1/sessions/${enc(S.id)}/archive`);
-        toast('Session archived');
+        // As the CLI says it: a dirty worktree stays, and how to discard it.
+        if (S.session.worktree_state === 'kept') toast(`Kept worktree ${S.session.worktree}: it has uncommitted changes; discard them with “Discard changes” in the Worktree panel`);
+        else toast('Session archived');
         renderHead();
       } catch (error) {
         toast(error.message, 'error');
