@@ -30,8 +30,8 @@ use tokio::sync::broadcast;
 
 use crate::actors::app_server::StopChild;
 use crate::actors::ledger::{
-    CancelPrompt, CreateProject, CreateSession, EnqueuePrompt, LedgerError, LedgerHandle,
-    SaveAppServer, SetGroupLocking, SetSetting,
+    CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession, EnqueuePrompt,
+    ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking, SetSetting,
 };
 use crate::actors::slots::{SlotLimits, SlotsHandle};
 use crate::actors::supervisor::{
@@ -42,10 +42,11 @@ use crate::engine::EngineKind;
 use crate::events::EventKind;
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::work::{
-    self, CancelFound, Enqueued, NewProject, NewPrompt, NewSession, Project, Prompt, Recovered,
-    Session,
+    self, CancelFound, Enqueued, Isolation, NewProject, NewPrompt, NewSession, Project,
+    ProjectChange, Prompt, Recovered, Session, WorktreeState,
 };
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
+use crate::worktree;
 
 /// Errors of the library calls, each one line a user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +249,22 @@ impl Corral {
         if let Some(engine) = &project.engine {
             engine.parse::<EngineKind>().map_err(CorralError::Invalid)?;
         }
+        let repository = self.worktree_repository(Path::new(&project.path)).await;
+        project.isolation = Some(match (project.isolation, &repository) {
+            (Some(Isolation::Worktree), Err(why)) => return Err(CorralError::Invalid(why.clone())),
+            (Some(isolation), _) => isolation,
+            (None, Ok(_)) => Isolation::Worktree,
+            (None, Err(_)) => Isolation::Shared,
+        });
+        project.repo_root = match &repository {
+            Ok(toplevel) => Some(toplevel.to_string_lossy().into_owned()),
+            Err(_) => None,
+        };
+        project.worktrees_dir = match project.worktrees_dir.as_deref() {
+            Some(dir) => worktrees_dir(dir)?,
+            None => None,
+        };
+        project.setup = project.setup.filter(|setup| !setup.trim().is_empty());
         let exists = self.read(|connection| {
             Ok(work::projects(connection)?
                 .into_iter()
@@ -260,6 +277,67 @@ impl Corral {
             )));
         }
         Ok(self.shared.ledger.write(CreateProject { project }).await?)
+    }
+
+    /// Changes a project's settings (or archives it). Worktree isolation is refused, with
+    /// one line, when the project's path is not in a git repository with a commit or no
+    /// usable git is found; a worktrees directory must be absolute (`""` clears it, and the
+    /// setup command).
+    pub async fn change_project(
+        &self,
+        id: &str,
+        mut change: ProjectChange,
+    ) -> Result<Project, CorralError> {
+        let project = self
+            .read(|connection| work::project(connection, id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))?;
+        if change.isolation == Some(Isolation::Worktree) {
+            let toplevel = self
+                .worktree_repository(Path::new(&project.path))
+                .await
+                .map_err(CorralError::Invalid)?;
+            change.repo_root = Some(toplevel.to_string_lossy().into_owned());
+        }
+        change.worktrees_dir = match change.worktrees_dir {
+            Some(Some(dir)) => Some(worktrees_dir(&dir)?),
+            other => other,
+        };
+        change.setup = change
+            .setup
+            .map(|setup| setup.filter(|setup| !setup.trim().is_empty()));
+        self.shared
+            .ledger
+            .write(ChangeProject {
+                id: id.to_string(),
+                change,
+            })
+            .await?
+            .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))
+    }
+
+    /// The top level of the git repository holding `path`, when worktree isolation can work
+    /// there (git found, `path` in a repository with a commit); else the line saying why not.
+    async fn worktree_repository(&self, path: &Path) -> Result<PathBuf, String> {
+        let git = self.git().await.map_err(|error| error.to_string())?;
+        let repo = git
+            .repo(path)
+            .await
+            .map_err(|error| error.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "{} is not in a git repository: worktree isolation needs one (or \
+                     --isolation shared)",
+                    path.display()
+                )
+            })?;
+        git.head(path).await.map_err(|error| match error {
+            crate::git::GitError::NoCommit { .. } => format!(
+                "{error}: worktree isolation branches from a commit (make one, or \
+                 --isolation shared)"
+            ),
+            other => other.to_string(),
+        })?;
+        Ok(repo.toplevel)
     }
 
     /// Declares an execution group locking (its projects never run at once) or a label only.
@@ -293,7 +371,69 @@ impl Corral {
         if let Some(why) = crate::engine::unsupported(kind, false, model, false, template) {
             return Err(CorralError::Invalid(why));
         }
+        if project.isolation == Isolation::Worktree {
+            return self.open_worktree_session(session, &project).await;
+        }
+        if session.branch.is_some() || session.base.is_some() {
+            return Err(CorralError::Invalid(format!(
+                "--branch and --base need a worktree project: project '{}' shares one working \
+                 tree (isolation shared)",
+                project.name
+            )));
+        }
+        session.worktree = None;
         Ok(self.shared.ledger.write(CreateSession { session }).await?)
+    }
+
+    /// A worktree project's session: its id first (the worktree is named after it), the
+    /// worktree planned, the session stored with it `creating` (one write: a daemon killed
+    /// from here on leaves a row saying what to finish), then made. A worktree that could not
+    /// be made leaves nothing: git's own failure is undone by the git layer and the row is
+    /// deleted again. Only when a worktree is on disk (its state could not be recorded) is
+    /// the row kept `creating`, for the session's first prompt to finish.
+    async fn open_worktree_session(
+        &self,
+        mut session: NewSession,
+        project: &Project,
+    ) -> Result<Session, CorralError> {
+        let git = self
+            .git()
+            .await
+            .map_err(|error| CorralError::Invalid(error.to_string()))?;
+        let id = session
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let planned = worktree::plan(
+            &git,
+            &self.settings(),
+            self.home(),
+            project,
+            &id,
+            session.title.as_deref(),
+            session.branch.as_deref(),
+            session.base.as_deref(),
+        )
+        .await?;
+        let path = PathBuf::from(&planned.path);
+        session.id = Some(id.clone());
+        session.worktree = Some(planned);
+        let opened = self.shared.ledger.write(CreateSession { session }).await?;
+        let error = match worktree::make(&git, &self.shared, &opened, project).await {
+            Ok(made) => return Ok(made),
+            Err(error) => error,
+        };
+        if std::fs::symlink_metadata(&path).is_err() {
+            let forget = ForgetNewSession {
+                session_id: id.clone(),
+            };
+            if let Ok(true) = self.shared.ledger.write(forget).await {
+                return Err(error.into());
+            }
+        }
+        Err(CorralError::Invalid(format!(
+            "{error} (session {id} is kept, its worktree `creating`: its first prompt makes it)"
+        )))
     }
 
     /// Queues a prompt. It is refused before queueing when empty, when an image does not
@@ -681,6 +821,169 @@ impl Corral {
     pub fn home(&self) -> &Path {
         &self.shared.home
     }
+}
+
+/// A worktree session's operations: `session.archive`, `session.diff`, `session.merge`,
+/// `session.recreate` (the git work is [`crate::worktree`]'s).
+impl Corral {
+    /// A session and its project, or `NotFound`.
+    fn session_and_project(
+        &self,
+        session_id: &str,
+    ) -> Result<(Session, Option<Project>), CorralError> {
+        let session = self
+            .read(|connection| work::session(connection, session_id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
+        let project = match &session.project_id {
+            Some(id) => self.read(|connection| work::project(connection, id))?,
+            None => None,
+        };
+        Ok((session, project))
+    }
+
+    /// A worktree session's project, or the line saying it has none.
+    fn project_of(session: &Session, project: Option<Project>) -> Result<Project, CorralError> {
+        project.ok_or_else(|| {
+            CorralError::NotFound(format!("session '{}' has no project", session.id))
+        })
+    }
+
+    /// Refuses what would change a worktree under a prompt of the session (`doing`: what was
+    /// asked, for the line).
+    fn refuse_busy(&self, session: &Session, doing: &str) -> Result<(), CorralError> {
+        let busy = self.read(|connection| work::busy_prompt(connection, &session.id))?;
+        match busy {
+            Some(prompt) => Err(CorralError::Invalid(format!(
+                "session {} has a prompt {} ({}): {doing} would change its worktree under it; \
+                 wait for it, or cancel it (corral cancel {})",
+                session.id,
+                prompt.status.as_str(),
+                prompt.id,
+                prompt.id
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Archives a session. A worktree session's worktree goes too when it is clean (its
+    /// branch stays); one with changes is `kept` (the session is archived all the same)
+    /// unless `discard_changes`. An archived session may be archived again: with
+    /// `discard_changes` that removes a kept worktree. Refused while a prompt of the session
+    /// runs or waits and its worktree would be touched.
+    pub async fn archive_session(
+        &self,
+        session_id: &str,
+        discard_changes: bool,
+    ) -> Result<Session, CorralError> {
+        let (session, project) = self.session_and_project(session_id)?;
+        let touches = session.worktree.as_ref().is_some_and(|w| match w.state {
+            WorktreeState::Removed => false,
+            WorktreeState::Kept => discard_changes,
+            _ => true,
+        });
+        if touches {
+            self.refuse_busy(&session, "archiving")?;
+        }
+        let archived = self
+            .shared
+            .ledger
+            .write(ChangeSession {
+                id: session.id.clone(),
+                title: None,
+                archive: true,
+            })
+            .await?
+            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
+        let (Some(project), true) = (project, touches) else {
+            return Ok(archived);
+        };
+        let not_removed = |error: String| {
+            CorralError::Invalid(format!(
+                "session {} is archived, but its worktree stays: {error}",
+                archived.id
+            ))
+        };
+        let git = self.git().await.map_err(|e| not_removed(e.to_string()))?;
+        worktree::archive(&git, &self.shared, &archived, &project, discard_changes)
+            .await
+            .map_err(|error| match error {
+                worktree::WorktreeError::Ledger(error) => error.into(),
+                other => not_removed(other.to_string()),
+            })
+    }
+
+    /// A worktree session's changes against its base commit (untracked files in), with the
+    /// worktree they are of.
+    pub async fn session_diff(
+        &self,
+        session_id: &str,
+        stat: bool,
+    ) -> Result<(work::SessionWorktree, crate::git::Diff), CorralError> {
+        let (session, _) = self.session_and_project(session_id)?;
+        let Some(worktree) = session.worktree.clone() else {
+            return Err(worktree::no_worktree(&session).into());
+        };
+        let git = self
+            .git()
+            .await
+            .map_err(|error| CorralError::Invalid(error.to_string()))?;
+        let diff = worktree::diff(&git, &session, stat).await?;
+        Ok((worktree, diff))
+    }
+
+    /// Merges a worktree session's branch into `into` (default: its base, when a branch),
+    /// never in a person's checkout (see [`crate::git::Git::merge`]). Refused while a prompt
+    /// of the session runs or waits.
+    pub async fn merge_session(
+        &self,
+        session_id: &str,
+        into: Option<&str>,
+        squash: bool,
+    ) -> Result<(work::SessionWorktree, crate::git::Merged), CorralError> {
+        let (session, project) = self.session_and_project(session_id)?;
+        let Some(worktree) = session.worktree.clone() else {
+            return Err(worktree::no_worktree(&session).into());
+        };
+        let project = Self::project_of(&session, project)?;
+        self.refuse_busy(&session, "merging")?;
+        let git = self
+            .git()
+            .await
+            .map_err(|error| CorralError::Invalid(error.to_string()))?;
+        let merged = worktree::merge(&git, &self.shared, &session, &project, into, squash).await?;
+        Ok((worktree, merged))
+    }
+
+    /// Makes a worktree deleted by hand again, on the session's branch; refused when its
+    /// directory exists.
+    pub async fn recreate_worktree(&self, session_id: &str) -> Result<Session, CorralError> {
+        let (session, project) = self.session_and_project(session_id)?;
+        if session.worktree.is_none() {
+            return Err(worktree::no_worktree(&session).into());
+        }
+        let project = Self::project_of(&session, project)?;
+        let git = self
+            .git()
+            .await
+            .map_err(|error| CorralError::Invalid(error.to_string()))?;
+        Ok(worktree::recreate(&git, &self.shared, &session, &project).await?)
+    }
+}
+
+/// A worktrees directory as given: absolute, resolved as far as it exists (`""`: none).
+fn worktrees_dir(dir: &str) -> Result<Option<String>, CorralError> {
+    if dir.trim().is_empty() {
+        return Ok(None);
+    }
+    let path = Path::new(dir);
+    if !path.is_absolute() {
+        return Err(CorralError::Invalid(format!(
+            "the worktrees directory must be an absolute path, not '{dir}'"
+        )));
+    }
+    Ok(Some(
+        worktree::absolute(path).to_string_lossy().into_owned(),
+    ))
 }
 
 impl Corral {

@@ -25,5 +25,6 @@ pub mod protocol;
 pub mod repo;
 pub mod socket;
 pub mod store;
+pub mod worktree;
 
 pub use corral::{Corral, CorralError, CorralOptions};

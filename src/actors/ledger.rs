@@ -884,6 +884,13 @@ ledger_write!(
 );
 
 ledger_write!(
+    /// Deletes a session just opened whose worktree could not be made, while nothing refers
+    /// to it; replies whether it was deleted.
+    ForgetNewSession { session_id: String } -> bool,
+    |this, connection| work::forget_new_session(connection, &this.session_id)
+);
+
+ledger_write!(
     /// Moves a session's worktree to another state; replies with the session.
     SetWorktreeState { session_id: String, state: work::WorktreeState } -> Option<work::Session>,
     |this, connection| work::set_worktree_state(connection, &this.session_id, this.state)

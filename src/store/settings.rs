@@ -41,6 +41,10 @@ pub const UI_THEME: &str = "ui.theme";
 /// The themes [`UI_THEME`] takes.
 pub const UI_THEMES: &[&str] = &["system", "light", "dark"];
 
+/// Where sessions' git worktrees go (a project's own `worktrees_dir` overrides it); empty:
+/// `HOME/worktrees`.
+pub const WORKTREES_DIR: &str = "worktrees.dir";
+
 /// The default of [`HTTP_LISTEN`]: loopback, a free port.
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:0";
 
@@ -151,6 +155,12 @@ pub const KNOWN: &[Known] = &[
         default: "system",
         meaning: "the dashboard's theme: system, light or dark",
     },
+    Known {
+        name: WORKTREES_DIR,
+        default: "",
+        meaning: "where the sessions of worktree projects get their git worktrees, an absolute \
+                  path (empty: HOME/worktrees; a project's --worktrees-dir overrides it)",
+    },
 ];
 
 /// The stored value of `name`, if any. A store too old to have settings has none.
@@ -202,6 +212,17 @@ pub fn parse_delays(text: &str) -> Result<Vec<Duration>, String> {
             Ok(Duration::from_secs_f64(seconds))
         })
         .collect()
+}
+
+/// A worktrees directory as stored: empty (the default), or an absolute path (a relative one
+/// would depend on the daemon's working directory). It need not exist yet.
+fn check_worktrees_dir(value: &str) -> Result<String, String> {
+    if value.is_empty() || std::path::Path::new(value).is_absolute() {
+        return Ok(value.to_string());
+    }
+    Err(format!(
+        "{WORKTREES_DIR} must be an absolute path (or empty: HOME/worktrees), not '{value}'"
+    ))
 }
 
 fn engine_of(name: &str, prefix: &str, suffix: &str) -> Option<Result<EngineKind, String>> {
@@ -284,6 +305,7 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
             parse_listen(value)?;
             Ok(value.to_string())
         }
+        WORKTREES_DIR => check_worktrees_dir(value),
         UI_THEME if UI_THEMES.contains(&value) => Ok(value.to_string()),
         UI_THEME => Err(format!(
             "{UI_THEME} must be one of {}, not '{value}'",
@@ -336,6 +358,8 @@ pub struct Settings {
     pub store_lock_timeout: Duration,
     /// [`HTTP_LISTEN`]: `None` is off.
     pub http_listen: Option<std::net::SocketAddr>,
+    /// [`WORKTREES_DIR`]: `None` is `HOME/worktrees`.
+    pub worktrees_dir: Option<PathBuf>,
 }
 
 /// The default limit per engine.
@@ -356,6 +380,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(10),
             store_lock_timeout: Duration::from_millis(DEFAULT_STORE_LOCK_TIMEOUT_MS),
             http_listen: parse_listen(DEFAULT_HTTP_LISTEN).expect("valid default"),
+            worktrees_dir: None,
         }
     }
 }
@@ -397,6 +422,9 @@ impl Settings {
             }
             "daemon.autostart" => self.daemon_autostart = value == "true",
             HTTP_LISTEN => self.http_listen = parse_listen(&value)?,
+            WORKTREES_DIR => {
+                self.worktrees_dir = Some(PathBuf::from(&value)).filter(|_| !value.is_empty())
+            }
             STORE_LOCK_TIMEOUT_MS => {
                 self.store_lock_timeout =
                     Duration::from_millis(value.parse().map_err(|_| "number")?)
@@ -490,6 +518,11 @@ mod tests {
         assert!(validate("engines.codex.path", "/nonexistent/codex")
             .unwrap_err()
             .contains("/nonexistent/codex does not exist"));
+        assert_eq!(validate(WORKTREES_DIR, "/srv/wt").unwrap(), "/srv/wt");
+        assert_eq!(validate(WORKTREES_DIR, "").unwrap(), "");
+        assert!(validate(WORKTREES_DIR, "wt")
+            .unwrap_err()
+            .contains("worktrees.dir must be an absolute path"));
         assert!(validate("engines.command.template", r#"["sh","-c","ls"]"#)
             .unwrap_err()
             .contains("{prompt}"));
@@ -505,5 +538,9 @@ mod tests {
         assert_eq!(settings.rate_limit_delays, vec![Duration::from_millis(500)]);
         assert!(settings.apply("slots.codex", "x").is_err());
         assert_eq!(settings.slots_of("codex"), 5);
+        settings.apply(WORKTREES_DIR, "/srv/wt").unwrap();
+        assert_eq!(settings.worktrees_dir, Some(PathBuf::from("/srv/wt")));
+        settings.apply(WORKTREES_DIR, "").unwrap();
+        assert_eq!(settings.worktrees_dir, None);
     }
 }

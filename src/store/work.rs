@@ -530,7 +530,10 @@ pub struct NewProject {
     pub instructions: Option<String>,
     /// See [`Project::keep_background`].
     pub keep_background: bool,
-    pub isolation: Isolation,
+    /// `None`: the default, decided by [`crate::Corral::add_project`] (`worktree` for a path
+    /// in a git repository with a commit when git is found, else `shared`); stored as
+    /// `shared` by the store alone.
+    pub isolation: Option<Isolation>,
     pub worktrees_dir: Option<String>,
     pub setup: Option<String>,
     pub repo_root: Option<String>,
@@ -553,7 +556,7 @@ pub(crate) fn insert_project(
         created_at: now_ms(),
         archived_at: None,
         keep_background: new.keep_background,
-        isolation: new.isolation,
+        isolation: new.isolation.unwrap_or_default(),
         worktrees_dir: new.worktrees_dir.clone(),
         setup: new.setup.clone(),
         repo_root: new.repo_root.clone(),
@@ -616,7 +619,13 @@ pub struct NewSession {
     /// exists); `None`: a new one.
     pub id: Option<String>,
     /// Its worktree, recorded `creating` in the same insert (see [`WorktreeState`]).
+    /// [`crate::Corral::open_session`] plans it for a worktree project's session.
     pub worktree: Option<SessionWorktree>,
+    /// The branch asked for (`--branch`; a worktree project's session only): an existing one
+    /// is checked out as it is, else made. Not stored as such: `worktree` says it.
+    pub branch: Option<String>,
+    /// What the new branch starts from (`--base`; default: the project's HEAD).
+    pub base: Option<String>,
 }
 
 pub(crate) fn insert_session(
@@ -689,6 +698,40 @@ pub(crate) fn set_worktree_state(
         params![session_id, state.as_str()],
     )?;
     session(connection, session_id)
+}
+
+/// Deletes a session opened a moment ago whose worktree could not be made, as if it had never
+/// been opened: only while nothing refers to it (no prompt, no event, no driver claim).
+/// Replies whether it was deleted.
+pub(crate) fn forget_new_session(
+    connection: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<bool> {
+    let deleted = connection.run(
+        "DELETE FROM sessions WHERE id = ?1 \
+         AND NOT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1) \
+         AND NOT EXISTS (SELECT 1 FROM events WHERE session_id = ?1) \
+         AND NOT EXISTS (SELECT 1 FROM driver_claims WHERE session_id = ?1)",
+        [session_id],
+    )?;
+    Ok(deleted > 0)
+}
+
+/// The session's prompt that runs now, else its oldest queued one: work that would use its
+/// worktree.
+pub fn busy_prompt(connection: &Connection, session_id: &str) -> rusqlite::Result<Option<Prompt>> {
+    let id: Option<String> = connection
+        .row(
+            "SELECT id FROM prompts WHERE session_id = ?1 AND status IN ('running', 'queued') \
+             ORDER BY status = 'running' DESC, created_at LIMIT 1",
+            [session_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match id {
+        Some(id) => prompt(connection, &id),
+        None => Ok(None),
+    }
 }
 
 /// A prompt to queue.
@@ -1528,6 +1571,8 @@ pub struct ProjectChange {
     pub worktrees_dir: Option<Option<String>>,
     /// `Some(None)` clears it.
     pub setup: Option<Option<String>>,
+    /// The repository's top level, found again when the project turns to worktree isolation.
+    pub repo_root: Option<String>,
     pub archive: bool,
 }
 
@@ -1546,7 +1591,8 @@ pub(crate) fn change_project(
          keep_background = COALESCE(?10, keep_background), \
          isolation = COALESCE(?11, isolation), \
          worktrees_dir = CASE WHEN ?12 THEN ?13 ELSE worktrees_dir END, \
-         setup = CASE WHEN ?14 THEN ?15 ELSE setup END \
+         setup = CASE WHEN ?14 THEN ?15 ELSE setup END, \
+         repo_root = COALESCE(?16, repo_root) \
          WHERE id = ?1",
         params![
             id,
@@ -1567,6 +1613,7 @@ pub(crate) fn change_project(
             change.worktrees_dir.clone().flatten(),
             change.setup.is_some(),
             change.setup.clone().flatten(),
+            change.repo_root,
         ],
     )?;
     if let Some(groups) = &change.groups {

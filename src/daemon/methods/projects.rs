@@ -4,7 +4,6 @@
 use rusqlite::Connection as Store;
 
 use super::{project_of, read, resolve_project, Caller, Inspect, Serve};
-use crate::actors::ledger::ChangeProject;
 use crate::protocol::*;
 use crate::store::work::{self, NewProject};
 
@@ -25,8 +24,23 @@ impl Inspect for ProjectShow {
     }
 }
 
+/// A wire `isolation` (`worktree` or `shared`); anything else is invalid params.
+fn isolation(word: Option<&str>) -> Result<Option<work::Isolation>, RpcError> {
+    word.map(|word| {
+        word.parse::<work::Isolation>()
+            .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))
+    })
+    .transpose()
+}
+
+/// A `project.set` value where `""` clears: `Some(None)`.
+fn clearing(value: Option<String>) -> Option<Option<String>> {
+    value.map(|value| Some(value).filter(|value| !value.is_empty()))
+}
+
 impl Serve for ProjectAdd {
     async fn serve(caller: &Caller, p: ProjectAddParams) -> Result<Project, RpcError> {
+        let isolation = isolation(p.isolation.as_deref())?;
         let project = caller
             .corral()
             .add_project(NewProject {
@@ -39,7 +53,10 @@ impl Serve for ProjectAdd {
                 groups: p.groups,
                 instructions: p.instructions,
                 keep_background: p.keep_background,
-                ..NewProject::default()
+                isolation,
+                worktrees_dir: p.worktrees_dir,
+                setup: p.setup,
+                repo_root: None,
             })
             .await?;
         Ok((&project).into())
@@ -79,16 +96,13 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
         groups: p.groups,
         instructions: p.instructions,
         keep_background: p.keep_background,
+        isolation: isolation(p.isolation.as_deref())?,
+        worktrees_dir: clearing(p.worktrees_dir),
+        setup: clearing(p.setup),
+        repo_root: None,
         archive,
-        ..work::ProjectChange::default()
     };
-    let changed = corral
-        .write(ChangeProject {
-            id: project.id,
-            change,
-        })
-        .await?
-        .ok_or_else(|| RpcError::new(code::NOT_FOUND, "the project is gone"))?;
+    let changed = corral.change_project(&project.id, change).await?;
     Ok((&changed).into())
 }
 

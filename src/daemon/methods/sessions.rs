@@ -1,5 +1,6 @@
 //! Sessions: `session.list`, `session.show`, `history`, `session.new`, `session.rename`,
-//! `session.archive`, `session.steer`, `session.compact`.
+//! `session.archive`, `session.steer`, `session.compact`, and a worktree session's
+//! `session.diff`, `session.merge`, `session.recreate` (served by [`crate::Corral`]'s calls).
 
 use rusqlite::Connection as Store;
 use serde_json::Value;
@@ -84,6 +85,8 @@ impl Serve for SessionNew {
                 title: p.title,
                 task: p.task,
                 wave_id,
+                branch: p.branch,
+                base: p.base,
                 ..NewSession::default()
             })
             .await?;
@@ -96,57 +99,79 @@ impl Serve for SessionRename {
         let session = resolve_session(caller.corral(), &p.session)?;
         let title = p.title.trim();
         check_title(title)?;
-        change(caller, session, Some(title.to_string()), false).await
+        rename(caller, session, title.to_string()).await
     }
 }
 
 impl Serve for SessionArchive {
     async fn serve(caller: &Caller, p: SessionArchiveParams) -> Result<Session, RpcError> {
-        let session = resolve_session(caller.corral(), &p.session)?;
-        change(caller, session, None, true).await
+        let corral = caller.corral();
+        let session = resolve_session(corral, &p.session)?;
+        let discard = p.discard_changes.unwrap_or(false);
+        let archived = corral.archive_session(&session.id, discard).await?;
+        Ok((&archived).into())
     }
 }
 
-// TODO(#13, actors helper): served by Corral's worktree calls.
 impl Serve for SessionDiff {
-    async fn serve(_: &Caller, _: SessionDiffParams) -> Result<SessionDiffResult, RpcError> {
-        Err(RpcError::new(
-            code::INVALID_PARAMS,
-            "session.diff is not built yet",
-        ))
+    async fn serve(caller: &Caller, p: SessionDiffParams) -> Result<SessionDiffResult, RpcError> {
+        let corral = caller.corral();
+        let session = resolve_session(corral, &p.session)?;
+        let (worktree, diff) = corral
+            .session_diff(&session.id, p.stat.unwrap_or(false))
+            .await?;
+        Ok(SessionDiffResult {
+            session_id: session.id,
+            branch: worktree.branch,
+            base_commit: worktree.base_commit,
+            text: diff.text,
+            files_changed: diff.files_changed,
+            insertions: diff.insertions,
+            deletions: diff.deletions,
+        })
     }
 }
 
 impl Serve for SessionMerge {
-    async fn serve(_: &Caller, _: SessionMergeParams) -> Result<SessionMerged, RpcError> {
-        Err(RpcError::new(
-            code::INVALID_PARAMS,
-            "session.merge is not built yet",
-        ))
+    async fn serve(caller: &Caller, p: SessionMergeParams) -> Result<SessionMerged, RpcError> {
+        let corral = caller.corral();
+        let session = resolve_session(corral, &p.session)?;
+        let squash = p.squash.unwrap_or(false);
+        let (worktree, merged) = corral
+            .merge_session(&session.id, p.into.as_deref(), squash)
+            .await?;
+        Ok(SessionMerged {
+            session_id: session.id,
+            branch: worktree.branch,
+            into: merged.into,
+            commit: merged.commit,
+            squash,
+            checkout_updated: merged
+                .checkout_updated
+                .map(|path| path.to_string_lossy().into_owned()),
+        })
     }
 }
 
 impl Serve for SessionRecreate {
-    async fn serve(_: &Caller, _: SessionSelector) -> Result<Session, RpcError> {
-        Err(RpcError::new(
-            code::INVALID_PARAMS,
-            "session.recreate is not built yet",
-        ))
+    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Session, RpcError> {
+        let corral = caller.corral();
+        let session = resolve_session(corral, &p.session)?;
+        Ok((&corral.recreate_worktree(&session.id).await?).into())
     }
 }
 
-async fn change(
+async fn rename(
     caller: &Caller,
     session: work::Session,
-    title: Option<String>,
-    archive: bool,
+    title: String,
 ) -> Result<Session, RpcError> {
     let changed = caller
         .corral()
         .write(ChangeSession {
             id: session.id,
-            title,
-            archive,
+            title: Some(title),
+            archive: false,
         })
         .await?
         .ok_or_else(|| RpcError::new(code::NOT_FOUND, "the session is gone"))?;

@@ -1,0 +1,765 @@
+//! A session's own git worktree, through its life (docs/worktrees.md): planned and made when
+//! the session opens, set up before its first prompt (by the session's worker), removed or
+//! kept at archive, diffed, merged, and made again when a person deleted it by hand. Every git
+//! call goes through [`crate::git`] (async: nothing here blocks the actor thread but single
+//! stats and the removal of an empty directory); every store change through the ledger.
+//!
+//! Map of the file:
+//! - naming: [`slug`], [`short_id`], [`worktrees_root`], and the engine's [`working_dir`];
+//! - [`plan`]: a new session's path, branch, base and base commit, with no git change;
+//! - [`make`]: `git worktree add` for a session whose worktree is `creating` (finishing what a
+//!   killed daemon left), then `setup` or `ready` and a `worktree.created` event;
+//! - [`archive`], [`diff`], [`merge`], [`recreate`]: what `session.archive`, `session.diff`,
+//!   `session.merge` and `session.recreate` do to the worktree (called by [`crate::Corral`]);
+//! - [`WorktreeError`]: one line each.
+//!
+//! corral writes only under the worktrees directory and removes only a worktree the store
+//! says is the session's: a directory at that path that is no git worktree of the repository
+//! (nor an empty directory, nor a checkout whose registration git lost) is left alone.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::actors::ledger::{LedgerError, SetWorktreeState};
+use crate::actors::supervisor::Shared;
+use crate::events::EventKind;
+use crate::git::{Diff, Git, GitError, Head, Merged};
+use crate::store::settings::Settings;
+use crate::store::work::{self, NewEvent, SessionWorktree, WorktreeState};
+use crate::store::StoreError;
+
+/// A slug's length at most (a path and a branch name stay readable).
+pub const MAX_SLUG: usize = 40;
+
+/// The prefix of every branch corral names.
+pub const BRANCH_PREFIX: &str = "corral/";
+
+/// How many `-2`, `-3`… suffixes [`plan`] tries before it gives up on a name.
+const MAX_SUFFIX: usize = 100;
+
+/// Every way a worktree operation fails; each displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// A request that cannot be done as asked (the line says why and what to do).
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Read(#[from] StoreError),
+}
+
+impl From<WorktreeError> for crate::CorralError {
+    fn from(error: WorktreeError) -> Self {
+        match error {
+            WorktreeError::Ledger(error) => error.into(),
+            WorktreeError::Read(error) => error.into(),
+            other => crate::CorralError::Invalid(other.to_string()),
+        }
+    }
+}
+
+fn invalid(line: impl Into<String>) -> WorktreeError {
+    WorktreeError::Invalid(line.into())
+}
+
+/// Lowercase `[a-z0-9-]` of `text` (every other run of characters one `-`), at most
+/// [`MAX_SLUG`] characters, no `-` at either end; empty when nothing is left.
+pub fn slug(text: &str) -> String {
+    let mut slug = String::new();
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c);
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+        if slug.len() > MAX_SLUG {
+            break;
+        }
+    }
+    slug.truncate(MAX_SLUG);
+    slug.trim_end_matches('-').to_string()
+}
+
+/// The short id a session's worktree and branch are named with: the last 8 hex digits of its
+/// uuid (in a v7 uuid, random bits; the first ones are the time, alike for sessions opened
+/// together).
+pub fn short_id(id: &str) -> String {
+    let hex: Vec<char> = id.chars().filter(char::is_ascii_hexdigit).collect();
+    hex[hex.len().saturating_sub(8)..].iter().collect()
+}
+
+/// Where a project's sessions' worktrees go: the project's own directory, else the
+/// `worktrees.dir` setting, else `HOME/worktrees`; the project's slug below it.
+pub fn worktrees_root(settings: &Settings, home: &Path, project: &work::Project) -> PathBuf {
+    let base = match (&project.worktrees_dir, &settings.worktrees_dir) {
+        (Some(dir), _) => PathBuf::from(dir),
+        (None, Some(dir)) => dir.clone(),
+        (None, None) => home.join("worktrees"),
+    };
+    let name = slug(&project.name);
+    absolute(&base).join(if name.is_empty() { "project" } else { &name })
+}
+
+/// `path` with its deepest existing ancestor resolved (symbolic links, `..`): the form git
+/// prints worktree paths in, so that corral's and git's paths compare equal.
+pub fn absolute(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut missing = Vec::new();
+    loop {
+        if let Ok(resolved) = existing.canonicalize() {
+            return missing
+                .iter()
+                .rev()
+                .fold(resolved, |path, name| path.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// The engine's working directory: the worktree joined with the project path's place in its
+/// repository (`project.path` relative to `project.repo_root`), else the project's path.
+pub fn working_dir(session: &work::Session, project: &work::Project) -> PathBuf {
+    let Some(worktree) = &session.worktree else {
+        return PathBuf::from(&project.path);
+    };
+    let root = Path::new(&worktree.path);
+    let prefix = project
+        .repo_root
+        .as_deref()
+        .and_then(|repo_root| Path::new(&project.path).strip_prefix(repo_root).ok());
+    match prefix {
+        Some(prefix) if !prefix.as_os_str().is_empty() => root.join(prefix),
+        _ => root.to_path_buf(),
+    }
+}
+
+/// The state a just-made worktree starts in: `setup` when the project has a setup command.
+fn made_state(project: &work::Project) -> WorktreeState {
+    match project.setup.as_deref().map(str::trim) {
+        Some(setup) if !setup.is_empty() => WorktreeState::Setup,
+        _ => WorktreeState::Ready,
+    }
+}
+
+/// Plans a new session's worktree (path, branch, base, base commit; state `creating`) — no
+/// git change. `branch` naming an existing branch checks it out as it is (so no `base` with
+/// it), unless another worktree has it; else a new branch (`corral/<slug>-<short id>` by
+/// default) from `base` (default: what the project path has checked out — its branch, or the
+/// commit of a detached HEAD). A path that exists is never used: `-2`, `-3`… are tried.
+#[allow(clippy::too_many_arguments)]
+pub async fn plan(
+    git: &Git,
+    settings: &Settings,
+    home: &Path,
+    project: &work::Project,
+    id: &str,
+    title: Option<&str>,
+    branch: Option<&str>,
+    base: Option<&str>,
+) -> Result<SessionWorktree, WorktreeError> {
+    let dir = Path::new(&project.path);
+    if git.repo(dir).await?.is_none() {
+        return Err(invalid(format!(
+            "project path {} is not in a git repository (any more?): worktree isolation needs \
+             one (corral project set {} --isolation shared)",
+            project.path, project.name
+        )));
+    }
+    if let Some(name) = branch {
+        if name.trim().is_empty() || name.starts_with('-') {
+            return Err(invalid(format!("'{name}' is no branch name")));
+        }
+    }
+    if let Some(base) = base {
+        if base.trim().is_empty() {
+            return Err(invalid("--base needs a branch, tag or commit"));
+        }
+    }
+    let existing = match branch {
+        Some(name) => git.branch_exists(dir, name).await?,
+        None => false,
+    };
+    let (base, base_commit) = if existing {
+        let name = branch.unwrap_or_default();
+        if base.is_some() {
+            return Err(invalid(format!(
+                "branch '{name}' exists: the session works on it as it is, so --base cannot \
+                 apply (drop --base, or name a new branch)"
+            )));
+        }
+        if let Some(entry) = git
+            .worktrees(dir)
+            .await?
+            .into_iter()
+            .find(|entry| !entry.prunable && entry.branch.as_deref() == Some(name))
+        {
+            return Err(invalid(format!(
+                "branch '{name}' is checked out in {} already: a session needs a branch no \
+                 other worktree has",
+                entry.path.display()
+            )));
+        }
+        (
+            name.to_string(),
+            git.resolve(dir, &format!("refs/heads/{name}")).await?,
+        )
+    } else {
+        let base = match base {
+            Some(base) => base.to_string(),
+            None => match git.head(dir).await? {
+                Head::Branch(name) => name,
+                Head::Detached(sha) => sha,
+            },
+        };
+        let commit = git.resolve(dir, &base).await?;
+        (base, commit)
+    };
+    let root = worktrees_root(settings, home, project);
+    let session_slug = match slug(title.unwrap_or_default()) {
+        empty if empty.is_empty() => "session".to_string(),
+        slug => slug,
+    };
+    let name = format!("{session_slug}-{}", short_id(id));
+    for n in 1..=MAX_SUFFIX {
+        let suffixed = match n {
+            1 => name.clone(),
+            n => format!("{name}-{n}"),
+        };
+        let path = root.join(&suffixed);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            continue;
+        }
+        let branch = match branch {
+            Some(branch) => branch.to_string(),
+            None => {
+                let generated = format!("{BRANCH_PREFIX}{suffixed}");
+                if git.branch_exists(dir, &generated).await? {
+                    continue;
+                }
+                generated
+            }
+        };
+        return Ok(SessionWorktree {
+            path: path.to_string_lossy().into_owned(),
+            branch,
+            base,
+            base_commit,
+            state: WorktreeState::Creating,
+        });
+    }
+    Err(invalid(format!(
+        "no free worktree path for {name} in {} (tried {MAX_SUFFIX})",
+        root.display()
+    )))
+}
+
+/// Makes (or finishes making) a session's worktree whose state is `creating`: a registered
+/// worktree at the path on the branch is kept; a partial one (locked by a `git worktree add`
+/// that never finished, a registration without its directory, an empty directory, a checkout
+/// whose registration is gone) is cleared and made again; anything else at the path is left
+/// alone and refused. Records the new state (`setup` when the project has a setup command,
+/// else `ready`) and a `worktree.created` event. Returns the session as stored. A made
+/// worktree (any other state) is returned as it is.
+pub async fn make(
+    git: &Git,
+    shared: &Shared,
+    session: &work::Session,
+    project: &work::Project,
+) -> Result<work::Session, WorktreeError> {
+    let Some(worktree) = &session.worktree else {
+        return Ok(session.clone());
+    };
+    if worktree.state != WorktreeState::Creating {
+        return Ok(session.clone());
+    }
+    let repo = Path::new(&project.path);
+    let path = Path::new(&worktree.path);
+    if !clear_partial(git, repo, path, &worktree.branch).await? {
+        add(git, repo, worktree).await?;
+    }
+    made(shared, session, project).await
+}
+
+/// Records a worktree as made: its state, and the `worktree.created` event.
+async fn made(
+    shared: &Shared,
+    session: &work::Session,
+    project: &work::Project,
+) -> Result<work::Session, WorktreeError> {
+    let worktree = session
+        .worktree
+        .as_ref()
+        .expect("a session with a worktree");
+    let stored = set_state(shared, &session.id, made_state(project)).await?;
+    record(
+        shared,
+        &session.id,
+        EventKind::WorktreeCreated,
+        json!({
+            "path": worktree.path,
+            "branch": worktree.branch,
+            "base_commit": worktree.base_commit,
+        }),
+    )
+    .await;
+    Ok(stored)
+}
+
+/// `git worktree add` of a planned worktree: on its branch when it exists (an existing branch
+/// asked for, or the one an interrupted creation made), else on a new one from the base commit.
+async fn add(git: &Git, repo: &Path, worktree: &SessionWorktree) -> Result<(), WorktreeError> {
+    let new_branch = !git.branch_exists(repo, &worktree.branch).await?;
+    git.worktree_add(
+        repo,
+        Path::new(&worktree.path),
+        &worktree.branch,
+        &worktree.base_commit,
+        new_branch,
+    )
+    .await?;
+    Ok(())
+}
+
+/// What an interrupted creation left at `path`: `true` when a complete worktree on `branch`
+/// is there (nothing to do); `false` when the path is free now (a partial one was cleared).
+async fn clear_partial(
+    git: &Git,
+    repo: &Path,
+    path: &Path,
+    branch: &str,
+) -> Result<bool, WorktreeError> {
+    let entries = git.worktrees(repo).await?;
+    if let Some(entry) = entries.iter().find(|entry| entry.path == path) {
+        if entry.prunable {
+            git.prune(repo).await?;
+        } else if entry.locked {
+            // `git worktree add` locks the worktree until its checkout is done.
+            git.worktree_remove(repo, path, true).await?;
+        } else if entry.branch.as_deref() == Some(branch) {
+            return Ok(true);
+        } else {
+            return Err(invalid(format!(
+                "{} is a worktree on {} already, not on the session's branch {branch}: move it \
+                 away",
+                path.display(),
+                entry.branch.as_deref().unwrap_or("a detached HEAD")
+            )));
+        }
+    }
+    let Ok(metadata) = std::fs::symlink_metadata(path) else {
+        return Ok(false);
+    };
+    if metadata.is_dir() {
+        if std::fs::remove_dir(path).is_ok() {
+            return Ok(false);
+        }
+        if let Some(common_dir) = git.repo(repo).await?.map(|found| found.common_dir) {
+            if is_lost_checkout(path, &common_dir) {
+                let gone = path.to_path_buf();
+                tokio::task::spawn_blocking(move || std::fs::remove_dir_all(gone))
+                    .await
+                    .map_err(|error| invalid(format!("cannot remove {}: {error}", path.display())))?
+                    .map_err(|error| {
+                        invalid(format!("cannot remove {}: {error}", path.display()))
+                    })?;
+                return Ok(false);
+            }
+        }
+    }
+    Err(invalid(format!(
+        "{} exists and is no worktree of the repository: move it away, then try again",
+        path.display()
+    )))
+}
+
+/// A checkout of this repository git no longer knows: its `.git` file names a worktree
+/// registration of `common_dir` that is gone (a removal or creation cut short).
+fn is_lost_checkout(path: &Path, common_dir: &Path) -> bool {
+    let Ok(gitfile) = std::fs::read_to_string(path.join(".git")) else {
+        return false;
+    };
+    let Some(admin) = gitfile.trim().strip_prefix("gitdir: ") else {
+        return false;
+    };
+    let admin = Path::new(admin);
+    admin.starts_with(common_dir.join("worktrees")) && !admin.exists()
+}
+
+async fn set_state(
+    shared: &Shared,
+    session_id: &str,
+    state: WorktreeState,
+) -> Result<work::Session, WorktreeError> {
+    shared
+        .ledger
+        .write(SetWorktreeState {
+            session_id: session_id.to_string(),
+            state,
+        })
+        .await?
+        .ok_or_else(|| invalid(format!("session {session_id} is gone")))
+}
+
+/// Stores and publishes one of the session's events; an event that could not be stored is
+/// logged, not an error of what it tells (that is done).
+async fn record(shared: &Shared, session_id: &str, kind: EventKind, payload: serde_json::Value) {
+    let event = NewEvent {
+        session_id: session_id.to_string(),
+        prompt_id: None,
+        run_id: None,
+        kind,
+        payload,
+    };
+    if let Err(error) = shared.append_events(vec![event]).await {
+        tracing::warn!(%error, session_id, "worktree event not stored");
+    }
+}
+
+/// The worktree of a session, or the line saying it has none.
+fn worktree_of(session: &work::Session) -> Result<&SessionWorktree, WorktreeError> {
+    session
+        .worktree
+        .as_ref()
+        .ok_or_else(|| no_worktree(session))
+}
+
+/// The line for a session without a worktree (diff, merge, recreate).
+pub fn no_worktree(session: &work::Session) -> WorktreeError {
+    invalid(format!(
+        "session {} has no worktree (its project shares one working tree)",
+        session.id
+    ))
+}
+
+/// The line for a made worktree whose directory is gone.
+fn gone(session: &work::Session, path: &str) -> WorktreeError {
+    invalid(format!(
+        "worktree {path} is gone (removed by hand?): corral session recreate {}",
+        session.id
+    ))
+}
+
+/// What `session.archive` does to the session's worktree, once the session is archived:
+/// clean → removed (its branch kept); with changes → kept, unless `discard_changes`; a
+/// directory gone → its registration pruned, removed. A `kept` worktree is removed only with
+/// `discard_changes`; a removed one (or none) is left as it is.
+pub async fn archive(
+    git: &Git,
+    shared: &Shared,
+    session: &work::Session,
+    project: &work::Project,
+    discard_changes: bool,
+) -> Result<work::Session, WorktreeError> {
+    let Some(worktree) = &session.worktree else {
+        return Ok(session.clone());
+    };
+    match worktree.state {
+        WorktreeState::Removed => return Ok(session.clone()),
+        WorktreeState::Kept if !discard_changes => return Ok(session.clone()),
+        _ => {}
+    }
+    let repo = Path::new(&project.path);
+    let path = Path::new(&worktree.path);
+    if std::fs::symlink_metadata(path).is_err() {
+        git.prune(repo).await?;
+        return removed(shared, session).await;
+    }
+    if !discard_changes && !git.is_clean(path).await? {
+        return set_state(shared, &session.id, WorktreeState::Kept).await;
+    }
+    match git.worktree_remove(repo, path, discard_changes).await {
+        Ok(()) => removed(shared, session).await,
+        // Changed since it was found clean.
+        Err(GitError::Dirty { .. }) => set_state(shared, &session.id, WorktreeState::Kept).await,
+        Err(error) => Err(error.into()),
+    }
+}
+
+async fn removed(shared: &Shared, session: &work::Session) -> Result<work::Session, WorktreeError> {
+    let worktree = session
+        .worktree
+        .as_ref()
+        .expect("a session with a worktree");
+    let stored = set_state(shared, &session.id, WorktreeState::Removed).await?;
+    record(
+        shared,
+        &session.id,
+        EventKind::WorktreeRemoved,
+        json!({ "path": worktree.path, "kept_branch": worktree.branch }),
+    )
+    .await;
+    Ok(stored)
+}
+
+/// The session's changes against its base commit, untracked files included.
+pub async fn diff(git: &Git, session: &work::Session, stat: bool) -> Result<Diff, WorktreeError> {
+    let worktree = worktree_of(session)?;
+    match worktree.state {
+        WorktreeState::Creating => {
+            return Err(invalid(format!(
+                "session {}'s worktree is not made yet (its first prompt makes it)",
+                session.id
+            )))
+        }
+        WorktreeState::Removed => {
+            return Err(invalid(format!(
+                "session {}'s worktree was removed at archive; its branch is kept: git diff {} {}",
+                session.id, worktree.base_commit, worktree.branch
+            )))
+        }
+        _ => {}
+    }
+    let path = Path::new(&worktree.path);
+    if !path.is_dir() {
+        return Err(gone(session, &worktree.path));
+    }
+    Ok(git.diff(path, &worktree.base_commit, stat).await?)
+}
+
+/// Merges the session's branch into `into` (default: its base, when that is a branch), in a
+/// scratch worktree under the project's worktrees directory, never in a person's checkout;
+/// records `session.merged`.
+pub async fn merge(
+    git: &Git,
+    shared: &Shared,
+    session: &work::Session,
+    project: &work::Project,
+    into: Option<&str>,
+    squash: bool,
+) -> Result<Merged, WorktreeError> {
+    let worktree = worktree_of(session)?;
+    if worktree.state == WorktreeState::Creating {
+        return Err(invalid(format!(
+            "session {}'s worktree is not made yet: nothing to merge",
+            session.id
+        )));
+    }
+    let repo = Path::new(&project.path);
+    let into = match into {
+        Some(into) => into.to_string(),
+        None if git.branch_exists(repo, &worktree.base).await? => worktree.base.clone(),
+        None => {
+            return Err(invalid(format!(
+                "the session's base is a commit ({}): pass --into BRANCH",
+                worktree.base
+            )))
+        }
+    };
+    if into == worktree.branch {
+        return Err(invalid(format!(
+            "session {} works on {into} itself: pass --into BRANCH",
+            session.id
+        )));
+    }
+    let root = worktrees_root(&shared.settings(), &shared.home, project);
+    let scratch = root.join(format!(
+        ".merge-{}-{}",
+        short_id(&session.id),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    ));
+    let name = session
+        .title
+        .clone()
+        .unwrap_or_else(|| short_id(&session.id));
+    let message = format!("Merge corral session {name} ({})", worktree.branch);
+    let merged = git
+        .merge(repo, &scratch, &worktree.branch, &into, squash, &message)
+        .await?;
+    record(
+        shared,
+        &session.id,
+        EventKind::SessionMerged,
+        json!({ "into": merged.into, "commit": merged.commit, "squash": squash }),
+    )
+    .await;
+    Ok(merged)
+}
+
+/// Makes a worktree deleted by hand again, on its branch (or, if that is gone too, a new one
+/// of the same name from the base commit); refused when the directory exists. A worktree
+/// still `creating` is made.
+pub async fn recreate(
+    git: &Git,
+    shared: &Shared,
+    session: &work::Session,
+    project: &work::Project,
+) -> Result<work::Session, WorktreeError> {
+    let worktree = worktree_of(session)?;
+    match worktree.state {
+        WorktreeState::Creating => return make(git, shared, session, project).await,
+        WorktreeState::Removed | WorktreeState::Kept => {
+            return Err(invalid(format!(
+                "session {} is archived: its worktree is {}",
+                session.id, worktree.state
+            )))
+        }
+        WorktreeState::Setup | WorktreeState::Ready => {}
+    }
+    let path = Path::new(&worktree.path);
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(invalid(format!("worktree {} exists", worktree.path)));
+    }
+    let repo = Path::new(&project.path);
+    git.prune(repo).await?;
+    add(git, repo, worktree).await?;
+    made(shared, session, project).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(path: &str, repo_root: Option<&str>) -> work::Project {
+        work::Project {
+            id: "p".into(),
+            name: "My App".into(),
+            path: path.into(),
+            engine: None,
+            model: None,
+            full_access: false,
+            kind: "local".into(),
+            groups: Vec::new(),
+            instructions: None,
+            created_at: 0,
+            archived_at: None,
+            keep_background: false,
+            isolation: work::Isolation::Worktree,
+            worktrees_dir: None,
+            setup: None,
+            repo_root: repo_root.map(String::from),
+        }
+    }
+
+    fn session(worktree: Option<&str>) -> work::Session {
+        work::Session {
+            id: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
+            project_id: Some("p".into()),
+            engine: "fake".into(),
+            model: None,
+            reasoning_effort: None,
+            thread_id: None,
+            resume_point: None,
+            title: None,
+            title_source: None,
+            status: "idle".into(),
+            task: None,
+            wave_id: None,
+            created_at: 0,
+            archived_at: None,
+            last_event_seq: 0,
+            compacted_message_count: None,
+            compacted_character_count: None,
+            compacted_at: None,
+            worktree: worktree.map(|path| SessionWorktree {
+                path: path.into(),
+                branch: "corral/x".into(),
+                base: "main".into(),
+                base_commit: "0".repeat(40),
+                state: WorktreeState::Ready,
+            }),
+        }
+    }
+
+    #[test]
+    fn slugs_keep_lowercase_letters_digits_and_single_dashes() {
+        assert_eq!(slug("Fix the Login bug!"), "fix-the-login-bug");
+        assert_eq!(slug("  --Äpfel & Birnen__2 "), "pfel-birnen-2");
+        assert_eq!(slug("日本語"), "");
+        assert_eq!(slug(""), "");
+        let long = slug(&"word ".repeat(20));
+        assert!(long.len() <= MAX_SLUG, "{long}");
+        assert!(!long.ends_with('-'), "{long}");
+        assert_eq!(long, "word-word-word-word-word-word-word-word");
+        assert_eq!(slug(&"a".repeat(50)).len(), MAX_SLUG);
+    }
+
+    #[test]
+    fn the_short_id_is_the_uuids_last_eight_hex_digits() {
+        assert_eq!(short_id("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), "2e3f4a5b");
+        let a = uuid::Uuid::now_v7().to_string();
+        let b = uuid::Uuid::now_v7().to_string();
+        assert_eq!(short_id(&a).len(), 8);
+        assert_ne!(short_id(&a), short_id(&b), "v7's last digits are random");
+    }
+
+    #[test]
+    fn worktrees_go_under_the_project_dir_then_the_setting_then_home() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        let mut settings = Settings::default();
+        let mut project = project("/r", Some("/r"));
+        assert_eq!(
+            worktrees_root(&settings, &home, &project),
+            home.join("worktrees/my-app")
+        );
+        settings.worktrees_dir = Some(home.join("set"));
+        assert_eq!(
+            worktrees_root(&settings, &home, &project),
+            home.join("set/my-app")
+        );
+        project.worktrees_dir = Some(home.join("own/").to_string_lossy().into_owned());
+        project.name = "***".into();
+        assert_eq!(
+            worktrees_root(&settings, &home, &project),
+            home.join("own/project")
+        );
+    }
+
+    #[test]
+    fn absolute_resolves_the_existing_part_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink(&real, real.join("link")).unwrap();
+        assert_eq!(
+            absolute(&real.join("link/not/yet")),
+            real.join("not/yet"),
+            "the symbolic link is resolved, the missing part kept"
+        );
+        assert_eq!(absolute(&real), real);
+    }
+
+    #[test]
+    fn the_working_dir_keeps_the_projects_place_in_its_repository() {
+        let top = project("/repo", Some("/repo"));
+        let sub = project("/repo/crates/app", Some("/repo"));
+        let with = session(Some("/wt/my-app/s-2e3f4a5b"));
+        assert_eq!(
+            working_dir(&with, &top),
+            PathBuf::from("/wt/my-app/s-2e3f4a5b")
+        );
+        assert_eq!(
+            working_dir(&with, &sub),
+            PathBuf::from("/wt/my-app/s-2e3f4a5b/crates/app")
+        );
+        // No repository root known: the worktree's root.
+        assert_eq!(
+            working_dir(&with, &project("/repo/crates/app", None)),
+            PathBuf::from("/wt/my-app/s-2e3f4a5b")
+        );
+        // A session without a worktree runs in its project's path, whatever the isolation.
+        assert_eq!(
+            working_dir(&session(None), &sub),
+            PathBuf::from("/repo/crates/app")
+        );
+    }
+
+    #[test]
+    fn a_made_worktree_waits_for_setup_only_when_there_is_one() {
+        let mut project = project("/r", None);
+        assert_eq!(made_state(&project), WorktreeState::Ready);
+        project.setup = Some("  ".into());
+        assert_eq!(made_state(&project), WorktreeState::Ready);
+        project.setup = Some("npm ci".into());
+        assert_eq!(made_state(&project), WorktreeState::Setup);
+    }
+}
