@@ -244,16 +244,15 @@ fn merged_lines(merged: &Value) -> Vec<String> {
 /// commands named).
 fn state_words(state: &str, id: &str) -> String {
     match state {
-        "creating" => "creating (made before its first prompt)".into(),
-        "setup" => "setup (the project's setup command runs before its next prompt)".into(),
-        "ready" => "ready".into(),
-        "removed" => "removed (its branch is kept)".into(),
+        "creating" => "creating: made before its first prompt".into(),
+        "setup" => "setup: the project's setup command runs before its next prompt".into(),
+        "removed" => "removed at archive; its branch is kept".into(),
         "kept" => format!(
-            "kept (archived with uncommitted changes; `corral session archive {id} \
-             --discard-changes` removes it)"
+            "kept: archived with uncommitted changes; `corral session archive {id} \
+             --discard-changes` removes it"
         ),
         "missing" => {
-            format!("missing (removed by hand? `corral session recreate {id}` makes it again)")
+            format!("missing: removed by hand? `corral session recreate {id}` makes it again")
         }
         other => other.into(),
     }
