@@ -185,18 +185,36 @@ fn a_project_in_a_subdirectory_runs_its_setup_and_engine_at_that_place_in_the_wo
     ));
 }
 
+/// A setup that sleeps in the background (its pid in `sleep.pid` of the home) and waits for
+/// it, unless the home has a file `quick`: (setup, pid file, quick file).
+fn slow_setup(home: &GitHome) -> (String, PathBuf, PathBuf) {
+    let pid_file = home.path().join("sleep.pid");
+    let quick = home.path().join("quick");
+    let setup = format!(
+        "if [ -f '{}' ]; then echo quick; exit 0; fi; sleep 60 & echo $! > '{}'; wait",
+        quick.display(),
+        pid_file.display()
+    );
+    (setup, pid_file, quick)
+}
+
+/// The pid of the slow setup's sleep, once it runs.
+fn sleeping(pid_file: &Path) -> i32 {
+    wait_until("the setup's sleep started", || {
+        std::fs::read_to_string(pid_file).is_ok_and(|text| text.ends_with('\n'))
+    });
+    let sleep: i32 = read(pid_file).parse().unwrap();
+    assert!(alive(sleep));
+    sleep
+}
+
 #[test]
 fn cancelling_the_prompt_ends_the_setup_s_whole_group_and_the_next_prompt_sets_up_again() {
     let home = command_home();
-    let pid_file = home.path().join("sleep.pid");
-    let setup = format!("sleep 60 & echo $! > '{}'; wait", pid_file.display());
+    let (setup, pid_file, quick) = slow_setup(&home);
     let (_, session) = worktree_session(&home, None, &setup);
     home.ok(&["send", &session, "true"]);
-    wait_until("the setup's sleep started", || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
-    });
-    let sleep: i32 = read(&pid_file).parse().unwrap();
-    assert!(alive(sleep));
+    let sleep = sleeping(&pid_file);
     home.ok(&["cancel", &session]);
     wait_until("the prompt ended", || {
         events(&home, &session)
@@ -213,7 +231,62 @@ fn cancelling_the_prompt_ends_the_setup_s_whole_group_and_the_next_prompt_sets_u
     assert_eq!(seen[exited].1["ended_by"], "cancelled");
     assert_eq!(count(&seen, "run.started"), 0);
     assert_eq!(home.session(&session)["worktree_state"], "setup");
+
+    std::fs::write(&quick, "").unwrap();
+    home.prompt(&session, "touch engine-ran");
+    assert!(home.worktree_of(&session).join("engine-ran").is_file());
+    assert_eq!(count(&events(&home, &session), "setup.started"), 2);
+    assert_eq!(home.session(&session)["worktree_state"], "ready");
+}
+
+#[test]
+fn a_daemon_shutdown_ends_the_setup_and_the_prompt_sets_up_again_at_the_next_start() {
+    let home = command_home();
+    let (setup, pid_file, quick) = slow_setup(&home);
+    let (_, session) = worktree_session(&home, None, &setup);
+    home.ok(&["send", &session, "touch engine-ran"]);
+    let sleep = sleeping(&pid_file);
     home.stop_daemon();
+    assert!(
+        !alive(sleep),
+        "the setup's sleep {sleep} outlived the daemon"
+    );
+    let seen = events(&home, &session);
+    assert_eq!(
+        seen[position(&seen, "setup.exited")].1["ended_by"],
+        "daemon shutdown"
+    );
+    assert_eq!(seen.last().unwrap().0, "prompt.requeued");
+
+    // The next daemon resumes the prompt: the setup runs again, then the engine.
+    std::fs::write(&quick, "").unwrap();
+    home.ok(&["daemon", "--detach"]);
+    wait_until("the resumed prompt ended", || {
+        let seen = events(&home, &session);
+        count(&seen, "setup.started") == 2
+            && seen.last().is_some_and(|(kind, _)| {
+                ["prompt.done", "prompt.failed", "prompt.cancelled"].contains(&kind.as_str())
+            })
+    });
+    assert!(home.worktree_of(&session).join("engine-ran").is_file());
+    let seen = events(&home, &session);
+    assert_eq!(count(&seen, "setup.started"), 2);
+    assert_eq!(seen.last().unwrap().0, "prompt.done", "{seen:#?}");
+}
+
+#[test]
+fn what_the_setup_leaves_in_the_background_ends_with_it() {
+    let home = command_home();
+    let pid_file = home.path().join("left.pid");
+    let setup = format!("sleep 60 & echo $! > '{}'", pid_file.display());
+    let (_, session) = worktree_session(&home, None, &setup);
+    home.prompt(&session, "true");
+    let left: i32 = read(&pid_file).parse().unwrap();
+    assert!(
+        !alive(left),
+        "the setup's background sleep {left} outlived it"
+    );
+    assert_eq!(home.session(&session)["worktree_state"], "ready");
 }
 
 #[test]

@@ -171,10 +171,15 @@ fn waiter_line(waiter: &Value) -> String {
         None => format!("session {}", short(text(owner, "session"))),
     };
     let request = &waiter["request"];
+    // A session in a worktree of its own locks `worktree:<its id>`, not its project's tree.
+    let project = text(request, "project");
+    let tree = match project.strip_prefix("worktree:") {
+        Some(session) => format!("worktree of session {}", short(session)),
+        None => format!("project {project}"),
+    };
     format!(
-        "{who} ({}, project {}): {}",
+        "{who} ({}, {tree}): {}",
         text(request, "engine"),
-        text(request, "project"),
         blocker(&waiter["blocker"])
     )
 }
@@ -220,4 +225,30 @@ fn http_line(status: &serde_json::Value) -> Option<String> {
     } else {
         format!("{} (corral web prints the login URL)", text(http, "url"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::waiter_line;
+
+    #[test]
+    fn a_waiter_names_its_project_or_its_own_worktree() {
+        let waiter = |project: &str| {
+            json!({
+                "owner": { "session": "0193aaaa-bbbb-7ccc", "label": "Fix" },
+                "request": { "engine": "claude", "project": project },
+                "blocker": { "reason": "group_lock", "group": "db" },
+            })
+        };
+        assert_eq!(
+            waiter_line(&waiter("/src/api")),
+            "session 0193aaaa-bbbb \"Fix\" (claude, project /src/api): group db lock"
+        );
+        assert_eq!(
+            waiter_line(&waiter("worktree:0193aaaa-bbbb-7ccc")),
+            "session 0193aaaa-bbbb \"Fix\" (claude, worktree of session 0193aaaa-bbbb): group db lock"
+        );
+    }
 }
