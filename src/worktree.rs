@@ -753,6 +753,320 @@ mod tests {
         );
     }
 
+    /// A repository on `main` with one commit, in a temporary directory, and a [`Git`] with
+    /// this test's configuration alone (the process's environment is never changed).
+    struct Repo {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        path: PathBuf,
+        git: Git,
+        env: Vec<(&'static str, String)>,
+    }
+
+    impl Repo {
+        async fn new() -> Repo {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let config = root.join("gitconfig");
+            std::fs::write(&config, "[init]\n\tdefaultBranch = main\n").unwrap();
+            let env = vec![
+                ("GIT_CONFIG_GLOBAL", config.to_string_lossy().into_owned()),
+                ("GIT_CONFIG_NOSYSTEM", "1".to_string()),
+                ("GIT_AUTHOR_NAME", "corral test".to_string()),
+                ("GIT_AUTHOR_EMAIL", "test@corral.invalid".to_string()),
+                ("GIT_COMMITTER_NAME", "corral test".to_string()),
+                ("GIT_COMMITTER_EMAIL", "test@corral.invalid".to_string()),
+            ];
+            let mut git = Git::detect().await.unwrap();
+            for (name, value) in &env {
+                git = git.with_env(*name, value);
+            }
+            let path = root.join("repo");
+            let repo = Repo {
+                _dir: dir,
+                root,
+                path,
+                git,
+                env,
+            };
+            repo.run(&repo.root, &["init", "-q", "repo"]);
+            std::fs::write(repo.path.join("a.txt"), "a\n").unwrap();
+            repo.run(&repo.path, &["add", "a.txt"]);
+            repo.run(&repo.path, &["commit", "-q", "-m", "first"]);
+            repo
+        }
+
+        /// `git ARGS…` in `dir`, which must succeed (a test's own blocking call): its stdout.
+        fn run(&self, dir: &Path, args: &[&str]) -> String {
+            let output = std::process::Command::new(self.git.program())
+                .current_dir(dir)
+                .args(args)
+                .envs(self.env.iter().map(|(name, value)| (name, value)))
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "git {args:?}: {output:?}");
+            String::from_utf8(output.stdout).unwrap().trim().to_string()
+        }
+
+        fn project(&self) -> work::Project {
+            let path = self.path.to_string_lossy().into_owned();
+            project(&path, Some(&path))
+        }
+
+        async fn plan(
+            &self,
+            title: Option<&str>,
+            branch: Option<&str>,
+            base: Option<&str>,
+        ) -> Result<SessionWorktree, WorktreeError> {
+            let settings = Settings {
+                worktrees_dir: Some(self.root.join("wt")),
+                ..Settings::default()
+            };
+            let id = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+            plan(
+                &self.git,
+                &settings,
+                &self.root,
+                &self.project(),
+                id,
+                title,
+                branch,
+                base,
+            )
+            .await
+        }
+    }
+
+    #[tokio::test]
+    async fn plan_names_the_path_and_branch_after_the_title_and_short_id() {
+        let repo = Repo::new().await;
+        let head = repo.run(&repo.path, &["rev-parse", "HEAD"]);
+        let planned = repo.plan(Some("Fix: the Login"), None, None).await.unwrap();
+        assert_eq!(
+            PathBuf::from(&planned.path),
+            repo.root.join("wt/my-app/fix-the-login-2e3f4a5b")
+        );
+        assert_eq!(planned.branch, "corral/fix-the-login-2e3f4a5b");
+        assert_eq!(planned.base, "main", "the project's branch, not HEAD");
+        assert_eq!(planned.base_commit, head);
+        assert_eq!(planned.state, WorktreeState::Creating);
+        assert!(!Path::new(&planned.path).exists(), "a plan changes nothing");
+        let untitled = repo.plan(None, None, None).await.unwrap();
+        assert!(untitled.path.ends_with("/session-2e3f4a5b"), "{untitled:?}");
+        assert_eq!(untitled.branch, "corral/session-2e3f4a5b");
+    }
+
+    #[tokio::test]
+    async fn plan_never_uses_a_path_or_a_generated_branch_that_exists() {
+        let repo = Repo::new().await;
+        let first = repo.root.join("wt/my-app/s-2e3f4a5b");
+        std::fs::create_dir_all(&first).unwrap();
+        let planned = repo.plan(Some("s"), None, None).await.unwrap();
+        assert_eq!(
+            PathBuf::from(&planned.path),
+            repo.root.join("wt/my-app/s-2e3f4a5b-2")
+        );
+        assert_eq!(planned.branch, "corral/s-2e3f4a5b-2");
+        // A file takes a path as well as a directory; a branch of the name its own suffix.
+        std::fs::write(repo.root.join("wt/my-app/s-2e3f4a5b-2"), "").unwrap();
+        repo.run(&repo.path, &["branch", "corral/s-2e3f4a5b-3"]);
+        let planned = repo.plan(Some("s"), None, None).await.unwrap();
+        assert_eq!(
+            PathBuf::from(&planned.path),
+            repo.root.join("wt/my-app/s-2e3f4a5b-4")
+        );
+        assert_eq!(planned.branch, "corral/s-2e3f4a5b-4");
+    }
+
+    #[tokio::test]
+    async fn plan_takes_an_existing_branch_as_it_is_and_refuses_what_contradicts_it() {
+        let repo = Repo::new().await;
+        repo.run(&repo.path, &["branch", "feature"]);
+        let feature = repo.run(&repo.path, &["rev-parse", "feature"]);
+        let planned = repo.plan(None, Some("feature"), None).await.unwrap();
+        assert_eq!(planned.branch, "feature");
+        assert_eq!(
+            (planned.base.as_str(), planned.base_commit.as_str()),
+            ("feature", feature.as_str())
+        );
+        let error = repo
+            .plan(None, Some("feature"), Some("main"))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("--base cannot apply"), "{error}");
+        let error = repo.plan(None, Some("main"), None).await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("branch 'main' is checked out in "),
+            "{error}"
+        );
+        // A new branch named by the person starts from the base given.
+        let planned = repo
+            .plan(None, Some("topic"), Some("feature"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (planned.branch.as_str(), planned.base.as_str()),
+            ("topic", "feature")
+        );
+        let error = repo
+            .plan(None, None, Some("no-such-ref"))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("no-such-ref"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_detached_head_is_the_base_by_its_sha() {
+        let repo = Repo::new().await;
+        let head = repo.run(&repo.path, &["rev-parse", "HEAD"]);
+        repo.run(&repo.path, &["checkout", "-q", "--detach"]);
+        let planned = repo.plan(None, None, None).await.unwrap();
+        assert_eq!(planned.base, head);
+        assert_eq!(planned.base_commit, head);
+    }
+
+    #[tokio::test]
+    async fn plan_refuses_a_project_outside_any_repository() {
+        let repo = Repo::new().await;
+        let outside = repo.root.join("plain");
+        std::fs::create_dir(&outside).unwrap();
+        let project = project(&outside.to_string_lossy(), None);
+        let error = plan(
+            &repo.git,
+            &Settings::default(),
+            &repo.root,
+            &project,
+            "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("is not in a git repository"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn what_an_interrupted_creation_left_is_kept_or_cleared_and_nothing_else_touched() {
+        let repo = Repo::new().await;
+        let head = repo.run(&repo.path, &["rev-parse", "HEAD"]);
+        let path = repo.root.join("wt/p/s-1");
+        let clear = || clear_partial(&repo.git, &repo.path, &path, "corral/s-1");
+        // Nothing there: free.
+        assert!(!clear().await.unwrap());
+        // A complete worktree on the branch is kept.
+        repo.git
+            .worktree_add(&repo.path, &path, "corral/s-1", &head, true)
+            .await
+            .unwrap();
+        assert!(clear().await.unwrap());
+        // Locked by a `git worktree add` that never finished: cleared, the branch kept.
+        repo.run(
+            &repo.path,
+            &[
+                "worktree",
+                "lock",
+                "--reason",
+                "initializing",
+                path.to_str().unwrap(),
+            ],
+        );
+        assert!(!clear().await.unwrap());
+        assert!(!path.exists());
+        assert!(repo
+            .git
+            .branch_exists(&repo.path, "corral/s-1")
+            .await
+            .unwrap());
+        // A registration without its directory: pruned.
+        repo.git
+            .worktree_add(&repo.path, &path, "corral/s-1", &head, false)
+            .await
+            .unwrap();
+        std::fs::remove_dir_all(&path).unwrap();
+        assert!(!clear().await.unwrap());
+        assert!(
+            repo.git.worktrees(&repo.path).await.unwrap().len() == 1,
+            "pruned"
+        );
+        // A checkout whose registration is gone, and an empty directory: cleared.
+        repo.git
+            .worktree_add(&repo.path, &path, "corral/s-1", &head, false)
+            .await
+            .unwrap();
+        std::fs::remove_dir_all(repo.path.join(".git/worktrees")).unwrap();
+        assert!(!clear().await.unwrap());
+        assert!(!path.exists());
+        std::fs::create_dir_all(&path).unwrap();
+        assert!(!clear().await.unwrap());
+        assert!(!path.exists());
+        // Anything else is the person's: refused, left as it is.
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("notes.txt"), "mine").unwrap();
+        let error = clear().await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("is no worktree of the repository"),
+            "{error}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(path.join("notes.txt")).unwrap(),
+            "mine"
+        );
+        std::fs::remove_dir_all(&path).unwrap();
+        // A worktree of the repository on another branch: refused, left as it is.
+        repo.git
+            .worktree_add(&repo.path, &path, "other", &head, true)
+            .await
+            .unwrap();
+        let error = clear().await.unwrap_err();
+        assert!(
+            error.to_string().contains("not on the session's branch"),
+            "{error}"
+        );
+        assert!(path.join("a.txt").exists());
+    }
+
+    #[test]
+    fn a_lost_checkout_is_told_from_a_directory_that_is_not_corrals() {
+        let dir = tempfile::tempdir().unwrap();
+        let common = dir.path().join("repo/.git");
+        let checkout = dir.path().join("wt");
+        std::fs::create_dir_all(&checkout).unwrap();
+        assert!(!is_lost_checkout(&checkout, &common), "no .git file");
+        let admin = common.join("worktrees/wt");
+        std::fs::write(
+            checkout.join(".git"),
+            format!("gitdir: {}\n", admin.display()),
+        )
+        .unwrap();
+        assert!(
+            is_lost_checkout(&checkout, &common),
+            "its registration is gone"
+        );
+        std::fs::create_dir_all(&admin).unwrap();
+        assert!(
+            !is_lost_checkout(&checkout, &common),
+            "registered: not lost"
+        );
+        std::fs::write(
+            checkout.join(".git"),
+            "gitdir: /elsewhere/.git/worktrees/wt\n",
+        )
+        .unwrap();
+        assert!(
+            !is_lost_checkout(&checkout, &common),
+            "another repository's"
+        );
+    }
+
     #[test]
     fn a_made_worktree_waits_for_setup_only_when_there_is_one() {
         let mut project = project("/r", None);
