@@ -3,9 +3,11 @@
 //! `data-testid`s of docs/http.md): logging in through the URL `corral web` prints, the
 //! overview's sessions and their states, a prompt sent from the page whose events stream in,
 //! a hanging prompt cancelled from the page, a setting changed and an invalid one refused in
-//! place, the theme, and a missing, forged or expired cookie sent to the login page. Plain
-//! HTTP from the test (no browser needed) checks what a browser would not send: a write with
-//! the cookie but without its CSRF token, and a foreign Host header or WebSocket Origin.
+//! place, the theme, a worktree session's branch, diff stat, merge, recreate and discard
+//! (real git, isolated: `common::git`), and a missing, forged or expired cookie sent to the
+//! login page. Plain HTTP from the test (no browser needed) checks what a browser would not
+//! send: a write with the cookie but without its CSRF token, and a foreign Host header or
+//! WebSocket Origin.
 //!
 //! Each page is saved as `target/screenshots/<test>-<page>.png`; with
 //! `CORRAL_SCREENSHOTS_TO_DOCS=1` the overview, session, projects, settings, history and login
@@ -13,7 +15,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::killpg;
@@ -22,6 +24,7 @@ use serde_json::{json, Value};
 
 use common::browser::{self, js_string, request, Browser, Response};
 use common::daemon::{wait_until, DaemonHome};
+use common::git::GitHome;
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
@@ -87,17 +90,7 @@ impl Dashboard {
 
     /// Opens the login URL in `browser`: the page is the app's, with the login cookie.
     fn log_in(&self, browser: &Browser) {
-        browser.goto(&self.login);
-        browser.wait_for("[data-testid=nav-overview]");
-        assert_eq!(
-            browser.document_url(),
-            format!("{}/", self.base),
-            "the login goes to the app"
-        );
-        assert!(
-            browser.cookie("corral_session").is_some(),
-            "the login set its cookie"
-        );
+        log_in(browser, &self.login, &self.base);
     }
 
     /// Opens one of the app's hash routes (`#/settings`) in a browser already logged in.
@@ -110,6 +103,22 @@ impl Dashboard {
         let history = self.home.json(&["history", session, "--json"]);
         history["prompts"].as_array().cloned().unwrap_or_default()
     }
+}
+
+/// Opens `login` (a login URL) in `browser`: the page is the app's at `base`, with the login
+/// cookie.
+fn log_in(browser: &Browser, login: &str, base: &str) {
+    browser.goto(login);
+    browser.wait_for("[data-testid=nav-overview]");
+    assert_eq!(
+        browser.document_url(),
+        format!("{base}/"),
+        "the login goes to the app"
+    );
+    assert!(
+        browser.cookie("corral_session").is_some(),
+        "the login set its cookie"
+    );
 }
 
 /// Runs `corral --home HOME web` (which starts the daemon if need be): the login URL it
@@ -748,4 +757,267 @@ fn a_request_with_a_foreign_host_header_is_refused() {
     // The server's own origin upgrades (the connection is dropped at once).
     let accepted = upgrade(&dashboard.base);
     assert_eq!(accepted.status, 101, "the server's Origin: {accepted:?}");
+}
+
+/// The dashboard of a home whose git is isolated (`common::git`): the daemon `corral web`
+/// starts runs with that git, and so do its engines and git children.
+struct GitDashboard {
+    git: GitHome,
+    base: String,
+    login: String,
+}
+
+impl GitDashboard {
+    fn start() -> GitDashboard {
+        let git = GitHome::new();
+        git.config(&[("cancel.grace_ms", "300")]);
+        let home_arg = git
+            .path()
+            .to_str()
+            .expect("temporary paths are UTF-8")
+            .to_string();
+        let printed = git.ok(&["--home", &home_arg, "web"]);
+        let login = login_url_in(&printed)
+            .unwrap_or_else(|| panic!("corral web printed no login URL: {printed}"));
+        let (address, _) = split_login(&login);
+        GitDashboard {
+            git,
+            base: format!("http://{address}"),
+            login,
+        }
+    }
+
+    /// A repository `repo` (one commit on `main`), its worktree project `p` on the command
+    /// engine, and a session of it: (repo, session).
+    fn session(&self, title: &str) -> (PathBuf, String) {
+        let repo = self.git.repo("repo");
+        self.git
+            .add_project("p", &repo, &["--isolation", "worktree"]);
+        let session = self.git.new_session(&["p", "--title", title]);
+        (repo, session)
+    }
+
+    fn open(&self, browser: &Browser, route: &str) {
+        browser.goto(&format!("{}/{route}", self.base));
+    }
+}
+
+/// Waits until the worktree panel says `state` (its `data-state`).
+fn wait_for_worktree_state(browser: &Browser, state: &str) {
+    browser.wait_until(
+        &format!("the worktree is {state}"),
+        &format!(
+            "document.querySelector('[data-testid=worktree-state]')?.dataset.state === {}",
+            js_string(state)
+        ),
+    );
+}
+
+/// Clicks OK in the confirmation dialog open now.
+fn confirm(browser: &Browser) {
+    browser.wait_for("dialog[data-testid=confirm][open] [data-testid=confirm-ok]");
+    browser.click("[data-testid=confirm-ok]");
+}
+
+/// A worktree session (issue 13) whose prompt committed a file: its overview row names its
+/// branch; its page shows the worktree's path, branch, base (short sha) and state, and the
+/// diff stat against the base ("1 file changed", the stat text naming the file); Merge asks
+/// in a dialog (squash, the target: the base by default) and merges: the file is on `main`,
+/// which points at the commit the page shows, and the person's checkout followed it.
+#[test]
+fn a_worktree_session_shows_its_branch_and_diff_stat_and_merges_from_the_page() {
+    if !browser::available() {
+        return;
+    }
+    let web = GitDashboard::start();
+    let git = &web.git;
+    let (repo, session) = web.session("feature");
+    let base_commit = git.sha(&repo, "main");
+    git.prompt(
+        &session,
+        "echo feature > feature.txt && git add feature.txt && git commit -q -m feature",
+    );
+    let branch = git.branch_of(&session);
+    let worktree = git.worktree_of(&session);
+
+    let browser = Browser::start("worktree", git.path());
+    log_in(&browser, &web.login, &web.base);
+    let row = format!(
+        "[data-testid=session-row][data-session-id={}]",
+        js_string(&session)
+    );
+    browser.wait_for_text(&format!("{row} [data-testid=session-branch]"), &branch);
+
+    web.open(&browser, &format!("#/sessions/{session}"));
+    browser.wait_for_text("[data-testid=worktree-branch]", &branch);
+    assert_eq!(
+        browser.text("[data-testid=worktree-path]"),
+        worktree.display().to_string()
+    );
+    assert!(
+        browser
+            .text("[data-testid=worktree-base]")
+            .contains(&base_commit[..7]),
+        "the base's short sha"
+    );
+    wait_for_worktree_state(&browser, "ready");
+    browser.wait_for_text("[data-testid=diff-summary]", "1 file changed");
+    assert_eq!(
+        browser
+            .attr("[data-testid=diff-summary]", "data-files-changed")
+            .as_deref(),
+        Some("1")
+    );
+    assert!(
+        browser
+            .text("[data-testid=diff-text]")
+            .contains("feature.txt"),
+        "the stat names the file: {}",
+        browser.text("[data-testid=diff-text]")
+    );
+    screenshot(&browser, "session-worktree");
+
+    // A second commit: the refresh button reads it.
+    git.commit_file(&worktree, "second.txt", "two\n", "second");
+    browser.click("[data-testid=diff-refresh]");
+    browser.wait_for_text("[data-testid=diff-summary]", "2 files changed");
+
+    browser.click("[data-testid=session-merge]");
+    browser.wait_for("[data-testid=merge-into]");
+    assert!(
+        !browser
+            .execute(
+                "return document.querySelector('[data-testid=merge-squash]').checked;",
+                vec![]
+            )
+            .as_bool()
+            .unwrap(),
+        "squash is asked, not assumed"
+    );
+    confirm(&browser);
+    browser.wait_for_text("[data-testid=merge-result]", "Merged");
+    assert!(
+        browser.text("[data-testid=merge-result]").contains("main"),
+        "{}",
+        browser.text("[data-testid=merge-result]")
+    );
+    let main = git.sha(&repo, "main");
+    assert_eq!(
+        browser.attr("[data-testid=merge-result]", "data-commit"),
+        Some(main.clone()),
+        "the page shows the commit main points at"
+    );
+    assert_ne!(main, base_commit, "main moved");
+    assert_eq!(
+        git.git(&repo, &["show", "main:feature.txt"]),
+        "feature",
+        "the file is on main"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("feature.txt")).unwrap(),
+        "feature\n",
+        "the person's clean checkout of main followed"
+    );
+    assert_eq!(git.status(&repo), "");
+    browser.wait_for("[data-testid=transcript] [data-testid=event][data-kind='session.merged']");
+    screenshot(&browser, "session-merged");
+
+    // A conflicting change on main: the merge fails, its one line shown in place, and main
+    // stays where it was.
+    git.commit_file(&worktree, "feature.txt", "from the session\n", "session's");
+    git.commit_file(&repo, "feature.txt", "from main\n", "main's");
+    let main = git.sha(&repo, "main");
+    browser.click("[data-testid=session-merge]");
+    confirm(&browser);
+    browser.wait_until(
+        "the merge's error is shown",
+        "document.querySelector('[data-testid=merge-error]').textContent.length > 0",
+    );
+    assert!(
+        browser
+            .text("[data-testid=merge-error]")
+            .contains("feature.txt"),
+        "{}",
+        browser.text("[data-testid=merge-error]")
+    );
+    assert_eq!(git.sha(&repo, "main"), main, "a failed merge moved main");
+    assert_eq!(git.status(&repo), "");
+    git.stop_daemon();
+}
+
+/// A worktree removed by hand shows as `missing`, with the warning and Recreate, which makes
+/// it again on its branch; archiving a worktree with changes keeps it and says so, and
+/// "Discard changes" (behind a confirmation) removes it, keeping the branch.
+#[test]
+fn a_missing_worktree_is_recreated_and_a_kept_one_discarded_from_the_page() {
+    if !browser::available() {
+        return;
+    }
+    let web = GitDashboard::start();
+    let git = &web.git;
+    let (repo, session) = web.session("by hand");
+    git.prompt(
+        &session,
+        "echo one > one.txt && git add one.txt && git commit -q -m one",
+    );
+    let branch = git.branch_of(&session);
+    let worktree = git.worktree_of(&session);
+    std::fs::remove_dir_all(&worktree).unwrap();
+
+    let browser = Browser::start("worktree-missing", git.path());
+    log_in(&browser, &web.login, &web.base);
+    web.open(&browser, &format!("#/sessions/{session}"));
+    wait_for_worktree_state(&browser, "missing");
+    assert!(browser
+        .text("[data-testid=worktree-notice]")
+        .contains("is gone"));
+    assert_eq!(
+        browser.count("[data-testid=diff-stat]:not([hidden])"),
+        0,
+        "no diff of a worktree that is gone"
+    );
+    screenshot(&browser, "session-worktree-missing");
+    browser.click("[data-testid=worktree-recreate]");
+    wait_for_worktree_state(&browser, "ready");
+    assert!(
+        worktree.join("one.txt").is_file(),
+        "made again on its branch"
+    );
+    assert_eq!(
+        git.git(&worktree, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        branch
+    );
+    browser.wait_for_text("[data-testid=diff-summary]", "1 file changed");
+
+    // Changes not committed: archiving keeps the worktree, and the page says so.
+    std::fs::write(worktree.join("wip.txt"), "not committed\n").unwrap();
+    // The page's head, out from under the sticky top bar the clicks above scrolled it to.
+    browser.execute("window.scrollTo(0, 0);", vec![]);
+    browser.click("[data-testid=session-archive]");
+    confirm(&browser);
+    wait_for_worktree_state(&browser, "kept");
+    assert!(browser
+        .text("[data-testid=worktree-notice]")
+        .contains("uncommitted changes"));
+    assert!(
+        worktree.join("wip.txt").is_file(),
+        "a kept worktree was touched"
+    );
+    browser.click("[data-testid=worktree-discard]");
+    // The confirmation's Cancel leaves it; its OK discards.
+    browser.wait_for("dialog[data-testid=confirm][open]");
+    browser.click("[data-testid=confirm-cancel]");
+    assert!(worktree.is_dir());
+    assert_eq!(git.session(&session)["worktree_state"], "kept");
+    browser.click("[data-testid=worktree-discard]");
+    confirm(&browser);
+    wait_for_worktree_state(&browser, "removed");
+    assert!(!worktree.exists(), "the discarded worktree is still there");
+    assert_eq!(
+        git.git(&repo, &["branch", "--list", &branch])
+            .trim_start_matches(['*', '+', ' ']),
+        branch,
+        "the branch is kept"
+    );
+    git.stop_daemon();
 }

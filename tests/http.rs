@@ -8,7 +8,8 @@
 //! (missing, wrong-typed, oversized: JSON 400s with the socket's codes); the event WebSocket
 //! (replay, resume, live), a client that never reads dropped while its session goes on, a
 //! thousand clients at once; a taken port (told by `status` and `corral web`, the socket still
-//! serves); a widening request from inside a supervised run refused over HTTP too.
+//! serves); a widening request from inside a supervised run refused over HTTP too; the
+//! worktree routes (diff, merge, recreate, archive's discard) on a real git repository.
 
 mod common;
 
@@ -17,6 +18,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::daemon::{wait_until, DaemonHome, DEADLINE};
+use common::git::GitHome;
 use serde_json::{json, Value};
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
@@ -606,6 +608,23 @@ fn every_route_once() {
     assert_eq!(renamed["title"], "renamed");
     let gone = api.ok("POST", &format!("/api/v1/sessions/{second}/archive"), None);
     assert!(gone["archived_at"].is_i64());
+    assert!(gone["worktree_state"].is_null(), "{gone}");
+    // The worktree routes (`the_worktree_routes_over_http` uses them on a real repository):
+    // a session without a worktree is refused with a JSON error, not a missing route.
+    for (verb, path) in [
+        ("GET", "diff?stat=true"),
+        ("POST", "merge"),
+        ("POST", "recreate"),
+    ] {
+        let reply = api.call(verb, &format!("/api/v1/sessions/{session}/{path}"), None);
+        assert_eq!(reply.status, 400, "{verb} {path}: {}", reply.text());
+        assert_eq!(
+            reply.error_code(),
+            -32602,
+            "{verb} {path}: {}",
+            reply.text()
+        );
+    }
 
     // Prompts: sent, waited for, their events paged.
     let done = prompt(&api, &session, "hello over http");
@@ -776,7 +795,8 @@ fn bad_input_is_a_json_error_on_every_route() {
                 &path,
                 Some(
                     json!({ "name": 5, "title": 5, "text": 5, "value": 5, "path": 5,
-                             "project": 5, "locking": "yes", "generation": "x" }),
+                             "project": 5, "locking": "yes", "generation": "x",
+                             "discard_changes": "yes", "into": 5, "squash": "yes" }),
                 ),
             );
             assert_eq!(
@@ -1549,4 +1569,82 @@ fn a_body_that_arrives_too_slowly_is_refused_and_pages_carry_a_full_csp() {
         .unwrap_or_default()
         .contains("default-src 'self'"));
     home.stop_daemon();
+}
+
+/// The worktree routes (issue 13) on a worktree project of a real repository (git isolated:
+/// `common::git`; the command engine, whose prompt is a shell line run in the worktree):
+/// `GET …/diff` (`?stat=true`: git's summary), `POST …/merge` (`{"squash": true}`: the file
+/// lands on main in one commit), `POST …/recreate` of a worktree removed by hand (refused
+/// while it is there), and `POST …/archive` that keeps a worktree with changes, then with
+/// `{"discard_changes": true}` removes it.
+#[test]
+fn the_worktree_routes_over_http() {
+    let git = GitHome::new();
+    git.ok(&["daemon", "--detach"]);
+    let repo = git.repo("repo");
+    git.add_project("p", &repo, &["--isolation", "worktree"]);
+    let session = git.new_session(&["p", "--title", "over http"]);
+    let api = Api::of(&git.home);
+    let base = git.sha(&repo, "main");
+    let done = prompt(
+        &api,
+        &session,
+        "echo one > one.txt && git add one.txt && git commit -q -m one",
+    );
+    assert_eq!(done["status"], "done", "{done}");
+    let branch = git.branch_of(&session);
+    let worktree = git.worktree_of(&session);
+    let path = |tail: &str| format!("/api/v1/sessions/{session}/{tail}");
+
+    let stat = api.ok("GET", &path("diff?stat=true"), None);
+    assert_eq!(
+        (
+            &stat["files_changed"],
+            &stat["insertions"],
+            &stat["deletions"]
+        ),
+        (&json!(1), &json!(1), &json!(0)),
+        "{stat}"
+    );
+    assert_eq!(stat["branch"], branch.as_str());
+    assert_eq!(stat["base_commit"], base.as_str());
+    assert!(stat["text"].as_str().unwrap().contains("one.txt"), "{stat}");
+    let patch = api.ok("GET", &path("diff"), None);
+    assert!(patch["text"].as_str().unwrap().contains("+one"), "{patch}");
+
+    let merged = api.ok("POST", &path("merge"), Some(json!({ "squash": true })));
+    assert_eq!(merged["into"], "main", "{merged}");
+    assert_eq!(merged["squash"], true);
+    assert_eq!(merged["commit"], git.sha(&repo, "main").as_str());
+    assert_eq!(git.git(&repo, &["show", "main:one.txt"]), "one");
+    assert_eq!(
+        git.git(&repo, &["rev-list", "--count", &format!("{base}..main")]),
+        "1",
+        "a squash is one commit"
+    );
+
+    let refused = api.call("POST", &path("recreate"), None);
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    std::fs::remove_dir_all(&worktree).unwrap();
+    let shown = api.ok("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(shown["session"]["worktree_state"], "missing", "{shown}");
+    let again = api.ok("POST", &path("recreate"), None);
+    assert_eq!(again["worktree_state"], "ready", "{again}");
+    assert!(worktree.join("one.txt").is_file());
+
+    std::fs::write(worktree.join("wip.txt"), "not committed\n").unwrap();
+    let kept = api.ok("POST", &path("archive"), None);
+    assert_eq!(kept["worktree_state"], "kept", "{kept}");
+    assert!(kept["archived_at"].is_i64());
+    assert!(worktree.join("wip.txt").is_file());
+    let removed = api.ok(
+        "POST",
+        &path("archive"),
+        Some(json!({ "discard_changes": true })),
+    );
+    assert_eq!(removed["worktree_state"], "removed", "{removed}");
+    assert!(!worktree.exists());
+    // The branch is kept (`sha` fails on a ref that is not there).
+    git.sha(&repo, &format!("refs/heads/{branch}"));
+    git.stop_daemon();
 }

@@ -961,6 +961,13 @@
     const engine = h('select', { name: 'engine', testid: 'new-session-engine', 'aria-label': 'Engine' },
       h('option', { value: '' }, 'default'), ENGINES.map((e) => h('option', { value: e }, e)));
     const title = h('input', { type: 'text', name: 'title', maxLength: 500, placeholder: 'Fix the login form', testid: 'new-session-title', 'aria-label': 'Title' });
+    // A worktree project's session: its branch and base (both optional).
+    const branch = h('input', { type: 'text', name: 'branch', placeholder: 'corral/<title>-<id>', testid: 'new-session-branch', 'aria-label': 'Branch', spellcheck: false });
+    const base = h('input', { type: 'text', name: 'base', placeholder: "the project's HEAD", testid: 'new-session-base', 'aria-label': 'Base', spellcheck: false });
+    const worktreeFields = h('div', { class: 'form-grid', hidden: true },
+      h('div', { class: 'field' }, h('label', { for: 'ns-branch' }, 'Branch'), branch),
+      h('div', { class: 'field' }, h('label', { for: 'ns-base' }, 'Base'), base));
+    branch.id = 'ns-branch'; base.id = 'ns-base';
     const error = h('p', { class: 'form-error', role: 'alert' });
     const submit = h('button', { type: 'submit', class: 'primary', testid: 'new-session-submit' }, 'Create session');
     const projects = new Map();
@@ -969,11 +976,13 @@
       h('div', { class: 'form-grid' },
         h('div', { class: 'field' }, h('label', { for: 'ns-engine' }, 'Engine'), engine),
         h('div', { class: 'field' }, h('label', { for: 'ns-title' }, 'Title'), title)),
+      worktreeFields,
       h('div', { class: 'form-actions' }, error, h('span', { class: 'spacer' }), submit));
     project.id = 'ns-project'; engine.id = 'ns-engine'; title.id = 'ns-title';
     project.addEventListener('change', () => {
       const p = projects.get(project.value);
       engine.options[0].textContent = p && p.engine ? `default (${p.engine})` : 'default';
+      worktreeFields.hidden = !(p && p.isolation === 'worktree');
     });
     GET('/api/v1/projects').then((list) => {
       if (!scope.alive) return;
@@ -997,6 +1006,10 @@
       const body = { project: project.value };
       if (engine.value) body.engine = engine.value;
       if (title.value.trim()) body.title = title.value.trim();
+      if (!worktreeFields.hidden) {
+        if (branch.value.trim()) body.branch = branch.value.trim();
+        if (base.value.trim()) body.base = base.value.trim();
+      }
       submit.disabled = true;
       try {
         const session = await api('POST', '/api/v1/sessions', body);
@@ -1471,8 +1484,8 @@
       stateEl.className = `badge ${state === 'missing' ? 'amber' : state === 'kept' ? 'amber' : state === 'ready' ? 'info' : ''}`;
       stateEl.title = WORKTREE_HELP[state] || '';
       let notice = null;
-      if (state === 'missing') notice = `The worktree ${s.worktree} is gone (removed by hand?). Recreate it on its branch ${s.branch}; its next prompt fails until then.`;
-      else if (state === 'kept') notice = `Kept worktree ${s.worktree}: it has uncommitted changes. Merge or commit them, or discard them (the branch ${s.branch} stays).`;
+      if (state === 'missing') notice = 'Its directory is gone (removed by hand?): recreate it on its branch. Its next prompt fails until then.';
+      else if (state === 'kept') notice = 'Kept at archive: it has uncommitted changes. Commit them, or discard them (the branch and its commits stay).';
       else if (state === 'removed') notice = `The worktree was removed at archive; the branch ${s.branch} is kept.`;
       noticeEl.hidden = !notice;
       setText(noticeEl, notice || '');
@@ -1498,7 +1511,8 @@
         setText(summaryEl, diffSummary(d));
         summaryEl.className = 'diff-summary';
         for (const key of ['files_changed', 'insertions', 'deletions']) setAttr(summaryEl, `data-${key.replace('_', '-')}`, d[key] || 0);
-        const text = String(d.text || '').replace(/\s+$/, '');
+        // The stat's last line says what the summary above says already.
+        const text = String(d.text || '').replace(/\s+$/, '').replace(/\n?[^\n]*\d+ files? changed[^\n]*$/, '');
         statEl.hidden = !text;
         setText(statEl, text);
       } catch (error) {
@@ -1634,8 +1648,8 @@
       h('div', { class: 'session-layout' },
         h('section', { class: 'panel transcript-panel' }, transcriptEl, h('div', { class: 'panel-body', style: 'padding-top:0' }, queuedEl), composer),
         h('aside', { class: 'side' },
-          panel('Session', infoBody),
           worktree.el,
+          panel('Session', infoBody),
           panel(h('h2', null, 'Runs', runsCount), runsBody))));
 
     const transcript = new Transcript(transcriptEl, { onTitle: (t) => { if (S.session) { S.session.title = t; renderHead(); } } });
@@ -1653,6 +1667,8 @@
         S.project && S.project.full_access ? fullAccessBadge() : null,
         h('span', null, 'engine ', h('strong', null, s.engine)),
         s.model ? h('span', null, 'model ', h('strong', null, s.model)) : null,
+        s.branch ? h('span', { testid: 'session-branch' }, 'branch ', h('strong', { class: 'mono' }, s.branch)) : null,
+        s.worktree_state === 'missing' ? h('span', { class: 'badge amber', title: WORKTREE_HELP.missing }, '⚠ worktree missing') : null,
         h('span', { class: 'reason', title: st.reason }, oneLine(st.reason).slice(0, 160)));
       const steerable = STEERABLE.has(s.engine);
       steerBtn.hidden = !steerable;
@@ -1844,7 +1860,7 @@
       try {
         S.session = await api('POST', `/api/v1/sessions/${enc(S.id)}/archive`);
         // As the CLI says it: a dirty worktree stays, and how to discard it.
-        if (S.session.worktree_state === 'kept') toast(`Kept worktree ${S.session.worktree}: it has uncommitted changes; discard them with “Discard changes” in the Worktree panel`);
+        if (S.session.worktree_state === 'kept') toast('Archived; its worktree is kept: it has uncommitted changes (see the Worktree panel)');
         else toast('Session archived');
         renderHead();
       } catch (error) {
@@ -1966,7 +1982,8 @@
       const flags = h('div', { class: 'flags' },
         p.full_access ? fullAccessBadge() : h('span', { class: 'badge' }, 'sandboxed'),
         p.kind === 'remote' ? h('span', { class: 'badge info', title: "A remote project's engines are always read-only" }, 'remote · read-only') : null,
-        p.keep_background ? h('span', { class: 'badge amber', title: 'Background processes its engines leave outlive their runs' }, 'keeps background') : null);
+        p.keep_background ? h('span', { class: 'badge amber', title: 'Background processes its engines leave outlive their runs' }, 'keeps background') : null,
+        p.isolation === 'worktree' ? h('span', { class: 'badge info', testid: 'project-isolation', title: `Each session its own git worktree and branch; sessions run in parallel${p.setup ? ` · setup: ${p.setup}` : ''}${p.worktrees_dir ? ` · under ${p.worktrees_dir}` : ''}` }, 'worktree per session') : null);
       return h('tr', { testid: 'project-row', data: { projectId: p.id } },
         td('Project', null, h('div', { class: 'pname' }, p.name, p.archived_at ? h('span', { class: 'badge', style: 'margin-left:6px' }, 'archived') : null),
           h('div', { class: 'sub mono' }, p.path)),
@@ -2039,7 +2056,7 @@
   /** Add (project null) or edit a project in a modal form. */
   function projectDialog(project, done) {
     const editing = !!project;
-    const p = project || { name: '', path: '', engine: null, model: null, groups: [], full_access: false, kind: 'local', keep_background: false, instructions: null };
+    const p = project || { name: '', path: '', engine: null, model: null, groups: [], full_access: false, kind: 'local', keep_background: false, instructions: null, isolation: null, worktrees_dir: null, setup: null };
     const f = {
       name: h('input', { type: 'text', value: p.name, required: true, disabled: editing, testid: 'project-name' }),
       path: h('input', { type: 'text', value: p.path, required: true, disabled: editing, placeholder: '/home/me/src/app', testid: 'project-path' }),
@@ -2050,7 +2067,15 @@
       remote: h('input', { type: 'checkbox', checked: p.kind === 'remote', testid: 'project-remote' }),
       keep_background: h('input', { type: 'checkbox', checked: !!p.keep_background, testid: 'project-keep-background' }),
       instructions: h('textarea', { rows: 4, value: p.instructions || '', placeholder: 'House rules added to the prompts that begin a conversation', testid: 'project-instructions' }),
+      // A new project's default is the daemon's: worktree in a git repository, else shared.
+      isolation: h('select', { testid: 'project-isolation-input' },
+        editing ? null : h('option', { value: '' }, 'default (worktree in a git repository)'),
+        h('option', { value: 'worktree' }, 'worktree: each session its own worktree and branch'),
+        h('option', { value: 'shared' }, 'shared: one session at a time in the path')),
+      worktrees_dir: h('input', { type: 'text', value: p.worktrees_dir || '', placeholder: 'the setting worktrees.dir', testid: 'project-worktrees-dir', spellcheck: false }),
+      setup: h('input', { type: 'text', value: p.setup || '', placeholder: 'npm ci', testid: 'project-setup', spellcheck: false }),
     };
+    f.isolation.value = editing ? (p.isolation || 'shared') : '';
     if (p.engine && !ENGINES.includes(p.engine)) f.engine.appendChild(h('option', { value: p.engine }, p.engine));
     f.engine.value = p.engine || '';
     const warnEl = h('p', { class: 'form-error', hidden: !p.full_access }, '⚠ Full access: engines run without sandbox or approvals, with your rights.');
@@ -2080,6 +2105,9 @@
         warnEl,
         check(f.remote, 'Remote', 'engines are always read-only'),
         check(f.keep_background, 'Keep background processes', 'what its engines leave running (a dev server) outlives the run'),
+        field('Isolation', f.isolation, editing ? 'its new sessions only: a session keeps its directory' : null, true),
+        field('Worktrees directory', f.worktrees_dir, 'where its sessions\' worktrees go'),
+        field('Setup command', f.setup, 'run in a new worktree before its first prompt'),
         field('Instructions', f.instructions, null, true)),
       error);
     const dlg = h('dialog', { testid: 'project-dialog', 'aria-labelledby': 'project-dlg-title' },
@@ -2103,12 +2131,18 @@
         remote: f.remote.checked,
         keep_background: f.keep_background.checked,
         instructions: f.instructions.value.trim() ? f.instructions.value : null,
+        isolation: f.isolation.value || null,
+        worktrees_dir: f.worktrees_dir.value.trim() || null,
+        setup: f.setup.value.trim() || null,
       };
       let body;
       if (editing) {
-        const before = { engine: p.engine || null, model: p.model || null, groups: p.groups || [], full_access: !!p.full_access, remote: p.kind === 'remote', keep_background: !!p.keep_background, instructions: p.instructions || null };
+        const before = { engine: p.engine || null, model: p.model || null, groups: p.groups || [], full_access: !!p.full_access, remote: p.kind === 'remote', keep_background: !!p.keep_background, instructions: p.instructions || null,
+          isolation: p.isolation || 'shared', worktrees_dir: p.worktrees_dir || null, setup: p.setup || null };
         body = {};
         for (const k of Object.keys(values)) if (JSON.stringify(values[k]) !== JSON.stringify(before[k])) body[k] = values[k];
+        // project.set clears these with "" (null is "unchanged").
+        for (const k of ['worktrees_dir', 'setup']) if (k in body && body[k] === null) body[k] = '';
         if (!Object.keys(body).length) { close(); return; }
       } else {
         if (!f.name.value.trim() || !f.path.value.trim()) { setText(error, 'A project needs a name and a path.'); return; }
