@@ -3,7 +3,9 @@
 //! worktree before the session's first prompt, its lines are the session's `setup.output`
 //! events, a failure fails the prompt and the next prompt tries again, a cancel ends its whole
 //! process group, and the engine then runs in the worktree (the `command` engine's prompt is a
-//! shell command line: `pwd > where.txt`).
+//! shell command line: `pwd > where.txt`). Also the worker's other duties to a worktree: a
+//! worktree deleted by hand or left `creating` with its path taken fails the prompt and touches
+//! nothing, and the sessions of a worktree project still count against its locking group.
 
 mod common;
 
@@ -305,4 +307,97 @@ fn a_worktree_deleted_by_hand_fails_the_prompt_saying_how_to_recreate_it() {
         "{stderr}"
     );
     assert!(!worktree.exists());
+}
+
+/// Sends `prompt` to `session` without waiting: the prompt's id.
+fn send(home: &GitHome, session: &str, prompt: &str) -> String {
+    let sent = home.json(&["send", session, prompt, "--json"]);
+    sent["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("send printed no prompt id: {sent}"))
+        .to_string()
+}
+
+/// Waits until the prompt has ended: its status.
+fn wait_prompt(home: &GitHome, prompt: &str) -> String {
+    let mut rpc = common::rpc::Rpc::connect(home.path());
+    let ended = rpc
+        .call("prompt.wait", serde_json::json!({ "prompt": prompt }))
+        .unwrap_or_else(|error| panic!("prompt.wait {prompt}: {error}"));
+    ended["status"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn sessions_of_a_worktree_project_in_a_locking_group_run_one_at_a_time() {
+    let home = command_home();
+    home.config(&[("slots.command", "4")]);
+    let repo = home.repo("repo");
+    home.add_project("app", &repo, &["--isolation", "worktree", "--group", "db"]);
+    let sessions: Vec<String> = (0..2)
+        .map(|n| home.new_session(&["app", "--title", &format!("grouped {n}")]))
+        .collect();
+    let prompts: Vec<String> = sessions
+        .iter()
+        .map(|session| send(&home, session, "sleep 0.4"))
+        .collect();
+    for prompt in &prompts {
+        assert_eq!(wait_prompt(&home, prompt), "done");
+    }
+    let db = home.home.db();
+    let mut runs: Vec<(i64, i64)> = sessions
+        .iter()
+        .map(|session| {
+            db.query_row(
+                "SELECT started_at, ended_at FROM runs WHERE session_id = ?1",
+                [session],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap()
+        })
+        .collect();
+    runs.sort();
+    assert!(
+        runs[0].1 <= runs[1].0,
+        "the group's runs overlapped: {runs:?}"
+    );
+    // The second waited for the group, held by the first.
+    let waited: Vec<Value> = sessions
+        .iter()
+        .flat_map(|session| events(&home, session))
+        .filter(|(kind, _)| kind == "slot.waiting")
+        .map(|(_, payload)| payload)
+        .collect();
+    assert_eq!(waited.len(), 1, "{waited:#?}");
+    assert_eq!(waited[0]["held_by"]["reason"], "group_lock");
+    assert_eq!(waited[0]["held_by"]["group"], "db");
+}
+
+#[test]
+fn a_worktree_left_creating_that_cannot_be_made_fails_the_prompt_and_touches_nothing() {
+    let home = command_home();
+    let (repo, session) = worktree_session(&home, None, "true");
+    let worktree = home.worktree_of(&session);
+    // As if the daemon had died before `git worktree add`, and something else took the path
+    // since.
+    home.git(
+        &repo,
+        &["worktree", "remove", "--force", worktree.to_str().unwrap()],
+    );
+    std::fs::create_dir_all(&worktree).unwrap();
+    std::fs::write(worktree.join("someone-else.txt"), "mine\n").unwrap();
+    home.home
+        .db()
+        .execute(
+            "UPDATE sessions SET worktree_state = 'creating' WHERE id = ?1",
+            [&session],
+        )
+        .unwrap();
+
+    let stderr = prompt_fails(&home, &session, "touch engine-ran");
+    assert!(stderr.contains(worktree.to_str().unwrap()), "{stderr}");
+    assert_eq!(read(&worktree.join("someone-else.txt")), "mine");
+    assert!(!worktree.join("engine-ran").exists());
+    assert_eq!(home.session(&session)["worktree_state"], "creating");
+    let seen = events(&home, &session);
+    assert_eq!(count(&seen, "run.started"), 0, "{seen:#?}");
 }
