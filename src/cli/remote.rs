@@ -316,6 +316,37 @@ fn summary(event: &Event) -> String {
         EventKind::Notice | EventKind::TurnFailed => field("message").unwrap_or("").to_string(),
         EventKind::Raw => field("line").unwrap_or("").to_string(),
         EventKind::Usage => payload.get("usage").map(compact).unwrap_or_default(),
+        EventKind::WorktreeCreated => format!(
+            "{} on {} from {}",
+            field("path").unwrap_or("?"),
+            field("branch").unwrap_or("?"),
+            field("base_commit").map_or("?", |sha| sha.get(..7).unwrap_or(sha))
+        ),
+        EventKind::WorktreeRemoved => format!(
+            "{} (branch {} kept)",
+            field("path").unwrap_or("?"),
+            field("kept_branch").unwrap_or("?")
+        ),
+        EventKind::SetupStarted => field("command").unwrap_or("").to_string(),
+        EventKind::SetupOutput => field("line").unwrap_or("").to_string(),
+        EventKind::SetupExited => match (number("code"), payload.get("signal")) {
+            (_, Some(Value::String(signal))) => format!("signal {signal}"),
+            (Some(code), _) => format!("exit {code}"),
+            _ => field("error")
+                .or(field("ended_by"))
+                .unwrap_or("")
+                .to_string(),
+        },
+        EventKind::SessionMerged => format!(
+            "into {} (commit {}{})",
+            field("into").unwrap_or("?"),
+            field("commit").map_or("?", |sha| sha.get(..7).unwrap_or(sha)),
+            if payload["squash"].as_bool() == Some(true) {
+                ", squashed"
+            } else {
+                ""
+            }
+        ),
         _ => compact(payload),
     }
 }
@@ -521,4 +552,75 @@ pub async fn release(client: &mut Client, session_id: &str, generation: i64) {
 /// Whether an error is the daemon's refusal of a superseded driver.
 pub fn is_superseded(error: &ClientError) -> bool {
     rpc_error(error).is_some_and(|error| error.code == code::SUPERSEDED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line(kind: EventKind, payload: Value) -> String {
+        event_line(&Event {
+            session_id: "s".into(),
+            seq: 4,
+            feed_seq: 0,
+            prompt_id: None,
+            run_id: None,
+            at: 0,
+            kind,
+            payload,
+        })
+    }
+
+    /// A worktree's life reads as words in `watch`, not as its JSON.
+    #[test]
+    fn worktree_and_setup_events_read_as_words() {
+        let sha = "0123456789abcdef";
+        assert_eq!(
+            line(
+                EventKind::WorktreeCreated,
+                json!({"path": "/w/x", "branch": "corral/x", "base_commit": sha})
+            ),
+            "#4 worktree.created /w/x on corral/x from 0123456"
+        );
+        assert_eq!(
+            line(
+                EventKind::WorktreeRemoved,
+                json!({"path": "/w/x", "kept_branch": "corral/x"})
+            ),
+            "#4 worktree.removed /w/x (branch corral/x kept)"
+        );
+        assert_eq!(
+            line(
+                EventKind::SetupStarted,
+                json!({"command": "npm ci", "cwd": "/w/x"})
+            ),
+            "#4 setup.started npm ci"
+        );
+        assert_eq!(
+            line(
+                EventKind::SetupOutput,
+                json!({"line": "added 3 packages", "stream": "stdout"})
+            ),
+            "#4 setup.output added 3 packages"
+        );
+        assert_eq!(
+            line(EventKind::SetupExited, json!({"code": 1, "signal": null})),
+            "#4 setup.exited exit 1"
+        );
+        assert_eq!(
+            line(
+                EventKind::SetupExited,
+                json!({"code": null, "signal": "SIGKILL"})
+            ),
+            "#4 setup.exited signal SIGKILL"
+        );
+        assert_eq!(
+            line(
+                EventKind::SessionMerged,
+                json!({"into": "main", "commit": sha, "squash": true})
+            ),
+            "#4 session.merged into main (commit 0123456, squashed)"
+        );
+    }
 }
