@@ -947,7 +947,9 @@ fn a_worktree_session_shows_its_branch_and_diff_stat_and_merges_from_the_page() 
 
 /// A worktree removed by hand shows as `missing`, with the warning and Recreate, which makes
 /// it again on its branch; archiving a worktree with changes keeps it and says so, and
-/// "Discard changes" (behind a confirmation) removes it, keeping the branch.
+/// "Discard changes" (behind a confirmation) removes it, keeping the branch. The projects page
+/// names a worktree project's isolation, and the overview's form makes a session on a branch
+/// given there.
 #[test]
 fn a_missing_worktree_is_recreated_and_a_kept_one_discarded_from_the_page() {
     if !browser::available() {
@@ -1018,6 +1020,26 @@ fn a_missing_worktree_is_recreated_and_a_kept_one_discarded_from_the_page() {
             .trim_start_matches(['*', '+', ' ']),
         branch,
         "the branch is kept"
+    );
+
+    // The projects page names the isolation; the overview's form makes a session on a branch
+    // of the person's choosing.
+    browser.click("[data-testid=nav-projects]");
+    browser.wait_for_text("[data-testid=project-isolation]", "worktree per session");
+    browser.click("[data-testid=nav-overview]");
+    browser.wait_until(
+        "the form offers a branch for the worktree project",
+        "(f => f && f.offsetParent !== null)(document.querySelector('[data-testid=new-session-branch]'))",
+    );
+    browser.type_into("[data-testid=new-session-title]", "from the form");
+    browser.type_into("[data-testid=new-session-branch]", "feature/form");
+    browser.click("[data-testid=new-session-submit]");
+    browser.wait_for_text("[data-testid=worktree-branch]", "feature/form");
+    wait_for_worktree_state(&browser, "ready");
+    assert_eq!(
+        git.git(&repo, &["rev-parse", "feature/form"]),
+        git.sha(&repo, "main"),
+        "the new branch starts at the project's HEAD"
     );
     git.stop_daemon();
 }
