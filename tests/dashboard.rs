@@ -11,7 +11,8 @@
 //!
 //! Each page is saved as `target/screenshots/<test>-<page>.png`; with
 //! `CORRAL_SCREENSHOTS_TO_DOCS=1` the overview, session, projects, settings, history and login
-//! pages are also copied to `docs/screenshots/<page>.png` (what the README shows).
+//! pages (and a worktree session's, merged and missing) are also copied to
+//! `docs/screenshots/<page>.png` (what the README shows).
 
 mod common;
 
@@ -875,12 +876,23 @@ fn a_worktree_session_shows_its_branch_and_diff_stat_and_merges_from_the_page() 
         "the stat names the file: {}",
         browser.text("[data-testid=diff-text]")
     );
-    screenshot(&browser, "session-worktree");
+    browser.screenshot("session-worktree");
 
     // A second commit: the refresh button reads it.
     git.commit_file(&worktree, "second.txt", "two\n", "second");
     browser.click("[data-testid=diff-refresh]");
     browser.wait_for_text("[data-testid=diff-summary]", "2 files changed");
+    // A prompt sent from the page commits a third: its end reads the changes again.
+    browser.type_into(
+        "[data-testid=prompt-input]",
+        "echo three > third.txt && git add third.txt && git commit -q -m third",
+    );
+    browser.click("[data-testid=prompt-send]");
+    browser.wait_for_text("[data-testid=diff-summary]", "3 files changed");
+    browser.wait_until(
+        "the merge button is enabled once the prompt ended",
+        "!document.querySelector('[data-testid=session-merge]').disabled",
+    );
 
     browser.click("[data-testid=session-merge]");
     browser.wait_for("[data-testid=merge-into]");
