@@ -401,3 +401,31 @@ fn a_worktree_left_creating_that_cannot_be_made_fails_the_prompt_and_touches_not
     let seen = events(&home, &session);
     assert_eq!(count(&seen, "run.started"), 0, "{seen:#?}");
 }
+
+#[test]
+fn a_setup_left_by_a_daemon_killed_9_ends_at_the_next_boot_and_runs_again() {
+    let home = command_home();
+    let (setup, pid_file, quick) = slow_setup(&home);
+    let (_, session) = worktree_session(&home, None, &setup);
+    home.ok(&["send", &session, "touch engine-ran"]);
+    let sleep = sleeping(&pid_file);
+    let daemon = home.home.daemon_pid().expect("a daemon");
+    common::daemon::kill(daemon, libc::SIGKILL);
+    wait_until("the daemon is gone", || !alive(daemon));
+
+    // The next daemon ends what the setup left before it answers, then sets up again.
+    std::fs::write(&quick, "").unwrap();
+    home.ok(&["daemon", "--detach"]);
+    assert!(
+        !alive(sleep),
+        "the killed daemon's setup left {sleep} running"
+    );
+    wait_until("the resumed prompt ended", || {
+        events(&home, &session)
+            .last()
+            .is_some_and(|(kind, _)| kind == "prompt.done" || kind == "prompt.failed")
+    });
+    assert!(home.worktree_of(&session).join("engine-ran").is_file());
+    assert_eq!(count(&events(&home, &session), "setup.started"), 2);
+    home.stop_daemon();
+}

@@ -24,7 +24,7 @@ use super::app_server::{AppServerActor, AppServerState};
 use super::ledger::{
     AppendEvents, CurrentOrNext, LedgerError, LedgerHandle, Recover, SaveAppServer, Unwritten,
 };
-use super::session::{CancelPrompt, SessionActor, StartWork};
+use super::session::{CancelPrompt, SessionActor, StartWork, SETUP_ENV};
 use super::slots::SlotsHandle;
 use crate::process;
 use crate::store::settings::Settings;
@@ -531,7 +531,8 @@ impl Handler<CountWorking> for Supervisor {
 ///
 /// The order is what makes a kill at any moment safe: the dead supervisor's leftovers are
 /// read, *all* their processes are ended (each run's group, whatever carries its id in the
-/// environment, the app-server children and what they started), and only then are their runs
+/// environment, the app-server children and what they started, what a worktree's setup
+/// command started), and only then are their runs
 /// closed as interrupted, at the moment their processes were seen gone. A supervisor killed
 /// during this leaves the runs marked running, so the next one does it all again; no prompt
 /// of theirs runs before their last process is gone.
@@ -601,9 +602,10 @@ async fn reconcile(shared: &Shared) -> Result<Recovered, String> {
             work::leftover_runs(connection)?,
             work::app_servers(connection)?,
             work::projects(connection)?,
+            work::sessions_in_setup(connection)?,
         ))
     });
-    let (runs, servers, projects) = read.map_err(|error| error.to_string())?;
+    let (runs, servers, projects, setting_up) = read.map_err(|error| error.to_string())?;
     // Each run: its group (when still its own) and its id in the environment.
     let mut marks: Vec<process::Mark> = runs
         .iter()
@@ -631,6 +633,14 @@ async fn reconcile(shared: &Shared) -> Result<Recovered, String> {
             &project.id,
         ));
     }
+    // What a worktree's setup command started (its shell died with the supervisor), found by
+    // the session's id in the environment; after the runs' and app-servers' marks, whose
+    // places in `gone_at` are read below.
+    marks.extend(setting_up.iter().map(|session_id| process::Mark {
+        group: None,
+        env: Some((SETUP_ENV.to_string(), session_id.clone())),
+        since: None,
+    }));
     process::kill_point("boot.found");
     let grace = shared.settings().cancel_grace;
     let gone_at = process::end_marked(&marks, grace, Some("boot.signalled")).await;

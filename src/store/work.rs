@@ -1155,6 +1155,17 @@ pub fn leftover_runs(connection: &Connection) -> rusqlite::Result<Vec<LeftoverRu
     rows.collect()
 }
 
+/// The sessions whose worktree waits for its setup command: at boot, a dead supervisor may
+/// have left what a setup started (marked with the session's id, `CORRAL_SETUP_SESSION`). The
+/// partial index on `worktree` keeps this to the worktree sessions.
+pub fn sessions_in_setup(connection: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT id FROM sessions WHERE worktree IS NOT NULL AND worktree_state = 'setup'",
+    )?;
+    let rows = statement.query_map([], |row| row.get(0))?;
+    rows.collect()
+}
+
 /// Boot reconciliation, once the leftover runs' processes are gone: closes each run in
 /// `ended` (its id and when its last process was seen gone) as `interrupted`, tells it in its
 /// session's events (`run.exited` ended by recovery, `prompt.requeued`), and lists the

@@ -15,9 +15,10 @@
 //! stored in batches as an engine's are. A cancel, the daemon's shutdown or `run.timeout_s`
 //! end its group and whatever carries its mark (SIGTERM, SIGKILL after `cancel.grace_ms`), and
 //! so does its own exit (what it started in the background ends with it). A daemon killed -9
-//! meanwhile: the shell gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`); what it started
-//! then runs on, marked, until it exits (boot reconciliation knows runs only); the worktree
-//! stays `setup`, so the prompt, requeued at boot, runs the setup again.
+//! meanwhile: the shell gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`), and what it started
+//! is ended by the next boot's reconciliation, found by [`SETUP_ENV`] for each session whose
+//! worktree is still `setup` (no pid is stored: a setup is no run); the prompt, resumed at
+//! boot, then runs the setup again.
 
 use std::path::Path;
 use std::process::Stdio;
