@@ -118,8 +118,19 @@ fn four_sessions_of_a_worktree_project_run_at_once_each_in_its_own_worktree_and_
         .map(|i| home.new_session(&["p", "--title", &format!("four {i}")]))
         .collect();
     let file = |session: &str| format!("by-{session}.txt");
+    // Each run writes its file, then waits (at most 20 s) until all four have written theirs:
+    // run at once, every run starts before any ends, however slow the machine is; run one
+    // at a time, the first waits out its 20 s alone and ends before the next starts.
+    let started = home.path().join("started");
+    std::fs::create_dir(&started).unwrap();
     let runs = run_together(&home, &sessions, |session| {
-        format!("echo {session} > {} && sleep 1.5", file(session))
+        format!(
+            "echo {session} > {file} && touch '{dir}/{session}' && n=0; \
+             while [ \"$(ls '{dir}' | wc -l)\" -lt 4 ] && [ $n -lt 200 ]; do \
+             sleep 0.1; n=$((n+1)); done; sleep 0.2",
+            file = file(session),
+            dir = started.display()
+        )
     });
     let last_start = runs.iter().map(|run| run.0).max().unwrap();
     let first_end = runs.iter().map(|run| run.1).min().unwrap();
