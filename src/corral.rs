@@ -848,14 +848,14 @@ impl Corral {
         })
     }
 
-    /// Refuses what would change a worktree under a prompt of the session (`doing`: what was
-    /// asked, for the line).
+    /// Refuses what would touch a worktree a prompt of the session is using or about to use
+    /// (`doing`: what was asked, for the line).
     fn refuse_busy(&self, session: &Session, doing: &str) -> Result<(), CorralError> {
         let busy = self.read(|connection| work::busy_prompt(connection, &session.id))?;
         match busy {
             Some(prompt) => Err(CorralError::Invalid(format!(
-                "session {} has a prompt {} ({}): {doing} would change its worktree under it; \
-                 wait for it, or cancel it (corral cancel {})",
+                "session {} has a prompt {} ({}) in its worktree: wait for it to end, or cancel \
+                 it (corral cancel {}), before {doing}",
                 session.id,
                 prompt.status.as_str(),
                 prompt.id,
@@ -882,7 +882,7 @@ impl Corral {
             _ => true,
         });
         if touches {
-            self.refuse_busy(&session, "archiving")?;
+            self.refuse_busy(&session, "archiving it")?;
         }
         let archived = self
             .shared
@@ -945,7 +945,7 @@ impl Corral {
             return Err(worktree::no_worktree(&session).into());
         };
         let project = Self::project_of(&session, project)?;
-        self.refuse_busy(&session, "merging")?;
+        self.refuse_busy(&session, "merging it")?;
         let git = self
             .git()
             .await

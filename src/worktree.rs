@@ -17,9 +17,12 @@
 //! says is the session's: a directory at that path that is no git worktree of the repository
 //! (nor an empty directory, nor a checkout whose registration git lost) is left alone.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::json;
+use tokio::sync::OwnedMutexGuard;
 
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
 use crate::actors::supervisor::Shared;
@@ -37,6 +40,33 @@ pub const BRANCH_PREFIX: &str = "corral/";
 
 /// How many `-2`, `-3`… suffixes [`plan`] tries before it gives up on a name.
 const MAX_SUFFIX: usize = 100;
+
+/// One lock per repository (by its common git directory), held by every operation here that
+/// adds, removes, prunes or lists worktrees: git itself races there (a `git worktree add`
+/// reads every registration, and fails on one another `add` has begun but not yet written:
+/// "failed to read .git/worktrees/NAME/commondir").
+static REPOSITORIES: LazyLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Mutex::default);
+
+/// Waits for the worktree lock of the repository `dir` is in (by `dir` itself when it is in
+/// none: the git call that follows says so).
+async fn lock_repository(git: &Git, dir: &Path) -> Result<OwnedMutexGuard<()>, WorktreeError> {
+    let key = match git.repo(dir).await? {
+        Some(repo) => repo.common_dir,
+        None => absolute(dir),
+    };
+    Ok(lock_key(key).await)
+}
+
+async fn lock_key(key: PathBuf) -> OwnedMutexGuard<()> {
+    let lock = REPOSITORIES
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .entry(key)
+        .or_default()
+        .clone();
+    lock.lock_owned().await
+}
 
 /// Every way a worktree operation fails; each displays as one line.
 #[derive(Debug, thiserror::Error)]
@@ -168,13 +198,13 @@ pub async fn plan(
     base: Option<&str>,
 ) -> Result<SessionWorktree, WorktreeError> {
     let dir = Path::new(&project.path);
-    if git.repo(dir).await?.is_none() {
+    let Some(repo) = git.repo(dir).await? else {
         return Err(invalid(format!(
             "project path {} is not in a git repository (any more?): worktree isolation needs \
              one (corral project set {} --isolation shared)",
             project.path, project.name
         )));
-    }
+    };
     if let Some(name) = branch {
         if name.trim().is_empty() || name.starts_with('-') {
             return Err(invalid(format!("'{name}' is no branch name")));
@@ -197,9 +227,11 @@ pub async fn plan(
                  apply (drop --base, or name a new branch)"
             )));
         }
-        if let Some(entry) = git
-            .worktrees(dir)
-            .await?
+        let listed = {
+            let _repository = lock_key(repo.common_dir.clone()).await;
+            git.worktrees(dir).await?
+        };
+        if let Some(entry) = listed
             .into_iter()
             .find(|entry| !entry.prunable && entry.branch.as_deref() == Some(name))
         {
@@ -284,8 +316,11 @@ pub async fn make(
     }
     let repo = Path::new(&project.path);
     let path = Path::new(&worktree.path);
-    if !clear_partial(git, repo, path, &worktree.branch).await? {
-        add(git, repo, worktree).await?;
+    {
+        let _repository = lock_repository(git, repo).await?;
+        if !clear_partial(git, repo, path, &worktree.branch).await? {
+            add(git, repo, worktree).await?;
+        }
     }
     made(shared, session, project).await
 }
@@ -470,14 +505,18 @@ pub async fn archive(
     }
     let repo = Path::new(&project.path);
     let path = Path::new(&worktree.path);
+    let repository = lock_repository(git, repo).await?;
     if std::fs::symlink_metadata(path).is_err() {
         git.prune(repo).await?;
+        drop(repository);
         return removed(shared, session).await;
     }
     if !discard_changes && !git.is_clean(path).await? {
         return set_state(shared, &session.id, WorktreeState::Kept).await;
     }
-    match git.worktree_remove(repo, path, discard_changes).await {
+    let removal = git.worktree_remove(repo, path, discard_changes).await;
+    drop(repository);
+    match removal {
         Ok(()) => removed(shared, session).await,
         // Changed since it was found clean.
         Err(GitError::Dirty { .. }) => set_state(shared, &session.id, WorktreeState::Kept).await,
@@ -572,9 +611,12 @@ pub async fn merge(
         .clone()
         .unwrap_or_else(|| short_id(&session.id));
     let message = format!("Merge corral session {name} ({})", worktree.branch);
-    let merged = git
-        .merge(repo, &scratch, &worktree.branch, &into, squash, &message)
-        .await?;
+    let merged = {
+        // Its scratch worktree is added and removed like a session's.
+        let _repository = lock_repository(git, repo).await?;
+        git.merge(repo, &scratch, &worktree.branch, &into, squash, &message)
+            .await?
+    };
     record(
         shared,
         &session.id,
@@ -610,8 +652,11 @@ pub async fn recreate(
         return Err(invalid(format!("worktree {} exists", worktree.path)));
     }
     let repo = Path::new(&project.path);
-    git.prune(repo).await?;
-    add(git, repo, worktree).await?;
+    {
+        let _repository = lock_repository(git, repo).await?;
+        git.prune(repo).await?;
+        add(git, repo, worktree).await?;
+    }
     made(shared, session, project).await
 }
 
