@@ -208,6 +208,9 @@ impl Corral {
             .await
             .map_err(|error| CorralError::Store(error.to_string()))?
             .map_err(CorralError::Store)?;
+        // Worktrees a killed supervisor left half-made are finished (or left for the first
+        // prompt to report).
+        actix::spawn(worktree::finish_creating(shared.clone()));
         Ok(Corral {
             shared,
             supervisor,

@@ -318,11 +318,67 @@ pub async fn make(
     let path = Path::new(&worktree.path);
     {
         let _repository = lock_repository(git, repo).await?;
+        // Another caller (the boot's completion, a prompt's worker) may have made it while
+        // this one waited.
+        let current = shared
+            .readers
+            .read(|connection| work::session(connection, &session.id))?
+            .ok_or_else(|| invalid(format!("session {} is gone", session.id)))?;
+        if current
+            .worktree
+            .as_ref()
+            .is_some_and(|now| now.state != WorktreeState::Creating)
+        {
+            return Ok(current);
+        }
         if !clear_partial(git, repo, path, &worktree.branch).await? {
             add(git, repo, worktree).await?;
         }
     }
     made(shared, session, project).await
+}
+
+/// Makes every worktree a previous supervisor left `creating` (killed while it made one), at
+/// boot, in the background: what fails is logged and left `creating`, for the session's
+/// first prompt to try again (and say why).
+pub async fn finish_creating(shared: Arc<Shared>) {
+    let left = shared.readers.read(|connection| {
+        Ok(work::sessions(connection)?
+            .into_iter()
+            .filter(|session| {
+                session.archived_at.is_none()
+                    && session
+                        .worktree
+                        .as_ref()
+                        .is_some_and(|worktree| worktree.state == WorktreeState::Creating)
+            })
+            .collect::<Vec<_>>())
+    });
+    let left = match left {
+        Ok(left) if left.is_empty() => return,
+        Ok(left) => left,
+        Err(error) => return tracing::warn!(%error, "worktrees left creating not read"),
+    };
+    let git = match shared.git().await {
+        Ok(git) => git,
+        Err(error) => return tracing::warn!(%error, "worktrees left creating stay so"),
+    };
+    for session in left {
+        let project = session.project_id.as_deref().and_then(|id| {
+            shared
+                .readers
+                .read(|connection| work::project(connection, id))
+                .ok()
+                .flatten()
+        });
+        let Some(project) = project else { continue };
+        match make(&git, &shared, &session, &project).await {
+            Ok(_) => tracing::info!(session = %session.id, "worktree left creating made"),
+            Err(error) => {
+                tracing::warn!(session = %session.id, %error, "worktree left creating stays so")
+            }
+        }
+    }
 }
 
 /// Records a worktree as made: its state, and the `worktree.created` event.
