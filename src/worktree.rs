@@ -342,18 +342,7 @@ pub async fn make(
 /// boot, in the background: what fails is logged and left `creating`, for the session's
 /// first prompt to try again (and say why).
 pub async fn finish_creating(shared: Arc<Shared>) {
-    let left = shared.readers.read(|connection| {
-        Ok(work::sessions(connection)?
-            .into_iter()
-            .filter(|session| {
-                session.archived_at.is_none()
-                    && session
-                        .worktree
-                        .as_ref()
-                        .is_some_and(|worktree| worktree.state == WorktreeState::Creating)
-            })
-            .collect::<Vec<_>>())
-    });
+    let left = shared.readers.read(work::sessions_creating);
     let left = match left {
         Ok(left) if left.is_empty() => return,
         Ok(left) => left,

@@ -1158,6 +1158,17 @@ pub fn leftover_runs(connection: &Connection) -> rusqlite::Result<Vec<LeftoverRu
 /// The sessions whose worktree waits for its setup command: at boot, a dead supervisor may
 /// have left what a setup started (marked with the session's id, `CORRAL_SETUP_SESSION`). The
 /// partial index on `worktree` keeps this to the worktree sessions.
+/// The sessions (not archived) whose worktree is still `creating`: a supervisor was stopped
+/// while it made them.
+pub fn sessions_creating(connection: &Connection) -> rusqlite::Result<Vec<Session>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE worktree IS NOT NULL \
+         AND worktree_state = 'creating' AND archived_at IS NULL ORDER BY created_at, id"
+    ))?;
+    let rows = statement.query_map([], session_row)?.collect();
+    rows
+}
+
 pub fn sessions_in_setup(connection: &Connection) -> rusqlite::Result<Vec<String>> {
     let mut statement = connection.prepare_cached(
         "SELECT id FROM sessions WHERE worktree IS NOT NULL AND worktree_state = 'setup'",
