@@ -906,6 +906,10 @@ impl Corral {
                 archived.id
             ))
         };
+        // A prompt sent between the check and the archive (an archived session takes none
+        // from now on) keeps the worktree.
+        self.refuse_busy(&archived, "archiving it again")
+            .map_err(|error| not_removed(error.to_string()))?;
         let git = self.git().await.map_err(|e| not_removed(e.to_string()))?;
         worktree::archive(&git, &self.shared, &archived, &project, discard_changes)
             .await

@@ -9,6 +9,9 @@
 //! - [`plan`]: a new session's path, branch, base and base commit, with no git change;
 //! - [`make`]: `git worktree add` for a session whose worktree is `creating` (finishing what a
 //!   killed daemon left), then `setup` or `ready` and a `worktree.created` event;
+//!   [`finish_creating`] does it at boot for every worktree left `creating`;
+//! - the repository lock: one worktree change (or listing) at a time per repository, as git
+//!   races with itself there;
 //! - [`archive`], [`diff`], [`merge`], [`recreate`]: what `session.archive`, `session.diff`,
 //!   `session.merge` and `session.recreate` do to the worktree (called by [`crate::Corral`]);
 //! - [`WorktreeError`]: one line each.
