@@ -13,7 +13,7 @@
 //! 5. `session merge`: no-ff, `--squash`, a conflict that leaves everything as it was, a dirty
 //!    side refused;
 //! 6. what real repositories do (item 3 of the issue), one test each;
-//! 7. a daemon killed mid-`git worktree add`;
+//! 7. a daemon killed mid-`git worktree add` (and the half-made path then taken by hand);
 //! 8. the branch everywhere a session shows.
 
 mod common;
@@ -938,11 +938,11 @@ fn two_sessions_never_share_a_worktree_even_made_at_the_same_moment() {
 
 // 7. A daemon killed while it creates a worktree.
 
-#[test]
-fn a_daemon_killed_mid_create_leaves_a_worktree_the_first_prompt_completes() {
-    // Nothing is run before the PATH is set: the first command starts the daemon with it.
-    let mut home = GitHome::new();
-    let repo = home.repo("repo");
+/// A project `p` on `repo`, a session `killed` whose `git worktree add` did its work and
+/// then hung, and the daemon killed (-9) at that moment; the hanging git gone with it. The
+/// session's id and the hanging process's pid. `home` must have run nothing yet (its daemon
+/// starts here with the hanging git first on PATH); its PATH is the real one again after.
+fn killed_mid_create(home: &mut GitHome, repo: &Path) -> (String, i32) {
     // A git whose `worktree add` does its work, says so, then hangs (exec: the sleep keeps
     // the daemon's death signal, so it dies with the daemon).
     let real = common::git::which("git").expect("git on PATH");
@@ -960,7 +960,7 @@ fn a_daemon_killed_mid_create_leaves_a_worktree_the_first_prompt_completes() {
     );
     home.set_path_var(path_with_first(wrapper.parent().unwrap()));
     home.config(&[("slots.command", "8"), ("cancel.grace_ms", "500")]);
-    home.add_project("p", &repo, &["--isolation", "worktree"]);
+    home.add_project("p", repo, &["--isolation", "worktree"]);
 
     let creating = home
         .corral(&["session", "new", "p", "--title", "killed", "--json"])
@@ -981,6 +981,7 @@ fn a_daemon_killed_mid_create_leaves_a_worktree_the_first_prompt_completes() {
     wait_until("the hanging git is gone with the daemon", || !alive(sleep));
     let interrupted = finish(creating);
     assert!(!interrupted.status.success(), "{interrupted:?}");
+    home.set_path_var(GitHome::real_path_var());
 
     // The row says what to finish.
     let (session, state): (String, String) = home
@@ -993,9 +994,17 @@ fn a_daemon_killed_mid_create_leaves_a_worktree_the_first_prompt_completes() {
         )
         .expect("the session's row was written before git ran");
     assert_eq!(state, "creating");
+    (session, sleep)
+}
 
-    // A daemon with the real git: the first prompt completes (or redoes) the worktree.
-    home.set_path_var(GitHome::real_path_var());
+#[test]
+fn a_daemon_killed_mid_create_leaves_a_worktree_the_first_prompt_completes() {
+    let mut home = GitHome::new();
+    let repo = home.repo("repo");
+    let (session, sleep) = killed_mid_create(&mut home, &repo);
+
+    // A daemon with the real git: the worktree is completed (or redone) by the first prompt
+    // at the latest.
     home.ok(&["daemon", "--detach"]);
     home.prompt(&session, "touch after.txt");
     let worktree = home.worktree_of(&session);
@@ -1013,6 +1022,50 @@ fn a_daemon_killed_mid_create_leaves_a_worktree_the_first_prompt_completes() {
     assert!(!repo.join("after.txt").exists());
     home.stop_daemon();
     assert!(!alive(sleep));
+}
+
+#[test]
+fn a_path_taken_by_hand_after_a_killed_create_is_left_alone_until_freed() {
+    let mut home = GitHome::new();
+    let repo = home.repo("repo");
+    let (session, _) = killed_mid_create(&mut home, &repo);
+    // While no daemon runs, the person removes the half-made worktree and puts a directory
+    // of their own where it was.
+    let worktree: String = home
+        .home
+        .db()
+        .query_row(
+            "SELECT worktree FROM sessions WHERE id = ?1",
+            [&session],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let worktree = PathBuf::from(worktree);
+    std::fs::remove_dir_all(&worktree).unwrap();
+    std::fs::create_dir(&worktree).unwrap();
+    std::fs::write(worktree.join("mine.txt"), "the person's\n").unwrap();
+
+    home.ok(&["daemon", "--detach"]);
+    let stderr = home.fails(&["send", &session, "touch after.txt", "--wait"], 1);
+    assert!(stderr.contains(worktree.to_str().unwrap()), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("mine.txt")).unwrap(),
+        "the person's\n"
+    );
+    assert_eq!(std::fs::read_dir(&worktree).unwrap().count(), 1);
+
+    // Freed, the next prompt makes the worktree and runs in it.
+    std::fs::remove_dir_all(&worktree).unwrap();
+    home.prompt(&session, "touch after.txt");
+    assert!(worktree.join("after.txt").is_file());
+    assert_eq!(
+        home.git(&worktree, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        home.branch_of(&session)
+    );
+    let entries = home.worktrees(&repo);
+    assert!(entries.iter().all(|(_, prunable)| !prunable), "{entries:?}");
+    assert_eq!(listed(&home, &repo).len(), 2, "{entries:?}");
+    home.stop_daemon();
 }
 
 // 8. The branch everywhere.
