@@ -232,7 +232,11 @@ impl Corral {
         Ok(self.shared.readers.read(read)?)
     }
 
-    /// Adds a project. Its path must be an existing directory; it is stored canonical.
+    /// Adds a project. Its path must be an existing directory; it is stored canonical. Its
+    /// isolation is the one asked for, else `worktree` when the path is in a git repository
+    /// with a commit and git 2.17+ is found, else `shared`; `worktree` asked for where it
+    /// cannot work is refused in one line (git's own words where they help). The repository's
+    /// top level is recorded whenever worktree isolation could work there, whichever is asked.
     pub async fn add_project(&self, mut project: NewProject) -> Result<Project, CorralError> {
         if project.name.trim().is_empty() {
             return Err(CorralError::Invalid("a project needs a name".into()));
