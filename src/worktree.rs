@@ -1127,6 +1127,154 @@ mod tests {
         assert!(path.join("a.txt").exists());
     }
 
+    /// Waits (at most 30 s) for the first event of `session_id` of `kind` on `events`.
+    async fn event_of(
+        events: &mut tokio::sync::broadcast::Receiver<Arc<crate::actors::supervisor::Published>>,
+        session_id: &str,
+        kind: &str,
+    ) {
+        let wait = async {
+            loop {
+                match events.recv().await {
+                    Ok(event) if event.session_id == session_id && event.kind == kind => break,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(error) => panic!("events: {error}"),
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} of {session_id}"));
+    }
+
+    #[test]
+    fn archive_and_merge_wait_for_a_prompt_and_the_next_start_makes_what_was_left_creating() {
+        use crate::store::work::{NewPrompt, NewSession};
+        use crate::{Corral, CorralOptions};
+        let home = tempfile::tempdir().unwrap();
+        let (repo, left) = actix::System::new().block_on(async {
+            let repo = Repo::new().await;
+            let corral = Corral::start(CorralOptions::new(home.path()))
+                .await
+                .unwrap();
+            let project = corral
+                .add_project(work::NewProject {
+                    name: "p".into(),
+                    path: repo.path.to_string_lossy().into_owned(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                project.isolation,
+                work::Isolation::Worktree,
+                "the default in a repository"
+            );
+            let session = corral
+                .open_session(NewSession {
+                    project_id: project.id.clone(),
+                    engine: "command".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut events = corral.subscribe();
+            let sent = corral
+                .send(NewPrompt {
+                    session_id: session.id.clone(),
+                    text: "sleep 30".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            event_of(&mut events, &session.id, "run.started").await;
+            for refused in [
+                corral
+                    .archive_session(&session.id, false)
+                    .await
+                    .unwrap_err(),
+                corral
+                    .merge_session(&session.id, None, false)
+                    .await
+                    .map(drop)
+                    .unwrap_err(),
+            ] {
+                assert!(
+                    refused
+                        .to_string()
+                        .contains(&format!("has a prompt running ({})", sent.prompt.id)),
+                    "{refused}"
+                );
+            }
+            let unchanged = corral
+                .read(|c| work::session(c, &session.id))
+                .unwrap()
+                .unwrap();
+            assert_eq!(unchanged.archived_at, None, "refused before archiving");
+            corral.cancel(&sent.prompt.id).await.unwrap();
+            corral.wait_prompt(&sent.prompt.id).await.unwrap();
+            let archived = corral.archive_session(&session.id, false).await.unwrap();
+            assert_eq!(archived.worktree.unwrap().state, WorktreeState::Removed);
+
+            // A session whose worktree a killed supervisor never made.
+            let id = uuid::Uuid::now_v7().to_string();
+            let git = corral.git().await.unwrap();
+            let planned = plan(
+                &git,
+                &corral.settings(),
+                corral.home(),
+                &project,
+                &id,
+                Some("left"),
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+            let left = corral
+                .write(crate::actors::ledger::CreateSession {
+                    session: NewSession {
+                        project_id: project.id.clone(),
+                        engine: "command".into(),
+                        id: Some(id),
+                        worktree: Some(planned),
+                        ..Default::default()
+                    },
+                })
+                .await
+                .unwrap();
+            (repo, left)
+        });
+        let path = PathBuf::from(&left.worktree.as_ref().unwrap().path);
+        assert!(!path.exists());
+        actix::System::new().block_on(async {
+            let corral = Corral::start(CorralOptions::new(home.path()))
+                .await
+                .unwrap();
+            let mut events = corral.subscribe();
+            let now = corral
+                .read(|c| work::session(c, &left.id))
+                .unwrap()
+                .unwrap();
+            if now.worktree.as_ref().unwrap().state == WorktreeState::Creating {
+                event_of(&mut events, &left.id, "worktree.created").await;
+            }
+            let made = corral
+                .read(|c| work::session(c, &left.id))
+                .unwrap()
+                .unwrap();
+            assert_eq!(made.worktree.unwrap().state, WorktreeState::Ready);
+        });
+        assert!(
+            path.join("a.txt").is_file(),
+            "made at the next start, with no prompt"
+        );
+        assert_eq!(
+            repo.run(&path, &["rev-parse", "--abbrev-ref", "HEAD"]),
+            left.worktree.unwrap().branch
+        );
+    }
+
     #[test]
     fn a_lost_checkout_is_told_from_a_directory_that_is_not_corrals() {
         let dir = tempfile::tempdir().unwrap();
