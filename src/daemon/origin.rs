@@ -31,6 +31,9 @@ use crate::store::work;
 /// The variable every engine child carries: its run's id.
 pub const RUN_ID_ENV: &str = crate::actors::supervisor::RUN_ID_ENV;
 
+/// The variable a worktree's setup command carries: its session's id.
+const SETUP_ENV: &str = crate::actors::session::SETUP_ENV;
+
 /// A live run as [`find`] matches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveRun {
@@ -55,8 +58,11 @@ const MAX_DEPTH: usize = 64;
 
 /// The live run `peer` belongs to, if any (see the module documentation).
 pub fn find(peer: i32, runs: &[LiveRun]) -> Option<Origin> {
-    if peer <= 0 || runs.is_empty() {
+    if peer <= 0 {
         return None;
+    }
+    if runs.is_empty() {
+        return from_a_setup(peer);
     }
     let by_pid: HashMap<i32, &LiveRun> = runs.iter().map(|run| (run.pid, run)).collect();
     let by_id: HashMap<&str, &LiveRun> =
@@ -95,7 +101,37 @@ pub fn find(peer: i32, runs: &[LiveRun]) -> Option<Origin> {
     if let Some(run) = group {
         return Some(origin(run, "process group"));
     }
-    from_environment.map(|run| origin(run, "environment"))
+    from_environment
+        .map(|run| origin(run, "environment"))
+        .or_else(|| from_a_setup(peer))
+}
+
+/// A worktree's setup command (`npm ci` runs the repository's scripts, which an agent may
+/// have written) is no run, but is held to a run's rules: a peer that is one of its
+/// processes, or descends from one, carries its session's id in `CORRAL_SETUP_SESSION`.
+fn from_a_setup(peer: i32) -> Option<Origin> {
+    let mut pid = peer;
+    for _ in 0..MAX_DEPTH {
+        let process = Process::new(pid).ok()?;
+        if let Some(session) = process
+            .environ()
+            .ok()
+            .and_then(|environment| environment.get(std::ffi::OsStr::new(SETUP_ENV)).cloned())
+        {
+            let session = session.to_string_lossy().into_owned();
+            return Some(Origin {
+                run_id: format!("setup of session {session}"),
+                session_id: Some(session),
+                found_by: "environment",
+            });
+        }
+        let ppid = process.stat().ok()?.ppid;
+        if ppid <= 1 {
+            return None;
+        }
+        pid = ppid;
+    }
+    None
 }
 
 /// The `CORRAL_RUN_ID` in a process's environment (readable for our own user's processes).
@@ -597,6 +633,19 @@ mod tests {
             ("prompt.send", json!({"session": "s", "text": "hi"})),
             ("session.steer", json!({"session": "s", "text": "hi"})),
             ("driver.claim", json!({"session": "s", "take_over": true})),
+            ("session.merge", json!({"session": "s"})),
+            (
+                "session.archive",
+                json!({"session": "s", "discard_changes": true}),
+            ),
+            ("project.set", json!({"project": "p", "setup": "npm ci"})),
+            ("project.set", json!({"project": "p", "worktrees_dir": "/x"})),
+            ("project.set", json!({"project": "p", "isolation": "shared"})),
+            (
+                "project.add",
+                json!({"name": "q", "path": "/", "setup": "make"}),
+            ),
+            ("settings.set", json!({"name": "worktrees.dir", "value": "/x"})),
         ] {
             assert!(
                 widens(method, params.clone()).is_some(),
@@ -621,6 +670,12 @@ mod tests {
             ("session.rename", json!({"session": "s", "title": "t"})),
             ("project.archive", json!({"project": "p"})),
             ("project.show", json!({"project": "p"})),
+            ("project.set", json!({"project": "p", "setup": ""})),
+            ("project.set", json!({"project": "p", "worktrees_dir": ""})),
+            ("project.set", json!({"project": "p", "isolation": "worktree"})),
+            ("session.archive", json!({"session": "s"})),
+            ("session.diff", json!({"session": "s", "stat": true})),
+            ("session.recreate", json!({"session": "s"})),
             ("status", json!({})),
             // Not served, or not decoded: it fails on its own.
             ("no.such", json!({"full_access": true})),
@@ -666,5 +721,34 @@ mod tests {
             found.map(|o| (o.run_id, o.found_by)),
             Some(("r2".into(), "environment"))
         );
+    }
+
+    #[test]
+    fn a_setup_commands_processes_are_held_to_a_runs_rules() {
+        // A grandchild of a shell that carries the setup's mark, with no live run at all.
+        let mut child = Command::new("sh")
+            .args(["-c", "sh -c 'echo ready; read _'"])
+            .env(SETUP_ENV, "s1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let found = find(child.id() as i32, &[]);
+        let found_with_runs = find(child.id() as i32, &[run(999_997, "r3")]);
+        let _ = child.kill();
+        let _ = child.wait();
+        for found in [found, found_with_runs] {
+            assert_eq!(
+                found.map(|o| (o.session_id, o.found_by)),
+                Some((Some("s1".into()), "environment"))
+            );
+        }
+        assert_eq!(find(std::process::id() as i32, &[]), None);
     }
 }
