@@ -639,13 +639,22 @@ mod tests {
                 json!({"session": "s", "discard_changes": true}),
             ),
             ("project.set", json!({"project": "p", "setup": "npm ci"})),
-            ("project.set", json!({"project": "p", "worktrees_dir": "/x"})),
-            ("project.set", json!({"project": "p", "isolation": "shared"})),
+            (
+                "project.set",
+                json!({"project": "p", "worktrees_dir": "/x"}),
+            ),
+            (
+                "project.set",
+                json!({"project": "p", "isolation": "shared"}),
+            ),
             (
                 "project.add",
                 json!({"name": "q", "path": "/", "setup": "make"}),
             ),
-            ("settings.set", json!({"name": "worktrees.dir", "value": "/x"})),
+            (
+                "settings.set",
+                json!({"name": "worktrees.dir", "value": "/x"}),
+            ),
         ] {
             assert!(
                 widens(method, params.clone()).is_some(),
@@ -672,7 +681,10 @@ mod tests {
             ("project.show", json!({"project": "p"})),
             ("project.set", json!({"project": "p", "setup": ""})),
             ("project.set", json!({"project": "p", "worktrees_dir": ""})),
-            ("project.set", json!({"project": "p", "isolation": "worktree"})),
+            (
+                "project.set",
+                json!({"project": "p", "isolation": "worktree"}),
+            ),
             ("session.archive", json!({"session": "s"})),
             ("session.diff", json!({"session": "s", "stat": true})),
             ("session.recreate", json!({"session": "s"})),
