@@ -9,6 +9,11 @@
 //! its engine is ended, a send is refused with one line (the CLI) or a `BUSY` error (the
 //! socket) naming the lock, and after the lock the failure is recorded and the session works.
 //!
+//! An app-server turn (the fake engine's app-server mode) cannot be held back on a pipe, since
+//! its child's one reader serves every thread: a turn that falls 4,096 notifications behind
+//! during a lock is given up (interrupted, failed saying so), and one whose writes wait past
+//! the limit fails naming it, as a child run does; either way the session works afterwards.
+//!
 //! The `sqlite3` shell is killed on every path out of a test (`LockHolder` kills it when
 //! dropped).
 
@@ -409,4 +414,72 @@ fn a_lock_past_the_limit_fails_the_run_and_refuses_sends_clearly() {
     let _ = DEADLINE;
     drop(watch);
     home.stop_daemon();
+}
+
+/// A session on the `codex-app-server` engine, served by the fake engine's app-server mode.
+fn app_server_session(home: &DaemonHome, settings: &[(&str, &str)]) -> String {
+    home.config(&[("engines.codex-app-server.path", FAKE)]);
+    home.config(settings);
+    home.add_project("p", &home.work(), "codex-app-server");
+    home.new_session(&["p", "--title", "chatty"])
+}
+
+/// Runs an app-server turn streaming `deltas` notifications `interval` ms apart through a
+/// lock held for `held`; returns the prompt's stored error once `send --wait` has ended.
+fn app_server_turn_through_a_lock(
+    settings: &[(&str, &str)],
+    deltas: usize,
+    interval: u64,
+    held: Duration,
+) -> Option<String> {
+    let home = DaemonHome::new();
+    let session = app_server_session(&home, settings);
+    let watch = Watch::start(&home, &session);
+    let script = format!("@fake deltas={deltas}\n@fake interval={interval}\nchatty turn");
+    let turn = spawn(&home, &["send", &session, &script, "--wait"]);
+    watch.until("tool");
+    let lock = LockHolder::take(&home.path().join("corral.db"));
+    lock.hold_for(held);
+    drop(lock);
+    let turn = finish(turn);
+    assert_eq!(turn.status.code(), Some(1), "{turn:?}");
+    assert_eq!(stderr(&turn).lines().count(), 1, "{}", stderr(&turn));
+    let all = events(&home, &session);
+    assert_no_hole(&all);
+    let prompts_now = prompts(&home, &session);
+    assert_eq!(prompts_now.len(), 1, "{prompts_now:?}");
+    assert_eq!(prompts_now[0].2, "failed", "{prompts_now:?}");
+    // The session works again, on the same app-server child.
+    let answer = home.ok(&["send", &session, "after the lock", "--wait"]);
+    assert!(answer.contains("after the lock"), "{answer}");
+    drop(watch);
+    home.stop_daemon();
+    prompts_now[0].3.clone()
+}
+
+#[test]
+fn an_app_server_turn_that_falls_behind_during_a_lock_is_given_up() {
+    if !sqlite3_runs() {
+        return;
+    }
+    let error = app_server_turn_through_a_lock(&[], 60_000, 0, Duration::from_secs(6));
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("4096 of the turn's notifications waited") && error.contains("interrupted"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_app_server_turn_whose_writes_wait_past_the_limit_fails_naming_it() {
+    if !sqlite3_runs() {
+        return;
+    }
+    let settings = [("store.lock_timeout_ms", "3000")];
+    let error = app_server_turn_through_a_lock(&settings, 3_000, 5, Duration::from_secs(8));
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("store.lock_timeout_ms") && error.contains("the turn was interrupted"),
+        "{error}"
+    );
 }

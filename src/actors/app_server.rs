@@ -64,6 +64,41 @@ pub enum TurnEvent {
     Invalid { line: String },
     /// The transport closed before the turn completed.
     Closed { details: Value },
+    /// The turn stopped reading (its worker waits for a store another program locks) while
+    /// [`TURN_BACKLOG`] notifications waited: its thread is routed no more. The last event.
+    Overflowed,
+}
+
+/// How many notifications may wait for a turn that does not read them. The reader serves
+/// every thread and every call of the child, so it never waits for one turn (a cancel's
+/// `turn/interrupt` answer comes through it); a turn that falls this far behind is given up
+/// instead of growing the daemon's memory.
+pub const TURN_BACKLOG: usize = 4096;
+
+/// A turn's channel: bounded, with one slot kept for [`TurnEvent::Overflowed`] or
+/// [`TurnEvent::Closed`].
+pub fn turn_channel() -> (mpsc::Sender<TurnEvent>, mpsc::Receiver<TurnEvent>) {
+    mpsc::channel(TURN_BACKLOG + 1)
+}
+
+/// Hands `event` to the turn watching `thread`, if one does, never waiting: a turn whose
+/// channel has only its last slot left gets [`TurnEvent::Overflowed`] there and is dropped.
+fn deliver(turns: &mut HashMap<String, mpsc::Sender<TurnEvent>>, thread: &str, event: TurnEvent) {
+    let Some(turn) = turns.get(thread) else {
+        return;
+    };
+    // This actor is the only sender: the capacity only grows between the check and the send.
+    if turn.capacity() > 1 {
+        let _ = turn.try_send(event);
+        return;
+    }
+    let _ = turn.try_send(TurnEvent::Overflowed);
+    tracing::warn!(
+        thread,
+        backlog = TURN_BACKLOG,
+        "a turn fell behind its notifications: it is given up"
+    );
+    turns.remove(thread);
 }
 
 /// The child's state, as `status` shows it.
@@ -138,7 +173,7 @@ pub struct AppServerActor {
     /// Requests that load a thread when they succeed (`thread/start`: `None`, the id is in the
     /// answer; `thread/resume`: the id asked for).
     loading: HashMap<u64, Option<String>>,
-    turns: HashMap<String, mpsc::UnboundedSender<TurnEvent>>,
+    turns: HashMap<String, mpsc::Sender<TurnEvent>>,
     /// `EnsureRunning` callers waiting for the handshake.
     waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
     restarts: VecDeque<Instant>,
@@ -430,12 +465,11 @@ impl AppServerActor {
             json!({ "method": method, "answer": answered }),
         );
         if let Some(thread) = params["threadId"].as_str() {
-            if let Some(turn) = self.turns.get(thread) {
-                let _ = turn.send(TurnEvent::Notification {
-                    method: "corral/serverRequest".into(),
-                    params: json!({ "method": method, "answer": answered, "request": params }),
-                });
-            }
+            let event = TurnEvent::Notification {
+                method: "corral/serverRequest".into(),
+                params: json!({ "method": method, "answer": answered, "request": params }),
+            };
+            deliver(&mut self.turns, thread, event);
         }
     }
 
@@ -459,8 +493,9 @@ impl AppServerActor {
             "close_source": death.source.unwrap_or("unknown"),
             "turn_status": "inProgress",
         });
+        // Each channel has its last slot free (`deliver`).
         for (_, turn) in self.turns.drain() {
-            let _ = turn.send(TurnEvent::Closed {
+            let _ = turn.try_send(TurnEvent::Closed {
                 details: details.clone(),
             });
         }
@@ -718,7 +753,8 @@ impl Handler<Call> for AppServerActor {
 #[rtype(result = "()")]
 pub struct WatchThread {
     pub thread_id: String,
-    pub sender: mpsc::UnboundedSender<TurnEvent>,
+    /// From [`turn_channel`].
+    pub sender: mpsc::Sender<TurnEvent>,
 }
 
 impl Handler<WatchThread> for AppServerActor {
@@ -726,7 +762,7 @@ impl Handler<WatchThread> for AppServerActor {
 
     fn handle(&mut self, watch: WatchThread, _: &mut Context<Self>) {
         if self.child.is_none() {
-            let _ = watch.sender.send(TurnEvent::Closed {
+            let _ = watch.sender.try_send(TurnEvent::Closed {
                 details: json!({ "close_source": "not running", "turn_status": "notStarted" }),
             });
             return;
@@ -847,8 +883,10 @@ impl Handler<StdoutLine> for AppServerActor {
                 // An invalid line is an event, never a crash.
                 let line = message.line;
                 self.remember("invalid_line", json!({ "line": line }));
-                for turn in self.turns.values() {
-                    let _ = turn.send(TurnEvent::Invalid { line: line.clone() });
+                let threads: Vec<String> = self.turns.keys().cloned().collect();
+                for thread in threads {
+                    let event = TurnEvent::Invalid { line: line.clone() };
+                    deliver(&mut self.turns, &thread, event);
                 }
                 return;
             }
@@ -893,8 +931,12 @@ impl Handler<StdoutLine> for AppServerActor {
                 ) {
                     self.remember(&method, params.clone());
                 }
-                if let Some(turn) = thread.and_then(|thread| self.turns.get(&thread)) {
-                    let _ = turn.send(TurnEvent::Notification { method, params });
+                if let Some(thread) = thread {
+                    deliver(
+                        &mut self.turns,
+                        &thread,
+                        TurnEvent::Notification { method, params },
+                    );
                 }
             }
             (None, None) => {}

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
@@ -197,7 +196,7 @@ impl Worker {
                 }
             }
         }
-        let (sender, mut notifications) = mpsc::unbounded_channel();
+        let (sender, mut notifications) = app_server::turn_channel();
         server.do_send(app_server::WatchThread {
             thread_id: thread_id.clone(),
             sender,
@@ -248,7 +247,11 @@ impl Worker {
             tokio::select! {
                 _ = &mut flush, if flush_armed => {
                     flush_armed = false;
-                    self.store_events(std::mem::take(&mut batch)).await;
+                    if let Err(error) = self.try_store_events(std::mem::take(&mut batch)).await {
+                        // Past `store.lock_timeout_ms`, as a child run is: ended.
+                        let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
+                        break failed(format!("{error}; the turn was interrupted"), Some(FailureClass::Other));
+                    }
                 }
                 next = notifications.recv() => {
                     let Some(next) = next else {
@@ -308,6 +311,16 @@ impl Worker {
                         app_server::TurnEvent::Invalid { line } => {
                             batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::Raw, json!({ "line": line })));
                         }
+                        app_server::TurnEvent::Overflowed => {
+                            let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
+                            break failed(
+                                format!(
+                                    "the store stayed locked while {} of the turn's notifications waited: the turn was interrupted",
+                                    app_server::TURN_BACKLOG
+                                ),
+                                Some(FailureClass::Other),
+                            );
+                        }
                         app_server::TurnEvent::Closed { details } => {
                             batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::TransportClosed, details.clone()));
                             break match stop {
@@ -321,7 +334,11 @@ impl Worker {
                     }
                     if batch.len() >= EVENT_BATCH {
                         flush_armed = false;
-                        self.store_events(std::mem::take(&mut batch)).await;
+                        if let Err(error) = self.try_store_events(std::mem::take(&mut batch)).await {
+                            // Past `store.lock_timeout_ms`, as a child run is: ended.
+                        let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
+                        break failed(format!("{error}; the turn was interrupted"), Some(FailureClass::Other));
+                        }
                     } else if !batch.is_empty() && !flush_armed {
                         flush_armed = true;
                         flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_AFTER);
