@@ -483,3 +483,184 @@ fn an_app_server_turn_whose_writes_wait_past_the_limit_fails_naming_it() {
         "{error}"
     );
 }
+
+/// The step numbers (`step i`) of a run's streamed events, in stored order: those of its
+/// tool events, and those in the raw lines kept when its engine was ended mid-stream.
+fn run_steps(home: &DaemonHome, run: &str) -> Vec<usize> {
+    let db = home.db();
+    let mut statement = db
+        .prepare("SELECT kind, payload FROM events WHERE run_id = ?1 ORDER BY seq")
+        .unwrap();
+    let rows = statement
+        .query_map([run], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .unwrap();
+    let mut steps = Vec::new();
+    for row in rows {
+        let (kind, payload) = row.unwrap();
+        if kind != "tool" && kind != "raw" {
+            continue;
+        }
+        let Some(at) = payload.find("step ") else {
+            continue;
+        };
+        let digits: String = payload[at + 5..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        steps.push(digits.parse().unwrap());
+    }
+    steps
+}
+
+/// The kinds of a session's events, for one run or one prompt's own (no run).
+fn kinds_of(
+    all: &[(i64, String, Option<String>, Value)],
+    home: &DaemonHome,
+    run: &str,
+) -> Vec<String> {
+    let db = home.db();
+    let seqs: Vec<i64> = db
+        .prepare("SELECT seq FROM events WHERE run_id = ?1 ORDER BY seq")
+        .unwrap()
+        .query_map([run], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    all.iter()
+        .filter(|(seq, ..)| seqs.contains(seq))
+        .map(|(_, kind, ..)| kind.clone())
+        .collect()
+}
+
+/// SIGTERM to the daemon while a `sqlite3` shell holds the store's lock and a prompt
+/// streams: the events the worker holds go to `HOME/spill/<session>.jsonl`; the next daemon
+/// stores them first, numbered without a hole, removes the file, and runs the prompt again
+/// (its run stays `running` in the store and that boot closes it, as after a kill).
+fn shutdown_during_a_lock_spills(settings: &[(&str, &str)], until_blocked: bool) {
+    if !sqlite3_runs() {
+        return;
+    }
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "spilled", settings);
+    let watch = Watch::start(&home, &session);
+    let sent = finish(spawn(&home, &["send", &session, &streaming(3000)]));
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    watch.until("tool");
+    let engine = engine_pid(&home, &session);
+    let lock = LockHolder::take(&home.path().join("corral.db"));
+    if until_blocked {
+        // The worker holds a batch it cannot store, so it no longer reads the engine.
+        wait_until("the engine blocks on its full pipe", || {
+            blocked_on_pipe(engine)
+        });
+    }
+    let (run, prompt): (String, String) = home
+        .db()
+        .query_row(
+            "SELECT id, prompt_id FROM runs WHERE session_id = ?1",
+            [&session],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    let stored_before = run_steps(&home, &run).len();
+
+    let daemon = home.daemon_pid().expect("a daemon");
+    common::daemon::kill(daemon, libc::SIGTERM);
+    let spill = home.path().join("spill").join(format!("{session}.jsonl"));
+    wait_until("the worker spills its events", || spill.exists());
+    assert!(!alive(engine), "the engine ended with the shutdown");
+    // The store is still locked: the run and its prompt are still running in it.
+    let run_status: String = home
+        .db()
+        .query_row("SELECT status FROM runs WHERE id = ?1", [&run], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(run_status, "running");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&spill), 0o600);
+    assert_eq!(mode(spill.parent().unwrap()), 0o700);
+    let spilled = std::fs::read_to_string(&spill).unwrap().lines().count();
+    assert!(spilled > 0);
+    drop(lock);
+    wait_until("the daemon exits", || !alive(daemon));
+    drop(watch);
+
+    home.start_daemon();
+    assert!(!spill.exists(), "the boot stored the spill and removed it");
+    wait_until("the prompt ran again", || {
+        prompts(&home, &session)
+            .iter()
+            .all(|(_, _, status, _)| status == "done")
+    });
+    let all = events(&home, &session);
+    assert_no_hole(&all);
+    // Every event of the first run is stored: its steps 1…n without a gap, more of them
+    // than were stored when the daemon was told to stop.
+    let steps = run_steps(&home, &run);
+    assert!(
+        steps.len() > stored_before,
+        "{} steps stored, {stored_before} before the shutdown",
+        steps.len()
+    );
+    assert_eq!(
+        steps,
+        (1..=steps.len()).collect::<Vec<_>>(),
+        "steps in order, none lost"
+    );
+    // Its end is told once (by the spill, not again by recovery), and it is closed as the
+    // boot closes a dead daemon's run.
+    let first = kinds_of(&all, &home, &run);
+    assert_eq!(
+        first.iter().filter(|kind| *kind == "run.exited").count(),
+        1,
+        "{first:?}"
+    );
+    let (status, decision): (String, Option<String>) = home
+        .db()
+        .query_row(
+            "SELECT status, retry_decision FROM runs WHERE id = ?1",
+            [&run],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), decision.as_deref()),
+        ("interrupted", Some("requeued"))
+    );
+    // The prompt was requeued once, never ended before its rerun, and its rerun streamed it all.
+    let count = |kind: &str| {
+        all.iter()
+            .filter(|(_, k, of, _)| k == kind && of.as_deref() == Some(prompt.as_str()))
+            .count()
+    };
+    assert_eq!(count("prompt.requeued"), 1, "{all:?}");
+    assert_eq!(count("prompt.failed"), 0);
+    assert_eq!(count("prompt.done"), 1);
+    let rerun: String = home
+        .db()
+        .query_row(
+            "SELECT id FROM runs WHERE prompt_id = ?1 AND status = 'succeeded'",
+            [&prompt],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(run_steps(&home, &rerun), (1..=3000).collect::<Vec<_>>());
+    home.stop_daemon();
+}
+
+#[test]
+fn a_shutdown_past_the_lock_limit_spills_the_held_events_and_the_next_boot_stores_them() {
+    // The run's writes are given up at 2 s while the daemon drains (10 s by default), before
+    // its pipe fills; the prompt's end is then retried until the shutdown.
+    shutdown_during_a_lock_spills(&[("store.lock_timeout_ms", "2000")], false);
+}
+
+#[test]
+fn a_shutdown_within_the_lock_limit_spills_the_held_events_and_the_next_boot_stores_them() {
+    // Under the default 60 s limit, the shutdown gives the waiting writes up at once.
+    shutdown_during_a_lock_spills(&[("daemon.shutdown_grace_ms", "1000")], true);
+}

@@ -33,6 +33,7 @@
 //! checkpoints never wait for a lock: a busy one is postponed to the next.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -208,6 +209,9 @@ impl<W> std::fmt::Debug for Unwritten<W> {
 /// Owns the writing connection. Private: talk to it through [`LedgerHandle`].
 struct LedgerWriter {
     path: PathBuf,
+    /// Set when the supervisor shuts down: a write that finds the store locked is given up
+    /// at once rather than at its limit ([`LedgerHandle::stop_waiting`]).
+    stop_waiting: Arc<AtomicBool>,
     /// Opened by [`Open`] on this actor's own thread, so even the pragmas that write the file
     /// header (`journal_mode=WAL`) come from the ledger.
     connection: Option<Connection>,
@@ -265,7 +269,7 @@ impl Handler<Commit> for LedgerWriter {
         let path = &self.path;
         // IMMEDIATE takes the write lock up front, so another process's writer shows up here,
         // before any write ran, rather than midway through one.
-        let mut lock = LockWait::new(path);
+        let mut lock = LockWait::new(path, &self.stop_waiting);
         let begun = lock.retry(connection, &mut ops, |connection| {
             connection.execute_batch("BEGIN IMMEDIATE")
         });
@@ -331,20 +335,26 @@ fn apply_and_commit(
 /// reads the limit only when the store is found locked.
 struct LockWait<'a> {
     path: &'a Path,
+    /// The supervisor shuts down: no write waits for the lock any more.
+    stop_waiting: &'a AtomicBool,
     /// The limit and when the wait began, once the store was found locked.
     waiting: Option<(Duration, Instant)>,
     backoff: Duration,
     /// The batch's writes have run: none may be given up alone any more.
     committing: bool,
+    /// The busy timeout was set to none for a shutdown ([`LedgerHandle::stop_waiting`]).
+    answer_at_once: bool,
 }
 
 impl<'a> LockWait<'a> {
-    fn new(path: &'a Path) -> Self {
+    fn new(path: &'a Path, stop_waiting: &'a AtomicBool) -> Self {
         LockWait {
             path,
+            stop_waiting,
             waiting: None,
             backoff: LOCK_BACKOFF.0,
             committing: false,
+            answer_at_once: false,
         }
     }
 
@@ -364,6 +374,11 @@ impl<'a> LockWait<'a> {
         ops: &mut Vec<Box<dyn Op>>,
         attempt: impl Fn(&Connection) -> rusqlite::Result<()>,
     ) -> Result<bool, StoreError> {
+        if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
+            // At shutdown a locked store answers at once (`done` sets the wait back).
+            let _ = connection.busy_timeout(Duration::ZERO);
+            self.answer_at_once = true;
+        }
         loop {
             match attempt(connection) {
                 Ok(()) => return Ok(true),
@@ -382,6 +397,15 @@ impl<'a> LockWait<'a> {
                 (limit, Instant::now())
             });
             let now = Instant::now();
+            // At shutdown the writes that never ran go back to their callers now (a worker
+            // keeps its events in the spill journal, `store::spill`): the daemon's own wait for
+            // its workers is shorter than the limit.
+            if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
+                for op in std::mem::take(ops) {
+                    op.finish(Err(self.timeout(since.elapsed()).into()));
+                }
+                return Ok(false);
+            }
             let deadline = if self.committing {
                 // The writes have run: the batch waits as one, from the first busy COMMIT.
                 if now >= since + limit {
@@ -418,6 +442,9 @@ impl<'a> LockWait<'a> {
 
     /// Ends the wait: the busy timeout back to one attempt's, and a word when the lock came.
     fn done(self, connection: &Connection) {
+        if self.answer_at_once && self.waiting.is_none() {
+            let _ = connection.busy_timeout(attempt_wait());
+        }
         if let Some((_, since)) = self.waiting {
             let _ = connection.busy_timeout(attempt_wait());
             tracing::warn!(
@@ -695,6 +722,7 @@ impl Ledger {
 pub struct LedgerHandle {
     front: Addr<Ledger>,
     checkpointed: watch::Receiver<u64>,
+    stop_waiting: Arc<AtomicBool>,
 }
 
 impl LedgerHandle {
@@ -703,8 +731,11 @@ impl LedgerHandle {
     /// as it is. Returns the handle and the schema version.
     pub async fn start(path: &Path, migrate: bool) -> Result<(LedgerHandle, u32), LedgerError> {
         let owned = path.to_path_buf();
+        let stop_waiting = Arc::new(AtomicBool::new(false));
+        let flag = stop_waiting.clone();
         let writer = SyncArbiter::start(1, move || LedgerWriter {
             path: owned.clone(),
+            stop_waiting: flag.clone(),
             connection: None,
         });
         let version = writer
@@ -730,6 +761,7 @@ impl LedgerHandle {
             LedgerHandle {
                 front,
                 checkpointed: checkpointed_rx,
+                stop_waiting,
             },
             version,
         ))
@@ -778,6 +810,15 @@ impl LedgerHandle {
                 Err(unwritten) => return Err(unwritten.error),
             }
         }
+    }
+
+    /// From now on a write that finds the store locked by another program is given up at
+    /// once, unapplied (`StoreError::LockTimeout`), instead of at `store.lock_timeout_ms`;
+    /// a write that waits now is given up within one attempt (at most a second). Called when
+    /// the supervisor shuts down: its workers keep what they could not store in the spill
+    /// journal before the daemon exits.
+    pub fn stop_waiting(&self) {
+        self.stop_waiting.store(true, Ordering::SeqCst);
     }
 
     /// The number of WAL checkpoints finished so far; it changes when one finishes.
@@ -983,14 +1024,52 @@ ledger_write!(
     Recover {
         ended: Vec<(String, i64)>,
         app_servers: Vec<(String, serde_json::Value)>,
+        told: work::Told,
     } -> work::Recovered,
     |this, connection| {
         for (project_id, state) in &this.app_servers {
             work::save_app_server(connection, project_id, state)?;
         }
-        work::recover(connection, &this.ended)
+        work::recover(connection, &this.ended, &this.told)
     }
 );
+
+/// Stores one spill file's events at boot (`store::spill`), in order, numbered as any
+/// events; each part of the file (the events of one shutdown, sharing an `after_seq`) is
+/// skipped when the session's event after that number is its first event: a boot killed
+/// after this write and before it removed the file stored it already. Replies how many
+/// events were stored and how many skipped.
+pub struct IngestSpill {
+    pub events: Vec<crate::store::spill::SpilledEvent>,
+}
+
+impl LedgerWrite for IngestSpill {
+    type Output = (usize, usize);
+    fn apply(self, connection: &Connection) -> Result<(usize, usize), StoreError> {
+        let (mut stored, mut skipped) = (0, 0);
+        let mut events = self.events.into_iter().peekable();
+        while let Some(first) = events.next() {
+            let mut part = vec![first];
+            while let Some(next) = events.next_if(|next| next.after_seq == part[0].after_seq) {
+                part.push(next);
+            }
+            let done = match part[0].after_seq {
+                Some(seq) => work::event_is(connection, seq + 1, &part[0].event())?,
+                None => false,
+            };
+            if done {
+                skipped += part.len();
+                continue;
+            }
+            stored += part.len();
+            work::append_events_at(
+                connection,
+                part.iter().map(|spilled| (spilled.event(), spilled.at)),
+            )?;
+        }
+        Ok((stored, skipped))
+    }
+}
 
 ledger_write!(
     /// Records the processes a run left that its project keeps; forgets gone ones.

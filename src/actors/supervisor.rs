@@ -6,7 +6,8 @@
 //! marked running (their groups, checked by pid *and* start time, and whatever carries a
 //! run's id in its environment) and of the app-server children is ended first; then the runs
 //! are closed as interrupted, at the moment their processes were gone, and their sessions'
-//! work resumes.
+//! work resumes. Before all that it stores what the last daemon's workers spilled at a
+//! shutdown during a store lock (`store::spill`, [`ingest_spills`]).
 //!
 //! What it writes for others never drops for a store another program locks: the events no
 //! session's worker tells ([`Shared::append_events`]) and the app-server children's states
@@ -22,7 +23,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::app_server::{AppServerActor, AppServerState};
 use super::ledger::{
-    AppendEvents, CurrentOrNext, LedgerError, LedgerHandle, Recover, SaveAppServer, Unwritten,
+    AppendEvents, CurrentOrNext, IngestSpill, LedgerError, LedgerHandle, Recover, SaveAppServer,
+    Unwritten,
 };
 use super::session::{CancelPrompt, SessionActor, StartWork, SETUP_ENV};
 use super::slots::SlotsHandle;
@@ -235,6 +237,9 @@ impl Shared {
 
     /// Tells every worker to stop: running children are ended and their prompts requeued.
     pub fn begin_shutdown(&self) {
+        // A write waiting for a store another program locks comes back now, unapplied: its
+        // worker keeps its events in the spill journal before the daemon exits.
+        self.ledger.stop_waiting();
         self.shutdown.send_replace(true);
     }
 
@@ -548,7 +553,10 @@ impl Handler<Boot> for Supervisor {
         Box::pin(
             async move {
                 let begun = std::time::Instant::now();
-                let recovered = reconcile(&shared).await?;
+                // What the last daemon's workers spilled goes in first, ahead of anything this
+                // boot tells about their runs and before any prompt of theirs runs again.
+                let told = ingest_spills(&shared).await?;
+                let recovered = reconcile(&shared, told).await?;
                 let reconciled = begun.elapsed();
                 process::kill_point("boot.committed");
                 let prompts = shared
@@ -595,8 +603,54 @@ async fn resume(supervisor: Addr<Supervisor>, prompts: Vec<Prompt>) {
     }
 }
 
+/// Stores the events the last daemon's workers spilled when it shut down during a store lock
+/// (`store::spill`): one ledger write per file, in order, numbered as usual, then the file is
+/// removed. Returns what they tell of their runs' ends and their prompts' requeues, which
+/// recovery then does not tell again. A file that does not parse, or whose write fails for
+/// another reason than a lock (its session is gone), is left in place and named in one log
+/// line; a store still locked past `store.lock_timeout_ms` fails the boot (reconciling
+/// without the spilled events would number later events before them).
+async fn ingest_spills(shared: &Shared) -> Result<work::Told, String> {
+    let scan = crate::store::spill::scan(&shared.home);
+    for (path, why) in &scan.unreadable {
+        tracing::error!(path = %path.display(), why, "a spill file was not read; it is left in place");
+    }
+    let mut told = work::Told::default();
+    for spill in scan.spills {
+        let write = IngestSpill {
+            events: spill.events.clone(),
+        };
+        match shared.ledger.write(write).await {
+            Ok((stored, skipped)) => {
+                tracing::info!(
+                    path = %spill.path.display(),
+                    stored,
+                    skipped,
+                    "spilled events stored"
+                );
+                for event in &spill.events {
+                    told.note(&event.event());
+                }
+                if let Err(error) = crate::store::spill::remove(&spill) {
+                    tracing::error!(path = %spill.path.display(), %error, "a stored spill file was not removed");
+                }
+            }
+            Err(error) if error.is_locked() => {
+                return Err(format!(
+                    "{error}: the events spilled at {} were not stored",
+                    spill.path.display()
+                ))
+            }
+            Err(error) => {
+                tracing::error!(path = %spill.path.display(), %error, "a spill file's events were not stored; it is left in place");
+            }
+        }
+    }
+    Ok(told)
+}
+
 /// Ends what a dead supervisor left running, then closes its runs (see [`Boot`]).
-async fn reconcile(shared: &Shared) -> Result<Recovered, String> {
+async fn reconcile(shared: &Shared, told: work::Told) -> Result<Recovered, String> {
     let read = shared.readers.read(|connection| {
         Ok((
             work::leftover_runs(connection)?,
@@ -666,7 +720,11 @@ async fn reconcile(shared: &Shared) -> Result<Recovered, String> {
         .collect();
     let recovered = shared
         .ledger
-        .write(Recover { ended, app_servers })
+        .write(Recover {
+            ended,
+            app_servers,
+            told,
+        })
         .await
         .map_err(|error| error.to_string())?;
     forget_dead_kept(shared).await;

@@ -23,6 +23,7 @@ pub mod migrations;
 pub mod overview;
 pub mod select;
 pub mod settings;
+pub mod spill;
 pub mod work;
 
 use std::io::Read;

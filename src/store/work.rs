@@ -1066,6 +1066,16 @@ pub(crate) fn append_events(
     connection: &Connection,
     events: Vec<NewEvent>,
 ) -> rusqlite::Result<Vec<Event>> {
+    let at = now_ms();
+    append_events_at(connection, events.into_iter().map(|event| (event, at)))
+}
+
+/// Appends events as [`append_events`] does, each with the time given beside it (a spill
+/// journal's events keep the time they were spilled, `store::spill`).
+pub(crate) fn append_events_at(
+    connection: &Connection,
+    events: impl ExactSizeIterator<Item = (NewEvent, i64)>,
+) -> rusqlite::Result<Vec<Event>> {
     let mut numbered = Vec::with_capacity(events.len());
     // The session's last event's time goes with its number (the overview reads it there, not
     // from the event, whose payload may be long).
@@ -1077,15 +1087,14 @@ pub(crate) fn append_events(
         "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
-    if events.is_empty() {
+    if events.len() == 0 {
         return Ok(numbered);
     }
-    let at = now_ms();
     // The daemon-wide number: the ledger is the only writer, so the last stored one plus one
     // (an index seek) is free inside this transaction; a write rolled back gives its numbers
     // back with its rows, so the stored numbers have no gaps.
     let mut feed_seq = last_feed_seq(connection)?;
-    for event in events {
+    for (event, at) in events {
         let seq: i64 = next.query_row(params![&event.session_id, at], |row| row.get(0))?;
         feed_seq += 1;
         insert.execute(params![
@@ -1110,6 +1119,66 @@ pub(crate) fn append_events(
         });
     }
     Ok(numbered)
+}
+
+/// What the spill journal stored at boot already tells (`store::spill`): the runs whose
+/// `run.exited` and the prompts whose `prompt.requeued` it held, which recovery then does not
+/// tell a second time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Told {
+    pub runs: std::collections::HashSet<String>,
+    pub requeued: std::collections::HashSet<String>,
+}
+
+impl Told {
+    /// Notes what `event`, stored from a spill, tells.
+    pub fn note(&mut self, event: &NewEvent) {
+        match event.kind {
+            EventKind::RunExited => {
+                if let Some(run) = &event.run_id {
+                    self.runs.insert(run.clone());
+                }
+            }
+            EventKind::PromptRequeued => {
+                if let Some(prompt) = &event.prompt_id {
+                    self.requeued.insert(prompt.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether the session's event `seq` is `event` (same kind, prompt, run and payload): how a
+/// boot finds a spill file it stored before it was killed, before it could remove the file.
+pub(crate) fn event_is(
+    connection: &Connection,
+    seq: i64,
+    event: &NewEvent,
+) -> rusqlite::Result<bool> {
+    let found = connection
+        .query_row(
+            "SELECT kind, prompt_id, run_id, payload FROM events WHERE session_id = ?1 AND seq = ?2",
+            params![event.session_id, seq],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            },
+        )
+        .optional()?;
+    Ok(found.is_some_and(|(kind, prompt_id, run_id, payload)| {
+        kind == event.kind.as_str()
+            && prompt_id == event.prompt_id
+            && run_id == event.run_id
+            && serde_json::from_str::<serde_json::Value>(&payload)
+                .ok()
+                .as_ref()
+                == Some(&event.payload)
+    }))
 }
 
 /// What a previous supervisor left behind, and what was done about it at boot.
@@ -1185,9 +1254,10 @@ pub fn sessions_in_setup(connection: &Connection) -> rusqlite::Result<Vec<String
 pub(crate) fn recover(
     connection: &Connection,
     ended: &[(String, i64)],
+    told: &Told,
 ) -> rusqlite::Result<Recovered> {
     let leftovers = leftover_runs(connection)?;
-    let mut told = Vec::new();
+    let mut telling = Vec::new();
     let mut interrupted_runs = Vec::new();
     for (run_id, ended_at) in ended {
         // A run closed since it was read is not closed twice.
@@ -1200,19 +1270,22 @@ pub(crate) fn recover(
             params![run_id, ended_at],
         )?;
         // What happened is told in the sessions' events, as after a SIGTERM: the run ended
-        // by recovery, its prompt queued again (it runs again once the worker takes it).
-        told.push(NewEvent {
-            session_id: run.session_id.clone(),
-            prompt_id: Some(run.prompt_id.clone()),
-            run_id: Some(run.id.clone()),
-            kind: EventKind::RunExited,
-            payload: serde_json::json!({
-                "ended_by": "recovery",
-                "reason": "the daemon that ran it died; a new one ended its processes and closed the run",
-            }),
-        });
-        if run.prompt_status == "running" {
-            told.push(NewEvent {
+        // by recovery, its prompt queued again (it runs again once the worker takes it);
+        // unless the spill journal stored at this boot told it already (`store::spill`).
+        if !told.runs.contains(&run.id) {
+            telling.push(NewEvent {
+                session_id: run.session_id.clone(),
+                prompt_id: Some(run.prompt_id.clone()),
+                run_id: Some(run.id.clone()),
+                kind: EventKind::RunExited,
+                payload: serde_json::json!({
+                    "ended_by": "recovery",
+                    "reason": "the daemon that ran it died; a new one ended its processes and closed the run",
+                }),
+            });
+        }
+        if run.prompt_status == "running" && !told.requeued.contains(&run.prompt_id) {
+            telling.push(NewEvent {
                 session_id: run.session_id.clone(),
                 prompt_id: Some(run.prompt_id.clone()),
                 run_id: None,
@@ -1222,7 +1295,7 @@ pub(crate) fn recover(
         }
         interrupted_runs.push((run.id.clone(), run.pid, run.pid_start));
     }
-    append_events(connection, told)?;
+    append_events(connection, telling)?;
     let mut statement = connection.prepare_cached(
         "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
     )?;

@@ -132,6 +132,11 @@ impl Worker {
         let mut drain_cap = tokio::time::Instant::now();
         let stop = loop {
             if let Some(error) = unstored.take() {
+                // At a shutdown the ledger gives a locked write up at once: the run is
+                // stopped by the shutdown (its events spilled, its prompt requeued).
+                if *self.shutdown.borrow() && error.is_locked() {
+                    break Some(Ended::Stopped(Stop::Shutdown));
+                }
                 break Some(Ended::Unstored(error));
             }
             // While a write waits for the store, nothing here reads the lines: the readers

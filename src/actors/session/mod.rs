@@ -23,6 +23,10 @@
 //! pipe). A write the ledger gives up past `store.lock_timeout_ms` never ran: its events stay
 //! deferred, in order (`try_store_events`, `write_events`), the run fails (`child.rs`), and the
 //! run's and prompt's ends are retried until they are stored (`write_events_until_stored`).
+//! At a shutdown the ledger gives such writes up at once; what the worker still holds then
+//! goes to the session's spill file (`spill_deferred`, `store::spill`), stored by the next
+//! boot before anything else; the run and the prompt stay running in the store, for that
+//! boot to close and requeue.
 //!
 //! The files: this one holds the actor and the worker's outer loop (a prompt's end, the next
 //! prompt claimed in the same transaction); `prompt.rs` one prompt's attempts, step by step;
@@ -51,6 +55,7 @@ use super::ledger::{
 use super::supervisor::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
+use crate::store::spill::{self, SpilledEvent};
 use crate::store::work::{NewEvent, Prompt, PromptStatus, RunEnd};
 pub use app_turn::driver_file;
 pub use setup::SETUP_ENV;
@@ -267,7 +272,14 @@ impl Exit {
 }
 
 impl Worker {
+    /// Runs the prompts, then keeps in the spill journal what a shutdown during a store lock
+    /// left unstored.
     async fn run(mut self, first: Prompt) {
+        self.work(first).await;
+        self.spill_deferred();
+    }
+
+    async fn work(&mut self, first: Prompt) {
         let mut next = Some(first);
         while let Some(prompt) = next {
             let prompt_id = prompt.id.clone();
@@ -320,6 +332,14 @@ impl Worker {
                 Ok(next) => next,
                 Err(error) => {
                     tracing::error!(%error, prompt_id, "could not finish the prompt");
+                    if *self.shutdown.borrow() {
+                        // The prompt stays running in the store, and the next boot requeues
+                        // it: its end is not told (the rest is spilled, `spill_deferred`).
+                        self.deferred.retain(|event| {
+                            !(event.kind.ends_prompt()
+                                && event.prompt_id.as_deref() == Some(prompt_id.as_str()))
+                        });
+                    }
                     None
                 }
             };
@@ -479,6 +499,49 @@ impl Worker {
                     write = kept;
                 }
                 Err(unwritten) => return Err(unwritten.error),
+            }
+        }
+    }
+
+    /// Writes the events still deferred when the worker ends at a shutdown (the store stayed
+    /// locked, so their writes were given up) to the session's spill file,
+    /// `HOME/spill/<session id>.jsonl`: the next boot stores them before anything else
+    /// (`supervisor::ingest_spills`). The session's last stored number goes with them, by
+    /// which that boot knows a file it stored already.
+    fn spill_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let count = self.deferred.len();
+        if !*self.shutdown.borrow() {
+            tracing::error!(session = self.session_id, count, "events not stored");
+            return;
+        }
+        let after_seq = self
+            .shared
+            .readers
+            .read(|connection| crate::store::work::session(connection, &self.session_id))
+            .ok()
+            .flatten()
+            .map(|session| session.last_event_seq);
+        let at = crate::store::now_ms();
+        let events: Vec<SpilledEvent> = self
+            .deferred
+            .iter()
+            .map(|event| SpilledEvent::new(event, at, after_seq))
+            .collect();
+        match spill::write(&self.shared.home, &self.session_id, &events) {
+            Ok(path) => {
+                tracing::warn!(
+                    session = self.session_id,
+                    count,
+                    path = %path.display(),
+                    "events spilled: the store stayed locked; the next start stores them"
+                );
+                self.deferred.clear();
+            }
+            Err(error) => {
+                tracing::error!(%error, session = self.session_id, count, "events neither stored nor spilled");
             }
         }
     }
