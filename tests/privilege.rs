@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::daemon::DaemonHome;
+use common::git::GitHome;
 use serde_json::json;
 
 const REFUSAL: &str = "not allowed from inside a supervised run (session ";
@@ -364,5 +365,54 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
     let elsewhere = home.json(&["project", "show", "elsewhere", "--json"]);
     assert!(elsewhere["archived_at"].is_i64(), "{elsewhere}");
     assert_eq!(elsewhere["engine"], "fake", "{elsewhere}");
+    home.stop_daemon();
+}
+
+/// An agent in a worktree session (the `command` engine: its prompt is the agent's script)
+/// cannot reach the person's checkout through a project that shares it, nor another
+/// session's worktree or the person's branch.
+#[test]
+fn an_agent_in_a_worktree_cannot_reach_the_checkout_or_other_sessions_worktrees() {
+    let home = GitHome::new();
+    let repo = home.repo("web");
+    home.add_project("p", &repo, &["--isolation", "worktree", "--setup", "true"]);
+    let other = home.new_session(&["p", "--title", "other"]);
+    let agent = home.new_session(&["p", "--title", "agent"]);
+    let corral = env!("CARGO_BIN_EXE_corral");
+    let repo = repo.display();
+    let attempts = [
+        format!("project add shared {repo} --isolation shared"),
+        format!("project add default {repo}"),
+        format!("session archive {other}"),
+        format!("session archive {other} --discard-changes"),
+        format!("session merge {other} --into main"),
+        "session new p --branch side".to_string(),
+        "config set worktrees.dir /tmp".to_string(),
+        "project set p --setup touch-everything".to_string(),
+    ];
+    let mut script = String::from("set +e; ");
+    for attempt in &attempts {
+        script.push_str(&format!("echo '== {attempt}'; '{corral}' {attempt} 2>&1; "));
+    }
+    script.push_str("echo '== end'");
+    let output = home.prompt(&agent, &script);
+    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    assert_eq!(sections.len(), attempts.len() + 1, "{output}");
+    for (attempt, section) in attempts.iter().zip(&sections) {
+        assert!(
+            section.contains(REFUSAL),
+            "{attempt} was not refused: {section}"
+        );
+    }
+    // Nothing changed.
+    let projects = home.json(&["project", "list", "--json"]);
+    assert_eq!(projects.as_array().map(Vec::len), Some(1), "{projects}");
+    assert_eq!(projects[0]["setup"], "true", "{projects}");
+    let shown = home.session(&other);
+    assert!(shown["archived_at"].is_null(), "{shown}");
+    assert_eq!(shown["worktree_state"], "setup", "{shown}");
+    assert!(home.worktree_of(&other).is_dir());
+    // The person may.
+    home.ok(&["session", "archive", &other]);
     home.stop_daemon();
 }

@@ -271,6 +271,11 @@ impl<'a> WideningContext<'a> {
         self.caller.as_ref()?.1.as_ref()
     }
 
+    /// The caller's run's session (`None`: not known).
+    fn caller_session(&self) -> Option<&work::Session> {
+        self.caller.as_ref().map(|(session, _)| session)
+    }
+
     /// Whether the caller's run is itself unconfined (see [`unconfined`]); not known: no.
     fn caller_unconfined(&self) -> bool {
         match &self.caller {
@@ -332,8 +337,14 @@ impl Widening for ProjectAddParams {
                 self.path
             ));
         };
-        (own.kind == "remote" && !self.remote)
-            .then(|| "adding a local project from a remote one".into())
+        if own.kind == "remote" && !self.remote {
+            return Some("adding a local project from a remote one".into());
+        }
+        // A worktree project's directory is the person's own checkout: a project on it that
+        // shares it (or may, when git is missing) would run sessions there.
+        (own.isolation == work::Isolation::Worktree
+            && self.isolation.as_deref() != Some("worktree"))
+        .then(|| format!("adding a project that shares {}'s working tree", own.name))
     }
 }
 
@@ -445,6 +456,17 @@ impl Widening for SessionNewParams {
     }
 
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        // A project's setup command runs unsandboxed on the tree a new worktree is made from:
+        // choosing that tree (a branch or base an agent may have committed to) is the person's.
+        if self.branch.is_some() || self.base.is_some() {
+            let project = ctx.project(&self.project);
+            if project.as_ref().is_none_or(|p| p.setup.is_some()) {
+                return Some(
+                    "choosing the branch or base of a new worktree that a setup command runs in"
+                        .into(),
+                );
+            }
+        }
         let engine = self.engine.as_deref().filter(|engine| !engine.is_empty())?;
         match ctx.project(&self.project) {
             Some(project) if project_engine(&project) == engine => None,
@@ -507,14 +529,28 @@ impl Widening for SessionArchiveParams {
         ctx.pin_session(&mut self.session);
     }
 
-    /// A worktree's uncommitted changes are lost for good.
-    fn widens(&self, _: &WideningContext) -> Option<String> {
-        (self.discard_changes == Some(true)).then(|| {
-            format!(
+    /// A worktree's uncommitted changes are lost for good; and archiving another session
+    /// with a worktree removes it (its ignored files, `.env` or `node_modules`, with it).
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        if self.discard_changes == Some(true) {
+            return Some(format!(
                 "discarding the uncommitted changes of session {}'s worktree",
                 self.session
-            )
-        })
+            ));
+        }
+        let own = ctx.caller_session().map(|session| session.id.as_str());
+        match ctx.session(&self.session) {
+            Some((session, _))
+                if session.worktree.is_none() || Some(session.id.as_str()) == own =>
+            {
+                None
+            }
+            Some((session, _)) => Some(format!(
+                "archiving session {}, which has a worktree",
+                session.id
+            )),
+            None => Some(format!("archiving session {}", self.session)),
+        }
     }
 }
 
@@ -634,6 +670,12 @@ mod tests {
             ("session.steer", json!({"session": "s", "text": "hi"})),
             ("driver.claim", json!({"session": "s", "take_over": true})),
             ("session.merge", json!({"session": "s"})),
+            // Not known whether it has a worktree: the worst.
+            ("session.archive", json!({"session": "s"})),
+            (
+                "session.new",
+                json!({"project": "p", "branch": "b", "base": "main"}),
+            ),
             (
                 "session.archive",
                 json!({"session": "s", "discard_changes": true}),
@@ -685,7 +727,6 @@ mod tests {
                 "project.set",
                 json!({"project": "p", "isolation": "worktree"}),
             ),
-            ("session.archive", json!({"session": "s"})),
             ("session.diff", json!({"session": "s", "stat": true})),
             ("session.recreate", json!({"session": "s"})),
             ("status", json!({})),
