@@ -585,6 +585,7 @@ fn shutdown_during_a_lock_spills(settings: &[(&str, &str)], until_blocked: bool)
     assert_eq!(mode(spill.parent().unwrap()), 0o700);
     let spilled = std::fs::read_to_string(&spill).unwrap().lines().count();
     assert!(spilled > 0);
+    let journal = std::fs::read(&spill).unwrap();
     drop(lock);
     wait_until("the daemon exits", || !alive(daemon));
     drop(watch);
@@ -649,6 +650,17 @@ fn shutdown_during_a_lock_spills(settings: &[(&str, &str)], until_blocked: bool)
         )
         .unwrap();
     assert_eq!(run_steps(&home, &rerun), (1..=3000).collect::<Vec<_>>());
+    // A boot killed after storing the file and before removing it: the next one finds it
+    // stored (its first event after the number it names) and only removes it.
+    home.stop_daemon();
+    std::fs::write(&spill, journal).unwrap();
+    home.start_daemon();
+    assert!(!spill.exists());
+    assert_eq!(
+        events(&home, &session).len(),
+        all.len(),
+        "nothing stored twice"
+    );
     home.stop_daemon();
 }
 
@@ -663,4 +675,40 @@ fn a_shutdown_past_the_lock_limit_spills_the_held_events_and_the_next_boot_store
 fn a_shutdown_within_the_lock_limit_spills_the_held_events_and_the_next_boot_stores_them() {
     // Under the default 60 s limit, the shutdown gives the waiting writes up at once.
     shutdown_during_a_lock_spills(&[("daemon.shutdown_grace_ms", "1000")], true);
+}
+
+#[test]
+fn a_spill_file_that_does_not_parse_is_left_and_named_and_a_stray_is_not_touched() {
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "journal", &[]);
+    home.stop_daemon();
+    let dir = home.path().join("spill");
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrupt = dir.join(format!("{session}.jsonl"));
+    std::fs::write(&corrupt, "{\"session_id\": \"cut short\n").unwrap();
+    let stray = dir.join("notes.jsonl");
+    std::fs::write(&stray, "not corral's\n").unwrap();
+
+    // Twice: a file left in place costs no boot (no crash loop).
+    for _ in 0..2 {
+        home.start_daemon();
+        let answer = home.ok(&["send", &session, "after the journal", "--wait"]);
+        assert!(answer.contains("after the journal"), "{answer}");
+        home.stop_daemon();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&corrupt).unwrap(),
+        "{\"session_id\": \"cut short\n"
+    );
+    assert_eq!(std::fs::read_to_string(&stray).unwrap(), "not corral's\n");
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    let named: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(&*corrupt.to_string_lossy()))
+        .collect();
+    assert_eq!(named.len(), 2, "one line per boot: {log}");
+    assert!(named[0].contains("left in place"), "{}", named[0]);
+    assert!(!log.contains("notes.jsonl"), "{log}");
+    let all = events(&home, &session);
+    assert_no_hole(&all);
 }
