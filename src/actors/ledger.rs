@@ -1446,4 +1446,42 @@ mod tests {
             assert_eq!(count(&path), 2);
         });
     }
+    #[test]
+    fn a_shutdown_gives_locked_writes_up_at_once_unapplied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral.db");
+        actix::System::new().block_on(async {
+            // The default limit, 60 s: a shutdown must not wait for it.
+            let (ledger, _) = LedgerHandle::start(&path, true).await.unwrap();
+            let release = hold_lock(&path);
+            let started = Instant::now();
+            let waiting = tokio::spawn({
+                let ledger = ledger.clone();
+                async move { ledger.write_keeping(RecordExec(exec("waiting"))).await }
+            });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ledger.stop_waiting();
+            let unwritten = waiting
+                .await
+                .unwrap()
+                .expect_err("a shutdown gives the waiting write up");
+            assert!(unwritten.error.is_locked(), "{:?}", unwritten.error);
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "given up long before its limit"
+            );
+            // A write made after the shutdown began is given up at once too, whole.
+            let later = ledger
+                .write_keeping(RecordExec(exec("later")))
+                .await
+                .expect_err("given up");
+            assert!(later.error.is_locked());
+            assert!(
+                unwritten.write.is_some() && later.write.is_some(),
+                "handed back whole"
+            );
+            drop(release);
+            assert_eq!(count(&path), 0, "nothing of them was applied");
+        });
+    }
 }

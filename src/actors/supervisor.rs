@@ -237,10 +237,11 @@ impl Shared {
 
     /// Tells every worker to stop: running children are ended and their prompts requeued.
     pub fn begin_shutdown(&self) {
-        // A write waiting for a store another program locks comes back now, unapplied: its
-        // worker keeps its events in the spill journal before the daemon exits.
-        self.ledger.stop_waiting();
         self.shutdown.send_replace(true);
+        // A write waiting for a store another program locks comes back now, unapplied (after
+        // the signal, so whoever gets it back sees the shutdown): its worker keeps its events
+        // in the spill journal before the daemon exits.
+        self.ledger.stop_waiting();
     }
 
     /// The settings in effect now.
