@@ -930,15 +930,16 @@ impl Corral {
         session_id: &str,
         stat: bool,
     ) -> Result<(work::SessionWorktree, crate::git::Diff), CorralError> {
-        let (session, _) = self.session_and_project(session_id)?;
+        let (session, project) = self.session_and_project(session_id)?;
         let Some(worktree) = session.worktree.clone() else {
             return Err(worktree::no_worktree(&session).into());
         };
+        let project = Self::project_of(&session, project)?;
         let git = self
             .git()
             .await
             .map_err(|error| CorralError::Invalid(error.to_string()))?;
-        let diff = worktree::diff(&git, &session, stat).await?;
+        let diff = worktree::diff(&git, &session, &project, stat).await?;
         Ok((worktree, diff))
     }
 

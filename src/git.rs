@@ -1,18 +1,27 @@
 //! corral's git layer: every git command corral runs for worktree isolation, async on tokio
 //! (the daemon's actors share one thread: nothing here waits on git; the few file-system calls
-//! are single stats, a mkdir and a copy of an index, and a tree's removal goes to tokio's
-//! blocking pool).
+//! are single stats, small reads of a repository's own records, a mkdir and a copy of an
+//! index (tokio's), and a tree's removal goes to tokio's blocking pool).
 //!
 //! Map of the file:
 //! - [`Git`]: the `git` found on PATH ([`Git::detect`], at least [`MIN_VERSION`]) and one method
 //!   per question or change: [`Git::repo`], [`Git::head`], [`Git::resolve`],
-//!   [`Git::branch_exists`], [`Git::worktree_add`], [`Git::worktrees`], [`Git::prune`],
-//!   [`Git::is_clean`], [`Git::worktree_remove`], [`Git::diff`], [`Git::merge`];
-//! - what they answer: [`Repo`], [`Head`], [`WorktreeEntry`], [`Diff`], [`Merged`], and
-//!   [`GitError`], one clear line per way git can fail corral;
+//!   [`Git::branch_exists`], [`Git::worktree_add`], [`Git::worktrees`], [`Git::checkout`],
+//!   [`Git::prune`], [`Git::is_clean`], [`Git::worktree_remove`], [`Git::diff`],
+//!   [`Git::merge`];
+//! - what they answer: [`Repo`], [`Head`], [`WorktreeEntry`], [`Checkout`], [`Diff`],
+//!   [`Merged`], and [`GitError`], one clear line per way git can fail corral;
 //! - `GitCommand`: the one place a git child is spawned (its own process group, the group killed
-//!   when the call is dropped, SIGKILL when the daemon dies, `LC_ALL=C`, no prompts);
+//!   when the call is dropped, SIGKILL when the daemon dies, `LC_ALL=C`, no prompts, no
+//!   fsmonitor, no submodule recursion);
 //! - the parsers of `git --version`, `git worktree list --porcelain` and `git diff --numstat`.
+//!
+//! A worktree is the agent's to write, its `.git` file and its submodules' included: git must
+//! never find a repository from inside one (that repository's configuration names programs git
+//! runs: `core.fsmonitor`, filters). So corral runs git in a work tree only through a
+//! [`Checkout`], whose git directory comes from the main repository's own records
+//! (`<common dir>/worktrees/<id>`), passed as `GIT_DIR` with `GIT_WORK_TREE`; and it never
+//! lets git enter a submodule (`--ignore-submodules=all`, gitlinks left out of `add`).
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -66,6 +75,8 @@ pub enum GitError {
     NoBranch { branch: String },
     #[error("{} exists already", path.display())]
     Exists { path: PathBuf },
+    #[error("{} is no worktree the repository records", path.display())]
+    NotAWorktree { path: PathBuf },
     #[error("{} has uncommitted changes: commit or discard them first", path.display())]
     Dirty { path: PathBuf },
     #[error("the merge conflicts in {}: nothing was changed", files.join(", "))]
@@ -154,15 +165,52 @@ pub enum Head {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorktreeEntry {
     pub path: PathBuf,
+    /// Its git directory as the repository records it: the common dir for the main work tree,
+    /// `<common dir>/worktrees/<id>` (whose `gitdir` file names `<path>/.git`) for a linked one;
+    /// none for a bare repository's entry or a registration whose record cannot be read.
+    pub git_dir: Option<PathBuf>,
     /// The checked-out commit; none in a bare repository's entry.
     pub head: Option<String>,
     /// The checked-out branch's short name (`refs/heads/` taken off).
     pub branch: Option<String>,
     pub detached: bool,
+    pub bare: bool,
     /// Locked, by `git worktree lock` or by a `git worktree add` that never finished.
     pub locked: bool,
     /// Its directory is gone: `git worktree prune` would drop it.
     pub prunable: bool,
+}
+
+/// A work tree as its repository records it: git runs there only with `GIT_DIR=git_dir` and
+/// `GIT_WORK_TREE=root`, never finding its repository from the work tree's own `.git`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkout {
+    pub root: PathBuf,
+    pub git_dir: PathBuf,
+}
+
+impl Checkout {
+    /// The git operation left in progress there (a rebase, a merge…), by the files git keeps
+    /// in its git directory meanwhile.
+    pub async fn operation_in_progress(&self) -> Option<&'static str> {
+        const OPERATIONS: [(&str, &str); 6] = [
+            ("rebase-merge", "a rebase"),
+            ("rebase-apply", "a rebase"),
+            ("MERGE_HEAD", "a merge"),
+            ("CHERRY_PICK_HEAD", "a cherry-pick"),
+            ("REVERT_HEAD", "a revert"),
+            ("BISECT_LOG", "a bisect"),
+        ];
+        for (file, operation) in OPERATIONS {
+            if tokio::fs::symlink_metadata(self.git_dir.join(file))
+                .await
+                .is_ok()
+            {
+                return Some(operation);
+            }
+        }
+        None
+    }
 }
 
 /// A work tree's changes against a commit, untracked files included.
@@ -285,8 +333,21 @@ impl Git {
         if rev.is_empty() || rev.starts_with('-') {
             return Err(unknown());
         }
-        let output = self
-            .at(dir, &["rev-parse"])
+        self.commit_of(self.at(dir, &["rev-parse"]), rev).await
+    }
+
+    /// The sha of the commit `rev` names in a work tree.
+    async fn resolve_within(&self, checkout: &Checkout, rev: &str) -> Result<String, GitError> {
+        self.commit_of(self.within(checkout, &["rev-parse"]), rev)
+            .await
+    }
+
+    /// `rev_parse` (a `git rev-parse` to run) asked for the commit `rev` names.
+    async fn commit_of(&self, rev_parse: GitCommand, rev: &str) -> Result<String, GitError> {
+        let unknown = || GitError::UnknownRevision {
+            rev: rev.to_owned(),
+        };
+        let output = rev_parse
             .args(["--verify", "--quiet"])
             .arg(format!("{rev}^{{commit}}"))
             .output()
@@ -402,7 +463,37 @@ impl Git {
                 entry.prunable = !entry.path.exists();
             }
         }
+        let common_dir = match self.repo(repo).await? {
+            Some(found) => found.common_dir,
+            None => return Err(GitError::NotAWorktree { path: repo.into() }),
+        };
+        let linked = linked_worktrees(&common_dir).await;
+        for (n, entry) in entries.iter_mut().enumerate() {
+            entry.git_dir = match n {
+                0 => (!entry.bare).then(|| common_dir.clone()),
+                _ => linked
+                    .iter()
+                    .find(|(root, _)| same_path(root, &entry.path))
+                    .map(|(_, admin)| admin.clone()),
+            };
+        }
         Ok(entries)
+    }
+
+    /// The work tree of `repo` at `path`, with the git directory the repository records for
+    /// it ([`Checkout`]); [`GitError::NotAWorktree`] when the repository records none there.
+    pub async fn checkout(&self, repo: &Path, path: &Path) -> Result<Checkout, GitError> {
+        let entries = self.worktrees(repo).await?;
+        let entry = entries
+            .into_iter()
+            .find(|entry| !entry.prunable && same_path(&entry.path, path));
+        match entry.and_then(|entry| entry.git_dir) {
+            Some(git_dir) => Ok(Checkout {
+                root: path.to_path_buf(),
+                git_dir,
+            }),
+            None => Err(GitError::NotAWorktree { path: path.into() }),
+        }
     }
 
     /// Drops the registrations of worktrees whose directories are gone.
@@ -410,15 +501,16 @@ impl Git {
         self.at(repo, &["worktree", "prune"]).run().await.map(drop)
     }
 
-    /// Whether `git status` shows nothing: no change, no untracked file (ignored ones aside),
-    /// no change inside a submodule.
-    pub async fn is_clean(&self, worktree: &Path) -> Result<bool, GitError> {
+    /// Whether `git status` shows nothing: no change, no untracked file (ignored ones aside).
+    /// Submodules are not looked into (their `.git` is the work tree's to rewrite): whether a
+    /// work tree has any is [`Git::has_submodules`].
+    pub async fn is_clean(&self, checkout: &Checkout) -> Result<bool, GitError> {
         let status = self
-            .at(worktree, &["status"])
+            .within(checkout, &["status"])
             .args([
                 "--porcelain=v1",
                 "--untracked-files=all",
-                "--ignore-submodules=none",
+                "--ignore-submodules=all",
             ])
             // Its engine may be using the index: status must not take its lock to refresh it.
             .env("GIT_OPTIONAL_LOCKS", "0")
@@ -427,49 +519,54 @@ impl Git {
         Ok(status.is_empty())
     }
 
-    /// Removes the worktree `path` (directory and registration; its branch stays). Without
-    /// `force` a worktree with changes is refused ([`GitError::Dirty`]); `force` discards them
-    /// and also removes a worktree left locked by an interrupted `git worktree add`.
-    ///
-    /// git refuses any worktree holding submodules unless forced (it cannot tell whether their
-    /// own commits exist elsewhere); corral removes one when its status, submodules included,
-    /// is clean.
+    /// Whether the work tree has submodules (a `.gitmodules`, or a gitlink in its index):
+    /// their commits live in repositories corral cannot check.
+    pub async fn has_submodules(&self, checkout: &Checkout) -> Result<bool, GitError> {
+        if tokio::fs::symlink_metadata(checkout.root.join(".gitmodules"))
+            .await
+            .is_ok()
+        {
+            return Ok(true);
+        }
+        let staged = self
+            .within(checkout, &["ls-files"])
+            .args(["--stage", "-z"])
+            .run()
+            .await?;
+        Ok(!gitlinks(&staged).is_empty())
+    }
+
+    /// Removes the worktree `path` of `repo` (directory and registration; its branch stays),
+    /// whatever is in it: the caller has checked it ([`Git::is_clean`] and the rest). git's own
+    /// check would run `git status` through the worktree's `.git` file, submodules included.
+    /// `unlock` also removes a locked one (as an interrupted `git worktree add` leaves it).
+    /// A registration whose directory is gone is dropped (only that one: no prune).
     pub async fn worktree_remove(
         &self,
         repo: &Path,
         path: &Path,
-        force: bool,
+        unlock: bool,
     ) -> Result<(), GitError> {
-        let remove = |force: &[&str]| {
-            self.at(repo, &["worktree", "remove"])
-                .args(force)
-                .arg("--")
-                .arg(path)
-                .output()
+        let force: &[&str] = if unlock {
+            &["--force", "--force"]
+        } else {
+            &["--force"]
         };
-        let flags: &[&str] = if force { &["--force", "--force"] } else { &[] };
-        let output = remove(flags).await?;
-        if output.status.success() {
-            return Ok(());
-        }
-        let dirty = || GitError::Dirty { path: path.into() };
-        if !force && output.stderr.contains("modified or untracked files") {
-            return Err(dirty());
-        }
-        if !force && output.stderr.contains("containing submodules") {
-            if !self.is_clean(path).await? {
-                return Err(dirty());
-            }
-            return remove(&["--force"]).await?.success().map(drop);
-        }
-        Err(output.failed())
+        self.at(repo, &["worktree", "remove"])
+            .args(force)
+            .arg("--")
+            .arg(path)
+            .run()
+            .await
+            .map(drop)
     }
 
-    /// The changes in `worktree` against `base_commit`, untracked files included, the
-    /// worktree's own index untouched (its engine may be using it).
+    /// The changes in `checkout` against `base_commit`, untracked files included, the
+    /// worktree's own index untouched (its engine may be using it). A submodule shows as its
+    /// recorded commit (`--submodule=short`): git never looks into one.
     pub async fn diff(
         &self,
-        worktree: &Path,
+        checkout: &Checkout,
         base_commit: &str,
         stat: bool,
     ) -> Result<Diff, GitError> {
@@ -478,11 +575,11 @@ impl Git {
             .tempdir()
             .map_err(io_error("make a temporary index".to_owned()))?;
         let tree = self
-            .worktree_tree(worktree, &index.path().join("index"))
+            .worktree_tree(checkout, &index.path().join("index"))
             .await?;
         let diff = |extra: Option<&str>| {
-            self.at(worktree, &["diff"])
-                .args(["--no-color", "--no-ext-diff"])
+            self.within(checkout, &["diff"])
+                .args(["--no-color", "--no-ext-diff", "--submodule=short"])
                 .args(extra)
                 .args([base_commit, tree.as_str(), "--"])
                 .run()
@@ -498,30 +595,42 @@ impl Git {
         })
     }
 
-    /// The tree of everything in `worktree` now (untracked files in, ignored ones out), written
-    /// through the temporary index file `index`: HEAD read into it, then `add -A`.
-    async fn worktree_tree(&self, worktree: &Path, index: &Path) -> Result<String, GitError> {
-        let own = self
-            .at(worktree, &["rev-parse"])
-            .args(["--git-path", "index"])
-            .run()
-            .await?;
+    /// The tree of everything in `checkout` now (untracked files in, ignored ones out),
+    /// written through the temporary index file `index`: HEAD read into it, then `add -A` of
+    /// all but its gitlinks (for each, `add` would run `git status` inside the submodule).
+    async fn worktree_tree(&self, checkout: &Checkout, index: &Path) -> Result<String, GitError> {
         // A copy of the worktree's index lends its stat cache (`read-tree --reset` keeps it
         // where HEAD matches): `add -A` then hashes only changed files, not the whole tree.
-        let copied = std::fs::copy(worktree.join(own.trim()), index).is_ok();
-        let with_index = |words: &[&str]| self.at(worktree, words).env("GIT_INDEX_FILE", index);
+        // Only a regular file is copied (a FIFO would never end), off the actor thread.
+        let own = checkout.git_dir.join("index");
+        let regular = tokio::fs::symlink_metadata(&own)
+            .await
+            .is_ok_and(|meta| meta.is_file());
+        let copied = regular && tokio::fs::copy(&own, index).await.is_ok();
+        let with_index = |words: &[&str]| self.within(checkout, words).env("GIT_INDEX_FILE", index);
         let read = with_index(&["read-tree"])
             .args(["--reset", "HEAD"])
             .run()
             .await;
         if read.is_err() && copied {
             // A copy git cannot read on its own (a split index): start from HEAD alone.
-            let _ = std::fs::remove_file(index);
+            let _ = tokio::fs::remove_file(index).await;
             with_index(&["read-tree"]).arg("HEAD").run().await?;
         } else {
             read?;
         }
-        with_index(&["add"]).arg("-A").run().await?;
+        let staged = with_index(&["ls-files"])
+            .args(["--stage", "-z"])
+            .run()
+            .await?;
+        let excluded = gitlinks(&staged)
+            .into_iter()
+            .map(|path| format!(":(exclude,literal){path}"));
+        with_index(&["add"])
+            .args(["-A", "--", "."])
+            .args(excluded)
+            .run()
+            .await?;
         let tree = with_index(&["write-tree"]).run().await?;
         Ok(tree.trim().to_owned())
     }
@@ -576,16 +685,30 @@ impl Git {
         let branch_commit = self.branch_tip(repo, branch).await?;
         let into_commit = self.branch_tip(repo, into).await?;
         let worktrees = self.worktrees(repo).await?;
-        let checkout = |name: &str| {
-            worktrees
+        let checkout = |name: &str| -> Result<Option<Checkout>, GitError> {
+            let Some(entry) = worktrees
                 .iter()
                 .find(|entry| !entry.prunable && entry.branch.as_deref() == Some(name))
-                .map(|entry| entry.path.clone())
+            else {
+                return Ok(None);
+            };
+            let git_dir = entry
+                .git_dir
+                .clone()
+                .ok_or_else(|| GitError::NotAWorktree {
+                    path: entry.path.clone(),
+                })?;
+            Ok(Some(Checkout {
+                root: entry.path.clone(),
+                git_dir,
+            }))
         };
-        let (branch_checkout, into_checkout) = (checkout(branch), checkout(into));
-        for path in [&branch_checkout, &into_checkout].into_iter().flatten() {
-            if !self.is_clean(path).await? {
-                return Err(GitError::Dirty { path: path.clone() });
+        let (branch_checkout, into_checkout) = (checkout(branch)?, checkout(into)?);
+        for checkout in [&branch_checkout, &into_checkout].into_iter().flatten() {
+            if !self.is_clean(checkout).await? {
+                return Err(GitError::Dirty {
+                    path: checkout.root.clone(),
+                });
             }
         }
         if self.is_ancestor(repo, &branch_commit, &into_commit).await? {
@@ -657,7 +780,10 @@ impl Git {
             .env("GIT_LFS_SKIP_SMUDGE", "1")
             .run()
             .await?;
-        let merge = self.at(scratch, &["merge"]).env("GIT_LFS_SKIP_SMUDGE", "1");
+        let scratch = &self.checkout(repo, scratch).await?;
+        let merge = self
+            .within(scratch, &["merge"])
+            .env("GIT_LFS_SKIP_SMUDGE", "1");
         let merge = if squash {
             merge.arg("--squash")
         } else {
@@ -669,8 +795,8 @@ impl Git {
         }
         if squash {
             let staged = self
-                .at(scratch, &["diff"])
-                .args(["--cached", "--quiet"])
+                .within(scratch, &["diff"])
+                .args(["--cached", "--quiet", "--ignore-submodules=all"])
                 .output()
                 .await?;
             if staged.status.success() {
@@ -680,21 +806,21 @@ impl Git {
                     into: plan.into.clone(),
                 });
             }
-            self.at(scratch, &["commit"])
+            self.within(scratch, &["commit"])
                 .args(["--quiet", "-m", message])
                 .run()
                 .await?;
         }
-        let commit = self.resolve(scratch, "HEAD").await?;
+        let commit = self.resolve_within(scratch, "HEAD").await?;
         let checkout_updated = match &plan.into_checkout {
             Some(checkout) => {
                 // A fast-forward of the person's clean checkout, as `git pull --ff-only` does:
                 // git refuses it if the checkout moved or would lose local changes meanwhile.
-                self.at(checkout, &["merge"])
+                self.within(checkout, &["merge"])
                     .args(["--ff-only", "--quiet", commit.as_str()])
                     .run()
                     .await?;
-                Some(checkout.clone())
+                Some(checkout.root.clone())
             }
             None => {
                 self.at(repo, &["update-ref"])
@@ -716,9 +842,9 @@ impl Git {
 
     /// A failed merge in `scratch`: a conflict (the merge undone, its files named) or git's
     /// own error.
-    async fn merge_failed(&self, scratch: &Path, squash: bool, output: GitOutput) -> GitError {
+    async fn merge_failed(&self, scratch: &Checkout, squash: bool, output: GitOutput) -> GitError {
         let conflicted = self
-            .at(scratch, &["diff"])
+            .within(scratch, &["diff"])
             .args(["--name-only", "-z", "--diff-filter=U"])
             .run()
             .await;
@@ -735,9 +861,9 @@ impl Git {
         }
         // The scratch worktree goes anyway; undoing first leaves nothing even if that fails.
         let undo = if squash {
-            self.at(scratch, &["reset"]).args(["--hard", "--quiet"])
+            self.within(scratch, &["reset"]).args(["--hard", "--quiet"])
         } else {
-            self.at(scratch, &["merge"]).arg("--abort")
+            self.within(scratch, &["merge"]).arg("--abort")
         };
         let _ = undo.run().await;
         GitError::Conflict { files }
@@ -746,6 +872,14 @@ impl Git {
     /// A git command run in `dir` (`git -C dir WORDS…`); see [`Git::command`].
     fn at(&self, dir: &Path, words: &[&str]) -> GitCommand {
         self.command(Some(dir), words)
+    }
+
+    /// A git command run in a work tree, its repository given (`GIT_DIR`, `GIT_WORK_TREE`):
+    /// git never reads the work tree's own `.git`.
+    fn within(&self, checkout: &Checkout, words: &[&str]) -> GitCommand {
+        self.at(&checkout.root, words)
+            .env("GIT_DIR", &checkout.git_dir)
+            .env("GIT_WORK_TREE", &checkout.root)
     }
 
     /// `git [-C dir] WORDS…` (the words name the command in errors; add its arguments to
@@ -757,7 +891,15 @@ impl Git {
         if let Some(dir) = dir {
             command.arg("-C").arg(dir);
         }
+        // No program a repository's configuration names for these (an fsmonitor daemon), and
+        // never into a submodule unless asked (`submodule update --recursive` is explicit).
         command
+            .args([
+                "-c",
+                "core.fsmonitor=false",
+                "-c",
+                "submodule.recurse=false",
+            ])
             .args(words)
             .env("LC_ALL", "C")
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -790,7 +932,7 @@ struct MergePlan {
     branch_commit: String,
     into_commit: String,
     /// The clean worktree where `into` is checked out.
-    into_checkout: Option<PathBuf>,
+    into_checkout: Option<Checkout>,
 }
 
 /// In the child before exec: SIGKILL when its parent dies, so a daemon killed -9 leaves no git
@@ -934,6 +1076,40 @@ fn io_error(what: String) -> impl FnOnce(std::io::Error) -> GitError {
     move |source| GitError::Io { what, source }
 }
 
+/// The linked worktrees `common_dir` records: (root, admin dir) for each
+/// `<common_dir>/worktrees/<id>` whose `gitdir` file (a regular file) names `<root>/.git`,
+/// absolute or (git 2.48's `worktree.useRelativePaths`) relative to the admin dir.
+async fn linked_worktrees(common_dir: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut found = Vec::new();
+    let Ok(mut dirs) = tokio::fs::read_dir(common_dir.join("worktrees")).await else {
+        return found;
+    };
+    while let Ok(Some(dir)) = dirs.next_entry().await {
+        let admin = dir.path();
+        let gitdir = admin.join("gitdir");
+        let regular = tokio::fs::symlink_metadata(&gitdir)
+            .await
+            .is_ok_and(|meta| meta.is_file());
+        if !regular {
+            continue;
+        }
+        let Ok(text) = tokio::fs::read_to_string(&gitdir).await else {
+            continue;
+        };
+        let named = admin.join(text.trim());
+        if let Some(root) = named.parent().filter(|_| named.ends_with(".git")) {
+            found.push((root.to_path_buf(), admin));
+        }
+    }
+    found
+}
+
+/// Whether two paths name one place (compared resolved when they exist).
+fn same_path(a: &Path, b: &Path) -> bool {
+    let resolved = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+    a == b || resolved(a) == resolved(b)
+}
+
 fn short_branch(reference: &str) -> &str {
     reference.strip_prefix("refs/heads/").unwrap_or(reference)
 }
@@ -972,12 +1148,24 @@ fn parse_worktrees(porcelain: &str) -> Vec<WorktreeEntry> {
             "HEAD" => entry.head = Some(value.to_owned()),
             "branch" => entry.branch = Some(short_branch(value).to_owned()),
             "detached" => entry.detached = true,
+            "bare" => entry.bare = true,
             "locked" => entry.locked = true,
             "prunable" => entry.prunable = true,
             _ => {}
         }
     }
     entries
+}
+
+/// The paths of the gitlinks (submodules) in `git ls-files --stage -z` (`MODE SHA STAGE\tPATH`
+/// entries, NUL-ended).
+fn gitlinks(staged: &str) -> Vec<&str> {
+    staged
+        .split('\0')
+        .filter_map(|entry| entry.split_once('\t'))
+        .filter(|(info, _)| info.starts_with("160000 "))
+        .map(|(_, path)| path)
+        .collect()
 }
 
 /// Files, insertions and deletions from `git diff --numstat` (`ADDED\tDELETED\tPATH`; a
@@ -1062,6 +1250,11 @@ mod tests {
 
         async fn sha(&self, dir: &Path, rev: &str) -> String {
             self.git.resolve(dir, rev).await.unwrap()
+        }
+
+        /// The work tree `path` of `repo`, as the repository records it.
+        async fn checkout(&self, repo: &Path, path: &Path) -> Checkout {
+            self.git.checkout(repo, path).await.unwrap()
         }
 
         async fn status(&self, dir: &Path) -> String {
@@ -1391,7 +1584,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn submodules_are_initialized_counted_and_their_worktree_removed_when_clean() {
+    async fn submodules_are_initialized_and_told_but_never_looked_into() {
         let f = Fixture::new().await;
         let lib = f.repo("lib").await;
         let main = f.repo("main").await;
@@ -1407,31 +1600,19 @@ mod tests {
             .unwrap();
         let vendored = worktree.join("vendor/lib/a.txt");
         assert_eq!(std::fs::read_to_string(&vendored).unwrap(), "one\n");
-        assert!(f.git.is_clean(&worktree).await.unwrap());
+        let checkout = f.checkout(&main, &worktree).await;
+        assert!(f.git.has_submodules(&checkout).await.unwrap());
+        let plain = f.repo("plain").await;
+        let plain = f.checkout(&plain, &plain).await;
+        assert!(!f.git.has_submodules(&plain).await.unwrap());
 
-        // A change inside the submodule counts; git alone refuses any worktree with
-        // submodules, corral removes it once clean.
+        // A change inside the submodule is not looked for (its `.git` is the worktree's to
+        // rewrite): the worktree's own status is clean.
         std::fs::write(&vendored, "changed\n").unwrap();
-        assert!(!f.git.is_clean(&worktree).await.unwrap());
-        let error = f
-            .git
-            .worktree_remove(&main, &worktree, false)
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&error, GitError::Dirty { path } if *path == worktree),
-            "{error:?}"
-        );
-        assert!(vendored.exists());
-        f.git(
-            &worktree.join("vendor/lib"),
-            &["checkout", "-q", "--", "a.txt"],
-        )
-        .await;
-        f.git
-            .worktree_remove(&main, &worktree, false)
-            .await
-            .unwrap();
+        assert!(f.git.is_clean(&checkout).await.unwrap());
+        let diff = f.git.diff(&checkout, &base, false).await.unwrap();
+        assert_eq!(diff, Diff::default(), "the gitlink is as HEAD has it");
+        f.git.worktree_remove(&main, &worktree, true).await.unwrap();
         assert!(!worktree.exists());
         assert!(f.git.branch_exists(&main, "corral/sub").await.unwrap());
 
@@ -1459,47 +1640,49 @@ mod tests {
         let main = f.repo("main").await;
         f.commit(&main, ".gitignore", "*.log\n", "ignore logs")
             .await;
+        let main = f.checkout(&main, &main).await;
         assert!(f.git.is_clean(&main).await.unwrap());
-        std::fs::write(main.join("debug.log"), "noise").unwrap();
+        std::fs::write(main.root.join("debug.log"), "noise").unwrap();
         assert!(f.git.is_clean(&main).await.unwrap());
-        std::fs::create_dir_all(main.join("new/deeper")).unwrap();
-        std::fs::write(main.join("new/deeper/file"), "x").unwrap();
+        std::fs::create_dir_all(main.root.join("new/deeper")).unwrap();
+        std::fs::write(main.root.join("new/deeper/file"), "x").unwrap();
         assert!(!f.git.is_clean(&main).await.unwrap());
-        std::fs::remove_dir_all(main.join("new")).unwrap();
-        std::fs::write(main.join("a.txt"), "changed\n").unwrap();
+        std::fs::remove_dir_all(main.root.join("new")).unwrap();
+        std::fs::write(main.root.join("a.txt"), "changed\n").unwrap();
         assert!(!f.git.is_clean(&main).await.unwrap());
     }
 
     #[tokio::test]
-    async fn worktree_remove_keeps_changes_unless_forced_and_prune_drops_the_gone() {
+    async fn worktree_remove_removes_what_it_is_given_and_only_that_registration() {
         let f = Fixture::new().await;
         let main = f.repo("main").await;
         let base = f.sha(&main, "HEAD").await;
         let one = f.root.join("worktrees/one");
         let two = f.root.join("worktrees/two");
-        for (path, branch) in [(&one, "corral/one"), (&two, "corral/two")] {
+        let mine = f.root.join("worktrees/mine");
+        for (path, branch) in [(&one, "corral/one"), (&two, "corral/two"), (&mine, "mine")] {
             f.git
                 .worktree_add(&main, path, branch, &base, true)
                 .await
                 .unwrap();
         }
+        // The caller has checked it: what is in it goes with it.
         std::fs::write(one.join("work.txt"), "unsaved").unwrap();
-        let error = f.git.worktree_remove(&main, &one, false).await.unwrap_err();
-        assert!(
-            matches!(&error, GitError::Dirty { path } if *path == one),
-            "{error:?}"
-        );
-        assert!(one.join("work.txt").exists());
-        f.git.worktree_remove(&main, &one, true).await.unwrap();
+        f.git.worktree_remove(&main, &one, false).await.unwrap();
         assert!(!one.exists());
         assert!(f.git.branch_exists(&main, "corral/one").await.unwrap());
 
+        // Gone by hand: its registration alone is dropped, not another gone one's.
         std::fs::remove_dir_all(&two).unwrap();
+        std::fs::remove_dir_all(&mine).unwrap();
+        f.git.worktree_remove(&main, &two, false).await.unwrap();
         let entries = f.git.worktrees(&main).await.unwrap();
-        assert_eq!(entries.len(), 2);
-        assert!(entries[1].prunable && entries[1].path == two);
-        f.git.prune(&main).await.unwrap();
-        assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 1);
+        let paths: Vec<_> = entries
+            .iter()
+            .map(|e| (e.path.clone(), e.prunable))
+            .collect();
+        assert_eq!(paths, [(main.clone(), false), (mine, true)]);
+        assert_eq!(entries[0].git_dir, Some(main.join(".git")));
     }
 
     #[test]
@@ -1528,7 +1711,10 @@ mod tests {
                     prunable: true,
                     ..entry("/gone", Some("ccc"), Some("corral/x-1"))
                 },
-                entry("/bare.git", None, None),
+                WorktreeEntry {
+                    bare: true,
+                    ..entry("/bare.git", None, None)
+                },
             ]
         );
         assert_eq!(parse_worktrees(""), []);
@@ -1565,7 +1751,8 @@ mod tests {
         let index_before = std::fs::read(&own_index).unwrap();
         let status_before = f.status(&worktree).await;
 
-        let diff = f.git.diff(&worktree, &base, false).await.unwrap();
+        let checkout = f.checkout(&main, &worktree).await;
+        let diff = f.git.diff(&checkout, &base, false).await.unwrap();
         assert_eq!(
             (diff.files_changed, diff.insertions, diff.deletions),
             (4, 4, 1)
@@ -1579,7 +1766,7 @@ mod tests {
         ] {
             assert!(diff.text.contains(shown), "{shown} not in {}", diff.text);
         }
-        let stat = f.git.diff(&worktree, &base, true).await.unwrap();
+        let stat = f.git.diff(&checkout, &base, true).await.unwrap();
         assert_eq!(
             (stat.files_changed, stat.insertions, stat.deletions),
             (4, 4, 1)
@@ -1598,7 +1785,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            f.git.diff(&clean, &base, false).await.unwrap(),
+            f.git
+                .diff(&f.checkout(&main, &clean).await, &base, false)
+                .await
+                .unwrap(),
             Diff::default()
         );
     }

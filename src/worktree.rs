@@ -559,17 +559,15 @@ pub async fn archive(
         drop(repository);
         return removed(shared, session).await;
     }
-    if !discard_changes && !git.is_clean(path).await? {
-        return set_state(shared, &session.id, WorktreeState::Kept).await;
+    if !discard_changes {
+        let checkout = git.checkout(repo, path).await?;
+        if !git.is_clean(&checkout).await? {
+            return set_state(shared, &session.id, WorktreeState::Kept).await;
+        }
     }
-    let removal = git.worktree_remove(repo, path, discard_changes).await;
+    git.worktree_remove(repo, path, discard_changes).await?;
     drop(repository);
-    match removal {
-        Ok(()) => removed(shared, session).await,
-        // Changed since it was found clean.
-        Err(GitError::Dirty { .. }) => set_state(shared, &session.id, WorktreeState::Kept).await,
-        Err(error) => Err(error.into()),
-    }
+    removed(shared, session).await
 }
 
 async fn removed(shared: &Shared, session: &work::Session) -> Result<work::Session, WorktreeError> {
@@ -588,8 +586,14 @@ async fn removed(shared: &Shared, session: &work::Session) -> Result<work::Sessi
     Ok(stored)
 }
 
-/// The session's changes against its base commit, untracked files included.
-pub async fn diff(git: &Git, session: &work::Session, stat: bool) -> Result<Diff, WorktreeError> {
+/// The session's changes against its base commit, untracked files included (git run there
+/// through the repository's record of the worktree, never its `.git` file).
+pub async fn diff(
+    git: &Git,
+    session: &work::Session,
+    project: &work::Project,
+    stat: bool,
+) -> Result<Diff, WorktreeError> {
     let worktree = worktree_of(session)?;
     match worktree.state {
         WorktreeState::Creating => {
@@ -610,7 +614,8 @@ pub async fn diff(git: &Git, session: &work::Session, stat: bool) -> Result<Diff
     if !path.is_dir() {
         return Err(gone(session, &worktree.path));
     }
-    Ok(git.diff(path, &worktree.base_commit, stat).await?)
+    let checkout = git.checkout(Path::new(&project.path), path).await?;
+    Ok(git.diff(&checkout, &worktree.base_commit, stat).await?)
 }
 
 /// Merges the session's branch into `into` (default: its base, when that is a branch), in a

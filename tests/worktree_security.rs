@@ -1,0 +1,144 @@
+//! What an agent working in a session's worktree can make corral's own git calls do (issue 13's
+//! review), through the built binary against a real daemon and real git (`common::git`). The
+//! `command` engine plays the agent: its prompt is a shell command line run in the worktree.
+//! Everything in the worktree is the agent's to write — its `.git` file, a submodule's `.git`
+//! file — so `session diff`, `session merge` and `session archive`, asked by the person (this
+//! test process), must never run a program the agent chose, and must still act on the real
+//! worktree (or refuse in one line). Also: what archive keeps (submodules, a HEAD off the
+//! branch, an operation in progress), registrations that are not the session's, merge into
+//! another busy session's checkout, the merge scratch, and branch names.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::git::GitHome;
+
+/// A home whose command engine has short grace periods.
+fn command_home() -> GitHome {
+    let home = GitHome::new();
+    home.config(&[
+        ("cancel.grace_ms", "300"),
+        ("daemon.shutdown_grace_ms", "300"),
+    ]);
+    home
+}
+
+/// A repository the agent made (outside the worktree), whose configuration names a script as
+/// `core.fsmonitor`: git runs that script whenever it refreshes an index of this repository.
+/// (its git directory, the marker file the script makes when it runs).
+fn evil_repository(home: &GitHome) -> (PathBuf, PathBuf) {
+    let evil = home.path().join("evil");
+    std::fs::create_dir_all(&evil).unwrap();
+    home.git(&evil, &["init", "-q"]);
+    home.commit_file(
+        &evil,
+        "evil.txt",
+        "evil\n",
+        "a commit, so that git goes on there",
+    );
+    let marker = home.path().join("hook-ran");
+    let hook = home.script(
+        "evil-bin",
+        "fsmonitor.sh",
+        &format!("#!/bin/sh\necho \"$@\" >> '{}'\nexit 1\n", marker.display()),
+    );
+    home.git(&evil, &["config", "core.fsmonitor", hook.to_str().unwrap()]);
+    (evil.join(".git"), marker)
+}
+
+/// A worktree project `app` on `repo` and a session of it: its id and worktree.
+fn session_of(home: &GitHome, repo: &Path) -> (String, PathBuf) {
+    home.add_project("app", repo, &["--isolation", "worktree"]);
+    let session = home.new_session(&["app", "--title", "agent"]);
+    let worktree = home.worktree_of(&session);
+    (session, worktree)
+}
+
+/// The agent's prompt: commits `work.txt` on its branch, then points the `.git` file at
+/// `gitfile` (relative to the worktree) to its own repository.
+fn agent_commits_then_redirects(gitfile: &str, evil: &Path) -> String {
+    format!(
+        "echo work > work.txt && git add work.txt && git commit -qm 'agent work' && \
+         printf 'gitdir: %s\\n' '{}' > {gitfile}",
+        evil.display()
+    )
+}
+
+/// The person's diff, merge and archive of `session`: none runs the agent's script; diff and
+/// merge act on the real worktree; archive succeeds or refuses in one line.
+fn person_commands_run_nothing_of_the_agent(home: &GitHome, repo: &Path, session: &str) {
+    let marker = home.path().join("hook-ran");
+    let ran = || std::fs::read_to_string(&marker).unwrap_or_default();
+
+    let diff = home.ok(&["session", "diff", session]);
+    assert!(diff.contains("+work"), "the real worktree's diff: {diff}");
+    assert_eq!(ran(), "", "session diff ran the agent's fsmonitor");
+
+    home.ok(&["session", "merge", session]);
+    assert_eq!(ran(), "", "session merge ran the agent's fsmonitor");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("work.txt")).unwrap(),
+        "work\n"
+    );
+
+    let archive = home.run(&["session", "archive", session]);
+    let stderr = String::from_utf8_lossy(&archive.stderr);
+    assert!(
+        archive.status.success() || stderr.trim().lines().count() == 1,
+        "archive neither worked nor refused in one line: {stderr}"
+    );
+    assert_eq!(ran(), "", "session archive ran the agent's fsmonitor");
+}
+
+#[test]
+fn a_rewritten_worktree_git_file_leads_no_git_call_of_corral_elsewhere() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    let (session, worktree) = session_of(&home, &repo);
+    let (evil, _marker) = evil_repository(&home);
+    home.prompt(&session, &agent_commits_then_redirects(".git", &evil));
+    assert!(std::fs::read_to_string(worktree.join(".git"))
+        .unwrap()
+        .contains("evil"));
+    person_commands_run_nothing_of_the_agent(&home, &repo, &session);
+}
+
+#[test]
+fn a_rewritten_submodule_git_file_leads_no_git_call_of_corral_into_it() {
+    let home = command_home();
+    let lib = home.repo("lib");
+    let repo = home.repo("repo");
+    home.git(
+        &repo,
+        &["submodule", "add", "-q", lib.to_str().unwrap(), "lib"],
+    );
+    home.git(&repo, &["commit", "-q", "-m", "add lib"]);
+    let (session, worktree) = session_of(&home, &repo);
+    assert!(worktree.join("lib/README.md").is_file(), "initialized");
+    let (evil, _marker) = evil_repository(&home);
+    home.prompt(&session, &agent_commits_then_redirects("lib/.git", &evil));
+    person_commands_run_nothing_of_the_agent(&home, &repo, &session);
+}
+
+#[test]
+fn a_fifo_where_the_agent_points_the_index_does_not_hang_the_daemon() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    let (session, worktree) = session_of(&home, &repo);
+    let (evil, _marker) = evil_repository(&home);
+    std::fs::remove_file(evil.join("index")).unwrap();
+    nix::unistd::mkfifo(&evil.join("index"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    home.prompt(
+        &session,
+        &format!("printf 'gitdir: %s\\n' '{}' > .git", evil.display()),
+    );
+    assert!(std::fs::read_to_string(worktree.join(".git"))
+        .unwrap()
+        .contains("evil"));
+    std::fs::write(worktree.join("new.txt"), "new\n").unwrap();
+    // Each command ends within the tests' deadline, or the test fails.
+    let diff = home.ok(&["session", "diff", &session, "--stat"]);
+    assert!(diff.contains("new.txt"), "{diff}");
+    home.ok(&["status"]);
+}
