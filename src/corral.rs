@@ -876,12 +876,13 @@ impl Corral {
     /// branch stays); one with changes is `kept` (the session is archived all the same)
     /// unless `discard_changes`. An archived session may be archived again: with
     /// `discard_changes` that removes a kept worktree. Refused while a prompt of the session
-    /// runs or waits and its worktree would be touched.
+    /// runs or waits and its worktree would be touched. Answers the session, and why its
+    /// worktree was kept when it was (uncommitted changes, submodules, a HEAD off its branch…).
     pub async fn archive_session(
         &self,
         session_id: &str,
         discard_changes: bool,
-    ) -> Result<Session, CorralError> {
+    ) -> Result<(Session, Option<String>), CorralError> {
         let (session, project) = self.session_and_project(session_id)?;
         let touches = session.worktree.as_ref().is_some_and(|w| match w.state {
             WorktreeState::Removed => false,
@@ -902,7 +903,7 @@ impl Corral {
             .await?
             .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
         let (Some(project), true) = (project, touches) else {
-            return Ok(archived);
+            return Ok((archived, None));
         };
         let not_removed = |error: String| {
             CorralError::Invalid(format!(
@@ -917,6 +918,7 @@ impl Corral {
         let git = self.git().await.map_err(|e| not_removed(e.to_string()))?;
         worktree::archive(&git, &self.shared, &archived, &project, discard_changes)
             .await
+            .map(|done| (done.session, done.kept_because))
             .map_err(|error| match error {
                 worktree::WorktreeError::Ledger(error) => error.into(),
                 other => not_removed(other.to_string()),

@@ -519,6 +519,20 @@ impl Git {
         Ok(status.is_empty())
     }
 
+    /// The ref a work tree's HEAD points to (`refs/heads/main`); none when it is detached.
+    pub async fn symbolic_head(&self, checkout: &Checkout) -> Result<Option<String>, GitError> {
+        let output = self
+            .within(checkout, &["symbolic-ref"])
+            .args(["--quiet", "HEAD"])
+            .output()
+            .await?;
+        match output.status.code() {
+            Some(0) => Ok(Some(output.stdout.trim().to_owned())),
+            Some(1) => Ok(None),
+            _ => Err(output.failed()),
+        }
+    }
+
     /// Whether the work tree has submodules (a `.gitmodules`, or a gitlink in its index):
     /// their commits live in repositories corral cannot check.
     pub async fn has_submodules(&self, checkout: &Checkout) -> Result<bool, GitError> {

@@ -30,7 +30,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
 use crate::actors::supervisor::Shared;
 use crate::events::EventKind;
-use crate::git::{Diff, Git, GitError, Head, Merged};
+use crate::git::{Checkout, Diff, Git, GitError, Head, Merged};
 use crate::store::settings::Settings;
 use crate::store::work::{self, NewEvent, SessionWorktree, WorktreeState};
 use crate::store::StoreError;
@@ -532,23 +532,34 @@ fn gone(session: &work::Session, path: &str) -> WorktreeError {
     ))
 }
 
+/// What archive did to a session's worktree: the session as stored, and why its worktree was
+/// kept (when it was).
+pub struct Archived {
+    pub session: work::Session,
+    pub kept_because: Option<String>,
+}
+
 /// What `session.archive` does to the session's worktree, once the session is archived:
-/// clean → removed (its branch kept); with changes → kept, unless `discard_changes`; a
-/// directory gone → its registration pruned, removed. A `kept` worktree is removed only with
-/// `discard_changes`; a removed one (or none) is left as it is.
+/// removed (its branch kept) when nothing in it can be lost ([`keep_reason`]), else kept,
+/// unless `discard_changes`; a directory gone → its registration dropped, removed. A `kept`
+/// worktree is removed only with `discard_changes`; a removed one (or none) is left as it is.
 pub async fn archive(
     git: &Git,
     shared: &Shared,
     session: &work::Session,
     project: &work::Project,
     discard_changes: bool,
-) -> Result<work::Session, WorktreeError> {
+) -> Result<Archived, WorktreeError> {
+    let as_it_is = || Archived {
+        session: session.clone(),
+        kept_because: None,
+    };
     let Some(worktree) = &session.worktree else {
-        return Ok(session.clone());
+        return Ok(as_it_is());
     };
     match worktree.state {
-        WorktreeState::Removed => return Ok(session.clone()),
-        WorktreeState::Kept if !discard_changes => return Ok(session.clone()),
+        WorktreeState::Removed => return Ok(as_it_is()),
+        WorktreeState::Kept if !discard_changes => return Ok(as_it_is()),
         _ => {}
     }
     let repo = Path::new(&project.path);
@@ -561,8 +572,12 @@ pub async fn archive(
     }
     if !discard_changes {
         let checkout = git.checkout(repo, path).await?;
-        if !git.is_clean(&checkout).await? {
-            return set_state(shared, &session.id, WorktreeState::Kept).await;
+        if let Some(reason) = keep_reason(git, &checkout, &worktree.branch).await? {
+            let session = set_state(shared, &session.id, WorktreeState::Kept).await?;
+            return Ok(Archived {
+                session,
+                kept_because: Some(reason),
+            });
         }
     }
     git.worktree_remove(repo, path, discard_changes).await?;
@@ -570,7 +585,45 @@ pub async fn archive(
     removed(shared, session).await
 }
 
-async fn removed(shared: &Shared, session: &work::Session) -> Result<work::Session, WorktreeError> {
+/// Why removing the worktree could lose work, in the words of the kept line: its submodules
+/// (their commits live in repositories corral cannot check), a HEAD off its branch (commits
+/// there are on no branch), a rebase or merge midway, uncommitted changes; none when clean.
+async fn keep_reason(
+    git: &Git,
+    checkout: &Checkout,
+    branch: &str,
+) -> Result<Option<String>, WorktreeError> {
+    if git.has_submodules(checkout).await? {
+        return Ok(Some(
+            "it has submodules, whose commits corral cannot check".into(),
+        ));
+    }
+    let expected = format!("refs/heads/{branch}");
+    match git.symbolic_head(checkout).await? {
+        None => {
+            return Ok(Some(format!(
+                "its HEAD is detached, not on its branch {branch}: commits made there are on no \
+                 branch"
+            )))
+        }
+        Some(head) if head != expected => {
+            return Ok(Some(format!(
+                "it has {} checked out, not its branch {branch}",
+                head.strip_prefix("refs/heads/").unwrap_or(&head)
+            )))
+        }
+        Some(_) => {}
+    }
+    if let Some(operation) = checkout.operation_in_progress().await {
+        return Ok(Some(format!("{operation} is in progress in it")));
+    }
+    if !git.is_clean(checkout).await? {
+        return Ok(Some("it has uncommitted changes".into()));
+    }
+    Ok(None)
+}
+
+async fn removed(shared: &Shared, session: &work::Session) -> Result<Archived, WorktreeError> {
     let worktree = session
         .worktree
         .as_ref()
@@ -583,7 +636,10 @@ async fn removed(shared: &Shared, session: &work::Session) -> Result<work::Sessi
         json!({ "path": worktree.path, "kept_branch": worktree.branch }),
     )
     .await;
-    Ok(stored)
+    Ok(Archived {
+        session: stored,
+        kept_because: None,
+    })
 }
 
 /// The session's changes against its base commit, untracked files included (git run there
@@ -1218,8 +1274,10 @@ mod tests {
             assert_eq!(unchanged.archived_at, None, "refused before archiving");
             corral.cancel(&sent.prompt.id).await.unwrap();
             corral.wait_prompt(&sent.prompt.id).await.unwrap();
-            let archived = corral.archive_session(&session.id, false).await.unwrap();
+            let (archived, kept_because) =
+                corral.archive_session(&session.id, false).await.unwrap();
             assert_eq!(archived.worktree.unwrap().state, WorktreeState::Removed);
+            assert_eq!(kept_because, None);
 
             // A session whose worktree a killed supervisor never made.
             let id = uuid::Uuid::now_v7().to_string();

@@ -142,3 +142,85 @@ fn a_fifo_where_the_agent_points_the_index_does_not_hang_the_daemon() {
     assert!(diff.contains("new.txt"), "{diff}");
     home.ok(&["status"]);
 }
+
+/// `session archive S` of a worktree that must be kept: its stderr (exit 0), after checking
+/// the worktree is still there and `kept`.
+fn archive_keeps(home: &GitHome, session: &str, worktree: &Path) -> String {
+    let output = home.run(&["session", "archive", session]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    assert!(worktree.is_dir(), "removed: {stderr}");
+    assert_eq!(home.session(session)["worktree_state"], "kept", "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_worktree_with_submodules_is_kept_at_archive_unless_its_changes_are_discarded() {
+    let home = command_home();
+    let lib = home.repo("lib");
+    let repo = home.repo("repo");
+    home.git(
+        &repo,
+        &["submodule", "add", "-q", lib.to_str().unwrap(), "lib"],
+    );
+    home.git(&repo, &["commit", "-q", "-m", "add lib"]);
+    let (session, worktree) = session_of(&home, &repo);
+    // A commit inside the submodule, recorded by the session's branch: it lives only in the
+    // worktree's own copy of the submodule's repository.
+    let sub = worktree.join("lib");
+    home.git(&sub, &["checkout", "-q", "-b", "feature"]);
+    let commit = home.commit_file(&sub, "x.txt", "x\n", "sub work");
+    home.git(&worktree, &["add", "lib"]);
+    home.git(&worktree, &["commit", "-q", "-m", "bump lib"]);
+    assert_eq!(home.status(&worktree), "");
+
+    let stderr = archive_keeps(&home, &session, &worktree);
+    assert!(
+        stderr.contains("it has submodules, whose commits corral cannot check"),
+        "{stderr}"
+    );
+    assert_eq!(home.sha(&sub, "HEAD"), commit);
+    home.ok(&["session", "archive", &session, "--discard-changes"]);
+    assert!(!worktree.exists());
+    assert_eq!(home.session(&session)["worktree_state"], "removed");
+}
+
+#[test]
+fn a_worktree_off_its_branch_or_midway_through_a_merge_is_kept_at_archive() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    home.add_project("app", &repo, &["--isolation", "worktree"]);
+    let made = |title: &str| {
+        let session = home.new_session(&["app", "--title", title]);
+        let worktree = home.worktree_of(&session);
+        (session, worktree)
+    };
+
+    // Commits on a detached HEAD are on no branch: removing the worktree would orphan them.
+    let (detached, worktree) = made("detached");
+    home.git(&worktree, &["checkout", "-q", "--detach"]);
+    home.commit_file(&worktree, "w.txt", "w\n", "work on a detached HEAD");
+    let stderr = archive_keeps(&home, &detached, &worktree);
+    assert!(stderr.contains("its HEAD is detached"), "{stderr}");
+
+    // Another branch checked out there.
+    let (other, worktree) = made("other");
+    home.git(&worktree, &["checkout", "-q", "-b", "elsewhere"]);
+    let stderr = archive_keeps(&home, &other, &worktree);
+    assert!(
+        stderr.contains("it has elsewhere checked out, not its branch"),
+        "{stderr}"
+    );
+
+    // A merge stopped on a conflict.
+    let (merging, worktree) = made("merging");
+    let branch = home.branch_of(&merging);
+    home.git(&worktree, &["checkout", "-q", "-b", "side"]);
+    home.commit_file(&worktree, "README.md", "side\n", "side");
+    home.git(&worktree, &["checkout", "-q", &branch]);
+    home.commit_file(&worktree, "README.md", "session\n", "session");
+    let merge = home.git_output(&worktree, &["merge", "side"]);
+    assert!(!merge.status.success(), "a conflict");
+    let stderr = archive_keeps(&home, &merging, &worktree);
+    assert!(stderr.contains("a merge is in progress in it"), "{stderr}");
+}

@@ -69,6 +69,10 @@ pub struct Session {
     /// directory gone since: removed by hand).
     #[serde(default)]
     pub worktree_state: Option<String>,
+    /// In `session.archive`'s answer only: why the worktree was kept ("it has uncommitted
+    /// changes", "it has submodules, …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_kept_because: Option<String>,
 }
 
 impl From<&work::Session> for Session {
@@ -97,6 +101,7 @@ impl From<&work::Session> for Session {
             base: s.worktree.as_ref().map(|w| w.base.clone()),
             base_commit: s.worktree.as_ref().map(|w| w.base_commit.clone()),
             worktree_state: s.worktree.as_ref().map(worktree_state),
+            worktree_kept_because: None,
         }
     }
 }

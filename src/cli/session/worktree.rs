@@ -200,9 +200,14 @@ pub fn shell_word(word: &str) -> String {
 /// and the command that discards it (with the selector as the person typed it).
 fn kept_note(session: &Value, selector: &str) -> Option<String> {
     (text(session, "worktree_state") == "kept").then(|| {
+        let uncommitted = "it has uncommitted changes";
+        let (why, how) = match session["worktree_kept_because"].as_str() {
+            Some(why) if why != uncommitted => (why, "remove it anyway with"),
+            _ => (uncommitted, "discard them with"),
+        };
         format!(
-            "corral: kept worktree {}: it has uncommitted changes; discard them with: corral \
-             session archive {} --discard-changes",
+            "corral: kept worktree {}: {why}; {how}: corral session archive {} \
+             --discard-changes",
             text(session, "worktree"),
             shell_word(selector)
         )

@@ -108,8 +108,10 @@ impl Serve for SessionArchive {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
         let discard = p.discard_changes.unwrap_or(false);
-        let archived = corral.archive_session(&session.id, discard).await?;
-        Ok((&archived).into())
+        let (archived, kept_because) = corral.archive_session(&session.id, discard).await?;
+        let mut archived = Session::from(&archived);
+        archived.worktree_kept_because = kept_because;
+        Ok(archived)
     }
 }
 
