@@ -7,8 +7,9 @@
 //! - [`Git`]: the `git` found on PATH ([`Git::detect`], at least [`MIN_VERSION`]) and one method
 //!   per question or change: [`Git::repo`], [`Git::head`], [`Git::resolve`],
 //!   [`Git::branch_exists`], [`Git::worktree_add`], [`Git::worktrees`], [`Git::checkout`],
-//!   [`Git::prune`], [`Git::is_clean`], [`Git::worktree_remove`], [`Git::diff`],
-//!   [`Git::merge`];
+//!   [`Git::is_clean`], [`Git::symbolic_head`], [`Git::has_submodules`],
+//!   [`Git::worktree_remove`] (one registration: corral never prunes a whole repository),
+//!   [`Git::diff`], [`Git::merge`];
 //! - what they answer: [`Repo`], [`Head`], [`WorktreeEntry`], [`Checkout`], [`Diff`],
 //!   [`Merged`], and [`GitError`], one clear line per way git can fail corral;
 //! - `GitCommand`: the one place a git child is spawned (its own process group, the group killed
@@ -494,11 +495,6 @@ impl Git {
             }),
             None => Err(GitError::NotAWorktree { path: path.into() }),
         }
-    }
-
-    /// Drops the registrations of worktrees whose directories are gone.
-    pub async fn prune(&self, repo: &Path) -> Result<(), GitError> {
-        self.at(repo, &["worktree", "prune"]).run().await.map(drop)
     }
 
     /// Whether `git status` shows nothing: no change, no untracked file (ignored ones aside).

@@ -45,7 +45,7 @@ pub const BRANCH_PREFIX: &str = "corral/";
 const MAX_SUFFIX: usize = 100;
 
 /// One lock per repository (by its common git directory), held by every operation here that
-/// adds, removes, prunes or lists worktrees: git itself races there (a `git worktree add`
+/// adds, removes or lists worktrees: git itself races there (a `git worktree add`
 /// reads every registration, and fails on one another `add` has begun but not yet written:
 /// "failed to read .git/worktrees/NAME/commondir").
 static REPOSITORIES: LazyLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> =
@@ -424,7 +424,7 @@ async fn clear_partial(
     let entries = git.worktrees(repo).await?;
     if let Some(entry) = entries.iter().find(|entry| entry.path == path) {
         if entry.prunable {
-            git.prune(repo).await?;
+            git.worktree_remove(repo, path, true).await?;
         } else if entry.locked {
             // `git worktree add` locks the worktree until its checkout is done.
             git.worktree_remove(repo, path, true).await?;
@@ -463,6 +463,21 @@ async fn clear_partial(
         "{} exists and is no worktree of the repository: move it away, then try again",
         path.display()
     )))
+}
+
+/// Drops the registration of the worktree at `path` whose directory is gone, if the repository
+/// still has one: that registration only (a `git worktree prune` would drop the person's too,
+/// a worktree on a disk not mounted now).
+async fn forget(git: &Git, repo: &Path, path: &Path) -> Result<(), WorktreeError> {
+    let registered = git
+        .worktrees(repo)
+        .await?
+        .iter()
+        .any(|entry| entry.path == absolute(path));
+    if registered {
+        git.worktree_remove(repo, path, true).await?;
+    }
+    Ok(())
 }
 
 /// A checkout of this repository git no longer knows: its `.git` file names a worktree
@@ -566,7 +581,7 @@ pub async fn archive(
     let path = Path::new(&worktree.path);
     let repository = lock_repository(git, repo).await?;
     if std::fs::symlink_metadata(path).is_err() {
-        git.prune(repo).await?;
+        forget(git, repo, path).await?;
         drop(repository);
         return removed(shared, session).await;
     }
@@ -763,7 +778,7 @@ pub async fn recreate(
     let repo = Path::new(&project.path);
     {
         let _repository = lock_repository(git, repo).await?;
-        git.prune(repo).await?;
+        forget(git, repo, path).await?;
         add(git, repo, worktree).await?;
     }
     made(shared, session, project).await

@@ -224,3 +224,38 @@ fn a_worktree_off_its_branch_or_midway_through_a_merge_is_kept_at_archive() {
     let stderr = archive_keeps(&home, &merging, &worktree);
     assert!(stderr.contains("a merge is in progress in it"), "{stderr}");
 }
+
+#[test]
+fn recreate_and_archive_drop_only_the_sessions_own_registration() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    // The person's own worktree, on a disk not mounted now: its directory is missing.
+    let usb = home.path().join("usb");
+    std::fs::create_dir_all(&usb).unwrap();
+    let mine = usb.join("mywork");
+    home.git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "mywork",
+            mine.to_str().unwrap(),
+        ],
+    );
+    std::fs::rename(&usb, home.path().join("usb-unplugged")).unwrap();
+    let (session, worktree) = session_of(&home, &repo);
+    let registered = |path: &Path| home.worktrees(&repo).iter().any(|(p, _)| p == path);
+
+    std::fs::remove_dir_all(&worktree).unwrap();
+    home.ok(&["session", "recreate", &session]);
+    assert!(worktree.join("README.md").is_file());
+    assert!(registered(&mine), "recreate pruned the person's worktree");
+
+    std::fs::remove_dir_all(&worktree).unwrap();
+    home.ok(&["session", "archive", &session]);
+    assert_eq!(home.session(&session)["worktree_state"], "removed");
+    assert!(!registered(&worktree));
+    assert!(registered(&mine), "archive pruned the person's worktree");
+}
