@@ -6,7 +6,7 @@
 //! Map of the file:
 //! - [`Git`]: the `git` found on PATH ([`Git::detect`], at least [`MIN_VERSION`]) and one method
 //!   per question or change: [`Git::repo`], [`Git::head`], [`Git::resolve`],
-//!   [`Git::branch_exists`], [`Git::worktree_add`], [`Git::worktrees`], [`Git::checkout`],
+//!   [`Git::is_branch_name`], [`Git::branch_exists`], [`Git::worktree_add`], [`Git::worktrees`], [`Git::checkout`],
 //!   [`Git::is_clean`], [`Git::symbolic_head`], [`Git::has_submodules`],
 //!   [`Git::worktree_remove`] (one registration: corral never prunes a whole repository),
 //!   [`Git::diff`], [`Git::merge`];
@@ -358,6 +358,20 @@ impl Git {
             Some(1) => Err(unknown()),
             _ => Err(output.failed()),
         }
+    }
+
+    /// Whether `name` is a branch name git takes as it is (`git check-ref-format --branch`,
+    /// which also expands `@{-1}`: a name it changes is refused too).
+    pub async fn is_branch_name(&self, dir: &Path, name: &str) -> Result<bool, GitError> {
+        if name.starts_with('-') {
+            return Ok(false);
+        }
+        let output = self
+            .at(dir, &["check-ref-format"])
+            .args(["--branch", name])
+            .output()
+            .await?;
+        Ok(output.status.success() && output.stdout.trim_end_matches('\n') == name)
     }
 
     pub async fn branch_exists(&self, dir: &Path, branch: &str) -> Result<bool, GitError> {

@@ -209,9 +209,7 @@ pub async fn plan(
         )));
     };
     if let Some(name) = branch {
-        if name.trim().is_empty() || name.starts_with('-') {
-            return Err(invalid(format!("'{name}' is no branch name")));
-        }
+        check_branch_name(git, dir, name).await?;
     }
     if let Some(base) = base {
         if base.trim().is_empty() {
@@ -256,7 +254,14 @@ pub async fn plan(
                 Head::Detached(sha) => sha,
             },
         };
-        let commit = git.resolve(dir, &base).await?;
+        let commit = match git.resolve(dir, &base).await {
+            Err(GitError::UnknownRevision { .. } | GitError::Failed { .. }) => {
+                return Err(invalid(format!(
+                    "unknown revision {base}: --base needs a branch, tag or commit"
+                )))
+            }
+            commit => commit?,
+        };
         (base, commit)
     };
     let root = worktrees_root(settings, home, project);
@@ -296,6 +301,19 @@ pub async fn plan(
         "no free worktree path for {name} in {} (tried {MAX_SUFFIX})",
         root.display()
     )))
+}
+
+/// Refuses a `--branch` that is no plain branch name: what `git check-ref-format --branch`
+/// refuses, and names git would read as something else (`refs/heads/main` would become
+/// `refs/heads/refs/heads/main`; `HEAD`, `@`).
+async fn check_branch_name(git: &Git, dir: &Path, name: &str) -> Result<(), WorktreeError> {
+    let ambiguous = name.starts_with("refs/") || name == "HEAD" || name == "@";
+    if ambiguous || !git.is_branch_name(dir, name).await? {
+        return Err(invalid(format!(
+            "'{name}' is no branch name: give a plain one (like fix-login), without refs/"
+        )));
+    }
+    Ok(())
 }
 
 /// Makes (or finishes making) a session's worktree whose state is `creating`: a registered

@@ -259,3 +259,39 @@ fn recreate_and_archive_drop_only_the_sessions_own_registration() {
     assert!(!registered(&worktree));
     assert!(registered(&mine), "archive pruned the person's worktree");
 }
+
+#[test]
+fn branch_names_git_would_read_otherwise_and_unknown_bases_are_refused_in_one_line() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    home.add_project("app", &repo, &["--isolation", "worktree"]);
+    let branches_before = home.git(&repo, &["branch", "--list"]);
+    for name in [
+        "refs/heads/main",
+        "HEAD",
+        "@",
+        "@{-1}",
+        "a..b",
+        "x y",
+        "-x",
+        "ends.lock",
+    ] {
+        let stderr = home.fails(&["session", "new", "app", &format!("--branch={name}")], 1);
+        assert!(
+            stderr.contains(&format!("'{name}' is no branch name")),
+            "{name}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    for base in ["HEAD@{1}", "no-such-ref"] {
+        let stderr = home.fails(&["session", "new", "app", "--base", base], 1);
+        assert!(
+            stderr.contains(&format!("unknown revision {base}")),
+            "{base}: {stderr}"
+        );
+    }
+    assert_eq!(home.git(&repo, &["branch", "--list"]), branches_before);
+    // A plain name with a slash is a branch name.
+    let session = home.new_session(&["app", "--branch", "topic/fix"]);
+    assert_eq!(home.branch_of(&session), "topic/fix");
+}
