@@ -82,6 +82,8 @@ pub enum GitError {
     Dirty { path: PathBuf },
     #[error("the merge conflicts in {}: nothing was changed", files.join(", "))]
     Conflict { files: Vec<String> },
+    #[error("{} is no longer on {into}: nothing was changed", checkout.display())]
+    MovedAway { checkout: PathBuf, into: String },
     #[error("branch '{branch}' has nothing to merge into '{into}'")]
     NothingToMerge { branch: String, into: String },
     #[error("cannot {what}: {source}")]
@@ -838,6 +840,14 @@ impl Git {
         let commit = self.resolve_within(scratch, "HEAD").await?;
         let checkout_updated = match &plan.into_checkout {
             Some(checkout) => {
+                // Still on `into` (it may have switched since the plan): else nothing moves.
+                let on_into = format!("refs/heads/{}", plan.into);
+                if self.symbolic_head(checkout).await?.as_deref() != Some(on_into.as_str()) {
+                    return Err(GitError::MovedAway {
+                        checkout: checkout.root.clone(),
+                        into: plan.into.clone(),
+                    });
+                }
                 // A fast-forward of the person's clean checkout, as `git pull --ff-only` does:
                 // git refuses it if the checkout moved or would lose local changes meanwhile.
                 self.within(checkout, &["merge"])
@@ -1989,6 +1999,46 @@ mod tests {
             assert!(!scratch.exists());
             assert_eq!(f.git.worktrees(&main).await.unwrap().len(), 2);
         }
+    }
+
+    #[tokio::test]
+    async fn a_checkout_that_left_into_during_the_merge_is_not_fast_forwarded() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = Fixture::new().await;
+        let (main, _worktree, base) = f.session("HEAD", "b.txt", "b\n").await;
+        f.git(&main, &["branch", "other"]).await;
+        // The person's hook, run by the merge in the scratch worktree: it switches the
+        // person's checkout to another branch meanwhile.
+        let hook = main.join(".git/hooks/post-merge");
+        std::fs::write(
+            &hook,
+            format!(
+                "#!/bin/sh\nunset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE\n\
+                 git -C '{}' checkout -q other\n",
+                main.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let scratch = f.root.join("worktrees/.merge-s");
+        let error = f
+            .git
+            .merge(&main, &scratch, "corral/s", "main", false, "m")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, GitError::MovedAway { checkout, into } if *checkout == main && into == "main"),
+            "{error:?}"
+        );
+        assert!(error
+            .to_string()
+            .ends_with("is no longer on main: nothing was changed"));
+        assert_eq!(f.sha(&main, "main").await, base);
+        assert_eq!(
+            f.git.head(&main).await.unwrap(),
+            Head::Branch("other".into())
+        );
+        assert!(!scratch.exists());
     }
 
     #[tokio::test]

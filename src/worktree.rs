@@ -756,6 +756,7 @@ pub async fn merge(
     let merged = {
         // Its scratch worktree is added and removed like a session's.
         let _repository = lock_repository(git, repo).await?;
+        refuse_busy_checkout(git, shared, repo, &into).await?;
         git.merge(repo, &scratch, &worktree.branch, &into, squash, &message)
             .await?
     };
@@ -767,6 +768,49 @@ pub async fn merge(
     )
     .await;
     Ok(merged)
+}
+
+/// Refuses a merge into a branch checked out in another session's worktree while that session
+/// runs or has prompts queued: the fast-forward would change files under its agent.
+async fn refuse_busy_checkout(
+    git: &Git,
+    shared: &Shared,
+    repo: &Path,
+    into: &str,
+) -> Result<(), WorktreeError> {
+    let Some(checkout) = git
+        .worktrees(repo)
+        .await?
+        .into_iter()
+        .find(|entry| !entry.prunable && entry.branch.as_deref() == Some(into))
+    else {
+        return Ok(());
+    };
+    let path = checkout.path.to_string_lossy().into_owned();
+    let busy = shared.readers.read(|connection| {
+        use rusqlite::OptionalExtension;
+        let owner: Option<String> = connection
+            .query_row(
+                "SELECT id FROM sessions WHERE worktree = ?1",
+                [&path],
+                |row| row.get(0),
+            )
+            .optional()?;
+        match owner {
+            Some(id) => Ok(work::busy_prompt(connection, &id)?.map(|prompt| (id, prompt))),
+            None => Ok(None),
+        }
+    })?;
+    match busy {
+        Some((owner, prompt)) => Err(invalid(format!(
+            "{into} is checked out in session {owner}'s worktree {path}, which has a prompt {} \
+             ({}): wait for it to end, or cancel it (corral cancel {}), before merging into {into}",
+            prompt.status.as_str(),
+            prompt.id,
+            prompt.id
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Makes a worktree deleted by hand again, on its branch (or, if that is gone too, a new one

@@ -295,3 +295,34 @@ fn branch_names_git_would_read_otherwise_and_unknown_bases_are_refused_in_one_li
     let session = home.new_session(&["app", "--branch", "topic/fix"]);
     assert_eq!(home.branch_of(&session), "topic/fix");
 }
+
+#[test]
+fn a_merge_into_a_branch_another_busy_session_has_checked_out_is_refused() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    home.git(&repo, &["checkout", "-q", "-b", "dev"]);
+    home.add_project("app", &repo, &["--isolation", "worktree"]);
+    let holder = home.new_session(&["app", "--title", "holder", "--branch", "main"]);
+    let holder_worktree = home.worktree_of(&holder);
+    let merged = home.new_session(&["app", "--title", "merged", "--base", "main"]);
+    let worktree = home.worktree_of(&merged);
+    home.commit_file(&worktree, "x.txt", "x\n", "work to merge");
+
+    let sent = home.json(&["send", &holder, "sleep 30", "--json"]);
+    let prompt = sent["id"].as_str().expect("a prompt id").to_string();
+    let stderr = home.fails(&["session", "merge", &merged], 1);
+    assert!(
+        stderr.contains(&format!("checked out in session {holder}'s worktree"))
+            && stderr.contains(&prompt),
+        "{stderr}"
+    );
+    assert!(!holder_worktree.join("x.txt").exists());
+    assert_eq!(home.sha(&repo, "main"), home.sha(&holder_worktree, "HEAD"));
+
+    home.ok(&["cancel", &prompt]);
+    let mut rpc = common::rpc::Rpc::connect(home.path());
+    rpc.call("prompt.wait", serde_json::json!({ "prompt": prompt }))
+        .unwrap();
+    home.ok(&["session", "merge", &merged]);
+    assert!(holder_worktree.join("x.txt").is_file(), "fast-forwarded");
+}
