@@ -666,8 +666,9 @@ impl Git {
     /// `--squash` and a commit, with `message`) is made in a detached worktree at `scratch`;
     /// a conflict ([`GitError::Conflict`]) changes nothing. Then `into` moves: the clean
     /// checkout where it is checked out is fast-forwarded, else the ref is updated (from the
-    /// value it had, or not at all). The scratch worktree is removed whatever happens; one
-    /// left by a daemon killed mid-merge is removed first.
+    /// value it had, or not at all). The scratch worktree is removed whatever happens; what a
+    /// merge killed midway left at `scratch` (its caller names it the same each time) is
+    /// cleared first (see `clear_scratch`).
     pub async fn merge(
         &self,
         repo: &Path,
@@ -771,21 +772,30 @@ impl Git {
         }
     }
 
-    /// Removes a scratch worktree of `repo` left at `scratch`; anything else there is not
-    /// corral's to remove.
+    /// Clears what a merge killed midway left at `scratch` (its name is fixed per session):
+    /// a detached worktree of `repo` there is removed, an empty directory too, a registration
+    /// whose directory is gone dropped; anything else there (a symbolic link, a worktree on a
+    /// branch, files) is not corral's to remove.
     async fn clear_scratch(&self, repo: &Path, scratch: &Path) -> Result<(), GitError> {
-        let Ok(path) = std::fs::canonicalize(scratch) else {
-            return Ok(());
+        let taken = || GitError::Exists {
+            path: scratch.into(),
         };
-        let registered = self
-            .worktrees(repo)
-            .await?
-            .iter()
-            .any(|entry| entry.path == path);
-        if !registered {
-            return Err(GitError::Exists { path });
+        let entries = self.worktrees(repo).await?;
+        let entry = entries.iter().find(|entry| same_path(&entry.path, scratch));
+        let Ok(meta) = tokio::fs::symlink_metadata(scratch).await else {
+            return match entry {
+                Some(_) => self.worktree_remove(repo, scratch, true).await,
+                None => Ok(()),
+            };
+        };
+        if !meta.is_dir() {
+            return Err(taken());
         }
-        self.worktree_remove(repo, scratch, true).await
+        match entry {
+            Some(entry) if entry.detached => self.worktree_remove(repo, scratch, true).await,
+            Some(_) => Err(taken()),
+            None => tokio::fs::remove_dir(scratch).await.map_err(|_| taken()),
+        }
     }
 
     /// The merge made in a detached worktree at `scratch`, then `into` moved to it.
@@ -798,7 +808,7 @@ impl Git {
         message: &str,
     ) -> Result<Merged, GitError> {
         // The scratch checkout needs no large files: LFS leaves their pointers in. `--force`
-        // overrides a registration left without its directory by a killed merge.
+        // overrides a registration of the path left meanwhile.
         self.at(repo, &["worktree", "add"])
             .args(["--detach", "--force", "--"])
             .arg(scratch)
@@ -1881,6 +1891,7 @@ mod tests {
         );
         f.commit(&worktree, "c.txt", "c\n", "more").await;
         std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::write(scratch.join("notes.txt"), "mine").unwrap();
         let taken = f
             .git
             .merge(&main, &scratch, "corral/s", "target", false, "m")

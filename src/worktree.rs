@@ -743,11 +743,8 @@ pub async fn merge(
         )));
     }
     let root = worktrees_root(&shared.settings(), &shared.home, project);
-    let scratch = root.join(format!(
-        ".merge-{}-{}",
-        short_id(&session.id),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    ));
+    // One name per session: a merge killed midway leaves it for the next merge to clear.
+    let scratch = root.join(format!(".merge-{}", short_id(&session.id)));
     let name = session
         .title
         .clone()

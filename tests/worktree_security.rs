@@ -326,3 +326,55 @@ fn a_merge_into_a_branch_another_busy_session_has_checked_out_is_refused() {
     home.ok(&["session", "merge", &merged]);
     assert!(holder_worktree.join("x.txt").is_file(), "fast-forwarded");
 }
+
+#[test]
+fn a_merge_clears_the_scratch_a_killed_merge_left_and_nothing_else() {
+    let home = command_home();
+    let repo = home.repo("repo");
+    let (session, worktree) = session_of(&home, &repo);
+    let hex: String = session.chars().filter(char::is_ascii_hexdigit).collect();
+    let scratch = worktree
+        .parent()
+        .unwrap()
+        .join(format!(".merge-{}", &hex[hex.len() - 8..]));
+    let merge_once = |file: &str| {
+        home.commit_file(&worktree, file, "w\n", file);
+        home.run(&["session", "merge", &session])
+    };
+
+    // A detached worktree left there, registered.
+    home.git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            scratch.to_str().unwrap(),
+        ],
+    );
+    assert!(merge_once("one.txt").status.success());
+    assert!(!scratch.exists());
+    assert_eq!(
+        home.worktrees(&repo).len(),
+        2,
+        "the scratch's registration gone"
+    );
+
+    // An empty directory left there.
+    std::fs::create_dir_all(&scratch).unwrap();
+    assert!(merge_once("two.txt").status.success());
+    assert!(!scratch.exists());
+
+    // Anything else is not corral's: refused, left as it is.
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("notes.txt"), "mine").unwrap();
+    let refused = merge_once("three.txt");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("exists already"));
+    assert_eq!(
+        std::fs::read_to_string(scratch.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert!(!repo.join("three.txt").exists());
+}
