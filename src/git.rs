@@ -436,6 +436,7 @@ impl Git {
             add.arg("--").arg(path).arg(branch)
         };
         add.run().await?;
+        // Just made: no agent has run there yet, so its `.git` file is git's own.
         if path.join(".gitmodules").exists() {
             self.at(path, &["submodule", "update"])
                 .args(["--init", "--recursive"])

@@ -14,10 +14,14 @@
 //!   races with itself there;
 //! - [`archive`], [`diff`], [`merge`], [`recreate`]: what `session.archive`, `session.diff`,
 //!   `session.merge` and `session.recreate` do to the worktree (called by [`crate::Corral`]);
+//!   archive's `keep_reason` (submodules, a HEAD off the branch, an operation midway,
+//!   uncommitted changes), merge's refusal of another busy session's checkout, and `forget`,
+//!   which drops the session's own registration only (corral never prunes a repository);
 //! - [`WorktreeError`]: one line each.
 //!
-//! corral writes only under the worktrees directory and removes only a worktree the store
-//! says is the session's: a directory at that path that is no git worktree of the repository
+//! git runs in a worktree only through the repository's record of it ([`crate::git::Checkout`]):
+//! the worktree, its `.git` file included, is the agent's to write. corral writes only under
+//! the worktrees directory and removes only a worktree the store says is the session's: a directory at that path that is no git worktree of the repository
 //! (nor an empty directory, nor a checkout whose registration git lost) is left alone.
 
 use std::collections::HashMap;
@@ -573,7 +577,7 @@ pub struct Archived {
 }
 
 /// What `session.archive` does to the session's worktree, once the session is archived:
-/// removed (its branch kept) when nothing in it can be lost ([`keep_reason`]), else kept,
+/// removed (its branch kept) when nothing in it can be lost (`keep_reason`), else kept,
 /// unless `discard_changes`; a directory gone → its registration dropped, removed. A `kept`
 /// worktree is removed only with `discard_changes`; a removed one (or none) is left as it is.
 pub async fn archive(
