@@ -193,6 +193,42 @@ pub struct Checkout {
 }
 
 impl Checkout {
+    /// Whether the work tree's `.git` file still names its git directory, as git wrote it (an
+    /// agent may have rewritten it; git then refuses to remove the worktree).
+    pub async fn points_back(&self) -> bool {
+        let gitfile = self.root.join(".git");
+        let regular = tokio::fs::symlink_metadata(&gitfile)
+            .await
+            .is_ok_and(|meta| meta.is_file());
+        if !regular {
+            return false;
+        }
+        let Ok(text) = tokio::fs::read_to_string(&gitfile).await else {
+            return false;
+        };
+        text.trim()
+            .strip_prefix("gitdir: ")
+            .is_some_and(|named| same_path(&self.root.join(named), &self.git_dir))
+    }
+
+    /// Writes the work tree's `.git` file back as git made it (naming its git directory), in
+    /// place of a file or link there, so that git will remove the worktree.
+    pub async fn restore_gitfile(&self) -> Result<(), GitError> {
+        let gitfile = self.root.join(".git");
+        let what = || format!("write {}", gitfile.display());
+        if let Ok(meta) = tokio::fs::symlink_metadata(&gitfile).await {
+            if !meta.is_dir() {
+                tokio::fs::remove_file(&gitfile)
+                    .await
+                    .map_err(io_error(what()))?;
+            }
+        }
+        let text = format!("gitdir: {}\n", self.git_dir.display());
+        tokio::fs::write(&gitfile, text)
+            .await
+            .map_err(io_error(what()))
+    }
+
     /// The git operation left in progress there (a rebase, a merge…), by the files git keeps
     /// in its git directory meanwhile.
     pub async fn operation_in_progress(&self) -> Option<&'static str> {

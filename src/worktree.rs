@@ -607,8 +607,11 @@ pub async fn archive(
         drop(repository);
         return removed(shared, session).await;
     }
+    let checkout = git.checkout(repo, path).await?;
+    if discard_changes && !checkout.points_back().await {
+        checkout.restore_gitfile().await?;
+    }
     if !discard_changes {
-        let checkout = git.checkout(repo, path).await?;
         if let Some(reason) = keep_reason(git, &checkout, &worktree.branch).await? {
             let session = set_state(shared, &session.id, WorktreeState::Kept).await?;
             return Ok(Archived {
@@ -622,7 +625,8 @@ pub async fn archive(
     removed(shared, session).await
 }
 
-/// Why removing the worktree could lose work, in the words of the kept line: its submodules
+/// Why removing the worktree could lose work (or git would refuse), in the words of the kept
+/// line: a `.git` file rewritten (git checks it before a removal), its submodules
 /// (their commits live in repositories corral cannot check), a HEAD off its branch (commits
 /// there are on no branch), a rebase or merge midway, uncommitted changes; none when clean.
 async fn keep_reason(
@@ -630,6 +634,11 @@ async fn keep_reason(
     checkout: &Checkout,
     branch: &str,
 ) -> Result<Option<String>, WorktreeError> {
+    if !checkout.points_back().await {
+        return Ok(Some(
+            "its .git file no longer names the repository's record of it (rewritten?)".into(),
+        ));
+    }
     if git.has_submodules(checkout).await? {
         return Ok(Some(
             "it has submodules, whose commits corral cannot check".into(),
