@@ -25,7 +25,8 @@ fn command_home() -> GitHome {
 }
 
 /// A repository the agent made (outside the worktree), whose configuration names a script as
-/// `core.fsmonitor`: git runs that script whenever it refreshes an index of this repository.
+/// `core.fsmonitor` (git runs it whenever it refreshes an index of this repository) and as a
+/// clean filter.
 /// (its git directory, the marker file the script makes when it runs).
 fn evil_repository(home: &GitHome) -> (PathBuf, PathBuf) {
     let evil = home.path().join("evil");
@@ -44,6 +45,11 @@ fn evil_repository(home: &GitHome) -> (PathBuf, PathBuf) {
         &format!("#!/bin/sh\necho \"$@\" >> '{}'\nexit 1\n", marker.display()),
     );
     home.git(&evil, &["config", "core.fsmonitor", hook.to_str().unwrap()]);
+    // And a clean filter, run on any file whose attributes name it.
+    home.git(
+        &evil,
+        &["config", "filter.evil.clean", hook.to_str().unwrap()],
+    );
     (evil.join(".git"), marker)
 }
 
@@ -124,7 +130,11 @@ fn a_rewritten_submodule_git_file_leads_no_git_call_of_corral_into_it() {
     let (session, worktree) = session_of(&home, &repo);
     assert!(worktree.join("lib/README.md").is_file(), "initialized");
     let (evil, _marker) = evil_repository(&home);
-    home.prompt(&session, &agent_commits_then_redirects("lib/.git", &evil));
+    let prompt = agent_commits_then_redirects("lib/.git", &evil);
+    home.prompt(
+        &session,
+        &format!("{prompt} && echo '* filter=evil' > lib/.gitattributes"),
+    );
     person_commands_run_nothing_of_the_agent(&home, &repo, &session);
 }
 
