@@ -788,12 +788,20 @@ fn submodules_are_checked_out_in_a_sessions_worktree() {
     let answer = home.prompt(&session, "cat lib/lib.txt");
     assert!(answer.contains("from the submodule"), "{answer}");
 
-    // A clean worktree with a submodule is removed at archive too.
-    home.ok(&["session", "archive", &session]);
+    // A worktree with a submodule is kept at archive (a commit made inside the submodule
+    // lives only in the worktree's modules directory), and says why; discarding removes it.
+    let archived = home.run(&["session", "archive", &session]);
+    assert!(archived.status.success(), "{archived:?}");
+    let note = String::from_utf8_lossy(&archived.stderr).into_owned();
     assert!(
-        !worktree.exists(),
-        "a clean worktree with a submodule was kept"
+        note.contains("it has submodules, whose commits corral cannot check")
+            && note.contains("--discard-changes"),
+        "{note}"
     );
+    assert!(worktree.is_dir(), "a worktree with a submodule was removed");
+    assert_eq!(home.session(&session)["worktree_state"], "kept");
+    home.ok(&["session", "archive", &session, "--discard-changes"]);
+    assert!(!worktree.exists(), "--discard-changes left the worktree");
     assert_eq!(home.session(&session)["worktree_state"], "removed");
     home.stop_daemon();
 }
