@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::{getpid, getppid, Pid};
+use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The oldest git corral works with: `git worktree remove` came in 2.17.
@@ -993,12 +993,7 @@ impl Git {
             command.env_remove(name);
         }
         command.envs(self.env.iter().map(|(name, value)| (name, value)));
-        let parent = getpid();
-        // SAFETY: the hook calls only prctl and getppid, async-signal-safe, between fork and
-        // exec.
-        unsafe {
-            command.pre_exec(move || die_with_parent(parent));
-        }
+        crate::process::dies_with_this_process(&mut command);
         GitCommand {
             what: format!("git {}", words.join(" ")).trim_end().to_owned(),
             command,
@@ -1014,17 +1009,6 @@ struct MergePlan {
     into_commit: String,
     /// The clean worktree where `into` is checked out.
     into_checkout: Option<Checkout>,
-}
-
-/// In the child before exec: SIGKILL when its parent dies, so a daemon killed -9 leaves no git
-/// behind. (The "parent" is the spawning thread: the daemon's actors run on its main one.)
-fn die_with_parent(parent: Pid) -> std::io::Result<()> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-    // Dead between fork and prctl: no signal will ever come.
-    if getppid() != parent {
-        return Err(std::io::Error::other("corral is gone"));
-    }
-    Ok(())
 }
 
 /// One git invocation, ready to run.

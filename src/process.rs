@@ -543,6 +543,24 @@ pub fn child_stopped(pid: u32) -> bool {
     matches!(stopped, Ok(status) if status != WaitStatus::StillAlive)
 }
 
+/// Makes `command`'s child die (SIGKILL) when this process does, so a daemon killed -9 leaves
+/// no git or setup shell behind. The kernel's "parent" is the spawning thread: the daemon
+/// spawns these from its main thread, which lives as long as the process.
+pub fn dies_with_this_process(command: &mut tokio::process::Command) {
+    let parent = unistd::getpid();
+    // SAFETY: the hook calls only prctl and getppid, async-signal-safe, between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // Dead between fork and prctl: no signal will ever come.
+            if unistd::getppid() != parent {
+                return Err(std::io::Error::other("corral is gone"));
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::BufRead;

@@ -24,8 +24,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-use nix::unistd::{getpid, getppid, Pid};
 use serde_json::json;
 
 use super::child::{read_output, ChildEnv, Line};
@@ -295,12 +293,7 @@ impl Worker {
         };
         environment.apply_common(&mut shell);
         shell.env(SETUP_ENV, &self.session_id);
-        let parent = getpid();
-        // SAFETY: the hook calls only prctl and getppid, async-signal-safe, between fork and
-        // exec.
-        unsafe {
-            shell.pre_exec(move || die_with_parent(parent));
-        }
+        crate::process::dies_with_this_process(&mut shell);
         shell.spawn()
     }
 
@@ -361,18 +354,6 @@ fn setup_failed(exit: &Exit, last: Option<&str>) -> String {
         Some(line) => format!("setup command failed ({how}): {line}"),
         None => format!("setup command failed ({how})"),
     }
-}
-
-/// In the child before exec: SIGKILL when the daemon dies, so a kill -9 leaves no shell
-/// running a setup nobody reads. (The "parent" is the spawning thread: the session actors run
-/// on the daemon's main one.)
-fn die_with_parent(parent: Pid) -> std::io::Result<()> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-    // Dead between fork and prctl: no signal will ever come.
-    if getppid() != parent {
-        return Err(std::io::Error::other("corral is gone"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
