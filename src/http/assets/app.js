@@ -1413,7 +1413,7 @@
     setup: 'made; the setup command runs before the next prompt',
     ready: 'made and set up',
     removed: 'removed at archive; the branch is kept',
-    kept: 'kept at archive: it has uncommitted changes',
+    kept: 'kept at archive: corral could not prove it holds nothing the branch lacks',
     missing: 'its directory is gone (removed by hand?)',
   };
   /** Event kinds after which the session's changes are read again. */
@@ -1485,7 +1485,7 @@
       stateEl.title = WORKTREE_HELP[state] || '';
       let notice = null;
       if (state === 'missing') notice = 'Its directory is gone (removed by hand?): recreate it on its branch. Its next prompt fails until then.';
-      else if (state === 'kept') notice = 'Kept at archive: it has uncommitted changes. Commit them, or discard them (the branch and its commits stay).';
+      else if (state === 'kept') notice = 'Kept at archive: it has uncommitted changes, submodules, a HEAD off its branch or an operation in progress. Deal with them, or discard them (the branch and its commits stay).';
       else if (state === 'removed') notice = `The worktree was removed at archive; the branch ${s.branch} is kept.`;
       noticeEl.hidden = !notice;
       setText(noticeEl, notice || '');
@@ -1853,14 +1853,14 @@
       const yes = await confirmDialog({
         title: 'Archive this session?',
         body: [h('strong', null, s.title || shortId(S.id)), ' leaves the overview as finished. Its transcript and runs stay in the ledger.',
-          s.worktree ? [' Its worktree is removed if it is clean (the branch ', h('strong', { class: 'mono' }, s.branch), ' stays); one with uncommitted changes is kept.'] : null],
+          s.worktree ? [' Its worktree is removed if it is clean (the branch ', h('strong', { class: 'mono' }, s.branch), ' stays); one with uncommitted changes (or submodules, or off its branch) is kept.'] : null],
         ok: 'Archive', danger: true,
       });
       if (!yes) return;
       try {
         S.session = await api('POST', `/api/v1/sessions/${enc(S.id)}/archive`);
         // As the CLI says it: a dirty worktree stays, and how to discard it.
-        if (S.session.worktree_state === 'kept') toast('Archived; its worktree is kept: it has uncommitted changes (see the Worktree panel)');
+        if (S.session.worktree_state === 'kept') toast(`Archived; its worktree is kept: ${S.session.worktree_kept_because || 'it has uncommitted changes'} (see the Worktree panel)`);
         else toast('Session archived');
         renderHead();
       } catch (error) {
