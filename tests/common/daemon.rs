@@ -55,34 +55,17 @@ impl DaemonHome {
 
     /// Runs a command that must succeed; its stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args);
-        assert!(
-            output.status.success(),
-            "{args:?} failed: {}\nstdout: {}",
-            text(&output.stderr),
-            text(&output.stdout)
-        );
-        text(&output.stdout)
+        succeeded(args, &self.run(args))
     }
 
     /// Runs a command that must succeed and print JSON.
     pub fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(args);
-        serde_json::from_str(&text)
-            .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {text}"))
+        printed_json(args, &self.ok(args))
     }
 
     /// Runs a command that must fail with `code`; its stderr.
     pub fn fails(&self, args: &[&str], code: i32) -> String {
-        let output = self.run(args);
-        assert_eq!(
-            output.status.code(),
-            Some(code),
-            "{args:?}: stdout {} stderr {}",
-            text(&output.stdout),
-            text(&output.stderr)
-        );
-        text(&output.stderr)
+        failed_with(args, &self.run(args), code)
     }
 
     /// `corral config set NAME VALUE` for each setting, in order; each must succeed.
@@ -172,6 +155,36 @@ impl Drop for DaemonHome {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The output of `corral ARGS…`, which must have succeeded: its stdout.
+pub fn succeeded(args: &[&str], output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{args:?} failed ({:?}): {}\nstdout: {}",
+        output.status,
+        text(&output.stderr),
+        text(&output.stdout)
+    );
+    text(&output.stdout)
+}
+
+/// What `corral ARGS…` printed, which must be JSON.
+pub fn printed_json(args: &[&str], printed: &str) -> Value {
+    serde_json::from_str(printed)
+        .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {printed}"))
+}
+
+/// The output of `corral ARGS…`, which must have failed with `code`: its stderr.
+pub fn failed_with(args: &[&str], output: &Output, code: i32) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{args:?}: stdout {} stderr {}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stderr)
 }
 
 /// Waits for a child whose output is read elsewhere (its pipes taken); fails the test (and

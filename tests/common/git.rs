@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use super::daemon::{finish, DaemonHome};
+use super::daemon::{failed_with, finish, printed_json, succeeded, DaemonHome};
 
 /// The identity every commit of these tests carries.
 const NAME: &str = "Corral Test";
@@ -100,35 +100,17 @@ impl GitHome {
 
     /// Runs a command that must succeed; its stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args);
-        assert!(
-            output.status.success(),
-            "{args:?} failed ({:?}): {}\nstdout: {}",
-            output.status,
-            text(&output.stderr),
-            text(&output.stdout)
-        );
-        text(&output.stdout)
+        succeeded(args, &self.run(args))
     }
 
     /// Runs a command that must succeed and print JSON.
     pub fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(args);
-        serde_json::from_str(&text)
-            .unwrap_or_else(|error| panic!("{args:?} printed no JSON ({error}): {text}"))
+        printed_json(args, &self.ok(args))
     }
 
     /// Runs a command that must fail with `code`; its stderr.
     pub fn fails(&self, args: &[&str], code: i32) -> String {
-        let output = self.run(args);
-        assert_eq!(
-            output.status.code(),
-            Some(code),
-            "{args:?}: stdout {} stderr {}",
-            text(&output.stdout),
-            text(&output.stderr)
-        );
-        text(&output.stderr)
+        failed_with(args, &self.run(args), code)
     }
 
     /// `corral config set NAME VALUE` for each setting.
