@@ -309,24 +309,6 @@ fn a_worktree_deleted_by_hand_fails_the_prompt_saying_how_to_recreate_it() {
     assert!(!worktree.exists());
 }
 
-/// Sends `prompt` to `session` without waiting: the prompt's id.
-fn send(home: &GitHome, session: &str, prompt: &str) -> String {
-    let sent = home.json(&["send", session, prompt, "--json"]);
-    sent["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("send printed no prompt id: {sent}"))
-        .to_string()
-}
-
-/// Waits until the prompt has ended: its status.
-fn wait_prompt(home: &GitHome, prompt: &str) -> String {
-    let mut rpc = common::rpc::Rpc::connect(home.path());
-    let ended = rpc
-        .call("prompt.wait", serde_json::json!({ "prompt": prompt }))
-        .unwrap_or_else(|error| panic!("prompt.wait {prompt}: {error}"));
-    ended["status"].as_str().unwrap_or_default().to_string()
-}
-
 #[test]
 fn sessions_of_a_worktree_project_in_a_locking_group_run_one_at_a_time() {
     let home = command_home();
@@ -338,10 +320,10 @@ fn sessions_of_a_worktree_project_in_a_locking_group_run_one_at_a_time() {
         .collect();
     let prompts: Vec<String> = sessions
         .iter()
-        .map(|session| send(&home, session, "sleep 0.4"))
+        .map(|session| home.send(session, "sleep 0.4"))
         .collect();
     for prompt in &prompts {
-        assert_eq!(wait_prompt(&home, prompt), "done");
+        assert_eq!(home.wait_prompt(prompt)["status"], "done");
     }
     let db = home.home.db();
     let mut runs: Vec<(i64, i64)> = sessions

@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use common::daemon::{alive, finish, kill, wait_until};
 use common::git::{path_with_first, same_path, GitHome};
@@ -51,22 +51,6 @@ fn one_line(stderr: &str) -> bool {
     stderr.trim().lines().count() == 1
 }
 
-/// Sends `prompt` to `session` without waiting: the prompt's id.
-fn send(home: &GitHome, session: &str, prompt: &str) -> String {
-    let sent = home.json(&["send", session, prompt, "--json"]);
-    sent["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("send printed no prompt id: {sent}"))
-        .to_string()
-}
-
-/// Waits until the prompt has ended: its JSON.
-fn wait_prompt(home: &GitHome, prompt: &str) -> Value {
-    let mut rpc = common::rpc::Rpc::connect(home.path());
-    rpc.call("prompt.wait", json!({ "prompt": prompt }))
-        .unwrap_or_else(|error| panic!("prompt.wait {prompt}: {error}"))
-}
-
 /// The (started_at, ended_at) of each session's first run, from `history --json`.
 fn first_run(home: &GitHome, session: &str) -> (i64, i64) {
     let history = home.json(&["history", session, "--json"]);
@@ -90,10 +74,10 @@ fn run_together(
 ) -> Vec<(i64, i64)> {
     let prompts: Vec<String> = sessions
         .iter()
-        .map(|session| send(home, session, &prompt(session)))
+        .map(|session| home.send(session, &prompt(session)))
         .collect();
     for id in &prompts {
-        let done = wait_prompt(home, id);
+        let done = home.wait_prompt(id);
         assert_eq!(done["status"], "done", "{done}");
     }
     sessions

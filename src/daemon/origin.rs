@@ -561,37 +561,27 @@ impl Widening for SessionMergeParams {
     }
 }
 
-// The served methods whose params never widen (a method that is only read never does).
-impl Widening for NoParams {
-    const MAY_WIDEN: bool = false;
+/// The served methods whose params never widen (a method that is only read never does).
+macro_rules! never_widen {
+    ($($params:ty),* $(,)?) => {
+        $(impl Widening for $params {
+            const MAY_WIDEN: bool = false;
+        })*
+    };
 }
-impl Widening for StatusParams {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for SessionSelector {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for SessionRenameParams {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for SessionDiffParams {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for CancelParams {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for PromptSelector {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for ReleaseParams {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for ExecStartParams {
-    const MAY_WIDEN: bool = false;
-}
-impl Widening for ExecEndParams {
-    const MAY_WIDEN: bool = false;
-}
+
+never_widen!(
+    NoParams,
+    StatusParams,
+    SessionSelector,
+    SessionRenameParams,
+    SessionDiffParams,
+    CancelParams,
+    PromptSelector,
+    ReleaseParams,
+    ExecStartParams,
+    ExecEndParams,
+);
 
 #[cfg(test)]
 mod tests {

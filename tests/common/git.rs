@@ -166,6 +166,22 @@ impl GitHome {
             .to_string()
     }
 
+    /// `corral send S PROMPT --json` without waiting: the prompt's id.
+    pub fn send(&self, session: &str, prompt: &str) -> String {
+        let sent = self.json(&["send", session, prompt, "--json"]);
+        sent["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("send printed no prompt id: {sent}"))
+            .to_string()
+    }
+
+    /// Waits until the prompt has ended (`prompt.wait`): its JSON.
+    pub fn wait_prompt(&self, prompt: &str) -> Value {
+        let mut rpc = super::rpc::Rpc::connect(self.path());
+        rpc.call("prompt.wait", serde_json::json!({ "prompt": prompt }))
+            .unwrap_or_else(|error| panic!("prompt.wait {prompt}: {error}"))
+    }
+
     /// `corral send S PROMPT --wait`, which must succeed: its stdout.
     pub fn prompt(&self, session: &str, prompt: &str) -> String {
         self.ok(&["send", session, prompt, "--wait"])
