@@ -24,6 +24,7 @@ pub mod overview;
 pub mod select;
 pub mod settings;
 pub mod spill;
+pub mod sql;
 pub mod work;
 
 use std::io::Read;

@@ -1,0 +1,1 @@
+//! One interface over both stores (placeholder: being written).
