@@ -14,8 +14,9 @@
 //!   `_` and case differently. Ids are resolved by their prefixes and pages are cut by
 //!   cursors (`started_at.id`, `id < ?1 ORDER BY id DESC`), and both must compare bytes, so the
 //!   collation is written column by column and holds whatever locale the database was made
-//!   with. It also makes `lower()` fold ASCII letters only, as SQLite's built-in `lower()`
-//!   does (`exec::search_text` relies on that).
+//!   with. It also makes `lower()` of a column fold ASCII letters only, as SQLite's built-in
+//!   `lower()` does (`exec::search_text` relies on that); a parameter has the database's
+//!   collation, so shared SQL lowers search terms in Rust, not with `lower(?)`.
 //! - **JSON stays `TEXT`**: the store writes and reads it as text; nothing here indexes into it.
 //! - **No rowid tables.** Every table has a declared key and no `INTEGER PRIMARY KEY` alias,
 //!   so there is no identity column; `WITHOUT ROWID` (events) has no meaning here and is
@@ -34,7 +35,12 @@
 //! - **`corral_meta`** (step 1) is what SQLite keeps in its header: `application = 'corral'`
 //!   (tells a corral store from another program's database), `store_id` (a UUID made here,
 //!   the store's identity for `HOME/store.id`) and `schema_version` ('0' here; the migration
-//!   runner sets it to N with `UPDATE` in step N's transaction, as SQLite's `user_version`).
+//!   runner sets it to N in step N's transaction, as SQLite's `user_version`). `gen_random_uuid()`
+//!   is built in from PostgreSQL 13 on: the oldest server these steps take.
+//! - **NULLs sort as in SQLite where an index serves an order.** SQLite puts NULL below every
+//!   value, PostgreSQL above; an `ORDER BY` of a nullable column says `NULLS LAST`/`FIRST`
+//!   in the shared text (SQLite ≥ 3.30 takes it), and the one index that serves such an order
+//!   (`prompt_ends_by_session`, on `finished_at`) is declared `NULLS FIRST` to match.
 //!
 //! Subqueries in `FROM` carry aliases (PostgreSQL 15 requires one); everything else in the
 //! steps — partial indexes, window functions, `UPDATE … FROM` — reads as in SQLite.
@@ -302,7 +308,9 @@ CREATE TABLE prompt_ends (
     created_at  BIGINT NOT NULL,
     head        TEXT COLLATE "C"
 );
-CREATE INDEX prompt_ends_by_session ON prompt_ends(session_id, finished_at, created_at, prompt_id);
+-- NULLS FIRST: SQLite's order (NULL below every number), so the overview's
+-- `finished_at DESC NULLS LAST` walks this index backward as SQLite walks its own.
+CREATE INDEX prompt_ends_by_session ON prompt_ends(session_id, finished_at NULLS FIRST, created_at, prompt_id);
 INSERT INTO prompt_ends (prompt_id, session_id, status, finished_at, created_at, head)
     SELECT id, session_id, status, finished_at, created_at,
            substr(ltrim(CASE status WHEN 'done' THEN answer WHEN 'failed' THEN error ELSE text END,
@@ -350,6 +358,9 @@ CREATE UNIQUE INDEX sessions_by_worktree ON sessions(worktree) WHERE worktree IS
 mod tests {
     #[test]
     fn one_postgres_step_per_sqlite_step() {
-        assert_eq!(super::STEPS.len(), super::super::migrations::MIGRATIONS.len());
+        assert_eq!(
+            super::STEPS.len(),
+            super::super::migrations::MIGRATIONS.len()
+        );
     }
 }
