@@ -2,6 +2,12 @@
 //! the tests of the CLI as the daemon's client (`tests/cli.rs`, `tests/connect.rs`). A home
 //! stops its daemon when dropped, and kills whatever of it is left, so a failed test leaves
 //! no process behind.
+//!
+//! Under `CORRAL_TEST_STORE=postgres` (`.ci/run`'s second pass) every home gets a PostgreSQL
+//! database of its own, named in `HOME/config` ([`super::store::for_home`]), dropped after
+//! the daemon stopped; [`DaemonHome::on_postgres`] is a home on PostgreSQL whatever that says.
+//! (`examples/engine_overhead_bench.rs` includes this file without `store`: the store parts are
+//! `cfg(test)`, set only in the tests' crates, and a bench home stays on SQLite.)
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,13 +23,48 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// A temporary home with a project directory `work` in it, and the daemon it may have.
 pub struct DaemonHome {
     dir: tempfile::TempDir,
+    /// The home's PostgreSQL database, if its store is one. A field, so dropped after
+    /// [`Drop::drop`] stopped the daemon.
+    #[cfg(test)]
+    database: Option<super::store::TestDatabase>,
 }
 
 impl DaemonHome {
+    /// A home on the store of the test pass: SQLite, or under `CORRAL_TEST_STORE=postgres` a
+    /// database of its own.
     pub fn new() -> Self {
+        let dir = Self::directory();
+        DaemonHome {
+            #[cfg(test)]
+            database: super::store::for_home(dir.path()),
+            dir,
+        }
+    }
+
+    /// A home on PostgreSQL, for the tests that are about it; `None` when the test is to skip
+    /// (printed; see [`super::store::postgres_admin_url`]).
+    #[cfg(test)]
+    pub fn on_postgres() -> Option<Self> {
+        let dir = Self::directory();
+        let database = super::store::on_postgres(dir.path())?;
+        Some(DaemonHome {
+            database: Some(database),
+            dir,
+        })
+    }
+
+    fn directory() -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("a temporary directory");
         std::fs::create_dir(dir.path().join("work")).unwrap();
-        DaemonHome { dir }
+        dir
+    }
+
+    /// The PostgreSQL URL in `HOME/config` (password included), or `None` on SQLite.
+    pub fn store_url(&self) -> Option<&str> {
+        #[cfg(test)]
+        return self.database.as_ref().map(|database| database.url.as_str());
+        #[cfg(not(test))]
+        None
     }
 
     pub fn path(&self) -> &Path {

@@ -1,6 +1,7 @@
 //! What the integration tests share: a temporary home and the built `corral` binary in it
 //! (`Home`), a home with a real daemon (`daemon::DaemonHome`), the real engine CLIs in
-//! private environments (`engines`), and a pseudo-terminal (`pty`).
+//! private environments (`engines`), a pseudo-terminal (`pty`), and a real PostgreSQL
+//! (`store`: a database per test home, the skip rule when there is none).
 #![allow(dead_code)]
 
 pub mod browser;
@@ -10,6 +11,7 @@ pub mod git;
 pub mod library;
 pub mod pty;
 pub mod rpc;
+pub mod store;
 
 use std::ffi::OsStr;
 use std::io::Write;
