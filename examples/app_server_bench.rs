@@ -21,7 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corral::store::work::{self, NewProject, NewPrompt, NewSession, PromptStatus};
+use corral::store::projects::NewProject;
+use corral::store::prompts::{NewPrompt, PromptStatus};
+use corral::store::sessions::NewSession;
+use corral::store::{prompts, runs, sessions};
 use corral::{Corral, CorralOptions};
 use serde_json::{json, Value};
 
@@ -272,7 +275,7 @@ impl Rig {
             .id
     }
 
-    async fn wait(&self, prompt: &str) -> work::Prompt {
+    async fn wait(&self, prompt: &str) -> prompts::Prompt {
         tokio::time::timeout(Duration::from_secs(120), self.corral.wait_prompt(prompt))
             .await
             .expect("the prompt ends")
@@ -281,7 +284,7 @@ impl Rig {
 
     /// The pid of the app-server child that ran `prompt`.
     fn child_pid(&self, prompt: &str) -> i64 {
-        let runs = self.corral.read(|c| work::runs_of(c, prompt)).unwrap();
+        let runs = self.corral.read(|c| runs::runs_of(c, prompt)).unwrap();
         runs[0].pid.expect("the run names its child")
     }
 }
@@ -359,7 +362,7 @@ async fn multiplex(fake: &Path, settings: &[(&str, &str)]) -> Multiplexed {
         .iter()
         .map(|session| {
             rig.corral
-                .read(|c| work::session(c, session))
+                .read(|c| sessions::session(c, session))
                 .unwrap()
                 .unwrap()
                 .thread_id

@@ -28,7 +28,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use corral::store::work::{self, NewProject, NewPrompt, NewSession, PromptStatus, Session};
+use corral::store::projects::NewProject;
+use corral::store::prompts::{NewPrompt, PromptStatus};
+use corral::store::sessions::{NewSession, Session};
+use corral::store::{projects, runs};
 use corral::{Corral, CorralOptions};
 use tokio::sync::broadcast;
 
@@ -104,7 +107,7 @@ struct Sample {
 }
 
 impl Bench {
-    async fn project(&self, name: &str) -> work::Project {
+    async fn project(&self, name: &str) -> projects::Project {
         let path = self.projects.path().join(name);
         std::fs::create_dir_all(&path).unwrap();
         self.corral
@@ -117,7 +120,7 @@ impl Bench {
             .unwrap()
     }
 
-    async fn session(&self, project: &work::Project) -> Session {
+    async fn session(&self, project: &projects::Project) -> Session {
         self.corral
             .open_session(NewSession {
                 project_id: project.id.clone(),
@@ -264,7 +267,7 @@ fn main() {
         // The argv corral gave its children, for the bare spawns.
         let runs = bench
             .corral
-            .read(|c| work::runs_of_session(c, &pair[0].id))
+            .read(|c| runs::runs_of_session(c, &pair[0].id))
             .unwrap();
         let argv = runs.last().unwrap().argv[1..].to_vec();
         (alternating, fresh, argv, a.path, bench.projects)

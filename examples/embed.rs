@@ -4,7 +4,9 @@
 //! Run: `cargo build && cargo run --example embed` (the fake engine binary must be built: it
 //! is found beside this example's directory, in `target/<profile>/corral-fake-engine`).
 
-use corral::store::work::{NewProject, NewPrompt, NewSession};
+use corral::store::projects::NewProject;
+use corral::store::prompts::NewPrompt;
+use corral::store::sessions::NewSession;
 use corral::{Corral, CorralOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

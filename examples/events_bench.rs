@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corral::store::work::{NewProject, NewPrompt, NewSession};
+use corral::store::projects::NewProject;
+use corral::store::prompts::NewPrompt;
+use corral::store::sessions::NewSession;
 use corral::{Corral, CorralOptions};
 use tokio::sync::broadcast::error::RecvError;
 

@@ -23,7 +23,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corral::store::work::{NewProject, NewPrompt, NewSession, PromptStatus};
+use corral::store::projects::NewProject;
+use corral::store::prompts::{NewPrompt, PromptStatus};
+use corral::store::sessions::NewSession;
 use corral::{Corral, CorralOptions};
 use tokio::sync::broadcast::error::RecvError;
 

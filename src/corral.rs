@@ -5,7 +5,9 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), corral::CorralError> {
 //! use corral::{Corral, CorralOptions};
-//! use corral::store::work::{NewProject, NewPrompt, NewSession};
+//! use corral::store::projects::NewProject;
+//! use corral::store::prompts::NewPrompt;
+//! use corral::store::sessions::NewSession;
 //! let corral = Corral::start(CorralOptions::new("/tmp/corral-home")).await?;
 //! let project = corral
 //!     .add_project(NewProject { name: "demo".into(), path: "/tmp".into(), ..Default::default() })
@@ -40,12 +42,13 @@ use crate::actors::supervisor::{
 use crate::daemon::DaemonLock;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
+use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
+use crate::store::prompts::{CancelFound, Enqueued, NewPrompt, Prompt};
+use crate::store::runs::Recovered;
+use crate::store::sessions::{NewSession, Session, WorktreeState};
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
-use crate::store::work::{
-    self, CancelFound, Enqueued, Isolation, NewProject, NewPrompt, NewSession, Project,
-    ProjectChange, Prompt, Recovered, Session, WorktreeState,
-};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
+use crate::store::{drivers, events, processes, projects, prompts, sessions};
 use crate::worktree;
 
 /// Errors of the library calls, each one line a user can act on.
@@ -63,7 +66,7 @@ pub enum CorralError {
     Locked(String),
     /// The sender's driver claim was taken over; this is the claim now.
     #[error("superseded by exec {}", .0.exec_id.as_deref().unwrap_or("(released)"))]
-    Superseded(work::DriverClaim),
+    Superseded(drivers::DriverClaim),
 }
 
 impl From<LedgerError> for CorralError {
@@ -273,7 +276,7 @@ impl Corral {
         };
         project.setup = project.setup.filter(|setup| !setup.trim().is_empty());
         let exists = self.read(|connection| {
-            Ok(work::projects(connection)?
+            Ok(projects::projects(connection)?
                 .into_iter()
                 .any(|known| known.name == project.name))
         })?;
@@ -296,7 +299,7 @@ impl Corral {
         mut change: ProjectChange,
     ) -> Result<Project, CorralError> {
         let project = self
-            .read(|connection| work::project(connection, id))?
+            .read(|connection| projects::project(connection, id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))?;
         if change.isolation == Some(Isolation::Worktree) {
             let toplevel = self
@@ -363,7 +366,7 @@ impl Corral {
     pub async fn open_session(&self, mut session: NewSession) -> Result<Session, CorralError> {
         let project_id = session.project_id.clone();
         let project = self
-            .read(|connection| work::project(connection, &project_id))?
+            .read(|connection| projects::project(connection, &project_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
         refuse_archived_project(&project)?;
         if session.engine.is_empty() {
@@ -467,7 +470,7 @@ impl Corral {
         prompt.images = images;
         let session_id = prompt.session_id.clone();
         let session = self
-            .read(|connection| work::session(connection, &session_id))?
+            .read(|connection| sessions::session(connection, &session_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
         if session.archived_at.is_some() {
             return Err(CorralError::Invalid(format!(
@@ -480,7 +483,7 @@ impl Corral {
             .parse::<EngineKind>()
             .map_err(CorralError::Invalid)?;
         let project = match &session.project_id {
-            Some(id) => self.read(|connection| work::project(connection, id))?,
+            Some(id) => self.read(|connection| projects::project(connection, id))?,
             None => None,
         };
         if let Some(project) = &project {
@@ -534,7 +537,7 @@ impl Corral {
 
     /// Every event stored from now on, of every session (filter by `session_id`). A receiver
     /// that falls more than `EVENT_CHANNEL` behind gets `Lagged` and can read the rest from
-    /// the store (`store::work::events_after`).
+    /// the store (`store::events::events_after`).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
         self.shared.events.subscribe()
     }
@@ -544,7 +547,7 @@ impl Corral {
         let mut events = self.subscribe();
         loop {
             let prompt = self
-                .read(|connection| work::prompt(connection, prompt_id))?
+                .read(|connection| prompts::prompt(connection, prompt_id))?
                 .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
             if prompt.status.is_final() {
                 return Ok(prompt);
@@ -629,7 +632,7 @@ impl Corral {
         CorralError,
     > {
         let session = self
-            .read(|c| work::session(c, session_id))?
+            .read(|c| sessions::session(c, session_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
         if session.engine != EngineKind::CodexAppServer.as_str() {
             return Err(CorralError::Invalid(format!(
@@ -639,7 +642,7 @@ impl Corral {
         }
         let project_id = session.project_id.clone().unwrap_or_default();
         let project = self
-            .read(|c| work::project(c, &project_id))?
+            .read(|c| projects::project(c, &project_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
         let program = crate::engine::resolve_program(
             EngineKind::CodexAppServer,
@@ -684,16 +687,18 @@ impl Corral {
     /// new one) and the answer says so.
     pub async fn compact(&self, session_id: &str) -> Result<serde_json::Value, CorralError> {
         let (session, server) = self.session_app_server(session_id).await?;
-        let prompts = self.read(|c| work::prompts_of(c, &session.id))?;
+        let prompts = self.read(|c| prompts::prompts_of(c, &session.id))?;
         if prompts.iter().any(|p| !p.status.is_final()) {
             return Err(CorralError::Invalid(
                 "the session has a prompt running or queued; compact it when it is idle".into(),
             ));
         }
         let since = session.compacted_at.unwrap_or(0);
-        let compacted: Vec<&work::Prompt> = prompts
+        let compacted: Vec<&prompts::Prompt> = prompts
             .iter()
-            .filter(|p| p.status == work::PromptStatus::Done && p.finished_at.unwrap_or(0) > since)
+            .filter(|p| {
+                p.status == prompts::PromptStatus::Done && p.finished_at.unwrap_or(0) > since
+            })
             .collect();
         let messages = compacted.len() as i64;
         let characters: i64 = compacted
@@ -758,7 +763,7 @@ impl Corral {
                 states.push(serde_json::to_value(state).unwrap_or_default());
             }
         }
-        let stored = self.read(work::app_servers).unwrap_or_default();
+        let stored = self.read(processes::app_servers).unwrap_or_default();
         for state in stored {
             let project = state["project_id"].clone();
             if !states.iter().any(|live| live["project_id"] == project) {
@@ -839,10 +844,10 @@ impl Corral {
         session_id: &str,
     ) -> Result<(Session, Option<Project>), CorralError> {
         let session = self
-            .read(|connection| work::session(connection, session_id))?
+            .read(|connection| sessions::session(connection, session_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
         let project = match &session.project_id {
-            Some(id) => self.read(|connection| work::project(connection, id))?,
+            Some(id) => self.read(|connection| projects::project(connection, id))?,
             None => None,
         };
         Ok((session, project))
@@ -858,7 +863,7 @@ impl Corral {
     /// Refuses what would touch a worktree a prompt of the session is using or about to use
     /// (`doing`: what was asked, for the line).
     fn refuse_busy(&self, session: &Session, doing: &str) -> Result<(), CorralError> {
-        let busy = self.read(|connection| work::busy_prompt(connection, &session.id))?;
+        let busy = self.read(|connection| prompts::busy_prompt(connection, &session.id))?;
         match busy {
             Some(prompt) => Err(CorralError::Invalid(format!(
                 "session {} has a prompt {} ({}) in its worktree: wait for it to end, or cancel \
@@ -931,7 +936,7 @@ impl Corral {
         &self,
         session_id: &str,
         stat: bool,
-    ) -> Result<(work::SessionWorktree, crate::git::Diff), CorralError> {
+    ) -> Result<(sessions::SessionWorktree, crate::git::Diff), CorralError> {
         let (session, project) = self.session_and_project(session_id)?;
         let Some(worktree) = session.worktree.clone() else {
             return Err(worktree::no_worktree(&session).into());
@@ -953,7 +958,7 @@ impl Corral {
         session_id: &str,
         into: Option<&str>,
         squash: bool,
-    ) -> Result<(work::SessionWorktree, crate::git::Merged), CorralError> {
+    ) -> Result<(sessions::SessionWorktree, crate::git::Merged), CorralError> {
         let (session, project) = self.session_and_project(session_id)?;
         let Some(worktree) = session.worktree.clone() else {
             return Err(worktree::no_worktree(&session).into());
@@ -1010,8 +1015,8 @@ impl Corral {
         session_id: &str,
         kind: crate::events::EventKind,
         payload: serde_json::Value,
-    ) -> Result<work::Event, CorralError> {
-        let event = work::NewEvent {
+    ) -> Result<events::Event, CorralError> {
+        let event = events::NewEvent {
             session_id: session_id.to_string(),
             prompt_id: None,
             run_id: None,

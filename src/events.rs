@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::store::work::PromptStatus;
+use crate::store::prompts::PromptStatus;
 
 macro_rules! event_kinds {
     ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {

@@ -35,9 +35,11 @@ use crate::actors::ledger::{LedgerError, SetWorktreeState};
 use crate::actors::supervisor::Shared;
 use crate::events::EventKind;
 use crate::git::{Checkout, Diff, Git, GitError, Head, Merged};
+use crate::store::events::NewEvent;
+use crate::store::sessions::{SessionWorktree, WorktreeState};
 use crate::store::settings::Settings;
-use crate::store::work::{self, NewEvent, SessionWorktree, WorktreeState};
 use crate::store::StoreError;
+use crate::store::{projects, prompts, sessions};
 
 /// A slug's length at most (a path and a branch name stay readable).
 pub const MAX_SLUG: usize = 40;
@@ -131,7 +133,7 @@ pub fn short_id(id: &str) -> String {
 
 /// Where a project's sessions' worktrees go: the project's own directory, else the
 /// `worktrees.dir` setting, else `HOME/worktrees`; the project's slug below it.
-pub fn worktrees_root(settings: &Settings, home: &Path, project: &work::Project) -> PathBuf {
+pub fn worktrees_root(settings: &Settings, home: &Path, project: &projects::Project) -> PathBuf {
     let base = match (&project.worktrees_dir, &settings.worktrees_dir) {
         (Some(dir), _) => PathBuf::from(dir),
         (None, Some(dir)) => dir.clone(),
@@ -165,7 +167,7 @@ pub fn absolute(path: &Path) -> PathBuf {
 
 /// The engine's working directory: the worktree joined with the project path's place in its
 /// repository (`project.path` relative to `project.repo_root`), else the project's path.
-pub fn working_dir(session: &work::Session, project: &work::Project) -> PathBuf {
+pub fn working_dir(session: &sessions::Session, project: &projects::Project) -> PathBuf {
     let Some(worktree) = &session.worktree else {
         return PathBuf::from(&project.path);
     };
@@ -181,7 +183,7 @@ pub fn working_dir(session: &work::Session, project: &work::Project) -> PathBuf 
 }
 
 /// The state a just-made worktree starts in: `setup` when the project has a setup command.
-fn made_state(project: &work::Project) -> WorktreeState {
+fn made_state(project: &projects::Project) -> WorktreeState {
     match project.setup.as_deref().map(str::trim) {
         Some(setup) if !setup.is_empty() => WorktreeState::Setup,
         _ => WorktreeState::Ready,
@@ -198,7 +200,7 @@ pub async fn plan(
     git: &Git,
     settings: &Settings,
     home: &Path,
-    project: &work::Project,
+    project: &projects::Project,
     id: &str,
     title: Option<&str>,
     branch: Option<&str>,
@@ -330,9 +332,9 @@ async fn check_branch_name(git: &Git, dir: &Path, name: &str) -> Result<(), Work
 pub async fn make(
     git: &Git,
     shared: &Shared,
-    session: &work::Session,
-    project: &work::Project,
-) -> Result<work::Session, WorktreeError> {
+    session: &sessions::Session,
+    project: &projects::Project,
+) -> Result<sessions::Session, WorktreeError> {
     let Some(worktree) = &session.worktree else {
         return Ok(session.clone());
     };
@@ -347,7 +349,7 @@ pub async fn make(
         // this one waited.
         let current = shared
             .readers
-            .read(|connection| work::session(connection, &session.id))?
+            .read(|connection| sessions::session(connection, &session.id))?
             .ok_or_else(|| invalid(format!("session {} is gone", session.id)))?;
         if current
             .worktree
@@ -367,7 +369,7 @@ pub async fn make(
 /// boot, in the background: what fails is logged and left `creating`, for the session's
 /// first prompt to try again (and say why).
 pub async fn finish_creating(shared: Arc<Shared>) {
-    let left = shared.readers.read(work::sessions_creating);
+    let left = shared.readers.read(sessions::sessions_creating);
     let left = match left {
         Ok(left) if left.is_empty() => return,
         Ok(left) => left,
@@ -381,7 +383,7 @@ pub async fn finish_creating(shared: Arc<Shared>) {
         let project = session.project_id.as_deref().and_then(|id| {
             shared
                 .readers
-                .read(|connection| work::project(connection, id))
+                .read(|connection| projects::project(connection, id))
                 .ok()
                 .flatten()
         });
@@ -398,9 +400,9 @@ pub async fn finish_creating(shared: Arc<Shared>) {
 /// Records a worktree as made: its state, and the `worktree.created` event.
 async fn made(
     shared: &Shared,
-    session: &work::Session,
-    project: &work::Project,
-) -> Result<work::Session, WorktreeError> {
+    session: &sessions::Session,
+    project: &projects::Project,
+) -> Result<sessions::Session, WorktreeError> {
     let worktree = session
         .worktree
         .as_ref()
@@ -519,7 +521,7 @@ async fn set_state(
     shared: &Shared,
     session_id: &str,
     state: WorktreeState,
-) -> Result<work::Session, WorktreeError> {
+) -> Result<sessions::Session, WorktreeError> {
     shared
         .ledger
         .write(SetWorktreeState {
@@ -546,7 +548,7 @@ async fn record(shared: &Shared, session_id: &str, kind: EventKind, payload: ser
 }
 
 /// The worktree of a session, or the line saying it has none.
-fn worktree_of(session: &work::Session) -> Result<&SessionWorktree, WorktreeError> {
+fn worktree_of(session: &sessions::Session) -> Result<&SessionWorktree, WorktreeError> {
     session
         .worktree
         .as_ref()
@@ -554,7 +556,7 @@ fn worktree_of(session: &work::Session) -> Result<&SessionWorktree, WorktreeErro
 }
 
 /// The line for a session without a worktree (diff, merge, recreate).
-pub fn no_worktree(session: &work::Session) -> WorktreeError {
+pub fn no_worktree(session: &sessions::Session) -> WorktreeError {
     invalid(format!(
         "session {} has no worktree (its project shares one working tree)",
         session.id
@@ -562,7 +564,7 @@ pub fn no_worktree(session: &work::Session) -> WorktreeError {
 }
 
 /// The line for a made worktree whose directory is gone.
-fn gone(session: &work::Session, path: &str) -> WorktreeError {
+fn gone(session: &sessions::Session, path: &str) -> WorktreeError {
     invalid(format!(
         "worktree {path} is gone (removed by hand?): corral session recreate {}",
         session.id
@@ -572,7 +574,7 @@ fn gone(session: &work::Session, path: &str) -> WorktreeError {
 /// What archive did to a session's worktree: the session as stored, and why its worktree was
 /// kept (when it was).
 pub struct Archived {
-    pub session: work::Session,
+    pub session: sessions::Session,
     pub kept_because: Option<String>,
 }
 
@@ -583,8 +585,8 @@ pub struct Archived {
 pub async fn archive(
     git: &Git,
     shared: &Shared,
-    session: &work::Session,
-    project: &work::Project,
+    session: &sessions::Session,
+    project: &projects::Project,
     discard_changes: bool,
 ) -> Result<Archived, WorktreeError> {
     let as_it_is = || Archived {
@@ -669,7 +671,7 @@ async fn keep_reason(
     Ok(None)
 }
 
-async fn removed(shared: &Shared, session: &work::Session) -> Result<Archived, WorktreeError> {
+async fn removed(shared: &Shared, session: &sessions::Session) -> Result<Archived, WorktreeError> {
     let worktree = session
         .worktree
         .as_ref()
@@ -692,8 +694,8 @@ async fn removed(shared: &Shared, session: &work::Session) -> Result<Archived, W
 /// through the repository's record of the worktree, never its `.git` file).
 pub async fn diff(
     git: &Git,
-    session: &work::Session,
-    project: &work::Project,
+    session: &sessions::Session,
+    project: &projects::Project,
     stat: bool,
 ) -> Result<Diff, WorktreeError> {
     let worktree = worktree_of(session)?;
@@ -726,8 +728,8 @@ pub async fn diff(
 pub async fn merge(
     git: &Git,
     shared: &Shared,
-    session: &work::Session,
-    project: &work::Project,
+    session: &sessions::Session,
+    project: &projects::Project,
     into: Option<&str>,
     squash: bool,
 ) -> Result<Merged, WorktreeError> {
@@ -807,7 +809,7 @@ async fn refuse_busy_checkout(
             )
             .optional()?;
         match owner {
-            Some(id) => Ok(work::busy_prompt(connection, &id)?.map(|prompt| (id, prompt))),
+            Some(id) => Ok(prompts::busy_prompt(connection, &id)?.map(|prompt| (id, prompt))),
             None => Ok(None),
         }
     })?;
@@ -829,9 +831,9 @@ async fn refuse_busy_checkout(
 pub async fn recreate(
     git: &Git,
     shared: &Shared,
-    session: &work::Session,
-    project: &work::Project,
-) -> Result<work::Session, WorktreeError> {
+    session: &sessions::Session,
+    project: &projects::Project,
+) -> Result<sessions::Session, WorktreeError> {
     let worktree = worktree_of(session)?;
     match worktree.state {
         WorktreeState::Creating => return make(git, shared, session, project).await,
@@ -860,8 +862,8 @@ pub async fn recreate(
 mod tests {
     use super::*;
 
-    fn project(path: &str, repo_root: Option<&str>) -> work::Project {
-        work::Project {
+    fn project(path: &str, repo_root: Option<&str>) -> projects::Project {
+        projects::Project {
             id: "p".into(),
             name: "My App".into(),
             path: path.into(),
@@ -874,15 +876,15 @@ mod tests {
             created_at: 0,
             archived_at: None,
             keep_background: false,
-            isolation: work::Isolation::Worktree,
+            isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: None,
             repo_root: repo_root.map(String::from),
         }
     }
 
-    fn session(worktree: Option<&str>) -> work::Session {
-        work::Session {
+    fn session(worktree: Option<&str>) -> sessions::Session {
+        sessions::Session {
             id: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
             project_id: Some("p".into()),
             engine: "fake".into(),
@@ -1049,7 +1051,7 @@ mod tests {
             String::from_utf8(output.stdout).unwrap().trim().to_string()
         }
 
-        fn project(&self) -> work::Project {
+        fn project(&self) -> projects::Project {
             let path = self.path.to_string_lossy().into_owned();
             project(&path, Some(&path))
         }
@@ -1297,7 +1299,8 @@ mod tests {
 
     #[test]
     fn archive_and_merge_wait_for_a_prompt_and_the_next_start_makes_what_was_left_creating() {
-        use crate::store::work::{NewPrompt, NewSession};
+        use crate::store::prompts::NewPrompt;
+        use crate::store::sessions::NewSession;
         use crate::{Corral, CorralOptions};
         let home = tempfile::tempdir().unwrap();
         let (repo, left) = actix::System::new().block_on(async {
@@ -1306,7 +1309,7 @@ mod tests {
                 .await
                 .unwrap();
             let project = corral
-                .add_project(work::NewProject {
+                .add_project(projects::NewProject {
                     name: "p".into(),
                     path: repo.path.to_string_lossy().into_owned(),
                     ..Default::default()
@@ -1315,7 +1318,7 @@ mod tests {
                 .unwrap();
             assert_eq!(
                 project.isolation,
-                work::Isolation::Worktree,
+                projects::Isolation::Worktree,
                 "the default in a repository"
             );
             let session = corral
@@ -1355,7 +1358,7 @@ mod tests {
                 );
             }
             let unchanged = corral
-                .read(|c| work::session(c, &session.id))
+                .read(|c| sessions::session(c, &session.id))
                 .unwrap()
                 .unwrap();
             assert_eq!(unchanged.archived_at, None, "refused before archiving");
@@ -1403,14 +1406,14 @@ mod tests {
                 .unwrap();
             let mut events = corral.subscribe();
             let now = corral
-                .read(|c| work::session(c, &left.id))
+                .read(|c| sessions::session(c, &left.id))
                 .unwrap()
                 .unwrap();
             if now.worktree.as_ref().unwrap().state == WorktreeState::Creating {
                 event_of(&mut events, &left.id, "worktree.created").await;
             }
             let made = corral
-                .read(|c| work::session(c, &left.id))
+                .read(|c| sessions::session(c, &left.id))
                 .unwrap()
                 .unwrap();
             assert_eq!(made.worktree.unwrap().state, WorktreeState::Ready);

@@ -8,7 +8,10 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use common::library::{actix_test, Library};
-use corral::store::work::{self, NewProject, NewSession, Project, PromptStatus, Session};
+use corral::store::projects::{NewProject, Project};
+use corral::store::prompts::PromptStatus;
+use corral::store::sessions::{NewSession, Session};
+use corral::store::{events, prompts};
 use corral::{Corral, CorralOptions};
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
@@ -59,7 +62,7 @@ impl Bench {
     }
 
     /// The events of one prompt.
-    fn events_of(&self, prompt: &work::Prompt) -> Vec<work::Event> {
+    fn events_of(&self, prompt: &prompts::Prompt) -> Vec<events::Event> {
         self.session_events(&prompt.session_id)
             .into_iter()
             .filter(|event| event.prompt_id.as_deref() == Some(&prompt.id))
@@ -271,7 +274,7 @@ fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
         assert!(unavailable.payload["retry_in_ms"].as_u64().unwrap() > 0);
         let now = bench
             .corral
-            .read(|c| work::prompt(c, &waiting))
+            .read(|c| prompts::prompt(c, &waiting))
             .unwrap()
             .unwrap();
         assert_eq!(now.status, PromptStatus::Running, "{now:?}");
@@ -566,7 +569,7 @@ fn a_close_before_completion_fails_only_that_turn() {
         for earlier in [&first, &second] {
             let now = bench
                 .corral
-                .read(|c| work::prompt(c, &earlier.id))
+                .read(|c| prompts::prompt(c, &earlier.id))
                 .unwrap()
                 .unwrap();
             assert_eq!(now.status, PromptStatus::Done, "{now:?}");

@@ -17,7 +17,8 @@ use common::daemon::{finish, kill, lines_of, next_line, DaemonHome};
 use common::library::{actix_test, Library};
 use common::{output_with_stdin, stderr, stdout, Home};
 use corral::protocol::MAX_LINE;
-use corral::store::work::{NewProject, NewPrompt};
+use corral::store::projects::NewProject;
+use corral::store::prompts::NewPrompt;
 use corral::CorralError;
 use serde_json::Value;
 

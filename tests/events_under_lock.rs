@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::library::{actix_test, Library};
 use corral::events::EventKind;
-use corral::store::work::NewProject;
+use corral::store::projects::NewProject;
 use corral::CorralError;
 use serde_json::json;
 
@@ -149,7 +149,7 @@ fn an_app_server_state_changed_under_a_lock_is_stored_after_it() {
         let (library, session) = library_on("codex-app-server").await;
         let session = library
             .corral
-            .read(|c| corral::store::work::session(c, &session))
+            .read(|c| corral::store::sessions::session(c, &session))
             .unwrap()
             .unwrap();
         library.run(&session, "start the child").await;
@@ -176,7 +176,7 @@ fn an_app_server_state_changed_under_a_lock_is_stored_after_it() {
         let stored = |library: &Library| {
             library
                 .corral
-                .read(corral::store::work::app_servers)
+                .read(corral::store::processes::app_servers)
                 .unwrap()
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -494,7 +494,7 @@ fn a_daemon_is_refused_on_a_home_a_program_serves() {
             .await
             .unwrap();
         corral
-            .add_project(corral::store::work::NewProject {
+            .add_project(corral::store::projects::NewProject {
                 name: "embedded".into(),
                 path: work.clone(),
                 ..Default::default()

@@ -33,9 +33,12 @@ mod mock_responses;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use corral::store::work::{
-    self, Event, NewProject, NewPrompt, NewSession, Prompt, PromptStatus, Run, Session,
-};
+use corral::store::events::Event;
+use corral::store::projects::NewProject;
+use corral::store::prompts::{NewPrompt, Prompt, PromptStatus};
+use corral::store::runs::Run;
+use corral::store::sessions::{NewSession, Session};
+use corral::store::{events, runs, sessions};
 use corral::{Corral, CorralOptions};
 
 use common::engines::{binary_or_skip, Engine, EngineEnv};
@@ -159,12 +162,12 @@ impl Rig {
     }
 
     fn runs(&self, prompt_id: &str) -> Vec<Run> {
-        self.corral.read(|c| work::runs_of(c, prompt_id)).unwrap()
+        self.corral.read(|c| runs::runs_of(c, prompt_id)).unwrap()
     }
 
     fn events(&self) -> Vec<Event> {
         self.corral
-            .read(|c| work::events_after(c, &self.session.id, 0, 100_000))
+            .read(|c| events::events_after(c, &self.session.id, 0, 100_000))
             .unwrap()
     }
 
@@ -182,7 +185,7 @@ impl Rig {
 
     fn session_now(&self) -> Session {
         self.corral
-            .read(|c| work::session(c, &self.session.id))
+            .read(|c| sessions::session(c, &self.session.id))
             .unwrap()
             .unwrap()
     }

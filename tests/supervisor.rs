@@ -7,10 +7,12 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use common::library::{actix_test, Library};
-use corral::store::work::{
-    self, CancelFound, Event, NewProject, NewPrompt, NewSession, Project, PromptStatus, Run,
-    Session,
-};
+use corral::store::events::Event;
+use corral::store::projects::{NewProject, Project};
+use corral::store::prompts::{CancelFound, NewPrompt, PromptStatus};
+use corral::store::runs::Run;
+use corral::store::sessions::{NewSession, Session};
+use corral::store::{prompts, runs};
 use corral::{Corral, CorralOptions};
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
@@ -404,7 +406,7 @@ fn an_engine_path_that_cannot_run_is_refused_naming_it() {
         );
         let queued = bench
             .corral
-            .read(|c| work::prompts_of(c, &session.id))
+            .read(|c| prompts::prompts_of(c, &session.id))
             .unwrap();
         assert!(queued.is_empty(), "{queued:?}");
     });
@@ -419,7 +421,7 @@ fn bad_input_is_refused_before_anything_is_stored() {
         let count = || {
             bench
                 .corral
-                .read(|c| work::prompts_of(c, &session.id))
+                .read(|c| prompts::prompts_of(c, &session.id))
                 .unwrap()
                 .len()
         };
@@ -774,7 +776,7 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
             .unwrap()
             .unwrap();
         assert_eq!(done.status, PromptStatus::Done, "{done:?}");
-        let runs = corral.read(|c| work::runs_of(c, &prompt_id)).unwrap();
+        let runs = corral.read(|c| runs::runs_of(c, &prompt_id)).unwrap();
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].status, "interrupted");
         assert_eq!(runs[0].retry_decision.as_deref(), Some("requeued"));

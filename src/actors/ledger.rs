@@ -42,7 +42,10 @@ use rusqlite::Connection;
 use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
-use crate::store::{migrations, open_writer, work, Cached, StoreError};
+use crate::store::{
+    drivers, events, migrations, open_writer, processes, projects, prompts, runs, sessions,
+    settings, Cached, StoreError,
+};
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the
 /// commit that crosses its limit, so that commit's callers wait for it (a copy and an fsync:
@@ -908,50 +911,50 @@ macro_rules! ledger_write {
 
 ledger_write!(
     /// Creates a project (and registers its execution groups as locking ones if new).
-    CreateProject { project: work::NewProject } -> work::Project,
-    |this, connection| work::insert_project(connection, &this.project)
+    CreateProject { project: projects::NewProject } -> projects::Project,
+    |this, connection| projects::insert_project(connection, &this.project)
 );
 
 ledger_write!(
     /// Declares a group locking (serializes its projects) or a label only.
     SetGroupLocking { name: String, locking: bool } -> (),
-    |this, connection| work::set_group_locking(connection, &this.name, this.locking)
+    |this, connection| projects::set_group_locking(connection, &this.name, this.locking)
 );
 
 ledger_write!(
     /// Opens a session.
-    CreateSession { session: work::NewSession } -> work::Session,
-    |this, connection| work::insert_session(connection, &this.session)
+    CreateSession { session: sessions::NewSession } -> sessions::Session,
+    |this, connection| sessions::insert_session(connection, &this.session)
 );
 
 ledger_write!(
     /// Deletes a session just opened whose worktree could not be made, while nothing refers
     /// to it; replies whether it was deleted.
     ForgetNewSession { session_id: String } -> bool,
-    |this, connection| work::forget_new_session(connection, &this.session_id)
+    |this, connection| sessions::forget_new_session(connection, &this.session_id)
 );
 
 ledger_write!(
     /// Moves a session's worktree to another state; replies with the session.
-    SetWorktreeState { session_id: String, state: work::WorktreeState } -> Option<work::Session>,
-    |this, connection| work::set_worktree_state(connection, &this.session_id, this.state)
+    SetWorktreeState { session_id: String, state: sessions::WorktreeState } -> Option<sessions::Session>,
+    |this, connection| sessions::set_worktree_state(connection, &this.session_id, this.state)
 );
 
 ledger_write!(
     /// Queues a prompt: `running` when the session is free, else `queued` (one transaction).
-    EnqueuePrompt { prompt: work::NewPrompt } -> Result<work::Enqueued, work::DriverClaim>,
-    |this, connection| work::enqueue(connection, &this.prompt)
+    EnqueuePrompt { prompt: prompts::NewPrompt } -> Result<prompts::Enqueued, drivers::DriverClaim>,
+    |this, connection| prompts::enqueue(connection, &this.prompt)
 );
 
 ledger_write!(
     /// Ends a prompt and claims the session's next queued one, atomically.
     FinishPrompt {
         prompt_id: String,
-        status: work::PromptStatus,
+        status: prompts::PromptStatus,
         error: Option<String>,
         answer: Option<String>,
-    } -> Option<work::Prompt>,
-    |this, connection| work::finish_and_claim_next(
+    } -> Option<prompts::Prompt>,
+    |this, connection| prompts::finish_and_claim_next(
         connection,
         &this.prompt_id,
         this.status,
@@ -962,42 +965,42 @@ ledger_write!(
 
 ledger_write!(
     /// Cancels a prompt if it is queued; says whether it runs or already ended.
-    CancelPrompt { prompt_id: String } -> Option<work::CancelFound>,
-    |this, connection| work::cancel_prompt(connection, &this.prompt_id)
+    CancelPrompt { prompt_id: String } -> Option<prompts::CancelFound>,
+    |this, connection| prompts::cancel_prompt(connection, &this.prompt_id)
 );
 
 ledger_write!(
     /// The prompts the sessions' workers run now: for each session, the running one or the
     /// next queued one. One transaction for all (a boot with thousands of sessions waiting
     /// would otherwise wait for as many commits in a row).
-    CurrentOrNext { session_ids: Vec<String> } -> Vec<work::Prompt>,
-    |this, connection| work::current_or_next(connection, &this.session_ids)
+    CurrentOrNext { session_ids: Vec<String> } -> Vec<prompts::Prompt>,
+    |this, connection| prompts::current_or_next(connection, &this.session_ids)
 );
 
 ledger_write!(
     /// Writes a run's row before its child is spawned, bumping the session's provider
     /// generation; replies with the exec the child gets as its parent (the driver's, else
     /// the run's default).
-    StartRun { run: work::NewRun } -> Option<work::RunDriver>,
-    |this, connection| work::insert_run(connection, &this.run)
+    StartRun { run: runs::NewRun } -> Option<runs::RunDriver>,
+    |this, connection| runs::insert_run(connection, &this.run)
 );
 
 ledger_write!(
     /// Records the spawned child's pid (its process group) and start time.
     RunSpawned { run_id: String, pid: u32, pid_start: Option<u64> } -> (),
-    |this, connection| work::run_spawned(connection, &this.run_id, this.pid, this.pid_start)
+    |this, connection| runs::run_spawned(connection, &this.run_id, this.pid, this.pid_start)
 );
 
 ledger_write!(
     /// Closes a run with its exit, class of failure and retry decision.
-    EndRun { end: work::RunEnd } -> (),
-    |this, connection| work::end_run(connection, &this.end)
+    EndRun { end: runs::RunEnd } -> (),
+    |this, connection| runs::end_run(connection, &this.end)
 );
 
 ledger_write!(
     /// Sets (or forgets, with `None`) the engine's thread id of a session.
     SetThread { session_id: String, thread_id: Option<String>, resume_point: Option<String> } -> (),
-    |this, connection| work::set_thread(
+    |this, connection| sessions::set_thread(
         connection,
         &this.session_id,
         this.thread_id.as_deref(),
@@ -1008,13 +1011,13 @@ ledger_write!(
 ledger_write!(
     /// Sets a generated title unless a person set one; replies whether it was set.
     SetGeneratedTitle { session_id: String, title: String } -> bool,
-    |this, connection| work::set_generated_title(connection, &this.session_id, &this.title)
+    |this, connection| sessions::set_generated_title(connection, &this.session_id, &this.title)
 );
 
 ledger_write!(
     /// Appends events, numbered per session; replies with them numbered.
-    AppendEvents { events: Vec<work::NewEvent> } -> Vec<work::Event>,
-    |this, connection| work::append_events(connection, this.events)
+    AppendEvents { events: Vec<events::NewEvent> } -> Vec<events::Event>,
+    |this, connection| events::append_events(connection, this.events)
 );
 
 ledger_write!(
@@ -1024,13 +1027,13 @@ ledger_write!(
     Recover {
         ended: Vec<(String, i64)>,
         app_servers: Vec<(String, serde_json::Value)>,
-        told: work::Told,
-    } -> work::Recovered,
+        told: runs::Told,
+    } -> runs::Recovered,
     |this, connection| {
         for (project_id, state) in &this.app_servers {
-            work::save_app_server(connection, project_id, state)?;
+            processes::save_app_server(connection, project_id, state)?;
         }
-        work::recover(connection, &this.ended, &this.told)
+        runs::recover(connection, &this.ended, &this.told)
     }
 );
 
@@ -1054,7 +1057,7 @@ impl LedgerWrite for IngestSpill {
                 part.push(next);
             }
             let done = match part[0].after_seq {
-                Some(seq) => work::event_is(connection, seq + 1, &part[0].event())?,
+                Some(seq) => events::event_is(connection, seq + 1, &part[0].event())?,
                 None => false,
             };
             if done {
@@ -1062,7 +1065,7 @@ impl LedgerWrite for IngestSpill {
                 continue;
             }
             stored += part.len();
-            work::append_events_at(
+            events::append_events_at(
                 connection,
                 part.iter().map(|spilled| (spilled.event(), spilled.at)),
             )?;
@@ -1074,16 +1077,16 @@ impl LedgerWrite for IngestSpill {
 ledger_write!(
     /// Records the processes a run left that its project keeps; forgets gone ones.
     KeepProcesses {
-        kept: Vec<work::KeptProcess>,
+        kept: Vec<processes::KeptProcess>,
         forget: Vec<(i64, i64)>,
     } -> (),
-    |this, connection| work::keep_processes(connection, &this.kept, &this.forget)
+    |this, connection| processes::keep_processes(connection, &this.kept, &this.forget)
 );
 
 ledger_write!(
     /// Sets a setting (`None` removes it, back to its default).
     SetSetting { name: String, value: Option<String> } -> (),
-    |this, connection| work::set_setting(connection, &this.name, this.value.as_deref())
+    |this, connection| settings::set_setting(connection, &this.name, this.value.as_deref())
 );
 
 ledger_write!(
@@ -1093,8 +1096,8 @@ ledger_write!(
         exec_id: String,
         take_over: bool,
         is_live: Box<dyn Fn(&str) -> bool + Send>,
-    } -> Result<work::DriverClaim, work::ClaimRefused>,
-    |this, connection| work::claim_driver(
+    } -> Result<drivers::DriverClaim, drivers::ClaimRefused>,
+    |this, connection| drivers::claim_driver(
         connection,
         &this.session_id,
         &this.exec_id,
@@ -1105,38 +1108,38 @@ ledger_write!(
 
 ledger_write!(
     /// Releases a driver claim of one generation (a stale one changes nothing).
-    ReleaseDriver { session_id: String, generation: i64 } -> Option<work::DriverClaim>,
-    |this, connection| work::release_driver(connection, &this.session_id, this.generation)
+    ReleaseDriver { session_id: String, generation: i64 } -> Option<drivers::DriverClaim>,
+    |this, connection| drivers::release_driver(connection, &this.session_id, this.generation)
 );
 
 ledger_write!(
     /// Puts a running prompt back in the queue (daemon shutdown).
     RequeuePrompt { prompt_id: String } -> (),
-    |this, connection| work::requeue(connection, &this.prompt_id)
+    |this, connection| prompts::requeue(connection, &this.prompt_id)
 );
 
 ledger_write!(
     /// Changes a project's settings or archives it.
-    ChangeProject { id: String, change: work::ProjectChange } -> Option<work::Project>,
-    |this, connection| work::change_project(connection, &this.id, &this.change)
+    ChangeProject { id: String, change: projects::ProjectChange } -> Option<projects::Project>,
+    |this, connection| projects::change_project(connection, &this.id, &this.change)
 );
 
 ledger_write!(
     /// Renames (a human title) or archives a session.
-    ChangeSession { id: String, title: Option<String>, archive: bool } -> Option<work::Session>,
-    |this, connection| work::change_session(connection, &this.id, this.title.as_deref(), this.archive)
+    ChangeSession { id: String, title: Option<String>, archive: bool } -> Option<sessions::Session>,
+    |this, connection| sessions::change_session(connection, &this.id, this.title.as_deref(), this.archive)
 );
 
 ledger_write!(
     /// Finds or creates the wave of that name in a repository; replies with its id.
     WaveNamed { name: String, repo: Option<String> } -> String,
-    |this, connection| work::wave_named(connection, &this.name, this.repo.as_deref())
+    |this, connection| sessions::wave_named(connection, &this.name, this.repo.as_deref())
 );
 
 ledger_write!(
     /// Keeps an app-server child's state (for `status` across daemon restarts).
     SaveAppServer { project_id: String, state: serde_json::Value } -> (),
-    |this, connection| work::save_app_server(connection, &this.project_id, &this.state)
+    |this, connection| processes::save_app_server(connection, &this.project_id, &this.state)
 );
 
 ledger_write!(
@@ -1146,8 +1149,8 @@ ledger_write!(
         messages: i64,
         characters: i64,
         reset_thread: bool,
-    } -> Option<work::Session>,
-    |this, connection| work::record_compaction(
+    } -> Option<sessions::Session>,
+    |this, connection| sessions::record_compaction(
         connection,
         &this.session_id,
         this.messages,
@@ -1162,14 +1165,14 @@ ledger_write!(
 /// for the caller to publish.
 pub struct WithEvents<W> {
     pub write: W,
-    pub events: Vec<work::NewEvent>,
+    pub events: Vec<events::NewEvent>,
 }
 
 impl<W: LedgerWrite> LedgerWrite for WithEvents<W> {
-    type Output = (W::Output, Vec<work::Event>);
+    type Output = (W::Output, Vec<events::Event>);
     fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
         let output = self.write.apply(connection)?;
-        let events = work::append_events(connection, self.events)?;
+        let events = events::append_events(connection, self.events)?;
         Ok((output, events))
     }
 }

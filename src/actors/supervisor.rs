@@ -29,9 +29,13 @@ use super::ledger::{
 use super::session::{CancelPrompt, SessionActor, StartWork, SETUP_ENV};
 use super::slots::SlotsHandle;
 use crate::process;
+use crate::store::events::{Event, NewEvent};
+use crate::store::projects::Project;
+use crate::store::prompts::Prompt;
+use crate::store::runs::Recovered;
 use crate::store::settings::Settings;
-use crate::store::work::{self, Event, NewEvent, Project, Prompt, Recovered};
 use crate::store::ReaderPool;
+use crate::store::{processes, projects, runs, sessions};
 
 /// Every engine child carries its run's id in this variable, so that a child whose pid was
 /// never recorded can still be found after a crash, and what it leaves behind when it ends.
@@ -186,7 +190,7 @@ impl Shared {
         // Its history goes on from what the last daemon stored (restarts, recent events).
         let stored = self
             .readers
-            .read(work::app_servers)
+            .read(processes::app_servers)
             .unwrap_or_default()
             .into_iter()
             .find(|state| state["project_id"].as_str() == Some(project.id.as_str()));
@@ -611,12 +615,12 @@ async fn resume(supervisor: Addr<Supervisor>, prompts: Vec<Prompt>) {
 /// another reason than a lock (its session is gone), is left in place and named in one log
 /// line; a store still locked past `store.lock_timeout_ms` fails the boot (reconciling
 /// without the spilled events would number later events before them).
-async fn ingest_spills(shared: &Shared) -> Result<work::Told, String> {
+async fn ingest_spills(shared: &Shared) -> Result<runs::Told, String> {
     let scan = crate::store::spill::scan(&shared.home);
     for (path, why) in &scan.unreadable {
         tracing::error!(path = %path.display(), why, "a spill file was not read; it is left in place");
     }
-    let mut told = work::Told::default();
+    let mut told = runs::Told::default();
     for spill in scan.spills {
         let write = IngestSpill {
             events: spill.events.clone(),
@@ -651,13 +655,13 @@ async fn ingest_spills(shared: &Shared) -> Result<work::Told, String> {
 }
 
 /// Ends what a dead supervisor left running, then closes its runs (see [`Boot`]).
-async fn reconcile(shared: &Shared, told: work::Told) -> Result<Recovered, String> {
+async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, String> {
     let read = shared.readers.read(|connection| {
         Ok((
-            work::leftover_runs(connection)?,
-            work::app_servers(connection)?,
-            work::projects(connection)?,
-            work::sessions_in_setup(connection)?,
+            runs::leftover_runs(connection)?,
+            processes::app_servers(connection)?,
+            projects::projects(connection)?,
+            sessions::sessions_in_setup(connection)?,
         ))
     });
     let (runs, servers, projects, setting_up) = read.map_err(|error| error.to_string())?;
@@ -738,7 +742,7 @@ async fn reconcile(shared: &Shared, told: work::Told) -> Result<Recovered, Strin
 async fn forget_dead_kept(shared: &Shared) {
     let forget: Vec<(i64, i64)> = shared
         .readers
-        .read(work::kept_processes)
+        .read(processes::kept_processes)
         .unwrap_or_default()
         .into_iter()
         .filter(|kept| !process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))

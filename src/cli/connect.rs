@@ -41,9 +41,9 @@ use crate::protocol::{
     ProjectShow, PromptCancel, PromptSend, RpcError, SendParams, SessionSelector, SessionShow,
     SessionSteer, SteerParams, MAX_LINE,
 };
+use crate::store::events::Event;
 use crate::store::exec::{ExecCompletion, NewExec, Outcome};
 use crate::store::now_ms;
-use crate::store::work::Event;
 
 #[derive(Debug, clap::Args)]
 pub struct ConnectArgs {

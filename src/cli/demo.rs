@@ -18,7 +18,10 @@ use tokio::sync::broadcast::error::RecvError;
 use super::monitor::{build_overview, print_overview};
 use super::{CliError, Context, Exit};
 use crate::events::EventKind;
-use crate::store::work::{Event, NewProject, NewPrompt, NewSession};
+use crate::store::events::Event;
+use crate::store::projects::NewProject;
+use crate::store::prompts::NewPrompt;
+use crate::store::sessions::NewSession;
 use crate::{Corral, CorralOptions};
 
 #[derive(Debug, clap::Args)]

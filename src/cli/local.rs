@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use super::{CliError, Context};
 use crate::client::ClientError;
 use crate::protocol::{code, RpcError};
-use crate::store::work::{self, Event};
+use crate::store::events::Event;
+use crate::store::{events, processes, sessions};
 
 /// The store of a home no daemon serves, read directly.
 pub struct LocalStore {
@@ -58,7 +59,7 @@ impl LocalStore {
         after: i64,
         limit: usize,
     ) -> Result<Vec<Event>, CliError> {
-        Ok(work::events_after(
+        Ok(events::events_after(
             &self.connection,
             session_id,
             after,
@@ -72,13 +73,13 @@ impl LocalStore {
     /// is no slot table (`slots` null) without a daemon.
     pub fn status(&self) -> Result<Value, CliError> {
         let c = &self.connection;
-        let app_servers: Vec<Value> = work::app_servers(c)?
+        let app_servers: Vec<Value> = processes::app_servers(c)?
             .into_iter()
             .map(app_server_now)
             .collect();
         Ok(json!({
             "daemon": null,
-            "sessions": work::session_count(c)?,
+            "sessions": sessions::session_count(c)?,
             "working": 0,
             "slots": null,
             "app_servers": app_servers,

@@ -31,7 +31,7 @@ use serde_json::Value;
 use super::remote::{cut, one_line, SHORT_ID};
 use crate::actors::slots::{Blocker, Claim, SlotOwner};
 use crate::events::EventKind;
-use crate::store::work::Event;
+use crate::store::events::Event;
 
 /// The spinner's frames; it moves on at each redraw (once a second while a wait goes on).
 /// Braille characters, which nothing else corral prints contains: tests/status_line.rs finds

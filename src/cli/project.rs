@@ -145,7 +145,7 @@ pub struct SetArgs {
     pub json: bool,
 }
 
-/// The values `--isolation` takes (`work::Isolation`'s words).
+/// The values `--isolation` takes (`projects::Isolation`'s words).
 const ISOLATIONS: [&str; 2] = ["worktree", "shared"];
 
 impl ProjectAction {

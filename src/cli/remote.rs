@@ -17,8 +17,8 @@ use crate::protocol::{
     code, DriverRelease, EventsSubscribe, Method, ReleaseParams, RpcError, SessionSelector,
     SessionShow, SubscribeParams,
 };
+use crate::store::events::Event;
 use crate::store::select::{IdKind, ShortIds};
-use crate::store::work::Event;
 
 /// The setting that lets the CLI start a daemon.
 const AUTOSTART: &str = "daemon.autostart";

@@ -15,7 +15,7 @@ use std::io::Write;
 use super::local::LocalStore;
 use super::remote::{self, EventStream, Source};
 use super::{CliError, Context, Exit};
-use crate::store::work::Event;
+use crate::store::events::Event;
 
 /// How many stored events one read of the store takes.
 const PAGE: usize = 512;

@@ -26,7 +26,8 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use crate::actors::supervisor::Published;
-use crate::store::work::{self, Event};
+use crate::store::events;
+use crate::store::events::Event;
 use crate::Corral;
 
 /// Stored events read per page when the stream catches up.
@@ -62,8 +63,10 @@ impl Scope {
     /// Stored events of this scope with a cursor in `(after, before)`, in order.
     fn read(&self, corral: &Corral, after: i64, before: i64) -> Option<Vec<Event>> {
         let read = corral.read(|connection| match self {
-            Scope::Session(id) => work::events_between(connection, id, after, before, REPLAY_PAGE),
-            Scope::All => work::feed_between(connection, after, before, REPLAY_PAGE),
+            Scope::Session(id) => {
+                events::events_between(connection, id, after, before, REPLAY_PAGE)
+            }
+            Scope::All => events::feed_between(connection, after, before, REPLAY_PAGE),
         });
         match read {
             Ok(page) => Some(page),
@@ -240,7 +243,9 @@ mod tests {
     fn what_was_stored_but_not_published_is_read_from_the_store_in_order() {
         use crate::actors::ledger::AppendEvents;
         use crate::events::EventKind;
-        use crate::store::work::{NewEvent, NewProject, NewSession};
+        use crate::store::events::NewEvent;
+        use crate::store::projects::NewProject;
+        use crate::store::sessions::NewSession;
         let home = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
         actix::System::new().block_on(async {

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use procfs::process::Process;
 
 use crate::protocol::*;
-use crate::store::work;
+use crate::store::{projects, sessions};
 
 /// The variable every engine child carries: its run's id.
 pub const RUN_ID_ENV: &str = crate::actors::supervisor::RUN_ID_ENV;
@@ -180,7 +180,7 @@ pub trait Widening {
 /// rule reads as a run that may do nothing — no full access, no project of its own).
 pub struct WideningContext<'a> {
     store: Option<&'a rusqlite::Connection>,
-    caller: Option<(work::Session, Option<work::Project>)>,
+    caller: Option<(sessions::Session, Option<projects::Project>)>,
 }
 
 impl<'a> WideningContext<'a> {
@@ -204,12 +204,12 @@ impl<'a> WideningContext<'a> {
     /// app-server child, which serves many sessions: not known).
     pub fn of_run(store: &'a rusqlite::Connection, session_id: Option<&str>) -> Self {
         let caller = session_id
-            .and_then(|id| work::session(store, id).ok().flatten())
+            .and_then(|id| sessions::session(store, id).ok().flatten())
             .map(|session| {
                 let project = session
                     .project_id
                     .as_deref()
-                    .and_then(|id| work::project(store, id).ok().flatten());
+                    .and_then(|id| projects::project(store, id).ok().flatten());
                 (session, project)
             });
         WideningContext {
@@ -219,15 +219,15 @@ impl<'a> WideningContext<'a> {
     }
 
     /// The project a selector names (`None`: no store, or it names none or several).
-    pub fn project(&self, selector: &str) -> Option<work::Project> {
+    pub fn project(&self, selector: &str) -> Option<projects::Project> {
         super::methods::project_of(self.store?, selector).ok()
     }
 
     /// The session a selector names, with its project.
-    pub fn session(&self, selector: &str) -> Option<(work::Session, work::Project)> {
+    pub fn session(&self, selector: &str) -> Option<(sessions::Session, projects::Project)> {
         let store = self.store?;
         let session = super::methods::session_of(store, selector).ok()?;
-        let project = work::project(store, session.project_id.as_deref()?).ok()??;
+        let project = projects::project(store, session.project_id.as_deref()?).ok()??;
         Some((session, project))
     }
 
@@ -250,7 +250,7 @@ impl<'a> WideningContext<'a> {
 
     /// Whether some session of `project` runs without a sandbox: it has full access (and is
     /// not remote), or one of its sessions is on the `command` engine (not known: yes).
-    fn has_unconfined_sessions(&self, project: &work::Project) -> bool {
+    fn has_unconfined_sessions(&self, project: &projects::Project) -> bool {
         if project.full_access && project.kind != "remote" {
             return true;
         }
@@ -267,12 +267,12 @@ impl<'a> WideningContext<'a> {
     }
 
     /// The caller's run's project, when known.
-    pub fn caller_project(&self) -> Option<&work::Project> {
+    pub fn caller_project(&self) -> Option<&projects::Project> {
         self.caller.as_ref()?.1.as_ref()
     }
 
     /// The caller's run's session (`None`: not known).
-    fn caller_session(&self) -> Option<&work::Session> {
+    fn caller_session(&self) -> Option<&sessions::Session> {
         self.caller.as_ref().map(|(session, _)| session)
     }
 
@@ -288,12 +288,12 @@ impl<'a> WideningContext<'a> {
 /// Whether a session's runs have no sandbox: its project has full access (and is not
 /// remote: a remote project's engines are always read-only), or its engine is `command`
 /// (any program, never sandboxed).
-fn unconfined(session: &work::Session, project: &work::Project) -> bool {
+fn unconfined(session: &sessions::Session, project: &projects::Project) -> bool {
     (project.full_access && project.kind != "remote") || session.engine == "command"
 }
 
 /// The engine a project's new sessions get when none is given (`Corral::open_session`).
-fn project_engine(project: &work::Project) -> &str {
+fn project_engine(project: &projects::Project) -> &str {
     project.engine.as_deref().unwrap_or("codex")
 }
 
@@ -342,7 +342,7 @@ impl Widening for ProjectAddParams {
         }
         // A worktree project's directory is the person's own checkout: a project on it that
         // shares it (or may, when git is missing) would run sessions there.
-        (own.isolation == work::Isolation::Worktree
+        (own.isolation == projects::Isolation::Worktree
             && self.isolation.as_deref() != Some("worktree"))
         .then(|| format!("adding a project that shares {}'s working tree", own.name))
     }
@@ -370,7 +370,7 @@ impl Widening for ProjectSetParams {
         // Shared isolation runs the project's new sessions in the person's own checkout,
         // where a worktree session cannot reach.
         if self.isolation.as_deref() == Some("shared")
-            && project().is_none_or(|p| p.isolation != work::Isolation::Shared)
+            && project().is_none_or(|p| p.isolation != projects::Isolation::Shared)
         {
             return Some("making a project's sessions share its working tree".into());
         }

@@ -14,7 +14,7 @@ use super::routes::{self, Kind, Route, Serve};
 use super::{Shared, MAX_BODY};
 use crate::daemon::methods;
 use crate::protocol::{code, RpcError, MAX_EXEC_ID};
-use crate::store::work;
+use crate::store::events;
 
 /// The page, with `{{CSRF_TOKEN}}` where its login's CSRF token goes.
 const INDEX: &str = include_str!("assets/index.html");
@@ -750,7 +750,7 @@ async fn events_page(route: &Route, request: &HttpRequest) -> HttpResponse {
         let session = methods::resolve_session(&corral, &selector)?;
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let events = corral
-            .read(|c| work::events_after(c, &session.id, after, limit as usize))
+            .read(|c| events::events_after(c, &session.id, after, limit as usize))
             .map_err(RpcError::from)?;
         let next_after = events.last().map_or(after, |event| event.seq);
         Ok(json!({

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{method, SessionSelector};
-use crate::store::work;
+use crate::store::drivers;
 
 method! {
     /// The caller's exec (`initialize`'s `exec_id`) becomes the session's driver.
@@ -13,7 +13,7 @@ method! {
     DriverShow = "driver.show": SessionSelector => Option<Claim>,
 }
 
-/// A session's driver claim on the wire (`work::DriverClaim`'s keys).
+/// A session's driver claim on the wire (`drivers::DriverClaim`'s keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
     pub session_id: String,
@@ -27,8 +27,8 @@ pub struct Claim {
     pub released_at: Option<i64>,
 }
 
-impl From<&work::DriverClaim> for Claim {
-    fn from(c: &work::DriverClaim) -> Self {
+impl From<&drivers::DriverClaim> for Claim {
+    fn from(c: &drivers::DriverClaim) -> Self {
         Claim {
             session_id: c.session_id.clone(),
             exec_id: c.exec_id.clone(),

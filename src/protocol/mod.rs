@@ -554,7 +554,7 @@ mod wire_tests {
     //! The wire's rows have the store rows' keys and values: version 1's JSON, unchanged.
 
     use super::*;
-    use crate::store::work;
+    use crate::store::{drivers, processes, projects, prompts, runs, sessions};
 
     fn same<R: Serialize, W: Serialize>(row: &R, wire: &W) {
         assert_eq!(
@@ -563,8 +563,8 @@ mod wire_tests {
         );
     }
 
-    fn session() -> work::Session {
-        work::Session {
+    fn session() -> sessions::Session {
+        sessions::Session {
             id: "ses".into(),
             project_id: Some("prj".into()),
             engine: "fake".into(),
@@ -583,18 +583,18 @@ mod wire_tests {
             compacted_message_count: Some(3),
             compacted_character_count: None,
             compacted_at: None,
-            worktree: Some(work::SessionWorktree {
+            worktree: Some(sessions::SessionWorktree {
                 path: "/nonexistent/wt".into(),
                 branch: "corral/fix-0badc0de".into(),
                 base: "main".into(),
                 base_commit: "abc".into(),
-                state: work::WorktreeState::Removed,
+                state: sessions::WorktreeState::Removed,
             }),
         }
     }
 
-    fn prompt(id: &str, status: work::PromptStatus) -> work::Prompt {
-        work::Prompt {
+    fn prompt(id: &str, status: prompts::PromptStatus) -> prompts::Prompt {
+        prompts::Prompt {
             id: id.into(),
             session_id: "ses".into(),
             text: "hi".into(),
@@ -612,7 +612,7 @@ mod wire_tests {
 
     #[test]
     fn wire_rows_serialize_as_the_store_rows() {
-        let project = work::Project {
+        let project = projects::Project {
             id: "prj".into(),
             name: "web".into(),
             path: "/w".into(),
@@ -625,16 +625,16 @@ mod wire_tests {
             created_at: 1,
             archived_at: Some(2),
             keep_background: true,
-            isolation: work::Isolation::Worktree,
+            isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: Some("npm ci".into()),
             repo_root: Some("/w".into()),
         };
         same(&project, &Project::from(&project));
         same(&session(), &Session::from(&session()));
-        let p = prompt("prm", work::PromptStatus::Running);
+        let p = prompt("prm", prompts::PromptStatus::Running);
         same(&p, &Prompt::from(&p));
-        let run = work::Run {
+        let run = runs::Run {
             id: "run".into(),
             prompt_id: "prm".into(),
             session_id: "ses".into(),
@@ -656,7 +656,7 @@ mod wire_tests {
             error: None,
         };
         same(&run, &Run::from(&run));
-        let claim = work::DriverClaim {
+        let claim = drivers::DriverClaim {
             session_id: "ses".into(),
             exec_id: Some("exe".into()),
             last_exec_id: None,
@@ -666,7 +666,7 @@ mod wire_tests {
             released_at: None,
         };
         same(&claim, &Claim::from(&claim));
-        let kept = work::KeptProcess {
+        let kept = processes::KeptProcess {
             pid: 10,
             pid_start: 11,
             run_id: "run".into(),
@@ -677,12 +677,12 @@ mod wire_tests {
         };
         same(&kept, &KeptProcess::from(&kept));
         for found in [
-            work::CancelFound::Dequeued,
-            work::CancelFound::Running {
+            prompts::CancelFound::Dequeued,
+            prompts::CancelFound::Running {
                 session_id: "ses".into(),
             },
-            work::CancelFound::Finished {
-                status: work::PromptStatus::Done,
+            prompts::CancelFound::Finished {
+                status: prompts::PromptStatus::Done,
             },
         ] {
             same(&found, &CancelFound::from(&found));
@@ -691,8 +691,8 @@ mod wire_tests {
 
     #[test]
     fn a_shown_session_adds_its_current_prompt_and_last_status() {
-        use work::PromptStatus::*;
-        let detail = |prompts: &[work::Prompt]| {
+        use prompts::PromptStatus::*;
+        let detail = |prompts: &[prompts::Prompt]| {
             let detail = SessionDetail::new(&session(), prompts);
             (detail.current_prompt_id, detail.last_status)
         };

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{method, named_params};
-use crate::store::work;
+use crate::store::projects;
 
 method! {
     ProjectAdd = "project.add": ProjectAddParams => Project,
@@ -17,7 +17,7 @@ method! {
     GroupSet = "group.set": GroupSetParams => GroupSetResult,
 }
 
-/// A project on the wire (`work::Project`'s keys).
+/// A project on the wire (`projects::Project`'s keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Project {
     pub id: String,
@@ -52,11 +52,11 @@ pub struct Project {
 }
 
 fn shared() -> String {
-    work::Isolation::Shared.as_str().to_string()
+    projects::Isolation::Shared.as_str().to_string()
 }
 
-impl From<&work::Project> for Project {
-    fn from(p: &work::Project) -> Self {
+impl From<&projects::Project> for Project {
+    fn from(p: &projects::Project) -> Self {
         Project {
             id: p.id.clone(),
             name: p.name.clone(),

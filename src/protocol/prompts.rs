@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{method, named_params};
-use crate::store::work::{self, PromptStatus};
+use crate::store::prompts;
+use crate::store::prompts::PromptStatus;
 
 method! {
     /// Queues a prompt on a session; answers the prompt as queued (or running).
@@ -15,7 +16,7 @@ method! {
     PromptWait = "prompt.wait": PromptSelector => Prompt,
 }
 
-/// A prompt on the wire (`work::Prompt`'s keys).
+/// A prompt on the wire (`prompts::Prompt`'s keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prompt {
     pub id: String,
@@ -33,8 +34,8 @@ pub struct Prompt {
     pub finished_at: Option<i64>,
 }
 
-impl From<&work::Prompt> for Prompt {
-    fn from(p: &work::Prompt) -> Self {
+impl From<&prompts::Prompt> for Prompt {
+    fn from(p: &prompts::Prompt) -> Self {
         Prompt {
             id: p.id.clone(),
             session_id: p.session_id.clone(),
@@ -77,7 +78,7 @@ pub struct Cancelled {
     pub found: CancelFound,
 }
 
-/// What cancelling a prompt found (`work::CancelFound` on the wire).
+/// What cancelling a prompt found (`prompts::CancelFound` on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cancel", rename_all = "snake_case")]
 pub enum CancelFound {
@@ -89,14 +90,14 @@ pub enum CancelFound {
     Finished { status: PromptStatus },
 }
 
-impl From<&work::CancelFound> for CancelFound {
-    fn from(found: &work::CancelFound) -> Self {
+impl From<&prompts::CancelFound> for CancelFound {
+    fn from(found: &prompts::CancelFound) -> Self {
         match found {
-            work::CancelFound::Dequeued => CancelFound::Dequeued,
-            work::CancelFound::Running { session_id } => CancelFound::Running {
+            prompts::CancelFound::Dequeued => CancelFound::Dequeued,
+            prompts::CancelFound::Running { session_id } => CancelFound::Running {
                 session_id: session_id.clone(),
             },
-            work::CancelFound::Finished { status } => CancelFound::Finished { status: *status },
+            prompts::CancelFound::Finished { status } => CancelFound::Finished { status: *status },
         }
     }
 }

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{method, named_params, Claim, Prompt};
-use crate::store::work::{self, PromptStatus};
+use crate::store::prompts::PromptStatus;
+use crate::store::{prompts, runs, sessions};
 
 method! {
     SessionNew = "session.new": SessionNewParams => Session,
@@ -31,7 +32,7 @@ method! {
     History = "history": SessionSelector => HistoryResult,
 }
 
-/// A session on the wire (`work::Session`'s keys).
+/// A session on the wire (`sessions::Session`'s keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     pub id: String,
@@ -75,8 +76,8 @@ pub struct Session {
     pub worktree_kept_because: Option<String>,
 }
 
-impl From<&work::Session> for Session {
-    fn from(s: &work::Session) -> Self {
+impl From<&sessions::Session> for Session {
+    fn from(s: &sessions::Session) -> Self {
         Session {
             id: s.id.clone(),
             project_id: s.project_id.clone(),
@@ -107,8 +108,8 @@ impl From<&work::Session> for Session {
 }
 
 /// A worktree's state as shown: a made one whose directory is gone reads `missing`.
-fn worktree_state(worktree: &work::SessionWorktree) -> String {
-    use work::WorktreeState::{Ready, Setup};
+fn worktree_state(worktree: &sessions::SessionWorktree) -> String {
+    use sessions::WorktreeState::{Ready, Setup};
     let made = matches!(worktree.state, Setup | Ready);
     if made && !std::path::Path::new(&worktree.path).exists() {
         "missing".to_string()
@@ -132,8 +133,8 @@ pub struct SessionDetail {
 }
 
 impl SessionDetail {
-    /// `prompts` oldest first, as `work::prompts_of` reads them.
-    pub fn new(session: &work::Session, prompts: &[work::Prompt]) -> Self {
+    /// `prompts` oldest first, as `prompts::prompts_of` reads them.
+    pub fn new(session: &sessions::Session, prompts: &[prompts::Prompt]) -> Self {
         let current = prompts
             .iter()
             .find(|p| p.status == PromptStatus::Running)
@@ -146,7 +147,7 @@ impl SessionDetail {
     }
 }
 
-/// One engine child (or app-server turn) started for a prompt (`work::Run`'s keys).
+/// One engine child (or app-server turn) started for a prompt (`runs::Run`'s keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
     pub id: String,
@@ -171,8 +172,8 @@ pub struct Run {
     pub error: Option<String>,
 }
 
-impl From<&work::Run> for Run {
-    fn from(r: &work::Run) -> Self {
+impl From<&runs::Run> for Run {
+    fn from(r: &runs::Run) -> Self {
         Run {
             id: r.id.clone(),
             prompt_id: r.prompt_id.clone(),

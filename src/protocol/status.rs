@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{method, named_params};
 use crate::actors::slots::SlotSummary;
-use crate::store::work;
+use crate::store::processes;
 
 method! {
     /// The version handshake; also tells the daemon which exec the client is.
@@ -81,7 +81,7 @@ pub struct DaemonInfo {
     pub shutting_down: bool,
 }
 
-/// A process a run left behind and its project kept (`work::KeptProcess` on the wire).
+/// A process a run left behind and its project kept (`processes::KeptProcess` on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeptProcess {
     pub pid: i64,
@@ -93,8 +93,8 @@ pub struct KeptProcess {
     pub kept_at: i64,
 }
 
-impl From<&work::KeptProcess> for KeptProcess {
-    fn from(kept: &work::KeptProcess) -> Self {
+impl From<&processes::KeptProcess> for KeptProcess {
+    fn from(kept: &processes::KeptProcess) -> Self {
         KeptProcess {
             pid: kept.pid,
             pid_start: kept.pid_start,

@@ -3,9 +3,14 @@
 //! Layout of this module:
 //! - [`mod@self`]: opening the file, telling a corral store from anything else, the pragmas;
 //! - [`migrations`]: the numbered schema steps, each applied in one transaction;
-//! - [`exec`]: the exec ledger's model (an [`Exec`](exec::Exec) row, a page of them) and its
-//!   SQL, both the writes the ledger actor applies and the reads the CLI runs;
-//! - [`work`], [`settings`]: projects, sessions, prompts, runs, events; the settings;
+//! - one module per aggregate, each with its model (what the library hands out and `--json`
+//!   prints) and its SQL: the writes, functions over a `&Connection` that the ledger actor
+//!   applies inside its transaction (`crate::actors::ledger` wraps each in a typed message),
+//!   and the reads, run on a caller's own read-only connection:
+//!   [`projects`] (and execution groups), [`sessions`] (and waves), [`prompts`] (the
+//!   one-worker rule), [`runs`] (and boot recovery), [`events`] (gap-free numbers),
+//!   [`drivers`] (driver claims), [`processes`] (app-server children, kept processes),
+//!   [`exec`] (the exec ledger: an [`Exec`](exec::Exec) row, a page of them), [`settings`];
 //! - [`select`]: selectors (an id, a name, a unique id prefix) resolved against stored rows.
 //!
 //! Who touches the file: only the ledger actor (`crate::actors::ledger`) holds a writing
@@ -18,14 +23,20 @@
 //! through is confirmed by [`check_connection`] before anything is written. A refused store
 //! is said in one line, [`refusal`].
 
+pub mod drivers;
+pub mod events;
 pub mod exec;
 pub mod migrations;
 pub mod overview;
+pub mod processes;
+pub mod projects;
+pub mod prompts;
+pub mod runs;
 pub mod select;
+pub mod sessions;
 pub mod settings;
 pub mod spill;
 pub mod sql;
-pub mod work;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -438,6 +449,12 @@ impl ReaderPool {
         }
         result
     }
+}
+
+/// A JSON list of strings stored in a TEXT column (a project's groups, a prompt's images, a
+/// run's argv); anything else reads as empty.
+fn json_list(text: String) -> Vec<String> {
+    serde_json::from_str(&text).unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch: the unit of every time column.

@@ -24,7 +24,8 @@ use rusqlite::{Connection, Row};
 use serde::{Deserialize, Serialize};
 
 use super::exec::{self, Cursor, Exec, ExecFilter, ExecPage, OutcomeFilter};
-use super::work::{self, Run};
+use super::runs::Run;
+use super::{events, runs};
 use crate::process;
 
 /// How many recent commands an overview carries.
@@ -134,7 +135,7 @@ pub struct Overview {
 pub fn read(connection: &Connection, daemon: bool) -> rusqlite::Result<Overview> {
     // The feed number first: an event stored while the rest is read is after it, so a
     // stream from it repeats at most what the overview already shows.
-    let feed_seq = work::last_feed_seq(connection)?;
+    let feed_seq = events::last_feed_seq(connection)?;
     let (runs, gaps) = runs_now(connection, daemon)?;
     let all = ExecFilter::default();
     Ok(Overview {
@@ -278,7 +279,7 @@ fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
 /// without a recorded pid counts as live (its engine is being spawned); read without a
 /// daemon it is a gap (nothing will record it).
 pub fn runs_now(connection: &Connection, daemon: bool) -> rusqlite::Result<(Vec<Run>, Vec<Run>)> {
-    Ok(work::running_runs(connection)?
+    Ok(runs::running_runs(connection)?
         .into_iter()
         .partition(|run| match run.pid {
             Some(pid) => process::is_alive(pid as u32, run.pid_start.map(|start| start as u64)),

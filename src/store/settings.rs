@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
-use super::Cached;
+use super::{now_ms, Cached};
 use crate::engine::EngineKind;
 
 /// Time between SIGTERM and SIGKILL when corral ends a process group.
@@ -458,6 +458,24 @@ impl Settings {
             .copied()
             .unwrap_or(DEFAULT_SLOTS_PER_ENGINE)
     }
+}
+
+/// Sets a setting, or removes it (`None`: back to its default). Applied by the ledger actor
+/// (`SetSetting`) inside its transaction.
+pub(crate) fn set_setting(
+    connection: &Connection,
+    name: &str,
+    value: Option<&str>,
+) -> rusqlite::Result<()> {
+    match value {
+        Some(value) => connection.run(
+            "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            params![name, value, now_ms()],
+        )?,
+        None => connection.run("DELETE FROM settings WHERE name = ?1", [name])?,
+    };
+    Ok(())
 }
 
 #[cfg(test)]

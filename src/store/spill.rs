@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::work::NewEvent;
+use super::events::NewEvent;
 use crate::events::EventKind;
 
 /// The journal's directory inside the home.

@@ -6,9 +6,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use corral::store::work::{
-    self, Enqueued, Event, NewProject, NewPrompt, NewSession, Project, Prompt, Run, Session,
-};
+use corral::store::events::Event;
+use corral::store::projects::{NewProject, Project};
+use corral::store::prompts::{Enqueued, NewPrompt, Prompt};
+use corral::store::runs::Run;
+use corral::store::sessions::{NewSession, Session};
+use corral::store::{events, prompts, runs, sessions};
 use corral::{Corral, CorralOptions};
 
 /// How long a prompt may take to end before the test fails with what it did.
@@ -81,7 +84,7 @@ impl Library {
             Err(_) => {
                 let prompt = self
                     .corral
-                    .read(|c| work::prompt(c, prompt_id))
+                    .read(|c| prompts::prompt(c, prompt_id))
                     .unwrap()
                     .unwrap();
                 let events = self.session_events(&prompt.session_id);
@@ -95,20 +98,20 @@ impl Library {
     }
 
     pub fn runs(&self, prompt_id: &str) -> Vec<Run> {
-        self.corral.read(|c| work::runs_of(c, prompt_id)).unwrap()
+        self.corral.read(|c| runs::runs_of(c, prompt_id)).unwrap()
     }
 
     /// Every event of a session.
     pub fn session_events(&self, session_id: &str) -> Vec<Event> {
         self.corral
-            .read(|c| work::events_after(c, session_id, 0, 100_000))
+            .read(|c| events::events_after(c, session_id, 0, 100_000))
             .unwrap()
     }
 
     /// The session as the store has it now.
     pub fn session_now(&self, session: &Session) -> Session {
         self.corral
-            .read(|c| work::session(c, &session.id))
+            .read(|c| sessions::session(c, &session.id))
             .unwrap()
             .unwrap()
     }

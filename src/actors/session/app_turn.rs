@@ -14,7 +14,7 @@ use crate::actors::ledger::SetThread;
 use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
 use crate::events::EventKind;
 use crate::framing;
-use crate::store::work::Prompt;
+use crate::store::prompts::Prompt;
 
 /// How long a turn's events may wait to be stored with the next ones.
 const FLUSH_AFTER: Duration = Duration::from_millis(20);

@@ -26,7 +26,9 @@ use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
 use crate::process;
-use crate::store::work::{KeptProcess, NewEvent, Prompt};
+use crate::store::events::NewEvent;
+use crate::store::processes::KeptProcess;
+use crate::store::prompts::Prompt;
 
 /// How many stderr lines (and notices) a run keeps to explain a failure with no structured
 /// message.
@@ -587,7 +589,7 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
     // The ones recorded before and gone since are forgotten in the same write.
     let forget: Vec<(i64, i64)> = shared
         .readers
-        .read(crate::store::work::kept_processes)
+        .read(crate::store::processes::kept_processes)
         .unwrap_or_default()
         .into_iter()
         .filter(|process| !process::is_alive(process.pid as u32, Some(process.pid_start as u64)))

@@ -55,8 +55,10 @@ use super::ledger::{
 use super::supervisor::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
+use crate::store::events::NewEvent;
+use crate::store::prompts::{Prompt, PromptStatus};
+use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
-use crate::store::work::{NewEvent, Prompt, PromptStatus, RunEnd};
 pub use app_turn::driver_file;
 pub use setup::SETUP_ENV;
 
@@ -520,7 +522,7 @@ impl Worker {
         let after_seq = self
             .shared
             .readers
-            .read(|connection| crate::store::work::session(connection, &self.session_id))
+            .read(|connection| crate::store::sessions::session(connection, &self.session_id))
             .ok()
             .flatten()
             .map(|session| session.last_event_seq);
@@ -553,7 +555,7 @@ impl Worker {
     }
 
     /// Publishes stored events (no subscriber is not an error).
-    fn publish(&self, stored: Vec<crate::store::work::Event>) {
+    fn publish(&self, stored: Vec<crate::store::events::Event>) {
         for event in stored {
             let _ = self.shared.events.send(Arc::new(Published::new(event)));
         }

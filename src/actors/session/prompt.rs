@@ -24,8 +24,12 @@ use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
 use crate::engine::{self, EngineKind, RunSpec, RunVerdict, Sandbox};
 use crate::events::EventKind;
 use crate::framing;
+use crate::store::projects::Project;
+use crate::store::prompts::{Prompt, PromptStatus};
+use crate::store::runs::RunEnd;
+use crate::store::sessions::Session;
 use crate::store::settings::Settings;
-use crate::store::work::{self, Project, Prompt, PromptStatus, RunEnd, Session};
+use crate::store::{projects, runs, sessions};
 use crate::worktree;
 
 /// What a prompt's attempts share: read once when it starts, moved on by each retry.
@@ -35,7 +39,7 @@ pub(super) struct PromptRun {
     project: Project,
     /// The project's groups that lock (a label-only group holds nothing).
     locking_groups: Vec<String>,
-    /// The projects whose working trees overlap this one's (`work::overlapping_trees`): their
+    /// The projects whose working trees overlap this one's (`projects::overlapping_trees`): their
     /// locks are taken beside the project's own.
     overlapping: Vec<String>,
     kind: EngineKind,
@@ -286,16 +290,16 @@ impl Worker {
     /// Reads the session and its project, frames the text, and defers `prompt.started`.
     async fn prepare(&mut self, prompt: Prompt) -> Result<PromptRun, PromptEnd> {
         let read = self.shared.readers.read(|connection| {
-            let session = work::session(connection, &self.session_id)?;
+            let session = sessions::session(connection, &self.session_id)?;
             let project = match session.as_ref().and_then(|s| s.project_id.clone()) {
-                Some(id) => work::project(connection, &id)?,
+                Some(id) => projects::project(connection, &id)?,
                 None => None,
             };
-            let groups = work::execution_groups(connection)?;
+            let groups = projects::execution_groups(connection)?;
             // A session in a worktree of its own shares no working tree with anyone.
             let shares_tree = session.as_ref().is_some_and(|s| s.worktree.is_none());
             let overlapping = match &project {
-                Some(project) if shares_tree => work::overlapping_trees(connection, project)?,
+                Some(project) if shares_tree => projects::overlapping_trees(connection, project)?,
                 _ => Vec::new(),
             };
             Ok((session, project, groups, overlapping))
@@ -442,8 +446,8 @@ impl Worker {
         run_id: &str,
         argv: &[std::ffi::OsString],
         serving: Option<(u64, u32)>,
-    ) -> Result<Option<work::RunDriver>, PromptEnd> {
-        let row = work::NewRun {
+    ) -> Result<Option<runs::RunDriver>, PromptEnd> {
+        let row = runs::NewRun {
             id: run_id.to_string(),
             prompt_id: run.prompt.id.clone(),
             session_id: self.session_id.clone(),
@@ -638,7 +642,8 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::store::work::{Isolation, SessionWorktree, WorktreeState};
+    use crate::store::projects::Isolation;
+    use crate::store::sessions::{SessionWorktree, WorktreeState};
     use crate::worktree::working_dir;
 
     fn project(path: &str, repo_root: Option<&str>) -> Project {

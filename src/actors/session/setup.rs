@@ -31,7 +31,10 @@ use super::{Exit, PromptEnd, Stop, Worker, EVENT_BATCH};
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
 use crate::events::EventKind;
 use crate::process;
-use crate::store::work::{NewEvent, Project, Prompt, Session, WorktreeState};
+use crate::store::events::NewEvent;
+use crate::store::projects::Project;
+use crate::store::prompts::Prompt;
+use crate::store::sessions::{Session, WorktreeState};
 
 /// The variable every process of a worktree's setup carries: the session's id.
 pub const SETUP_ENV: &str = "CORRAL_SETUP_SESSION";

@@ -17,8 +17,8 @@ use super::session::worktree::BranchColumn;
 use super::{CliError, Context, Exit};
 use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
 use crate::store::overview::{self, SessionItem};
+use crate::store::runs;
 use crate::store::select::{IdKind, ShortIds};
-use crate::store::work;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -76,7 +76,7 @@ pub struct Active {
     pub execs: Vec<Exec>,
     /// Runs marked running whose engine process is gone (a daemon died; the next one closes
     /// them as interrupted and requeues their prompts).
-    pub gaps: Vec<work::Run>,
+    pub gaps: Vec<runs::Run>,
     /// Execs never completed whose process is gone; `corral monitor prune` closes them.
     pub lost_execs: Vec<Exec>,
 }

@@ -5,7 +5,8 @@ use serde_json::json;
 use super::{resolve_session, store_error, Caller, Serve};
 use crate::actors::ledger::{ClaimDriver, ReleaseDriver};
 use crate::protocol::*;
-use crate::store::work::{self, ClaimRefused};
+use crate::store::drivers;
+use crate::store::drivers::ClaimRefused;
 
 /// Whether an exec (a driver) still runs: not completed, and its process alive.
 fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
@@ -78,7 +79,7 @@ impl Serve for DriverShow {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
         let claim = corral
-            .read(|c| work::driver_claim(c, &session.id))
+            .read(|c| drivers::driver_claim(c, &session.id))
             .map_err(store_error)?;
         Ok(claim.as_ref().map(Claim::from))
     }

@@ -36,8 +36,8 @@ use super::origin;
 use super::server::DaemonContext;
 use crate::events::EventKind;
 use crate::protocol::*;
+use crate::store;
 use crate::store::select::Unselected;
-use crate::store::work;
 use crate::{Corral, CorralError};
 
 pub use status::{kept_alive, STATUS_WAITERS};
@@ -380,36 +380,42 @@ fn select<T>(
     )?)
 }
 
-pub fn resolve_project(corral: &Corral, selector: &str) -> Result<work::Project, RpcError> {
+pub fn resolve_project(
+    corral: &Corral,
+    selector: &str,
+) -> Result<store::projects::Project, RpcError> {
     corral
         .read(|c| Ok(project_of(c, selector)))
         .map_err(store_error)?
 }
 
-pub fn resolve_session(corral: &Corral, selector: &str) -> Result<work::Session, RpcError> {
+pub fn resolve_session(
+    corral: &Corral,
+    selector: &str,
+) -> Result<store::sessions::Session, RpcError> {
     corral
         .read(|c| Ok(session_of(c, selector)))
         .map_err(store_error)?
 }
 
 /// The project `selector` names, read on `c`.
-pub(crate) fn project_of(c: &Store, selector: &str) -> Result<work::Project, RpcError> {
+pub(crate) fn project_of(c: &Store, selector: &str) -> Result<store::projects::Project, RpcError> {
     // An exact id (what clients send) wins anyway: one indexed row, not every project.
-    if let Some(project) = read(work::project(c, selector.trim()))? {
+    if let Some(project) = read(store::projects::project(c, selector.trim()))? {
         return Ok(project);
     }
-    let projects = read(work::projects(c))?;
+    let projects = read(store::projects::projects(c))?;
     select("project", selector, projects, |p| &p.id, |p| Some(&p.name))
 }
 
 /// The session `selector` names, read on `c`.
-pub(crate) fn session_of(c: &Store, selector: &str) -> Result<work::Session, RpcError> {
+pub(crate) fn session_of(c: &Store, selector: &str) -> Result<store::sessions::Session, RpcError> {
     // An exact id wins anyway: one indexed row, not every session (issue 11: a prompt sent
     // to one of 2,000 sessions read all 2,000).
-    if let Some(session) = read(work::session(c, selector.trim()))? {
+    if let Some(session) = read(store::sessions::session(c, selector.trim()))? {
         return Ok(session);
     }
-    let sessions = read(work::sessions(c))?;
+    let sessions = read(store::sessions::sessions(c))?;
     select(
         "session",
         selector,

@@ -5,12 +5,13 @@ use rusqlite::Connection as Store;
 
 use super::{project_of, read, resolve_project, Caller, Inspect, Serve};
 use crate::protocol::*;
-use crate::store::work::{self, NewProject};
+use crate::store::projects;
+use crate::store::projects::NewProject;
 
 impl Inspect for ProjectList {
     fn inspect(c: &Store, p: ProjectListParams) -> Result<Vec<Project>, RpcError> {
         let all = p.all.unwrap_or(false);
-        Ok(read(work::projects(c))?
+        Ok(read(projects::projects(c))?
             .iter()
             .filter(|p| all || p.archived_at.is_none())
             .map(Project::from)
@@ -25,9 +26,9 @@ impl Inspect for ProjectShow {
 }
 
 /// A wire `isolation` (`worktree` or `shared`); anything else is invalid params.
-fn isolation(word: Option<&str>) -> Result<Option<work::Isolation>, RpcError> {
+fn isolation(word: Option<&str>) -> Result<Option<projects::Isolation>, RpcError> {
     word.map(|word| {
-        word.parse::<work::Isolation>()
+        word.parse::<projects::Isolation>()
             .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))
     })
     .transpose()
@@ -88,7 +89,7 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
             .parse::<crate::engine::EngineKind>()
             .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))?;
     }
-    let change = work::ProjectChange {
+    let change = projects::ProjectChange {
         engine: p.engine,
         model: p.model,
         full_access: p.full_access,

@@ -7,11 +7,12 @@ use super::{answer, resolve_session, select, store_error, Caller, Serve};
 use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::protocol::*;
 use crate::store::exec::{ExecCompletion, NewExec, Outcome};
-use crate::store::work::{self, NewPrompt};
+use crate::store::prompts;
+use crate::store::prompts::NewPrompt;
 use crate::{Corral, CorralError};
 
 /// A prompt by its id or a unique id prefix.
-fn resolve_prompt(corral: &Corral, selector: &str) -> Result<work::Prompt, RpcError> {
+fn resolve_prompt(corral: &Corral, selector: &str) -> Result<prompts::Prompt, RpcError> {
     let selector = selector.trim();
     let found = corral
         .read(|c| {
@@ -29,7 +30,7 @@ fn resolve_prompt(corral: &Corral, selector: &str) -> Result<work::Prompt, RpcEr
         .map_err(store_error)?;
     let id = select("prompt", selector, found, |id| id.as_str(), |_| None)?;
     corral
-        .read(|c| work::prompt(c, &id))
+        .read(|c| prompts::prompt(c, &id))
         .map_err(store_error)?
         .ok_or_else(|| RpcError::new(code::NOT_FOUND, format!("No prompt matches '{selector}'")))
 }
@@ -155,7 +156,7 @@ impl Serve for PromptCancel {
             Err(error) if error.code == code::NOT_FOUND => {
                 let session = resolve_session(corral, target)?;
                 let prompts = corral
-                    .read(|c| work::prompts_of(c, &session.id))
+                    .read(|c| prompts::prompts_of(c, &session.id))
                     .map_err(store_error)?;
                 prompts
                     .into_iter()

@@ -11,7 +11,8 @@ use super::{
 };
 use crate::actors::ledger::{ChangeSession, WaveNamed};
 use crate::protocol::*;
-use crate::store::work::{self, NewSession};
+use crate::store::sessions::NewSession;
+use crate::store::{drivers, prompts, runs, sessions};
 
 impl Inspect for SessionList {
     fn inspect(c: &Store, p: SessionListParams) -> Result<Vec<Session>, RpcError> {
@@ -20,7 +21,7 @@ impl Inspect for SessionList {
             Some(selector) => Some(project_of(c, &selector)?.id),
             None => None,
         };
-        Ok(read(work::sessions(c))?
+        Ok(read(sessions::sessions(c))?
             .iter()
             .filter(|s| all || s.archived_at.is_none())
             .filter(|s| project.is_none() || s.project_id == project)
@@ -32,8 +33,8 @@ impl Inspect for SessionList {
 impl Inspect for SessionShow {
     fn inspect(c: &Store, p: SessionSelector) -> Result<SessionShowResult, RpcError> {
         let session = session_of(c, &p.session)?;
-        let prompts = read(work::prompts_of(c, &session.id))?;
-        let driver = read(work::driver_claim(c, &session.id))?;
+        let prompts = read(prompts::prompts_of(c, &session.id))?;
+        let driver = read(drivers::driver_claim(c, &session.id))?;
         Ok(SessionShowResult {
             session: SessionDetail::new(&session, &prompts),
             prompts: prompts.iter().map(Prompt::from).collect(),
@@ -45,8 +46,8 @@ impl Inspect for SessionShow {
 impl Inspect for History {
     fn inspect(c: &Store, p: SessionSelector) -> Result<HistoryResult, RpcError> {
         let session = session_of(c, &p.session)?;
-        let prompts = read(work::prompts_of(c, &session.id))?;
-        let runs = read(work::runs_of_session(c, &session.id))?;
+        let prompts = read(prompts::prompts_of(c, &session.id))?;
+        let runs = read(runs::runs_of_session(c, &session.id))?;
         Ok(HistoryResult {
             session: (&session).into(),
             prompts: prompts.iter().map(Prompt::from).collect(),
@@ -165,7 +166,7 @@ impl Serve for SessionRecreate {
 
 async fn rename(
     caller: &Caller,
-    session: work::Session,
+    session: sessions::Session,
     title: String,
 ) -> Result<Session, RpcError> {
     let changed = caller

@@ -4,7 +4,7 @@ use rusqlite::Connection as Store;
 
 use super::{store_error, Caller, Serve};
 use crate::protocol::*;
-use crate::store::work;
+use crate::store::{processes, sessions};
 
 /// How many slot waiters `status` lists (with their blockers) unless its `waiters` param
 /// says otherwise; `slots.waiting_count` gives them all.
@@ -13,7 +13,7 @@ pub const STATUS_WAITERS: usize = 20;
 /// What projects with `keep_background` kept after their runs and still lives: `status`
 /// lists them, from the daemon and from the store alike (`cli::local`).
 pub fn kept_alive(c: &Store) -> rusqlite::Result<Vec<KeptProcess>> {
-    let kept = work::kept_processes(c)?;
+    let kept = processes::kept_processes(c)?;
     Ok(kept
         .iter()
         .filter(|kept| crate::process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
@@ -26,7 +26,7 @@ impl Serve for Status {
         let context = &caller.context;
         let corral = &context.corral;
         let waiters = p.waiters.unwrap_or(STATUS_WAITERS);
-        let sessions = corral.read(work::session_count).map_err(store_error)?;
+        let sessions = corral.read(sessions::session_count).map_err(store_error)?;
         // Both kept as counts: the cost of `status` does not grow with the backlog.
         let working = corral.working().await;
         let slots = corral.slot_summary(waiters).await;

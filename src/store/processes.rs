@@ -1,0 +1,105 @@
+//! Processes the daemon keeps track of across its restarts: the last known state of each
+//! project's app-server child (`app_servers`) and the processes runs left behind that their
+//! project keeps (`kept_processes`, `keep_background`).
+//!
+//! Written by the ledger actor (`SaveAppServer`, `KeepProcesses`, `Recover`); read by the
+//! supervisor at boot and by `status`.
+
+use rusqlite::{params, Connection};
+use serde::{Deserialize, Serialize};
+
+use super::{now_ms, Cached};
+
+/// A process a run left behind and its project kept; `status` lists the ones still alive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptProcess {
+    pub pid: i64,
+    /// Its start time: with the pid, it names the process for good.
+    pub pid_start: i64,
+    pub run_id: String,
+    pub session_id: String,
+    pub project_id: Option<String>,
+    pub command: String,
+    pub kept_at: i64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes (applied by the ledger actor inside its transaction).
+
+pub(crate) fn save_app_server(
+    connection: &Connection,
+    project_id: &str,
+    state: &serde_json::Value,
+) -> rusqlite::Result<()> {
+    connection.run(
+        "INSERT INTO app_servers (project_id, state, updated_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (project_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        params![project_id, state.to_string(), now_ms()],
+    )?;
+    Ok(())
+}
+
+/// Records processes kept after a run, and forgets the ones seen gone (pid, start).
+pub(crate) fn keep_processes(
+    connection: &Connection,
+    kept: &[KeptProcess],
+    forget: &[(i64, i64)],
+) -> rusqlite::Result<()> {
+    for (pid, start) in forget {
+        connection.run(
+            "DELETE FROM kept_processes WHERE pid = ?1 AND pid_start = ?2",
+            params![pid, start],
+        )?;
+    }
+    for process in kept {
+        connection.run(
+            "INSERT OR REPLACE INTO kept_processes \
+             (pid, pid_start, run_id, session_id, project_id, command, kept_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                process.pid,
+                process.pid_start,
+                process.run_id,
+                process.session_id,
+                process.project_id,
+                process.command,
+                process.kept_at,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+/// The last known state of every app-server child, by project.
+pub fn app_servers(connection: &Connection) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut statement =
+        connection.prepare_cached("SELECT state FROM app_servers ORDER BY project_id")?;
+    let rows = statement
+        .query_map([], |row| row.get::<_, String>(0))?
+        .map(|row| row.map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)))
+        .collect();
+    rows
+}
+
+/// Every kept process recorded, alive or not (the caller checks), oldest first.
+pub fn kept_processes(connection: &Connection) -> rusqlite::Result<Vec<KeptProcess>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT pid, pid_start, run_id, session_id, project_id, command, kept_at \
+         FROM kept_processes ORDER BY kept_at, pid",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok(KeptProcess {
+            pid: row.get(0)?,
+            pid_start: row.get(1)?,
+            run_id: row.get(2)?,
+            session_id: row.get(3)?,
+            project_id: row.get(4)?,
+            command: row.get(5)?,
+            kept_at: row.get(6)?,
+        })
+    })?;
+    rows.collect()
+}

@@ -1,0 +1,352 @@
+//! Projects: the working directories sessions run in, with their settings (`projects`), and
+//! the execution groups they are in (`execution_groups`).
+//!
+//! Written by the ledger actor (`CreateProject`, `ChangeProject`, `SetGroupLocking`); read by
+//! the daemon's methods, the CLI and a session's worker (its project, the overlapping trees).
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+
+use super::{json_list, now_ms, Cached};
+
+/// A working directory with settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Project {
+    pub id: String,
+    pub name: String,
+    pub path: String,
+    /// The engine new sessions use unless told otherwise.
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    /// Run engines without sandbox or approvals. Off unless a person turns it on.
+    pub full_access: bool,
+    /// `local` or `remote`; a remote project's engines are always read-only.
+    pub kind: String,
+    /// Execution groups this project is in (locking or label-only, see [`ExecutionGroup`]).
+    pub groups: Vec<String>,
+    /// House rules added to every prompt the project sends.
+    pub instructions: Option<String>,
+    pub created_at: i64,
+    pub archived_at: Option<i64>,
+    /// Processes its engines leave behind (a dev server started with `&`) outlive the run
+    /// that started them. Off unless a person turns it on: by default a run ends with all of
+    /// its processes.
+    #[serde(default)]
+    pub keep_background: bool,
+    /// Whether its sessions share the project's working tree or each get a git worktree.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Where its sessions' worktrees go, instead of the `worktrees.dir` setting.
+    #[serde(default)]
+    pub worktrees_dir: Option<String>,
+    /// A command run in each new worktree before its first prompt (`npm ci`).
+    #[serde(default)]
+    pub setup: Option<String>,
+    /// The top level of the git repository holding `path`, when it is in one (read at add):
+    /// a session's working directory is its worktree joined with `path`'s place below it.
+    #[serde(default)]
+    pub repo_root: Option<String>,
+}
+
+/// How a project's sessions share its working tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// One working tree for all its sessions: they run one at a time (the project's lock).
+    #[default]
+    Shared,
+    /// Each session has its own git worktree and branch: sessions run in parallel.
+    Worktree,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Shared => "shared",
+            Isolation::Worktree => "worktree",
+        }
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "shared" => Ok(Isolation::Shared),
+            "worktree" => Ok(Isolation::Worktree),
+            other => Err(format!("unknown isolation '{other}' (worktree or shared)")),
+        }
+    }
+}
+
+impl rusqlite::types::FromSql for Isolation {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|_| rusqlite::types::FromSqlError::InvalidType)
+    }
+}
+
+/// A named group of projects; runs of projects sharing a locking group never overlap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionGroup {
+    pub name: String,
+    pub locking: bool,
+}
+
+const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
+                               instructions, created_at, archived_at, keep_background, \
+                               isolation, worktrees_dir, setup, repo_root";
+
+fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
+    Ok(Project {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        path: row.get(2)?,
+        engine: row.get(3)?,
+        model: row.get(4)?,
+        full_access: row.get(5)?,
+        kind: row.get(6)?,
+        groups: json_list(row.get(7)?),
+        instructions: row.get(8)?,
+        created_at: row.get(9)?,
+        archived_at: row.get(10)?,
+        keep_background: row.get(11)?,
+        isolation: row.get(12)?,
+        worktrees_dir: row.get(13)?,
+        setup: row.get(14)?,
+        repo_root: row.get(15)?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes (applied by the ledger actor inside its transaction).
+
+/// A project to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewProject {
+    pub name: String,
+    pub path: String,
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    pub full_access: bool,
+    pub remote: bool,
+    pub groups: Vec<String>,
+    pub instructions: Option<String>,
+    /// See [`Project::keep_background`].
+    pub keep_background: bool,
+    /// `None`: the default, decided by [`crate::Corral::add_project`] (`worktree` for a path
+    /// in a git repository with a commit when git is found, else `shared`); stored as
+    /// `shared` by the store alone.
+    pub isolation: Option<Isolation>,
+    pub worktrees_dir: Option<String>,
+    pub setup: Option<String>,
+    pub repo_root: Option<String>,
+}
+
+pub(crate) fn insert_project(
+    connection: &Connection,
+    new: &NewProject,
+) -> rusqlite::Result<Project> {
+    let project = Project {
+        id: uuid::Uuid::now_v7().to_string(),
+        name: new.name.clone(),
+        path: new.path.clone(),
+        engine: new.engine.clone(),
+        model: new.model.clone(),
+        full_access: new.full_access,
+        kind: if new.remote { "remote" } else { "local" }.to_string(),
+        groups: new.groups.clone(),
+        instructions: new.instructions.clone(),
+        created_at: now_ms(),
+        archived_at: None,
+        keep_background: new.keep_background,
+        isolation: new.isolation.unwrap_or_default(),
+        worktrees_dir: new.worktrees_dir.clone(),
+        setup: new.setup.clone(),
+        repo_root: new.repo_root.clone(),
+    };
+    connection.run(
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+        params![
+            project.id,
+            project.name,
+            project.path,
+            project.engine,
+            project.model,
+            project.full_access,
+            project.kind,
+            serde_json::to_string(&project.groups).expect("strings serialize"),
+            project.instructions,
+            project.created_at,
+            project.archived_at,
+            project.keep_background,
+            project.isolation.as_str(),
+            project.worktrees_dir,
+            project.setup,
+            project.repo_root,
+        ],
+    )?;
+    for group in &project.groups {
+        connection.run(
+            "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
+            params![group, project.created_at],
+        )?;
+    }
+    Ok(project)
+}
+
+pub(crate) fn set_group_locking(
+    connection: &Connection,
+    name: &str,
+    locking: bool,
+) -> rusqlite::Result<()> {
+    connection.run(
+        "INSERT INTO execution_groups (name, locking, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (name) DO UPDATE SET locking = excluded.locking",
+        params![name, locking, now_ms()],
+    )?;
+    Ok(())
+}
+
+/// Updates a project's settings; `None` fields stay as they are.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectChange {
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    pub full_access: Option<bool>,
+    pub remote: Option<bool>,
+    pub groups: Option<Vec<String>>,
+    pub instructions: Option<String>,
+    pub keep_background: Option<bool>,
+    pub isolation: Option<Isolation>,
+    /// `Some(None)` clears it (back to the `worktrees.dir` setting).
+    pub worktrees_dir: Option<Option<String>>,
+    /// `Some(None)` clears it.
+    pub setup: Option<Option<String>>,
+    /// The repository's top level, found again when the project turns to worktree isolation.
+    pub repo_root: Option<String>,
+    pub archive: bool,
+}
+
+pub(crate) fn change_project(
+    connection: &Connection,
+    id: &str,
+    change: &ProjectChange,
+) -> rusqlite::Result<Option<Project>> {
+    let now = now_ms();
+    connection.run(
+        "UPDATE projects SET engine = COALESCE(?2, engine), model = COALESCE(?3, model), \
+         full_access = COALESCE(?4, full_access), \
+         kind = COALESCE(CASE ?5 WHEN 1 THEN 'remote' WHEN 0 THEN 'local' END, kind), \
+         groups = COALESCE(?6, groups), instructions = COALESCE(?7, instructions), \
+         archived_at = CASE WHEN ?8 THEN COALESCE(archived_at, ?9) ELSE archived_at END, \
+         keep_background = COALESCE(?10, keep_background), \
+         isolation = COALESCE(?11, isolation), \
+         worktrees_dir = CASE WHEN ?12 THEN ?13 ELSE worktrees_dir END, \
+         setup = CASE WHEN ?14 THEN ?15 ELSE setup END, \
+         repo_root = COALESCE(?16, repo_root) \
+         WHERE id = ?1",
+        params![
+            id,
+            change.engine,
+            change.model,
+            change.full_access,
+            change.remote,
+            change
+                .groups
+                .as_ref()
+                .map(|groups| serde_json::to_string(groups).expect("strings serialize")),
+            change.instructions,
+            change.archive,
+            now,
+            change.keep_background,
+            change.isolation.map(Isolation::as_str),
+            change.worktrees_dir.is_some(),
+            change.worktrees_dir.clone().flatten(),
+            change.setup.is_some(),
+            change.setup.clone().flatten(),
+            change.repo_root,
+        ],
+    )?;
+    if let Some(groups) = &change.groups {
+        for group in groups {
+            connection.run(
+                "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
+                params![group, now],
+            )?;
+        }
+    }
+    project(connection, id)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Project>> {
+    connection
+        .row(
+            &format!("SELECT {PROJECT_COLUMNS} FROM projects WHERE id = ?1"),
+            [id],
+            project_row,
+        )
+        .optional()
+}
+
+/// The other projects whose working trees overlap `project`'s: on the same directory, on
+/// one above it or on one inside it, archived ones included (an archived project's run may
+/// still be ending). A run takes their locks beside its own (`SlotRequest::overlapping`), so
+/// two projects on one working tree never run at once, whichever was added or archived
+/// while the other ran. Paths are stored canonical (`Corral::add_project`), so comparing them
+/// is comparing directories.
+pub fn overlapping_trees(
+    connection: &Connection,
+    project: &Project,
+) -> rusqlite::Result<Vec<String>> {
+    let own = std::path::Path::new(&project.path);
+    // A string prefix either way is necessary for an overlap; components decide.
+    let mut statement = connection.prepare_cached(
+        "SELECT path FROM projects WHERE id != ?1 AND (instr(?2, path) = 1 OR instr(path, ?2) = 1)",
+    )?;
+    let paths = statement.query_map(params![project.id, project.path], |row| {
+        row.get::<_, String>(0)
+    })?;
+    let mut overlapping = Vec::new();
+    for path in paths {
+        let path = path?;
+        let other = std::path::Path::new(&path);
+        if own.starts_with(other) || other.starts_with(own) {
+            overlapping.push(path);
+        }
+    }
+    Ok(overlapping)
+}
+
+pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {PROJECT_COLUMNS} FROM projects ORDER BY created_at, id"
+    ))?;
+    let rows = statement.query_map([], project_row)?.collect();
+    rows
+}
+
+pub fn execution_groups(connection: &Connection) -> rusqlite::Result<Vec<ExecutionGroup>> {
+    let mut statement =
+        connection.prepare_cached("SELECT name, locking FROM execution_groups ORDER BY name")?;
+    let rows = statement
+        .query_map([], |row| {
+            Ok(ExecutionGroup {
+                name: row.get(0)?,
+                locking: row.get(1)?,
+            })
+        })?
+        .collect();
+    rows
+}

@@ -1,0 +1,345 @@
+//! Runs: the engine children started for a prompt, one row per attempt (`runs`), and the
+//! boot recovery of the runs a dead supervisor left marked running.
+//!
+//! Written by the ledger actor (`StartRun`, `RunSpawned`, `EndRun`, `Recover`); read by the
+//! supervisor at boot, the overview and the daemon's methods.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+
+use super::drivers::engine_started;
+use super::events::{append_events, NewEvent};
+use super::{json_list, now_ms, Cached};
+use crate::events::EventKind;
+
+/// One engine child started for a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub prompt_id: String,
+    pub session_id: String,
+    pub attempt: i64,
+    pub engine: String,
+    pub argv: Vec<String>,
+    pub thread_id: Option<String>,
+    pub exec_id: Option<String>,
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+    pub pgid: Option<i64>,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// `running`, `succeeded`, `failed`, `cancelled`, `interrupted`.
+    pub status: String,
+    pub failure_class: Option<String>,
+    pub retry_decision: Option<String>,
+    pub error: Option<String>,
+}
+
+const RUN_COLUMNS: &str = "id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
+                           pid, pid_start, pgid, started_at, ended_at, exit_code, signal, status, \
+                           failure_class, retry_decision, error";
+
+fn run_row(row: &Row<'_>) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: row.get(0)?,
+        prompt_id: row.get(1)?,
+        session_id: row.get(2)?,
+        attempt: row.get(3)?,
+        engine: row.get(4)?,
+        argv: json_list(row.get(5)?),
+        thread_id: row.get(6)?,
+        exec_id: row.get(7)?,
+        pid: row.get(8)?,
+        pid_start: row.get(9)?,
+        pgid: row.get(10)?,
+        started_at: row.get(11)?,
+        ended_at: row.get(12)?,
+        exit_code: row.get(13)?,
+        signal: row.get(14)?,
+        status: row.get(15)?,
+        failure_class: row.get(16)?,
+        retry_decision: row.get(17)?,
+        error: row.get(18)?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes (applied by the ledger actor inside its transaction).
+
+/// A run about to start (its row is written before the child is spawned).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub id: String,
+    pub prompt_id: String,
+    pub session_id: String,
+    pub attempt: i64,
+    pub engine: String,
+    pub argv: Vec<String>,
+    pub thread_id: Option<String>,
+    pub exec_id: Option<String>,
+    /// The child serving the run when it is known before the run starts (an app-server
+    /// turn's long-lived child): its pid and start time, written with the row in one commit.
+    /// An engine child spawned for the run is recorded by [`run_spawned`] instead.
+    pub child: Option<(u32, Option<u64>)>,
+}
+
+/// The exec a run's agent works under: the session's driver (or the exec hosting the
+/// supervisor), and the trace that exec belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDriver {
+    pub exec_id: String,
+    /// `None` when the exec is not in the store (a library caller's own id).
+    pub trace_id: Option<String>,
+}
+
+/// Writes a run's row. The exec recorded as its parent is the session's current driver, else
+/// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
+pub(crate) fn insert_run(
+    connection: &Connection,
+    run: &NewRun,
+) -> rusqlite::Result<Option<RunDriver>> {
+    let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
+    connection.run(
+        "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
+         started_at, pid, pid_start, pgid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10)",
+        params![
+            run.id,
+            run.prompt_id,
+            run.session_id,
+            run.attempt,
+            run.engine,
+            serde_json::to_string(&run.argv).expect("strings serialize"),
+            run.thread_id,
+            exec_id,
+            now_ms(),
+            run.child.map(|(pid, _)| pid),
+            run.child.and_then(|(_, start)| start).map(|start| start as i64),
+        ],
+    )?;
+    connection.run(
+        "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
+        [&run.prompt_id],
+    )?;
+    let Some(exec_id) = exec_id else {
+        return Ok(None);
+    };
+    let trace_id = connection
+        .row(
+            "SELECT trace_id FROM execs WHERE id = ?1",
+            [&exec_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(Some(RunDriver { exec_id, trace_id }))
+}
+
+/// The child of a run was spawned: its identity, to end it (or find it after a crash).
+pub(crate) fn run_spawned(
+    connection: &Connection,
+    run_id: &str,
+    pid: u32,
+    pid_start: Option<u64>,
+) -> rusqlite::Result<()> {
+    connection.run(
+        "UPDATE runs SET pid = ?2, pid_start = ?3, pgid = ?2 WHERE id = ?1",
+        params![run_id, pid, pid_start.map(|start| start as i64)],
+    )?;
+    Ok(())
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Default)]
+pub struct RunEnd {
+    pub run_id: String,
+    /// When the child was gone (taken before its slot is released, so that the runs of a
+    /// slot never seem to overlap); `None`: now.
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// `succeeded`, `failed`, `cancelled`, `interrupted`.
+    pub status: String,
+    pub failure_class: Option<String>,
+    pub retry_decision: Option<String>,
+    pub error: Option<String>,
+}
+
+pub(crate) fn end_run(connection: &Connection, end: &RunEnd) -> rusqlite::Result<()> {
+    connection.run(
+        "UPDATE runs SET ended_at = ?2, exit_code = ?3, signal = ?4, status = ?5, \
+         failure_class = ?6, retry_decision = ?7, error = ?8 WHERE id = ?1",
+        params![
+            end.run_id,
+            end.ended_at.unwrap_or_else(now_ms),
+            end.exit_code,
+            end.signal,
+            end.status,
+            end.failure_class,
+            end.retry_decision,
+            end.error,
+        ],
+    )?;
+    Ok(())
+}
+
+/// What the spill journal stored at boot already tells (`store::spill`): the runs whose
+/// `run.exited` and the prompts whose `prompt.requeued` it held, which recovery then does not
+/// tell a second time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Told {
+    pub runs: std::collections::HashSet<String>,
+    pub requeued: std::collections::HashSet<String>,
+}
+
+impl Told {
+    /// Notes what `event`, stored from a spill, tells.
+    pub fn note(&mut self, event: &NewEvent) {
+        match event.kind {
+            EventKind::RunExited => {
+                if let Some(run) = &event.run_id {
+                    self.runs.insert(run.clone());
+                }
+            }
+            EventKind::PromptRequeued => {
+                if let Some(prompt) = &event.prompt_id {
+                    self.requeued.insert(prompt.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a previous supervisor left behind, and what was done about it at boot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    /// Runs that were marked running: (run id, pid, pid start), now closed as interrupted.
+    pub interrupted_runs: Vec<(String, Option<i64>, Option<i64>)>,
+    /// Sessions with a prompt to run now (their running prompt, requeued, or the next one).
+    pub sessions: Vec<String>,
+}
+
+/// A run a dead supervisor left marked running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftoverRun {
+    pub id: String,
+    pub session_id: String,
+    pub prompt_id: String,
+    /// The status of its prompt (`running` unless it was cancelled or ended meanwhile).
+    pub prompt_status: String,
+    /// Its engine's pid (which leads its group), once recorded; its start time.
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+}
+
+/// Boot reconciliation, once the leftover runs' processes are gone: closes each run in
+/// `ended` (its id and when its last process was seen gone) as `interrupted`, tells it in its
+/// session's events (`run.exited` ended by recovery, `prompt.requeued`), and lists the
+/// sessions whose work must resume (a prompt left `running` stays running: the new worker
+/// takes it again).
+pub(crate) fn recover(
+    connection: &Connection,
+    ended: &[(String, i64)],
+    told: &Told,
+) -> rusqlite::Result<Recovered> {
+    let leftovers = leftover_runs(connection)?;
+    let mut telling = Vec::new();
+    let mut interrupted_runs = Vec::new();
+    for (run_id, ended_at) in ended {
+        // A run closed since it was read is not closed twice.
+        let Some(run) = leftovers.iter().find(|run| &run.id == run_id) else {
+            continue;
+        };
+        connection.run(
+            "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued' \
+             WHERE id = ?1 AND status = 'running'",
+            params![run_id, ended_at],
+        )?;
+        // What happened is told in the sessions' events, as after a SIGTERM: the run ended
+        // by recovery, its prompt queued again (it runs again once the worker takes it);
+        // unless the spill journal stored at this boot told it already (`store::spill`).
+        if !told.runs.contains(&run.id) {
+            telling.push(NewEvent {
+                session_id: run.session_id.clone(),
+                prompt_id: Some(run.prompt_id.clone()),
+                run_id: Some(run.id.clone()),
+                kind: EventKind::RunExited,
+                payload: serde_json::json!({
+                    "ended_by": "recovery",
+                    "reason": "the daemon that ran it died; a new one ended its processes and closed the run",
+                }),
+            });
+        }
+        if run.prompt_status == "running" && !told.requeued.contains(&run.prompt_id) {
+            telling.push(NewEvent {
+                session_id: run.session_id.clone(),
+                prompt_id: Some(run.prompt_id.clone()),
+                run_id: None,
+                kind: EventKind::PromptRequeued,
+                payload: serde_json::json!({ "reason": "recovery after the daemon died" }),
+            });
+        }
+        interrupted_runs.push((run.id.clone(), run.pid, run.pid_start));
+    }
+    append_events(connection, telling)?;
+    let mut statement = connection.prepare_cached(
+        "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
+    )?;
+    let sessions = statement
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(Recovered {
+        interrupted_runs,
+        sessions,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+/// The runs marked running: at boot, the ones a dead supervisor left (only the ledger of
+/// this supervisor writes, and no worker has started yet).
+pub fn leftover_runs(connection: &Connection) -> rusqlite::Result<Vec<LeftoverRun>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start \
+         FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running' \
+         ORDER BY runs.started_at",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok(LeftoverRun {
+            id: row.get(0)?,
+            session_id: row.get(1)?,
+            prompt_id: row.get(2)?,
+            prompt_status: row.get(3)?,
+            pid: row.get(4)?,
+            pid_start: row.get(5)?,
+        })
+    })?;
+    rows.collect()
+}
+
+pub fn runs_of(connection: &Connection, prompt_id: &str) -> rusqlite::Result<Vec<Run>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE prompt_id = ?1 ORDER BY attempt, started_at"
+    ))?;
+    let rows = statement.query_map([prompt_id], run_row)?.collect();
+    rows
+}
+
+pub fn runs_of_session(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Run>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ?1 ORDER BY started_at, id"
+    ))?;
+    let rows = statement.query_map([session_id], run_row)?.collect();
+    rows
+}
+
+/// Every run marked running.
+pub fn running_runs(connection: &Connection) -> rusqlite::Result<Vec<Run>> {
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' ORDER BY started_at, id"
+    ))?;
+    let rows = statement.query_map([], run_row)?.collect();
+    rows
+}
