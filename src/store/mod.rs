@@ -27,7 +27,9 @@ pub mod drivers;
 pub mod events;
 pub mod exec;
 pub mod migrations;
+pub mod migrations_postgres;
 pub mod overview;
+pub mod postgres;
 pub mod processes;
 pub mod projects;
 pub mod prompts;
@@ -114,6 +116,8 @@ pub enum Foreign {
     NotSqlite,
     /// A SQLite file whose `application_id` is another program's.
     OtherProgram { application_id: i32 },
+    /// A PostgreSQL database whose `corral_meta` names another application.
+    OtherApplication,
     /// A corral store of a schema newer than this binary knows.
     Newer { version: u32 },
     /// A SQLite file without an id that already holds tables (another program's).
@@ -127,6 +131,7 @@ impl std::fmt::Display for Foreign {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Foreign::NotSqlite => write!(f, "not a SQLite database"),
+            Foreign::OtherApplication => write!(f, "a database another application owns"),
             Foreign::OtherProgram { application_id } => write!(
                 f,
                 "another program's SQLite file (application_id {application_id:#010x})"

@@ -1,1 +1,642 @@
-//! One interface over both stores (placeholder: being written).
+//! One interface over both stores: the SQLite file and a PostgreSQL database.
+//!
+//! Every store function takes a [`Conn`] and runs its SQL through four methods — [`Conn::run`]
+//! (a write), [`Conn::row`], [`Conn::opt_row`] and [`Conn::rows`] (reads) — with parameters
+//! made by [`args!`] and columns read by [`Row::get`]. Nothing above this module names a
+//! driver, so the ledger, the readers and the CLI work the same on either store.
+//!
+//! - **One SQL text for both.** Statements are written in SQLite's `?N` form; the PostgreSQL
+//!   side rewrites `?N` (and a bare `?`) to `$N` once, outside quotes and comments
+//!   ([`numbered_placeholders`]). The PostgreSQL schema keeps SQLite's types — `BIGINT` for
+//!   every integer and boolean, `TEXT COLLATE "C"` for text, JSON as text — so a statement
+//!   rarely needs a second text; where it does, [`Conn::dialect`] picks one.
+//! - **Parameters adapt.** A [`Param`] is a plain value ([`Arg`]); PostgreSQL is told it in
+//!   the type the server inferred for that parameter (an `i64` bound where the server wants
+//!   `INT4` is sent as one, a `bool` where it wants `BIGINT` as 0 or 1), so call sites never
+//!   cast for the driver's sake.
+//! - **Columns decode alike.** A column is read into a [`Value`] first, then into the Rust
+//!   type the caller asked for ([`Get`]): an `EXISTS (…)` is a boolean in PostgreSQL and an
+//!   integer in SQLite, and both read as `bool`.
+//! - **Statements are cached** per connection on both sides: parsing costs more than running
+//!   the short statements the supervisor repeats.
+//!
+//! The PostgreSQL connection itself (its runtime, connecting, the statement cache) is
+//! [`super::postgres`].
+
+use std::fmt;
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+
+use super::postgres::PgConn;
+
+/// Which SQL a connection speaks, for the few statements whose text differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// An error of a statement, on either store.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{}", postgres_message(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    /// A statement that must return a row returned none.
+    #[error("the statement returned no row")]
+    NoRows,
+    /// A column held a value the caller's type cannot take.
+    #[error("column {column}: {message}")]
+    Decode { column: usize, message: String },
+    /// The store's contents are not what corral wrote (a value out of its domain).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What a person must read of a PostgreSQL error: `tokio_postgres::Error`'s own `Display` is
+/// only `db error` for everything the server says.
+pub fn postgres_message(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(error) {
+        Some(source) => format!("{error}: {source}"),
+        None => error.to_string(),
+    }
+}
+
+impl DbError {
+    /// The SQLSTATE code of a PostgreSQL error (`23505` a unique violation, …).
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            DbError::Postgres(error) => error.code().map(|code| code.code()),
+            _ => None,
+        }
+    }
+
+    /// Whether a uniqueness constraint refused the statement, on either store.
+    pub fn is_unique_violation(&self) -> bool {
+        match self {
+            DbError::Sqlite(rusqlite::Error::SqliteFailure(error, _)) => {
+                error.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                    || error.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+            }
+            DbError::Postgres(_) => self.sqlstate() == Some("23505"),
+            _ => false,
+        }
+    }
+}
+
+/// The result of a statement.
+pub type Result<T, E = DbError> = std::result::Result<T, E>;
+
+/// `NoRows` as `None`, for reads of a row that may be absent.
+pub trait OptionalExt<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExt<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(value) => Ok(Some(value)),
+            Err(DbError::NoRows) | Err(DbError::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => {
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters.
+
+/// A parameter's value as both drivers are given it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg<'a> {
+    Null,
+    Int(i64),
+    Bool(bool),
+    Real(f64),
+    Text(&'a str),
+}
+
+/// A value a statement can be given: see [`args!`].
+pub trait Param: Sync {
+    fn arg(&self) -> Arg<'_>;
+}
+
+/// The parameters of a statement, in order: `args![id, name, now]`.
+#[macro_export]
+macro_rules! args {
+    () => { &[] as &[&dyn $crate::store::sql::Param] };
+    ($($value:expr),+ $(,)?) => { &[$(&$value as &dyn $crate::store::sql::Param),+] as &[&dyn $crate::store::sql::Param] };
+}
+pub use crate::args;
+
+macro_rules! int_params {
+    ($($ty:ty),*) => {$(
+        impl Param for $ty {
+            fn arg(&self) -> Arg<'_> {
+                // Corral's integers (ms since the epoch, counts, pids) fit an i64.
+                Arg::Int(*self as i64)
+            }
+        }
+    )*};
+}
+int_params!(i64, i32, i16, u8, u16, u32, u64, usize);
+
+impl Param for bool {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Bool(*self)
+    }
+}
+
+impl Param for f64 {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Real(*self)
+    }
+}
+
+impl Param for str {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Text(self)
+    }
+}
+
+impl Param for String {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Text(self)
+    }
+}
+
+impl<T: Param + ?Sized> Param for &T {
+    fn arg(&self) -> Arg<'_> {
+        (**self).arg()
+    }
+}
+
+impl<T: Param> Param for Option<T> {
+    fn arg(&self) -> Arg<'_> {
+        match self {
+            Some(value) => value.arg(),
+            None => Arg::Null,
+        }
+    }
+}
+
+impl Param for Value {
+    fn arg(&self) -> Arg<'_> {
+        match self {
+            Value::Null => Arg::Null,
+            Value::Int(value) => Arg::Int(*value),
+            Value::Bool(value) => Arg::Bool(*value),
+            Value::Real(value) => Arg::Real(*value),
+            Value::Text(value) => Arg::Text(value),
+        }
+    }
+}
+
+impl rusqlite::ToSql for dyn Param + '_ {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self.arg() {
+            Arg::Null => ValueRef::Null,
+            Arg::Int(value) => ValueRef::Integer(value),
+            Arg::Bool(value) => ValueRef::Integer(i64::from(value)),
+            Arg::Real(value) => ValueRef::Real(value),
+            Arg::Text(value) => ValueRef::Text(value.as_bytes()),
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Columns.
+
+/// A column's value, owned, as either driver gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Bool(bool),
+    Real(f64),
+    Text(String),
+}
+
+impl Value {
+    fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "NULL",
+            Value::Int(_) => "an integer",
+            Value::Bool(_) => "a boolean",
+            Value::Real(_) => "a real",
+            Value::Text(_) => "text",
+        }
+    }
+
+    fn from_sqlite(value: ValueRef<'_>) -> std::result::Result<Value, String> {
+        Ok(match value {
+            ValueRef::Null => Value::Null,
+            ValueRef::Integer(value) => Value::Int(value),
+            ValueRef::Real(value) => Value::Real(value),
+            ValueRef::Text(text) => Value::Text(
+                std::str::from_utf8(text)
+                    .map_err(|_| "text that is not UTF-8".to_string())?
+                    .to_string(),
+            ),
+            ValueRef::Blob(_) => return Err("a blob, where corral stores none".into()),
+        })
+    }
+}
+
+/// A Rust type a column can be read as: see [`Row::get`].
+pub trait Get: Sized {
+    fn from_value(value: Value) -> std::result::Result<Self, String>;
+}
+
+fn wrong(value: &Value, wanted: &str) -> String {
+    format!("{} where {wanted} was expected", value.kind())
+}
+
+impl Get for i64 {
+    fn from_value(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Int(value) => Ok(value),
+            Value::Bool(value) => Ok(i64::from(value)),
+            other => Err(wrong(&other, "an integer")),
+        }
+    }
+}
+
+macro_rules! int_gets {
+    ($($ty:ty),*) => {$(
+        impl Get for $ty {
+            fn from_value(value: Value) -> std::result::Result<Self, String> {
+                let wide = i64::from_value(value)?;
+                <$ty>::try_from(wide).map_err(|_| format!("{wide} is out of range"))
+            }
+        }
+    )*};
+}
+int_gets!(i32, i16, u8, u16, u32, u64, usize);
+
+impl Get for bool {
+    fn from_value(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Bool(value) => Ok(value),
+            Value::Int(value) => Ok(value != 0),
+            other => Err(wrong(&other, "a boolean")),
+        }
+    }
+}
+
+impl Get for f64 {
+    fn from_value(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Real(value) => Ok(value),
+            Value::Int(value) => Ok(value as f64),
+            other => Err(wrong(&other, "a number")),
+        }
+    }
+}
+
+impl Get for String {
+    fn from_value(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Text(text) => Ok(text),
+            other => Err(wrong(&other, "text")),
+        }
+    }
+}
+
+impl Get for Value {
+    fn from_value(value: Value) -> std::result::Result<Self, String> {
+        Ok(value)
+    }
+}
+
+impl<T: Get> Get for Option<T> {
+    fn from_value(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Null => Ok(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+
+/// A row of a result, on either store.
+pub struct Row<'r>(RowInner<'r>);
+
+enum RowInner<'r> {
+    Sqlite(&'r rusqlite::Row<'r>),
+    Postgres(&'r tokio_postgres::Row),
+}
+
+impl<'r> Row<'r> {
+    pub(crate) fn sqlite(row: &'r rusqlite::Row<'r>) -> Self {
+        Row(RowInner::Sqlite(row))
+    }
+
+    pub(crate) fn postgres(row: &'r tokio_postgres::Row) -> Self {
+        Row(RowInner::Postgres(row))
+    }
+
+    /// Column `index` (from 0) as a `T`.
+    pub fn get<T: Get>(&self, index: usize) -> Result<T> {
+        let value = match &self.0 {
+            RowInner::Sqlite(row) => {
+                let value = row.get_ref(index)?;
+                Value::from_sqlite(value)
+            }
+            RowInner::Postgres(row) => row
+                .try_get::<_, super::postgres::AnyValue>(index)
+                .map(|any| any.0)
+                .map_err(|error| postgres_message(&error)),
+        };
+        value
+            .and_then(T::from_value)
+            .map_err(|message| DbError::Decode {
+                column: index,
+                message,
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections.
+
+/// A connection to the store: the ledger's writer or a reader, on either backend.
+///
+/// Used by one thread at a time (it is `Send`, not `Sync`): the ledger's writer owns one, the
+/// reader pool hands each out to one read.
+pub struct Conn(ConnInner);
+
+enum ConnInner {
+    Sqlite(rusqlite::Connection),
+    Postgres(PgConn),
+}
+
+impl From<rusqlite::Connection> for Conn {
+    fn from(connection: rusqlite::Connection) -> Self {
+        Conn(ConnInner::Sqlite(connection))
+    }
+}
+
+impl From<PgConn> for Conn {
+    fn from(connection: PgConn) -> Self {
+        Conn(ConnInner::Postgres(connection))
+    }
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Conn({:?})", self.dialect())
+    }
+}
+
+impl Conn {
+    pub fn dialect(&self) -> Dialect {
+        match &self.0 {
+            ConnInner::Sqlite(_) => Dialect::Sqlite,
+            ConnInner::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// The SQLite connection, for what only SQLite has (pragmas, WAL checkpoints).
+    pub fn as_sqlite(&self) -> Option<&rusqlite::Connection> {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => Some(connection),
+            ConnInner::Postgres(_) => None,
+        }
+    }
+
+    /// The SQLite connection, mutably (migrations take rusqlite transactions).
+    pub fn as_sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
+        match &mut self.0 {
+            ConnInner::Sqlite(connection) => Some(connection),
+            ConnInner::Postgres(_) => None,
+        }
+    }
+
+    pub fn as_postgres(&self) -> Option<&PgConn> {
+        match &self.0 {
+            ConnInner::Sqlite(_) => None,
+            ConnInner::Postgres(connection) => Some(connection),
+        }
+    }
+
+    /// Runs a statement that returns no rows (or whose rows are not wanted); the number of
+    /// rows it changed.
+    pub fn run(&self, sql: &str, args: &[&dyn Param]) -> Result<u64> {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => {
+                let changed = connection
+                    .prepare_cached(sql)?
+                    .execute(rusqlite::params_from_iter(args.iter()))?;
+                Ok(changed as u64)
+            }
+            ConnInner::Postgres(connection) => connection.execute(sql, args),
+        }
+    }
+
+    /// The first row of a statement, which must return one.
+    pub fn row<T>(
+        &self,
+        sql: &str,
+        args: &[&dyn Param],
+        read: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.opt_row(sql, args, read)?.ok_or(DbError::NoRows)
+    }
+
+    /// The first row of a statement, if it returns any.
+    pub fn opt_row<T>(
+        &self,
+        sql: &str,
+        args: &[&dyn Param],
+        read: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => {
+                let mut statement = connection.prepare_cached(sql)?;
+                let mut rows = statement.query(rusqlite::params_from_iter(args.iter()))?;
+                match rows.next()? {
+                    Some(row) => read(&Row::sqlite(row)).map(Some),
+                    None => Ok(None),
+                }
+            }
+            ConnInner::Postgres(connection) => match connection.query(sql, args)?.first() {
+                Some(row) => read(&Row::postgres(row)).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Every row of a statement, each read by `read`.
+    pub fn rows<T>(
+        &self,
+        sql: &str,
+        args: &[&dyn Param],
+        mut read: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => {
+                let mut statement = connection.prepare_cached(sql)?;
+                let mut rows = statement.query(rusqlite::params_from_iter(args.iter()))?;
+                let mut out = Vec::new();
+                while let Some(row) = rows.next()? {
+                    out.push(read(&Row::sqlite(row))?);
+                }
+                Ok(out)
+            }
+            ConnInner::Postgres(connection) => connection
+                .query(sql, args)?
+                .iter()
+                .map(|row| read(&Row::postgres(row)))
+                .collect(),
+        }
+    }
+
+    /// Runs several statements separated by `;`, without parameters (schema steps,
+    /// transaction control).
+    pub fn batch(&self, sql: &str) -> Result<()> {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => Ok(connection.execute_batch(sql)?),
+            ConnInner::Postgres(connection) => connection.batch(sql),
+        }
+    }
+
+    /// Opens the ledger's write transaction. SQLite's `IMMEDIATE` takes the write lock up
+    /// front, so another process's writer shows up here, before any write ran.
+    pub fn begin_write(&self) -> Result<()> {
+        match self.dialect() {
+            Dialect::Sqlite => self.batch("BEGIN IMMEDIATE"),
+            Dialect::Postgres => self.batch("BEGIN"),
+        }
+    }
+
+    /// Whether a transaction is open on this connection.
+    pub fn in_transaction(&self) -> bool {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => !connection.is_autocommit(),
+            ConnInner::Postgres(connection) => connection.in_transaction(),
+        }
+    }
+}
+
+/// Rewrites SQLite's placeholders (`?1`, or a bare `?` counted from 1) into PostgreSQL's
+/// (`$1`), leaving quoted text, quoted names and comments as they are.
+pub fn numbered_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut next_bare = 1;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                out.push(c);
+                // To the closing quote; a doubled quote is an escaped one and stays inside.
+                while let Some(inner) = chars.next() {
+                    out.push(inner);
+                    if inner == c {
+                        if chars.peek() == Some(&c) {
+                            out.push(chars.next().unwrap_or(c));
+                        } else {
+                            break;
+                        }
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for inner in chars.by_ref() {
+                    out.push(inner);
+                    if inner == '\n' {
+                        break;
+                    }
+                }
+            }
+            '?' => {
+                out.push('$');
+                if chars.peek().is_some_and(char::is_ascii_digit) {
+                    while let Some(digit) = chars.next_if(char::is_ascii_digit) {
+                        out.push(digit);
+                    }
+                } else {
+                    out.push_str(&next_bare.to_string());
+                    next_bare += 1;
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_outside_quotes_and_comments() {
+        assert_eq!(
+            numbered_placeholders("SELECT a FROM t WHERE b = ?1 AND c = ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c = $12"
+        );
+        assert_eq!(numbered_placeholders("VALUES (?, ?)"), "VALUES ($1, $2)");
+        assert_eq!(
+            numbered_placeholders("SELECT '?1', \"a?\" -- ?3\n, ?2"),
+            "SELECT '?1', \"a?\" -- ?3\n, $2"
+        );
+        assert_eq!(
+            numbered_placeholders("SELECT 'it''s ?' || ?1"),
+            "SELECT 'it''s ?' || $1"
+        );
+    }
+
+    #[test]
+    fn sqlite_runs_reads_and_decodes() {
+        let conn = Conn::from(rusqlite::Connection::open_in_memory().unwrap());
+        conn.batch("CREATE TABLE t (id TEXT PRIMARY KEY, n INTEGER, flag INTEGER)")
+            .unwrap();
+        let changed = conn
+            .run("INSERT INTO t VALUES (?1, ?2, ?3)", args!["a", 7_i64, true])
+            .unwrap();
+        assert_eq!(changed, 1);
+        conn.run(
+            "INSERT INTO t VALUES (?1, ?2, ?3)",
+            args!["b", None::<i64>, false],
+        )
+        .unwrap();
+        let rows = conn
+            .rows("SELECT id, n, flag FROM t ORDER BY id", args![], |row| {
+                Ok((
+                    row.get::<String>(0)?,
+                    row.get::<Option<u32>>(1)?,
+                    row.get::<bool>(2)?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![("a".into(), Some(7), true), ("b".into(), None, false)]
+        );
+        let missing = conn
+            .opt_row("SELECT n FROM t WHERE id = ?1", args!["z"], |row| {
+                row.get::<i64>(0)
+            })
+            .unwrap();
+        assert_eq!(missing, None);
+        let error = conn
+            .row("SELECT id FROM t WHERE id = ?1", args!["a"], |row| {
+                row.get::<i64>(0)
+            })
+            .unwrap_err();
+        assert!(
+            matches!(error, DbError::Decode { column: 0, .. }),
+            "{error}"
+        );
+        let duplicate = conn
+            .run("INSERT INTO t VALUES (?1, 1, 1)", args!["a"])
+            .unwrap_err();
+        assert!(duplicate.is_unique_violation(), "{duplicate}");
+    }
+}

@@ -1,0 +1,390 @@
+//! The PostgreSQL connection: the store runtime, connecting, the statement cache, and the
+//! value conversions behind [`super::sql`].
+//!
+//! **Why a runtime of its own.** tokio-postgres is async; corral's store code is synchronous
+//! (the ledger's writer runs on a `SyncArbiter` thread, readers on actix's threads and in the
+//! CLI). Each connection's I/O task runs on the *store runtime*, one tokio worker thread made
+//! with the first connection and kept for the process; callers block on a query's future with
+//! `futures_executor::block_on`. A query's future only sends on a channel and waits for the
+//! answer, so it needs no reactor of the caller's. (The synchronous `postgres` crate cannot
+//! serve here: it starts a runtime of its own inside each call, which panics on any thread
+//! that already runs one, as actix's do.) Blocking a thread on a read is what a SQLite read
+//! does too.
+//!
+//! **The one rule**: never block on the store runtime from its own thread (it would wait on
+//! itself). No store code runs there: only the connections' tasks.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::sync::OnceLock;
+
+use bytes::BytesMut;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::sql::{numbered_placeholders, Arg, DbError, Param, Result, Value};
+
+/// How many prepared statements a connection keeps (the SQLite side keeps as many).
+const STATEMENT_CACHE: usize = 256;
+
+/// The thread name of the store runtime's worker, by which [`block`] tells it is not on it.
+const STORE_THREAD: &str = "corral-store";
+
+fn store_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(STORE_THREAD)
+            .enable_all()
+            .build()
+            .expect("the store runtime's thread could not start")
+    })
+}
+
+/// Waits for `future` on the calling thread.
+fn block<F: std::future::Future>(future: F) -> F::Output {
+    debug_assert!(
+        std::thread::current().name() != Some(STORE_THREAD),
+        "blocking on the store runtime from its own thread"
+    );
+    futures_executor::block_on(future)
+}
+
+/// Why a connection could not be made, in words a person can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("the PostgreSQL server at {target} refused the login: {message}")]
+    Refused { target: String, message: String },
+    #[error("the PostgreSQL server at {target} cannot be reached: {message}")]
+    Unreachable { target: String, message: String },
+}
+
+/// One PostgreSQL connection, its statements and whether a transaction is open.
+pub struct PgConn {
+    client: Client,
+    /// Prepared statements by their SQLite-form text; cleared when full (the texts are a few
+    /// dozen constants, plus the dynamic filters of `monitor`).
+    statements: RefCell<HashMap<String, Statement>>,
+    /// Set by `BEGIN`, cleared by `COMMIT`/`ROLLBACK` through [`PgConn::batch`].
+    transaction: Cell<bool>,
+}
+
+impl PgConn {
+    /// Connects with `config`; `target` names the server in errors (the URL without its
+    /// password).
+    pub fn connect(
+        config: &tokio_postgres::Config,
+        target: &str,
+    ) -> std::result::Result<PgConn, ConnectError> {
+        let config = config.clone();
+        let connected = block(store_runtime().spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(error = %super::sql::postgres_message(&error), "a store connection ended");
+                }
+            });
+            Ok::<_, tokio_postgres::Error>(client)
+        }));
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                let message = super::sql::postgres_message(&error);
+                return Err(if error.as_db_error().is_some() {
+                    ConnectError::Refused {
+                        target: target.to_string(),
+                        message,
+                    }
+                } else {
+                    ConnectError::Unreachable {
+                        target: target.to_string(),
+                        message,
+                    }
+                });
+            }
+            Err(join) => {
+                return Err(ConnectError::Unreachable {
+                    target: target.to_string(),
+                    message: join.to_string(),
+                })
+            }
+        };
+        let connection = PgConn {
+            client,
+            statements: RefCell::new(HashMap::new()),
+            transaction: Cell::new(false),
+        };
+        // A transaction left open by a stuck client would hold its locks forever.
+        connection
+            .batch("SET idle_in_transaction_session_timeout = '60s'")
+            .map_err(|error| ConnectError::Unreachable {
+                target: target.to_string(),
+                message: error.to_string(),
+            })?;
+        Ok(connection)
+    }
+
+    fn statement(&self, sql: &str) -> Result<Statement> {
+        if let Some(statement) = self.statements.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = block(self.client.prepare(&numbered_placeholders(sql)))?;
+        let mut statements = self.statements.borrow_mut();
+        if statements.len() >= STATEMENT_CACHE {
+            statements.clear();
+        }
+        statements.insert(sql.to_string(), statement.clone());
+        Ok(statement)
+    }
+
+    pub(crate) fn execute(&self, sql: &str, args: &[&dyn Param]) -> Result<u64> {
+        let statement = self.statement(sql)?;
+        let args = Args::new(args);
+        Ok(block(self.client.execute(&statement, &args.refs()))?)
+    }
+
+    pub(crate) fn query(&self, sql: &str, args: &[&dyn Param]) -> Result<Vec<tokio_postgres::Row>> {
+        let statement = self.statement(sql)?;
+        let args = Args::new(args);
+        Ok(block(self.client.query(&statement, &args.refs()))?)
+    }
+
+    pub(crate) fn batch(&self, sql: &str) -> Result<()> {
+        let result = block(self.client.batch_execute(sql));
+        let word = sql.trim_start().get(..8).unwrap_or("").to_ascii_uppercase();
+        if word.starts_with("BEGIN") || word.starts_with("START") {
+            self.transaction.set(result.is_ok());
+        } else if word.starts_with("COMMIT")
+            || word.starts_with("ROLLBACK") && !word.contains(" TO")
+        {
+            self.transaction.set(false);
+        }
+        if result.is_err() && self.client.is_closed() {
+            self.transaction.set(false);
+        }
+        Ok(result?)
+    }
+
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.transaction.get()
+    }
+
+    /// Whether the server ended the connection (or it broke): a pool drops such a one.
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+}
+
+/// A statement's parameters as tokio-postgres takes them.
+struct Args<'a>(Vec<Arg<'a>>);
+
+impl<'a> Args<'a> {
+    fn new(args: &'a [&'a dyn Param]) -> Self {
+        Args(args.iter().map(|param| param.arg()).collect())
+    }
+
+    fn refs(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.0
+            .iter()
+            .map(|arg| arg as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+type BoxError = Box<dyn StdError + Sync + Send>;
+
+impl ToSql for Arg<'_> {
+    /// In the type the server inferred for the parameter: integers narrow or widen, a boolean
+    /// becomes 0/1 for an integer column (corral's booleans are `BIGINT`), an integer becomes a
+    /// boolean where the server wants one.
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+        match *self {
+            Arg::Null => Ok(IsNull::Yes),
+            Arg::Int(value) => int_to_sql(value, ty, out),
+            Arg::Bool(value) => {
+                if *ty == Type::BOOL {
+                    value.to_sql(ty, out)
+                } else {
+                    int_to_sql(i64::from(value), ty, out)
+                }
+            }
+            Arg::Real(value) => match *ty {
+                Type::FLOAT4 => (value as f32).to_sql(ty, out),
+                Type::FLOAT8 => value.to_sql(ty, out),
+                _ => Err(format!("a real given for a parameter of type {ty}").into()),
+            },
+            Arg::Text(value) => match *ty {
+                Type::INT8 | Type::INT4 | Type::INT2 => {
+                    Err(format!("text given for a parameter of type {ty}").into())
+                }
+                _ => value.to_sql(&Type::TEXT, out),
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+fn int_to_sql(value: i64, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+    match *ty {
+        Type::INT8 => value.to_sql(ty, out),
+        Type::INT4 => i32::try_from(value)?.to_sql(ty, out),
+        Type::INT2 => i16::try_from(value)?.to_sql(ty, out),
+        Type::BOOL => (value != 0).to_sql(ty, out),
+        Type::FLOAT8 => (value as f64).to_sql(ty, out),
+        Type::TEXT | Type::VARCHAR => value.to_string().to_sql(ty, out),
+        _ => Err(format!("an integer given for a parameter of type {ty}").into()),
+    }
+}
+
+/// Any column, read into a [`Value`].
+pub(crate) struct AnyValue(pub Value);
+
+impl<'a> FromSql<'a> for AnyValue {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> std::result::Result<Self, BoxError> {
+        Ok(AnyValue(match *ty {
+            Type::INT8 => Value::Int(i64::from_sql(ty, raw)?),
+            Type::INT4 => Value::Int(i64::from(i32::from_sql(ty, raw)?)),
+            Type::INT2 => Value::Int(i64::from(i16::from_sql(ty, raw)?)),
+            Type::OID => Value::Int(i64::from(u32::from_sql(ty, raw)?)),
+            Type::BOOL => Value::Bool(bool::from_sql(ty, raw)?),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            Type::FLOAT4 => Value::Real(f64::from(f32::from_sql(ty, raw)?)),
+            _ if <&str as FromSql>::accepts(ty) => {
+                Value::Text(<&str>::from_sql(ty, raw)?.to_string())
+            }
+            _ => return Err(format!("a column of type {ty}, which corral does not store").into()),
+        }))
+    }
+
+    fn from_sql_null(_: &Type) -> std::result::Result<Self, BoxError> {
+        Ok(AnyValue(Value::Null))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+impl From<ConnectError> for DbError {
+    fn from(error: ConnectError) -> Self {
+        DbError::Invalid(error.to_string())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Telling a corral store from anything else, and its schema steps.
+
+/// The advisory lock key a schema step holds (`"CRRL"` and step lock 1): two daemons that
+/// start at once never both migrate; the second finds the version moved and does nothing.
+const MIGRATION_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 1;
+
+/// What [`inspect`] found in the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// A corral store at this schema version (0: an empty database, which may be made one).
+    Store { version: u32 },
+    /// Not a store this binary may write.
+    Foreign(super::Foreign),
+}
+
+/// Checks, with nothing but `SELECT`s, that the database is a corral store this binary can
+/// use, or an empty one it may make a store of: the twin of SQLite's `check_connection`.
+pub fn inspect(conn: &super::sql::Conn) -> Result<Found> {
+    use super::sql::args;
+    use super::Foreign;
+    let identified: bool = conn.row(
+        "SELECT to_regclass('corral_meta') IS NOT NULL",
+        args![],
+        |row| row.get(0),
+    )?;
+    if !identified {
+        let tables: i64 = conn.row(
+            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
+            args![],
+            |row| row.get(0),
+        )?;
+        return Ok(if tables == 0 {
+            Found::Store { version: 0 }
+        } else {
+            Found::Foreign(Foreign::Unidentified)
+        });
+    }
+    let meta = |key: &str| {
+        conn.opt_row(
+            "SELECT value FROM corral_meta WHERE key = ?1",
+            args![key],
+            |row| row.get::<String>(0),
+        )
+    };
+    if meta("application")?.as_deref() != Some("corral") {
+        return Ok(Found::Foreign(Foreign::OtherApplication));
+    }
+    let version = match meta("schema_version")? {
+        None => 0,
+        Some(text) => text
+            .parse::<u32>()
+            .map_err(|_| DbError::Invalid(format!("corral_meta.schema_version is {text:?}")))?,
+    };
+    if version > super::migrations::SCHEMA_VERSION {
+        return Ok(Found::Foreign(Foreign::Newer { version }));
+    }
+    Ok(Found::Store { version })
+}
+
+/// Applies the PostgreSQL text of each step after the store's version up to `target`, each in
+/// one transaction with its version (DDL is transactional here: a kill mid-step leaves N-1).
+pub fn migrate(conn: &super::sql::Conn, target: u32) -> Result<u32> {
+    use super::migrations_postgres::STEPS;
+    use super::sql::args;
+    let target = target.min(STEPS.len() as u32);
+    let mut version = match inspect(conn)? {
+        Found::Store { version } => version,
+        Found::Foreign(foreign) => return Err(DbError::Invalid(foreign.to_string())),
+    };
+    while version < target {
+        conn.batch("BEGIN")?;
+        let step = (|| -> Result<u32> {
+            conn.row(
+                "SELECT pg_advisory_xact_lock(?1)::text",
+                args![MIGRATION_LOCK],
+                |_| Ok(()),
+            )?;
+            let current = match inspect(conn)? {
+                Found::Store { version } => version,
+                Found::Foreign(foreign) => return Err(DbError::Invalid(foreign.to_string())),
+            };
+            if current > version {
+                return Ok(current);
+            }
+            conn.batch(STEPS[version as usize])?;
+            conn.run(
+                "INSERT INTO corral_meta (key, value) VALUES ('schema_version', ?1) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                args![(version + 1).to_string()],
+            )?;
+            crate::process::kill_point("migration");
+            Ok(version + 1)
+        })();
+        match step {
+            Ok(reached) => {
+                conn.batch("COMMIT")?;
+                if reached == version + 1 {
+                    tracing::debug!(version = reached, "store migrated (PostgreSQL)");
+                }
+                version = reached;
+            }
+            Err(error) => {
+                let _ = conn.batch("ROLLBACK");
+                return Err(error);
+            }
+        }
+    }
+    Ok(version)
+}
