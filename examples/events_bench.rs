@@ -21,6 +21,7 @@
 //! (defaults 1000 1000 32; e.g. `… events_bench 50 200` for a quick check).
 //! Goal: peak RSS growth ≤ 64 MiB, no event lost.
 
+use corral::args;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,10 +64,10 @@ fn mib(kib: u64) -> f64 {
 fn finished(corral: &Corral) -> usize {
     corral
         .read(|c| {
-            c.query_row(
+            c.row(
                 "SELECT count(*) FROM prompts WHERE status IN ('done', 'failed', 'cancelled')",
-                [],
-                |row| row.get::<_, i64>(0),
+                args![],
+                |row| row.get::<i64>(0),
             )
         })
         .unwrap() as usize
@@ -177,12 +178,11 @@ fn main() {
         // Every event stored: per session, exactly the expected count, numbered without gaps.
         let counts: Vec<Tally> = corral
             .read(|c| {
-                let mut statement = c.prepare(
+                c.rows(
                     "SELECT session_id, count(*), max(seq), sum(kind LIKE 'slot.%'), \
                      sum(kind = 'tool') FROM events GROUP BY session_id",
-                )?;
-                let rows = statement
-                    .query_map([], |row| {
+                    args![],
+                    |row| {
                         Ok(Tally {
                             session_id: row.get(0)?,
                             count: row.get(1)?,
@@ -190,9 +190,8 @@ fn main() {
                             notices: row.get(3)?,
                             tools: row.get(4)?,
                         })
-                    })?
-                    .collect();
-                rows
+                    },
+                )
             })
             .unwrap();
         let is_wrong = |tally: &Tally| {
@@ -204,22 +203,20 @@ fn main() {
         let kinds_of_wrong: Vec<(String, i64)> = match counts.iter().find(|t| is_wrong(t)) {
             Some(Tally { session_id, .. }) => corral
                 .read(|c| {
-                    let mut statement = c.prepare(
+                    c.rows(
                         "SELECT kind, count(*) FROM events WHERE session_id = ?1 GROUP BY kind",
-                    )?;
-                    let rows = statement
-                        .query_map([session_id], |row| Ok((row.get(0)?, row.get(1)?)))?
-                        .collect();
-                    rows
+                        args![session_id],
+                        |row| Ok((row.get(0)?, row.get(1)?)),
+                    )
                 })
                 .unwrap(),
             None => Vec::new(),
         };
         let not_done: i64 = corral
             .read(|c| {
-                c.query_row(
+                c.row(
                     "SELECT count(*) FROM prompts WHERE status != 'done'",
-                    [],
+                    args![],
                     |row| row.get(0),
                 )
             })

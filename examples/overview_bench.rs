@@ -125,7 +125,9 @@ fn main() {
     let at = |quantile: f64| times[((times.len() - 1) as f64 * quantile).round() as usize];
 
     // The store's part alone: the sessions' query on a reader of this process.
-    let reader = corral::store::open_reader(&home.path().join("corral.db")).expect("a reader");
+    let reader = corral::store::sql::Conn::from(
+        corral::store::open_reader(&home.path().join("corral.db")).expect("a reader"),
+    );
     let mut reads = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();

@@ -18,6 +18,7 @@
 //! Run: `cargo build --release && cargo run --release --example throughput_bench [RUNS [DELAY_MS [SLOTS [PROJECTS]]]]`
 //! (defaults 500 50 8 32). Goal: corral's wall time ≤ 1.10 × xargs'.
 
+use corral::args;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -40,10 +41,10 @@ fn arg(index: usize, default: usize) -> usize {
 fn finished(corral: &Corral) -> usize {
     corral
         .read(|c| {
-            c.query_row(
+            c.row(
                 "SELECT count(*) FROM prompts WHERE status IN ('done', 'failed', 'cancelled')",
-                [],
-                |row| row.get::<_, i64>(0),
+                args![],
+                |row| row.get::<i64>(0),
             )
         })
         .unwrap() as usize
@@ -177,21 +178,22 @@ fn main() {
         // Every prompt done, with one run each, on the argv xargs ran.
         let (done, runs_argv): (i64, Vec<String>) = corral
             .read(|c| {
-                let done = c.query_row(
+                let done = c.row(
                     "SELECT count(*) FROM prompts WHERE status = ?1",
-                    [PromptStatus::Done.as_str()],
+                    args![PromptStatus::Done.as_str()],
                     |row| row.get(0),
                 )?;
-                let mut statement = c.prepare("SELECT DISTINCT argv FROM runs")?;
-                let argvs = statement
-                    .query_map([], |row| row.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                let argvs = c.rows("SELECT DISTINCT argv FROM runs", args![], |row| row.get(0))?;
                 Ok((done, argvs))
             })
             .unwrap();
         assert_eq!(done as usize, runs, "not every prompt is done");
         let run_count = corral
-            .read(|c| c.query_row("SELECT count(*) FROM runs", [], |row| row.get::<_, i64>(0)))
+            .read(|c| {
+                c.row("SELECT count(*) FROM runs", args![], |row| {
+                    row.get::<i64>(0)
+                })
+            })
             .unwrap();
         assert_eq!(run_count as usize, runs, "a prompt took more than one run");
         let mut expected = argv.clone();

@@ -47,6 +47,7 @@ use crate::store::prompts::{CancelFound, Enqueued, NewPrompt, Prompt};
 use crate::store::runs::Recovered;
 use crate::store::sessions::{NewSession, Session, WorktreeState};
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
+use crate::store::sql::{self, args, Conn};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
 use crate::store::{drivers, events, processes, projects, prompts, sessions};
 use crate::worktree;
@@ -227,11 +228,11 @@ impl Corral {
         &self.recovered
     }
 
-    /// Runs `read` on a read-only connection to the store.
-    pub fn read<T>(
-        &self,
-        read: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, CorralError> {
+    /// Runs `read` on a read-only connection to the store, whichever store it is: the
+    /// connection is a [`Conn`] and the closure returns [`sql::Result`] (before the PostgreSQL
+    /// store it was a `rusqlite::Connection` and `rusqlite::Result`: a change of this library
+    /// API, so a caller's closure now runs its statements through `Conn::row`/`rows`/`run`).
+    pub fn read<T>(&self, read: impl FnOnce(&Conn) -> sql::Result<T>) -> Result<T, CorralError> {
         Ok(self.shared.readers.read(read)?)
     }
 
@@ -1035,19 +1036,17 @@ impl Corral {
     pub async fn live_runs(&self) -> Vec<crate::daemon::origin::LiveRun> {
         let mut runs = self
             .read(|connection| {
-                let mut statement = connection.prepare_cached(
+                connection.rows(
                     "SELECT id, session_id, pid FROM runs WHERE status = 'running' AND pid IS NOT NULL",
-                )?;
-                let rows = statement
-                    .query_map([], |row| {
+                    args![],
+                    |row| {
                         Ok(crate::daemon::origin::LiveRun {
                             run_id: row.get(0)?,
                             session_id: Some(row.get(1)?),
                             pid: row.get(2)?,
                         })
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
+                    },
+                )
             })
             .unwrap_or_default();
         for state in self.app_servers().await {

@@ -38,6 +38,7 @@ use crate::git::{Checkout, Diff, Git, GitError, Head, Merged};
 use crate::store::events::NewEvent;
 use crate::store::sessions::{SessionWorktree, WorktreeState};
 use crate::store::settings::Settings;
+use crate::store::sql::{args, OptionalExt};
 use crate::store::StoreError;
 use crate::store::{projects, prompts, sessions};
 
@@ -800,11 +801,10 @@ async fn refuse_busy_checkout(
     };
     let path = checkout.path.to_string_lossy().into_owned();
     let busy = shared.readers.read(|connection| {
-        use rusqlite::OptionalExtension;
         let owner: Option<String> = connection
-            .query_row(
+            .row(
                 "SELECT id FROM sessions WHERE worktree = ?1",
-                [&path],
+                args![&path],
                 |row| row.get(0),
             )
             .optional()?;

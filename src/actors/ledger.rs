@@ -39,12 +39,15 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use rusqlite::Connection;
+
+use crate::store::location::Location;
+use crate::store::sql::{Conn, DbError};
 use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
     drivers, events, migrations, open_writer, processes, projects, prompts, runs, sessions,
-    settings, Cached, StoreError,
+    settings, StoreError,
 };
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the
@@ -117,13 +120,13 @@ impl LedgerError {
 pub trait LedgerWrite: Send + 'static {
     type Output: Send + 'static;
     /// Applies the write inside the ledger's current transaction.
-    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError>;
+    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError>;
 }
 
 /// A write with its reply, type-erased so that writes of every type share one batch.
 trait Op: Send {
     /// Applies the write; says whether it succeeded (a failed one is rolled back alone).
-    fn apply(&mut self, connection: &Connection) -> bool;
+    fn apply(&mut self, connection: &Conn) -> bool;
     /// When the write was handed to the ledger: its wait for a locked store counts from here.
     fn enqueued(&self) -> Instant;
     /// Delivers the reply once the batch's fate is known: the write's own result when the
@@ -147,7 +150,7 @@ where
     W: LedgerWrite,
     D: FnOnce(Reply<W>) + Send,
 {
-    fn apply(&mut self, connection: &Connection) -> bool {
+    fn apply(&mut self, connection: &Conn) -> bool {
         let Some(write) = self.write.take() else {
             return false;
         };
@@ -211,13 +214,16 @@ impl<W> std::fmt::Debug for Unwritten<W> {
 
 /// Owns the writing connection. Private: talk to it through [`LedgerHandle`].
 struct LedgerWriter {
+    /// Where the store is; `path` names it in errors (the SQLite file, or the URL without its
+    /// password).
+    location: Location,
     path: PathBuf,
     /// Set when the supervisor shuts down: a write that finds the store locked is given up
     /// at once rather than at its limit ([`LedgerHandle::stop_waiting`]).
     stop_waiting: Arc<AtomicBool>,
     /// Opened by [`Open`] on this actor's own thread, so even the pragmas that write the file
     /// header (`journal_mode=WAL`) come from the ledger.
-    connection: Option<Connection>,
+    connection: Option<Conn>,
 }
 
 impl Actor for LedgerWriter {
@@ -235,24 +241,53 @@ impl Handler<Open> for LedgerWriter {
     type Result = Result<u32, StoreError>;
 
     fn handle(&mut self, message: Open, _: &mut SyncContext<Self>) -> Self::Result {
-        // Early commands (no migration) never create the file either.
-        let (mut connection, mut version) = open_writer(&self.path, message.migrate)?;
-        if message.migrate {
-            version = migrations::migrate(&mut connection)
-                .map_err(|error| StoreError::from_sqlite(&self.path, error))?;
-        }
-        // The checkpointer checkpoints (see `CHECKPOINT_EVERY`), not the commits.
-        connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let (connection, version) = match &self.location {
+            Location::Sqlite(path) => open_sqlite_writer(path, message.migrate)?,
+            Location::Postgres(url) => open_postgres_writer(url, message.migrate)?,
+        };
         if version >= 1 {
             // A short command's first write is its exec's: compiled now, beside its work.
             exec::prepare_writes(&connection)
-                .map_err(|error| StoreError::from_sqlite(&self.path, error))?;
+                .map_err(|error| StoreError::from_db(&self.path, error))?;
         }
-        // One attempt's wait: the writer retries a locked store itself (see `Commit`).
-        connection.busy_timeout(attempt_wait())?;
         self.connection = Some(connection);
         Ok(version)
     }
+}
+
+/// The SQLite writer: checked, migrated when asked, with one attempt's wait for a lock.
+fn open_sqlite_writer(path: &Path, migrate: bool) -> Result<(Conn, u32), StoreError> {
+    // Early commands (no migration) never create the file either.
+    let (mut connection, mut version) = open_writer(path, migrate)?;
+    if migrate {
+        version = migrations::migrate(&mut connection)
+            .map_err(|error| StoreError::from_sqlite(path, error))?;
+    }
+    // The checkpointer checkpoints (see `CHECKPOINT_EVERY`), not the commits.
+    connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+    // One attempt's wait: the writer retries a locked store itself (see `Commit`).
+    connection.busy_timeout(attempt_wait())?;
+    Ok((Conn::from(connection), version))
+}
+
+/// The PostgreSQL writer: nothing but `SELECT`s run before the database is known to be a
+/// corral store (or empty); early commands never migrate, nor write to a store below step 1.
+fn open_postgres_writer(
+    url: &crate::store::location::PgUrl,
+    migrate: bool,
+) -> Result<(Conn, u32), StoreError> {
+    use crate::store::postgres::{self, Found};
+    let connection = Conn::from(postgres::PgConn::connect(&url.config(), &url.to_string())?);
+    let version = match postgres::inspect(&connection)? {
+        Found::Store { version } => version,
+        Found::Foreign(foreign) => return Err(StoreError::Incompatible(foreign)),
+    };
+    let version = if migrate {
+        postgres::migrate(&connection, migrations::SCHEMA_VERSION)?
+    } else {
+        version
+    };
+    Ok((connection, version))
 }
 
 /// A batch of writes to commit in one transaction.
@@ -273,9 +308,7 @@ impl Handler<Commit> for LedgerWriter {
         // IMMEDIATE takes the write lock up front, so another process's writer shows up here,
         // before any write ran, rather than midway through one.
         let mut lock = LockWait::new(path, &self.stop_waiting);
-        let begun = lock.retry(connection, &mut ops, |connection| {
-            connection.execute_batch("BEGIN IMMEDIATE")
-        });
+        let begun = lock.retry(connection, &mut ops, Conn::begin_write);
         let outcome = match begun {
             Ok(true) => apply_and_commit(connection, path, &mut lock, &mut ops),
             // Every write of the batch waited its limit; each was told.
@@ -296,19 +329,19 @@ impl Handler<Commit> for LedgerWriter {
 /// Runs the batch's writes, each in its own savepoint, and commits; rolls the whole
 /// transaction back when a savepoint statement or the commit fails.
 fn apply_and_commit(
-    connection: &Connection,
+    connection: &Conn,
     path: &Path,
     lock: &mut LockWait<'_>,
     ops: &mut Vec<Box<dyn Op>>,
 ) -> Result<(), StoreError> {
-    let applied = (|| -> rusqlite::Result<()> {
+    let applied = (|| -> crate::store::sql::Result<()> {
         for op in ops.iter_mut() {
-            connection.run("SAVEPOINT op", [])?;
+            connection.batch("SAVEPOINT op")?;
             if op.apply(connection) {
-                connection.run("RELEASE op", [])?;
+                connection.batch("RELEASE op")?;
             } else {
-                connection.run("ROLLBACK TO op", [])?;
-                connection.run("RELEASE op", [])?;
+                connection.batch("ROLLBACK TO op")?;
+                connection.batch("RELEASE op")?;
             }
         }
         Ok(())
@@ -319,14 +352,12 @@ fn apply_and_commit(
             // the write lock is held already, so this is for the odd case only). Its writes
             // have run: none is given up here.
             lock.committing();
-            lock.retry(connection, ops, |connection| {
-                connection.execute_batch("COMMIT")
-            })
+            lock.retry(connection, ops, |connection| connection.batch("COMMIT"))
         }
-        Err(error) => Err(StoreError::from_sqlite(path, error)),
+        Err(error) => Err(StoreError::from_db(path, error)),
     };
-    if committed.is_err() && !connection.is_autocommit() {
-        if let Err(error) = connection.execute_batch("ROLLBACK") {
+    if committed.is_err() && connection.in_transaction() {
+        if let Err(error) = connection.batch("ROLLBACK") {
             tracing::error!(%error, "the failed batch could not be rolled back");
         }
     }
@@ -373,20 +404,20 @@ impl<'a> LockWait<'a> {
     /// on, in order. `Ok(false)`: no write is left.
     fn retry(
         &mut self,
-        connection: &Connection,
+        connection: &Conn,
         ops: &mut Vec<Box<dyn Op>>,
-        attempt: impl Fn(&Connection) -> rusqlite::Result<()>,
+        attempt: impl Fn(&Conn) -> crate::store::sql::Result<()>,
     ) -> Result<bool, StoreError> {
         if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
             // At shutdown a locked store answers at once (`done` sets the wait back).
-            let _ = connection.busy_timeout(Duration::ZERO);
+            set_busy_timeout(connection, Duration::ZERO);
             self.answer_at_once = true;
         }
         loop {
             match attempt(connection) {
                 Ok(()) => return Ok(true),
                 Err(error) if !is_busy(&error) => {
-                    return Err(StoreError::from_sqlite(self.path, error))
+                    return Err(StoreError::from_db(self.path, error))
                 }
                 Err(_) => {}
             }
@@ -432,7 +463,10 @@ impl<'a> LockWait<'a> {
             self.backoff = (self.backoff * 2).min(LOCK_BACKOFF.1);
             // The next attempt waits no longer than the earliest write may.
             let left = deadline.saturating_duration_since(Instant::now());
-            let _ = connection.busy_timeout(attempt_wait().min(left).max(Duration::from_millis(1)));
+            set_busy_timeout(
+                connection,
+                attempt_wait().min(left).max(Duration::from_millis(1)),
+            );
         }
     }
 
@@ -444,12 +478,12 @@ impl<'a> LockWait<'a> {
     }
 
     /// Ends the wait: the busy timeout back to one attempt's, and a word when the lock came.
-    fn done(self, connection: &Connection) {
+    fn done(self, connection: &Conn) {
         if self.answer_at_once && self.waiting.is_none() {
-            let _ = connection.busy_timeout(attempt_wait());
+            set_busy_timeout(connection, attempt_wait());
         }
         if let Some((_, since)) = self.waiting {
-            let _ = connection.busy_timeout(attempt_wait());
+            set_busy_timeout(connection, attempt_wait());
             tracing::warn!(
                 store = %self.path.display(),
                 waited_ms = since.elapsed().as_millis() as u64,
@@ -459,12 +493,23 @@ impl<'a> LockWait<'a> {
     }
 }
 
-/// Whether SQLite said another connection holds a lock it needs.
-fn is_busy(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
+/// Whether SQLite said another connection holds a lock it needs. (PostgreSQL waits for a
+/// row lock on the server instead: no error to retry.)
+fn is_busy(error: &DbError) -> bool {
+    match error {
+        DbError::Sqlite(error) => matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        ),
+        _ => false,
+    }
+}
+
+/// SQLite's busy handler's wait for one attempt; PostgreSQL has none to set.
+fn set_busy_timeout(connection: &Conn, wait: Duration) {
+    if let Some(connection) = connection.as_sqlite() {
+        let _ = connection.busy_timeout(wait);
+    }
 }
 
 /// Truncates a WAL that grew long (see `store::truncate_long_wal`), sent by the front when
@@ -478,7 +523,8 @@ impl Handler<TruncateLong> for LedgerWriter {
     type Result = ();
 
     fn handle(&mut self, _: TruncateLong, _: &mut SyncContext<Self>) {
-        let Some(connection) = &self.connection else {
+        // A SQLite WAL only; PostgreSQL keeps its own log.
+        let Some(connection) = self.connection.as_ref().and_then(Conn::as_sqlite) else {
             return;
         };
         if connection.busy_timeout(Duration::ZERO).is_ok() {
@@ -499,7 +545,7 @@ impl Handler<AutoCheckpoint> for LedgerWriter {
     type Result = ();
 
     fn handle(&mut self, _: AutoCheckpoint, _: &mut SyncContext<Self>) {
-        if let Some(connection) = &self.connection {
+        if let Some(connection) = self.connection.as_ref().and_then(Conn::as_sqlite) {
             let set =
                 connection.pragma_update(None, "wal_autocheckpoint", FALLBACK_AUTOCHECKPOINT_PAGES);
             if let Err(error) = set {
@@ -729,14 +775,29 @@ pub struct LedgerHandle {
 }
 
 impl LedgerHandle {
-    /// Starts the ledger on the store at `path`, creating the file if needed. With `migrate`
-    /// the schema is brought up to date first; without it (early commands) the store is used
-    /// as it is. Returns the handle and the schema version.
+    /// Starts the ledger on the SQLite store at `path`, creating the file if needed. With
+    /// `migrate` the schema is brought up to date first; without it (early commands) the store
+    /// is used as it is. Returns the handle and the schema version.
     pub async fn start(path: &Path, migrate: bool) -> Result<(LedgerHandle, u32), LedgerError> {
-        let owned = path.to_path_buf();
+        Self::start_at(&Location::Sqlite(path.to_path_buf()), migrate).await
+    }
+
+    /// [`start`](Self::start) on the store at `location`, SQLite or PostgreSQL.
+    pub async fn start_at(
+        location: &Location,
+        migrate: bool,
+    ) -> Result<(LedgerHandle, u32), LedgerError> {
+        // What names the store in errors and log lines.
+        let path = match location {
+            Location::Sqlite(path) => path.clone(),
+            Location::Postgres(url) => PathBuf::from(url.to_string()),
+        };
+        let owned = path.clone();
+        let at = location.clone();
         let stop_waiting = Arc::new(AtomicBool::new(false));
         let flag = stop_waiting.clone();
         let writer = SyncArbiter::start(1, move || LedgerWriter {
+            location: at.clone(),
             path: owned.clone(),
             stop_waiting: flag.clone(),
             connection: None,
@@ -748,11 +809,12 @@ impl LedgerHandle {
         let (checkpointed, checkpointed_rx) = watch::channel(0);
         let front = Ledger {
             writer,
-            path: path.to_path_buf(),
+            path,
             pending: Vec::new(),
             committing: false,
             checkpointer: None,
-            checkpointer_failed: false,
+            // PostgreSQL has no WAL of ours to checkpoint.
+            checkpointer_failed: location.is_postgres(),
             checkpointing: false,
             uncheckpointed: 0,
             idle: None,
@@ -846,7 +908,7 @@ pub struct RecordExec(pub NewExec);
 
 impl LedgerWrite for RecordExec {
     type Output = ();
-    fn apply(self, connection: &Connection) -> Result<(), StoreError> {
+    fn apply(self, connection: &Conn) -> Result<(), StoreError> {
         Ok(exec::insert(connection, &self.0)?)
     }
 }
@@ -857,7 +919,7 @@ pub struct RecordWholeExec(pub NewExec);
 
 impl LedgerWrite for RecordWholeExec {
     type Output = ();
-    fn apply(self, connection: &Connection) -> Result<(), StoreError> {
+    fn apply(self, connection: &Conn) -> Result<(), StoreError> {
         Ok(exec::record_whole(connection, &self.0)?)
     }
 }
@@ -870,7 +932,7 @@ pub struct CompleteExec {
 
 impl LedgerWrite for CompleteExec {
     type Output = bool;
-    fn apply(self, connection: &Connection) -> Result<bool, StoreError> {
+    fn apply(self, connection: &Conn) -> Result<bool, StoreError> {
         Ok(exec::complete(connection, &self.id, &self.completion)?)
     }
 }
@@ -883,7 +945,7 @@ pub struct CloseLostExecs {
 
 impl LedgerWrite for CloseLostExecs {
     type Output = usize;
-    fn apply(self, connection: &Connection) -> Result<usize, StoreError> {
+    fn apply(self, connection: &Conn) -> Result<usize, StoreError> {
         Ok(exec::close_lost(connection, &self.ids, self.at)?)
     }
 }
@@ -901,7 +963,7 @@ macro_rules! ledger_write {
 
         impl LedgerWrite for $name {
             type Output = $output;
-            fn apply(self, $connection: &Connection) -> Result<$output, StoreError> {
+            fn apply(self, $connection: &Conn) -> Result<$output, StoreError> {
                 let $this = self;
                 Ok($body?)
             }
@@ -1048,7 +1110,7 @@ pub struct IngestSpill {
 
 impl LedgerWrite for IngestSpill {
     type Output = (usize, usize);
-    fn apply(self, connection: &Connection) -> Result<(usize, usize), StoreError> {
+    fn apply(self, connection: &Conn) -> Result<(usize, usize), StoreError> {
         let (mut stored, mut skipped) = (0, 0);
         let mut events = self.events.into_iter().peekable();
         while let Some(first) = events.next() {
@@ -1170,7 +1232,7 @@ pub struct WithEvents<W> {
 
 impl<W: LedgerWrite> LedgerWrite for WithEvents<W> {
     type Output = (W::Output, Vec<events::Event>);
-    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
+    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError> {
         let output = self.write.apply(connection)?;
         let events = events::append_events(connection, self.events)?;
         Ok((output, events))
@@ -1182,7 +1244,7 @@ pub struct Both<A, B>(pub A, pub B);
 
 impl<A: LedgerWrite, B: LedgerWrite> LedgerWrite for Both<A, B> {
     type Output = (A::Output, B::Output);
-    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
+    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError> {
         let first = self.0.apply(connection)?;
         Ok((first, self.1.apply(connection)?))
     }
@@ -1191,7 +1253,7 @@ impl<A: LedgerWrite, B: LedgerWrite> LedgerWrite for Both<A, B> {
 /// A write that may have nothing to do.
 impl<W: LedgerWrite> LedgerWrite for Option<W> {
     type Output = Option<W::Output>;
-    fn apply(self, connection: &Connection) -> Result<Self::Output, StoreError> {
+    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError> {
         self.map(|write| write.apply(connection)).transpose()
     }
 }

@@ -11,18 +11,18 @@
 //! that is not ours is never opened here either. Nothing here writes, and nothing starts a
 //! daemon.
 
-use rusqlite::Connection;
 use serde_json::{json, Value};
 
 use super::{CliError, Context};
 use crate::client::ClientError;
 use crate::protocol::{code, RpcError};
 use crate::store::events::Event;
+use crate::store::sql::Conn;
 use crate::store::{events, processes, sessions};
 
 /// The store of a home no daemon serves, read directly.
 pub struct LocalStore {
-    connection: Connection,
+    connection: Conn,
     home: String,
 }
 

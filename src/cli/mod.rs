@@ -67,6 +67,7 @@ use clap::{Parser, Subcommand};
 use crate::actors::ledger::{LedgerError, LedgerHandle};
 use crate::home;
 use crate::store::exec::Outcome;
+use crate::store::sql::{self, Conn};
 use crate::store::{self, Compatibility, StoreError};
 use invocation::Invocation;
 
@@ -301,6 +302,12 @@ impl From<rusqlite::Error> for CliError {
     }
 }
 
+impl From<sql::DbError> for CliError {
+    fn from(error: sql::DbError) -> Self {
+        CliError::failure(format!("store: {error}"))
+    }
+}
+
 impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
         CliError::failure(error.to_string())
@@ -327,12 +334,12 @@ pub struct Context {
 
 impl Context {
     /// A read-only connection to the store, or the reason there is none.
-    pub fn reader(&self) -> Result<rusqlite::Connection, CliError> {
+    pub fn reader(&self) -> Result<Conn, CliError> {
         if self.ledger.is_none() {
             // The unavailability line was printed when the store was checked.
             return Err(CliError::silent(1));
         }
-        Ok(store::open_reader(&self.store_path)?)
+        Ok(Conn::from(store::open_reader(&self.store_path)?))
     }
 }
 

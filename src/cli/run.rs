@@ -30,6 +30,7 @@ use crate::client::{Client, ClientError};
 use crate::process;
 use crate::protocol::{ExecEnd, ExecEndParams, ExecStart, ExecStartParams};
 use crate::store::exec::Outcome;
+use crate::store::sql::Conn;
 use crate::store::{self, settings};
 
 /// The exit status of a command that could not be started, as shells use it.
@@ -218,7 +219,9 @@ pub async fn conclude_in(ended: Ended, home: &Path) -> Result<Exit, CliError> {
     match ended {
         Ended::Exited(exit) => exit,
         Ended::Interrupted(interrupted) => {
-            let reader = store::open_reader(&store::store_path(home)).ok();
+            let reader = store::open_reader(&store::store_path(home))
+                .ok()
+                .map(Conn::from);
             Ok(interrupted
                 .end(settings::cancel_grace(reader.as_ref()))
                 .await)

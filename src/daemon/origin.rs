@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use procfs::process::Process;
 
 use crate::protocol::*;
+use crate::store::sql::{args, Conn};
 use crate::store::{projects, sessions};
 
 /// The variable every engine child carries: its run's id.
@@ -179,7 +180,7 @@ pub trait Widening {
 /// request came from (its session and that session's project; `None`: not known, which a
 /// rule reads as a run that may do nothing — no full access, no project of its own).
 pub struct WideningContext<'a> {
-    store: Option<&'a rusqlite::Connection>,
+    store: Option<&'a Conn>,
     caller: Option<(sessions::Session, Option<projects::Project>)>,
 }
 
@@ -193,7 +194,7 @@ impl<'a> WideningContext<'a> {
     }
 
     /// The store read, the caller's run not known (yet).
-    pub fn of_store(store: &'a rusqlite::Connection) -> Self {
+    pub fn of_store(store: &'a Conn) -> Self {
         WideningContext {
             store: Some(store),
             caller: None,
@@ -202,7 +203,7 @@ impl<'a> WideningContext<'a> {
 
     /// The store read, and the caller's run: `session_id` is its session's (`None`: an
     /// app-server child, which serves many sessions: not known).
-    pub fn of_run(store: &'a rusqlite::Connection, session_id: Option<&str>) -> Self {
+    pub fn of_run(store: &'a Conn, session_id: Option<&str>) -> Self {
         let caller = session_id
             .and_then(|id| sessions::session(store, id).ok().flatten())
             .map(|session| {
@@ -258,10 +259,10 @@ impl<'a> WideningContext<'a> {
             return true;
         };
         store
-            .query_row(
+            .row(
                 "SELECT EXISTS(SELECT 1 FROM sessions WHERE project_id = ?1 AND engine = 'command')",
-                [&project.id],
-                |row| row.get::<_, bool>(0),
+                args![&project.id],
+                |row| row.get::<bool>(0),
             )
             .unwrap_or(true)
     }

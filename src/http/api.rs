@@ -15,6 +15,7 @@ use super::{Shared, MAX_BODY};
 use crate::daemon::methods;
 use crate::protocol::{code, RpcError, MAX_EXEC_ID};
 use crate::store::events;
+use crate::store::sql::{args, OptionalExt};
 
 /// The page, with `{{CSRF_TOKEN}}` where its login's CSRF token goes.
 const INDEX: &str = include_str!("assets/index.html");
@@ -604,11 +605,10 @@ async fn check_exec(shared: &Shared, exec_id: &str, peer_pid: Option<i32>) -> Re
     let id = exec_id.to_string();
     let row = web::block(move || {
         corral.read(|c| {
-            use rusqlite::OptionalExtension;
-            c.query_row(
+            c.row(
                 "SELECT pid, completed_at FROM execs WHERE id = ?1",
-                [&id],
-                |row| Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?)),
+                args![&id],
+                |row| Ok((row.get::<Option<i64>>(0)?, row.get::<Option<i64>>(1)?)),
             )
             .optional()
         })

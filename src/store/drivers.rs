@@ -4,10 +4,10 @@
 //! Written by the ledger actor (`ClaimDriver`, `ReleaseDriver`, and inside `EnqueuePrompt` and
 //! `StartRun`); read by the daemon's `drivers` and `sessions` methods.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
-use super::{now_ms, Cached};
+use super::now_ms;
 
 /// A session's driver claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,7 +23,7 @@ pub struct DriverClaim {
     pub released_at: Option<i64>,
 }
 
-fn claim_row(row: &Row<'_>) -> rusqlite::Result<DriverClaim> {
+fn claim_row(row: &Row<'_>) -> sql::Result<DriverClaim> {
     Ok(DriverClaim {
         session_id: row.get(0)?,
         exec_id: row.get(1)?,
@@ -48,12 +48,12 @@ pub enum ClaimRefused {
 /// Claims the session for `exec_id`. A live driver (its exec still open and its process
 /// alive, decided by `is_live`) is only replaced with `take_over`.
 pub(crate) fn claim_driver(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     exec_id: &str,
     take_over: bool,
     is_live: &dyn Fn(&str) -> bool,
-) -> rusqlite::Result<Result<DriverClaim, ClaimRefused>> {
+) -> sql::Result<Result<DriverClaim, ClaimRefused>> {
     let current = driver_claim(connection, session_id)?;
     if let Some(holder) = current.as_ref().and_then(|claim| claim.exec_id.clone()) {
         if holder != exec_id && !take_over && is_live(&holder) {
@@ -66,7 +66,7 @@ pub(crate) fn claim_driver(
          ON CONFLICT (session_id) DO UPDATE SET exec_id = excluded.exec_id, \
          last_exec_id = excluded.exec_id, generation = generation + 1, \
          claimed_at = excluded.claimed_at, released_at = NULL",
-        params![session_id, exec_id, now_ms()],
+        args![session_id, exec_id, now_ms()],
     )?;
     Ok(Ok(
         driver_claim(connection, session_id)?.expect("just written")
@@ -75,28 +75,25 @@ pub(crate) fn claim_driver(
 
 /// Releases the claim of `generation`; a stale generation changes nothing. Returns the claim.
 pub(crate) fn release_driver(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     generation: i64,
-) -> rusqlite::Result<Option<DriverClaim>> {
+) -> sql::Result<Option<DriverClaim>> {
     connection.run(
         "UPDATE driver_claims SET exec_id = NULL, released_at = ?3 \
          WHERE session_id = ?1 AND generation = ?2",
-        params![session_id, generation, now_ms()],
+        args![session_id, generation, now_ms()],
     )?;
     driver_claim(connection, session_id)
 }
 
 /// Bumps the provider generation (an engine child was started for the session) and returns
 /// the current driver's exec id, which the child gets as its `CORRAL_PARENT_EXEC`.
-pub(crate) fn engine_started(
-    connection: &Connection,
-    session_id: &str,
-) -> rusqlite::Result<Option<String>> {
+pub(crate) fn engine_started(connection: &Conn, session_id: &str) -> sql::Result<Option<String>> {
     connection.run(
         "INSERT INTO driver_claims (session_id, provider_generation) VALUES (?1, 1) \
          ON CONFLICT (session_id) DO UPDATE SET provider_generation = provider_generation + 1",
-        [session_id],
+        args![session_id],
     )?;
     Ok(driver_claim(connection, session_id)?.and_then(|claim| claim.exec_id))
 }
@@ -104,15 +101,12 @@ pub(crate) fn engine_started(
 // ---------------------------------------------------------------------------------------------
 // Reads.
 
-pub fn driver_claim(
-    connection: &Connection,
-    session_id: &str,
-) -> rusqlite::Result<Option<DriverClaim>> {
+pub fn driver_claim(connection: &Conn, session_id: &str) -> sql::Result<Option<DriverClaim>> {
     connection
         .row(
             "SELECT session_id, exec_id, generation, provider_generation, claimed_at, released_at, \
              last_exec_id FROM driver_claims WHERE session_id = ?1",
-            [session_id],
+            args![session_id],
             claim_row,
         )
         .optional()

@@ -5,10 +5,10 @@
 //! `sessions.last_event_seq` in the same transaction, so readers can resume from an offset.
 //! Written by the ledger actor (`AppendEvents`, with other writes); read by streams and replay.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
-use super::{now_ms, Cached};
+use super::now_ms;
 use crate::events::EventKind;
 
 /// One normalized thing that happened in a session, numbered per session (`seq`) and across
@@ -28,7 +28,7 @@ pub struct Event {
     pub payload: serde_json::Value,
 }
 
-fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
+fn event_row(row: &Row<'_>) -> sql::Result<Event> {
     let payload: String = row.get(6)?;
     Ok(Event {
         session_id: row.get(0)?,
@@ -36,9 +36,9 @@ fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
         prompt_id: row.get(2)?,
         run_id: row.get(3)?,
         at: row.get(4)?,
-        kind: EventKind::parse(&row.get::<_, String>(5)?),
+        kind: EventKind::parse(&row.get::<String>(5)?),
         payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::String(payload)),
-        feed_seq: row.get::<_, Option<i64>>(7)?.unwrap_or(0),
+        feed_seq: row.get::<Option<i64>>(7)?.unwrap_or(0),
     })
 }
 
@@ -58,10 +58,7 @@ pub struct NewEvent {
 }
 
 /// Appends events, numbering each session's from its `last_event_seq`. Returns them numbered.
-pub(crate) fn append_events(
-    connection: &Connection,
-    events: Vec<NewEvent>,
-) -> rusqlite::Result<Vec<Event>> {
+pub(crate) fn append_events(connection: &Conn, events: Vec<NewEvent>) -> sql::Result<Vec<Event>> {
     let at = now_ms();
     append_events_at(connection, events.into_iter().map(|event| (event, at)))
 }
@@ -69,20 +66,17 @@ pub(crate) fn append_events(
 /// Appends events as [`append_events`] does, each with the time given beside it (a spill
 /// journal's events keep the time they were spilled, `store::spill`).
 pub(crate) fn append_events_at(
-    connection: &Connection,
+    connection: &Conn,
     events: impl ExactSizeIterator<Item = (NewEvent, i64)>,
-) -> rusqlite::Result<Vec<Event>> {
+) -> sql::Result<Vec<Event>> {
     let mut numbered = Vec::with_capacity(events.len());
     // The session's last event's time goes with its number (the overview reads it there, not
     // from the event, whose payload may be long).
-    let mut next = connection.prepare_cached(
-        "UPDATE sessions SET last_event_seq = last_event_seq + 1, last_event_at = ?2 \
-         WHERE id = ?1 RETURNING last_event_seq",
-    )?;
-    let mut insert = connection.prepare_cached(
+    const NEXT: &str = "UPDATE sessions SET last_event_seq = last_event_seq + 1, \
+         last_event_at = ?2 WHERE id = ?1 RETURNING last_event_seq";
+    const INSERT: &str =
         "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
     if events.len() == 0 {
         return Ok(numbered);
     }
@@ -91,18 +85,21 @@ pub(crate) fn append_events_at(
     // back with its rows, so the stored numbers have no gaps.
     let mut feed_seq = last_feed_seq(connection)?;
     for (event, at) in events {
-        let seq: i64 = next.query_row(params![&event.session_id, at], |row| row.get(0))?;
+        let seq: i64 = connection.row(NEXT, args![&event.session_id, at], |row| row.get(0))?;
         feed_seq += 1;
-        insert.execute(params![
-            event.session_id,
-            seq,
-            event.prompt_id,
-            event.run_id,
-            at,
-            event.kind.as_str(),
-            event.payload.to_string(),
-            feed_seq,
-        ])?;
+        connection.run(
+            INSERT,
+            args![
+                event.session_id,
+                seq,
+                event.prompt_id,
+                event.run_id,
+                at,
+                event.kind.as_str(),
+                event.payload.to_string(),
+                feed_seq,
+            ],
+        )?;
         numbered.push(Event {
             session_id: event.session_id,
             seq,
@@ -119,21 +116,17 @@ pub(crate) fn append_events_at(
 
 /// Whether the session's event `seq` is `event` (same kind, prompt, run and payload): how a
 /// boot finds a spill file it stored before it was killed, before it could remove the file.
-pub(crate) fn event_is(
-    connection: &Connection,
-    seq: i64,
-    event: &NewEvent,
-) -> rusqlite::Result<bool> {
+pub(crate) fn event_is(connection: &Conn, seq: i64, event: &NewEvent) -> sql::Result<bool> {
     let found = connection
-        .query_row(
+        .row(
             "SELECT kind, prompt_id, run_id, payload FROM events WHERE session_id = ?1 AND seq = ?2",
-            params![event.session_id, seq],
+            args![event.session_id, seq],
             |row| {
                 Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, Option<String>>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, String>(3)?,
+                    row.get::<String>(0)?,
+                    row.get::<Option<String>>(1)?,
+                    row.get::<Option<String>>(2)?,
+                    row.get::<String>(3)?,
                 ))
             },
         )
@@ -154,54 +147,56 @@ pub(crate) fn event_is(
 
 /// A session's events with a number above `after`, oldest first, at most `limit`.
 pub fn events_after(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     after: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<Event>> {
+) -> sql::Result<Vec<Event>> {
     events_between(connection, session_id, after, i64::MAX, limit)
 }
 
 /// A session's events numbered above `after` and below `before`, oldest first, at most
 /// `limit`.
 pub fn events_between(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     after: i64,
     before: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<Event>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {EVENT_COLUMNS} FROM events \
+) -> sql::Result<Vec<Event>> {
+    connection.rows(
+        &format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
          WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
-    ))?;
-    let rows = statement
-        .query_map(params![session_id, after, before, limit as i64], event_row)?
-        .collect();
-    rows
+        ),
+        args![session_id, after, before, limit as i64],
+        event_row,
+    )
 }
 
 /// Every session's events with a daemon-wide number above `after` and below `before`, in
 /// that number's order, at most `limit`.
 pub fn feed_between(
-    connection: &Connection,
+    connection: &Conn,
     after: i64,
     before: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<Event>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {EVENT_COLUMNS} FROM events \
+) -> sql::Result<Vec<Event>> {
+    connection.rows(
+        &format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
          WHERE feed_seq > ?1 AND feed_seq < ?2 ORDER BY feed_seq LIMIT ?3"
-    ))?;
-    let rows = statement
-        .query_map(params![after, before, limit as i64], event_row)?
-        .collect();
-    rows
+        ),
+        args![after, before, limit as i64],
+        event_row,
+    )
 }
 
 /// The daemon-wide number of the last stored event (0: none yet).
-pub fn last_feed_seq(connection: &Connection) -> rusqlite::Result<i64> {
-    connection.row("SELECT coalesce(max(feed_seq), 0) FROM events", [], |row| {
-        row.get(0)
-    })
+pub fn last_feed_seq(connection: &Conn) -> sql::Result<i64> {
+    connection.row(
+        "SELECT coalesce(max(feed_seq), 0) FROM events",
+        args![],
+        |row| row.get(0),
+    )
 }

@@ -4,9 +4,7 @@
 //! inside its transaction; reads ([`list`], [`find_by_prefix`], [`open_execs`]) run on a
 //! read-only connection of the caller's own.
 
-use super::Cached;
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row, Value};
 use serde::{Deserialize, Serialize};
 
 /// How an exec ended. `None` in an [`Exec`] means unknown: still running, or never completed.
@@ -111,15 +109,15 @@ pub struct ExecPage {
 const COLUMNS: &str = "id, trace_id, parent_exec_id, caller_session_id, via_agent, command, cwd, \
                        repo, pid, started_at, completed_at, exit_code, outcome, signal";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Exec> {
+fn from_row(row: &Row<'_>) -> sql::Result<Exec> {
     Ok(Exec {
         id: row.get(0)?,
         trace_id: row.get(1)?,
         parent_exec_id: row.get(2)?,
         caller_session_id: row.get(3)?,
-        via_agent: row.get::<_, Option<i64>>(4)?.map(|flag| flag != 0),
+        via_agent: row.get::<Option<i64>>(4)?.map(|flag| flag != 0),
         command: row
-            .get::<_, Option<String>>(5)?
+            .get::<Option<String>>(5)?
             .map(|raw| serde_json::from_str(&raw).unwrap_or(serde_json::Value::String(raw))),
         cwd: row.get(6)?,
         repo: row.get(7)?,
@@ -202,43 +200,48 @@ const COMPLETE: &str = "UPDATE execs SET completed_at = ?2, exit_code = ?3, outc
 /// Compiles the exec writes into the connection's statement cache (the insert's plan covers
 /// five indexes and a trigger): done when the ledger opens the store, which a short command
 /// overlaps with its other work, so that its first write does not compile them.
-pub(crate) fn prepare_writes(connection: &Connection) -> rusqlite::Result<()> {
-    connection.prepare_cached(INSERT)?;
-    connection.prepare_cached(COMPLETE)?;
+pub(crate) fn prepare_writes(connection: &Conn) -> sql::Result<()> {
+    connection.prepare(INSERT)?;
+    connection.prepare(COMPLETE)?;
     Ok(())
 }
 
-pub(crate) fn insert(transaction: &Connection, exec: &NewExec) -> rusqlite::Result<()> {
+pub(crate) fn insert(transaction: &Conn, exec: &NewExec) -> sql::Result<()> {
     let command = serde_json::to_string(&exec.argv).expect("strings serialize");
     let completion = exec.completion.as_ref();
-    transaction.prepare_cached(INSERT)?.execute(params![
-        exec.id,
-        exec.trace_id,
-        exec.parent_exec_id,
-        exec.caller_session_id,
-        exec.via_agent,
-        command,
-        search_text(&exec.argv),
-        exec.cwd,
-        exec.repo,
-        exec.pid,
-        exec.pid_start.map(|start| start as i64),
-        exec.started_at,
-        completion.map(|c| c.completed_at),
-        completion.map(|c| c.exit_code),
-        completion.map(|c| c.outcome.as_str()),
-        completion.and_then(|c| c.signal.clone()),
-    ])?;
+    transaction.run(
+        INSERT,
+        args![
+            exec.id,
+            exec.trace_id,
+            exec.parent_exec_id,
+            exec.caller_session_id,
+            exec.via_agent,
+            command,
+            search_text(&exec.argv),
+            exec.cwd,
+            exec.repo,
+            exec.pid,
+            exec.pid_start.map(|start| start as i64),
+            exec.started_at,
+            completion.map(|c| c.completed_at),
+            completion.map(|c| c.exit_code),
+            completion.map(|c| c.outcome.as_str()),
+            completion.and_then(|c| c.signal.clone()),
+        ],
+    )?;
     Ok(())
 }
 
 /// Records a whole exec, start and end, whether or not its start is stored already: a
 /// `send` whose daemon stored its start and died before answering records itself, and must
 /// complete that row, not fail on a second one of the same id.
-pub(crate) fn record_whole(transaction: &Connection, exec: &NewExec) -> rusqlite::Result<()> {
+pub(crate) fn record_whole(transaction: &Conn, exec: &NewExec) -> sql::Result<()> {
     let stored = transaction
-        .prepare_cached("SELECT 1 FROM execs WHERE id = ?1")?
-        .exists([&exec.id])?;
+        .opt_row("SELECT 1 FROM execs WHERE id = ?1", args![exec.id], |_| {
+            Ok(())
+        })?
+        .is_some();
     match (&exec.completion, stored) {
         (Some(completion), true) => complete(transaction, &exec.id, completion).map(|_| ()),
         (None, true) => Ok(()),
@@ -248,32 +251,32 @@ pub(crate) fn record_whole(transaction: &Connection, exec: &NewExec) -> rusqlite
 
 /// Completes an exec; a row already completed (by prune, say) keeps its first completion.
 pub(crate) fn complete(
-    transaction: &Connection,
+    transaction: &Conn,
     id: &str,
     completion: &ExecCompletion,
-) -> rusqlite::Result<bool> {
-    let changed = transaction.prepare_cached(COMPLETE)?.execute(params![
-        id,
-        completion.completed_at,
-        completion.exit_code,
-        completion.outcome.as_str(),
-        completion.signal,
-    ])?;
+) -> sql::Result<bool> {
+    let changed = transaction.run(
+        COMPLETE,
+        args![
+            id,
+            completion.completed_at,
+            completion.exit_code,
+            completion.outcome.as_str(),
+            completion.signal,
+        ],
+    )?;
     Ok(changed == 1)
 }
 
 /// Closes as `lost` the listed execs that are still open. Returns how many were closed.
-pub(crate) fn close_lost(
-    transaction: &Connection,
-    ids: &[String],
-    at: i64,
-) -> rusqlite::Result<usize> {
-    let mut statement = transaction.prepare_cached(
-        "UPDATE execs SET completed_at = ?2, outcome = 'lost' WHERE id = ?1 AND completed_at IS NULL",
-    )?;
+pub(crate) fn close_lost(transaction: &Conn, ids: &[String], at: i64) -> sql::Result<usize> {
     let mut closed = 0;
     for id in ids {
-        closed += statement.execute(params![id, at])?;
+        closed += transaction.run(
+            "UPDATE execs SET completed_at = ?2, outcome = 'lost' \
+             WHERE id = ?1 AND completed_at IS NULL",
+            args![id, at],
+        )? as usize;
     }
     Ok(closed)
 }
@@ -339,14 +342,14 @@ impl Cursor {
 
 /// One page of execs, newest first, by keyset pagination on `(started_at, id)`.
 pub fn list(
-    connection: &Connection,
+    connection: &Conn,
     filter: &ExecFilter,
     after: Option<&Cursor>,
     limit: usize,
-) -> rusqlite::Result<ExecPage> {
+) -> sql::Result<ExecPage> {
     let mut clauses: Vec<String> = Vec::new();
-    let mut values: Vec<SqlValue> = Vec::new();
-    let bind = |clause: &str, value: SqlValue, values: &mut Vec<SqlValue>| {
+    let mut values: Vec<Value> = Vec::new();
+    let bind = |clause: &str, value: Value, values: &mut Vec<Value>| {
         values.push(value);
         clause.replace('?', &format!("?{}", values.len()))
     };
@@ -375,8 +378,10 @@ pub fn list(
     }
     if let Some(search) = &filter.search {
         clauses.push(bind(
-            "instr(search_text, lower(?)) > 0",
-            search.clone().into(),
+            // Lowered here, in ASCII as the stored search text is: PostgreSQL's `lower()` of a
+            // parameter would fold other letters too, by the database's locale.
+            "instr(search_text, ?) > 0",
+            Value::Text(search.to_ascii_lowercase()),
             &mut values,
         ));
     }
@@ -393,18 +398,27 @@ pub fn list(
         ));
     }
     if let Some(waves) = &filter.wave_ids {
-        let list = serde_json::to_string(waves).expect("strings serialize");
-        clauses.push(bind(
-            "caller_session_id IN (SELECT id FROM sessions WHERE wave_id IN \
-             (SELECT value FROM json_each(?)))",
-            list.into(),
-            &mut values,
-        ));
+        // Each wave id its own parameter: one text for both stores (no JSON table function).
+        if waves.is_empty() {
+            clauses.push("0 = 1".into());
+        } else {
+            let placeholders: Vec<String> = waves
+                .iter()
+                .map(|wave| {
+                    values.push(Value::Text(wave.clone()));
+                    format!("?{}", values.len())
+                })
+                .collect();
+            clauses.push(format!(
+                "caller_session_id IN (SELECT id FROM sessions WHERE wave_id IN ({}))",
+                placeholders.join(", ")
+            ));
+        }
     }
     if let Some(cursor) = after {
-        values.push(cursor.started_at.into());
+        values.push(Value::Int(cursor.started_at));
         let at = values.len();
-        values.push(cursor.id.clone().into());
+        values.push(Value::Text(cursor.id.clone()));
         clauses.push(format!(
             "(started_at < ?{at} OR (started_at = ?{at} AND id < ?{}))",
             at + 1
@@ -416,15 +430,16 @@ pub fn list(
         format!("WHERE {}", clauses.join(" AND "))
     };
     // One row more than asked tells whether there is a next page without a count query.
-    values.push((limit as i64 + 1).into());
+    values.push(Value::Int(limit as i64 + 1));
     let sql = format!(
         "SELECT {COLUMNS} FROM execs {condition} ORDER BY started_at DESC, id DESC LIMIT ?{}",
         values.len()
     );
-    let mut statement = connection.prepare_cached(&sql)?;
-    let mut entries = statement
-        .query_map(params_from_iter(values), from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let params: Vec<&dyn sql::Param> = values
+        .iter()
+        .map(|value| value as &dyn sql::Param)
+        .collect();
+    let mut entries = connection.rows(&sql, &params, from_row)?;
     let next = if entries.len() > limit {
         entries.truncate(limit);
         entries.last().map(|last| {
@@ -441,29 +456,24 @@ pub fn list(
 }
 
 /// The exec with this id.
-pub fn get(connection: &Connection, id: &str) -> rusqlite::Result<Option<Exec>> {
-    connection
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM execs WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()
+pub fn get(connection: &Conn, id: &str) -> sql::Result<Option<Exec>> {
+    connection.opt_row(
+        &format!("SELECT {COLUMNS} FROM execs WHERE id = ?1"),
+        args![id],
+        from_row,
+    )
 }
 
 /// Every exec whose id starts with `prefix` (at most `limit`, to name candidates).
-pub fn find_by_prefix(
-    connection: &Connection,
-    prefix: &str,
-    limit: usize,
-) -> rusqlite::Result<Vec<Exec>> {
+pub fn find_by_prefix(connection: &Conn, prefix: &str, limit: usize) -> sql::Result<Vec<Exec>> {
     // A range scan on the primary key: ids are ASCII, so every id with the prefix sorts
     // between the prefix and the prefix followed by the highest ASCII character.
     let upper = format!("{prefix}\u{7f}");
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM execs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3"
-    ))?;
-    let rows = statement
-        .query_map(params![prefix, upper, limit as i64], from_row)?
-        .collect();
-    rows
+    connection.rows(
+        &format!("SELECT {COLUMNS} FROM execs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3"),
+        args![prefix, upper, limit as i64],
+        from_row,
+    )
 }
 
 /// An exec still open, with what prune needs to tell whether its process lives.
@@ -474,43 +484,44 @@ pub struct OpenExec {
 }
 
 /// Every exec not completed, newest first.
-pub fn open_execs(connection: &Connection) -> rusqlite::Result<Vec<OpenExec>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {COLUMNS}, pid_start FROM execs WHERE completed_at IS NULL \
+pub fn open_execs(connection: &Conn) -> sql::Result<Vec<OpenExec>> {
+    connection.rows(
+        &format!(
+            "SELECT {COLUMNS}, pid_start FROM execs WHERE completed_at IS NULL \
          ORDER BY started_at DESC, id DESC"
-    ))?;
-    let rows = statement
-        .query_map([], |row| {
+        ),
+        args![],
+        |row| {
             Ok(OpenExec {
                 exec: from_row(row)?,
-                pid_start: row.get::<_, Option<i64>>(14)?.map(|start| start as u64),
+                pid_start: row.get::<Option<i64>>(14)?.map(|start| start as u64),
             })
-        })?
-        .collect();
-    rows
+        },
+    )
 }
 
 /// Wave ids whose id is `selector`, or else whose name is `selector` (within `repo` when
 /// given). Each result is `(id, repo)`.
 pub fn waves_matching(
-    connection: &Connection,
+    connection: &Conn,
     selector: &str,
     repo: Option<Option<&str>>,
-) -> rusqlite::Result<Vec<(String, Option<String>)>> {
+) -> sql::Result<Vec<(String, Option<String>)>> {
     let by_id: Option<(String, Option<String>)> = connection
         .row(
             "SELECT id, repo FROM waves WHERE id = ?1",
-            [selector],
+            args![selector],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .optional()?;
     if let Some(wave) = by_id {
         return Ok(vec![wave]);
     }
-    let mut statement = connection.prepare_cached("SELECT id, repo FROM waves WHERE name = ?1")?;
-    let waves = statement
-        .query_map([selector], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<(String, Option<String>)>>>()?;
+    let waves: Vec<(String, Option<String>)> = connection.rows(
+        "SELECT id, repo FROM waves WHERE name = ?1 ORDER BY id",
+        args![selector],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
     Ok(match repo {
         Some(repo) => waves
             .into_iter()

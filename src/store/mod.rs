@@ -45,38 +45,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, Params, Row};
+use rusqlite::{Connection, OpenFlags};
+
+use sql::{Conn, DbError};
 
 /// How many prepared statements a connection keeps: every write and read the supervisor runs
 /// on a turn's path fits, so none is parsed twice (parsing costs more than running one).
 const STATEMENT_CACHE: usize = 128;
-
-/// Statements through the connection's statement cache. The ledger and the readers run the
-/// same few dozen statements over and over; `Connection::execute` and `query_row` would parse
-/// each one again every time.
-pub(crate) trait Cached {
-    /// `execute`, with the statement cached.
-    fn run<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
-    /// `query_row`, with the statement cached.
-    fn row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: Params,
-        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>;
-}
-
-impl Cached for Connection {
-    fn run<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.prepare_cached(sql)?.execute(params)
-    }
-
-    fn row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: Params,
-        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.prepare_cached(sql)?.query_row(params, f)
-    }
-}
 
 /// corral's SQLite `application_id`: the bytes `"CRRL"`. A store whose header carries another
 /// non-zero id belongs to another program and is never written.
@@ -179,6 +154,11 @@ pub enum StoreError {
     #[error("store: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("store: {0}")]
+    Db(DbError),
+    /// The PostgreSQL server could not be reached or refused the login.
+    #[error("{0}")]
+    Connect(#[from] postgres::ConnectError),
+    #[error("store: {0}")]
     Io(#[from] std::io::Error),
 }
 
@@ -202,6 +182,23 @@ impl StoreError {
                 StoreError::Locked(path.to_path_buf())
             }
             _ => StoreError::Sqlite(error),
+        }
+    }
+
+    /// [`StoreError::from_sqlite`] for an error of either store.
+    pub fn from_db(path: &Path, error: DbError) -> Self {
+        match error {
+            DbError::Sqlite(error) => StoreError::from_sqlite(path, error),
+            other => StoreError::Db(other),
+        }
+    }
+}
+
+impl From<DbError> for StoreError {
+    fn from(error: DbError) -> Self {
+        match error {
+            DbError::Sqlite(error) => StoreError::Sqlite(error),
+            other => StoreError::Db(other),
         }
     }
 }
@@ -419,11 +416,37 @@ pub(crate) fn truncate_long_wal(connection: &Connection, path: &Path) {
     }
 }
 
+/// One reader of the store at `location` (a command's reads; the daemon pools them).
+pub fn open_read(location: &location::Location) -> Result<Conn, StoreError> {
+    match location {
+        location::Location::Sqlite(path) => Ok(Conn::from(open_reader(path)?)),
+        location::Location::Postgres(url) => open_postgres_reader(&url.config(), &url.to_string()),
+    }
+}
+
+fn open_postgres_reader(config: &tokio_postgres::Config, target: &str) -> Result<Conn, StoreError> {
+    let connection = Conn::from(postgres::PgConn::connect(config, target)?);
+    // Readers never write, as SQLite's read-only connections cannot.
+    connection.batch("SET default_transaction_read_only = on")?;
+    Ok(connection)
+}
+
 /// A few read-only connections kept open for reuse, so that a busy supervisor does not open
-/// one per query (an open costs a file open, a header read and a WAL-index attach).
+/// one per query (an open costs a file open, a header read and a WAL-index attach; on
+/// PostgreSQL a login).
 pub struct ReaderPool {
-    path: PathBuf,
-    idle: std::sync::Mutex<Vec<Connection>>,
+    source: ReaderSource,
+    idle: std::sync::Mutex<Vec<Conn>>,
+}
+
+/// Where a [`ReaderPool`] opens its connections.
+enum ReaderSource {
+    Sqlite(PathBuf),
+    /// A login per connection; `target` names the server in errors (no password).
+    Postgres {
+        config: Box<tokio_postgres::Config>,
+        target: String,
+    },
 }
 
 /// How many idle readers the pool keeps; more are opened under load and closed after.
@@ -432,24 +455,53 @@ const IDLE_READERS: usize = 4;
 impl ReaderPool {
     pub fn new(path: &Path) -> Self {
         ReaderPool {
-            path: path.to_path_buf(),
+            source: ReaderSource::Sqlite(path.to_path_buf()),
             idle: std::sync::Mutex::new(Vec::new()),
         }
     }
 
+    /// Readers of a PostgreSQL store. They read through the same transactions' snapshots as
+    /// SQLite's readers do (each statement sees what was committed before it began).
+    pub fn postgres(config: tokio_postgres::Config, target: String) -> Self {
+        ReaderPool {
+            source: ReaderSource::Postgres {
+                config: Box::new(config),
+                target,
+            },
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Readers of the store at `location`.
+    pub fn at(location: &location::Location) -> Self {
+        match location {
+            location::Location::Sqlite(path) => Self::new(path),
+            location::Location::Postgres(url) => Self::postgres(url.config(), url.to_string()),
+        }
+    }
+
+    fn open(&self) -> Result<Conn, StoreError> {
+        match &self.source {
+            ReaderSource::Sqlite(path) => Ok(Conn::from(open_reader(path)?)),
+            ReaderSource::Postgres { config, target } => open_postgres_reader(config, target),
+        }
+    }
+
     /// Runs `read` on a pooled read-only connection.
-    pub fn read<T>(
-        &self,
-        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
+    pub fn read<T>(&self, read: impl FnOnce(&Conn) -> sql::Result<T>) -> Result<T, StoreError> {
         let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let connection = match pooled {
             Some(connection) => connection,
-            None => open_reader(&self.path)?,
+            None => self.open()?,
         };
-        let result = read(&connection).map_err(|error| StoreError::from_sqlite(&self.path, error));
+        let result = read(&connection).map_err(|error| match &self.source {
+            ReaderSource::Sqlite(path) => StoreError::from_db(path, error),
+            ReaderSource::Postgres { .. } => StoreError::Db(error),
+        });
+        // A connection the server ended is not kept.
+        let broken = connection.as_postgres().is_some_and(|pg| pg.is_closed());
         if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < IDLE_READERS {
+            if idle.len() < IDLE_READERS && !broken {
                 idle.push(connection);
             }
         }

@@ -20,7 +20,7 @@
 use std::fmt;
 use std::path::Path;
 
-use rusqlite::{Connection, Row};
+use crate::store::sql::{self, args, Conn, Row};
 use serde::{Deserialize, Serialize};
 
 use super::exec::{self, Cursor, Exec, ExecFilter, ExecPage, OutcomeFilter};
@@ -132,7 +132,7 @@ pub struct Overview {
 
 /// The overview as the store has it. `daemon`: read by a live daemon (a run whose pid is
 /// not recorded yet is being spawned, not a gap).
-pub fn read(connection: &Connection, daemon: bool) -> rusqlite::Result<Overview> {
+pub fn read(connection: &Conn, daemon: bool) -> sql::Result<Overview> {
     // The feed number first: an event stored while the rest is read is after it, so a
     // stream from it repeats at most what the overview already shows.
     let feed_seq = events::last_feed_seq(connection)?;
@@ -153,7 +153,7 @@ pub const REASON_CHARS: usize = 240;
 
 /// A reason from a text: its first non-blank line, trimmed, cut at [`REASON_CHARS`] (with
 /// `…`). SQL has dropped the blanks before it already.
-fn reason(text: rusqlite::Result<Option<String>>) -> rusqlite::Result<String> {
+fn reason(text: sql::Result<Option<String>>) -> sql::Result<String> {
     Ok(first_line(text?.as_deref().unwrap_or("")))
 }
 
@@ -186,7 +186,7 @@ macro_rules! head {
 /// (`prompts_by_session`), its last ended one (`prompt_ends`, small rows kept apart from the
 /// prompts' for this: the reason is in them). No long column (a prompt's text, an answer, an
 /// event's payload) is read, nor any row that holds one, but the running prompt's.
-pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<SessionItem>> {
+pub fn sessions(connection: &Conn) -> sql::Result<Vec<SessionItem>> {
     let sql = concat!(
         "SELECT s.id, s.title, p.name, s.engine, s.created_at, s.archived_at, \
                 coalesce(p.full_access, 0), s.last_event_at, running.id, ",
@@ -202,17 +202,16 @@ pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<SessionItem>> {
            (SELECT f.prompt_id FROM prompt_ends f WHERE f.session_id = s.id \
             ORDER BY f.finished_at DESC, f.created_at DESC, f.prompt_id DESC LIMIT 1)"
     );
-    let mut statement = connection.prepare_cached(sql)?;
-    let mut items = statement
-        .query_map([], |row| Ok((row.get::<_, i64>(4)?, session_item(row)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut items = connection.rows(sql, args![], |row| {
+        Ok((row.get::<i64>(4)?, session_item(row)?))
+    })?;
     // Sorted here, not by SQL: no index orders sessions by creation, and a sorter would carry
     // every row's text.
     items.sort_unstable_by(|(a_at, a), (b_at, b)| (a_at, &a.id).cmp(&(b_at, &b.id)));
     Ok(items.into_iter().map(|(_, item)| item).collect())
 }
 
-fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
+fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     let id: String = row.get(0)?;
     let created_at: i64 = row.get(4)?;
     let archived_at: Option<i64> = row.get(5)?;
@@ -222,7 +221,7 @@ fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
     let next_queued: Option<String> = row.get(11)?;
     let ended: Option<String> = row.get(12)?;
     let ended_status: Option<String> = row.get(13)?;
-    let head = || reason(row.get::<_, Option<String>>(14));
+    let head = || reason(row.get::<Option<String>>(14));
     let (state, reason) = if archived_at.is_some() {
         (SessionState::Finished, "completion is recorded".to_string())
     } else if running.is_some() {
@@ -278,7 +277,7 @@ fn session_item(row: &Row<'_>) -> rusqlite::Result<SessionItem> {
 /// The runs marked running: those whose engine lives, and the gaps. `daemon`: a run
 /// without a recorded pid counts as live (its engine is being spawned); read without a
 /// daemon it is a gap (nothing will record it).
-pub fn runs_now(connection: &Connection, daemon: bool) -> rusqlite::Result<(Vec<Run>, Vec<Run>)> {
+pub fn runs_now(connection: &Conn, daemon: bool) -> sql::Result<(Vec<Run>, Vec<Run>)> {
     Ok(runs::running_runs(connection)?
         .into_iter()
         .partition(|run| match run.pid {
@@ -290,9 +289,9 @@ pub fn runs_now(connection: &Connection, daemon: bool) -> rusqlite::Result<(Vec<
 /// The execs not completed (within `repo`, see [`ExecFilter::repo`]): those whose process
 /// lives, and the lost ones.
 pub fn open_execs(
-    connection: &Connection,
+    connection: &Conn,
     repo: Option<&Option<String>>,
-) -> rusqlite::Result<(Vec<Exec>, Vec<Exec>)> {
+) -> sql::Result<(Vec<Exec>, Vec<Exec>)> {
     let (mut running, mut lost) = (Vec::new(), Vec::new());
     for open in exec::open_execs(connection)? {
         if repo.is_some_and(|repo| *repo != open.exec.repo) {
@@ -347,11 +346,11 @@ pub enum PageError {
         candidates: Vec<String>,
     },
     #[error(transparent)]
-    Store(#[from] rusqlite::Error),
+    Store(#[from] sql::DbError),
 }
 
 /// One page of the exec ledger, newest first (`{"entries":[…],"next":CURSOR|null}`).
-pub fn exec_page(connection: &Connection, query: &ExecQuery) -> Result<ExecPage, PageError> {
+pub fn exec_page(connection: &Conn, query: &ExecQuery) -> Result<ExecPage, PageError> {
     let wave_ids = match &query.wave {
         None => None,
         Some(selector) => {
@@ -392,6 +391,7 @@ pub fn exec_page(connection: &Connection, query: &ExecQuery) -> Result<ExecPage,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
 
     #[test]
     fn a_first_line_skips_blank_lines_and_trims() {
@@ -439,6 +439,7 @@ mod tests {
              INSERT INTO events (session_id, seq, at, kind, payload) VALUES ('s3', 1, 99, 'message', '{}');",
         )
         .unwrap();
+        let db = Conn::from(db);
         let items = sessions(&db).unwrap();
         let states: Vec<(&str, SessionState, &str, Option<&str>, i64)> = items
             .iter()

@@ -139,6 +139,10 @@ impl PgConn {
         Ok(statement)
     }
 
+    pub(crate) fn prepare(&self, sql: &str) -> Result<()> {
+        self.statement(sql).map(|_| ())
+    }
+
     pub(crate) fn execute(&self, sql: &str, args: &[&dyn Param]) -> Result<u64> {
         let statement = self.statement(sql)?;
         let args = Args::new(args);

@@ -5,10 +5,10 @@
 //! Written by the ledger actor (`SaveAppServer`, `KeepProcesses`, `Recover`); read by the
 //! supervisor at boot and by `status`.
 
-use rusqlite::{params, Connection};
+use crate::store::sql::{self, args, Conn};
 use serde::{Deserialize, Serialize};
 
-use super::{now_ms, Cached};
+use super::now_ms;
 
 /// A process a run left behind and its project kept; `status` lists the ones still alive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,28 +27,28 @@ pub struct KeptProcess {
 // Writes (applied by the ledger actor inside its transaction).
 
 pub(crate) fn save_app_server(
-    connection: &Connection,
+    connection: &Conn,
     project_id: &str,
     state: &serde_json::Value,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     connection.run(
         "INSERT INTO app_servers (project_id, state, updated_at) VALUES (?1, ?2, ?3) \
          ON CONFLICT (project_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-        params![project_id, state.to_string(), now_ms()],
+        args![project_id, state.to_string(), now_ms()],
     )?;
     Ok(())
 }
 
 /// Records processes kept after a run, and forgets the ones seen gone (pid, start).
 pub(crate) fn keep_processes(
-    connection: &Connection,
+    connection: &Conn,
     kept: &[KeptProcess],
     forget: &[(i64, i64)],
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     for (pid, start) in forget {
         connection.run(
             "DELETE FROM kept_processes WHERE pid = ?1 AND pid_start = ?2",
-            params![pid, start],
+            args![pid, start],
         )?;
     }
     for process in kept {
@@ -56,7 +56,7 @@ pub(crate) fn keep_processes(
             "INSERT OR REPLACE INTO kept_processes \
              (pid, pid_start, run_id, session_id, project_id, command, kept_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
+            args![
                 process.pid,
                 process.pid_start,
                 process.run_id,
@@ -74,32 +74,37 @@ pub(crate) fn keep_processes(
 // Reads.
 
 /// The last known state of every app-server child, by project.
-pub fn app_servers(connection: &Connection) -> rusqlite::Result<Vec<serde_json::Value>> {
-    let mut statement =
-        connection.prepare_cached("SELECT state FROM app_servers ORDER BY project_id")?;
-    let rows = statement
-        .query_map([], |row| row.get::<_, String>(0))?
-        .map(|row| row.map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)))
-        .collect();
-    rows
+pub fn app_servers(connection: &Conn) -> sql::Result<Vec<serde_json::Value>> {
+    connection.rows(
+        "SELECT state FROM app_servers ORDER BY project_id",
+        args![],
+        |row| {
+            let text = row.get::<String>(0)?;
+            Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+        },
+    )
 }
 
 /// Every kept process recorded, alive or not (the caller checks), oldest first.
-pub fn kept_processes(connection: &Connection) -> rusqlite::Result<Vec<KeptProcess>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT pid, pid_start, run_id, session_id, project_id, command, kept_at \
+pub fn kept_processes(connection: &Conn) -> sql::Result<Vec<KeptProcess>> {
+    let rows = connection
+        .rows(
+            "SELECT pid, pid_start, run_id, session_id, project_id, command, kept_at \
          FROM kept_processes ORDER BY kept_at, pid",
-    )?;
-    let rows = statement.query_map([], |row| {
-        Ok(KeptProcess {
-            pid: row.get(0)?,
-            pid_start: row.get(1)?,
-            run_id: row.get(2)?,
-            session_id: row.get(3)?,
-            project_id: row.get(4)?,
-            command: row.get(5)?,
-            kept_at: row.get(6)?,
-        })
-    })?;
+            args![],
+            |row| {
+                Ok(KeptProcess {
+                    pid: row.get(0)?,
+                    pid_start: row.get(1)?,
+                    run_id: row.get(2)?,
+                    session_id: row.get(3)?,
+                    project_id: row.get(4)?,
+                    command: row.get(5)?,
+                    kept_at: row.get(6)?,
+                })
+            },
+        )?
+        .into_iter()
+        .map(Ok);
     rows.collect()
 }

@@ -4,10 +4,10 @@
 //! Written by the ledger actor (`CreateProject`, `ChangeProject`, `SetGroupLocking`); read by
 //! the daemon's methods, the CLI and a session's worker (its project, the overlapping trees).
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
-use super::{json_list, now_ms, Cached};
+use super::{json_list, now_ms};
 
 /// A working directory with settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,12 +85,11 @@ impl std::str::FromStr for Isolation {
     }
 }
 
-impl rusqlite::types::FromSql for Isolation {
-    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-        value
-            .as_str()?
-            .parse()
-            .map_err(|_| rusqlite::types::FromSqlError::InvalidType)
+impl sql::Get for Isolation {
+    fn from_value(value: sql::Value) -> Result<Self, String> {
+        let text = String::from_value(value)?;
+        text.parse()
+            .map_err(|_| format!("{text:?} is not a Isolation"))
     }
 }
 
@@ -105,7 +104,7 @@ const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind,
                                instructions, created_at, archived_at, keep_background, \
                                isolation, worktrees_dir, setup, repo_root";
 
-fn project_row(row: &Row<'_>) -> rusqlite::Result<Project> {
+fn project_row(row: &Row<'_>) -> sql::Result<Project> {
     Ok(Project {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -151,10 +150,7 @@ pub struct NewProject {
     pub repo_root: Option<String>,
 }
 
-pub(crate) fn insert_project(
-    connection: &Connection,
-    new: &NewProject,
-) -> rusqlite::Result<Project> {
+pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result<Project> {
     let project = Project {
         id: uuid::Uuid::now_v7().to_string(),
         name: new.name.clone(),
@@ -175,7 +171,7 @@ pub(crate) fn insert_project(
     };
     connection.run(
         &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
-        params![
+        args![
             project.id,
             project.name,
             project.path,
@@ -197,21 +193,17 @@ pub(crate) fn insert_project(
     for group in &project.groups {
         connection.run(
             "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
-            params![group, project.created_at],
+            args![group, project.created_at],
         )?;
     }
     Ok(project)
 }
 
-pub(crate) fn set_group_locking(
-    connection: &Connection,
-    name: &str,
-    locking: bool,
-) -> rusqlite::Result<()> {
+pub(crate) fn set_group_locking(connection: &Conn, name: &str, locking: bool) -> sql::Result<()> {
     connection.run(
         "INSERT INTO execution_groups (name, locking, created_at) VALUES (?1, ?2, ?3) \
          ON CONFLICT (name) DO UPDATE SET locking = excluded.locking",
-        params![name, locking, now_ms()],
+        args![name, locking, now_ms()],
     )?;
     Ok(())
 }
@@ -237,10 +229,10 @@ pub struct ProjectChange {
 }
 
 pub(crate) fn change_project(
-    connection: &Connection,
+    connection: &Conn,
     id: &str,
     change: &ProjectChange,
-) -> rusqlite::Result<Option<Project>> {
+) -> sql::Result<Option<Project>> {
     let now = now_ms();
     connection.run(
         "UPDATE projects SET engine = COALESCE(?2, engine), model = COALESCE(?3, model), \
@@ -254,7 +246,7 @@ pub(crate) fn change_project(
          setup = CASE WHEN ?14 THEN ?15 ELSE setup END, \
          repo_root = COALESCE(?16, repo_root) \
          WHERE id = ?1",
-        params![
+        args![
             id,
             change.engine,
             change.model,
@@ -280,7 +272,7 @@ pub(crate) fn change_project(
         for group in groups {
             connection.run(
                 "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
-                params![group, now],
+                args![group, now],
             )?;
         }
     }
@@ -290,11 +282,11 @@ pub(crate) fn change_project(
 // ---------------------------------------------------------------------------------------------
 // Reads.
 
-pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Project>> {
+pub fn project(connection: &Conn, id: &str) -> sql::Result<Option<Project>> {
     connection
         .row(
             &format!("SELECT {PROJECT_COLUMNS} FROM projects WHERE id = ?1"),
-            [id],
+            args![id],
             project_row,
         )
         .optional()
@@ -306,21 +298,17 @@ pub fn project(connection: &Connection, id: &str) -> rusqlite::Result<Option<Pro
 /// two projects on one working tree never run at once, whichever was added or archived
 /// while the other ran. Paths are stored canonical (`Corral::add_project`), so comparing them
 /// is comparing directories.
-pub fn overlapping_trees(
-    connection: &Connection,
-    project: &Project,
-) -> rusqlite::Result<Vec<String>> {
+pub fn overlapping_trees(connection: &Conn, project: &Project) -> sql::Result<Vec<String>> {
     let own = std::path::Path::new(&project.path);
     // A string prefix either way is necessary for an overlap; components decide.
-    let mut statement = connection.prepare_cached(
-        "SELECT path FROM projects WHERE id != ?1 AND (instr(?2, path) = 1 OR instr(path, ?2) = 1)",
+    let paths = connection.rows(
+        "SELECT path FROM projects WHERE id != ?1 \
+         AND (instr(?2, path) = 1 OR instr(path, ?2) = 1) ORDER BY path",
+        args![project.id, project.path],
+        |row| row.get::<String>(0),
     )?;
-    let paths = statement.query_map(params![project.id, project.path], |row| {
-        row.get::<_, String>(0)
-    })?;
     let mut overlapping = Vec::new();
     for path in paths {
-        let path = path?;
         let other = std::path::Path::new(&path);
         if own.starts_with(other) || other.starts_with(own) {
             overlapping.push(path);
@@ -329,24 +317,23 @@ pub fn overlapping_trees(
     Ok(overlapping)
 }
 
-pub fn projects(connection: &Connection) -> rusqlite::Result<Vec<Project>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {PROJECT_COLUMNS} FROM projects ORDER BY created_at, id"
-    ))?;
-    let rows = statement.query_map([], project_row)?.collect();
-    rows
+pub fn projects(connection: &Conn) -> sql::Result<Vec<Project>> {
+    connection.rows(
+        &format!("SELECT {PROJECT_COLUMNS} FROM projects ORDER BY created_at, id"),
+        args![],
+        project_row,
+    )
 }
 
-pub fn execution_groups(connection: &Connection) -> rusqlite::Result<Vec<ExecutionGroup>> {
-    let mut statement =
-        connection.prepare_cached("SELECT name, locking FROM execution_groups ORDER BY name")?;
-    let rows = statement
-        .query_map([], |row| {
+pub fn execution_groups(connection: &Conn) -> sql::Result<Vec<ExecutionGroup>> {
+    connection.rows(
+        "SELECT name, locking FROM execution_groups ORDER BY name",
+        args![],
+        |row| {
             Ok(ExecutionGroup {
                 name: row.get(0)?,
                 locking: row.get(1)?,
             })
-        })?
-        .collect();
-    rows
+        },
+    )
 }

@@ -5,11 +5,11 @@
 //! `prompts(session_id) WHERE status = 'running'` makes a second running prompt impossible.
 //! Written by the ledger actor (`EnqueuePrompt`, `FinishPrompt`, ...); read by everyone.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::drivers::{driver_claim, DriverClaim};
-use super::{json_list, now_ms, Cached};
+use super::{json_list, now_ms};
 
 /// Where a prompt is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -74,7 +74,7 @@ pub struct Prompt {
 const PROMPT_COLUMNS: &str = "id, session_id, text, images, read_only, status, attempts, \
                               error, answer, created_at, started_at, finished_at";
 
-fn prompt_row(row: &Row<'_>) -> rusqlite::Result<Prompt> {
+fn prompt_row(row: &Row<'_>) -> sql::Result<Prompt> {
     let status: String = row.get(5)?;
     Ok(Prompt {
         id: row.get(0)?,
@@ -121,9 +121,9 @@ pub struct Enqueued {
 /// on the session (the caller then starts the worker), else it is `queued` (the session's
 /// worker takes it in order).
 pub(crate) fn enqueue(
-    connection: &Connection,
+    connection: &Conn,
     new: &NewPrompt,
-) -> rusqlite::Result<Result<Enqueued, DriverClaim>> {
+) -> sql::Result<Result<Enqueued, DriverClaim>> {
     if let Some(generation) = new.driver_generation {
         if let Some(claim) = driver_claim(connection, &new.session_id)? {
             if claim.generation != generation {
@@ -135,7 +135,7 @@ pub(crate) fn enqueue(
     connection.run(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
          created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
-        params![
+        args![
             id,
             new.session_id,
             new.text,
@@ -146,18 +146,14 @@ pub(crate) fn enqueue(
         ],
     )?;
     let started = claim_next(connection, &new.session_id, None)?;
-    let prompt = prompt(connection, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    let prompt = prompt(connection, &id)?.ok_or(sql::DbError::NoRows)?;
     Ok(Ok(Enqueued { prompt, started }))
 }
 
-fn set_session_status(
-    connection: &Connection,
-    session_id: &str,
-    status: &str,
-) -> rusqlite::Result<()> {
+fn set_session_status(connection: &Conn, session_id: &str, status: &str) -> sql::Result<()> {
     connection.run(
         "UPDATE sessions SET status = ?2 WHERE id = ?1",
-        params![session_id, status],
+        args![session_id, status],
     )?;
     Ok(())
 }
@@ -165,17 +161,17 @@ fn set_session_status(
 /// Ends a prompt and, in the same transaction, claims the session's next queued prompt (now
 /// `running`), so that the one-worker rule never has a gap to slip through.
 pub(crate) fn finish_and_claim_next(
-    connection: &Connection,
+    connection: &Conn,
     prompt_id: &str,
     status: PromptStatus,
     error: Option<&str>,
     answer: Option<&str>,
-) -> rusqlite::Result<Option<Prompt>> {
+) -> sql::Result<Option<Prompt>> {
     let now = now_ms();
     let session_id: Option<String> = connection
         .row(
             "SELECT session_id FROM prompts WHERE id = ?1",
-            [prompt_id],
+            args![prompt_id],
             |row| row.get(0),
         )
         .optional()?;
@@ -185,7 +181,7 @@ pub(crate) fn finish_and_claim_next(
     connection.run(
         "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
          WHERE id = ?1 AND status IN ('running', 'queued')",
-        params![prompt_id, status.as_str(), error, answer, now],
+        args![prompt_id, status.as_str(), error, answer, now],
     )?;
     claim_next(connection, &session_id, Some(status))
 }
@@ -193,13 +189,13 @@ pub(crate) fn finish_and_claim_next(
 /// Claims the session's oldest queued prompt if nothing runs on it. `last` is the status of
 /// the prompt just finished, which becomes the session's status when nothing is left.
 pub(crate) fn claim_next(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     last: Option<PromptStatus>,
-) -> rusqlite::Result<Option<Prompt>> {
+) -> sql::Result<Option<Prompt>> {
     let running: bool = connection.row(
         "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
-        [session_id],
+        args![session_id],
         |row| row.get(0),
     )?;
     if running {
@@ -209,7 +205,7 @@ pub(crate) fn claim_next(
         .row(
             "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
              ORDER BY created_at, id LIMIT 1",
-            [session_id],
+            args![session_id],
             |row| row.get(0),
         )
         .optional()?;
@@ -217,7 +213,7 @@ pub(crate) fn claim_next(
         Some(id) => {
             connection.run(
                 "UPDATE prompts SET status = 'running', started_at = ?2 WHERE id = ?1",
-                params![id, now_ms()],
+                args![id, now_ms()],
             )?;
             set_session_status(connection, session_id, "running")?;
             prompt(connection, &id)
@@ -247,9 +243,9 @@ pub enum CancelFound {
 }
 
 pub(crate) fn cancel_prompt(
-    connection: &Connection,
+    connection: &Conn,
     prompt_id: &str,
-) -> rusqlite::Result<Option<CancelFound>> {
+) -> sql::Result<Option<CancelFound>> {
     let Some(found) = prompt(connection, prompt_id)? else {
         return Ok(None);
     };
@@ -257,7 +253,7 @@ pub(crate) fn cancel_prompt(
         PromptStatus::Queued => {
             connection.run(
                 "UPDATE prompts SET status = 'cancelled', finished_at = ?2 WHERE id = ?1",
-                params![prompt_id, now_ms()],
+                args![prompt_id, now_ms()],
             )?;
             CancelFound::Dequeued
         }
@@ -272,16 +268,19 @@ pub(crate) fn cancel_prompt(
 /// one, claimed (now running). The running ones are read in one query (the partial index of
 /// running prompts), not one per session: a boot with thousands of sessions waiting.
 pub(crate) fn current_or_next(
-    connection: &Connection,
+    connection: &Conn,
     session_ids: &[String],
-) -> rusqlite::Result<Vec<Prompt>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {PROMPT_COLUMNS} FROM prompts WHERE status = 'running'"
-    ))?;
-    let mut running: std::collections::HashMap<String, Prompt> = statement
-        .query_map([], prompt_row)?
+) -> sql::Result<Vec<Prompt>> {
+    let mut running: std::collections::HashMap<String, Prompt> = connection
+        .rows(
+            &format!("SELECT {PROMPT_COLUMNS} FROM prompts WHERE status = 'running'"),
+            args![],
+            prompt_row,
+        )?
+        .into_iter()
+        .map(Ok)
         .map(|prompt| prompt.map(|prompt| (prompt.session_id.clone(), prompt)))
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<sql::Result<_>>()?;
     let mut prompts = Vec::with_capacity(session_ids.len());
     for session_id in session_ids {
         match running.remove(session_id) {
@@ -293,10 +292,10 @@ pub(crate) fn current_or_next(
 }
 
 /// Puts a running prompt back in the queue (daemon shutdown): it runs again, first, later.
-pub(crate) fn requeue(connection: &Connection, prompt_id: &str) -> rusqlite::Result<()> {
+pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<()> {
     connection.run(
         "UPDATE prompts SET status = 'queued' WHERE id = ?1 AND status = 'running'",
-        [prompt_id],
+        args![prompt_id],
     )?;
     Ok(())
 }
@@ -306,12 +305,12 @@ pub(crate) fn requeue(connection: &Connection, prompt_id: &str) -> rusqlite::Res
 
 /// The session's prompt that runs now, else its oldest queued one: work that would use its
 /// worktree.
-pub fn busy_prompt(connection: &Connection, session_id: &str) -> rusqlite::Result<Option<Prompt>> {
+pub fn busy_prompt(connection: &Conn, session_id: &str) -> sql::Result<Option<Prompt>> {
     let id: Option<String> = connection
         .row(
             "SELECT id FROM prompts WHERE session_id = ?1 AND status IN ('running', 'queued') \
              ORDER BY status = 'running' DESC, created_at LIMIT 1",
-            [session_id],
+            args![session_id],
             |row| row.get(0),
         )
         .optional()?;
@@ -321,20 +320,22 @@ pub fn busy_prompt(connection: &Connection, session_id: &str) -> rusqlite::Resul
     }
 }
 
-pub fn prompt(connection: &Connection, id: &str) -> rusqlite::Result<Option<Prompt>> {
+pub fn prompt(connection: &Conn, id: &str) -> sql::Result<Option<Prompt>> {
     connection
         .row(
             &format!("SELECT {PROMPT_COLUMNS} FROM prompts WHERE id = ?1"),
-            [id],
+            args![id],
             prompt_row,
         )
         .optional()
 }
 
-pub fn prompts_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Prompt>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {PROMPT_COLUMNS} FROM prompts WHERE session_id = ?1 ORDER BY created_at, id"
-    ))?;
-    let rows = statement.query_map([session_id], prompt_row)?.collect();
-    rows
+pub fn prompts_of(connection: &Conn, session_id: &str) -> sql::Result<Vec<Prompt>> {
+    connection.rows(
+        &format!(
+            "SELECT {PROMPT_COLUMNS} FROM prompts WHERE session_id = ?1 ORDER BY created_at, id"
+        ),
+        args![session_id],
+        prompt_row,
+    )
 }

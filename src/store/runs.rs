@@ -4,12 +4,12 @@
 //! Written by the ledger actor (`StartRun`, `RunSpawned`, `EndRun`, `Recover`); read by the
 //! supervisor at boot, the overview and the daemon's methods.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::drivers::engine_started;
 use super::events::{append_events, NewEvent};
-use super::{json_list, now_ms, Cached};
+use super::{json_list, now_ms};
 use crate::events::EventKind;
 
 /// One engine child started for a prompt.
@@ -41,7 +41,7 @@ const RUN_COLUMNS: &str = "id, prompt_id, session_id, attempt, engine, argv, thr
                            pid, pid_start, pgid, started_at, ended_at, exit_code, signal, status, \
                            failure_class, retry_decision, error";
 
-fn run_row(row: &Row<'_>) -> rusqlite::Result<Run> {
+fn run_row(row: &Row<'_>) -> sql::Result<Run> {
     Ok(Run {
         id: row.get(0)?,
         prompt_id: row.get(1)?,
@@ -96,15 +96,12 @@ pub struct RunDriver {
 
 /// Writes a run's row. The exec recorded as its parent is the session's current driver, else
 /// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
-pub(crate) fn insert_run(
-    connection: &Connection,
-    run: &NewRun,
-) -> rusqlite::Result<Option<RunDriver>> {
+pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<RunDriver>> {
     let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
     connection.run(
         "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
          started_at, pid, pid_start, pgid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10)",
-        params![
+        args![
             run.id,
             run.prompt_id,
             run.session_id,
@@ -120,7 +117,7 @@ pub(crate) fn insert_run(
     )?;
     connection.run(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
-        [&run.prompt_id],
+        args![&run.prompt_id],
     )?;
     let Some(exec_id) = exec_id else {
         return Ok(None);
@@ -128,7 +125,7 @@ pub(crate) fn insert_run(
     let trace_id = connection
         .row(
             "SELECT trace_id FROM execs WHERE id = ?1",
-            [&exec_id],
+            args![&exec_id],
             |row| row.get(0),
         )
         .optional()?;
@@ -137,14 +134,14 @@ pub(crate) fn insert_run(
 
 /// The child of a run was spawned: its identity, to end it (or find it after a crash).
 pub(crate) fn run_spawned(
-    connection: &Connection,
+    connection: &Conn,
     run_id: &str,
     pid: u32,
     pid_start: Option<u64>,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     connection.run(
         "UPDATE runs SET pid = ?2, pid_start = ?3, pgid = ?2 WHERE id = ?1",
-        params![run_id, pid, pid_start.map(|start| start as i64)],
+        args![run_id, pid, pid_start.map(|start| start as i64)],
     )?;
     Ok(())
 }
@@ -165,11 +162,11 @@ pub struct RunEnd {
     pub error: Option<String>,
 }
 
-pub(crate) fn end_run(connection: &Connection, end: &RunEnd) -> rusqlite::Result<()> {
+pub(crate) fn end_run(connection: &Conn, end: &RunEnd) -> sql::Result<()> {
     connection.run(
         "UPDATE runs SET ended_at = ?2, exit_code = ?3, signal = ?4, status = ?5, \
          failure_class = ?6, retry_decision = ?7, error = ?8 WHERE id = ?1",
-        params![
+        args![
             end.run_id,
             end.ended_at.unwrap_or_else(now_ms),
             end.exit_code,
@@ -239,10 +236,10 @@ pub struct LeftoverRun {
 /// sessions whose work must resume (a prompt left `running` stays running: the new worker
 /// takes it again).
 pub(crate) fn recover(
-    connection: &Connection,
+    connection: &Conn,
     ended: &[(String, i64)],
     told: &Told,
-) -> rusqlite::Result<Recovered> {
+) -> sql::Result<Recovered> {
     let leftovers = leftover_runs(connection)?;
     let mut telling = Vec::new();
     let mut interrupted_runs = Vec::new();
@@ -254,7 +251,7 @@ pub(crate) fn recover(
         connection.run(
             "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued' \
              WHERE id = ?1 AND status = 'running'",
-            params![run_id, ended_at],
+            args![run_id, ended_at],
         )?;
         // What happened is told in the sessions' events, as after a SIGTERM: the run ended
         // by recovery, its prompt queued again (it runs again once the worker takes it);
@@ -283,12 +280,7 @@ pub(crate) fn recover(
         interrupted_runs.push((run.id.clone(), run.pid, run.pid_start));
     }
     append_events(connection, telling)?;
-    let mut statement = connection.prepare_cached(
-        "SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id",
-    )?;
-    let sessions = statement
-        .query_map([], |row| row.get(0))?
-        .collect::<rusqlite::Result<Vec<String>>>()?;
+    let sessions = connection.rows("SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id", args![], |row| row.get(0))?;
     Ok(Recovered {
         interrupted_runs,
         sessions,
@@ -300,13 +292,10 @@ pub(crate) fn recover(
 
 /// The runs marked running: at boot, the ones a dead supervisor left (only the ledger of
 /// this supervisor writes, and no worker has started yet).
-pub fn leftover_runs(connection: &Connection) -> rusqlite::Result<Vec<LeftoverRun>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start \
+pub fn leftover_runs(connection: &Conn) -> sql::Result<Vec<LeftoverRun>> {
+    connection.rows("SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start \
          FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running' \
-         ORDER BY runs.started_at",
-    )?;
-    let rows = statement.query_map([], |row| {
+         ORDER BY runs.started_at", args![], |row| {
         Ok(LeftoverRun {
             id: row.get(0)?,
             session_id: row.get(1)?,
@@ -315,31 +304,32 @@ pub fn leftover_runs(connection: &Connection) -> rusqlite::Result<Vec<LeftoverRu
             pid: row.get(4)?,
             pid_start: row.get(5)?,
         })
-    })?;
-    rows.collect()
+    })
 }
 
-pub fn runs_of(connection: &Connection, prompt_id: &str) -> rusqlite::Result<Vec<Run>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE prompt_id = ?1 ORDER BY attempt, started_at"
-    ))?;
-    let rows = statement.query_map([prompt_id], run_row)?.collect();
-    rows
+pub fn runs_of(connection: &Conn, prompt_id: &str) -> sql::Result<Vec<Run>> {
+    connection.rows(
+        &format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE prompt_id = ?1 ORDER BY attempt, started_at"
+        ),
+        args![prompt_id],
+        run_row,
+    )
 }
 
-pub fn runs_of_session(connection: &Connection, session_id: &str) -> rusqlite::Result<Vec<Run>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ?1 ORDER BY started_at, id"
-    ))?;
-    let rows = statement.query_map([session_id], run_row)?.collect();
-    rows
+pub fn runs_of_session(connection: &Conn, session_id: &str) -> sql::Result<Vec<Run>> {
+    connection.rows(
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ?1 ORDER BY started_at, id"),
+        args![session_id],
+        run_row,
+    )
 }
 
 /// Every run marked running.
-pub fn running_runs(connection: &Connection) -> rusqlite::Result<Vec<Run>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' ORDER BY started_at, id"
-    ))?;
-    let rows = statement.query_map([], run_row)?.collect();
-    rows
+pub fn running_runs(connection: &Conn) -> sql::Result<Vec<Run>> {
+    connection.rows(
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' ORDER BY started_at, id"),
+        args![],
+        run_row,
+    )
 }

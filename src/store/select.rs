@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension};
+use crate::store::sql::{self, args, Conn};
 
 /// How many characters of a selector an error repeats (a selector may be any length).
 const ECHOED: usize = 80;
@@ -130,10 +130,10 @@ impl ShortIds {
     /// The short forms of `ids`, all of one kind. `connection`: the store they are read from
     /// (two lookups on the primary key per id: its neighbours in id order).
     pub fn of<'a>(
-        connection: Option<&Connection>,
+        connection: Option<&Conn>,
         kind: IdKind,
         ids: impl IntoIterator<Item = &'a str>,
-    ) -> rusqlite::Result<ShortIds> {
+    ) -> sql::Result<ShortIds> {
         let mut short = ShortIds::default();
         short.add(connection, kind, ids)?;
         Ok(short)
@@ -142,10 +142,10 @@ impl ShortIds {
     /// Adds the short forms of more ids (of one kind; kinds may be mixed across calls).
     pub fn add<'a>(
         &mut self,
-        connection: Option<&Connection>,
+        connection: Option<&Conn>,
         kind: IdKind,
         ids: impl IntoIterator<Item = &'a str>,
-    ) -> rusqlite::Result<()> {
+    ) -> sql::Result<()> {
         let mut sorted: Vec<&str> = ids.into_iter().collect();
         sorted.sort_unstable();
         sorted.dedup();
@@ -192,17 +192,14 @@ fn common_prefix(a: &str, b: &str) -> usize {
 
 /// The ids of `kind` just below and just above `id` in the store's order: the only ones that
 /// can share a longer prefix with it than any other.
-fn neighbours(connection: &Connection, kind: IdKind, id: &str) -> rusqlite::Result<Vec<String>> {
+fn neighbours(connection: &Conn, kind: IdKind, id: &str) -> sql::Result<Vec<String>> {
     let table = kind.table();
     let mut found = Vec::with_capacity(2);
     for sql in [
         format!("SELECT id FROM {table} WHERE id < ?1 ORDER BY id DESC LIMIT 1"),
         format!("SELECT id FROM {table} WHERE id > ?1 ORDER BY id LIMIT 1"),
     ] {
-        let neighbour: Option<String> = connection
-            .prepare_cached(&sql)?
-            .query_row([id], |row| row.get(0))
-            .optional()?;
+        let neighbour: Option<String> = connection.opt_row(&sql, args![id], |row| row.get(0))?;
         found.extend(neighbour);
     }
     Ok(found)
@@ -211,6 +208,7 @@ fn neighbours(connection: &Connection, kind: IdKind, id: &str) -> rusqlite::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
 
     #[test]
     fn short_ids_are_the_shortest_unique_prefixes_of_at_least_18_characters() {
@@ -242,6 +240,7 @@ mod tests {
                      ('01a231b0-4a92-76d6-8c90-bbbb'), ('01a231b0-ffff-7000-0000-0000');",
             )
             .unwrap();
+        let connection = Conn::from(connection);
         // Only one of the sharing pair is shown: its form still tells it from the other.
         let short = ShortIds::of(
             Some(&connection),

@@ -5,10 +5,10 @@
 //! Written by the ledger actor (`CreateSession`, `ChangeSession`, `SetThread`, ...); read by
 //! the daemon's methods, the CLI, the supervisor at boot and a session's worker.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
-use super::{now_ms, Cached};
+use super::now_ms;
 
 /// Where a session's worktree is in its life (see docs/worktrees.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -59,12 +59,11 @@ impl std::str::FromStr for WorktreeState {
     }
 }
 
-impl rusqlite::types::FromSql for WorktreeState {
-    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-        value
-            .as_str()?
-            .parse()
-            .map_err(|_| rusqlite::types::FromSqlError::InvalidType)
+impl sql::Get for WorktreeState {
+    fn from_value(value: sql::Value) -> Result<Self, String> {
+        let text = String::from_value(value)?;
+        text.parse()
+            .map_err(|_| format!("{text:?} is not a WorktreeState"))
     }
 }
 
@@ -179,7 +178,7 @@ const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, 
                                compacted_character_count, compacted_at, resume_point, \
                                worktree, branch, base, base_commit, worktree_state";
 
-fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
+fn session_row(row: &Row<'_>) -> sql::Result<Session> {
     Ok(Session {
         id: row.get(0)?,
         project_id: row.get(1)?,
@@ -204,18 +203,18 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Session> {
 }
 
 /// The worktree columns from `first` on (path, branch, base, base_commit, state).
-fn worktree_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<SessionWorktree>> {
+fn worktree_row(row: &Row<'_>, first: usize) -> sql::Result<Option<SessionWorktree>> {
     let path: Option<String> = row.get(first)?;
     let Some(path) = path else { return Ok(None) };
     Ok(Some(SessionWorktree {
         path,
-        branch: row.get::<_, Option<String>>(first + 1)?.unwrap_or_default(),
+        branch: row.get::<Option<String>>(first + 1)?.unwrap_or_default(),
         base: row
-            .get::<_, Option<String>>(first + 2)?
+            .get::<Option<String>>(first + 2)?
             .unwrap_or_else(|| "HEAD".into()),
-        base_commit: row.get::<_, Option<String>>(first + 3)?.unwrap_or_default(),
+        base_commit: row.get::<Option<String>>(first + 3)?.unwrap_or_default(),
         state: row
-            .get::<_, Option<WorktreeState>>(first + 4)?
+            .get::<Option<WorktreeState>>(first + 4)?
             .unwrap_or(WorktreeState::Creating),
     }))
 }
@@ -247,10 +246,7 @@ pub struct NewSession {
     pub base: Option<String>,
 }
 
-pub(crate) fn insert_session(
-    connection: &Connection,
-    new: &NewSession,
-) -> rusqlite::Result<Session> {
+pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result<Session> {
     let session = Session {
         id: new
             .id
@@ -281,7 +277,7 @@ pub(crate) fn insert_session(
          title_source, status, task, wave_id, created_at, archived_at, last_event_seq, \
          worktree, branch, base, base_commit, worktree_state) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
-        params![
+        args![
             session.id,
             session.project_id,
             session.engine,
@@ -308,13 +304,13 @@ pub(crate) fn insert_session(
 
 /// Moves a session's worktree to `state`; replies with the session.
 pub(crate) fn set_worktree_state(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     state: WorktreeState,
-) -> rusqlite::Result<Option<Session>> {
+) -> sql::Result<Option<Session>> {
     connection.run(
         "UPDATE sessions SET worktree_state = ?2 WHERE id = ?1 AND worktree IS NOT NULL",
-        params![session_id, state.as_str()],
+        args![session_id, state.as_str()],
     )?;
     session(connection, session_id)
 }
@@ -322,16 +318,13 @@ pub(crate) fn set_worktree_state(
 /// Deletes a session opened a moment ago whose worktree could not be made, as if it had never
 /// been opened: only while nothing refers to it (no prompt, no event, no driver claim).
 /// Replies whether it was deleted.
-pub(crate) fn forget_new_session(
-    connection: &Connection,
-    session_id: &str,
-) -> rusqlite::Result<bool> {
+pub(crate) fn forget_new_session(connection: &Conn, session_id: &str) -> sql::Result<bool> {
     let deleted = connection.run(
         "DELETE FROM sessions WHERE id = ?1 \
          AND NOT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1) \
          AND NOT EXISTS (SELECT 1 FROM events WHERE session_id = ?1) \
          AND NOT EXISTS (SELECT 1 FROM driver_claims WHERE session_id = ?1)",
-        [session_id],
+        args![session_id],
     )?;
     Ok(deleted > 0)
 }
@@ -339,64 +332,60 @@ pub(crate) fn forget_new_session(
 /// Sets a session's engine thread and where in it a retry would continue (`None`: after its
 /// last message).
 pub(crate) fn set_thread(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     thread_id: Option<&str>,
     resume_point: Option<&str>,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     connection.run(
         "UPDATE sessions SET thread_id = ?2, resume_point = ?3 WHERE id = ?1",
-        params![session_id, thread_id, resume_point],
+        args![session_id, thread_id, resume_point],
     )?;
     Ok(())
 }
 
 /// Sets a generated title unless a person set one. Returns whether it was set.
 pub(crate) fn set_generated_title(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     title: &str,
-) -> rusqlite::Result<bool> {
+) -> sql::Result<bool> {
     let changed = connection.run(
         "UPDATE sessions SET title = ?2, title_source = 'generated' \
          WHERE id = ?1 AND (title_source IS NULL OR title_source <> 'human')",
-        params![session_id, title],
+        args![session_id, title],
     )?;
     Ok(changed == 1)
 }
 
 /// Renames or archives a session.
 pub(crate) fn change_session(
-    connection: &Connection,
+    connection: &Conn,
     id: &str,
     title: Option<&str>,
     archive: bool,
-) -> rusqlite::Result<Option<Session>> {
+) -> sql::Result<Option<Session>> {
     if let Some(title) = title {
         connection.run(
             "UPDATE sessions SET title = ?2, title_source = 'human' WHERE id = ?1",
-            params![id, title],
+            args![id, title],
         )?;
     }
     if archive {
         connection.run(
             "UPDATE sessions SET archived_at = COALESCE(archived_at, ?2) WHERE id = ?1",
-            params![id, now_ms()],
+            args![id, now_ms()],
         )?;
     }
     session(connection, id)
 }
 
 /// Creates a wave (a named batch of sessions) in `repo`, or finds the one of that name there.
-pub(crate) fn wave_named(
-    connection: &Connection,
-    name: &str,
-    repo: Option<&str>,
-) -> rusqlite::Result<String> {
+pub(crate) fn wave_named(connection: &Conn, name: &str, repo: Option<&str>) -> sql::Result<String> {
     let found: Option<String> = connection
         .row(
             "SELECT id FROM waves WHERE name = ?1 AND repo IS ?2",
-            params![name, repo],
+            args![name, repo],
             |row| row.get(0),
         )
         .optional()?;
@@ -406,23 +395,23 @@ pub(crate) fn wave_named(
     let id = uuid::Uuid::now_v7().to_string();
     connection.run(
         "INSERT INTO waves (id, name, repo, created_at) VALUES (?1, ?2, ?3, ?4)",
-        params![id, name, repo, now_ms()],
+        args![id, name, repo, now_ms()],
     )?;
     Ok(id)
 }
 
 /// Records a compaction's counts on the session (and forgets the thread when it was reset).
 pub(crate) fn record_compaction(
-    connection: &Connection,
+    connection: &Conn,
     session_id: &str,
     messages: i64,
     characters: i64,
     reset_thread: bool,
-) -> rusqlite::Result<Option<Session>> {
+) -> sql::Result<Option<Session>> {
     connection.run(
         "UPDATE sessions SET compacted_message_count = ?2, compacted_character_count = ?3, \
          compacted_at = ?4, thread_id = CASE WHEN ?5 THEN NULL ELSE thread_id END WHERE id = ?1",
-        params![session_id, messages, characters, now_ms(), reset_thread],
+        args![session_id, messages, characters, now_ms(), reset_thread],
     )?;
     session(connection, session_id)
 }
@@ -432,45 +421,51 @@ pub(crate) fn record_compaction(
 
 /// The sessions (not archived) whose worktree is still `creating`: a supervisor was stopped
 /// while it made them.
-pub fn sessions_creating(connection: &Connection) -> rusqlite::Result<Vec<Session>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE worktree IS NOT NULL \
+pub fn sessions_creating(connection: &Conn) -> sql::Result<Vec<Session>> {
+    connection.rows(
+        &format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE worktree IS NOT NULL \
          AND worktree_state = 'creating' AND archived_at IS NULL ORDER BY created_at, id"
-    ))?;
-    let rows = statement.query_map([], session_row)?.collect();
-    rows
+        ),
+        args![],
+        session_row,
+    )
 }
 
 /// The sessions whose worktree waits for its setup command: at boot, a dead supervisor may
 /// have left what a setup started (marked with the session's id, `CORRAL_SETUP_SESSION`). The
 /// partial index on `worktree` keeps this to the worktree sessions.
-pub fn sessions_in_setup(connection: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT id FROM sessions WHERE worktree IS NOT NULL AND worktree_state = 'setup'",
-    )?;
-    let rows = statement.query_map([], |row| row.get(0))?;
+pub fn sessions_in_setup(connection: &Conn) -> sql::Result<Vec<String>> {
+    let rows = connection
+        .rows(
+            "SELECT id FROM sessions WHERE worktree IS NOT NULL AND worktree_state = 'setup'",
+            args![],
+            |row| row.get(0),
+        )?
+        .into_iter()
+        .map(Ok);
     rows.collect()
 }
 
 /// How many sessions the store has (archived ones too), without reading them.
-pub fn session_count(connection: &Connection) -> rusqlite::Result<usize> {
-    connection.row("SELECT COUNT(*) FROM sessions", [], |row| row.get(0))
+pub fn session_count(connection: &Conn) -> sql::Result<usize> {
+    connection.row("SELECT COUNT(*) FROM sessions", args![], |row| row.get(0))
 }
 
-pub fn session(connection: &Connection, id: &str) -> rusqlite::Result<Option<Session>> {
+pub fn session(connection: &Conn, id: &str) -> sql::Result<Option<Session>> {
     connection
         .row(
             &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
-            [id],
+            args![id],
             session_row,
         )
         .optional()
 }
 
-pub fn sessions(connection: &Connection) -> rusqlite::Result<Vec<Session>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at, id"
-    ))?;
-    let rows = statement.query_map([], session_row)?.collect();
-    rows
+pub fn sessions(connection: &Conn) -> sql::Result<Vec<Session>> {
+    connection.rows(
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at, id"),
+        args![],
+        session_row,
+    )
 }

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::sql::{self, args, Conn, OptionalExt};
 
-use super::{now_ms, Cached};
+use super::now_ms;
 use crate::engine::EngineKind;
 
 /// Time between SIGTERM and SIGKILL when corral ends a process group.
@@ -164,11 +164,11 @@ pub const KNOWN: &[Known] = &[
 ];
 
 /// The stored value of `name`, if any. A store too old to have settings has none.
-pub fn get(connection: &Connection, name: &str) -> Option<String> {
+pub fn get(connection: &Conn, name: &str) -> Option<String> {
     connection
         .row(
             "SELECT value FROM settings WHERE name = ?1",
-            [name],
+            args![name],
             |row| row.get(0),
         )
         .optional()
@@ -177,7 +177,7 @@ pub fn get(connection: &Connection, name: &str) -> Option<String> {
 }
 
 /// The grace period for ending a process group, from the store or the default.
-pub fn cancel_grace(connection: Option<&Connection>) -> Duration {
+pub fn cancel_grace(connection: Option<&Conn>) -> Duration {
     let ms = connection
         .and_then(|connection| get(connection, CANCEL_GRACE_MS))
         .and_then(|value| value.parse().ok())
@@ -187,7 +187,7 @@ pub fn cancel_grace(connection: Option<&Connection>) -> Duration {
 
 /// How long a write waits for a store another program locks, from the store or the default
 /// (read by the ledger's writer when a write finds the store locked).
-pub fn store_lock_timeout(connection: &Connection) -> Duration {
+pub fn store_lock_timeout(connection: &Conn) -> Duration {
     let ms = get(connection, STORE_LOCK_TIMEOUT_MS)
         .and_then(|value| value.parse::<u64>().ok())
         .filter(|ms| STORE_LOCK_TIMEOUT_RANGE.contains(ms))
@@ -388,14 +388,11 @@ impl Default for Settings {
 impl Settings {
     /// Reads every stored setting over the defaults. A stored value that no longer validates
     /// (written by hand) keeps the default rather than stopping the supervisor.
-    pub fn load(connection: &Connection) -> rusqlite::Result<Settings> {
+    pub fn load(connection: &Conn) -> sql::Result<Settings> {
         let mut settings = Settings::default();
-        let mut statement = connection.prepare_cached("SELECT name, value FROM settings")?;
-        let rows = statement
-            .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let rows = connection.rows("SELECT name, value FROM settings", args![], |row| {
+            Ok((row.get::<String>(0)?, row.get::<String>(1)?))
+        })?;
         for (name, value) in rows {
             if let Err(error) = settings.apply(&name, &value) {
                 tracing::warn!(name, value, error, "stored setting ignored");
@@ -462,18 +459,14 @@ impl Settings {
 
 /// Sets a setting, or removes it (`None`: back to its default). Applied by the ledger actor
 /// (`SetSetting`) inside its transaction.
-pub(crate) fn set_setting(
-    connection: &Connection,
-    name: &str,
-    value: Option<&str>,
-) -> rusqlite::Result<()> {
+pub(crate) fn set_setting(connection: &Conn, name: &str, value: Option<&str>) -> sql::Result<()> {
     match value {
         Some(value) => connection.run(
             "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3) \
              ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            params![name, value, now_ms()],
+            args![name, value, now_ms()],
         )?,
-        None => connection.run("DELETE FROM settings WHERE name = ?1", [name])?,
+        None => connection.run("DELETE FROM settings WHERE name = ?1", args![name])?,
     };
     Ok(())
 }

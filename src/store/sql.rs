@@ -222,6 +222,18 @@ pub enum Value {
     Text(String),
 }
 
+impl From<String> for Value {
+    fn from(text: String) -> Self {
+        Value::Text(text)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(value: i64) -> Self {
+        Value::Int(value)
+    }
+}
+
 impl Value {
     fn kind(&self) -> &'static str {
         match self {
@@ -422,6 +434,15 @@ impl Conn {
             ConnInner::Sqlite(_) => None,
             ConnInner::Postgres(connection) => Some(connection),
         }
+    }
+
+    /// Compiles a statement into the connection's cache ahead of its first use.
+    pub fn prepare(&self, sql: &str) -> Result<()> {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => connection.prepare_cached(sql).map(|_| ())?,
+            ConnInner::Postgres(connection) => connection.prepare(sql)?,
+        }
+        Ok(())
     }
 
     /// Runs a statement that returns no rows (or whose rows are not wanted); the number of

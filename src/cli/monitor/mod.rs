@@ -10,7 +10,6 @@ pub mod show;
 
 use std::path::Path;
 
-use rusqlite::Connection;
 use serde::Serialize;
 
 use super::session::worktree::BranchColumn;
@@ -19,6 +18,7 @@ use crate::store::exec::{self, Exec, ExecFilter, ExecPage};
 use crate::store::overview::{self, SessionItem};
 use crate::store::runs;
 use crate::store::select::{IdKind, ShortIds};
+use crate::store::sql::{self, Conn};
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -83,10 +83,7 @@ pub struct Active {
 
 /// Reads the overview from the store, with the same reads as the daemon's `overview`
 /// (`store::overview`). `scope` limits execs to a repository (see [`repo_scope`]).
-pub fn build_overview(
-    connection: &Connection,
-    scope: Option<Option<String>>,
-) -> rusqlite::Result<Overview> {
+pub fn build_overview(connection: &Conn, scope: Option<Option<String>>) -> sql::Result<Overview> {
     let filter = ExecFilter {
         repo: scope.clone(),
         ..ExecFilter::default()

@@ -7,16 +7,18 @@ use crate::actors::ledger::{ClaimDriver, ReleaseDriver};
 use crate::protocol::*;
 use crate::store::drivers;
 use crate::store::drivers::ClaimRefused;
+use crate::store::sql::{args, Conn};
 
 /// Whether an exec (a driver) still runs: not completed, and its process alive.
 fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
     let Ok(connection) = crate::store::open_reader(&crate::store::store_path(home)) else {
         return false;
     };
+    let connection = Conn::from(connection);
     let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = connection
-        .query_row(
+        .row(
             "SELECT pid, pid_start, completed_at FROM execs WHERE id = ?1",
-            [exec_id],
+            args![exec_id],
             |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
         .ok();

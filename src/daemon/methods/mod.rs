@@ -28,7 +28,6 @@ mod status;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use rusqlite::Connection as Store;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -38,6 +37,7 @@ use crate::events::EventKind;
 use crate::protocol::*;
 use crate::store;
 use crate::store::select::Unselected;
+use crate::store::sql::{self, Conn as Store};
 use crate::{Corral, CorralError};
 
 pub use status::{kept_alive, STATUS_WAITERS};
@@ -425,7 +425,7 @@ pub(crate) fn session_of(c: &Store, selector: &str) -> Result<store::sessions::S
     )
 }
 
-fn read<T>(result: rusqlite::Result<T>) -> Result<T, RpcError> {
+fn read<T>(result: sql::Result<T>) -> Result<T, RpcError> {
     result.map_err(|error| RpcError::new(code::INTERNAL, format!("store: {error}")))
 }
 

@@ -3,12 +3,11 @@
 //! reads are `store::overview`'s, shared with `corral monitor`; `execs.list` only reads, so
 //! the CLI answers it from the store too when no daemon runs (`cli::local`).
 
-use rusqlite::Connection as Store;
-
 use super::{store_error, Caller, Inspect, Serve, STATUS_WAITERS};
 use crate::protocol::*;
 use crate::store::exec::{Cursor, Outcome, OutcomeFilter};
 use crate::store::overview::{self, ExecQuery, PageError};
+use crate::store::sql::Conn as Store;
 
 /// The most entries `execs.list` gives per page (as `monitor list --limit`).
 pub const MAX_EXECS_PAGE: u64 = 10_000;

@@ -1,12 +1,11 @@
 //! Projects and lock groups: `project.list`, `project.show`, `project.add`, `project.set`,
 //! `project.archive`, `group.set`.
 
-use rusqlite::Connection as Store;
-
 use super::{project_of, read, resolve_project, Caller, Inspect, Serve};
 use crate::protocol::*;
 use crate::store::projects;
 use crate::store::projects::NewProject;
+use crate::store::sql::Conn as Store;
 
 impl Inspect for ProjectList {
     fn inspect(c: &Store, p: ProjectListParams) -> Result<Vec<Project>, RpcError> {

@@ -9,6 +9,7 @@ use crate::protocol::*;
 use crate::store::exec::{ExecCompletion, NewExec, Outcome};
 use crate::store::prompts;
 use crate::store::prompts::NewPrompt;
+use crate::store::sql::args;
 use crate::{Corral, CorralError};
 
 /// A prompt by its id or a unique id prefix.
@@ -16,16 +17,11 @@ fn resolve_prompt(corral: &Corral, selector: &str) -> Result<prompts::Prompt, Rp
     let selector = selector.trim();
     let found = corral
         .read(|c| {
-            let mut statement = c.prepare(
+            c.rows(
                 "SELECT id FROM prompts WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 11",
-            )?;
-            let ids = statement
-                .query_map(
-                    rusqlite::params![selector, format!("{selector}\u{7f}")],
-                    |row| row.get::<_, String>(0),
-                )?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(ids)
+                args![selector, format!("{selector}\u{7f}")],
+                |row| row.get::<String>(0),
+            )
         })
         .map_err(store_error)?;
     let id = select("prompt", selector, found, |id| id.as_str(), |_| None)?;

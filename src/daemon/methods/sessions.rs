@@ -2,7 +2,6 @@
 //! `session.archive`, `session.steer`, `session.compact`, and a worktree session's
 //! `session.diff`, `session.merge`, `session.recreate` (served by [`crate::Corral`]'s calls).
 
-use rusqlite::Connection as Store;
 use serde_json::Value;
 
 use super::{
@@ -12,6 +11,7 @@ use super::{
 use crate::actors::ledger::{ChangeSession, WaveNamed};
 use crate::protocol::*;
 use crate::store::sessions::NewSession;
+use crate::store::sql::Conn as Store;
 use crate::store::{drivers, prompts, runs, sessions};
 
 impl Inspect for SessionList {

@@ -1,23 +1,22 @@
 //! Settings: `settings.get`, `settings.list`, `settings.set`.
 
-use rusqlite::Connection as Store;
-
 use super::{read, store_error, Caller, Inspect, Serve};
 use crate::protocol::*;
 use crate::store::settings::{self, KNOWN};
+use crate::store::sql::{self, args, Conn as Store};
 
 /// The settings stored now, by name.
-fn stored_settings(c: &Store) -> rusqlite::Result<Vec<StoredSetting>> {
-    let mut statement = c.prepare("SELECT name, value FROM settings ORDER BY name")?;
-    let rows = statement
-        .query_map([], |row| {
+fn stored_settings(c: &Store) -> sql::Result<Vec<StoredSetting>> {
+    c.rows(
+        "SELECT name, value FROM settings ORDER BY name",
+        args![],
+        |row| {
             Ok(StoredSetting {
                 name: row.get(0)?,
                 value: row.get(1)?,
             })
-        })?
-        .collect();
-    rows
+        },
+    )
 }
 
 impl Inspect for SettingsGet {

@@ -1,9 +1,8 @@
 //! The daemon itself: `status`, `shutdown`.
 
-use rusqlite::Connection as Store;
-
 use super::{store_error, Caller, Serve};
 use crate::protocol::*;
+use crate::store::sql::{self, Conn as Store};
 use crate::store::{processes, sessions};
 
 /// How many slot waiters `status` lists (with their blockers) unless its `waiters` param
@@ -12,7 +11,7 @@ pub const STATUS_WAITERS: usize = 20;
 
 /// What projects with `keep_background` kept after their runs and still lives: `status`
 /// lists them, from the daemon and from the store alike (`cli::local`).
-pub fn kept_alive(c: &Store) -> rusqlite::Result<Vec<KeptProcess>> {
+pub fn kept_alive(c: &Store) -> sql::Result<Vec<KeptProcess>> {
     let kept = processes::kept_processes(c)?;
     Ok(kept
         .iter()
