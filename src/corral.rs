@@ -42,6 +42,7 @@ use crate::actors::supervisor::{
 use crate::daemon::DaemonLock;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
+use crate::store::location::Location;
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
 use crate::store::prompts::{CancelFound, Enqueued, NewPrompt, Prompt};
 use crate::store::runs::Recovered;
@@ -171,11 +172,15 @@ impl Corral {
         lock: Option<DaemonLock>,
         options: CorralOptions,
     ) -> Result<Corral, CorralError> {
-        let path = store::store_path(&options.home);
-        // Before the lock: a foreign store gets nothing, not even a lock file beside it.
-        if !options.store_checked {
-            if let Compatibility::Incompatible(foreign) = store::inspect(&path)? {
-                return Err(CorralError::Store(store::refusal(&path, foreign)));
+        // The home's config names the store (`HOME/config`, `CORRAL_STORE_URL`), else the file.
+        let location = store::location::locate(&options.home)
+            .map_err(|error| CorralError::Store(error.to_string()))?;
+        // Before the lock: a foreign store gets nothing, not even a lock file beside it. (A
+        // PostgreSQL database is checked by the ledger's first connection, with nothing but
+        // reads, before anything is written.)
+        if let (false, Location::Sqlite(path)) = (options.store_checked, &location) {
+            if let Compatibility::Incompatible(foreign) = store::inspect(path)? {
+                return Err(CorralError::Store(store::refusal(path, foreign)));
             }
         }
         let lock = match lock {
@@ -193,8 +198,8 @@ impl Corral {
             None => DaemonLock::try_acquire(&options.home)
                 .map_err(|error| CorralError::Store(error.to_string()))?,
         };
-        let (ledger, _) = LedgerHandle::start(&path, true).await?;
-        let readers = ReaderPool::new(&path);
+        let (ledger, _) = LedgerHandle::start_at(&location, true).await?;
+        let readers = ReaderPool::at(&location);
         let settings = readers.read(Settings::load)?;
         let slots = SlotsHandle::start(slot_limits(&settings));
         let home = options.home.canonicalize().unwrap_or(options.home);

@@ -205,6 +205,7 @@ fn copy_context(context: &Context, exec_id: &str) -> Context {
     invocation.id = exec_id.to_string();
     Context {
         home: context.home.clone(),
+        location: context.location.clone(),
         store_path: context.store_path.clone(),
         ledger: context.ledger.clone(),
         invocation,

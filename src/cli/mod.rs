@@ -67,6 +67,7 @@ use clap::{Parser, Subcommand};
 use crate::actors::ledger::{LedgerError, LedgerHandle};
 use crate::home;
 use crate::store::exec::Outcome;
+use crate::store::location::Location;
 use crate::store::sql::{self, Conn};
 use crate::store::{self, Compatibility, StoreError};
 use invocation::Invocation;
@@ -323,6 +324,9 @@ impl From<LedgerError> for CliError {
 /// What every command gets: where the home and store are, and the ledger when recording.
 pub struct Context {
     pub home: PathBuf,
+    /// Where the store is (`HOME/config`'s `store.url`, `CORRAL_STORE_URL`, else the file).
+    pub location: Location,
+    /// What names the store in messages: the SQLite file, or the URL without its password.
     pub store_path: PathBuf,
     /// `None` when the store is not ours: the command runs without recording.
     pub ledger: Option<LedgerHandle>,
@@ -339,7 +343,7 @@ impl Context {
             // The unavailability line was printed when the store was checked.
             return Err(CliError::silent(1));
         }
-        Ok(Conn::from(store::open_reader(&self.store_path)?))
+        Ok(store::open_read(&self.location)?)
     }
 }
 
@@ -362,6 +366,15 @@ pub fn main() -> ExitCode {
         tokio::task::yield_now().await;
         match Cli::parse_argv(&argv) {
             Ok(mut cli) => {
+                // `config get|set|unset store.url` need the home only: no store is opened.
+                if let Command::Config(args) = &cli.command {
+                    if args.action.is_location() {
+                        return (
+                            config::run_location(cli.home.as_deref(), &args.action),
+                            false,
+                        );
+                    }
+                }
                 // The commands that run a supervisor here stop it the orderly way.
                 let supervises = matches!(cli.command, Command::Daemon(_) | Command::Demo(_));
                 let invocation = match &mut cli.command {
@@ -403,12 +416,14 @@ fn daemon_listens(argv: &[OsString]) -> bool {
 }
 
 /// The store as found before the arguments are parsed, in the home that `--home` (found
-/// without clap) or the environment names; its header is read once, here, before SQLite
-/// sees the file. A store that is there and plausible has its ledger starting at once, without
-/// creating or migrating anything (a parse that fails must leave the store as it is); the
-/// commands use it when they name the same home and the store needs no migration.
+/// without clap) or the environment names; a SQLite file's header is read once, here, before
+/// SQLite sees the file. A store that is there and plausible has its ledger starting at once,
+/// without creating or migrating anything (a parse that fails must leave the store as it
+/// is); the commands use it when they name the same home and the store needs no migration.
+/// (A PostgreSQL database is always plausible here: the ledger's first connection checks it
+/// with reads only.)
 struct EarlyStore {
-    path: PathBuf,
+    location: Location,
     compatibility: Compatibility,
     ledger: Option<tokio::task::JoinHandle<Result<(LedgerHandle, u32), LedgerError>>>,
 }
@@ -416,14 +431,18 @@ struct EarlyStore {
 impl EarlyStore {
     fn open(argv: &[OsString]) -> Option<EarlyStore> {
         let (home, _) = home::locate(home::scan_flag(argv).as_deref())?;
-        let path = store::store_path(&home);
-        let compatibility = store::inspect(&path).ok()?;
+        // A config that cannot be read is said by the command's own open, in its one line.
+        let location = store::location::locate(&home).ok()?;
+        let compatibility = match &location {
+            Location::Sqlite(path) => store::inspect(path).ok()?,
+            Location::Postgres(_) => Compatibility::Plausible,
+        };
         let ledger = (compatibility == Compatibility::Plausible).then(|| {
-            let path = path.clone();
-            tokio::task::spawn_local(async move { LedgerHandle::start(&path, false).await })
+            let location = location.clone();
+            tokio::task::spawn_local(async move { LedgerHandle::start_at(&location, false).await })
         });
         Some(EarlyStore {
-            path,
+            location,
             compatibility,
             ledger,
         })
@@ -443,7 +462,7 @@ async fn early(error: clap::Error, argv: Vec<OsString>, store: Option<EarlyStore
     let Some(store) = store else {
         return code;
     };
-    let path = store.path.clone();
+    let path = store::shown_path(&store.location);
     if let Compatibility::Incompatible(foreign) = store.compatibility {
         eprintln!("{}", store::refusal(&path, foreign));
         return code;
@@ -812,12 +831,15 @@ async fn open(
 ) -> Result<Context, CliError> {
     let (home, source) = home::locate(cli.home.as_deref()).ok_or_else(no_home)?;
     home::prepare(&home, &source).map_err(CliError::failure)?;
-    let store_path = store::store_path(&home);
-    let early = early.filter(|early| early.path == store_path);
+    let location =
+        store::location::locate(&home).map_err(|error| CliError::failure(error.to_string()))?;
+    let store_path = store::shown_path(&location);
+    let early = early.filter(|early| early.location == location);
     // The header is read once, before any connection (see `store::inspect`).
-    let compatibility = match &early {
-        Some(early) => early.compatibility,
-        None => store::inspect(&store_path)?,
+    let compatibility = match (&early, &location) {
+        (Some(early), _) => early.compatibility,
+        (None, Location::Sqlite(path)) => store::inspect(path)?,
+        (None, Location::Postgres(_)) => Compatibility::Plausible,
     };
     // Taken when it opened a store that needs no migration; else dropped here, before the
     // ledger that migrates starts.
@@ -835,7 +857,7 @@ async fn open(
         (_, Some(ledger)) => Ok(ledger),
         // No store yet, one to migrate, or one the early start could not open: started now,
         // as a writer that creates and migrates (and says why it cannot).
-        _ => match LedgerHandle::start(&store_path, true).await {
+        _ => match LedgerHandle::start_at(&location, true).await {
             Ok((ledger, _)) => Ok(ledger),
             Err(error) => match error.store_error() {
                 Some(StoreError::Incompatible(foreign)) => Err(*foreign),
@@ -848,6 +870,7 @@ async fn open(
         .ok();
     Ok(Context {
         home,
+        location,
         store_path,
         ledger,
         invocation,

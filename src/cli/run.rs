@@ -30,7 +30,6 @@ use crate::client::{Client, ClientError};
 use crate::process;
 use crate::protocol::{ExecEnd, ExecEndParams, ExecStart, ExecStartParams};
 use crate::store::exec::Outcome;
-use crate::store::sql::Conn;
 use crate::store::{self, settings};
 
 /// The exit status of a command that could not be started, as shells use it.
@@ -219,9 +218,9 @@ pub async fn conclude_in(ended: Ended, home: &Path) -> Result<Exit, CliError> {
     match ended {
         Ended::Exited(exit) => exit,
         Ended::Interrupted(interrupted) => {
-            let reader = store::open_reader(&store::store_path(home))
+            let reader = store::location::locate(home)
                 .ok()
-                .map(Conn::from);
+                .and_then(|location| store::open_read(&location).ok());
             Ok(interrupted
                 .end(settings::cancel_grace(reader.as_ref()))
                 .await)

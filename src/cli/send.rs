@@ -179,8 +179,14 @@ fn ready_home(home: Option<&std::path::Path>) -> Option<PathBuf> {
     if !std::fs::metadata(&home).is_ok_and(|meta| meta.is_dir()) {
         return None;
     }
-    let compatibility = crate::store::inspect(&crate::store::store_path(&home)).ok()?;
-    (compatibility == crate::store::Compatibility::Plausible).then_some(home)
+    match crate::store::location::locate(&home).ok()? {
+        crate::store::location::Location::Sqlite(path) => {
+            let compatibility = crate::store::inspect(&path).ok()?;
+            (compatibility == crate::store::Compatibility::Plausible).then_some(home)
+        }
+        // Checked by the daemon's ledger when it opened it.
+        crate::store::location::Location::Postgres(_) => Some(home),
+    }
 }
 
 /// What a plain send prints: the prompt's id and status, or with `--json` the prompt. A

@@ -132,6 +132,15 @@ pub fn refusal(path: &Path, foreign: Foreign) -> String {
     )
 }
 
+/// What names the store at `location` in messages: the SQLite file, or the URL without its
+/// password.
+pub fn shown_path(location: &location::Location) -> PathBuf {
+    match location {
+        location::Location::Sqlite(path) => path.clone(),
+        location::Location::Postgres(url) => PathBuf::from(url.to_string()),
+    }
+}
+
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -7,14 +7,16 @@ use crate::actors::ledger::{ClaimDriver, ReleaseDriver};
 use crate::protocol::*;
 use crate::store::drivers;
 use crate::store::drivers::ClaimRefused;
-use crate::store::sql::{args, Conn};
+use crate::store::sql::args;
 
 /// Whether an exec (a driver) still runs: not completed, and its process alive.
 fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
-    let Ok(connection) = crate::store::open_reader(&crate::store::store_path(home)) else {
+    let Some(connection) = crate::store::location::locate(home)
+        .ok()
+        .and_then(|location| crate::store::open_read(&location).ok())
+    else {
         return false;
     };
-    let connection = Conn::from(connection);
     let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = connection
         .row(
             "SELECT pid, pid_start, completed_at FROM execs WHERE id = ?1",
