@@ -237,7 +237,9 @@ impl Corral {
     /// connection is a [`Conn`] and the closure returns [`sql::Result`] (before the PostgreSQL
     /// store it was a `rusqlite::Connection` and `rusqlite::Result`: a change of this library
     /// API, so a caller's closure now runs its statements through `Conn::row`/`rows`/`run`).
-    pub fn read<T>(&self, read: impl FnOnce(&Conn) -> sql::Result<T>) -> Result<T, CorralError> {
+    /// `FnMut`: on PostgreSQL a read whose pooled connection the server had ended is made
+    /// once more on a new one.
+    pub fn read<T>(&self, read: impl FnMut(&Conn) -> sql::Result<T>) -> Result<T, CorralError> {
         Ok(self.shared.readers.read(read)?)
     }
 

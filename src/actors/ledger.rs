@@ -378,6 +378,8 @@ struct LockWait<'a> {
     committing: bool,
     /// The busy timeout was set to none for a shutdown ([`LedgerHandle::stop_waiting`]).
     answer_at_once: bool,
+    /// The last attempt found the database server gone (PostgreSQL), not a lock.
+    unreachable: bool,
 }
 
 impl<'a> LockWait<'a> {
@@ -389,6 +391,7 @@ impl<'a> LockWait<'a> {
             backoff: LOCK_BACKOFF.0,
             committing: false,
             answer_at_once: false,
+            unreachable: false,
         }
     }
 
@@ -419,15 +422,29 @@ impl<'a> LockWait<'a> {
                 Err(error) if !is_busy(&error) => {
                     return Err(StoreError::from_db(self.path, error))
                 }
-                Err(_) => {}
+                // A `COMMIT` whose connection was cut off cannot be made again on another:
+                // whether it committed is unknown, and its callers are told it failed.
+                Err(error) if self.committing && error.is_connection_lost() => {
+                    return Err(StoreError::from_db(self.path, error))
+                }
+                Err(error) => self.unreachable = error.is_connection_lost(),
             }
+            let unreachable = self.unreachable;
             let (limit, since) = *self.waiting.get_or_insert_with(|| {
                 let limit = crate::store::settings::store_lock_timeout(connection);
-                tracing::warn!(
-                    store = %self.path.display(),
-                    limit_ms = limit.as_millis() as u64,
-                    "the store is locked by another writer: writes wait for it"
-                );
+                if unreachable {
+                    tracing::warn!(
+                        store = %self.path.display(),
+                        limit_ms = limit.as_millis() as u64,
+                        "the store cannot be reached: writes wait for it"
+                    );
+                } else {
+                    tracing::warn!(
+                        store = %self.path.display(),
+                        limit_ms = limit.as_millis() as u64,
+                        "the store is locked by another writer: writes wait for it"
+                    );
+                }
                 (limit, Instant::now())
             });
             let now = Instant::now();
@@ -471,6 +488,12 @@ impl<'a> LockWait<'a> {
     }
 
     fn timeout(&self, limit: Duration) -> StoreError {
+        if self.unreachable {
+            return StoreError::Unreachable {
+                path: self.path.to_path_buf(),
+                waited: limit,
+            };
+        }
         StoreError::LockTimeout {
             path: self.path.to_path_buf(),
             waited: limit,
@@ -493,15 +516,16 @@ impl<'a> LockWait<'a> {
     }
 }
 
-/// Whether SQLite said another connection holds a lock it needs. (PostgreSQL waits for a
-/// row lock on the server instead: no error to retry.)
+/// Whether the attempt is worth making again: SQLite said another connection holds a lock it
+/// needs, or the PostgreSQL server went away (the next `BEGIN` reconnects). PostgreSQL waits
+/// for a row lock on the server instead: no error to retry.
 fn is_busy(error: &DbError) -> bool {
     match error {
         DbError::Sqlite(error) => matches!(
             error.sqlite_error_code(),
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         ),
-        _ => false,
+        other => other.is_connection_lost(),
     }
 }
 

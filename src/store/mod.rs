@@ -160,6 +160,16 @@ pub enum StoreError {
         settings::STORE_LOCK_TIMEOUT_MS
     )]
     LockTimeout { path: PathBuf, waited: Duration },
+    /// The PostgreSQL server could not be reached for `store.lock_timeout_ms`: the ledger
+    /// tried again (reconnecting) that long, then gave the write up. Kept like a locked
+    /// store's: the same write may succeed once the server is back.
+    #[error(
+        "the store at {} cannot be reached: a write waited {} for it ({}) and was given up",
+        path.display(),
+        seconds(*waited),
+        settings::STORE_LOCK_TIMEOUT_MS
+    )]
+    Unreachable { path: PathBuf, waited: Duration },
     #[error("store: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("store: {0}")]
@@ -180,7 +190,10 @@ impl StoreError {
     /// Whether this says another program held the store's write lock (past the busy
     /// timeout, or past `store.lock_timeout_ms`).
     pub fn is_locked(&self) -> bool {
-        matches!(self, StoreError::Locked(_) | StoreError::LockTimeout { .. })
+        matches!(
+            self,
+            StoreError::Locked(_) | StoreError::LockTimeout { .. } | StoreError::Unreachable { .. }
+        )
     }
 
     /// Turns a SQLite busy/locked error into [`StoreError::Locked`] naming the file, so the user
@@ -496,14 +509,29 @@ impl ReaderPool {
         }
     }
 
-    /// Runs `read` on a pooled read-only connection.
-    pub fn read<T>(&self, read: impl FnOnce(&Conn) -> sql::Result<T>) -> Result<T, StoreError> {
+    /// Runs `read` on a pooled read-only connection. A pooled PostgreSQL connection the
+    /// server ended meanwhile is replaced, and the read made once more on a new one.
+    pub fn read<T>(&self, mut read: impl FnMut(&Conn) -> sql::Result<T>) -> Result<T, StoreError> {
         let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let connection = match pooled {
-            Some(connection) => connection,
-            None => self.open()?,
+        let (connection, result) = match pooled {
+            Some(connection) => {
+                let result = read(&connection);
+                match result {
+                    Err(error) if error.is_connection_lost() => {
+                        let connection = self.open()?;
+                        let again = read(&connection);
+                        (connection, again)
+                    }
+                    result => (connection, result),
+                }
+            }
+            None => {
+                let connection = self.open()?;
+                let result = read(&connection);
+                (connection, result)
+            }
         };
-        let result = read(&connection).map_err(|error| match &self.source {
+        let result = result.map_err(|error| match &self.source {
             ReaderSource::Sqlite(path) => StoreError::from_db(path, error),
             ReaderSource::Postgres { .. } => StoreError::Db(error),
         });

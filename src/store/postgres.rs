@@ -62,10 +62,19 @@ pub enum ConnectError {
 }
 
 /// One PostgreSQL connection, its statements and whether a transaction is open.
+///
+/// **Reconnecting.** When the server ends the connection (a restart, a network cut), the next
+/// `BEGIN` through [`PgConn::batch`] makes a new one, never a statement inside a transaction:
+/// a transaction cut off is lost whole, and its caller is told. So the ledger's writer, which
+/// opens each batch with `BEGIN`, comes back with the database; until then its batches fail
+/// as unreachable, which the ledger waits out like a locked SQLite file.
 pub struct PgConn {
-    client: Client,
+    client: RefCell<Client>,
+    /// How to connect again, and what names the server in errors (no password).
+    config: tokio_postgres::Config,
+    target: String,
     /// Prepared statements by their SQLite-form text; cleared when full (the texts are a few
-    /// dozen constants, plus the dynamic filters of `monitor`).
+    /// dozen constants, plus the dynamic filters of `monitor`) and with a new connection.
     statements: RefCell<HashMap<String, Statement>>,
     /// Set by `BEGIN`, cleared by `COMMIT`/`ROLLBACK` through [`PgConn::batch`].
     transaction: Cell<bool>,
@@ -78,59 +87,32 @@ impl PgConn {
         config: &tokio_postgres::Config,
         target: &str,
     ) -> std::result::Result<PgConn, ConnectError> {
-        let config = config.clone();
-        let connected = block(store_runtime().spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::debug!(error = %super::sql::postgres_message(&error), "a store connection ended");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
-        }));
-        let client = match connected {
-            Ok(Ok(client)) => client,
-            Ok(Err(error)) => {
-                let message = super::sql::postgres_message(&error);
-                return Err(if error.as_db_error().is_some() {
-                    ConnectError::Refused {
-                        target: target.to_string(),
-                        message,
-                    }
-                } else {
-                    ConnectError::Unreachable {
-                        target: target.to_string(),
-                        message,
-                    }
-                });
-            }
-            Err(join) => {
-                return Err(ConnectError::Unreachable {
-                    target: target.to_string(),
-                    message: join.to_string(),
-                })
-            }
-        };
         let connection = PgConn {
-            client,
+            client: RefCell::new(login(config, target)?),
+            config: config.clone(),
+            target: target.to_string(),
             statements: RefCell::new(HashMap::new()),
             transaction: Cell::new(false),
         };
-        // A transaction left open by a stuck client would hold its locks forever.
-        connection
-            .batch("SET idle_in_transaction_session_timeout = '60s'")
-            .map_err(|error| ConnectError::Unreachable {
-                target: target.to_string(),
-                message: error.to_string(),
-            })?;
         Ok(connection)
+    }
+
+    /// A new connection in place of one the server ended.
+    fn reconnect(&self) -> std::result::Result<(), ConnectError> {
+        let client = login(&self.config, &self.target)?;
+        *self.client.borrow_mut() = client;
+        self.statements.borrow_mut().clear();
+        self.transaction.set(false);
+        tracing::info!(store = %self.target, "reconnected to the store");
+        Ok(())
     }
 
     fn statement(&self, sql: &str) -> Result<Statement> {
         if let Some(statement) = self.statements.borrow().get(sql) {
             return Ok(statement.clone());
         }
-        let statement = block(self.client.prepare(&numbered_placeholders(sql)))?;
+        let client = self.client.borrow();
+        let statement = block(client.prepare(&numbered_placeholders(sql)))?;
         let mut statements = self.statements.borrow_mut();
         if statements.len() >= STATEMENT_CACHE {
             statements.clear();
@@ -146,26 +128,32 @@ impl PgConn {
     pub(crate) fn execute(&self, sql: &str, args: &[&dyn Param]) -> Result<u64> {
         let statement = self.statement(sql)?;
         let args = Args::new(args);
-        Ok(block(self.client.execute(&statement, &args.refs()))?)
+        let client = self.client.borrow();
+        Ok(block(client.execute(&statement, &args.refs()))?)
     }
 
     pub(crate) fn query(&self, sql: &str, args: &[&dyn Param]) -> Result<Vec<tokio_postgres::Row>> {
         let statement = self.statement(sql)?;
         let args = Args::new(args);
-        Ok(block(self.client.query(&statement, &args.refs()))?)
+        let client = self.client.borrow();
+        Ok(block(client.query(&statement, &args.refs()))?)
     }
 
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
-        let result = block(self.client.batch_execute(sql));
         let word = sql.trim_start().get(..8).unwrap_or("").to_ascii_uppercase();
-        if word.starts_with("BEGIN") || word.starts_with("START") {
+        let begins = word.starts_with("BEGIN") || word.starts_with("START");
+        if begins && self.is_closed() {
+            self.reconnect()?;
+        }
+        let result = block(self.client.borrow().batch_execute(sql));
+        if begins {
             self.transaction.set(result.is_ok());
         } else if word.starts_with("COMMIT")
             || word.starts_with("ROLLBACK") && !word.contains(" TO")
         {
             self.transaction.set(false);
         }
-        if result.is_err() && self.client.is_closed() {
+        if result.is_err() && self.is_closed() {
             self.transaction.set(false);
         }
         Ok(result?)
@@ -177,7 +165,41 @@ impl PgConn {
 
     /// Whether the server ended the connection (or it broke): a pool drops such a one.
     pub fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        self.client.borrow().is_closed()
+    }
+}
+
+/// Logs in, on the store runtime, and sets what every corral connection has.
+fn login(
+    config: &tokio_postgres::Config,
+    target: &str,
+) -> std::result::Result<Client, ConnectError> {
+    let config = config.clone();
+    let connected = block(store_runtime().spawn(async move {
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(error = %super::sql::postgres_message(&error), "a store connection ended");
+            }
+        });
+        // A transaction left open by a stuck client would hold its locks forever.
+        client
+            .batch_execute("SET idle_in_transaction_session_timeout = '60s'")
+            .await?;
+        Ok::<_, tokio_postgres::Error>(client)
+    }));
+    let unreachable = |message: String| ConnectError::Unreachable {
+        target: target.to_string(),
+        message,
+    };
+    match connected {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(error)) if error.as_db_error().is_some() => Err(ConnectError::Refused {
+            target: target.to_string(),
+            message: super::sql::postgres_message(&error),
+        }),
+        Ok(Err(error)) => Err(unreachable(super::sql::postgres_message(&error))),
+        Err(join) => Err(unreachable(join.to_string())),
     }
 }
 
@@ -278,7 +300,10 @@ impl<'a> FromSql<'a> for AnyValue {
 
 impl From<ConnectError> for DbError {
     fn from(error: ConnectError) -> Self {
-        DbError::Invalid(error.to_string())
+        match error {
+            ConnectError::Unreachable { .. } => DbError::Unreachable(error.to_string()),
+            ConnectError::Refused { .. } => DbError::Invalid(error.to_string()),
+        }
     }
 }
 

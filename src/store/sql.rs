@@ -49,6 +49,9 @@ pub enum DbError {
     /// A column held a value the caller's type cannot take.
     #[error("column {column}: {message}")]
     Decode { column: usize, message: String },
+    /// The database server cannot be reached (a new connection failed).
+    #[error("{0}")]
+    Unreachable(String),
     /// The store's contents are not what corral wrote (a value out of its domain).
     #[error("{0}")]
     Invalid(String),
@@ -72,6 +75,25 @@ impl DbError {
         match self {
             DbError::Postgres(error) => error.code().map(|code| code.code()),
             _ => None,
+        }
+    }
+
+    /// Whether the database server went away: the connection was ended or a new one could
+    /// not be made. What was not committed is lost; the same write may succeed later.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            DbError::Unreachable(_) => true,
+            DbError::Postgres(error) => {
+                let io = std::error::Error::source(error)
+                    .is_some_and(|source| source.is::<std::io::Error>());
+                // 57P01..03: the server shuts down, or ended this backend.
+                let ended = matches!(
+                    error.code().map(|code| code.code()),
+                    Some("57P01" | "57P02" | "57P03")
+                );
+                error.is_closed() || io || ended
+            }
+            _ => false,
         }
     }
 
