@@ -71,7 +71,7 @@ pub enum ConnectError {
 pub struct PgConn {
     client: RefCell<Client>,
     /// How to connect again, and what names the server in errors (no password).
-    config: tokio_postgres::Config,
+    config: Box<tokio_postgres::Config>,
     target: String,
     /// Prepared statements by their SQLite-form text; cleared when full (the texts are a few
     /// dozen constants, plus the dynamic filters of `monitor`) and with a new connection.
@@ -89,7 +89,7 @@ impl PgConn {
     ) -> std::result::Result<PgConn, ConnectError> {
         let connection = PgConn {
             client: RefCell::new(login(config, target)?),
-            config: config.clone(),
+            config: Box::new(config.clone()),
             target: target.to_string(),
             statements: RefCell::new(HashMap::new()),
             transaction: Cell::new(false),
