@@ -109,3 +109,235 @@ fn a_databases_url_keeps_the_admin_urls_password_and_parameters() {
         "host=h user=u dbname=d"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// One daemon on a PostgreSQL store.
+
+const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
+
+/// The only text of `rows` of one column.
+fn texts(rows: Vec<Vec<serde_json::Value>>) -> Vec<String> {
+    rows.into_iter()
+        .map(|row| {
+            row[0]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| row[0].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_daemon_on_postgres_runs_prompts_and_records_everything_there() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "on postgres", &[]);
+    let answer = home.ok(&["send", &session, "say hello", "--wait"]);
+    assert!(!answer.trim().is_empty(), "the fake engine answers");
+    home.ok(&["send", &session, "and again", "--wait"]);
+    // Everything is in the database, nothing in a SQLite file.
+    assert!(
+        !home.path().join("corral.db").exists(),
+        "no SQLite store is made"
+    );
+    assert_eq!(
+        texts(sql(&url, "SELECT status FROM prompts ORDER BY created_at")),
+        vec!["done", "done"]
+    );
+    assert_eq!(
+        texts(sql(&url, "SELECT status FROM runs ORDER BY started_at")),
+        vec!["succeeded", "succeeded"]
+    );
+    let events = sql(
+        &url,
+        &format!("SELECT count(*) FROM events WHERE session_id = '{session}'"),
+    );
+    assert!(events[0][0].as_i64().unwrap() >= 4, "{events:?}");
+    // The daemon-wide feed numbers every event once, without a gap.
+    let feed = sql(
+        &url,
+        "SELECT count(*), min(feed_seq), max(feed_seq) FROM events",
+    );
+    assert_eq!(feed[0][0], feed[0][2], "{feed:?}");
+    assert_eq!(feed[0][1], json!(1), "{feed:?}");
+    // The exec ledger too: this test's own commands.
+    let sends = sql(
+        &url,
+        "SELECT count(*) FROM execs WHERE search_text LIKE '% send %'",
+    );
+    assert_eq!(sends[0][0], json!(2), "{sends:?}");
+    // Readers: the CLI's history and the daemon's session view read the same rows.
+    let history = home.json(&["history", &session, "--json"]);
+    assert_eq!(
+        history["runs"].as_array().map(Vec::len),
+        Some(2),
+        "{history}"
+    );
+    let shown = home.json(&["session", "show", &session, "--json"]);
+    assert_eq!(
+        shown["prompts"].as_array().map(Vec::len),
+        Some(2),
+        "{shown}"
+    );
+    let version = sql(
+        &url,
+        "SELECT value FROM corral_meta WHERE key = 'schema_version'",
+    );
+    assert_eq!(version[0][0], json!(store_schema_version()), "{version:?}");
+    home.stop_daemon();
+    // And after a restart the daemon finds it all again.
+    let again = home.json(&["history", &session, "--json"]);
+    assert_eq!(again["runs"], history["runs"]);
+}
+
+/// The schema version this binary writes, as `corral_meta` holds it.
+fn store_schema_version() -> String {
+    corral::store::migrations::SCHEMA_VERSION.to_string()
+}
+
+/// A fresh home with no store yet (at `h` inside the returned directory).
+fn home_at() -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    let home_dir = home.path().join("h");
+    std::fs::create_dir(&home_dir).unwrap();
+    home
+}
+
+/// `corral ARGS` in `home/h` with `CORRAL_STORE_URL=url`.
+fn corral_at(home: &tempfile::TempDir, url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .env("CORRAL_HOME", home.path().join("h"))
+        .env("CORRAL_STORE_URL", url)
+        .env_remove("CORRAL_TEST_STORE")
+        .output()
+        .unwrap()
+}
+
+/// Fails with exactly one line on stderr, exit 1, no daemon started, no SQLite file made.
+fn refused(home: &tempfile::TempDir, url: &str, args: &[&str]) -> String {
+    let out = corral_at(home, url, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let h = home.path().join("h");
+    assert!(!h.join("corral.db").exists(), "{stderr}");
+    assert!(!h.join("daemon.pid").exists(), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_store_url_that_cannot_serve_is_refused_in_one_line() {
+    let Some(admin) = common::store::postgres_admin_url() else {
+        return;
+    };
+    let home = home_at();
+    // Malformed.
+    let said = refused(
+        &home,
+        "postgres://corral@127.0.0.1:notaport/x",
+        &["project", "list"],
+    );
+    assert!(said.contains("CORRAL_STORE_URL"), "{said}");
+    // Unreachable: nothing listens on port 1.
+    let said = refused(
+        &home,
+        "postgres://corral:pw@127.0.0.1:1/corral",
+        &["project", "list"],
+    );
+    assert!(said.contains("cannot be reached"), "{said}");
+    assert!(
+        !said.contains(":pw@"),
+        "the password is never shown: {said}"
+    );
+    // A wrong password.
+    let wrong = {
+        let mut config: tokio_postgres::Config = admin.parse().unwrap();
+        config.password("not-the-password");
+        let host = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            other => panic!("{other:?}"),
+        };
+        let port = config.get_ports()[0];
+        let user = config.get_user().unwrap().to_string();
+        format!("postgres://{user}:not-the-password@{host}:{port}/postgres")
+    };
+    let said = refused(&home, &wrong, &["daemon"]);
+    assert!(said.contains("refused the login"), "{said}");
+    assert!(!said.contains("not-the-password"), "{said}");
+}
+
+#[test]
+fn a_foreign_database_is_refused_and_nothing_is_written_to_it() {
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    sql(&database.url, "CREATE TABLE theirs (x bigint)");
+    let tables = "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables \
+                  WHERE schemaname = 'public'";
+    let before = sql(&database.url, tables);
+    let home = home_at();
+    let said = refused(&home, &database.url, &["project", "list"]);
+    assert!(said.contains("left untouched"), "{said}");
+    assert_eq!(sql(&database.url, tables), before);
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_left_as_it_is() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    home.ok(&["project", "list"]);
+    sql(
+        &url,
+        "UPDATE corral_meta SET value = '999' WHERE key = 'schema_version'",
+    );
+    let count = "SELECT count(*) FROM execs";
+    let before = sql(&url, count);
+    let out = home.run(&["project", "list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("newer"), "{stderr}");
+    assert_eq!(sql(&url, count), before, "not even the exec is recorded");
+}
+
+#[test]
+fn the_daemon_carries_on_after_the_database_ended_its_connections() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "reconnects", &[]);
+    home.ok(&["send", &session, "before", "--wait"]);
+    // What a server restart or a network cut does to the daemon: every connection it has to
+    // its database (the ledger's writer, the pooled readers) is ended by the server.
+    let admin = common::store::postgres_admin_url().unwrap();
+    let database = texts(sql(&url, "SELECT current_database()::text")).remove(0);
+    let ended = sql(
+        &admin,
+        &format!(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{database}' AND pid <> pg_backend_pid()) ended"
+        ),
+    );
+    assert!(
+        ended[0][0].as_i64().unwrap() >= 1,
+        "the daemon held connections: {ended:?}"
+    );
+    // The next prompt runs and is stored: the writer and the readers connect again.
+    home.ok(&["send", &session, "after", "--wait"]);
+    assert_eq!(
+        texts(sql(&url, "SELECT status FROM prompts ORDER BY created_at")),
+        vec!["done", "done"]
+    );
+    let shown = home.json(&["session", "show", &session, "--json"]);
+    assert_eq!(
+        shown["prompts"].as_array().map(Vec::len),
+        Some(2),
+        "{shown}"
+    );
+}

@@ -512,7 +512,12 @@ impl ReaderPool {
     /// Runs `read` on a pooled read-only connection. A pooled PostgreSQL connection the
     /// server ended meanwhile is replaced, and the read made once more on a new one.
     pub fn read<T>(&self, mut read: impl FnMut(&Conn) -> sql::Result<T>) -> Result<T, StoreError> {
-        let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        // Connections the server ended while idle are dropped unused (a read whose closure
+        // turns its errors into answers could not be made again).
+        let pooled = self.idle.lock().ok().and_then(|mut idle| {
+            idle.retain(|connection| !connection.as_postgres().is_some_and(|pg| pg.is_closed()));
+            idle.pop()
+        });
         let (connection, result) = match pooled {
             Some(connection) => {
                 let result = read(&connection);

@@ -140,7 +140,12 @@ impl PgConn {
     }
 
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
-        let word = sql.trim_start().get(..8).unwrap_or("").to_ascii_uppercase();
+        let word: String = sql
+            .trim_start()
+            .chars()
+            .take(12)
+            .collect::<String>()
+            .to_ascii_uppercase();
         let begins = word.starts_with("BEGIN") || word.starts_with("START");
         if begins && self.is_closed() {
             self.reconnect()?;
