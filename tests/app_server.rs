@@ -490,6 +490,7 @@ fn the_agents_commands_know_their_session_and_the_turns_driver() {
             .unwrap();
         let bench = Bench(Library {
             corral,
+            database: None,
             home,
             projects: tempfile::tempdir().unwrap(),
         });

@@ -926,35 +926,28 @@ fn the_agents_own_commands_are_recorded_under_the_driver() {
     let corral = env!("CARGO_BIN_EXE_corral");
     let prompt = format!("@fake run={corral} monitor list --all --limit 1\nwork");
     home.ok(&["send", "driven", &prompt, "--wait"]);
-    let db = rusqlite::Connection::open(home.path().join("corral.db")).unwrap();
     // The agent's call: made for the session, via the agent, under the `send --wait` exec.
-    let (parent, caller, via_agent): (String, String, bool) = db
-        .query_row(
-            "SELECT parent_exec_id, caller_session_id, via_agent FROM execs \
-             WHERE command LIKE '%monitor%list%--limit%' AND command NOT LIKE '%\"send\"%'",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
-        .unwrap();
-    let driver: String = db
-        .query_row(
-            "SELECT command FROM execs WHERE id = ?1",
-            [&parent],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let call = home.sql(
+        "SELECT parent_exec_id, caller_session_id, via_agent FROM execs \
+         WHERE command LIKE '%monitor%list%--limit%' AND command NOT LIKE '%\"send\"%'",
+    );
+    let [parent, caller, via_agent] = &call.first().expect("the agent's call is recorded")[..]
+    else {
+        panic!("{call:?}")
+    };
+    let parent = parent.as_str().expect("the call has a parent exec");
+    let driver = home.sql(&format!(
+        "SELECT command FROM execs WHERE id = {}",
+        common::store::quoted(parent)
+    ));
+    let driver = driver[0][0].as_str().expect("the parent exec's command");
     assert!(
         driver.contains("\"send\"") && driver.contains("--wait"),
         "{driver}"
     );
-    let session: String = db
-        .query_row(
-            "SELECT id FROM sessions WHERE title = 'driven'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(caller, session);
-    assert!(via_agent);
+    let session = home.sql("SELECT id FROM sessions WHERE title = 'driven'");
+    assert_eq!(caller, &session[0][0]);
+    assert!(caller.is_string(), "{caller}");
+    assert_eq!(via_agent, &json!(1), "via_agent");
     home.stop_daemon();
 }

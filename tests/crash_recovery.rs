@@ -12,7 +12,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rusqlite::params;
 use serde_json::{json, Value};
 
 mod common;
@@ -21,6 +20,7 @@ mod common;
 mod crash_loop;
 
 use common::daemon::{alive, kill, wait_until, DaemonHome};
+use common::store::{number_or_null, quoted};
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
@@ -32,7 +32,23 @@ fn kill_9_at_random_moments_loses_no_prompt_runs_none_twice_and_leaves_nothing()
         .and_then(|seed| seed.parse().ok())
         .unwrap_or(0x5eed);
     println!("seed {seed} (set CORRAL_CRASH_SEED to replay)");
-    let figures = crash_loop::run(Path::new(CORRAL), Path::new(FAKE), 20, seed);
+    // A home on the store of the test pass; SQLite's file is checked whole at the end, a
+    // PostgreSQL store (which has no such check) must have been the only one.
+    let home = DaemonHome::new();
+    let mut figures = crash_loop::run_in(Path::new(CORRAL), Path::new(FAKE), home.path(), 20, seed);
+    figures.integrity = if home.store().is_postgres() {
+        assert!(
+            !home.path().join("corral.db").exists(),
+            "a SQLite store beside the PostgreSQL one of HOME/config"
+        );
+        println!("integrity: PRAGMA integrity_check is SQLite's; the store is PostgreSQL");
+        "ok".to_string()
+    } else {
+        home.sql("PRAGMA integrity_check")[0][0]
+            .as_str()
+            .expect("integrity_check's answer")
+            .to_string()
+    };
     println!(
         "kills {:?}, {} prompts, {} lost, {} not once, {} live overlaps in {} scans, {} left, integrity {}, {:?}",
         figures.kills,
@@ -98,25 +114,18 @@ fn leftover_engine(home: &Path, run_id: &str, session_id: &str) -> Child {
 /// A store as corral 6 left it, with two prompts whose runs a dead daemon left running: one
 /// with its engine's pid recorded, one killed between the run's row and its pid.
 fn store_at_version_6(home: &DaemonHome, recorded: &Child) -> [(String, String); 2] {
-    let mut db = rusqlite::Connection::open(home.path().join("corral.db")).unwrap();
-    db.pragma_update(None, "journal_mode", "WAL").unwrap();
-    assert_eq!(
-        corral::store::migrations::migrate_to(&mut db, 6).unwrap(),
-        6
-    );
+    home.store().migrate_to(6);
     let now = corral::store::now_ms();
-    let work = home.work();
-    db.execute(
-        "INSERT INTO projects (id, name, path, engine, created_at) VALUES ('p', 'p', ?1, 'fake', ?2)",
-        params![work.to_str().unwrap(), now],
-    )
-    .unwrap();
+    home.execute(&format!(
+        "INSERT INTO projects (id, name, path, engine, created_at) VALUES ('p', 'p', {}, 'fake', {now})",
+        quoted(home.work().to_str().unwrap())
+    ));
     for (name, value) in [("engines.fake.path", FAKE), ("cancel.grace_ms", "300")] {
-        db.execute(
-            "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3)",
-            params![name, value, now],
-        )
-        .unwrap();
+        home.execute(&format!(
+            "INSERT INTO settings (name, value, updated_at) VALUES ({}, {}, {now})",
+            quoted(name),
+            quoted(value)
+        ));
     }
     let pid = recorded.id() as i64;
     let start = corral::process::start_time(recorded.id()).map(|start| start as i64);
@@ -125,23 +134,19 @@ fn store_at_version_6(home: &DaemonHome, recorded: &Child) -> [(String, String);
         ("s2", "q2", "r2", None, None),
     ];
     for (session, prompt, run, pid, start) in runs {
-        db.execute(
-            "INSERT INTO sessions (id, project_id, engine, title, created_at) VALUES (?1, 'p', 'fake', ?1, ?2)",
-            params![session, now],
-        )
-        .unwrap();
-        db.execute(
+        home.execute(&format!(
+            "INSERT INTO sessions (id, project_id, engine, title, created_at) \
+             VALUES ('{session}', 'p', 'fake', '{session}', {now})"
+        ));
+        home.execute(&format!(
             "INSERT INTO prompts (id, session_id, text, status, attempts, created_at, started_at) \
-             VALUES (?1, ?2, '@fake delay=10\nrerun me', 'running', 1, ?3, ?3)",
-            params![prompt, session, now],
-        )
-        .unwrap();
-        db.execute(
+             VALUES ('{prompt}', '{session}', '@fake delay=10\nrerun me', 'running', 1, {now}, {now})"
+        ));
+        let (pid, start) = (number_or_null(pid), number_or_null(start));
+        home.execute(&format!(
             "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, started_at, pid, pid_start, pgid) \
-             VALUES (?1, ?2, ?3, 1, 'fake', '[]', ?4, ?5, ?6, ?5)",
-            params![run, prompt, session, now, pid, start],
-        )
-        .unwrap();
+             VALUES ('{run}', '{prompt}', '{session}', 1, 'fake', '[]', {now}, {pid}, {start}, {pid})"
+        ));
     }
     [("s1".into(), "r1".into()), ("s2".into(), "r2".into())]
 }
@@ -160,11 +165,7 @@ fn a_daemon_killed_mid_migration_leaves_the_leftovers_to_the_next_one_which_ends
         .output()
         .unwrap();
     assert!(!killed.status.success(), "{killed:?}");
-    let version: u32 = home
-        .db()
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(home.store().schema_version(), 6);
     assert!(alive(recorded.id() as i32) && alive(unrecorded.id() as i32));
 
     // The next one migrates, ends both engines (SIGKILL after the grace: they ignore
@@ -180,15 +181,20 @@ fn a_daemon_killed_mid_migration_leaves_the_leftovers_to_the_next_one_which_ends
         "the engine without a pid still runs"
     );
     let _ = (recorded.wait(), unrecorded.wait());
-    let db = home.db();
     for (session, run) in &runs {
-        let (status, ended_at): (String, i64) = db
-            .query_row(
-                "SELECT status, ended_at FROM runs WHERE id = ?1",
-                [run],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .unwrap();
+        let closed = home.sql(&format!(
+            "SELECT status, ended_at FROM runs WHERE id = {}",
+            quoted(run)
+        ));
+        let (status, ended_at) = match closed.first().map(|row| &row[..]) {
+            Some([status, ended_at]) => (
+                status.clone(),
+                ended_at
+                    .as_i64()
+                    .unwrap_or_else(|| panic!("run {run} not ended: {closed:?}")),
+            ),
+            _ => panic!("run {run} is not in the store: {closed:?}"),
+        };
         assert_eq!(status, "interrupted");
         // Not stamped before the kill: the engine ignored SIGTERM for the whole grace.
         assert!(
@@ -196,12 +202,12 @@ fn a_daemon_killed_mid_migration_leaves_the_leftovers_to_the_next_one_which_ends
             "run {run} ended at {ended_at}, {} ms after the start",
             ended_at - before
         );
-        let rerun_started: i64 = db
-            .query_row(
-                "SELECT min(started_at) FROM runs WHERE session_id = ?1 AND id != ?2",
-                params![session, run],
-                |row| row.get(0),
-            )
+        let rerun_started = home.sql(&format!(
+            "SELECT min(started_at) FROM runs WHERE session_id = {} AND id != {}",
+            quoted(session),
+            quoted(run)
+        ))[0][0]
+            .as_i64()
             .unwrap_or(i64::MAX);
         assert!(
             rerun_started >= ended_at,
@@ -315,15 +321,13 @@ fn a_daemon_stopped_by_sigterm_leaves_its_app_server_stopped_by_the_shutdown() {
     home.stop_daemon();
     assert!(!alive(pid), "the app-server child outlived its daemon");
     // What the store keeps is the truth: stopped by the shutdown, not a child that died.
-    let stored: Value = home
-        .db()
-        .query_row(
-            "SELECT state FROM app_servers WHERE project_id = (SELECT id FROM projects WHERE name = 'a')",
-            [],
-            |row| row.get::<_, String>(0),
-        )
-        .map(|state| serde_json::from_str(&state).unwrap())
-        .unwrap();
+    let state = home.sql(
+        "SELECT state FROM app_servers WHERE project_id = (SELECT id FROM projects WHERE name = 'a')",
+    );
+    let stored: Value = match state.first().map(|row| &row[..]) {
+        Some([Value::String(state)]) => serde_json::from_str(state).unwrap(),
+        _ => panic!("the app-server's state in the store: {state:?}"),
+    };
     assert_eq!(stored["status"], "stopped", "{stored}");
     assert_eq!(
         stored["last_exit"]["close_source"], "daemon shutdown",

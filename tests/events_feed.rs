@@ -14,10 +14,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use rusqlite::params;
 use serde_json::{json, Value};
 
 use common::daemon::{DaemonHome, DEADLINE};
+use common::store::quoted;
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
@@ -123,14 +123,17 @@ fn home() -> DaemonHome {
 
 /// `(session_id, seq, feed_seq)` of every stored event, in `feed_seq` order.
 fn stored(home: &DaemonHome) -> Vec<(String, i64, i64)> {
-    let db = home.db();
-    let mut statement = db
-        .prepare("SELECT session_id, seq, feed_seq FROM events ORDER BY feed_seq")
-        .unwrap();
-    let rows = statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .unwrap();
-    rows.map(Result::unwrap).collect()
+    home.sql("SELECT session_id, seq, feed_seq FROM events ORDER BY feed_seq")
+        .into_iter()
+        .map(|row| match &row[..] {
+            [Value::String(session), Value::Number(seq), Value::Number(feed_seq)] => (
+                session.clone(),
+                seq.as_i64().unwrap(),
+                feed_seq.as_i64().unwrap(),
+            ),
+            _ => panic!("an event row of other types: {row:?}"),
+        })
+        .collect()
 }
 
 fn key(event: &Value) -> (String, i64, i64) {
@@ -294,38 +297,28 @@ fn a_client_that_does_not_read_the_daemon_wide_stream_lags_and_resumes_from_its_
 /// A store as corral 7 left it: two sessions whose events interleave in time, one of them
 /// with a clock set back between two of its events.
 fn store_at_version_7(home: &DaemonHome) {
-    let mut db = rusqlite::Connection::open(home.path().join("corral.db")).unwrap();
-    db.pragma_update(None, "journal_mode", "WAL").unwrap();
-    assert_eq!(
-        corral::store::migrations::migrate_to(&mut db, 7).unwrap(),
-        7
-    );
-    let work = home.work();
-    db.execute(
-        "INSERT INTO projects (id, name, path, engine, created_at) VALUES ('p', 'p', ?1, 'fake', 1)",
-        params![work.to_str().unwrap()],
-    )
-    .unwrap();
-    db.execute(
-        "INSERT INTO settings (name, value, updated_at) VALUES ('engines.fake.path', ?1, 1)",
-        params![FAKE],
-    )
-    .unwrap();
+    home.store().migrate_to(7);
+    let work = quoted(home.work().to_str().unwrap());
+    home.execute(&format!(
+        "INSERT INTO projects (id, name, path, engine, created_at) VALUES ('p', 'p', {work}, 'fake', 1)"
+    ));
+    home.execute(&format!(
+        "INSERT INTO settings (name, value, updated_at) VALUES ('engines.fake.path', {}, 1)",
+        quoted(FAKE)
+    ));
     for session in ["s1", "s2"] {
-        db.execute(
+        home.execute(&format!(
             "INSERT INTO sessions (id, project_id, engine, title, created_at, last_event_seq) \
-             VALUES (?1, 'p', 'fake', ?1, 1, 3)",
-            params![session],
-        )
-        .unwrap();
+             VALUES ('{session}', 'p', 'fake', '{session}', 1, 3)"
+        ));
     }
     // s1's prompt ended before the migration: its answer's first line is read back.
-    db.execute(
+    let answer = format!("\n\n  the old answer  \n{}", "more lines\n".repeat(5_000));
+    home.execute(&format!(
         "INSERT INTO prompts (id, session_id, text, status, attempts, answer, created_at, finished_at) \
-         VALUES ('q1', 's1', 'old question', 'done', 1, ?1, 5, 6)",
-        params![format!("\n\n  the old answer  \n{}", "more lines\n".repeat(5_000))],
-    )
-    .unwrap();
+         VALUES ('q1', 's1', 'old question', 'done', 1, {}, 5, 6)",
+        quoted(&answer)
+    ));
     // s1 at 10, 30, 20 (the clock went back); s2 at 15, 25, 25.
     for (session, seq, at) in [
         ("s1", 1, 10),
@@ -335,11 +328,10 @@ fn store_at_version_7(home: &DaemonHome) {
         ("s2", 2, 25),
         ("s2", 3, 25),
     ] {
-        db.execute(
-            "INSERT INTO events (session_id, seq, at, kind, payload) VALUES (?1, ?2, ?3, 'message', '{}')",
-            params![session, seq, at],
-        )
-        .unwrap();
+        home.execute(&format!(
+            "INSERT INTO events (session_id, seq, at, kind, payload) \
+             VALUES ('{session}', {seq}, {at}, 'message', '{{}}')"
+        ));
     }
 }
 
@@ -355,20 +347,13 @@ fn migration_8_numbers_an_older_stores_events_and_a_kill_in_the_middle_leaves_it
         .output()
         .unwrap();
     assert!(!killed.status.success(), "{killed:?}");
-    let db = home.db();
-    let version: u32 = db
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, 7);
-    let columns: i64 = db
-        .query_row(
-            "SELECT count(*) FROM pragma_table_info('events') WHERE name = 'feed_seq'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(columns, 0, "the step's column is not there");
-    drop(db);
+    let store = home.store();
+    assert_eq!(store.schema_version(), 7);
+    let columns = store.columns("events");
+    assert!(
+        !columns.iter().any(|column| column == "feed_seq"),
+        "the step's column is not there: {columns:?}"
+    );
 
     // The next daemon migrates: time order, each session's own order kept (s1's third event
     // stays after its second, at the second's time), then session and seq.
@@ -495,10 +480,9 @@ fn overview_and_execs_list_through_the_socket() {
     assert_eq!(overview["gaps"], json!([]));
     assert!(overview["slots"]["limits"].is_object(), "{overview}");
     assert!(!overview["recent"].as_array().unwrap().is_empty());
-    let last_feed: i64 = home
-        .db()
-        .query_row("SELECT max(feed_seq) FROM events", [], |row| row.get(0))
-        .unwrap();
+    let last_feed = home.sql("SELECT max(feed_seq) FROM events")[0][0]
+        .as_i64()
+        .expect("the events' last feed_seq");
     assert!(overview["feed_seq"].as_i64().unwrap() <= last_feed);
     assert!(overview["feed_seq"].as_i64().unwrap() > 0);
 

@@ -708,6 +708,9 @@ fn a_claude_session_runs_on_the_claude_format() {
 #[test]
 fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
     let home = tempfile::tempdir().unwrap();
+    // The store of the test pass (a database of its own under CORRAL_TEST_STORE=postgres),
+    // kept until both supervisors are done.
+    let _database = common::store::for_home(home.path());
     let projects = tempfile::tempdir().unwrap();
     // A supervisor that goes away while its engine child runs (as a killed daemon would).
     let (prompt_id, pid) = actix::System::new().block_on(async {

@@ -16,7 +16,8 @@
 //! `/proc` by a thread scanning every few milliseconds: the processes carrying the home's
 //! `CORRAL_HOME`, grouped by `CORRAL_SESSION_ID`, must never carry two `CORRAL_RUN_ID`s),
 //! runs overlapping in the store, processes left behind once the last daemon stopped, and
-//! `PRAGMA integrity_check`.
+//! `PRAGMA integrity_check` (SQLite's; [`run_in`] leaves the check of a home's store, which
+//! may be PostgreSQL, to its caller).
 //!
 //! Self-contained (its own small client), so that the example can include it by path.
 
@@ -80,11 +81,31 @@ impl Lcg {
     }
 }
 
-/// Runs `rounds` rounds in a fresh temporary home with these binaries.
+/// Runs `rounds` rounds in a fresh temporary home with these binaries, its store SQLite's
+/// file, whose `PRAGMA integrity_check` ends the figures. (`examples/crash_bench.rs`'s; the
+/// test runs [`run_in`] on a home of the test pass.)
+#[allow(dead_code)]
 pub fn run(corral: &Path, fake: &Path, rounds: usize, seed: u64) -> Figures {
     let started = Instant::now();
-    let home = tempfile::tempdir().unwrap();
-    let home = home.path().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_path_buf();
+    let mut figures = run_in(corral, fake, &home, rounds, seed);
+    let db = rusqlite::Connection::open(home.join("corral.db")).unwrap();
+    figures.integrity = db
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    figures.wall = started.elapsed();
+    drop(db);
+    let _ = std::fs::remove_dir_all(&home);
+    figures
+}
+
+/// [`run`] in `home`, which exists and may name its store in `HOME/config` (the tests' pass on
+/// PostgreSQL): every figure but `integrity`, left empty for the caller, who knows the store.
+/// The home is left as the last daemon left it (none of its processes running).
+pub fn run_in(corral: &Path, fake: &Path, home: &Path, rounds: usize, seed: u64) -> Figures {
+    let started = Instant::now();
+    let home = home.to_path_buf();
     let mut figures = Figures {
         rounds,
         ..Figures::default()
@@ -111,12 +132,7 @@ pub fn run(corral: &Path, fake: &Path, rounds: usize, seed: u64) -> Figures {
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
-    let db = rusqlite::Connection::open(home.join("corral.db")).unwrap();
-    figures.integrity = db
-        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
-        .unwrap();
     figures.wall = started.elapsed();
-    let _ = std::fs::remove_dir_all(&home);
     figures
 }
 

@@ -169,9 +169,28 @@ impl DaemonHome {
         assert!(!self.path().join("corral.sock").exists());
     }
 
-    /// The store, for reading what the daemon recorded.
+    /// The store, for reading what the daemon recorded (SQLite only: the files of the second
+    /// pass use [`DaemonHome::sql`], which reads either store).
     pub fn db(&self) -> rusqlite::Connection {
         rusqlite::Connection::open(self.path().join("corral.db")).unwrap()
+    }
+
+    /// The home's store on either backend (see [`super::store::HomeStore`]).
+    #[cfg(test)]
+    pub fn store(&self) -> super::store::HomeStore<'_> {
+        super::store::HomeStore::of(self.path(), self.store_url())
+    }
+
+    /// The rows of `query` on the home's store, whichever it is, each column as JSON.
+    #[cfg(test)]
+    pub fn sql(&self, query: &str) -> Vec<Vec<Value>> {
+        self.store().sql(query)
+    }
+
+    /// Runs one statement on the home's store, whichever it is: the rows it changed.
+    #[cfg(test)]
+    pub fn execute(&self, statement: &str) -> u64 {
+        self.store().execute(statement)
     }
 }
 

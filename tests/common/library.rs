@@ -18,15 +18,22 @@ use corral::{Corral, CorralOptions};
 const PROMPT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A supervisor on a temporary home, and a directory for its projects.
+///
+/// Under `CORRAL_TEST_STORE=postgres` the home gets a database of its own in `HOME/config`
+/// before the supervisor starts (`Corral::start` reads it), as a daemon's home does.
 pub struct Library {
     pub corral: Corral,
+    /// The home's PostgreSQL database, if its store is one; after `corral`, so dropped after
+    /// the supervisor let go of it.
+    pub database: Option<super::store::TestDatabase>,
     pub home: tempfile::TempDir,
     pub projects: tempfile::TempDir,
 }
 
 impl Library {
-    /// Starts a supervisor on `home` and applies `settings`.
+    /// Starts a supervisor on `home` (on the store of the test pass) and applies `settings`.
     pub async fn start_in(home: tempfile::TempDir, settings: &[(&str, &str)]) -> Library {
+        let database = super::store::for_home(home.path());
         let corral = Corral::start(CorralOptions::new(home.path()))
             .await
             .unwrap();
@@ -35,9 +42,16 @@ impl Library {
         }
         Library {
             corral,
+            database,
             home,
             projects: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// The home's store on either backend, for reading it beside the supervisor.
+    pub fn store(&self) -> super::store::HomeStore<'_> {
+        let url = self.database.as_ref().map(|database| database.url.as_str());
+        super::store::HomeStore::of(self.home.path(), url)
     }
 
     /// Adds `new` with a directory of its own (named after it) as its path.

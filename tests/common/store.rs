@@ -15,6 +15,9 @@
 //! - [`for_home`]: the database of a test home under `CORRAL_TEST_STORE=postgres` (the second
 //!   pass of `.ci/run`), written into the home's `config` as `store.url`.
 //! - [`sql`]: the rows of a query as JSON values, for assertions.
+//! - [`HomeStore`]: a test home's store on either backend (SQLite's file or the home's
+//!   database), read and written with the same SQL text, so the second pass's test files
+//!   assert the same things on both; [`skip_sqlite_only`] for the tests about SQLite itself.
 //!
 //! The helpers block: each runs its driver calls on a current-thread tokio runtime of its
 //! own, on a thread of its own, so they also work inside an async test (a runtime cannot be
@@ -178,6 +181,240 @@ pub fn sql(url: &str, query: &str) -> Vec<Vec<Value>> {
         Ok(Err(error)) => panic!("{query:?}: {}", detail(&error)),
         Err(error) => panic!("{query:?}: {} does not answer: {error}", shown(url)),
     }
+}
+
+/// Runs one statement (no parameters) on the database at `url`: the rows it changed. For the
+/// tests that write a store directly to set up a situation (see [`HomeStore::execute`]).
+pub fn execute(url: &str, statement: &str) -> u64 {
+    let text = statement.to_string();
+    match blocking(url, move |client| async move {
+        client.execute(&text, &[]).await
+    }) {
+        Ok(Ok(changed)) => changed,
+        Ok(Err(error)) => panic!("{statement:?}: {}", detail(&error)),
+        Err(error) => panic!("{statement:?}: {} does not answer: {error}", shown(url)),
+    }
+}
+
+/// Whether this is the PostgreSQL pass (`CORRAL_TEST_STORE=postgres`).
+pub fn postgres_pass() -> bool {
+    std::env::var("CORRAL_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// For a test about SQLite itself (the file, its header, WAL, `sqlite3`'s locks): `true`,
+/// after printing why, when the test is to skip because this is the PostgreSQL pass (its
+/// homes have no SQLite file); the first pass runs it.
+pub fn skip_sqlite_only(what: &str) -> bool {
+    if postgres_pass() {
+        eprintln!("skipped: about the SQLite file ({what}); CORRAL_TEST_STORE=postgres");
+        return true;
+    }
+    false
+}
+
+/// A SQL string literal of `text` (quotes doubled), the same on both stores (PostgreSQL's
+/// `standard_conforming_strings` keeps backslashes as they are, as SQLite does).
+pub fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A SQL literal of an optional integer: the number, or `NULL`.
+pub fn number_or_null(value: Option<i64>) -> String {
+    value.map_or_else(|| "NULL".to_string(), |value| value.to_string())
+}
+
+/// A test home's store as the tests read and write it beside corral, on either store: the
+/// SQLite file `HOME/corral.db`, or the home's PostgreSQL database. The SQL text must run on
+/// both: cast what PostgreSQL types differently (`count(*)` is bigint, which reads as an
+/// integer; `sum()` of bigint is numeric: `sum(x)::int8`; a comparison or `EXISTS` is a
+/// boolean there and 0/1 in SQLite: `CASE WHEN … THEN 1 ELSE 0 END`), and use no `rowid`,
+/// `sqlite_master` or PRAGMA (the schema's questions have methods here).
+pub enum HomeStore<'a> {
+    Sqlite { home: &'a Path },
+    Postgres { home: &'a Path, url: &'a str },
+}
+
+impl<'a> HomeStore<'a> {
+    /// The store of `home`: its database's `url` when it has one (its `HOME/config`), else
+    /// SQLite.
+    pub fn of(home: &'a Path, url: Option<&'a str>) -> Self {
+        match url {
+            Some(url) => HomeStore::Postgres { home, url },
+            None => HomeStore::Sqlite { home },
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, HomeStore::Postgres { .. })
+    }
+
+    /// The rows of `query`, each column as JSON (integers, text and floats as themselves,
+    /// NULL as `null`; see [`sql`]). SQLite is opened read-only, as a reader beside the daemon.
+    pub fn sql(&self, query: &str) -> Vec<Vec<Value>> {
+        match self {
+            HomeStore::Sqlite { home } => sqlite_rows(&home.join("corral.db"), query),
+            HomeStore::Postgres { home, url } => {
+                not_on_sqlite(home);
+                sql(url, query)
+            }
+        }
+    }
+
+    /// The one row of `query` (fails the test when there are none or several).
+    pub fn row(&self, query: &str) -> Vec<Value> {
+        let mut rows = self.sql(query);
+        assert_eq!(rows.len(), 1, "{query:?}: one row expected, got {rows:?}");
+        rows.remove(0)
+    }
+
+    /// The one value of `query`'s one row.
+    pub fn value(&self, query: &str) -> Value {
+        let mut row = self.row(query);
+        assert_eq!(row.len(), 1, "{query:?}: one column expected, got {row:?}");
+        row.remove(0)
+    }
+
+    /// Runs one statement (no parameters; values as literals, [`quoted`]): the rows it
+    /// changed. For setting up a situation the daemon then meets.
+    pub fn execute(&self, statement: &str) -> u64 {
+        match self {
+            HomeStore::Sqlite { home } => {
+                let db = rusqlite::Connection::open(home.join("corral.db"))
+                    .unwrap_or_else(|error| panic!("the store does not open: {error}"));
+                db.busy_timeout(Duration::from_secs(5)).unwrap();
+                db.execute(statement, [])
+                    .unwrap_or_else(|error| panic!("{statement:?}: {error}")) as u64
+            }
+            HomeStore::Postgres { home, url } => {
+                not_on_sqlite(home);
+                execute(url, statement)
+            }
+        }
+    }
+
+    /// The store's schema version: SQLite's `user_version`, PostgreSQL's
+    /// `corral_meta.schema_version` (0 before the first step).
+    pub fn schema_version(&self) -> u32 {
+        match self {
+            HomeStore::Sqlite { home } => {
+                let db = sqlite_reader(&home.join("corral.db"));
+                db.query_row("PRAGMA user_version", [], |row| row.get(0))
+                    .unwrap_or_else(|error| panic!("PRAGMA user_version: {error}"))
+            }
+            HomeStore::Postgres { .. } => {
+                let known = self
+                    .value("SELECT CASE WHEN to_regclass('corral_meta') IS NULL THEN 0 ELSE 1 END");
+                if known == 0 {
+                    return 0;
+                }
+                let rows = self.sql("SELECT value FROM corral_meta WHERE key = 'schema_version'");
+                match rows.first().and_then(|row| row.first()) {
+                    None => 0,
+                    Some(Value::String(text)) => text
+                        .parse()
+                        .unwrap_or_else(|_| panic!("corral_meta.schema_version is {text:?}")),
+                    Some(other) => panic!("corral_meta.schema_version is {other}"),
+                }
+            }
+        }
+    }
+
+    /// The names of `table`'s columns, in their order.
+    pub fn columns(&self, table: &str) -> Vec<String> {
+        let query = match self {
+            HomeStore::Sqlite { .. } => {
+                format!(
+                    "SELECT name FROM pragma_table_info({}) ORDER BY cid",
+                    quoted(table)
+                )
+            }
+            HomeStore::Postgres { .. } => format!(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = {} \
+                 ORDER BY ordinal_position",
+                quoted(table)
+            ),
+        };
+        self.sql(&query)
+            .into_iter()
+            .map(|row| row[0].as_str().expect("a column name").to_string())
+            .collect()
+    }
+
+    /// Makes the store as a corral of schema `version` left it: the steps up to `version`
+    /// (SQLite in WAL mode, as corral makes it), nothing else.
+    pub fn migrate_to(&self, version: u32) {
+        match self {
+            HomeStore::Sqlite { home } => {
+                let mut db = rusqlite::Connection::open(home.join("corral.db")).unwrap();
+                db.pragma_update(None, "journal_mode", "WAL").unwrap();
+                let reached = corral::store::migrations::migrate_to(&mut db, version)
+                    .unwrap_or_else(|error| panic!("migrating to {version}: {error}"));
+                assert_eq!(reached, version);
+            }
+            HomeStore::Postgres { home, url } => {
+                not_on_sqlite(home);
+                let parsed = corral::store::location::PgUrl::parse(url)
+                    .unwrap_or_else(|error| panic!("{}: {error}", shown(url)));
+                let connection =
+                    corral::store::postgres::PgConn::connect(&parsed.config(), &shown(url))
+                        .unwrap_or_else(|error| panic!("{}: {error}", shown(url)));
+                let conn = corral::store::sql::Conn::from(connection);
+                let reached = corral::store::postgres::migrate(&conn, version)
+                    .unwrap_or_else(|error| panic!("migrating to {version}: {error}"));
+                assert_eq!(reached, version);
+            }
+        }
+    }
+}
+
+/// A home whose `config` names PostgreSQL must have no SQLite file: one means corral did not
+/// use the store it was given, and the test would check the wrong store.
+fn not_on_sqlite(home: &Path) {
+    let file = home.join("corral.db");
+    assert!(
+        !file.exists(),
+        "{} exists although HOME/config names PostgreSQL: corral made a SQLite store",
+        file.display()
+    );
+}
+
+/// A read-only connection to a SQLite store (waiting out a writer's lock for a while).
+fn sqlite_reader(path: &Path) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap_or_else(|error| panic!("{} does not open read-only: {error}", path.display()));
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    db
+}
+
+/// The rows of `query` on the SQLite store at `path`, as [`sql`] gives PostgreSQL's.
+fn sqlite_rows(path: &Path, query: &str) -> Vec<Vec<Value>> {
+    use rusqlite::types::ValueRef;
+    let db = sqlite_reader(path);
+    let mut statement = db
+        .prepare(query)
+        .unwrap_or_else(|error| panic!("{query:?}: {error}"));
+    let width = statement.column_count();
+    let rows = statement
+        .query_map([], |row| {
+            (0..width)
+                .map(|index| {
+                    Ok(match row.get_ref(index)? {
+                        ValueRef::Null => Value::Null,
+                        ValueRef::Integer(number) => number.into(),
+                        ValueRef::Real(number) => number.into(),
+                        ValueRef::Text(text) => String::from_utf8_lossy(text).into_owned().into(),
+                        ValueRef::Blob(_) => panic!("{query:?}: a blob column (cast it)"),
+                    })
+                })
+                .collect::<rusqlite::Result<Vec<Value>>>()
+        })
+        .unwrap_or_else(|error| panic!("{query:?}: {error}"));
+    rows.map(|row| row.unwrap_or_else(|error| panic!("{query:?}: {error}")))
+        .collect()
 }
 
 /// One column's value read as JSON (see [`sql`]).
