@@ -22,6 +22,11 @@
 //!
 //! Run: `cargo build --release && cargo run --release --example dispatch_bench [N]`
 //! Goal: dispatch latency p50 ≤ 2 ms, p99 ≤ 10 ms.
+//!
+//! **On PostgreSQL** (issue 14): `CORRAL_BENCH_POSTGRES_URL=postgres://USER:PW@HOST:PORT/postgres
+//! cargo run --release --example dispatch_bench [N] -- --store postgres` makes a fresh database
+//! on that server (dropped at the end), points the home's `store.url` at it and measures the
+//! same; the goal there is p50 ≤ 10 ms (prompt accepted → engine child running).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -223,6 +228,8 @@ fn main() {
         fake.display()
     );
     let home = tempfile::tempdir().unwrap();
+    let on_postgres = std::env::args().any(|arg| arg == "postgres");
+    let database = on_postgres.then(|| BenchDatabase::create(home.path()));
     let stamps = tempfile::tempdir().unwrap();
     // Inherited by the engine children (the variables mean nothing to corral itself).
     std::env::set_var(REAL_ENGINE, &fake);
@@ -279,10 +286,21 @@ fn main() {
     let bare = bare_spawns(&me, &argv, Path::new(&cwd), stamps.path(), n);
     drop(projects);
 
-    println!("prompts: {n} per mode, one at a time (each waits for its end); fake engine");
+    drop(database);
+    let store = if on_postgres { "PostgreSQL" } else { "SQLite" };
+    println!(
+        "prompts: {n} per mode, one at a time (each waits for its end); fake engine; {store} store"
+    );
     println!("t0 = Corral::send returned (prompt accepted and durable)");
     let (mut child_met, mut bound_met) = (true, true);
-    let meets = |(p50, p99): (u64, u64)| p50 <= 2_000 && p99 <= 10_000;
+    // PostgreSQL commits durably over a socket (fsync on the server): its goal is p50 ≤ 10 ms.
+    let meets = |(p50, p99): (u64, u64)| {
+        if on_postgres {
+            p50 <= 10_000
+        } else {
+            p50 <= 2_000 && p99 <= 10_000
+        }
+    };
     for (mode, samples) in [
         ("alternating (2 warm sessions)", &alternating),
         ("fresh (a new session each time)", &fresh),
@@ -296,9 +314,67 @@ fn main() {
     println!("without corral:");
     report("spawn → child running (bare spawn)", &bare);
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    let goal = if on_postgres {
+        "p50 ≤ 10000 µs"
+    } else {
+        "p50 ≤ 2000 µs, p99 ≤ 10000 µs"
+    };
     println!(
-        "goal p50 ≤ 2000 µs, p99 ≤ 10000 µs: t0 → child running {}, t0 → run.started received {}",
+        "goal {goal}: t0 → child running {}, t0 → run.started received {}",
         verdict(child_met),
         verdict(bound_met)
     );
+}
+
+/// A database of its own on `CORRAL_BENCH_POSTGRES_URL`'s server for one run, named in the
+/// home's `store.url`; dropped at the end.
+struct BenchDatabase {
+    admin: String,
+    name: String,
+}
+
+impl BenchDatabase {
+    fn create(home: &Path) -> BenchDatabase {
+        use std::os::unix::fs::OpenOptionsExt;
+        let admin = std::env::var("CORRAL_BENCH_POSTGRES_URL")
+            .expect("--store postgres needs CORRAL_BENCH_POSTGRES_URL (an admin URL)");
+        let name = format!("corral_bench_{}", uuid::Uuid::new_v4().simple());
+        admin_sql(&admin, &format!("CREATE DATABASE {name}"));
+        let (base, _) = admin.rsplit_once('/').expect("a URL with a database path");
+        let url = format!("{base}/{name}");
+        let mut config = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(home.join("config"))
+            .unwrap();
+        std::io::Write::write_all(&mut config, format!("store.url = {url}\n").as_bytes()).unwrap();
+        BenchDatabase { admin, name }
+    }
+}
+
+impl Drop for BenchDatabase {
+    fn drop(&mut self) {
+        admin_sql(
+            &self.admin,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
+}
+
+/// Runs `statement` on the admin URL, on a runtime of its own.
+fn admin_sql(admin: &str, statement: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
+            .await
+            .expect("the benchmark's PostgreSQL server");
+        let driver = tokio::spawn(connection);
+        client.batch_execute(statement).await.unwrap();
+        drop(client);
+        let _ = driver.await;
+    });
 }
