@@ -200,6 +200,20 @@ impl Corral {
         };
         let (ledger, _) = LedgerHandle::start_at(&location, true).await?;
         let readers = ReaderPool::at(&location);
+        // A home serves one store: its daemon is refused another database (before the boot
+        // reconciles anything there).
+        let store_id = match &location {
+            Location::Postgres(_) => readers.read(|c| {
+                c.opt_row(
+                    "SELECT value FROM corral_meta WHERE key = 'store_id'",
+                    crate::store::sql::args![],
+                    |row| row.get::<String>(0),
+                )
+            })?,
+            Location::Sqlite(_) => None,
+        };
+        store::location::bind_home(&options.home, &location, store_id.as_deref())
+            .map_err(CorralError::Store)?;
         let settings = readers.read(Settings::load)?;
         let slots = SlotsHandle::start(slot_limits(&settings));
         let home = options.home.canonicalize().unwrap_or(options.home);

@@ -341,3 +341,52 @@ fn the_daemon_carries_on_after_the_database_ended_its_connections() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_home_serves_one_store() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let Some(other) = TestDatabase::create() else {
+        return;
+    };
+    home.start_daemon();
+    home.stop_daemon();
+    let bound = std::fs::read_to_string(home.path().join("store.id")).unwrap();
+    let url = home.store_url().unwrap().to_string();
+    let id = texts(sql(
+        &url,
+        "SELECT value FROM corral_meta WHERE key = 'store_id'",
+    ))
+    .remove(0);
+    assert_eq!(bound.trim(), id);
+    // The same home's daemon pointed at another database is refused, in one line.
+    let out = home
+        .corral(&["daemon"])
+        .env("CORRAL_STORE_URL", &other.url)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("serves store"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        !stderr.contains("corral-ci") && !stderr.contains(":leadpw"),
+        "{stderr}"
+    );
+    // Nothing ran there: no project, no session, no prompt.
+    let sessions = sql(&other.url, "SELECT count(*) FROM sessions");
+    assert_eq!(sessions[0][0], json!(0), "{sessions:?}");
+    // Moving the home deliberately (`config set store.url`) binds it to the new store.
+    home.ok(&["config", "set", "store.url", &other.url]);
+    assert!(!home.path().join("store.id").exists());
+    home.start_daemon();
+    home.stop_daemon();
+    let other_id = texts(sql(
+        &other.url,
+        "SELECT value FROM corral_meta WHERE key = 'store_id'",
+    ))
+    .remove(0);
+    let bound = std::fs::read_to_string(home.path().join("store.id")).unwrap();
+    assert_eq!(bound.trim(), other_id);
+}

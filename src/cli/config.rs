@@ -328,6 +328,8 @@ pub fn execute_location(home: &Path, action: &ConfigAction) -> Result<Exit, CliE
                 .set(&set.name, url.secret_text())
                 .map_err(|error| CliError::usage(error.to_string()))?;
             config.save(home).map_err(failure)?;
+            // The home moves to that store: its next daemon binds it again.
+            crate::store::location::unbind_home(home).map_err(failure)?;
             if set.json {
                 print_json(&json!({
                     "name": set.name,
@@ -348,6 +350,7 @@ pub fn execute_location(home: &Path, action: &ConfigAction) -> Result<Exit, CliE
             // A file that did not hold the key is left as it is (or absent).
             if config.unset(&unset.name) {
                 config.save(home).map_err(failure)?;
+                crate::store::location::unbind_home(home).map_err(failure)?;
             }
             let default = Location::Sqlite(crate::store::store_path(home));
             if unset.json {

@@ -653,23 +653,7 @@ impl HomeConfig {
             text.push_str(&line.text);
             text.push('\n');
         }
-        let temporary = home.join(format!("{CONFIG_FILE}.{}.new", std::process::id()));
-        let written = (|| {
-            let _ = std::fs::remove_file(&temporary);
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&temporary)?;
-            // The mode given at creation is masked by the umask: make sure it is 0600.
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, &path)
-        })();
-        if let Err(error) = written {
-            let _ = std::fs::remove_file(&temporary);
+        if let Err(error) = write_private(home, &path, &text) {
             return Err(io("write", error));
         }
         // The rename is durable once the directory is (best effort).
@@ -703,6 +687,95 @@ fn untrusted(metadata: &std::fs::Metadata) -> Option<String> {
         ));
     }
     None
+}
+
+// ---------------------------------------------------------------------------------------------
+// A home serves one store.
+
+/// The file that binds a home to the PostgreSQL store its daemon first served: the store's
+/// `corral_meta.store_id`.
+pub const STORE_ID_FILE: &str = "store.id";
+
+/// Checks, when a supervisor starts on `home`, that the home's store is the one it served
+/// before, and binds it when it served none: a daemon pointed at another database (a changed
+/// `CORRAL_STORE_URL`, a copied home) must not take the home's runs, spill journal and
+/// worktrees there. `store_id` is the PostgreSQL store's id (`None` for the SQLite file, which
+/// is the home's own). `corral config set|unset store.url` remove the binding: moving a home
+/// to another store is a person's deliberate act, made while no daemon runs.
+pub fn bind_home(home: &Path, location: &Location, store_id: Option<&str>) -> Result<(), String> {
+    let path = home.join(STORE_ID_FILE);
+    let bound = match std::fs::symlink_metadata(&path) {
+        Ok(metadata) => {
+            if let Some(why) = untrusted(&metadata) {
+                return Err(format!("{} is refused: {why}", path.display()));
+            }
+            let text = std::fs::read_to_string(&path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+            Some(text.trim().to_string())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    match (bound, store_id) {
+        (None, None) => Ok(()),
+        (Some(bound), Some(id)) if bound == id => Ok(()),
+        (Some(bound), _) => Err(format!(
+            "this home serves store {bound} (its {STORE_ID_FILE}), not {location}{}: a home \
+             serves one store (`corral config set store.url` moves it)",
+            store_id
+                .map(|id| format!(" (store {id})"))
+                .unwrap_or_default()
+        )),
+        (None, Some(id)) => write_private(home, &path, &format!("{id}\n"))
+            .map_err(|error| format!("cannot write {}: {error}", path.display())),
+    }
+}
+
+/// Forgets the home's store binding (see [`bind_home`]).
+pub fn unbind_home(home: &Path) -> Result<(), LocationError> {
+    let path = home.join(STORE_ID_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Ok(metadata) if metadata.file_type().is_file() => {
+            std::fs::remove_file(&path).map_err(|error| LocationError::Io {
+                doing: "remove",
+                path,
+                error,
+            })
+        }
+        Ok(_) => Err(LocationError::Unsafe {
+            path,
+            why: "it is not a regular file".into(),
+        }),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Writes `text` as the file at `path` in `home`: a new file (0600 from its creation, never
+/// through a link) renamed over the old one, so a reader sees the old file or the new one.
+fn write_private(home: &Path, path: &Path, text: &str) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("file");
+    let temporary = home.join(format!("{name}.{}.new", std::process::id()));
+    let written = (|| {
+        let _ = std::fs::remove_file(&temporary);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&temporary)?;
+        // The mode given at creation is masked by the umask: make sure it is 0600.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
 #[cfg(test)]
