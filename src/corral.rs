@@ -247,6 +247,11 @@ impl Corral {
         &self.recovered
     }
 
+    /// What the store is and whether it can be written now (see `LedgerHandle::store`).
+    pub fn store(&self) -> serde_json::Value {
+        self.shared.ledger.store()
+    }
+
     /// Runs `read` on a read-only connection to the store, whichever store it is: the
     /// connection is a [`Conn`] and the closure returns [`sql::Result`] (before the PostgreSQL
     /// store it was a `rusqlite::Connection` and `rusqlite::Result`: a change of this library

@@ -214,6 +214,9 @@ impl<W> std::fmt::Debug for Unwritten<W> {
 
 /// Owns the writing connection. Private: talk to it through [`LedgerHandle`].
 struct LedgerWriter {
+    /// Set while a batch waits for a PostgreSQL server that cannot be reached; cleared by the
+    /// next commit (`status` shows it: [`LedgerHandle::store`]).
+    unreachable: Arc<AtomicBool>,
     /// Where the store is; `path` names it in errors (the SQLite file, or the URL without its
     /// password).
     location: Location,
@@ -307,7 +310,7 @@ impl Handler<Commit> for LedgerWriter {
         let path = &self.path;
         // IMMEDIATE takes the write lock up front, so another process's writer shows up here,
         // before any write ran, rather than midway through one.
-        let mut lock = LockWait::new(path, &self.stop_waiting);
+        let mut lock = LockWait::new(path, &self.stop_waiting, &self.unreachable);
         let begun = lock.retry(connection, &mut ops, Conn::begin_write);
         let outcome = match begun {
             Ok(true) => apply_and_commit(connection, path, &mut lock, &mut ops),
@@ -369,6 +372,8 @@ fn apply_and_commit(
 /// reads the limit only when the store is found locked.
 struct LockWait<'a> {
     path: &'a Path,
+    /// Told while the writes wait for an unreachable server (the handle's `store()`).
+    unreachable_flag: &'a AtomicBool,
     /// The supervisor shuts down: no write waits for the lock any more.
     stop_waiting: &'a AtomicBool,
     /// The limit and when the wait began, once the store was found locked.
@@ -383,9 +388,10 @@ struct LockWait<'a> {
 }
 
 impl<'a> LockWait<'a> {
-    fn new(path: &'a Path, stop_waiting: &'a AtomicBool) -> Self {
+    fn new(path: &'a Path, stop_waiting: &'a AtomicBool, unreachable_flag: &'a AtomicBool) -> Self {
         LockWait {
             path,
+            unreachable_flag,
             stop_waiting,
             waiting: None,
             backoff: LOCK_BACKOFF.0,
@@ -418,7 +424,10 @@ impl<'a> LockWait<'a> {
         }
         loop {
             match attempt(connection) {
-                Ok(()) => return Ok(true),
+                Ok(()) => {
+                    self.unreachable_flag.store(false, Ordering::SeqCst);
+                    return Ok(true);
+                }
                 Err(error) if !is_busy(&error) => {
                     return Err(StoreError::from_db(self.path, error))
                 }
@@ -427,7 +436,12 @@ impl<'a> LockWait<'a> {
                 Err(error) if self.committing && error.is_connection_lost() => {
                     return Err(StoreError::from_db(self.path, error))
                 }
-                Err(error) => self.unreachable = error.is_connection_lost(),
+                Err(error) => {
+                    self.unreachable = error.is_connection_lost();
+                    if self.unreachable {
+                        self.unreachable_flag.store(true, Ordering::SeqCst);
+                    }
+                }
             }
             let unreachable = self.unreachable;
             let (limit, since) = *self.waiting.get_or_insert_with(|| {
@@ -790,10 +804,19 @@ impl Ledger {
 // ---------------------------------------------------------------------------------------------
 // The handle.
 
+/// What names the store in `status`.
+struct StoreInfo {
+    kind: &'static str,
+    at: String,
+}
+
 /// The cloneable way to write the store. Needs a running actix system.
 #[derive(Clone)]
 pub struct LedgerHandle {
     front: Addr<Ledger>,
+    /// What the store is, for `status`.
+    store: Arc<StoreInfo>,
+    unreachable: Arc<AtomicBool>,
     checkpointed: watch::Receiver<u64>,
     stop_waiting: Arc<AtomicBool>,
 }
@@ -820,7 +843,18 @@ impl LedgerHandle {
         let at = location.clone();
         let stop_waiting = Arc::new(AtomicBool::new(false));
         let flag = stop_waiting.clone();
+        let unreachable = Arc::new(AtomicBool::new(false));
+        let told = unreachable.clone();
+        let store = Arc::new(StoreInfo {
+            kind: if location.is_postgres() {
+                "postgres"
+            } else {
+                "sqlite"
+            },
+            at: path.display().to_string(),
+        });
         let writer = SyncArbiter::start(1, move || LedgerWriter {
+            unreachable: told.clone(),
             location: at.clone(),
             path: owned.clone(),
             stop_waiting: flag.clone(),
@@ -849,6 +883,8 @@ impl LedgerHandle {
         Ok((
             LedgerHandle {
                 front,
+                store,
+                unreachable,
                 checkpointed: checkpointed_rx,
                 stop_waiting,
             },
@@ -908,6 +944,16 @@ impl LedgerHandle {
     /// journal before the daemon exits.
     pub fn stop_waiting(&self) {
         self.stop_waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// What the store is (`kind`: `sqlite` or `postgres`; `at`: the file, or the URL without
+    /// its password) and whether writes are waiting for a server that cannot be reached.
+    pub fn store(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.store.kind,
+            "at": self.store.at,
+            "reachable": !self.unreachable.load(Ordering::SeqCst),
+        })
     }
 
     /// The number of WAL checkpoints finished so far; it changes when one finishes.

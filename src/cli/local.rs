@@ -24,6 +24,8 @@ use crate::store::{events, processes, sessions};
 pub struct LocalStore {
     connection: Conn,
     home: String,
+    /// The store, as `status` names it.
+    store: Value,
 }
 
 type Answer = Result<Value, RpcError>;
@@ -35,6 +37,12 @@ impl LocalStore {
         Ok(LocalStore {
             connection: context.reader()?,
             home: context.home.to_string_lossy().into_owned(),
+            store: json!({
+                "kind": if context.location.is_postgres() { "postgres" } else { "sqlite" },
+                "at": context.store_path.display().to_string(),
+                // It was just opened.
+                "reachable": true,
+            }),
         })
     }
 
@@ -86,6 +94,7 @@ impl LocalStore {
             "kept": crate::daemon::methods::kept_alive(c)?,
             // The HTTP API is the daemon's.
             "http": null,
+            "store": self.store,
             "home": self.home,
         }))
     }

@@ -55,6 +55,9 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         text(daemon, "version")
     );
     println!("home:     {}", text(daemon, "home"));
+    if let Some(store) = store_line(&status) {
+        println!("store:    {store}");
+    }
     if let Some(http) = http_line(&status) {
         println!("http:     {http}");
     }
@@ -216,6 +219,16 @@ fn blocker(blocker: &Value) -> String {
 
 /// The HTTP API's line: its URL, why it does not serve, or off (`None`: a daemon that does not
 /// say, older than the HTTP API).
+/// The store's line: what and where, and when writes wait for a server gone away.
+fn store_line(status: &serde_json::Value) -> Option<String> {
+    let store = status.get("store").filter(|store| store.is_object())?;
+    let mut line = format!("{} {}", text(store, "kind"), text(store, "at"));
+    if store["reachable"].as_bool() == Some(false) {
+        line.push_str(" (cannot be reached: writes wait for it)");
+    }
+    Some(line)
+}
+
 fn http_line(status: &serde_json::Value) -> Option<String> {
     let http = status.get("http")?;
     Some(if http.is_null() {

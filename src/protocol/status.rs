@@ -71,6 +71,11 @@ pub struct StatusResult {
     /// (and from the store: `cli::local`).
     #[serde(default)]
     pub http: Value,
+    /// The store: `{"kind": "sqlite"|"postgres", "at", "reachable"}` (`at` never shows a
+    /// password; `reachable` false while writes wait for a PostgreSQL server that went away).
+    /// Null from an older daemon.
+    #[serde(default)]
+    pub store: Value,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

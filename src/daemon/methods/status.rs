@@ -44,6 +44,7 @@ impl Serve for Status {
             kept: corral.read(kept_alive).map_err(store_error)?,
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::http::status().to_json(),
+            store: corral.store(),
             // As in the store's answer with no daemon (`cli::local`): the same keys.
             home,
         })
