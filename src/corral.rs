@@ -103,6 +103,27 @@ pub struct CorralOptions {
     pub store_checked: bool,
 }
 
+/// The id of the PostgreSQL store at `location` as its `corral_meta` holds it, read with
+/// `SELECT`s only: `None` for the SQLite file, a database with no store yet, or one that is not
+/// a store (the ledger refuses it, in its own words).
+fn stored_id(location: &Location) -> Result<Option<String>, CorralError> {
+    use crate::store::postgres::{self, Found};
+    if !location.is_postgres() {
+        return Ok(None);
+    }
+    let conn = store::open_read(location)?;
+    match postgres::inspect(&conn).map_err(StoreError::from)? {
+        Found::Store { version } if version >= 1 => Ok(conn
+            .opt_row(
+                "SELECT value FROM corral_meta WHERE key = 'store_id'",
+                crate::store::sql::args![],
+                |row| row.get::<String>(0),
+            )
+            .map_err(StoreError::from)?),
+        _ => Ok(None),
+    }
+}
+
 impl CorralOptions {
     pub fn new(home: impl Into<PathBuf>) -> Self {
         CorralOptions {
@@ -198,22 +219,16 @@ impl Corral {
             None => DaemonLock::try_acquire(&options.home)
                 .map_err(|error| CorralError::Store(error.to_string()))?,
         };
+        // A home serves one store: its daemon is refused another database before anything is
+        // written there (the check reads only).
+        store::location::check_home(&options.home, &location, stored_id(&location)?.as_deref())
+            .map_err(CorralError::Store)?;
         let (ledger, _) = LedgerHandle::start_at(&location, true).await?;
         let readers = ReaderPool::at(&location);
-        // A home serves one store: its daemon is refused another database (before the boot
-        // reconciles anything there).
-        let store_id = match &location {
-            Location::Postgres(_) => readers.read(|c| {
-                c.opt_row(
-                    "SELECT value FROM corral_meta WHERE key = 'store_id'",
-                    crate::store::sql::args![],
-                    |row| row.get::<String>(0),
-                )
-            })?,
-            Location::Sqlite(_) => None,
-        };
-        store::location::bind_home(&options.home, &location, store_id.as_deref())
-            .map_err(CorralError::Store)?;
+        if let Some(id) = stored_id(&location)? {
+            store::location::bind_home(&options.home, &location, &id)
+                .map_err(CorralError::Store)?;
+        }
         let settings = readers.read(Settings::load)?;
         let slots = SlotsHandle::start(slot_limits(&settings));
         let home = options.home.canonicalize().unwrap_or(options.home);

@@ -283,6 +283,20 @@ fn a_foreign_database_is_refused_and_nothing_is_written_to_it() {
     let said = refused(&home, &database.url, &["project", "list"]);
     assert!(said.contains("left untouched"), "{said}");
     assert_eq!(sql(&database.url, tables), before);
+
+    // Nor a database whose data is in another schema, with only a view in `public`.
+    let Some(other) = TestDatabase::create() else {
+        return;
+    };
+    sql(&other.url, "CREATE SCHEMA app");
+    sql(&other.url, "CREATE TABLE app.orders (id bigint)");
+    sql(&other.url, "CREATE VIEW public.v AS SELECT 1 AS one");
+    let all = "SELECT string_agg(schemaname || '.' || tablename, ',' ORDER BY tablename) \
+               FROM pg_tables WHERE schemaname IN ('public', 'app')";
+    let before = sql(&other.url, all);
+    let said = refused(&home, &other.url, &["ps"]);
+    assert!(said.contains("left untouched"), "{said}");
+    assert_eq!(sql(&other.url, all), before);
 }
 
 #[test]

@@ -214,6 +214,9 @@ impl<W> std::fmt::Debug for Unwritten<W> {
 
 /// Owns the writing connection. Private: talk to it through [`LedgerHandle`].
 struct LedgerWriter {
+    /// `store.lock_timeout_ms` as read when the store opened: the limit while a PostgreSQL
+    /// server cannot be reached, when it cannot be read (a locked SQLite file is read anew).
+    lock_timeout: Duration,
     /// Set while a batch waits for a PostgreSQL server that cannot be reached; cleared by the
     /// next commit (`status` shows it: [`LedgerHandle::store`]).
     unreachable: Arc<AtomicBool>,
@@ -252,6 +255,9 @@ impl Handler<Open> for LedgerWriter {
             // A short command's first write is its exec's: compiled now, beside its work.
             exec::prepare_writes(&connection)
                 .map_err(|error| StoreError::from_db(&self.path, error))?;
+        }
+        if version >= 1 {
+            self.lock_timeout = crate::store::settings::store_lock_timeout(&connection);
         }
         self.connection = Some(connection);
         Ok(version)
@@ -311,6 +317,7 @@ impl Handler<Commit> for LedgerWriter {
         // IMMEDIATE takes the write lock up front, so another process's writer shows up here,
         // before any write ran, rather than midway through one.
         let mut lock = LockWait::new(path, &self.stop_waiting, &self.unreachable);
+        lock.fallback_limit = self.lock_timeout;
         let begun = lock.retry(connection, &mut ops, Conn::begin_write);
         let outcome = match begun {
             Ok(true) => apply_and_commit(connection, path, &mut lock, &mut ops),
@@ -374,6 +381,8 @@ struct LockWait<'a> {
     path: &'a Path,
     /// Told while the writes wait for an unreachable server (the handle's `store()`).
     unreachable_flag: &'a AtomicBool,
+    /// The limit when the server cannot be reached, so the setting cannot be read.
+    fallback_limit: Duration,
     /// The supervisor shuts down: no write waits for the lock any more.
     stop_waiting: &'a AtomicBool,
     /// The limit and when the wait began, once the store was found locked.
@@ -392,6 +401,9 @@ impl<'a> LockWait<'a> {
         LockWait {
             path,
             unreachable_flag,
+            fallback_limit: Duration::from_millis(
+                crate::store::settings::DEFAULT_STORE_LOCK_TIMEOUT_MS,
+            ),
             stop_waiting,
             waiting: None,
             backoff: LOCK_BACKOFF.0,
@@ -444,8 +456,13 @@ impl<'a> LockWait<'a> {
                 }
             }
             let unreachable = self.unreachable;
+            let fallback = self.fallback_limit;
             let (limit, since) = *self.waiting.get_or_insert_with(|| {
-                let limit = crate::store::settings::store_lock_timeout(connection);
+                let limit = if unreachable {
+                    fallback
+                } else {
+                    crate::store::settings::store_lock_timeout(connection)
+                };
                 if unreachable {
                     tracing::warn!(
                         store = %self.path.display(),
@@ -854,6 +871,9 @@ impl LedgerHandle {
             at: path.display().to_string(),
         });
         let writer = SyncArbiter::start(1, move || LedgerWriter {
+            lock_timeout: Duration::from_millis(
+                crate::store::settings::DEFAULT_STORE_LOCK_TIMEOUT_MS,
+            ),
             unreachable: told.clone(),
             location: at.clone(),
             path: owned.clone(),

@@ -50,6 +50,10 @@ const MAX_CONFIG_FILE: u64 = 64 * 1024;
 /// said within seconds, and a dead peer is noticed by TCP keepalives.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(5);
+const DEFAULT_KEEPALIVES_INTERVAL: Duration = Duration::from_secs(2);
+const DEFAULT_KEEPALIVES_RETRIES: u32 = 3;
+/// How long sent data may stay unacknowledged before the connection is given up.
+const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_APPLICATION_NAME: &str = "corral";
 
 /// Why the store's location could not be told. Every message is one line, names the file
@@ -251,6 +255,18 @@ impl PgUrl {
         if !given("keepalives_idle") {
             config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
         }
+        // A cut network (no reset) is found out in seconds, not after the OS defaults' minutes
+        // (75 s × 9 probes idle; some 15 minutes of retransmissions with a query in flight):
+        // until then the ledger's writer would wait on the dead socket.
+        if !given("keepalives_interval") {
+            config.keepalives_interval(DEFAULT_KEEPALIVES_INTERVAL);
+        }
+        if !given("keepalives_retries") {
+            config.keepalives_retries(DEFAULT_KEEPALIVES_RETRIES);
+        }
+        if !given("tcp_user_timeout") {
+            config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+        }
         if !given("application_name") {
             config.application_name(DEFAULT_APPLICATION_NAME);
         }
@@ -262,7 +278,8 @@ impl PgUrl {
     }
 
     /// The driver's configuration, corral's defaults set where the URL says nothing
-    /// (`connect_timeout` 5 s, `keepalives_idle` 5 s, `application_name` `corral`).
+    /// (`connect_timeout` 5 s, `keepalives_idle` 5 s, `keepalives_interval` 2 s,
+    /// `keepalives_retries` 3, `tcp_user_timeout` 10 s, `application_name` `corral`).
     pub fn config(&self) -> tokio_postgres::Config {
         (*self.config).clone()
     }
@@ -299,14 +316,34 @@ impl fmt::Debug for PgUrl {
 /// `text` (whose part after the scheme is `rest`) without its password, cut where the
 /// driver cuts: the credentials end at the first `@`, the user at their first `:`, and the
 /// query's `password=` parameters are dropped.
+///
+/// Where the text is not a plain `user[:password]@host…` shape, it is not shown at all past its
+/// scheme (`postgres://…`): a user part holding `/`, `?`, `&` or `=` (the first `@` is in the
+/// path or the query, so what precedes it may hold a `password=`), or no `@` and an authority
+/// whose port is not digits (`postgres://corral:SECRET` — a password the driver would read as
+/// a port).
 fn redact(text: &str, rest: &str) -> String {
     let scheme = &text[..text.len() - rest.len()];
+    let hidden = || format!("{scheme}…");
     let (user, after) = match rest.split_once('@') {
         Some((credentials, after)) => {
             let user = credentials.split(':').next().unwrap_or("");
+            if user.contains(['/', '?', '&', '=', '#']) {
+                return hidden();
+            }
             (Some(user), after)
         }
-        None => (None, rest),
+        None => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let odd_port = authority.split(',').any(|host| {
+                host.rsplit_once(':')
+                    .is_some_and(|(_, port)| !port.bytes().all(|b| b.is_ascii_digit()))
+            });
+            if odd_port {
+                return hidden();
+            }
+            (None, rest)
+        }
     };
     let (before_query, query) = match after.split_once('?') {
         Some((before, query)) => (before, Some(query)),
@@ -697,27 +734,16 @@ fn untrusted(metadata: &std::fs::Metadata) -> Option<String> {
 pub const STORE_ID_FILE: &str = "store.id";
 
 /// Checks, when a supervisor starts on `home`, that the home's store is the one it served
-/// before, and binds it when it served none: a daemon pointed at another database (a changed
-/// `CORRAL_STORE_URL`, a copied home) must not take the home's runs, spill journal and
-/// worktrees there. `store_id` is the PostgreSQL store's id (`None` for the SQLite file, which
-/// is the home's own). `corral config set|unset store.url` remove the binding: moving a home
-/// to another store is a person's deliberate act, made while no daemon runs.
-pub fn bind_home(home: &Path, location: &Location, store_id: Option<&str>) -> Result<(), String> {
-    let path = home.join(STORE_ID_FILE);
-    let bound = match std::fs::symlink_metadata(&path) {
-        Ok(metadata) => {
-            if let Some(why) = untrusted(&metadata) {
-                return Err(format!("{} is refused: {why}", path.display()));
-            }
-            let text = std::fs::read_to_string(&path)
-                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-            Some(text.trim().to_string())
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-    };
-    match (bound, store_id) {
-        (None, None) => Ok(()),
+/// before: a daemon pointed at another database (a changed `CORRAL_STORE_URL`, a copied home)
+/// must not take the home's runs, spill journal and worktrees there. `store_id` is the
+/// PostgreSQL store's id as the database holds it now (`None`: the SQLite file, which is the
+/// home's own, or a database with no store yet). Run before anything is written to the store;
+/// [`bind_home`] records the binding once the store exists. `corral config set|unset
+/// store.url` remove it: moving a home to another store is a person's deliberate act, made
+/// while no daemon runs.
+pub fn check_home(home: &Path, location: &Location, store_id: Option<&str>) -> Result<(), String> {
+    match (bound_store(home)?, store_id) {
+        (None, _) => Ok(()),
         (Some(bound), Some(id)) if bound == id => Ok(()),
         (Some(bound), _) => Err(format!(
             "this home serves store {bound} (its {STORE_ID_FILE}), not {location}{}: a home \
@@ -726,8 +752,35 @@ pub fn bind_home(home: &Path, location: &Location, store_id: Option<&str>) -> Re
                 .map(|id| format!(" (store {id})"))
                 .unwrap_or_default()
         )),
-        (None, Some(id)) => write_private(home, &path, &format!("{id}\n"))
-            .map_err(|error| format!("cannot write {}: {error}", path.display())),
+    }
+}
+
+/// Binds `home` to the PostgreSQL store `store_id` (after [`check_home`] let it through and
+/// the store exists): `HOME/store.id` is written the first time.
+pub fn bind_home(home: &Path, location: &Location, store_id: &str) -> Result<(), String> {
+    check_home(home, location, Some(store_id))?;
+    if bound_store(home)?.is_some() {
+        return Ok(());
+    }
+    let path = home.join(STORE_ID_FILE);
+    write_private(home, &path, &format!("{store_id}\n"))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+}
+
+/// The store id `HOME/store.id` names, if the home is bound.
+fn bound_store(home: &Path) -> Result<Option<String>, String> {
+    let path = home.join(STORE_ID_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Ok(metadata) => {
+            if let Some(why) = untrusted(&metadata) {
+                return Err(format!("{} is refused: {why}", path.display()));
+            }
+            let text = std::fs::read_to_string(&path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+            Ok(Some(text.trim().to_string()))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(format!("cannot read {}: {error}", path.display())),
     }
 }
 
@@ -781,6 +834,31 @@ fn write_private(home: &Path, path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn odd_shapes_never_show_a_password() {
+        for text in [
+            "postgres://corral:SECRET2",
+            "postgres://corral:SECRET3/postgres",
+            "postgres://localhost/db?password=SECRET1&options=a@b",
+        ] {
+            let rest = text.split_once("://").unwrap().1;
+            let shown = redact(text, rest);
+            assert!(!shown.contains("SECRET"), "{text} shown as {shown}");
+            let error = PgUrl::parse(text)
+                .map(|url| url.to_string())
+                .unwrap_or_else(|e| e.to_string());
+            assert!(!error.contains("SECRET"), "{text}: {error}");
+        }
+        assert_eq!(
+            redact("postgres://u:pw@h:5432/d", "u:pw@h:5432/d"),
+            "postgres://u@h:5432/d"
+        );
+        assert_eq!(
+            redact("postgres://h:5432/d", "h:5432/d"),
+            "postgres://h:5432/d"
+        );
+    }
 
     const SECRET: &str = "s3cr3t-Pw";
 

@@ -447,10 +447,15 @@ pub fn open_read(location: &location::Location) -> Result<Conn, StoreError> {
 }
 
 fn open_postgres_reader(config: &tokio_postgres::Config, target: &str) -> Result<Conn, StoreError> {
-    let connection = Conn::from(postgres::PgConn::connect(config, target)?);
-    // Readers never write, as SQLite's read-only connections cannot.
-    connection.batch("SET default_transaction_read_only = on")?;
-    Ok(connection)
+    // Readers never write, as SQLite's read-only connections cannot: set at login (a startup
+    // option, so a connection made again keeps it), after the URL's own options.
+    let mut config = config.clone();
+    let options = match config.get_options() {
+        Some(given) => format!("{given} -c default_transaction_read_only=on"),
+        None => "-c default_transaction_read_only=on".to_string(),
+    };
+    config.options(&options);
+    Ok(Conn::from(postgres::PgConn::connect(&config, target)?))
 }
 
 /// A few read-only connections kept open for reuse, so that a busy supervisor does not open

@@ -199,10 +199,19 @@ fn login(
     };
     match connected {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(error)) if error.as_db_error().is_some() => Err(ConnectError::Refused {
-            target: target.to_string(),
-            message: super::sql::postgres_message(&error),
-        }),
+        // Refused: a login or a database the server will not accept (28xxx, 3D000). Anything
+        // else it says at login — starting up or shutting down (57P0x), too many connections
+        // (53300) — passes, and is waited out like a server that cannot be reached.
+        Ok(Err(error))
+            if error
+                .code()
+                .is_some_and(|code| code.code().starts_with("28") || code.code() == "3D000") =>
+        {
+            Err(ConnectError::Refused {
+                target: target.to_string(),
+                message: super::sql::postgres_message(&error),
+            })
+        }
         Ok(Err(error)) => Err(unreachable(super::sql::postgres_message(&error))),
         Err(join) => Err(unreachable(join.to_string())),
     }
@@ -339,12 +348,28 @@ pub fn inspect(conn: &super::sql::Conn) -> Result<Found> {
         |row| row.get(0),
     )?;
     if !identified {
-        let tables: i64 = conn.row(
-            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
+        // Empty means no object of anyone's: no relation (table, view, sequence, index), no
+        // function and no type in any schema but the catalogs, and no schema but `public`. A
+        // database whose data sits in another schema is someone's.
+        let objects: i64 = conn.row(
+            "SELECT (SELECT count(*) FROM pg_catalog.pg_class c \
+                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                        AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%') \
+                  + (SELECT count(*) FROM pg_catalog.pg_proc p \
+                      JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')) \
+                  + (SELECT count(*) FROM pg_catalog.pg_type t \
+                      JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace \
+                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                        AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%') \
+                  + (SELECT count(*) FROM pg_catalog.pg_namespace \
+                      WHERE nspname NOT IN ('pg_catalog', 'information_schema', 'public') \
+                        AND nspname NOT LIKE 'pg\\_toast%' AND nspname NOT LIKE 'pg\\_temp%')",
             args![],
             |row| row.get(0),
         )?;
-        return Ok(if tables == 0 {
+        return Ok(if objects == 0 {
             Found::Store { version: 0 }
         } else {
             Found::Foreign(Foreign::Unidentified)
