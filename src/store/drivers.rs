@@ -60,11 +60,13 @@ pub(crate) fn claim_driver(
             return Ok(Err(ClaimRefused::Held { exec_id: holder }));
         }
     }
+    // `driver_claims.generation`, not a bare `generation`: PostgreSQL sees `excluded`'s column
+    // of that name too in `DO UPDATE` and refuses the ambiguity (SQLite reads it as the row's).
     connection.run(
         "INSERT INTO driver_claims (session_id, exec_id, last_exec_id, generation, claimed_at) \
          VALUES (?1, ?2, ?2, 1, ?3) \
          ON CONFLICT (session_id) DO UPDATE SET exec_id = excluded.exec_id, \
-         last_exec_id = excluded.exec_id, generation = generation + 1, \
+         last_exec_id = excluded.exec_id, generation = driver_claims.generation + 1, \
          claimed_at = excluded.claimed_at, released_at = NULL",
         args![session_id, exec_id, now_ms()],
     )?;
@@ -90,9 +92,11 @@ pub(crate) fn release_driver(
 /// Bumps the provider generation (an engine child was started for the session) and returns
 /// the current driver's exec id, which the child gets as its `CORRAL_PARENT_EXEC`.
 pub(crate) fn engine_started(connection: &Conn, session_id: &str) -> sql::Result<Option<String>> {
+    // Qualified for PostgreSQL, as in `claim_driver`.
     connection.run(
         "INSERT INTO driver_claims (session_id, provider_generation) VALUES (?1, 1) \
-         ON CONFLICT (session_id) DO UPDATE SET provider_generation = provider_generation + 1",
+         ON CONFLICT (session_id) DO UPDATE \
+         SET provider_generation = driver_claims.provider_generation + 1",
         args![session_id],
     )?;
     Ok(driver_claim(connection, session_id)?.and_then(|claim| claim.exec_id))

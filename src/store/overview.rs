@@ -170,14 +170,13 @@ fn first_line(text: &str) -> String {
 }
 
 /// The start of a text column, blanks at its beginning dropped: its first line is in it (a
-/// reason is one line; 4,096 characters of it are read).
+/// reason is one line; 4,096 characters of it are read). The blanks (space, tab, LF, CR) are
+/// literal characters in the SQL text: SQLite's `char(9, 10, 13)` cannot be written for
+/// PostgreSQL, where `char(…)` is the type, and no escape is involved that either parser
+/// would read differently.
 macro_rules! head {
     ($column:literal) => {
-        concat!(
-            "substr(ltrim(",
-            $column,
-            ", ' ' || char(9, 10, 13)), 1, 4096)"
-        )
+        concat!("substr(ltrim(", $column, ", ' \t\n\r'), 1, 4096)")
     };
 }
 
@@ -200,7 +199,7 @@ pub fn sessions(connection: &Conn) -> sql::Result<Vec<SessionItem>> {
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
          LEFT JOIN prompt_ends ended ON ended.prompt_id = \
            (SELECT f.prompt_id FROM prompt_ends f WHERE f.session_id = s.id \
-            ORDER BY f.finished_at DESC, f.created_at DESC, f.prompt_id DESC LIMIT 1)"
+            ORDER BY f.finished_at DESC NULLS LAST, f.created_at DESC, f.prompt_id DESC LIMIT 1)"
     );
     let mut items = connection.rows(sql, args![], |row| {
         Ok((row.get::<i64>(4)?, session_item(row)?))

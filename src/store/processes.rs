@@ -52,10 +52,15 @@ pub(crate) fn keep_processes(
         )?;
     }
     for process in kept {
+        // An upsert rather than SQLite's `INSERT OR REPLACE` (PostgreSQL has no such form): the
+        // primary key is the table's only unique constraint, so the two do the same.
         connection.run(
-            "INSERT OR REPLACE INTO kept_processes \
+            "INSERT INTO kept_processes \
              (pid, pid_start, run_id, session_id, project_id, command, kept_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             ON CONFLICT (pid, pid_start) DO UPDATE SET run_id = excluded.run_id, \
+             session_id = excluded.session_id, project_id = excluded.project_id, \
+             command = excluded.command, kept_at = excluded.kept_at",
             args![
                 process.pid,
                 process.pid_start,

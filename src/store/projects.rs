@@ -191,8 +191,11 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         ],
     )?;
     for group in &project.groups {
+        // `ON CONFLICT (name) DO NOTHING`, the form both stores take (SQLite's `OR IGNORE` is
+        // not PostgreSQL's): a group that exists keeps its locking and its `created_at`.
         connection.run(
-            "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
+            "INSERT INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2) \
+             ON CONFLICT (name) DO NOTHING",
             args![group, project.created_at],
         )?;
     }
@@ -234,10 +237,12 @@ pub(crate) fn change_project(
     change: &ProjectChange,
 ) -> sql::Result<Option<Project>> {
     let now = now_ms();
+    // `CASE WHEN ?5 = 1`, not `CASE ?5 WHEN 1`: PostgreSQL types a bare `CASE $5` operand as
+    // text before it reads the `WHEN`s, and text = integer does not exist.
     connection.run(
         "UPDATE projects SET engine = COALESCE(?2, engine), model = COALESCE(?3, model), \
          full_access = COALESCE(?4, full_access), \
-         kind = COALESCE(CASE ?5 WHEN 1 THEN 'remote' WHEN 0 THEN 'local' END, kind), \
+         kind = COALESCE(CASE WHEN ?5 = 1 THEN 'remote' WHEN ?5 = 0 THEN 'local' END, kind), \
          groups = COALESCE(?6, groups), instructions = COALESCE(?7, instructions), \
          archived_at = CASE WHEN ?8 THEN COALESCE(archived_at, ?9) ELSE archived_at END, \
          keep_background = COALESCE(?10, keep_background), \
@@ -270,8 +275,10 @@ pub(crate) fn change_project(
     )?;
     if let Some(groups) = &change.groups {
         for group in groups {
+            // As in `insert_project`.
             connection.run(
-                "INSERT OR IGNORE INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2)",
+                "INSERT INTO execution_groups (name, locking, created_at) VALUES (?1, 1, ?2) \
+                 ON CONFLICT (name) DO NOTHING",
                 args![group, now],
             )?;
         }

@@ -382,9 +382,11 @@ pub(crate) fn change_session(
 
 /// Creates a wave (a named batch of sessions) in `repo`, or finds the one of that name there.
 pub(crate) fn wave_named(connection: &Conn, name: &str, repo: Option<&str>) -> sql::Result<String> {
+    // `IS NOT DISTINCT FROM` (a NULL repo matches a NULL repo): the standard form, which
+    // PostgreSQL and SQLite since 3.39 take; `IS ?2` is SQLite's alone.
     let found: Option<String> = connection
         .row(
-            "SELECT id FROM waves WHERE name = ?1 AND repo IS ?2",
+            "SELECT id FROM waves WHERE name = ?1 AND repo IS NOT DISTINCT FROM ?2",
             args![name, repo],
             |row| row.get(0),
         )
@@ -435,16 +437,17 @@ pub fn sessions_creating(connection: &Conn) -> sql::Result<Vec<Session>> {
 /// The sessions whose worktree waits for its setup command: at boot, a dead supervisor may
 /// have left what a setup started (marked with the session's id, `CORRAL_SETUP_SESSION`). The
 /// partial index on `worktree` keeps this to the worktree sessions.
+///
+/// In id order on either store (PostgreSQL returns heap order); sorted here, since an
+/// `ORDER BY id` would make SQLite walk every session by its primary key instead.
 pub fn sessions_in_setup(connection: &Conn) -> sql::Result<Vec<String>> {
-    let rows = connection
-        .rows(
-            "SELECT id FROM sessions WHERE worktree IS NOT NULL AND worktree_state = 'setup'",
-            args![],
-            |row| row.get(0),
-        )?
-        .into_iter()
-        .map(Ok);
-    rows.collect()
+    let mut ids: Vec<String> = connection.rows(
+        "SELECT id FROM sessions WHERE worktree IS NOT NULL AND worktree_state = 'setup'",
+        args![],
+        |row| row.get(0),
+    )?;
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// How many sessions the store has (archived ones too), without reading them.
