@@ -71,3 +71,34 @@ pub fn scan_flag(argv: &[OsString]) -> Option<PathBuf> {
     }
     None
 }
+
+/// Writes `text` as the file at `path` (in the home): a new file, 0600 from its creation and
+/// never through a link, renamed over the old one, so a reader sees the old file or the new
+/// one whole. For the home's private files (`http.token`, `config`, `store.id`).
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let name = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("file");
+    let temporary = path.with_file_name(format!("{name}.{}.new", std::process::id()));
+    let written = (|| {
+        let _ = std::fs::remove_file(&temporary);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&temporary)?;
+        // The mode given at creation is masked by the umask: make sure it is 0600 exactly.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}

@@ -21,8 +21,8 @@
 //!   browsers do not apply the same-origin rule to WebSockets. No CORS header is ever sent.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -152,25 +152,8 @@ fn read_token(path: &Path) -> Result<(String, Stamp), String> {
 fn write_token(path: &Path) -> Result<String, String> {
     let token =
         random_hex(SECRET_BYTES).map_err(|error| format!("cannot make a token: {error}"))?;
-    let temporary = path.with_extension(format!("token.{}.new", std::process::id()));
-    let written = (|| {
-        let _ = std::fs::remove_file(&temporary);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&temporary)?;
-        // The mode given at creation is masked by the umask: make sure it is 0600 exactly.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        writeln!(file, "{token}")?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    written.map_err(|error| {
-        let _ = std::fs::remove_file(&temporary);
-        format!("cannot write {}: {error}", path.display())
-    })?;
+    crate::home::write_private(path, &format!("{token}\n"))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
     Ok(token)
 }
 
@@ -458,6 +441,7 @@ pub fn allowed_origin(origin: Option<&str>, listen: std::net::SocketAddr) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn hosts_and_origins_of_this_machine_only() {

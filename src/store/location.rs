@@ -28,8 +28,8 @@
 //! module shows the redacted form.
 
 use std::fmt;
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -690,7 +690,7 @@ impl HomeConfig {
             text.push_str(&line.text);
             text.push('\n');
         }
-        if let Err(error) = write_private(home, &path, &text) {
+        if let Err(error) = crate::home::write_private(&path, &text) {
             return Err(io("write", error));
         }
         // The rename is durable once the directory is (best effort).
@@ -763,7 +763,7 @@ pub fn bind_home(home: &Path, location: &Location, store_id: &str) -> Result<(),
         return Ok(());
     }
     let path = home.join(STORE_ID_FILE);
-    write_private(home, &path, &format!("{store_id}\n"))
+    crate::home::write_private(&path, &format!("{store_id}\n"))
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
@@ -803,37 +803,10 @@ pub fn unbind_home(home: &Path) -> Result<(), LocationError> {
     }
 }
 
-/// Writes `text` as the file at `path` in `home`: a new file (0600 from its creation, never
-/// through a link) renamed over the old one, so a reader sees the old file or the new one.
-fn write_private(home: &Path, path: &Path, text: &str) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .unwrap_or("file");
-    let temporary = home.join(format!("{name}.{}.new", std::process::id()));
-    let written = (|| {
-        let _ = std::fs::remove_file(&temporary);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&temporary)?;
-        // The mode given at creation is masked by the umask: make sure it is 0600.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn odd_shapes_never_show_a_password() {
