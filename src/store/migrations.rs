@@ -301,6 +301,37 @@ ALTER TABLE sessions ADD COLUMN worktree_state TEXT; -- creating | setup | ready
 CREATE UNIQUE INDEX sessions_by_worktree ON sessions(worktree) WHERE worktree IS NOT NULL;
 "#,
     },
+    Migration {
+        name: "several daemons",
+        sql: r#"
+-- Several daemons on one shared (PostgreSQL) store (#14). On SQLite the columns stay empty
+-- and the table holds no row: one daemon, which needs no lease.
+-- Each daemon that ever served the store: its node (HOME/node.id), its incarnation (`epoch`,
+-- bumped at each registration: the fencing token of every prompt it claims) and its lease.
+CREATE TABLE daemons (
+    node_id     TEXT PRIMARY KEY NOT NULL,
+    epoch       INTEGER NOT NULL,
+    host        TEXT NOT NULL,
+    home        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    started_at  INTEGER NOT NULL,
+    lease_until INTEGER,                     -- the database's clock (ms); NULL: stopped cleanly
+    renewed_at  INTEGER,
+    serves      TEXT NOT NULL DEFAULT '[]',  -- JSON: the ids of the projects it serves
+    status      TEXT NOT NULL DEFAULT '{}'   -- JSON: what it says of itself (running, fenced writes)
+);
+-- Who runs a running prompt: the daemon's node and its epoch when it claimed it.
+ALTER TABLE prompts ADD COLUMN claimed_by TEXT;
+ALTER TABLE prompts ADD COLUMN claim_epoch INTEGER;
+CREATE INDEX prompts_claimed ON prompts(claimed_by) WHERE status = 'running';
+-- Where a run's pid means something, an exec's host, a kept process's node.
+ALTER TABLE runs ADD COLUMN node_id TEXT;
+ALTER TABLE execs ADD COLUMN host TEXT;
+ALTER TABLE kept_processes ADD COLUMN node_id TEXT;
+-- The node whose disk holds a session's worktree: only it runs the session's prompts.
+ALTER TABLE sessions ADD COLUMN worktree_node TEXT;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

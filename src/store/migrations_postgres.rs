@@ -352,6 +352,31 @@ ALTER TABLE sessions ADD COLUMN worktree_state TEXT COLLATE "C"; -- creating | s
 -- Two sessions never share a worktree.
 CREATE UNIQUE INDEX sessions_by_worktree ON sessions(worktree) WHERE worktree IS NOT NULL;
 "#,
+    // 10: several daemons
+    r#"
+-- Several daemons on one store (#14). Lease arithmetic uses the database's clock only.
+CREATE FUNCTION corral_now_ms() RETURNS BIGINT LANGUAGE sql VOLATILE AS
+    $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+CREATE TABLE daemons (
+    node_id     TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+    epoch       BIGINT NOT NULL,
+    host        TEXT COLLATE "C" NOT NULL,
+    home        TEXT COLLATE "C" NOT NULL,
+    pid         BIGINT NOT NULL,
+    started_at  BIGINT NOT NULL,
+    lease_until BIGINT,
+    renewed_at  BIGINT,
+    serves      TEXT COLLATE "C" NOT NULL DEFAULT '[]',
+    status      TEXT COLLATE "C" NOT NULL DEFAULT '{}'
+);
+ALTER TABLE prompts ADD COLUMN claimed_by TEXT COLLATE "C";
+ALTER TABLE prompts ADD COLUMN claim_epoch BIGINT;
+CREATE INDEX prompts_claimed ON prompts(claimed_by) WHERE status = 'running';
+ALTER TABLE runs ADD COLUMN node_id TEXT COLLATE "C";
+ALTER TABLE execs ADD COLUMN host TEXT COLLATE "C";
+ALTER TABLE kept_processes ADD COLUMN node_id TEXT COLLATE "C";
+ALTER TABLE sessions ADD COLUMN worktree_node TEXT COLLATE "C";
+"#,
 ];
 
 #[cfg(test)]

@@ -328,6 +328,14 @@ impl From<ConnectError> for DbError {
 /// start at once never both migrate; the second finds the version moved and does nothing.
 const MIGRATION_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 1;
 
+/// The advisory lock key of the ledgers' writes (`"CRRL"` and lock 2), held by each batch
+/// from its `BEGIN` to its end (see [`super::sql::Conn::begin_write`]).
+pub const WRITE_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 2;
+
+/// A ledger batch's first statements: the transaction, then the write lock ([`WRITE_LOCK`],
+/// written out: a batch of statements takes no parameter).
+pub const BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(4851030235002437634)";
+
 /// What [`inspect`] found in the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
@@ -446,4 +454,12 @@ pub fn migrate(conn: &super::sql::Conn, target: u32) -> Result<u32> {
         }
     }
     Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_write_lock_written_out_is_the_key() {
+        assert!(super::BEGIN_WRITE.ends_with(&format!("({})", super::WRITE_LOCK)));
+    }
 }

@@ -548,12 +548,16 @@ impl Conn {
         }
     }
 
-    /// Opens the ledger's write transaction. SQLite's `IMMEDIATE` takes the write lock up
-    /// front, so another process's writer shows up here, before any write ran.
+    /// Opens the ledger's write transaction, holding the store's write lock: SQLite's
+    /// `IMMEDIATE` takes it up front, so another process's writer shows up here, before any
+    /// write ran. On PostgreSQL the lock is an advisory one every daemon's ledger takes first
+    /// ([`crate::store::postgres::WRITE_LOCK`]): the daemons sharing a store write in turns,
+    /// as one SQLite writer does, so that a session's numbers and the feed's are given in
+    /// commit order without gaps, and a claim, a rescue and a fence check never race.
     pub fn begin_write(&self) -> Result<()> {
         match self.dialect() {
             Dialect::Sqlite => self.batch("BEGIN IMMEDIATE"),
-            Dialect::Postgres => self.batch("BEGIN"),
+            Dialect::Postgres => self.batch(crate::store::postgres::BEGIN_WRITE),
         }
     }
 
