@@ -12,6 +12,7 @@
 
 pub mod app_server;
 pub mod ledger;
+pub mod relay;
 pub mod session;
 pub mod slots;
 pub mod supervisor;

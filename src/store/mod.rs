@@ -26,6 +26,7 @@
 pub mod drivers;
 pub mod events;
 pub mod exec;
+pub mod listen;
 pub mod location;
 pub mod migrations;
 pub mod migrations_postgres;

@@ -31,7 +31,8 @@ const STATEMENT_CACHE: usize = 256;
 /// The thread name of the store runtime's worker, by which [`block`] tells it is not on it.
 const STORE_THREAD: &str = "corral-store";
 
-fn store_runtime() -> &'static tokio::runtime::Runtime {
+/// The store runtime (made on first use): also drives [`super::listen`]'s connection.
+pub(crate) fn store_runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
