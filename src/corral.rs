@@ -44,7 +44,7 @@ use crate::engine::EngineKind;
 use crate::events::EventKind;
 use crate::store::location::Location;
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
-use crate::store::prompts::{CancelFound, Enqueued, NewPrompt, Prompt};
+use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, Prompt};
 use crate::store::runs::Recovered;
 use crate::store::sessions::{NewSession, Session, WorktreeState};
 use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
@@ -144,6 +144,9 @@ pub struct Corral {
     /// The home's lock (`HOME/daemon.lock`), held while any handle lives: one supervisor
     /// per home, daemon or library.
     _lock: Arc<DaemonLock>,
+    /// On a shared store, the listener of the store's notices (work to claim, other daemons'
+    /// events): dropped with the last handle.
+    _listener: Arc<Option<crate::store::listen::Listener>>,
 }
 
 /// An archived project takes no new session and no prompt, as an archived session takes no
@@ -159,6 +162,24 @@ fn refuse_archived_project(project: &Project) -> Result<(), CorralError> {
 }
 
 /// The slot limits the settings ask for.
+/// The program the lease guard runs as (`corral __lease-guard`): `CORRAL_GUARD_PROGRAM`, else
+/// this binary when it is corral. A program embedding the library elsewhere names it, or runs
+/// without a guard (its engines then outlive it if it is killed: said in one log line).
+fn guard_program() -> Option<PathBuf> {
+    if let Some(program) = std::env::var_os("CORRAL_GUARD_PROGRAM").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(program));
+    }
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_name().is_some_and(|name| name == "corral") {
+        return Some(exe);
+    }
+    tracing::warn!(
+        program = %exe.display(),
+        "no lease guard (set CORRAL_GUARD_PROGRAM to the corral binary): engines outlive this process if it is killed"
+    );
+    None
+}
+
 fn slot_limits(settings: &Settings) -> SlotLimits {
     SlotLimits {
         per_engine: settings.slots.clone(),
@@ -232,6 +253,22 @@ impl Corral {
         let settings = readers.read(Settings::load)?;
         let slots = SlotsHandle::start(slot_limits(&settings));
         let home = options.home.canonicalize().unwrap_or(options.home);
+        // On a shared store: registered (a new epoch, its lease taken) before boot, whose
+        // reconciliation takes this node's own prompts again under it.
+        let lease = match &location {
+            Location::Postgres(url) => {
+                let (url, at, length) = (url.clone(), home.clone(), settings.store_lease);
+                let started = tokio::task::spawn_blocking(move || {
+                    crate::lease::holder::Lease::start(&url, &at, guard_program(), length)
+                })
+                .await
+                .map_err(|error| CorralError::Store(error.to_string()))?
+                .map_err(CorralError::Store)?;
+                ledger.set_node(&started.0.node_id);
+                Some(started)
+            }
+            Location::Sqlite(_) => None,
+        };
         let shared = Arc::new(Shared::new(
             home,
             ledger,
@@ -239,6 +276,7 @@ impl Corral {
             readers,
             settings,
             options.exec_id,
+            lease.as_ref().map(|(lease, _)| lease.clone()),
         ));
         let supervisor = Supervisor::new(shared.clone()).start();
         let recovered = supervisor
@@ -249,7 +287,17 @@ impl Corral {
         // Worktrees a killed supervisor left half-made are finished (or left for the first
         // prompt to report).
         actix::spawn(worktree::finish_creating(shared.clone()));
+        let listener = match (&location, lease) {
+            (Location::Postgres(url), Some((_, wanted))) => Some(crate::actors::claims::start(
+                shared.clone(),
+                supervisor.clone(),
+                url,
+                wanted,
+            )),
+            _ => None,
+        };
         Ok(Corral {
+            _listener: Arc::new(listener),
             shared,
             supervisor,
             recovered: Arc::new(recovered),
@@ -532,7 +580,7 @@ impl Corral {
             refuse_archived_project(project)?;
         }
         let settings = self.settings();
-        let project_model = project.and_then(|project| project.model);
+        let project_model = project.as_ref().and_then(|project| project.model.clone());
         let model = session.model.as_deref().or(project_model.as_deref());
         if let Some(why) = crate::engine::unsupported(
             kind,
@@ -548,13 +596,74 @@ impl Corral {
         let enqueued = self
             .shared
             .ledger
-            .write(EnqueuePrompt { prompt })
+            .write(EnqueuePrompt {
+                claimer: self.claimer_for(project.as_ref(), &session),
+                prompt,
+            })
             .await?
             .map_err(CorralError::Superseded)?;
         if let Some(started) = enqueued.started.clone() {
             self.supervisor.do_send(Dispatch(started));
+        } else if let (Some(_), Some(project)) = (&self.shared.lease, &project) {
+            self.tell_if_unserved(&enqueued.prompt, project).await;
         }
         Ok(enqueued)
+    }
+
+    /// On a shared store, a prompt left queued whose project no live daemon serves waits
+    /// for one that does (started with its path there): told in its session's events, so a
+    /// person sees why it does not start.
+    async fn tell_if_unserved(&self, prompt: &Prompt, project: &Project) {
+        let served = self
+            .read(|c| crate::store::daemons::served_by_anyone(c, &project.id))
+            .unwrap_or(true);
+        if served || Path::new(&project.path).is_dir() {
+            return;
+        }
+        let event = events::NewEvent {
+            session_id: prompt.session_id.clone(),
+            prompt_id: Some(prompt.id.clone()),
+            run_id: None,
+            kind: EventKind::PromptUnserved,
+            payload: serde_json::json!({
+                "project": project.name,
+                "path": project.path,
+                "reason": format!(
+                    "no live daemon serves project {}: its path {} is a directory on no live daemon's host",
+                    project.name, project.path
+                ),
+            }),
+        };
+        if let Err(error) = self.shared.append_events(vec![event]).await {
+            tracing::warn!(%error, "prompt.unserved not stored");
+        }
+    }
+
+    /// Who takes a prompt sent now if its session is free: on a shared store this daemon
+    /// only when it serves the project (its path is a directory on this host), its lease
+    /// holds and it has room for another run; else it stays queued for a daemon that can.
+    fn claimer_for(&self, project: Option<&Project>, session: &sessions::Session) -> ClaimBy {
+        let Some(lease) = &self.shared.lease else {
+            return ClaimBy::Alone;
+        };
+        let serves = project.is_none_or(|project| Path::new(&project.path).is_dir());
+        let settings = self.settings();
+        let limit = settings
+            .slots
+            .get(&session.engine)
+            .copied()
+            .unwrap_or(crate::store::settings::DEFAULT_SLOTS_PER_ENGINE)
+            .min(settings.slots_total.unwrap_or(usize::MAX));
+        if lease.holds() && serves && self.shared.working() < limit {
+            ClaimBy::Daemon(lease.claim())
+        } else {
+            ClaimBy::Nobody
+        }
+    }
+
+    /// This daemon's lease on a shared store (`None` on SQLite).
+    pub fn lease(&self) -> Option<&Arc<crate::lease::holder::Lease>> {
+        self.shared.lease.as_ref()
     }
 
     /// Cancels a prompt: a queued one is removed at once; a running one is ended (its child's
@@ -845,6 +954,14 @@ impl Corral {
             }
         }
         self.stop_app_servers().await;
+        // The prompts were requeued: the lease is given up, so nobody waits for it to run
+        // out before taking them.
+        if let Some(lease) = self.shared.lease.clone() {
+            let released = tokio::task::spawn_blocking(move || lease.release()).await;
+            if let Err(error) = released {
+                tracing::warn!(%error, "the lease was not given up; it runs out by itself");
+            }
+        }
     }
 
     /// Ends every project's app-server child (no turn runs any more) and stores the state it

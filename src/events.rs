@@ -56,6 +56,9 @@ event_kinds! {
     PromptCancelled => "prompt.cancelled",
     /// A prompt went back to the queue (daemon shutdown or crash recovery).
     PromptRequeued => "prompt.requeued",
+    /// The prompt waits: on a shared store, no live daemon serves its project (its path is
+    /// a directory on no live daemon's host).
+    PromptUnserved => "prompt.unserved",
     /// The prompt waits for a slot (and what holds it).
     SlotWaiting => "slot.waiting",
     /// The slot it waited for was granted.

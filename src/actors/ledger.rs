@@ -41,13 +41,13 @@ use actix::prelude::*;
 use rusqlite::Connection;
 
 use crate::store::location::Location;
-use crate::store::sql::{Conn, DbError};
+use crate::store::sql::{Conn, DbError, Dialect};
 use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
-    drivers, events, migrations, open_writer, processes, projects, prompts, runs, sessions,
-    settings, StoreError,
+    daemons, drivers, events, migrations, open_writer, processes, projects, prompts, runs,
+    sessions, settings, StoreError,
 };
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the
@@ -230,6 +230,8 @@ struct LedgerWriter {
     /// Opened by [`Open`] on this actor's own thread, so even the pragmas that write the file
     /// header (`journal_mode=WAL`) come from the ledger.
     connection: Option<Conn>,
+    /// See [`LedgerHandle::set_node`].
+    node: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Actor for LedgerWriter {
@@ -320,7 +322,13 @@ impl Handler<Commit> for LedgerWriter {
         lock.fallback_limit = self.lock_timeout;
         let begun = lock.retry(connection, &mut ops, Conn::begin_write);
         let outcome = match begun {
-            Ok(true) => apply_and_commit(connection, path, &mut lock, &mut ops),
+            Ok(true) => apply_and_commit(
+                connection,
+                path,
+                &mut lock,
+                &mut ops,
+                self.node.get().map(String::as_str),
+            ),
             // Every write of the batch waited its limit; each was told.
             Ok(false) => {
                 lock.done(connection);
@@ -343,8 +351,17 @@ fn apply_and_commit(
     path: &Path,
     lock: &mut LockWait<'_>,
     ops: &mut Vec<Box<dyn Op>>,
+    node: Option<&str>,
 ) -> Result<(), StoreError> {
     let applied = (|| -> crate::store::sql::Result<()> {
+        // On PostgreSQL the batch holds the store's write lock, so the feed numbers it gives
+        // are exactly those after the last one now: the range its notice names.
+        let shared = connection.dialect() == Dialect::Postgres;
+        let feed_before = if shared {
+            events::last_feed_seq(connection)?
+        } else {
+            0
+        };
         for op in ops.iter_mut() {
             connection.batch("SAVEPOINT op")?;
             if op.apply(connection) {
@@ -352,6 +369,16 @@ fn apply_and_commit(
             } else {
                 connection.batch("ROLLBACK TO op")?;
                 connection.batch("RELEASE op")?;
+            }
+        }
+        if shared {
+            let feed_after = events::last_feed_seq(connection)?;
+            if feed_after > feed_before {
+                let payload = format!("{}:{}:{feed_after}", node.unwrap_or(""), feed_before + 1);
+                connection.run(
+                    "SELECT pg_notify('corral_events', ?1)",
+                    crate::store::sql::args![payload],
+                )?;
             }
         }
         Ok(())
@@ -836,6 +863,9 @@ pub struct LedgerHandle {
     unreachable: Arc<AtomicBool>,
     checkpointed: watch::Receiver<u64>,
     stop_waiting: Arc<AtomicBool>,
+    /// This daemon's node on a shared store, named in the `corral_events` notice of each
+    /// batch that stored events ([`LedgerHandle::set_node`]).
+    node: Arc<std::sync::OnceLock<String>>,
 }
 
 impl LedgerHandle {
@@ -862,6 +892,8 @@ impl LedgerHandle {
         let flag = stop_waiting.clone();
         let unreachable = Arc::new(AtomicBool::new(false));
         let told = unreachable.clone();
+        let node: Arc<std::sync::OnceLock<String>> = Arc::default();
+        let writer_node = node.clone();
         let store = Arc::new(StoreInfo {
             kind: if location.is_postgres() {
                 "postgres"
@@ -879,6 +911,7 @@ impl LedgerHandle {
             path: owned.clone(),
             stop_waiting: flag.clone(),
             connection: None,
+            node: writer_node.clone(),
         });
         let version = writer
             .send(Open { migrate })
@@ -907,6 +940,7 @@ impl LedgerHandle {
                 unreachable,
                 checkpointed: checkpointed_rx,
                 stop_waiting,
+                node,
             },
             version,
         ))
@@ -964,6 +998,13 @@ impl LedgerHandle {
     /// journal before the daemon exits.
     pub fn stop_waiting(&self) {
         self.stop_waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// Names this daemon's node (shared store, once registered): every batch that stores
+    /// events then tells the other daemons, inside its transaction (`NOTIFY corral_events,
+    /// '<node>:<first>:<last>'`, delivered at the commit), so they publish them live.
+    pub fn set_node(&self, node_id: &str) {
+        let _ = self.node.set(node_id.to_string());
     }
 
     /// What the store is (`kind`: `sqlite` or `postgres`; `at`: the file, or the URL without
@@ -1093,9 +1134,24 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Queues a prompt: `running` when the session is free, else `queued` (one transaction).
-    EnqueuePrompt { prompt: prompts::NewPrompt } -> Result<prompts::Enqueued, drivers::DriverClaim>,
-    |this, connection| prompts::enqueue(connection, &this.prompt)
+    /// Queues a prompt: `running` when the session is free (and, on a shared store, this
+    /// daemon may take it), else `queued` (one transaction). On a shared store a prompt left
+    /// queued is announced to every daemon (`corral_work`), which may claim it.
+    EnqueuePrompt { prompt: prompts::NewPrompt, claimer: prompts::ClaimBy } -> Result<prompts::Enqueued, drivers::DriverClaim>,
+    |this, connection| {
+        if let prompts::ClaimBy::Daemon(claim) = &this.claimer {
+            if !daemons::fence_holds(connection, claim)? {
+                return Err(StoreError::Fenced { node_id: claim.node_id.clone(), epoch: claim.epoch });
+            }
+        }
+        let enqueued = prompts::enqueue(connection, &this.prompt, this.claimer.as_claimer())?;
+        if matches!(&enqueued, Ok(done) if done.started.is_none())
+            && connection.dialect() == Dialect::Postgres
+        {
+            notify(connection, "corral_work", "q")?;
+        }
+        Ok::<_, StoreError>(enqueued)
+    }
 );
 
 ledger_write!(
@@ -1105,14 +1161,23 @@ ledger_write!(
         status: prompts::PromptStatus,
         error: Option<String>,
         answer: Option<String>,
+        claimer: prompts::ClaimBy,
     } -> Option<prompts::Prompt>,
-    |this, connection| prompts::finish_and_claim_next(
-        connection,
-        &this.prompt_id,
-        this.status,
-        this.error.as_deref(),
-        this.answer.as_deref(),
-    )
+    |this, connection| {
+        let next = prompts::finish_and_claim_next(
+            connection,
+            &this.prompt_id,
+            this.status,
+            this.error.as_deref(),
+            this.answer.as_deref(),
+            this.claimer.as_claimer(),
+        )?;
+        // A lock this prompt held across daemons is free: those waiting for it may claim.
+        if matches!(this.claimer, prompts::ClaimBy::Daemon(_)) {
+            notify(connection, "corral_work", "e")?;
+        }
+        Ok::<_, StoreError>(next)
+    }
 );
 
 ledger_write!(
@@ -1125,9 +1190,73 @@ ledger_write!(
     /// The prompts the sessions' workers run now: for each session, the running one or the
     /// next queued one. One transaction for all (a boot with thousands of sessions waiting
     /// would otherwise wait for as many commits in a row).
-    CurrentOrNext { session_ids: Vec<String> } -> Vec<prompts::Prompt>,
-    |this, connection| prompts::current_or_next(connection, &this.session_ids)
+    CurrentOrNext { session_ids: Vec<String>, claimer: prompts::ClaimBy } -> Vec<prompts::Prompt>,
+    |this, connection| prompts::current_or_next(connection, &this.session_ids, this.claimer.as_claimer())
 );
+
+ledger_write!(
+    /// Claims queued prompts this daemon can start now (shared store); replies with them.
+    /// Refused when the daemon's lease no longer holds.
+    ClaimWork { claim: daemons::Claim, serves: Vec<String>, room: prompts::Room } -> Vec<prompts::Prompt>,
+    |this, connection| {
+        if !daemons::fence_holds(connection, &this.claim)? {
+            return Err(StoreError::Fenced { node_id: this.claim.node_id, epoch: this.claim.epoch });
+        }
+        Ok::<_, StoreError>(prompts::claim_work(connection, &this.claim, &this.serves, &this.room)?)
+    }
+);
+
+ledger_write!(
+    /// Takes back the prompts of daemons whose lease ran out (shared store), closing their
+    /// runs and telling it; replies with them and the events told, and announces them to
+    /// every daemon (`corral_work`). Refused when this daemon's own lease no longer holds.
+    Rescue { claim: daemons::Claim } -> (Vec<prompts::Rescued>, Vec<events::Event>),
+    |this, connection| {
+        if !daemons::fence_holds(connection, &this.claim)? {
+            return Err(StoreError::Fenced { node_id: this.claim.node_id, epoch: this.claim.epoch });
+        }
+        let rescued = prompts::rescue(connection)?;
+        if !rescued.0.is_empty() {
+            notify(connection, "corral_work", "r")?;
+        }
+        Ok::<_, StoreError>(rescued)
+    }
+);
+
+/// Tells every daemon listening on `channel` (PostgreSQL: delivered at the commit, and only
+/// if the transaction commits).
+fn notify(connection: &Conn, channel: &str, payload: &str) -> Result<(), StoreError> {
+    connection.run(
+        "SELECT pg_notify(?1, ?2)",
+        crate::store::sql::args![channel, payload],
+    )?;
+    Ok(())
+}
+
+/// A write about a prompt claimed on a shared store, carrying its claim: applied only while
+/// the claim holds (its daemon's epoch unchanged, its lease not run out), else refused with
+/// [`StoreError::Fenced`] and nothing of it written. The check runs in the write's own
+/// savepoint, under the store's write lock, so no rescue can come between it and the commit.
+/// Without a claim (a SQLite store) it is the write itself.
+pub struct Fenced<W> {
+    pub claim: Option<daemons::Claim>,
+    pub write: W,
+}
+
+impl<W: LedgerWrite> LedgerWrite for Fenced<W> {
+    type Output = W::Output;
+    fn apply(self, connection: &Conn) -> Result<W::Output, StoreError> {
+        if let Some(claim) = self.claim {
+            if !daemons::fence_holds(connection, &claim)? {
+                return Err(StoreError::Fenced {
+                    node_id: claim.node_id,
+                    epoch: claim.epoch,
+                });
+            }
+        }
+        self.write.apply(connection)
+    }
+}
 
 ledger_write!(
     /// Writes a run's row before its child is spawned, bumping the session's provider
@@ -1177,6 +1306,7 @@ ledger_write!(
     /// interrupted at the moment given (when its processes were seen gone), keeps the dead
     /// app-server children's states as they truly are now, lists the sessions with work.
     Recover {
+        node_id: String,
         ended: Vec<(String, i64)>,
         app_servers: Vec<(String, serde_json::Value)>,
         told: runs::Told,
@@ -1185,7 +1315,7 @@ ledger_write!(
         for (project_id, state) in &this.app_servers {
             processes::save_app_server(connection, project_id, state)?;
         }
-        runs::recover(connection, &this.ended, &this.told)
+        runs::recover(connection, &this.node_id, &this.ended, &this.told)
     }
 );
 

@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::app_server::{AppServerActor, AppServerState};
 use super::ledger::{
-    AppendEvents, CurrentOrNext, IngestSpill, LedgerError, LedgerHandle, Recover, SaveAppServer,
+    AppendEvents, CurrentOrNext, Fenced, IngestSpill, LedgerError, LedgerHandle, Recover, SaveAppServer,
     Unwritten,
 };
 use super::session::{CancelPrompt, SessionActor, StartWork, SETUP_ENV};
@@ -72,6 +72,12 @@ pub struct Shared {
     /// The `git` worktree isolation uses ([`Shared::git`]): found once, looked for again
     /// after a failure (git installed while the daemon runs).
     git: tokio::sync::Mutex<Option<crate::git::Git>>,
+    /// On a shared (PostgreSQL) store, this daemon's lease: the claim its prompts are taken
+    /// under, the fence its workers' writes carry. `None` on SQLite (one daemon, no lease).
+    pub lease: Option<Arc<crate::lease::holder::Lease>>,
+    /// Woken when queued prompts may be claimable here (shared store): a prompt queued
+    /// elsewhere, a slot freed, a rescue; the claimer (`actors::claims`) takes what fits.
+    pub claim_wanted: tokio::sync::Notify,
 }
 
 /// A session's worker counted in [`Shared::working`] for as long as this lives: dropped when
@@ -128,7 +134,12 @@ impl Shared {
         readers: ReaderPool,
         settings: Settings,
         exec_id: Option<String>,
+        lease: Option<Arc<crate::lease::holder::Lease>>,
     ) -> Self {
+        let working: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        if let Some(lease) = &lease {
+            lease.count_running(working.clone());
+        }
         Shared {
             home,
             ledger,
@@ -140,9 +151,20 @@ impl Shared {
             shutdown: watch::channel(false).0,
             draining: std::sync::atomic::AtomicBool::new(false),
             app_servers: std::sync::Mutex::new(HashMap::new()),
-            working: Arc::default(),
+            working,
             announcer: std::sync::OnceLock::new(),
             git: tokio::sync::Mutex::new(None),
+            lease,
+            claim_wanted: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Who takes the next prompt in a write that could start one: this daemon under its
+    /// claim (shared store), or as the store's only daemon (SQLite).
+    pub fn claimer(&self) -> crate::store::prompts::ClaimBy {
+        match &self.lease {
+            Some(lease) => crate::store::prompts::ClaimBy::Daemon(lease.claim()),
+            None => crate::store::prompts::ClaimBy::Alone,
         }
     }
 
@@ -209,6 +231,7 @@ impl Shared {
         actix::spawn(keep_app_server_state(
             ledger,
             project_id,
+            self.lease.as_ref().map(|lease| lease.node_id.clone()),
             states,
             self.shutdown_signal(),
         ));
@@ -257,6 +280,9 @@ impl Shared {
     }
 
     pub fn replace_settings(&self, settings: Settings) {
+        if let Some(lease) = &self.lease {
+            lease.set_length(settings.store_lease);
+        }
         if let Ok(mut current) = self.settings.write() {
             *current = Arc::new(settings);
         }
@@ -420,6 +446,7 @@ fn publish(published: &broadcast::Sender<Arc<Published>>, stored: Vec<Event>) {
 async fn keep_app_server_state(
     ledger: LedgerHandle,
     project_id: String,
+    node_id: Option<String>,
     mut states: watch::Receiver<Option<AppServerState>>,
     shutdown: watch::Receiver<bool>,
 ) {
@@ -428,7 +455,11 @@ async fn keep_app_server_state(
             let Some(state) = states.borrow_and_update().clone() else {
                 break;
             };
-            let state = serde_json::to_value(&state).unwrap_or_default();
+            let mut state = serde_json::to_value(&state).unwrap_or_default();
+            // On a shared store, whose child it is: only that node's next boot ends it.
+            if let Some(node_id) = &node_id {
+                state["node_id"] = serde_json::json!(node_id);
+            }
             let project_id = project_id.clone();
             match ledger.write(SaveAppServer { project_id, state }).await {
                 Ok(()) => break,
@@ -564,13 +595,20 @@ impl Handler<Boot> for Supervisor {
                 let recovered = reconcile(&shared, told).await?;
                 let reconciled = begun.elapsed();
                 process::kill_point("boot.committed");
+                // On a shared store its node's own prompts are taken again under its new
+                // epoch; the queued ones are claimed as room allows, after boot.
                 let prompts = shared
                     .ledger
-                    .write(CurrentOrNext {
-                        session_ids: recovered.sessions.clone(),
+                    .write(Fenced {
+                        claim: shared.lease.as_ref().map(|lease| lease.claim()),
+                        write: CurrentOrNext {
+                            session_ids: recovered.sessions.clone(),
+                            claimer: shared.claimer(),
+                        },
                     })
                     .await
                     .map_err(|error| error.to_string())?;
+                shared.claim_wanted.notify_one();
                 tracing::info!(
                     reconcile_ms = reconciled.as_millis() as u64,
                     claim_ms = (begun.elapsed() - reconciled).as_millis() as u64,
@@ -656,15 +694,42 @@ async fn ingest_spills(shared: &Shared) -> Result<runs::Told, String> {
 
 /// Ends what a dead supervisor left running, then closes its runs (see [`Boot`]).
 async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, String> {
+    // On a shared store only this node's runs are its to end: the app-server children's and
+    // the setup commands' records name no node, so another daemon's could be taken for
+    // them; they are left alone there (a setup shell dies with its daemon, see
+    // `process::dies_with_this_process`).
+    let node_id = shared
+        .lease
+        .as_ref()
+        .map(|lease| lease.node_id.clone())
+        .unwrap_or_default();
+    let alone = shared.lease.is_none();
     let read = shared.readers.read(|connection| {
         Ok((
-            runs::leftover_runs(connection)?,
+            runs::leftover_runs(connection, &node_id)?,
             processes::app_servers(connection)?,
             projects::projects(connection)?,
-            sessions::sessions_in_setup(connection)?,
+            if alone { sessions::sessions_in_setup(connection)? } else { Vec::new() },
         ))
     });
-    let (runs, servers, projects, setting_up) = read.map_err(|error| error.to_string())?;
+    let (runs, mut servers, mut projects, setting_up) =
+        read.map_err(|error| error.to_string())?;
+    // An app-server child another node started is that node's (a state from before nodes
+    // were recorded was the one daemon's); on a shared store a project whose child is not
+    // known to be this node's is not looked for by its environment either, which on a host
+    // with two homes would find the other home's.
+    servers.retain(|state| {
+        state["node_id"]
+            .as_str()
+            .is_none_or(|node| alone || node == node_id)
+    });
+    if !alone {
+        projects.retain(|project| {
+            servers
+                .iter()
+                .any(|state| state["project_id"].as_str() == Some(project.id.as_str()))
+        });
+    }
     // Each run: its group (when still its own) and its id in the environment.
     let mut marks: Vec<process::Mark> = runs
         .iter()
@@ -726,13 +791,16 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
     let recovered = shared
         .ledger
         .write(Recover {
+            node_id,
             ended,
             app_servers,
             told,
         })
         .await
         .map_err(|error| error.to_string())?;
-    forget_dead_kept(shared).await;
+    if alone {
+        forget_dead_kept(shared).await;
+    }
     Ok(recovered)
 }
 

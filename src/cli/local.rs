@@ -95,6 +95,8 @@ impl LocalStore {
             // The HTTP API is the daemon's.
             "http": null,
             "store": self.store,
+            "daemons": crate::protocol::status::daemons_status(c, None)?,
+            "lease": null,
             "home": self.home,
         }))
     }

@@ -7,7 +7,8 @@
 //! [`status`], [`config`], [`completions`]; what those share is in [`remote`], and [`local`]
 //! answers the inspections from the store itself when no daemon runs).
 //!
-//! The path of an invocation:
+//! The path of an invocation (`corral __lease-guard`, a daemon's lease guard, leaves it
+//! before the first step: `crate::lease::guard::main`):
 //! 1. parse; a parse that ends the process (`--help`, `--version`, a usage error) is an *early
 //!    command*: it never creates or migrates the store, but records its exec into a store that
 //!    already exists and is compatible. Meanwhile the store the arguments most likely name (by
@@ -349,6 +350,11 @@ impl Context {
 
 /// The whole `corral` process: parse, record, run, record, exit.
 pub fn main() -> ExitCode {
+    // A daemon's lease guard (`crate::lease::guard`): no parse, runtime, store or exec row.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(crate::lease::guard::ARG))
+    {
+        std::process::exit(crate::lease::guard::main());
+    }
     let argv: Vec<OsString> = std::env::args_os().collect();
     let system = actix::System::new();
     let (code, supervises) = system.block_on(async move {

@@ -58,6 +58,9 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
     if let Some(store) = store_line(&status) {
         println!("store:    {store}");
     }
+    for line in daemon_lines(&status) {
+        println!("{line}");
+    }
     if let Some(http) = http_line(&status) {
         println!("http:     {http}");
     }
@@ -227,6 +230,36 @@ fn store_line(status: &serde_json::Value) -> Option<String> {
         line.push_str(" (cannot be reached: writes wait for it)");
     }
     Some(line)
+}
+
+/// On a shared store, a line per daemon: where it runs, its lease, what it serves.
+fn daemon_lines(status: &serde_json::Value) -> Vec<String> {
+    let Some(daemons) = status["daemons"].as_array() else {
+        return Vec::new();
+    };
+    daemons
+        .iter()
+        .map(|daemon| {
+            let lease = match (daemon["live"].as_bool(), daemon["lease_left_ms"].as_i64()) {
+                (Some(true), Some(left)) => format!("lease {:.1} s left", left as f64 / 1000.0),
+                (_, None) => "stopped".to_string(),
+                _ => "lease run out".to_string(),
+            };
+            let serves: Vec<&str> = daemon["serves"]
+                .as_array()
+                .map(|names| names.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            format!(
+                "daemon{} {} pid {} ({}), {lease}, {} running, serves: {}",
+                if daemon["this"].as_bool() == Some(true) { "*" } else { " " },
+                text(daemon, "host"),
+                daemon["pid"].as_i64().unwrap_or(0),
+                text(daemon, "home"),
+                daemon["running"].as_i64().unwrap_or(0),
+                if serves.is_empty() { "nothing".to_string() } else { serves.join(", ") },
+            )
+        })
+        .collect()
 }
 
 fn http_line(status: &serde_json::Value) -> Option<String> {

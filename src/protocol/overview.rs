@@ -119,6 +119,9 @@ pub struct Exec {
     pub command: Option<serde_json::Value>,
     pub cwd: Option<String>,
     pub repo: Option<String>,
+    /// The host the exec runs on (where its pid means something); null for a row recorded
+    /// before hosts were.
+    pub host: Option<String>,
     pub pid: Option<i64>,
     pub started_at: i64,
     pub completed_at: Option<i64>,
@@ -139,6 +142,7 @@ impl From<&exec::Exec> for Exec {
             command: e.command.clone(),
             cwd: e.cwd.clone(),
             repo: e.repo.clone(),
+            host: e.host.clone(),
             pid: e.pid,
             started_at: e.started_at,
             completed_at: e.completed_at,
@@ -165,6 +169,7 @@ mod tests {
             command: Some(serde_json::json!(["corral", "status"])),
             cwd: Some("/w".into()),
             repo: None,
+            host: Some("alpha".into()),
             pid: Some(7),
             started_at: 1,
             completed_at: Some(2),

@@ -76,6 +76,66 @@ pub struct StatusResult {
     /// Null from an older daemon.
     #[serde(default)]
     pub store: Value,
+    /// On a shared (PostgreSQL) store, every daemon that served it, live or not, with the
+    /// projects each serves; empty on SQLite.
+    #[serde(default)]
+    pub daemons: Vec<DaemonStatus>,
+    /// This daemon's lease on a shared store (`{node_id, epoch, state, unreachable_since,
+    /// fenced_writes, lease_ms}`); null on SQLite and with no daemon.
+    #[serde(default)]
+    pub lease: Value,
+}
+
+/// One daemon of a shared store, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    pub node_id: String,
+    pub host: String,
+    pub home: String,
+    pub pid: i64,
+    pub epoch: i64,
+    /// Its lease holds now.
+    pub live: bool,
+    /// What is left of its lease (negative: run out since); null: it stopped cleanly.
+    pub lease_left_ms: Option<i64>,
+    /// The names of the projects it serves (their paths are directories on its host).
+    pub serves: Vec<String>,
+    /// How many prompts it ran at its last renewal.
+    pub running: i64,
+    /// The daemon answering.
+    pub this: bool,
+}
+
+/// Every daemon of the store, as `status` shows them (`this_node`: the answering one's).
+pub fn daemons_status(
+    conn: &crate::store::sql::Conn,
+    this_node: Option<&str>,
+) -> crate::store::sql::Result<Vec<DaemonStatus>> {
+    let daemons = crate::store::daemons::daemons(conn)?;
+    if daemons.is_empty() {
+        return Ok(Vec::new());
+    }
+    let projects = crate::store::projects::projects(conn)?;
+    Ok(daemons
+        .into_iter()
+        .map(|daemon| DaemonStatus {
+            live: daemon.is_live(),
+            lease_left_ms: daemon.lease_until.map(|until| until - daemon.now),
+            serves: daemon
+                .serves
+                .iter()
+                .filter_map(|id| projects.iter().find(|project| &project.id == id))
+                .map(|project| project.name.clone())
+                .collect(),
+            running: daemon.status["running"].as_i64().unwrap_or(0),
+            this: this_node == Some(daemon.node_id.as_str()),
+            node_id: daemon.node_id,
+            host: daemon.host,
+            home: daemon.home,
+            pid: daemon.pid,
+            epoch: daemon.epoch,
+        })
+        .collect())
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

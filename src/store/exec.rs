@@ -3,8 +3,14 @@
 //! Writes ([`NewExec`], [`ExecCompletion`], [`close_lost`]) are applied by the ledger actor
 //! inside its transaction; reads ([`list`], [`find_by_prefix`], [`open_execs`]) run on a
 //! read-only connection of the caller's own.
+//!
+//! Each row names the host its process runs on ([`crate::host::name`]): on a shared store
+//! several hosts record here, and a pid is only judged on its own host ([`Exec::is_here`]).
+//! The column came with schema step [`HOST_SINCE`]; early commands record into a store of any
+//! compatible version, so `record_whole` and `prepare_writes` read the store's version and
+//! leave the host out of an older store's row.
 
-use crate::store::sql::{self, args, Conn, OptionalExt, Row, Value};
+use crate::store::sql::{self, args, Conn, Dialect, OptionalExt, Row, Value};
 use serde::{Deserialize, Serialize};
 
 /// How an exec ended. `None` in an [`Exec`] means unknown: still running, or never completed.
@@ -52,6 +58,10 @@ pub struct Exec {
     pub command: Option<serde_json::Value>,
     pub cwd: Option<String>,
     pub repo: Option<String>,
+    /// The host the process runs on, where its pid means something; `None` for a row written
+    /// before hosts were recorded ([`HOST_SINCE`]), which was this machine's: a store had one
+    /// host then.
+    pub host: Option<String>,
     pub pid: Option<i64>,
     pub started_at: i64,
     pub completed_at: Option<i64>,
@@ -62,6 +72,13 @@ pub struct Exec {
 }
 
 impl Exec {
+    /// Whether this host can judge the exec's pid: it ran here, or before hosts were recorded.
+    pub fn is_here(&self) -> bool {
+        self.host
+            .as_deref()
+            .is_none_or(|host| host == crate::host::name())
+    }
+
     /// The argv for display, on one line: the JSON array joined by spaces, or the raw text,
     /// with control characters escaped (`\n`, `\t`, `\r`, `\u{1b}`), so that an argument
     /// with a newline in it never breaks a table's row.
@@ -84,7 +101,7 @@ impl Exec {
 }
 
 /// `text` with its control characters written as Rust escapes; everything else as it is.
-fn escape_controls(text: &str) -> String {
+pub(crate) fn escape_controls(text: &str) -> String {
     if !text.chars().any(char::is_control) {
         return text.to_string();
     }
@@ -107,7 +124,7 @@ pub struct ExecPage {
 }
 
 const COLUMNS: &str = "id, trace_id, parent_exec_id, caller_session_id, via_agent, command, cwd, \
-                       repo, pid, started_at, completed_at, exit_code, outcome, signal";
+                       repo, host, pid, started_at, completed_at, exit_code, outcome, signal";
 
 fn from_row(row: &Row<'_>) -> sql::Result<Exec> {
     Ok(Exec {
@@ -121,12 +138,13 @@ fn from_row(row: &Row<'_>) -> sql::Result<Exec> {
             .map(|raw| serde_json::from_str(&raw).unwrap_or(serde_json::Value::String(raw))),
         cwd: row.get(6)?,
         repo: row.get(7)?,
-        pid: row.get(8)?,
-        started_at: row.get(9)?,
-        completed_at: row.get(10)?,
-        exit_code: row.get(11)?,
-        outcome: row.get(12)?,
-        signal: row.get(13)?,
+        host: row.get(8)?,
+        pid: row.get(9)?,
+        started_at: row.get(10)?,
+        completed_at: row.get(11)?,
+        exit_code: row.get(12)?,
+        outcome: row.get(13)?,
+        signal: row.get(14)?,
     })
 }
 
@@ -189,53 +207,102 @@ pub fn search_text(argv: &[String]) -> String {
     argv.join(" ").to_ascii_lowercase()
 }
 
+/// The schema step that added `execs.host`.
+pub const HOST_SINCE: u32 = 10;
+
+/// The insert of a store at [`HOST_SINCE`] or later.
 const INSERT: &str = "INSERT INTO execs (id, trace_id, parent_exec_id, caller_session_id, \
      via_agent, command, search_text, cwd, repo, pid, pid_start, started_at, completed_at, \
-     exit_code, outcome, signal) \
+     exit_code, outcome, signal, host) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+
+/// The insert of an older store (an early command's): step 1's columns, which every version
+/// has.
+const INSERT_WITHOUT_HOST: &str = "INSERT INTO execs (id, trace_id, parent_exec_id, \
+     caller_session_id, via_agent, command, search_text, cwd, repo, pid, pid_start, started_at, \
+     completed_at, exit_code, outcome, signal) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+
+/// The store's schema version, read on the writer's connection (PostgreSQL keeps it in
+/// `corral_meta`, as text).
+const VERSION_SQLITE: &str = "SELECT user_version FROM pragma_user_version";
+const VERSION_POSTGRES: &str =
+    "SELECT CAST(value AS BIGINT) FROM corral_meta WHERE key = 'schema_version'";
 
 const COMPLETE: &str = "UPDATE execs SET completed_at = ?2, exit_code = ?3, outcome = ?4, \
      signal = ?5 WHERE id = ?1 AND completed_at IS NULL";
 
 /// Compiles the exec writes into the connection's statement cache (the insert's plan covers
 /// five indexes and a trigger): done when the ledger opens the store, which a short command
-/// overlaps with its other work, so that its first write does not compile them.
+/// overlaps with its other work, so that its first write does not compile them. The insert
+/// is the one the store's version takes (an early command's store may predate the host).
 pub(crate) fn prepare_writes(connection: &Conn) -> sql::Result<()> {
-    connection.prepare(INSERT)?;
+    connection.prepare(if takes_host(connection)? {
+        INSERT
+    } else {
+        INSERT_WITHOUT_HOST
+    })?;
     connection.prepare(COMPLETE)?;
     Ok(())
 }
 
+/// Whether the store's execs have the host column: its schema is at [`HOST_SINCE`] or later.
+/// One read of a value SQLite keeps in the file's header (PostgreSQL, in a one-row lookup).
+fn takes_host(connection: &Conn) -> sql::Result<bool> {
+    let sql = match connection.dialect() {
+        Dialect::Sqlite => VERSION_SQLITE,
+        Dialect::Postgres => VERSION_POSTGRES,
+    };
+    let version = connection.opt_row(sql, args![], |row| row.get::<Option<i64>>(0))?;
+    Ok(version.flatten().unwrap_or(0) >= i64::from(HOST_SINCE))
+}
+
+/// Records an exec's start (or the whole exec). Only on a store at the current schema: every
+/// command but an early one migrates its store before its first write, and early ones record
+/// through [`record_whole`].
 pub(crate) fn insert(transaction: &Conn, exec: &NewExec) -> sql::Result<()> {
+    insert_as(transaction, exec, true)
+}
+
+/// The insert, with this host in the row or (`has_host` false: a store older than
+/// [`HOST_SINCE`]) without the column.
+fn insert_as(transaction: &Conn, exec: &NewExec, has_host: bool) -> sql::Result<()> {
     let command = serde_json::to_string(&exec.argv).expect("strings serialize");
     let completion = exec.completion.as_ref();
-    transaction.run(
-        INSERT,
-        args![
-            exec.id,
-            exec.trace_id,
-            exec.parent_exec_id,
-            exec.caller_session_id,
-            exec.via_agent,
-            command,
-            search_text(&exec.argv),
-            exec.cwd,
-            exec.repo,
-            exec.pid,
-            exec.pid_start.map(|start| start as i64),
-            exec.started_at,
-            completion.map(|c| c.completed_at),
-            completion.map(|c| c.exit_code),
-            completion.map(|c| c.outcome.as_str()),
-            completion.and_then(|c| c.signal.clone()),
-        ],
-    )?;
+    let values = args![
+        exec.id,
+        exec.trace_id,
+        exec.parent_exec_id,
+        exec.caller_session_id,
+        exec.via_agent,
+        command,
+        search_text(&exec.argv),
+        exec.cwd,
+        exec.repo,
+        exec.pid,
+        exec.pid_start.map(|start| start as i64),
+        exec.started_at,
+        completion.map(|c| c.completed_at),
+        completion.map(|c| c.exit_code),
+        completion.map(|c| c.outcome.as_str()),
+        completion.and_then(|c| c.signal.clone()),
+        crate::host::name(),
+    ];
+    if has_host {
+        transaction.run(INSERT, values)?;
+    } else {
+        // The same values but the last, the host.
+        transaction.run(INSERT_WITHOUT_HOST, &values[..values.len() - 1])?;
+    }
     Ok(())
 }
 
 /// Records a whole exec, start and end, whether or not its start is stored already: a
 /// `send` whose daemon stored its start and died before answering records itself, and must
 /// complete that row, not fail on a second one of the same id.
+///
+/// Early commands record this way, into a store of any compatible version: the row names
+/// its host only when the store has the column.
 pub(crate) fn record_whole(transaction: &Conn, exec: &NewExec) -> sql::Result<()> {
     let stored = transaction
         .opt_row("SELECT 1 FROM execs WHERE id = ?1", args![exec.id], |_| {
@@ -245,7 +312,7 @@ pub(crate) fn record_whole(transaction: &Conn, exec: &NewExec) -> sql::Result<()
     match (&exec.completion, stored) {
         (Some(completion), true) => complete(transaction, &exec.id, completion).map(|_| ()),
         (None, true) => Ok(()),
-        (_, false) => insert(transaction, exec),
+        (_, false) => insert_as(transaction, exec, takes_host(transaction)?),
     }
 }
 
@@ -494,7 +561,7 @@ pub fn open_execs(connection: &Conn) -> sql::Result<Vec<OpenExec>> {
         |row| {
             Ok(OpenExec {
                 exec: from_row(row)?,
-                pid_start: row.get::<Option<i64>>(14)?.map(|start| start as u64),
+                pid_start: row.get::<Option<i64>>(15)?.map(|start| start as u64),
             })
         },
     )
@@ -535,6 +602,23 @@ pub fn waves_matching(
 mod tests {
     use super::*;
 
+    /// [`HOST_SINCE`] names the step that adds the column, on both stores.
+    #[test]
+    fn the_host_column_comes_with_its_step() {
+        let step = HOST_SINCE as usize - 1;
+        let adds = "ALTER TABLE execs ADD COLUMN host TEXT";
+        let sqlite = crate::store::migrations::MIGRATIONS;
+        assert!(sqlite[step].sql.contains(adds));
+        assert!(!sqlite[..step]
+            .iter()
+            .any(|earlier| earlier.sql.contains(adds)));
+        let postgres = crate::store::migrations_postgres::STEPS;
+        assert!(postgres[step].contains(adds));
+        assert!(!postgres[..step]
+            .iter()
+            .any(|earlier| earlier.contains(adds)));
+    }
+
     #[test]
     fn a_command_line_is_one_line() {
         let exec = |argv: serde_json::Value| Exec {
@@ -546,6 +630,7 @@ mod tests {
             command: Some(argv),
             cwd: None,
             repo: None,
+            host: None,
             pid: None,
             started_at: 0,
             completed_at: None,

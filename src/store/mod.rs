@@ -23,6 +23,7 @@
 //! through is confirmed by [`check_connection`] before anything is written. A refused store
 //! is said in one line, [`refusal`].
 
+pub mod daemons;
 pub mod drivers;
 pub mod events;
 pub mod exec;
@@ -171,6 +172,13 @@ pub enum StoreError {
         settings::STORE_LOCK_TIMEOUT_MS
     )]
     Unreachable { path: PathBuf, waited: Duration },
+    /// A write about a prompt claimed under a lease that no longer holds (on a shared
+    /// store): another daemon may run the prompt now, so nothing of it is written.
+    #[error(
+        "the lease of this daemon (node {node_id}, epoch {epoch}) no longer holds: the write \
+         was refused"
+    )]
+    Fenced { node_id: String, epoch: i64 },
     #[error("store: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("store: {0}")]
@@ -195,6 +203,11 @@ impl StoreError {
             self,
             StoreError::Locked(_) | StoreError::LockTimeout { .. } | StoreError::Unreachable { .. }
         )
+    }
+
+    /// Whether this write was refused because its lease no longer holds.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, StoreError::Fenced { .. })
     }
 
     /// Turns a SQLite busy/locked error into [`StoreError::Locked`] naming the file, so the user

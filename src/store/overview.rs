@@ -5,7 +5,8 @@
 //!   the sessions, not a read per session: 1,000 sessions cost one statement).
 //! - [`runs_now`]: the runs marked running, split into the ones whose engine lives and the
 //!   gaps (engine gone: a daemon died; the next one closes them and requeues their prompts).
-//! - [`open_execs`]: execs not completed, split into running and lost (process gone).
+//! - [`open_execs`]: execs not completed, split into running and lost (process gone; judged
+//!   on the exec's own host only).
 //! - [`read`]: all of it for the daemon's `overview` ([`Overview`]; the slots are the slot
 //!   manager's, and the daemon adds them).
 //! - [`exec_page`]: the exec ledger page of `monitor list` and `execs.list` ([`ExecQuery`]:
@@ -286,7 +287,8 @@ pub fn runs_now(connection: &Conn, daemon: bool) -> sql::Result<(Vec<Run>, Vec<R
 }
 
 /// The execs not completed (within `repo`, see [`ExecFilter::repo`]): those whose process
-/// lives, and the lost ones.
+/// lives, and the lost ones. Another host's exec counts as running: its pid says nothing
+/// here, and its own host prunes it.
 pub fn open_execs(
     connection: &Conn,
     repo: Option<&Option<String>>,
@@ -296,10 +298,11 @@ pub fn open_execs(
         if repo.is_some_and(|repo| *repo != open.exec.repo) {
             continue;
         }
-        let alive = open
-            .exec
-            .pid
-            .is_some_and(|pid| process::is_alive(pid as u32, open.pid_start));
+        let alive = !open.exec.is_here()
+            || open
+                .exec
+                .pid
+                .is_some_and(|pid| process::is_alive(pid as u32, open.pid_start));
         if alive {
             running.push(open.exec);
         } else {

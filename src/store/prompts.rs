@@ -8,6 +8,7 @@
 use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
+use super::daemons::Claim;
 use super::drivers::{driver_claim, DriverClaim};
 use super::{json_list, now_ms};
 
@@ -69,10 +70,14 @@ pub struct Prompt {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// On a shared store, the daemon that runs it and its epoch then (`None` on SQLite, and
+    /// while it waits).
+    pub claim: Option<Claim>,
 }
 
 const PROMPT_COLUMNS: &str = "id, session_id, text, images, read_only, status, attempts, \
-                              error, answer, created_at, started_at, finished_at";
+                              error, answer, created_at, started_at, finished_at, claimed_by, \
+                              claim_epoch";
 
 fn prompt_row(row: &Row<'_>) -> sql::Result<Prompt> {
     let status: String = row.get(5)?;
@@ -89,7 +94,41 @@ fn prompt_row(row: &Row<'_>) -> sql::Result<Prompt> {
         created_at: row.get(9)?,
         started_at: row.get(10)?,
         finished_at: row.get(11)?,
+        claim: match (row.get::<Option<String>>(12)?, row.get::<Option<i64>>(13)?) {
+            (Some(node_id), Some(epoch)) => Some(Claim { node_id, epoch }),
+            _ => None,
+        },
     })
+}
+
+/// [`Claimer`], owned: what a ledger write carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimBy {
+    Alone,
+    Daemon(Claim),
+    Nobody,
+}
+
+impl ClaimBy {
+    pub fn as_claimer(&self) -> Claimer<'_> {
+        match self {
+            ClaimBy::Alone => Claimer::Alone,
+            ClaimBy::Daemon(claim) => Claimer::Daemon(claim),
+            ClaimBy::Nobody => Claimer::Nobody,
+        }
+    }
+}
+
+/// Who may take a session's next prompt in a write that could start one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimer<'a> {
+    /// The only daemon of a SQLite store: it takes it, no claim recorded.
+    Alone,
+    /// This daemon, under its claim (node and epoch), on a shared store.
+    Daemon(&'a Claim),
+    /// Nobody here (this daemon does not serve the project, or has no room): it stays queued
+    /// for a daemon that can.
+    Nobody,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -123,6 +162,7 @@ pub struct Enqueued {
 pub(crate) fn enqueue(
     connection: &Conn,
     new: &NewPrompt,
+    claimer: Claimer<'_>,
 ) -> sql::Result<Result<Enqueued, DriverClaim>> {
     if let Some(generation) = new.driver_generation {
         if let Some(claim) = driver_claim(connection, &new.session_id)? {
@@ -145,7 +185,7 @@ pub(crate) fn enqueue(
             now_ms(),
         ],
     )?;
-    let started = claim_next(connection, &new.session_id, None)?;
+    let started = claim_next(connection, &new.session_id, None, claimer)?;
     let prompt = prompt(connection, &id)?.ok_or(sql::DbError::NoRows)?;
     Ok(Ok(Enqueued { prompt, started }))
 }
@@ -166,6 +206,7 @@ pub(crate) fn finish_and_claim_next(
     status: PromptStatus,
     error: Option<&str>,
     answer: Option<&str>,
+    claimer: Claimer<'_>,
 ) -> sql::Result<Option<Prompt>> {
     let now = now_ms();
     let session_id: Option<String> = connection
@@ -183,15 +224,17 @@ pub(crate) fn finish_and_claim_next(
          WHERE id = ?1 AND status IN ('running', 'queued')",
         args![prompt_id, status.as_str(), error, answer, now],
     )?;
-    claim_next(connection, &session_id, Some(status))
+    claim_next(connection, &session_id, Some(status), claimer)
 }
 
-/// Claims the session's oldest queued prompt if nothing runs on it. `last` is the status of
-/// the prompt just finished, which becomes the session's status when nothing is left.
+/// Claims the session's oldest queued prompt if nothing runs on it, for `claimer`. `last` is
+/// the status of the prompt just finished, which becomes the session's status when nothing
+/// is left.
 pub(crate) fn claim_next(
     connection: &Conn,
     session_id: &str,
     last: Option<PromptStatus>,
+    claimer: Claimer<'_>,
 ) -> sql::Result<Option<Prompt>> {
     let running: bool = connection.row(
         "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
@@ -209,11 +252,23 @@ pub(crate) fn claim_next(
             |row| row.get(0),
         )
         .optional()?;
+    let (node, epoch) = match claimer {
+        Claimer::Alone => (None, None),
+        Claimer::Daemon(claim)
+            if next.is_some() && locked_elsewhere(connection, session_id, &claim.node_id)? =>
+        {
+            return Ok(None)
+        }
+        Claimer::Daemon(claim) => (Some(claim.node_id.as_str()), Some(claim.epoch)),
+        Claimer::Nobody if next.is_some() => return Ok(None),
+        Claimer::Nobody => (None, None),
+    };
     match next {
         Some(id) => {
             connection.run(
-                "UPDATE prompts SET status = 'running', started_at = ?2 WHERE id = ?1",
-                args![id, now_ms()],
+                "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
+                 claim_epoch = ?4 WHERE id = ?1",
+                args![id, now_ms(), node, epoch],
             )?;
             set_session_status(connection, session_id, "running")?;
             prompt(connection, &id)
@@ -267,14 +322,35 @@ pub(crate) fn cancel_prompt(
 /// For each session, the prompt its worker runs now: its running prompt, else its next queued
 /// one, claimed (now running). The running ones are read in one query (the partial index of
 /// running prompts), not one per session: a boot with thousands of sessions waiting.
+///
+/// On a shared store only the prompts this daemon's node claimed are taken, under its new
+/// epoch: they were its previous incarnation's, whose processes boot ended (that boot holds
+/// the home's lock, so that one is dead); another daemon's are not touched. Running prompts
+/// that name no daemon were left by the store's one daemon before it was shared: the first
+/// to boot takes them.
 pub(crate) fn current_or_next(
     connection: &Conn,
     session_ids: &[String],
+    claimer: Claimer<'_>,
 ) -> sql::Result<Vec<Prompt>> {
+    let node = match claimer {
+        Claimer::Daemon(claim) => {
+            connection.run(
+                "UPDATE prompts SET claimed_by = ?1, claim_epoch = ?2 \
+                 WHERE status = 'running' AND (claimed_by = ?1 OR claimed_by IS NULL)",
+                args![claim.node_id, claim.epoch],
+            )?;
+            claim.node_id.as_str()
+        }
+        Claimer::Alone | Claimer::Nobody => "",
+    };
     let mut running: std::collections::HashMap<String, Prompt> = connection
         .rows(
-            &format!("SELECT {PROMPT_COLUMNS} FROM prompts WHERE status = 'running'"),
-            args![],
+            &format!(
+                "SELECT {PROMPT_COLUMNS} FROM prompts WHERE status = 'running' \
+                 AND coalesce(claimed_by, '') = ?1"
+            ),
+            args![node],
             prompt_row,
         )?
         .into_iter()
@@ -285,16 +361,201 @@ pub(crate) fn current_or_next(
     for session_id in session_ids {
         match running.remove(session_id) {
             Some(prompt) => prompts.push(prompt),
-            None => prompts.extend(claim_next(connection, session_id, None)?),
+            // On a shared store the queued heads are claimed by `claim_work`, as room allows.
+            None if node.is_empty() => {
+                prompts.extend(claim_next(connection, session_id, None, claimer)?)
+            }
+            None => {}
         }
     }
     Ok(prompts)
 }
 
+/// How many more prompts a daemon takes on a shared store: per engine, its limit less what
+/// it runs; and in all, its total less what it runs. Claiming more than it can start would
+/// keep prompts from daemons that could run them now.
+#[derive(Debug, Clone, Default)]
+pub struct Room {
+    /// `slots.<engine>` for each engine (absent: the default limit).
+    pub engines: std::collections::HashMap<String, usize>,
+    pub default_per_engine: usize,
+    pub total: Option<usize>,
+}
+
+/// Claims for `claim`'s daemon the oldest queued prompt of each session that runs nothing,
+/// whose project it serves (`serves`: project ids), as far as its room allows; replies with
+/// the prompts, now `running`. Runs under the store's write lock, after the fence check (see
+/// `store::daemons`), so two daemons never claim one prompt. PostgreSQL only (a SQLite
+/// store's one daemon claims in `enqueue` and `finish_and_claim_next`).
+pub(crate) fn claim_work(
+    connection: &Conn,
+    claim: &Claim,
+    serves: &[String],
+    room: &Room,
+) -> sql::Result<Vec<Prompt>> {
+    if serves.is_empty() {
+        return Ok(Vec::new());
+    }
+    let running: Vec<(String, i64)> = connection.rows(
+        "SELECT s.engine, count(*) FROM prompts p JOIN sessions s ON s.id = p.session_id \
+          WHERE p.status = 'running' AND p.claimed_by = ?1 GROUP BY s.engine",
+        args![claim.node_id],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let all_running: i64 = running.iter().map(|(_, count)| count).sum();
+    let mut total_left = room
+        .total
+        .map_or(i64::MAX, |total| total as i64 - all_running);
+    // Heads: the oldest queued prompt of each session with nothing running, in the order
+    // they were queued.
+    let heads: Vec<(String, String, String)> = connection.rows(
+        "SELECT p.id, p.session_id, s.engine FROM prompts p JOIN sessions s ON s.id = p.session_id \
+          WHERE p.status = 'queued' AND s.archived_at IS NULL \
+            AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
+            AND s.project_id IN (SELECT json_array_elements_text(?2::text::json)) \
+            AND NOT EXISTS (SELECT 1 FROM prompts r WHERE r.session_id = p.session_id \
+                             AND r.status = 'running') \
+            AND NOT EXISTS (SELECT 1 FROM prompts o WHERE o.session_id = p.session_id \
+                             AND o.status = 'queued' \
+                             AND (o.created_at < p.created_at \
+                                  OR (o.created_at = p.created_at AND o.id < p.id))) \
+          ORDER BY p.created_at, p.id LIMIT 4096",
+        args![
+            claim.node_id,
+            serde_json::to_string(serves).expect("strings serialize")
+        ],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
+    let mut left: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    let mut claimed = Vec::new();
+    for (id, session_id, engine) in heads {
+        if total_left <= 0 {
+            break;
+        }
+        let engine_left = left.entry(engine.clone()).or_insert_with(|| {
+            let limit = room
+                .engines
+                .get(&engine)
+                .copied()
+                .unwrap_or(room.default_per_engine) as i64;
+            limit
+                - running
+                    .iter()
+                    .find(|(name, _)| *name == engine)
+                    .map_or(0, |(_, count)| *count)
+        });
+        if *engine_left <= 0 || locked_elsewhere(connection, &session_id, &claim.node_id)? {
+            continue;
+        }
+        connection.run(
+            "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
+             claim_epoch = ?4 WHERE id = ?1 AND status = 'queued'",
+            args![id, now_ms(), claim.node_id, claim.epoch],
+        )?;
+        set_session_status(connection, &session_id, "running")?;
+        *engine_left -= 1;
+        total_left -= 1;
+        claimed.extend(prompt(connection, &id)?);
+    }
+    Ok(claimed)
+}
+
+/// Whether another daemon runs a prompt that holds a lock session `session_id` needs: one of
+/// a session of the same project without a worktree (shared isolation: one at a time in a
+/// directory), or of a project sharing a locking execution group. Within one daemon its slot
+/// manager keeps these locks; across daemons a claim waits until the other daemon's prompt
+/// ended (its end is announced, `corral_work`). PostgreSQL only.
+fn locked_elsewhere(connection: &Conn, session_id: &str, node_id: &str) -> sql::Result<bool> {
+    connection.row(
+        "SELECT EXISTS (
+           SELECT 1 FROM sessions s JOIN projects sp ON sp.id = s.project_id,
+                  prompts r JOIN sessions rs ON rs.id = r.session_id
+                            JOIN projects rp ON rp.id = rs.project_id
+            WHERE s.id = ?1 AND r.status = 'running' AND r.claimed_by <> ?2
+              AND ((rs.project_id = s.project_id AND rs.worktree IS NULL AND s.worktree IS NULL)
+                   OR EXISTS (SELECT 1 FROM json_array_elements_text(rp.groups::json) rg
+                                JOIN json_array_elements_text(sp.groups::json) sg ON rg = sg
+                                JOIN execution_groups eg ON eg.name = rg AND eg.locking = 1)))",
+        args![session_id, node_id],
+        |row| row.get(0),
+    )
+}
+
+/// A prompt taken back from a daemon whose lease ran out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rescued {
+    pub prompt_id: String,
+    pub session_id: String,
+    /// The daemon's node it was claimed by.
+    pub from: String,
+}
+
+/// Puts back in the queue every running prompt whose claim no longer holds: its daemon's lease
+/// ran out or stopped, or its node registered again (another epoch). Its runs still marked
+/// running are closed `interrupted` and told, with the requeue, in the session's events. The
+/// prompts keep their place (their `created_at`), so each runs first in its session again,
+/// on its thread. Runs under the store's write lock (see `store::daemons`).
+pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super::events::Event>)> {
+    use crate::events::EventKind;
+    let lost: Vec<Rescued> = connection.rows(
+        "SELECT p.id, p.session_id, p.claimed_by FROM prompts p \
+           LEFT JOIN daemons d ON d.node_id = p.claimed_by \
+          WHERE p.status = 'running' AND p.claimed_by IS NOT NULL \
+            AND (d.node_id IS NULL OR d.epoch <> p.claim_epoch OR d.lease_until IS NULL \
+                 OR d.lease_until < corral_now_ms())",
+        args![],
+        |row| {
+            Ok(Rescued {
+                prompt_id: row.get(0)?,
+                session_id: row.get(1)?,
+                from: row.get(2)?,
+            })
+        },
+    )?;
+    let now = now_ms();
+    let mut telling = Vec::new();
+    for rescued in &lost {
+        connection.run(
+            "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
+             WHERE id = ?1",
+            args![rescued.prompt_id],
+        )?;
+        let runs: Vec<String> = connection.rows(
+            "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued', \
+                    error = 'the lease of the daemon that ran it expired' \
+              WHERE prompt_id = ?1 AND status = 'running' RETURNING id",
+            args![rescued.prompt_id, now],
+            |row| row.get(0),
+        )?;
+        for run_id in runs {
+            telling.push(super::events::NewEvent {
+                session_id: rescued.session_id.clone(),
+                prompt_id: Some(rescued.prompt_id.clone()),
+                run_id: Some(run_id),
+                kind: EventKind::RunExited,
+                payload: serde_json::json!({
+                    "ended_by": "lease expired",
+                    "reason": "the lease of the daemon that ran it expired; another daemon runs the prompt again",
+                }),
+            });
+        }
+        telling.push(super::events::NewEvent {
+            session_id: rescued.session_id.clone(),
+            prompt_id: Some(rescued.prompt_id.clone()),
+            run_id: None,
+            kind: EventKind::PromptRequeued,
+            payload: serde_json::json!({ "reason": "the lease of the daemon that ran it expired" }),
+        });
+    }
+    let told = super::events::append_events(connection, telling)?;
+    Ok((lost, told))
+}
+
 /// Puts a running prompt back in the queue (daemon shutdown): it runs again, first, later.
 pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<()> {
     connection.run(
-        "UPDATE prompts SET status = 'queued' WHERE id = ?1 AND status = 'running'",
+        "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
+         WHERE id = ?1 AND status = 'running'",
         args![prompt_id],
     )?;
     Ok(())

@@ -83,6 +83,8 @@ pub struct NewRun {
     /// turn's long-lived child): its pid and start time, written with the row in one commit.
     /// An engine child spawned for the run is recorded by [`run_spawned`] instead.
     pub child: Option<(u32, Option<u64>)>,
+    /// The node of the daemon that runs it (shared store): where its pid means something.
+    pub node_id: Option<String>,
 }
 
 /// The exec a run's agent works under: the session's driver (or the exec hosting the
@@ -100,7 +102,8 @@ pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<
     let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
     connection.run(
         "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
-         started_at, pid, pid_start, pgid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10)",
+         started_at, pid, pid_start, pgid, node_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12)",
         args![
             run.id,
             run.prompt_id,
@@ -113,6 +116,7 @@ pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<
             now_ms(),
             run.child.map(|(pid, _)| pid),
             run.child.and_then(|(_, start)| start).map(|start| start as i64),
+            run.node_id,
         ],
     )?;
     connection.run(
@@ -237,10 +241,11 @@ pub struct LeftoverRun {
 /// takes it again).
 pub(crate) fn recover(
     connection: &Conn,
+    node_id: &str,
     ended: &[(String, i64)],
     told: &Told,
 ) -> sql::Result<Recovered> {
-    let leftovers = leftover_runs(connection)?;
+    let leftovers = leftover_runs(connection, node_id)?;
     let mut telling = Vec::new();
     let mut interrupted_runs = Vec::new();
     for (run_id, ended_at) in ended {
@@ -290,12 +295,15 @@ pub(crate) fn recover(
 // ---------------------------------------------------------------------------------------------
 // Reads.
 
-/// The runs marked running: at boot, the ones a dead supervisor left (only the ledger of
-/// this supervisor writes, and no worker has started yet).
-pub fn leftover_runs(connection: &Conn) -> sql::Result<Vec<LeftoverRun>> {
+/// The runs marked running of node `node_id` ("" on SQLite, whose runs name none), and those
+/// naming no node (written before a store was shared, by its one daemon): at boot, the ones
+/// its dead supervisor left (only this supervisor's ledger writes about them, and no worker
+/// has started yet). Another daemon's runs are never its: their pids are another host's, or
+/// another home's.
+pub fn leftover_runs(connection: &Conn, node_id: &str) -> sql::Result<Vec<LeftoverRun>> {
     connection.rows("SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start \
          FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running' \
-         ORDER BY runs.started_at", args![], |row| {
+         AND coalesce(runs.node_id, ?1) = ?1 ORDER BY runs.started_at", args![node_id], |row| {
         Ok(LeftoverRun {
             id: row.get(0)?,
             session_id: row.get(1)?,

@@ -29,6 +29,16 @@ pub const STORE_LOCK_TIMEOUT_MS: &str = "store.lock_timeout_ms";
 /// or a vacuum, and a stuck lock is still told within one.
 pub const DEFAULT_STORE_LOCK_TIMEOUT_MS: u64 = 60_000;
 
+/// On a shared (PostgreSQL) store, how long a daemon's lease lasts unrenewed: past it, another
+/// daemon takes its prompts over and runs them again.
+pub const STORE_LEASE_MS: &str = "store.lease_ms";
+
+/// The default of [`STORE_LEASE_MS`]: renewed every 5 s, a dead daemon's work moves in 15 s.
+pub const DEFAULT_STORE_LEASE_MS: u64 = 15_000;
+
+/// The range of [`STORE_LEASE_MS`]: half a second (tests) to ten minutes.
+const STORE_LEASE_RANGE: std::ops::RangeInclusive<u64> = 500..=600_000;
+
 /// The range of [`STORE_LOCK_TIMEOUT_MS`]: a second (one attempt of the writer's) to an hour.
 const STORE_LOCK_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
 
@@ -132,6 +142,12 @@ pub const KNOWN: &[Known] = &[
         default: "60000",
         meaning: "while another program holds the store's write lock, how long a write waits \
                   (retrying) before it is given up: the run fails, a send is refused (BUSY)",
+    },
+    Known {
+        name: STORE_LEASE_MS,
+        default: "15000",
+        meaning: "on a shared PostgreSQL store, how long a daemon's lease lasts unrenewed \
+                  (renewed every third of it); past it, another daemon reruns its prompts",
     },
     Known {
         name: "daemon.autostart",
@@ -301,6 +317,12 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
                 "{name} must be 1000..=3600000 milliseconds, not '{value}'"
             )),
         },
+        STORE_LEASE_MS => match value.parse::<u64>() {
+            Ok(ms) if STORE_LEASE_RANGE.contains(&ms) => Ok(ms.to_string()),
+            _ => Err(format!(
+                "{name} must be 500..=600000 milliseconds, not '{value}'"
+            )),
+        },
         HTTP_LISTEN => {
             parse_listen(value)?;
             Ok(value.to_string())
@@ -356,6 +378,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// [`STORE_LOCK_TIMEOUT_MS`] (the ledger reads it itself, when the store is locked).
     pub store_lock_timeout: Duration,
+    /// [`STORE_LEASE_MS`].
+    pub store_lease: Duration,
     /// [`HTTP_LISTEN`]: `None` is off.
     pub http_listen: Option<std::net::SocketAddr>,
     /// [`WORKTREES_DIR`]: `None` is `HOME/worktrees`.
@@ -379,6 +403,7 @@ impl Default for Settings {
             daemon_autostart: true,
             shutdown_grace: Duration::from_secs(10),
             store_lock_timeout: Duration::from_millis(DEFAULT_STORE_LOCK_TIMEOUT_MS),
+            store_lease: Duration::from_millis(DEFAULT_STORE_LEASE_MS),
             http_listen: parse_listen(DEFAULT_HTTP_LISTEN).expect("valid default"),
             worktrees_dir: None,
         }
@@ -425,6 +450,9 @@ impl Settings {
             STORE_LOCK_TIMEOUT_MS => {
                 self.store_lock_timeout =
                     Duration::from_millis(value.parse().map_err(|_| "number")?)
+            }
+            STORE_LEASE_MS => {
+                self.store_lease = Duration::from_millis(value.parse().map_err(|_| "number")?)
             }
             "daemon.shutdown_grace_ms" => {
                 self.shutdown_grace = Duration::from_millis(value.parse().map_err(|_| "number")?)

@@ -104,6 +104,11 @@ impl Worker {
             }),
         );
         let pid_start = process::start_time(pid);
+        // On a shared store the lease guard ends the engine if the lease runs out (or the
+        // daemon dies) before the run ends.
+        let _guarded = self.shared.lease.as_ref().map(|lease| {
+            crate::lease::holder::GuardedRun::new(lease.clone(), run_id, pgid, pid_start)
+        });
         let spawned = RunSpawned {
             run_id: run_id.to_string(),
             pid,

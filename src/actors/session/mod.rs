@@ -49,9 +49,12 @@ mod setup;
 
 use super::app_server;
 use super::ledger::{
-    AppendEvents, Both, EndRun, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
+    AppendEvents, Both, EndRun, Fenced, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
+use crate::store::daemons::Claim;
+use crate::store::prompts::ClaimBy;
+use std::sync::atomic::{AtomicBool, Ordering};
 use super::supervisor::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
@@ -121,15 +124,24 @@ impl Handler<StartWork> for SessionActor {
 impl SessionActor {
     fn start_worker(&mut self, prompt: Prompt, ctx: &mut Context<Self>) {
         self.working = Some(self.shared.begin_work());
+        let fenced = Arc::new(AtomicBool::new(false));
+        let shutdown = match (&self.shared.lease, &prompt.claim) {
+            (Some(lease), Some(claim)) => {
+                stop_when_lost(self.shared.shutdown_signal(), lease, claim.epoch, &fenced)
+            }
+            _ => self.shared.shutdown_signal(),
+        };
         let worker = Worker {
             session_id: self.session_id.clone(),
             shared: self.shared.clone(),
             cancel: self.cancel.subscribe(),
-            shutdown: self.shared.shutdown_signal(),
+            shutdown,
             driver_written: None,
             pending_end: None,
             pending_thread: None,
             deferred: Vec::new(),
+            claim: prompt.claim.clone(),
+            fenced,
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
             actor.working = None;
@@ -138,6 +150,41 @@ impl SessionActor {
             }
         }));
     }
+}
+
+/// The worker's stop signal on a shared store: the daemon's shutdown, or the loss of the lease
+/// its prompts are claimed under (`epoch` or older), which also sets `fenced`. The worker then
+/// ends its engine as at a shutdown, but writes nothing more about its prompt: another daemon
+/// may run it now.
+fn stop_when_lost(
+    mut shutdown: watch::Receiver<bool>,
+    lease: &crate::lease::holder::Lease,
+    epoch: i64,
+    fenced: &Arc<AtomicBool>,
+) -> watch::Receiver<bool> {
+    let (stop, stopped) = watch::channel(false);
+    let mut lost = lease.lost();
+    let fenced = fenced.clone();
+    actix::spawn(async move {
+        loop {
+            if *shutdown.borrow_and_update() {
+                stop.send_replace(true);
+                return;
+            }
+            if *lost.borrow_and_update() >= epoch {
+                fenced.store(true, Ordering::SeqCst);
+                stop.send_replace(true);
+                return;
+            }
+            tokio::select! {
+                changed = shutdown.changed() => if changed.is_err() { return },
+                changed = lost.changed() => if changed.is_err() { return },
+                // The worker is gone: nobody listens any more.
+                _ = stop.closed() => return,
+            }
+        }
+    });
+    stopped
 }
 
 /// Ends the running prompt `prompt_id` if this session runs it now.
@@ -176,6 +223,12 @@ struct Worker {
     /// run started, its prompt ended — however many events it has. Every write of events
     /// takes these first, so the order of a session's events is kept.
     deferred: Vec<NewEvent>,
+    /// On a shared store, the claim its prompt is held under: every write about the prompt
+    /// carries it ([`Fenced`]), so none commits once the lease is gone.
+    claim: Option<Claim>,
+    /// Set once a write was refused by the fence or the lease was lost: the worker stops and
+    /// writes, requeues or spills nothing more (another daemon owns the prompt now).
+    fenced: Arc<AtomicBool>,
 }
 
 /// Why the worker stopped waiting for a prompt.
@@ -285,19 +338,28 @@ impl Worker {
         let mut next = Some(first);
         while let Some(prompt) = next {
             let prompt_id = prompt.id.clone();
+            self.claim = prompt.claim.clone();
             let end = if *self.shutdown.borrow() || self.shared.is_draining() {
                 PromptEnd::stopped(Stop::Shutdown)
             } else {
                 self.run_prompt(prompt).await
             };
+            if self.is_fenced() {
+                tracing::warn!(
+                    prompt_id,
+                    session = self.session_id,
+                    "the lease this prompt was claimed under is gone: it is left to the daemon that takes it over"
+                );
+                return;
+            }
             if end.requeue {
                 self.flush_end().await;
                 let _ = self
                     .shared
                     .ledger
-                    .write(RequeuePrompt {
+                    .write(self.fence(RequeuePrompt {
                         prompt_id: prompt_id.clone(),
-                    })
+                    }))
                     .await;
                 self.event(
                     Some(&prompt_id),
@@ -321,6 +383,10 @@ impl Worker {
                 status: end.status,
                 error: end.error.clone(),
                 answer: end.answer.clone(),
+                claimer: match &self.claim {
+                    Some(claim) => ClaimBy::Daemon(claim.clone()),
+                    None => ClaimBy::Alone,
+                },
             };
             // One commit for the last run's end, the prompt's end, its events and the ones
             // still deferred; the events are published after it.
@@ -330,6 +396,10 @@ impl Worker {
                 .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
                 .map(|((_, next), _)| next);
+            if self.shared.lease.is_some() && !matches!(finished, Ok(Some(_))) {
+                // A slot is free here: another session's queued prompt may take it.
+                self.shared.claim_wanted.notify_one();
+            }
             next = match finished {
                 Ok(next) => next,
                 Err(error) => {
@@ -345,6 +415,29 @@ impl Worker {
                     None
                 }
             };
+        }
+    }
+
+    fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::SeqCst)
+    }
+
+    /// `write` carrying the claim of the worker's prompt.
+    fn fence<W>(&self, write: W) -> Fenced<W> {
+        Fenced {
+            claim: self.claim.clone(),
+            write,
+        }
+    }
+
+    /// Tells the lease a write was refused by the fence: this worker stops (its stop signal
+    /// fires), and so does every worker of the same claim.
+    fn note_fenced(&self, error: &LedgerError) {
+        if error.store_error().is_some_and(|error| error.is_fenced()) {
+            self.fenced.store(true, Ordering::SeqCst);
+            if let (Some(lease), Some(claim)) = (&self.shared.lease, &self.claim) {
+                lease.fenced(claim.epoch);
+            }
         }
     }
 
@@ -434,7 +527,7 @@ impl Worker {
         match self
             .shared
             .ledger
-            .write_keeping(AppendEvents { events })
+            .write_keeping(self.fence(AppendEvents { events }))
             .await
         {
             Ok(stored) => {
@@ -442,8 +535,12 @@ impl Worker {
                 Ok(())
             }
             Err(Unwritten { error, write }) => {
+                self.note_fenced(&error);
                 match write {
-                    Some(AppendEvents { events }) => self.keep_deferred(events),
+                    Some(Fenced {
+                        write: AppendEvents { events },
+                        ..
+                    }) => self.keep_deferred(events),
                     None => tracing::error!(%error, "events not stored"),
                 }
                 Err(error)
@@ -463,20 +560,24 @@ impl Worker {
         match self
             .shared
             .ledger
-            .write_keeping(WithEvents { write, events })
+            .write_keeping(self.fence(WithEvents { write, events }))
             .await
         {
             Ok((output, stored)) => {
                 self.publish(stored);
                 Ok(output)
             }
-            Err(Unwritten { error, write }) => Err(Unwritten {
-                write: write.map(|WithEvents { write, events }| {
-                    self.keep_deferred(events);
-                    write
-                }),
-                error,
-            }),
+            Err(Unwritten { error, write }) => {
+                self.note_fenced(&error);
+                Err(Unwritten {
+                    write: write.map(|Fenced { write, .. }| {
+                        let WithEvents { write, events } = write;
+                        self.keep_deferred(events);
+                        write
+                    }),
+                    error,
+                })
+            }
         }
     }
 
@@ -515,6 +616,13 @@ impl Worker {
             return;
         }
         let count = self.deferred.len();
+        if self.is_fenced() {
+            // Never into the spill journal: the next boot would store them about a prompt
+            // another daemon runs now.
+            tracing::warn!(session = self.session_id, count, "events of a fenced-out run dropped");
+            self.deferred.clear();
+            return;
+        }
         if !*self.shutdown.borrow() {
             tracing::error!(session = self.session_id, count, "events not stored");
             return;
@@ -604,10 +712,10 @@ impl Worker {
         let set = self
             .shared
             .ledger
-            .write(SetGeneratedTitle {
+.write(self.fence(SetGeneratedTitle {
                 session_id: self.session_id.clone(),
                 title: title.to_string(),
-            })
+            }))
             .await;
         if matches!(set, Ok(true)) {
             batch.push(self.session_event(

@@ -460,6 +460,7 @@ impl Worker {
             thread_id: run.thread_id.clone(),
             exec_id: self.shared.exec_id.clone(),
             child: serving.map(|(_, pid)| (pid, crate::process::start_time(pid))),
+            node_id: self.claim.as_ref().map(|claim| claim.node_id.clone()),
         };
         // Not stored, the deferred events stay to go with the prompt's end.
         self.write_events(StartRun { run: row }, Vec::new())
@@ -619,7 +620,7 @@ impl Worker {
                     let stored = self
                         .shared
                         .ledger
-                        .write_until_stored(set, &self.shared.shutdown_signal())
+                        .write_until_stored(self.fence(set), &self.shared.shutdown_signal())
                         .await;
                     if let Err(error) = stored {
                         tracing::error!(%error, "the retry's thread was not stored");

@@ -3,6 +3,9 @@
 //! Without a subcommand it prints the overview: execs still running, execs whose process is
 //! gone without completing (gaps), and a page of recent commands. The subcommands, one file
 //! each: [`list`] (filtered, paged history), [`show`] (one exec), [`prune`] (close lost execs).
+//!
+//! On a store that several hosts share, each exec names its host: a table shows a HOST
+//! column when its rows name more than one ([`HostColumn`]), the JSON always has `host`.
 
 pub mod list;
 pub mod prune;
@@ -72,7 +75,8 @@ pub struct Overview {
 
 #[derive(Debug, Serialize)]
 pub struct Active {
-    /// Execs still running: not completed, and their process alive.
+    /// Execs still running: not completed, and their process alive (or another host's, whose
+    /// pid this host cannot judge).
     pub execs: Vec<Exec>,
     /// Runs marked running whose engine process is gone (a daemon died; the next one closes
     /// them as interrupted and requeues their prompts).
@@ -250,6 +254,49 @@ pub fn print_json(value: &impl Serialize) {
     );
 }
 
+/// The longest host name a HOST cell shows (longer ones are cut).
+const HOST_CHARS: usize = 24;
+
+/// The HOST column of an exec table: there only when its rows name more than one host, so a
+/// store of one host's execs reads as before hosts were recorded. A row older than hosts
+/// (no host) names none, and shows `-`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostColumn {
+    width: Option<usize>,
+}
+
+impl HostColumn {
+    pub fn of<'a>(hosts: impl IntoIterator<Item = Option<&'a str>>) -> HostColumn {
+        let named: std::collections::BTreeSet<&str> = hosts.into_iter().flatten().collect();
+        let width = (named.len() > 1).then(|| {
+            named
+                .iter()
+                .map(|host| Self::shown(host).chars().count())
+                .fold("HOST".len(), usize::max)
+        });
+        HostColumn { width }
+    }
+
+    /// The header's cell with its separator, or nothing.
+    pub fn header(&self) -> String {
+        self.cell(Some("HOST"))
+    }
+
+    /// A row's cell with its separator, or nothing.
+    pub fn cell(&self, host: Option<&str>) -> String {
+        match self.width {
+            None => String::new(),
+            Some(width) => format!("{:<width$}  ", Self::shown(host.unwrap_or("-"))),
+        }
+    }
+
+    /// A host as a cell shows it: on one line (a name comes from a variable anyone sets),
+    /// cut to [`HOST_CHARS`].
+    fn shown(host: &str) -> String {
+        super::remote::cut(&exec::escape_controls(host), HOST_CHARS)
+    }
+}
+
 /// The text table of `monitor list` and the overview; `short` has the short forms of the
 /// ids (each a unique prefix, which `monitor show` takes).
 pub fn print_table(entries: &[Exec], short: &ShortIds) {
@@ -258,9 +305,15 @@ pub fn print_table(entries: &[Exec], short: &ShortIds) {
         return;
     }
     let width = short.width(entries.iter().map(|exec| exec.id.as_str()));
+    let hosts = HostColumn::of(entries.iter().map(|exec| exec.host.as_deref()));
     println!(
-        "{:<width$}  {:<19}  {:>8}  {:>4}  {:<11}  COMMAND",
-        "ID", "STARTED (UTC)", "TIME", "EXIT", "OUTCOME"
+        "{:<width$}  {}{:<19}  {:>8}  {:>4}  {:<11}  COMMAND",
+        "ID",
+        hosts.header(),
+        "STARTED (UTC)",
+        "TIME",
+        "EXIT",
+        "OUTCOME"
     );
     for exec in entries {
         let duration = exec
@@ -268,8 +321,9 @@ pub fn print_table(entries: &[Exec], short: &ShortIds) {
             .map(|end| format_duration(end - exec.started_at))
             .unwrap_or_else(|| "-".into());
         println!(
-            "{:<width$}  {:<19}  {:>8}  {:>4}  {:<11}  {}",
+            "{:<width$}  {}{:<19}  {:>8}  {:>4}  {:<11}  {}",
             short.get(&exec.id),
+            hosts.cell(exec.host.as_deref()),
             format_time(exec.started_at),
             duration,
             exec.exit_code
@@ -323,6 +377,25 @@ mod tests {
         assert_eq!(format_time(0), "1970-01-01 00:00:00");
         assert_eq!(format_time(951_782_400_000), "2000-02-29 00:00:00");
         assert_eq!(format_time(1_796_022_614_000), "2026-11-30 07:10:14");
+    }
+
+    #[test]
+    fn a_host_column_only_with_two_hosts() {
+        let one = HostColumn::of([Some("alpha"), None, Some("alpha")]);
+        assert_eq!(one.header(), "");
+        assert_eq!(one.cell(Some("alpha")), "");
+        let two = HostColumn::of([Some("alpha"), None, Some("beta-host")]);
+        assert_eq!(two.header(), format!("{:<9}  ", "HOST"));
+        assert_eq!(two.cell(Some("alpha")), format!("{:<9}  ", "alpha"));
+        assert_eq!(two.cell(None), format!("{:<9}  ", "-"));
+        let long = "h".repeat(40);
+        let cut = HostColumn::of([Some("a"), Some(long.as_str())]);
+        assert_eq!(
+            cut.cell(Some(&long)),
+            format!("{}…  ", "h".repeat(HOST_CHARS - 1))
+        );
+        let odd = HostColumn::of([Some("a"), Some("b\u{1b}[2J")]);
+        assert_eq!(odd.cell(Some("b\u{1b}[2J")), "b\\u{1b}[2J  ");
     }
 
     #[test]

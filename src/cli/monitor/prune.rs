@@ -1,5 +1,8 @@
 //! `corral monitor prune`: closes as `lost` the execs that never completed and whose process
 //! is gone (no such pid, or a pid recycled by another process with another start time).
+//!
+//! Only this host's execs are judged (and those recorded before hosts were, which were this
+//! machine's): on a store several hosts share, another host's pid says nothing here.
 
 use serde::Serialize;
 
@@ -34,6 +37,7 @@ pub async fn execute(context: &Context, args: &PruneArgs) -> Result<Exit, CliErr
     let connection = context.reader()?;
     let candidates: Vec<Exec> = exec::open_execs(&connection)?
         .into_iter()
+        .filter(|open| open.exec.is_here())
         .filter(|open| {
             !open
                 .exec

@@ -68,6 +68,10 @@ pub fn execute(context: &Context, args: &ShowArgs) -> Result<Exit, CliError> {
     println!("cwd:       {}", optional(exec.cwd.clone()));
     println!("repo:      {}", optional(exec.repo.clone()));
     println!(
+        "host:      {}",
+        optional(exec.host.as_deref().map(exec::escape_controls))
+    );
+    println!(
         "pid:       {}",
         optional(exec.pid.map(|pid| pid.to_string()))
     );

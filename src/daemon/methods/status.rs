@@ -45,6 +45,16 @@ impl Serve for Status {
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::http::status().to_json(),
             store: corral.store(),
+            daemons: {
+                let this = corral.lease().map(|lease| lease.node_id.clone());
+                corral
+                    .read(|c| crate::protocol::status::daemons_status(c, this.as_deref()))
+                    .map_err(store_error)?
+            },
+            lease: corral
+                .lease()
+                .map(|lease| lease.describe())
+                .unwrap_or_default(),
             // As in the store's answer with no daemon (`cli::local`): the same keys.
             home,
         })

@@ -1383,6 +1383,7 @@
         case 'app_server.unavailable': return { cls: 'warn', label: 'App server unavailable', detail: `${p.reason || ''}${p.retry_in_ms ? ` · retry in ${dur(p.retry_in_ms)}` : ''}` };
         case 'notice': return { cls: 'warn', label: 'Notice', detail: p.message || pretty(p) };
         case 'prompt.requeued': return { cls: 'warn', label: 'Requeued', detail: p.reason || '' };
+        case 'prompt.unserved': return { cls: 'warn', label: 'Waiting for a daemon', detail: p.reason || '' };
         case 'request.refused': return { cls: 'error', label: 'Request refused', detail: [p.method, p.what, p.found_by ? `found by ${p.found_by}` : '', p.peer_pid ? `pid ${p.peer_pid}` : ''].filter(Boolean).join(' · ') };
         case 'transport.closed': return { cls: 'error', label: 'Transport closed', detail: p.message || p.reason || pretty(p) };
         case 'server.request': return { cls: '', label: 'Server request', detail: p.method || oneLine(pretty(p)).slice(0, 300) };

@@ -1,0 +1,150 @@
+//! The claimer: on a shared (PostgreSQL) store, what takes queued prompts for this daemon and
+//! takes back the prompts of daemons whose lease ran out.
+//!
+//! ```text
+//!  NOTIFY corral_work (a prompt queued elsewhere, a rescue) ─┐
+//!  a prompt ended here (a slot is free) ─────────────────────┼─► Shared::claim_wanted ─► ClaimWork ─► Dispatch
+//!  the heartbeat: registered again, projects served changed ─┘        (as room allows: per engine, in all)
+//!  the heartbeat: another lease ran out ─► Rescue ─► ClaimWork
+//! ```
+//!
+//! A send that finds the session free here claims its prompt in the same transaction as
+//! today (`EnqueuePrompt`); this is for everything else. Wake-ups coalesce (a `Notify`): a
+//! burst of notices costs one claim. Both writes carry the daemon's claim and are refused
+//! once its lease is gone; nothing is claimed while it cannot be renewed.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use tokio::sync::{mpsc, Notify};
+
+use super::ledger::{ClaimWork, Rescue};
+use super::relay::EventRelay;
+use super::supervisor::{Dispatch, Published, Shared, Supervisor};
+use crate::lease::holder::Wanted;
+use crate::store::listen::{Listener, Notice};
+use crate::store::location::PgUrl;
+use crate::store::prompts::Room;
+use crate::store::settings::DEFAULT_SLOTS_PER_ENGINE;
+
+/// Starts the claimer, the listener of the store's notices and the relay of other daemons'
+/// events. Returns the listener, which stops them when dropped.
+pub fn start(
+    shared: Arc<Shared>,
+    supervisor: Addr<Supervisor>,
+    url: &PgUrl,
+    mut wanted: mpsc::UnboundedReceiver<Wanted>,
+) -> Listener {
+    let rescue = Arc::new(Notify::new());
+    // The heartbeat's wishes.
+    {
+        let shared = shared.clone();
+        let rescue = rescue.clone();
+        actix::spawn(async move {
+            while let Some(wish) = wanted.recv().await {
+                match wish {
+                    Wanted::Claim => shared.claim_wanted.notify_one(),
+                    Wanted::Rescue => rescue.notify_one(),
+                }
+            }
+        });
+    }
+    // The store's notices: other daemons' events are published here; work wakes the claimer.
+    let (listener, notices) = Listener::start(url);
+    let node_id = shared
+        .lease
+        .as_ref()
+        .map(|lease| lease.node_id.clone())
+        .unwrap_or_default();
+    let start_at = shared
+        .readers
+        .read(crate::store::events::last_feed_seq)
+        .unwrap_or(0);
+    let relay = EventRelay::new(
+        node_id,
+        // Its own readers: a relay's reads never wait for a session's.
+        crate::store::ReaderPool::at(&crate::store::location::Location::Postgres(url.clone())),
+        shared.events.clone(),
+        start_at,
+    );
+    {
+        let shared = shared.clone();
+        let rescue = rescue.clone();
+        actix::spawn(relay.run(notices, move |notice| match notice {
+            Notice::Work(_) => shared.claim_wanted.notify_one(),
+            Notice::Daemons(_) | Notice::Reconnected => {
+                rescue.notify_one();
+                shared.claim_wanted.notify_one();
+            }
+            Notice::Events { .. } => {}
+        }));
+    }
+    actix::spawn(claim_loop(shared, supervisor, rescue));
+    listener
+}
+
+/// Claims whenever woken, rescues when asked, until the daemon drains.
+async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: Arc<Notify>) {
+    let Some(lease) = shared.lease.clone() else {
+        return;
+    };
+    let mut shutdown = shared.shutdown_signal();
+    loop {
+        let rescuing = tokio::select! {
+            _ = shared.claim_wanted.notified() => false,
+            _ = rescue.notified() => true,
+            _ = shutdown.changed() => return,
+        };
+        if shared.is_draining() || *shutdown.borrow() {
+            return;
+        }
+        if !lease.holds() {
+            // The heartbeat wakes this again once the lease is back (registered anew).
+            continue;
+        }
+        if rescuing {
+            match shared.ledger.write(Rescue { claim: lease.claim() }).await {
+                Ok((rescued, told)) => {
+                    if !rescued.is_empty() {
+                        tracing::info!(count = rescued.len(), "prompts taken back from daemons whose lease ran out");
+                    }
+                    for event in told {
+                        let _ = shared.events.send(Arc::new(Published::new(event)));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the rescue failed; the next heartbeat asks again")
+                }
+            }
+        }
+        let settings = shared.settings();
+        let room = Room {
+            engines: settings.slots.clone(),
+            default_per_engine: DEFAULT_SLOTS_PER_ENGINE,
+            total: settings.slots_total,
+        };
+        // Read now, not at the last renewal: a project added a moment ago is served at once.
+        let serves = shared
+            .readers
+            .read(crate::lease::holder::served_projects)
+            .unwrap_or_else(|_| lease.serves().to_vec());
+        let claim = ClaimWork {
+            claim: lease.claim(),
+            serves,
+            room,
+        };
+        match shared.ledger.write(claim).await {
+            Ok(prompts) => {
+                for prompt in prompts {
+                    supervisor.do_send(Dispatch(prompt));
+                }
+            }
+            Err(error) => {
+                if error.store_error().is_some_and(|error| error.is_fenced()) {
+                    lease.fenced(lease.claim().epoch);
+                }
+                tracing::warn!(%error, "claiming queued prompts failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,627 @@
+//! The lease guard: a process of its own that ends a daemon's engine runs once the daemon can
+//! no longer be trusted to (#14).
+//!
+//! With several daemons on one store, another daemon takes over a dead daemon's prompts once
+//! its lease expires, and runs them again. Engines lead process groups of their own, so they
+//! outlive a daemon killed with `kill -9`; a daemon stopped with SIGSTOP, or cut off from the
+//! database, keeps its engines running. Either way a prompt would run twice at once. The
+//! guard (`corral __lease-guard`, hidden) ends them: at once when the daemon's pipe to it
+//! closes (the daemon is gone), and when the lease deadline the daemon last wrote passes.
+//!
+//! Map of this file:
+//! - [`Line`]: the protocol, one line each on the guard's stdin (parsed and rendered here);
+//! - [`Watch`]: what the guard knows (the deadline, the listed runs) and what a line or the
+//!   clock makes it end, without any I/O (unit-tested);
+//! - [`main`]: the guard process: `poll(2)` on stdin until the deadline, then ends runs;
+//! - [`Guard`]: the daemon's side: starts the process and writes the lines.
+//!
+//! Deadlines are CLOCK_MONOTONIC milliseconds: the clock is system-wide on Linux, so the
+//! daemon and its guard agree on it, and it neither jumps with the wall clock nor stops while
+//! the daemon is stopped.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, SigHandler, Signal};
+
+use crate::actors::supervisor::RUN_ID_ENV;
+use crate::process::{self, Mark};
+
+/// The hidden subcommand that makes `corral` the guard (dispatched first in `cli::main`).
+pub const ARG: &str = "__lease-guard";
+
+/// The longest line the guard keeps reading; a longer one is no line of ours and is dropped.
+const MAX_LINE: usize = 4096;
+
+/// How the guard's log lines start (its stderr is the daemon's).
+const LOG: &str = "corral lease guard";
+
+/// One line of the daemon's pipe to its guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// `deadline <ms>`: the lease ends at this CLOCK_MONOTONIC millisecond.
+    Deadline(u64),
+    /// `run + <run_id> <pgid> <pid_start or ->`: a run started; its engine leads group `pgid`
+    /// and started at `start` (clock ticks since boot, when known).
+    RunStarted(Listed),
+    /// `run - <run_id>`: a run ended; nothing of it is left to end.
+    RunEnded(String),
+    /// `runs clear`: forget every run without ending it (a clean shutdown whose runs ended).
+    RunsClear,
+}
+
+/// A run the guard would end: what `process::Mark::of_leader` needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub run_id: String,
+    /// The process group its engine leads. Never 0 or 1: `killpg(1)` is `kill(-1)`, every
+    /// process we may signal.
+    pub pgid: i32,
+    /// The leader's start time: a recycled pid's group is not the run's.
+    pub start: Option<u64>,
+}
+
+impl Line {
+    /// The line `text` (without its newline), or `None` when it is not one of ours.
+    pub fn parse(text: &str) -> Option<Line> {
+        let words: Vec<&str> = text.split_ascii_whitespace().collect();
+        match words.as_slice() {
+            ["deadline", ms] => ms.parse().ok().map(Line::Deadline),
+            ["run", "+", run_id, pgid, start] => {
+                let pgid = pgid.parse::<i32>().ok().filter(|&pgid| pgid > 1)?;
+                let start = match *start {
+                    "-" => None,
+                    start => Some(start.parse::<u64>().ok()?),
+                };
+                Some(Line::RunStarted(Listed {
+                    run_id: run_id.to_string(),
+                    pgid,
+                    start,
+                }))
+            }
+            ["run", "-", run_id] => Some(Line::RunEnded(run_id.to_string())),
+            ["runs", "clear"] => Some(Line::RunsClear),
+            _ => None,
+        }
+    }
+
+    /// The line as written to the pipe, newline included.
+    pub fn render(&self) -> String {
+        match self {
+            Line::Deadline(ms) => format!("deadline {ms}\n"),
+            Line::RunStarted(run) => {
+                let start = run
+                    .start
+                    .map_or_else(|| "-".to_string(), |start| start.to_string());
+                format!("run + {} {} {start}\n", run.run_id, run.pgid)
+            }
+            Line::RunEnded(run_id) => format!("run - {run_id}\n"),
+            Line::RunsClear => "runs clear\n".to_string(),
+        }
+    }
+}
+
+/// Whether `run_id` survives a line: one word of printable characters (a run's id is a UUID).
+fn is_word(run_id: &str) -> bool {
+    !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_graphic())
+}
+
+/// What the guard knows, and what ends when. Times are CLOCK_MONOTONIC ms.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The lease's end as last written; `None` until the first `deadline` line: no deadline,
+    /// only the pipe's end ends runs.
+    deadline: Option<u64>,
+    /// The runs listed and not ended, by id.
+    runs: BTreeMap<String, Listed>,
+}
+
+impl Watch {
+    /// Whether the deadline has passed at `now` (and no later one came since).
+    pub fn passed(&self, now: u64) -> bool {
+        self.deadline.is_some_and(|deadline| now >= deadline)
+    }
+
+    /// Takes `line` in at `now`; returns the runs to end at once.
+    pub fn apply(&mut self, line: Line, now: u64) -> Vec<Listed> {
+        match line {
+            Line::Deadline(deadline) => {
+                self.deadline = Some(deadline);
+                self.expire(now)
+            }
+            // The lease is gone: whatever the daemon starts now must not run.
+            Line::RunStarted(run) if self.passed(now) => vec![run],
+            Line::RunStarted(run) => {
+                self.runs.insert(run.run_id.clone(), run);
+                Vec::new()
+            }
+            Line::RunEnded(run_id) => {
+                self.runs.remove(&run_id);
+                Vec::new()
+            }
+            Line::RunsClear => {
+                self.runs.clear();
+                Vec::new()
+            }
+        }
+    }
+
+    /// The runs to end because the deadline has passed at `now` (they are forgotten).
+    pub fn expire(&mut self, now: u64) -> Vec<Listed> {
+        if self.passed(now) {
+            self.take_all()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Every listed run, forgotten: the daemon is gone.
+    pub fn take_all(&mut self) -> Vec<Listed> {
+        std::mem::take(&mut self.runs).into_values().collect()
+    }
+
+    /// How long to wait for the next line at `now`, in ms: until the deadline, or forever
+    /// (`None`) when there is none or it has passed (nothing is left to end before a line).
+    pub fn timeout(&self, now: u64) -> Option<u64> {
+        self.deadline
+            .filter(|&deadline| deadline > now)
+            .map(|deadline| deadline - now)
+    }
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec it is given, which lives on this stack.
+    // It fails only for an unknown clock or a bad pointer; CLOCK_MONOTONIC always exists on
+    // Linux (the zero left in `now` would only make deadlines pass early, the safe side).
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+    }
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// CLOCK_MONOTONIC now, in milliseconds: the clock of `deadline` lines.
+pub fn monotonic_ms() -> u64 {
+    monotonic_ns() / 1_000_000
+}
+
+/// `at` on CLOCK_MONOTONIC, in milliseconds (rounded down: a guard acting a little early is
+/// safe, a little late is not).
+pub fn monotonic_ms_at(at: Instant) -> u64 {
+    let now = Instant::now();
+    let clock = monotonic_ns();
+    let ns = |duration: Duration| u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    let at = if at >= now {
+        clock.saturating_add(ns(at - now))
+    } else {
+        clock.saturating_sub(ns(now - at))
+    };
+    at / 1_000_000
+}
+
+/// The guard process (`corral __lease-guard`): reads lines from stdin until it ends, ending
+/// runs as they come due; on the pipe's end it ends every listed run and exits 0.
+pub fn main() -> i32 {
+    // A terminal's Ctrl-C or hangup meant for the daemon must not end its guard (it is in a
+    // session of its own, but a signal can be sent to it by mistake); SIGTERM stays, so an
+    // operator can end it, and is set back in case the daemon ignored it.
+    // SAFETY: these install no handler, only the kernel's ignore or default disposition.
+    unsafe {
+        for ignored in [Signal::SIGINT, Signal::SIGHUP] {
+            let _ = signal::signal(ignored, SigHandler::SigIgn);
+        }
+        let _ = signal::signal(Signal::SIGTERM, SigHandler::SigDfl);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{LOG}: no runtime: {error}");
+            return 1;
+        }
+    };
+    // A plain file on fd 0: std's Stdin buffers, and a line in its buffer would be invisible
+    // to poll.
+    let mut input = match io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => File::from(fd),
+        Err(error) => {
+            eprintln!("{LOG}: no stdin: {error}");
+            return 1;
+        }
+    };
+    let mut watch = Watch::default();
+    let mut pending: Vec<u8> = Vec::new();
+    // Within a line too long to be ours: its bytes are dropped until its newline.
+    let mut overlong = false;
+    let mut chunk = [0u8; 4096];
+    loop {
+        end(
+            &runtime,
+            watch.expire(monotonic_ms()),
+            "the lease deadline passed",
+        );
+        match readable(&input, watch.timeout(monotonic_ms())) {
+            Ok(true) => {}
+            // The deadline came: the loop's top ends the runs.
+            Ok(false) => continue,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                eprintln!("{LOG}: cannot wait for the daemon's pipe: {error}");
+                break;
+            }
+        }
+        let read = match input.read(&mut chunk) {
+            // The daemon is gone (or closed the pipe to stop us).
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                eprintln!("{LOG}: cannot read the daemon's pipe: {error}");
+                break;
+            }
+        };
+        pending.extend_from_slice(&chunk[..read]);
+        while let Some(newline) = pending.iter().position(|&byte| byte == b'\n') {
+            let bytes: Vec<u8> = pending.drain(..=newline).collect();
+            if std::mem::replace(&mut overlong, false) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&bytes[..newline]);
+            match Line::parse(&text) {
+                Some(line) => end(
+                    &runtime,
+                    watch.apply(line, monotonic_ms()),
+                    "the lease deadline has passed",
+                ),
+                None => eprintln!("{LOG}: ignored a line that is none of ours: {text:?}"),
+            }
+        }
+        if pending.len() > MAX_LINE {
+            eprintln!("{LOG}: ignored a line longer than {MAX_LINE} bytes");
+            pending.clear();
+            overlong = true;
+        }
+    }
+    end(&runtime, watch.take_all(), "the daemon is gone");
+    0
+}
+
+/// Waits until `input` has something to read (a line, its end, an error: `true`), at most
+/// `timeout` ms (`None`: forever; `false` when it ran out).
+fn readable(input: &File, timeout: Option<u64>) -> io::Result<bool> {
+    let mut wanted = libc::pollfd {
+        fd: input.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // poll rounds its timeout up, never down: it cannot wake before the deadline and spin.
+    let timeout = timeout.map_or(-1, |ms| i32::try_from(ms).unwrap_or(i32::MAX));
+    // SAFETY: one pollfd, owned by this frame for the whole call; its fd is open (`input`).
+    let ready = unsafe { libc::poll(&mut wanted, 1, timeout) };
+    if ready < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ready > 0)
+}
+
+/// Ends `runs` at once: SIGKILL, no grace (the lease is gone, or the daemon is), to each
+/// run's group and whatever carries its id; returns when they are gone.
+fn end(runtime: &tokio::runtime::Runtime, runs: Vec<Listed>, why: &str) {
+    if runs.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = runs.iter().map(|run| run.run_id.as_str()).collect();
+    eprintln!("{LOG}: {why}: ending run(s) {}", ids.join(", "));
+    // The marks are made now, not when listed: the leader's identity is checked at the end.
+    let marks: Vec<Mark> = runs
+        .iter()
+        .map(|run| Mark::of_leader(Some(run.pgid), run.start, RUN_ID_ENV, &run.run_id))
+        .collect();
+    runtime.block_on(process::end_marked(&marks, Duration::ZERO, None));
+}
+
+/// The daemon's handle on its guard process. Methods take `&self` and cost a pipe write of a
+/// few dozen bytes (atomic, and in practice never blocking), so async code may call them.
+///
+/// Dropping it closes the pipe, which makes the guard end every run still listed and exit:
+/// a daemon whose runs all ended calls [`Guard::forget_all`] before a clean shutdown drops it.
+pub struct Guard {
+    inner: Mutex<Inner>,
+    /// The guard's pid (for logs and tests).
+    pid: u32,
+}
+
+struct Inner {
+    /// `None` only once `Drop` has handed it to a reaper.
+    child: Option<Child>,
+    /// The pipe; `None` once a write failed (the guard is gone: logged once).
+    pipe: Option<ChildStdin>,
+}
+
+impl Guard {
+    /// Starts `program __lease-guard` (the daemon passes its own `current_exe()`): stdin a
+    /// pipe from us, stdout nowhere, stderr ours (its log lines), in a session of its own so
+    /// that a signal to the daemon's group or terminal does not reach it. It gets no
+    /// parent-death signal: it must outlive the daemon to do its job.
+    pub fn start(program: &Path) -> io::Result<Guard> {
+        let mut command = Command::new(program);
+        command
+            .arg(ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            // A daemon started from inside a run carries that run's id: its guard must not
+            // count as one of that run's processes.
+            .env_remove(RUN_ID_ENV)
+            // Holds no directory of anyone's (a worktree to remove, a mount).
+            .current_dir("/");
+        // SAFETY: setsid is async-signal-safe; the child is no group leader, so it succeeds.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid()?;
+                Ok(())
+            });
+        }
+        let mut child = command.spawn()?;
+        let pid = child.id();
+        let Some(pipe) = child.stdin.take() else {
+            // Cannot happen with a piped stdin; a guard without a pipe would guard nothing.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other("the lease guard has no pipe"));
+        };
+        Ok(Guard {
+            inner: Mutex::new(Inner {
+                child: Some(child),
+                pipe: Some(pipe),
+            }),
+            pid,
+        })
+    }
+
+    /// The guard process's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The lease now ends at `deadline`: runs still listed then are ended.
+    pub fn set_deadline(&self, deadline: Instant) {
+        self.send(&Line::Deadline(monotonic_ms_at(deadline)));
+    }
+
+    /// Run `run_id` started; its engine leads group `pgid`, started at `pid_start`.
+    pub fn run_started(&self, run_id: &str, pgid: i32, pid_start: Option<u64>) {
+        if !is_word(run_id) || pgid <= 1 {
+            tracing::warn!(
+                run_id,
+                pgid,
+                "not listed with the lease guard: no run id or group of ours"
+            );
+            return;
+        }
+        self.send(&Line::RunStarted(Listed {
+            run_id: run_id.to_string(),
+            pgid,
+            start: pid_start,
+        }));
+    }
+
+    /// Run `run_id` ended: the guard forgets it.
+    pub fn run_ended(&self, run_id: &str) {
+        if is_word(run_id) {
+            self.send(&Line::RunEnded(run_id.to_string()));
+        }
+    }
+
+    /// Forget every run without ending it: before a clean shutdown drops the guard.
+    pub fn forget_all(&self) {
+        self.send(&Line::RunsClear);
+    }
+
+    /// Whether the guard process runs and takes our lines.
+    pub fn is_alive(&self) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if inner.pipe.is_none() {
+            return false;
+        }
+        inner
+            .child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    fn send(&self, line: &Line) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(pipe) = inner.pipe.as_mut() else {
+            return;
+        };
+        if let Err(error) = pipe.write_all(line.render().as_bytes()) {
+            tracing::warn!(%error, pid = self.pid, "the lease guard is gone: its pipe refused a line");
+            inner.pipe = None;
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // The pipe's end: the guard ends what is still listed and exits.
+        inner.pipe = None;
+        if let Some(mut child) = inner.child.take() {
+            if matches!(child.try_wait(), Ok(None)) {
+                // Reaped off this thread: ending runs can take the guard a moment.
+                let _ = std::thread::Builder::new()
+                    .name("corral-guard-reap".into())
+                    .spawn(move || {
+                        let _ = child.wait();
+                    });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(run_id: &str, pgid: i32, start: Option<u64>) -> Listed {
+        Listed {
+            run_id: run_id.to_string(),
+            pgid,
+            start,
+        }
+    }
+
+    #[test]
+    fn lines_parse_as_rendered() {
+        let lines = [
+            Line::Deadline(123_456),
+            Line::RunStarted(listed("0190-run", 4242, Some(987))),
+            Line::RunStarted(listed("r2", 77, None)),
+            Line::RunEnded("0190-run".to_string()),
+            Line::RunsClear,
+        ];
+        for line in lines {
+            let text = line.render();
+            assert!(text.ends_with('\n'), "{text:?}");
+            assert_eq!(Line::parse(text.trim_end_matches('\n')), Some(line));
+        }
+        assert_eq!(
+            Line::parse("run + r 10 -"),
+            Some(Line::RunStarted(listed("r", 10, None)))
+        );
+        assert_eq!(Line::parse("  deadline   5\r"), Some(Line::Deadline(5)));
+    }
+
+    #[test]
+    fn lines_that_are_not_ours_are_refused() {
+        for text in [
+            "",
+            "deadline",
+            "deadline -5",
+            "deadline 5 6",
+            "deadline soon",
+            "run + r 10",
+            "run + r 10 - extra",
+            "run + r x -",
+            "run + r 10 nine",
+            // Group 0 is our own, 1 would be every process (`kill(-1)`), negative is a pid.
+            "run + r 0 -",
+            "run + r 1 -",
+            "run + r -5 -",
+            "run - ",
+            "run * r",
+            "runs",
+            "runs clear now",
+            "hello",
+        ] {
+            assert_eq!(Line::parse(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_id_must_be_one_word() {
+        assert!(is_word("0190a6f2-7c1d-7e4b-9a55-3c2e1f0d9b8a"));
+        for bad in ["", "a b", "a\nb", "a\tb", "é"] {
+            assert!(!is_word(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_deadline_nothing_ends_before_the_pipe() {
+        let mut watch = Watch::default();
+        assert!(watch
+            .apply(Line::RunStarted(listed("a", 10, None)), u64::MAX)
+            .is_empty());
+        assert!(watch.expire(u64::MAX).is_empty());
+        assert_eq!(watch.timeout(0), None);
+        assert_eq!(watch.take_all(), vec![listed("a", 10, None)]);
+    }
+
+    #[test]
+    fn the_deadline_ends_the_listed_runs_and_later_ones_at_once() {
+        let mut watch = Watch::default();
+        assert!(watch.apply(Line::Deadline(1000), 0).is_empty());
+        watch.apply(Line::RunStarted(listed("a", 10, Some(1))), 0);
+        watch.apply(Line::RunStarted(listed("b", 11, None)), 0);
+        watch.apply(Line::RunStarted(listed("c", 12, None)), 0);
+        watch.apply(Line::RunEnded("c".to_string()), 0);
+        assert_eq!(watch.timeout(400), Some(600));
+        assert!(watch.expire(999).is_empty());
+        assert_eq!(
+            watch.expire(1000),
+            vec![listed("a", 10, Some(1)), listed("b", 11, None)]
+        );
+        // Forgotten once ended; the passed deadline waits for a line, not the clock.
+        assert!(watch.expire(2000).is_empty());
+        assert_eq!(watch.timeout(2000), None);
+        // Started while the lease is gone: ended at once, never listed.
+        assert_eq!(
+            watch.apply(Line::RunStarted(listed("d", 13, None)), 2000),
+            vec![listed("d", 13, None)]
+        );
+        assert!(watch.take_all().is_empty());
+        // A new lease lets a new run live.
+        assert!(watch.apply(Line::Deadline(5000), 2000).is_empty());
+        assert!(watch
+            .apply(Line::RunStarted(listed("e", 14, None)), 2000)
+            .is_empty());
+        assert_eq!(watch.take_all(), vec![listed("e", 14, None)]);
+    }
+
+    #[test]
+    fn a_deadline_already_past_ends_the_runs_when_it_comes() {
+        let mut watch = Watch::default();
+        watch.apply(Line::Deadline(1000), 0);
+        watch.apply(Line::RunStarted(listed("a", 10, None)), 0);
+        assert_eq!(
+            watch.apply(Line::Deadline(500), 700),
+            vec![listed("a", 10, None)]
+        );
+    }
+
+    #[test]
+    fn a_renewed_deadline_keeps_the_runs_and_clear_forgets_them() {
+        let mut watch = Watch::default();
+        watch.apply(Line::Deadline(300), 0);
+        watch.apply(Line::RunStarted(listed("a", 10, None)), 0);
+        for now in (100..1000).step_by(100) {
+            assert!(watch.apply(Line::Deadline(now + 300), now).is_empty());
+            assert!(watch.expire(now + 299).is_empty());
+        }
+        watch.apply(Line::RunsClear, 1000);
+        assert!(watch.expire(5000).is_empty());
+        assert!(watch.take_all().is_empty());
+    }
+
+    #[test]
+    fn an_instant_maps_onto_the_monotonic_clock() {
+        let now = Instant::now();
+        let clock = monotonic_ms();
+        let later = monotonic_ms_at(now + Duration::from_secs(3));
+        assert!(
+            (clock + 2990..=clock + 3010).contains(&later),
+            "{clock} {later}"
+        );
+        let earlier = monotonic_ms_at(now - Duration::from_millis(500));
+        assert!(
+            (clock.saturating_sub(510)..=clock.saturating_sub(490)).contains(&earlier),
+            "{clock} {earlier}"
+        );
+    }
+}
