@@ -46,7 +46,7 @@ use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
-    daemons, drivers, events, migrations, open_writer, processes, projects, prompts, runs,
+    daemons, drivers, events, listen, migrations, open_writer, processes, projects, prompts, runs,
     sessions, settings, StoreError,
 };
 
@@ -374,11 +374,8 @@ fn apply_and_commit(
         if shared {
             let feed_after = events::last_feed_seq(connection)?;
             if feed_after > feed_before {
-                let payload = format!("{}:{}:{feed_after}", node.unwrap_or(""), feed_before + 1);
-                connection.run(
-                    "SELECT pg_notify('corral_events', ?1)",
-                    crate::store::sql::args![payload],
-                )?;
+                let payload = listen::events_payload(node.unwrap_or(""), feed_before + 1, feed_after);
+                listen::notify(connection, listen::EVENTS, &payload)?;
             }
         }
         Ok(())
@@ -1148,7 +1145,7 @@ ledger_write!(
         if matches!(&enqueued, Ok(done) if done.started.is_none())
             && connection.dialect() == Dialect::Postgres
         {
-            notify(connection, "corral_work", "q")?;
+            listen::notify(connection, listen::WORK, "q")?;
         }
         Ok::<_, StoreError>(enqueued)
     }
@@ -1174,7 +1171,7 @@ ledger_write!(
         )?;
         // A lock this prompt held across daemons is free: those waiting for it may claim.
         if matches!(this.claimer, prompts::ClaimBy::Daemon(_)) {
-            notify(connection, "corral_work", "e")?;
+            listen::notify(connection, listen::WORK, "e")?;
         }
         Ok::<_, StoreError>(next)
     }
@@ -1217,21 +1214,11 @@ ledger_write!(
         }
         let rescued = prompts::rescue(connection)?;
         if !rescued.0.is_empty() {
-            notify(connection, "corral_work", "r")?;
+            listen::notify(connection, listen::WORK, "r")?;
         }
         Ok::<_, StoreError>(rescued)
     }
 );
-
-/// Tells every daemon listening on `channel` (PostgreSQL: delivered at the commit, and only
-/// if the transaction commits).
-fn notify(connection: &Conn, channel: &str, payload: &str) -> Result<(), StoreError> {
-    connection.run(
-        "SELECT pg_notify(?1, ?2)",
-        crate::store::sql::args![channel, payload],
-    )?;
-    Ok(())
-}
 
 /// A write about a prompt claimed on a shared store, carrying its claim: applied only while
 /// the claim holds (its daemon's epoch unchanged, its lease not run out), else refused with

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::guard::Guard;
 use crate::store::daemons::{self, Claim, Registration};
+use crate::store::listen;
 use crate::store::location::PgUrl;
 use crate::store::postgres::PgConn;
 use crate::store::sql::{args, Conn};
@@ -289,10 +290,7 @@ impl Lease {
                 if let Err(error) = daemons::release(&conn, &self.claim()) {
                     tracing::warn!(%error, "the lease was not given up; it runs out by itself");
                 }
-                let _ = conn.run(
-                    "SELECT pg_notify('corral_daemons', ?1)",
-                    args![self.node_id],
-                );
+                let _ = listen::notify(&conn, listen::DAEMONS, &self.node_id);
             }
             Err(error) => tracing::warn!(error, "the lease was not given up; it runs out by itself"),
         }
@@ -424,10 +422,7 @@ impl Heartbeat {
                             guard.set_deadline(sent + lease - margin(lease));
                         }
                         *lock(&self.lease.standing) = Standing::Held;
-                        let _ = conn.run(
-                            "SELECT pg_notify('corral_daemons', ?1)",
-                            args![self.lease.node_id],
-                        );
+                        let _ = listen::notify(conn, listen::DAEMONS, &self.lease.node_id);
                         let _ = self.lease.wanted.send(Wanted::Rescue);
                         let _ = self.lease.wanted.send(Wanted::Claim);
                     }
