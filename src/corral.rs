@@ -598,6 +598,7 @@ impl Corral {
             .ledger
             .write(EnqueuePrompt {
                 claimer: self.claimer_for(project.as_ref(), &session),
+                total: settings.slots_total,
                 prompt,
             })
             .await?

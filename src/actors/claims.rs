@@ -18,9 +18,9 @@ use std::sync::Arc;
 use actix::Addr;
 use tokio::sync::{mpsc, Notify};
 
-use super::ledger::{ClaimWork, Rescue};
+use super::ledger::{ClaimWork, Rescue, CANCEL_NOTICE};
 use super::relay::EventRelay;
-use super::supervisor::{Dispatch, Published, Shared, Supervisor};
+use super::supervisor::{CancelRunning, Dispatch, Published, Shared, Supervisor};
 use crate::lease::holder::Wanted;
 use crate::store::listen::{Listener, Notice};
 use crate::store::location::PgUrl;
@@ -70,7 +70,11 @@ pub fn start(
     {
         let shared = shared.clone();
         let rescue = rescue.clone();
+        let supervisor = supervisor.clone();
         actix::spawn(relay.run(notices, move |notice| match notice {
+            Notice::Work(payload) if payload.starts_with(CANCEL_NOTICE) => {
+                cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
+            }
             Notice::Work(_) => shared.claim_wanted.notify_one(),
             Notice::Daemons(_) | Notice::Reconnected => {
                 rescue.notify_one();
@@ -81,6 +85,30 @@ pub fn start(
     }
     actix::spawn(claim_loop(shared, supervisor, rescue));
     listener
+}
+
+/// A cancel asked on any daemon (`<session id>:<prompt id>`): ended here if this daemon runs
+/// the prompt.
+fn cancel_if_here(shared: &Shared, supervisor: &Addr<Supervisor>, ids: &str) {
+    let Some((session_id, prompt_id)) = ids.split_once(':') else {
+        return;
+    };
+    let Some(lease) = &shared.lease else {
+        return;
+    };
+    let here = shared
+        .readers
+        .read(|c| crate::store::prompts::prompt(c, prompt_id))
+        .ok()
+        .flatten()
+        .and_then(|prompt| prompt.claim)
+        .is_some_and(|claim| claim.node_id == lease.node_id);
+    if here {
+        supervisor.do_send(CancelRunning {
+            session_id: session_id.to_string(),
+            prompt_id: prompt_id.to_string(),
+        });
+    }
 }
 
 /// Claims whenever woken, rescues when asked, until the daemon drains.

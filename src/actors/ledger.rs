@@ -1134,14 +1134,21 @@ ledger_write!(
     /// Queues a prompt: `running` when the session is free (and, on a shared store, this
     /// daemon may take it), else `queued` (one transaction). On a shared store a prompt left
     /// queued is announced to every daemon (`corral_work`), which may claim it.
-    EnqueuePrompt { prompt: prompts::NewPrompt, claimer: prompts::ClaimBy } -> Result<prompts::Enqueued, drivers::DriverClaim>,
+    /// `total`: `slots.total`, which holds across the daemons of a shared store.
+    EnqueuePrompt { prompt: prompts::NewPrompt, claimer: prompts::ClaimBy, total: Option<usize> } -> Result<prompts::Enqueued, drivers::DriverClaim>,
     |this, connection| {
-        if let prompts::ClaimBy::Daemon(claim) = &this.claimer {
+        let mut claimer = this.claimer;
+        if let prompts::ClaimBy::Daemon(claim) = &claimer {
             if !daemons::fence_holds(connection, claim)? {
                 return Err(StoreError::Fenced { node_id: claim.node_id.clone(), epoch: claim.epoch });
             }
+            if this.total.is_some_and(|total| {
+                prompts::running_everywhere(connection).is_ok_and(|running| running >= total as i64)
+            }) {
+                claimer = prompts::ClaimBy::Nobody;
+            }
         }
-        let enqueued = prompts::enqueue(connection, &this.prompt, this.claimer.as_claimer())?;
+        let enqueued = prompts::enqueue(connection, &this.prompt, claimer.as_claimer())?;
         if matches!(&enqueued, Ok(done) if done.started.is_none())
             && connection.dialect() == Dialect::Postgres
         {
@@ -1180,8 +1187,23 @@ ledger_write!(
 ledger_write!(
     /// Cancels a prompt if it is queued; says whether it runs or already ended.
     CancelPrompt { prompt_id: String } -> Option<prompts::CancelFound>,
-    |this, connection| prompts::cancel_prompt(connection, &this.prompt_id)
+    |this, connection| {
+        let found = prompts::cancel_prompt(connection, &this.prompt_id)?;
+        // On a shared store the prompt may run on another daemon: every daemon hears it, the
+        // one that runs it ends it.
+        if let Some(prompts::CancelFound::Running { session_id }) = &found {
+            if connection.dialect() == Dialect::Postgres {
+                let payload = format!("{}{session_id}:{}", CANCEL_NOTICE, this.prompt_id);
+                listen::notify(connection, listen::WORK, &payload)?;
+            }
+        }
+        Ok::<_, StoreError>(found)
+    }
 );
+
+/// The start of a `corral_work` notice asking the daemon that runs a prompt to end it:
+/// `c:<session id>:<prompt id>`.
+pub const CANCEL_NOTICE: &str = "c:";
 
 ledger_write!(
     /// The prompts the sessions' workers run now: for each session, the running one or the

@@ -402,10 +402,11 @@ pub(crate) fn claim_work(
         args![claim.node_id],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
-    let all_running: i64 = running.iter().map(|(_, count)| count).sum();
-    let mut total_left = room
-        .total
-        .map_or(i64::MAX, |total| total as i64 - all_running);
+    // `slots.total` holds across the daemons: every daemon's running prompts count.
+    let mut total_left = match room.total {
+        Some(total) => total as i64 - running_everywhere(connection)?,
+        None => i64::MAX,
+    };
     // Heads: the oldest queued prompt of each session with nothing running, in the order
     // they were queued.
     let heads: Vec<(String, String, String)> = connection.rows(
@@ -458,6 +459,15 @@ pub(crate) fn claim_work(
         claimed.extend(prompt(connection, &id)?);
     }
     Ok(claimed)
+}
+
+/// How many prompts run now on every daemon of a shared store.
+pub(crate) fn running_everywhere(connection: &Conn) -> sql::Result<i64> {
+    connection.row(
+        "SELECT count(*) FROM prompts WHERE status = 'running' AND claimed_by IS NOT NULL",
+        args![],
+        |row| row.get(0),
+    )
 }
 
 /// Whether another daemon runs a prompt that holds a lock session `session_id` needs: one of
