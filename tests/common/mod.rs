@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod cluster;
 pub mod daemon;
 pub mod engines;
 pub mod git;

@@ -1,0 +1,575 @@
+//! Several daemons, each with a home of its own, on one PostgreSQL store (issue 14), driven
+//! through the CLI and the socket as a user would (`tests/common/cluster.rs`):
+//!
+//! - the harness itself: n daemons on one database, each answering `status` as itself;
+//! - claims: 300 prompts sent round-robin through three daemons run once each, a session's
+//!   runs never overlap, and more than one daemon does the work;
+//! - leases: a daemon killed with `kill -9` has its engine ended by its lease guard and its
+//!   prompt rerun by the other after the lease; a daemon paused past its lease loses its
+//!   engine, is fenced out (its stale writes refused, counted), and works again once resumed;
+//! - serving: a prompt of a project whose directory no daemon has waits, and `status` says
+//!   who serves what; it runs once the directory is back;
+//! - events: a session's events stream live on another daemon (`corral watch --follow`), and
+//!   the all-sessions feed of a third daemon has every feed number once, in order.
+//!
+//! They run in both passes and need the test cluster (`/work/tools/pg-start.sh`, or `.ci/run`);
+//! without one they print why they skip, except in CI.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use common::cluster::{run_processes, wait_for, Cluster, LEASE_MS, PROJECT};
+use common::daemon::{alive, kill, lines_of};
+use common::store::quoted;
+
+/// The lease, as a duration.
+const LEASE: Duration = Duration::from_millis(LEASE_MS);
+
+/// The text of a column value (a number as its digits).
+fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string())
+}
+
+/// The runs of `prompt`, in start order: `(id, node_id, status, pid, pgid)`.
+fn runs_of(cluster: &Cluster, prompt: &str) -> Vec<(String, Option<String>, String, Value, Value)> {
+    cluster
+        .sql(&format!(
+            "SELECT id, node_id, status, pid, pgid FROM runs WHERE prompt_id = {} \
+             ORDER BY started_at, attempt",
+            quoted(prompt)
+        ))
+        .into_iter()
+        .map(|row| {
+            (
+                text(&row[0]),
+                row[1].as_str().map(str::to_string),
+                text(&row[2]),
+                row[3].clone(),
+                row[4].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until `prompt` has a run with a recorded pid: that run's `(id, node_id, pgid)`.
+fn running_run(cluster: &Cluster, prompt: &str) -> (String, String, i32) {
+    let mut found = None;
+    wait_for(
+        "the prompt's run has a pid",
+        Duration::from_secs(30),
+        || {
+            found = runs_of(cluster, prompt)
+                .into_iter()
+                .find(|run| run.2 == "running" && run.3.is_i64());
+            found.is_some()
+        },
+    );
+    let (id, node, _, _, pgid) = found.expect("found above");
+    let node = node.unwrap_or_else(|| panic!("run {id} names no node"));
+    let pgid = pgid.as_i64().map_or(0, |pgid| pgid as i32);
+    (id, node, pgid)
+}
+
+/// Milliseconds since the epoch, as the store's timestamps count them.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
+/// The daemons `status --json` lists, by node id.
+fn daemons_of(status: &Value) -> Vec<Value> {
+    status["daemons"]
+        .as_array()
+        .unwrap_or_else(|| panic!("status lists no daemons: {status}"))
+        .clone()
+}
+
+/// The names a listed daemon serves.
+fn serves(daemon: &Value) -> Vec<String> {
+    daemon["serves"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a daemon without serves: {daemon}"))
+        .iter()
+        .map(text)
+        .collect()
+}
+
+#[test]
+fn the_cluster_starts_three_daemons_on_one_store() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let mut pids = BTreeSet::new();
+    let mut stores = BTreeSet::new();
+    for index in 0..3 {
+        let status = cluster.status(index);
+        let home = cluster.home(index).path().to_string_lossy().into_owned();
+        assert_eq!(status["daemon"]["home"], home, "{status}");
+        assert_eq!(status["store"]["kind"], "postgres", "{status}");
+        stores.insert(text(&status["store"]["at"]));
+        pids.insert(cluster.daemon_pid(index).expect("a daemon pid"));
+        assert!(
+            !cluster.home(index).path().join("corral.db").exists(),
+            "home {index} made a SQLite store"
+        );
+    }
+    assert_eq!(pids.len(), 3, "three daemons: {pids:?}");
+    assert_eq!(stores.len(), 1, "one store: {stores:?}");
+    // And one project, seen through every daemon.
+    for index in 0..3 {
+        let listed = cluster.ok(index, &["project", "list"]);
+        assert!(listed.contains(PROJECT), "home {index}: {listed}");
+    }
+}
+
+#[test]
+fn three_daemons_claim_each_prompt_once() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let sessions: Vec<String> = (0..30)
+        .map(|index| cluster.session(&format!("s{index}")))
+        .collect();
+    // Prompt k goes to session k % 30 through home (k + k / 30) % 3: every session gets
+    // prompts through every daemon. One sender per home, all at once.
+    std::thread::scope(|scope| {
+        for home in 0..3 {
+            let (cluster, sessions) = (&cluster, &sessions);
+            scope.spawn(move || {
+                for k in (0..300).filter(|k| (k + k / 30) % 3 == home) {
+                    cluster.send(home, &sessions[k % 30], &format!("@fake answer=a{k}\np{k}"));
+                }
+            });
+        }
+    });
+    assert_eq!(cluster.count("SELECT count(*) FROM prompts"), 300);
+    cluster.wait_for("every prompt ended", Duration::from_secs(180), || {
+        cluster.count(
+            "SELECT count(*) FROM prompts WHERE status NOT IN ('done', 'failed', 'cancelled')",
+        ) == 0
+    });
+    let statuses = cluster.sql("SELECT status, count(*) FROM prompts GROUP BY status");
+    assert_eq!(
+        cluster.count("SELECT count(*) FROM prompts WHERE status = 'done'"),
+        300,
+        "{statuses:?}"
+    );
+    // Exactly one succeeded run per prompt.
+    let not_once = cluster.sql(
+        "SELECT p.id, (SELECT count(*) FROM runs r WHERE r.prompt_id = p.id \
+                       AND r.status = 'succeeded') AS n \
+         FROM prompts p \
+         WHERE (SELECT count(*) FROM runs r WHERE r.prompt_id = p.id \
+                AND r.status = 'succeeded') <> 1",
+    );
+    assert!(
+        not_once.is_empty(),
+        "prompts not run exactly once: {not_once:?}"
+    );
+    // Every run ended, and no two runs of one session overlap.
+    assert_eq!(
+        cluster.count("SELECT count(*) FROM runs WHERE ended_at IS NULL"),
+        0
+    );
+    let overlapping = cluster.sql(
+        "SELECT a.id, b.id, a.session_id FROM runs a JOIN runs b \
+         ON a.session_id = b.session_id AND a.id < b.id \
+         WHERE a.started_at < b.ended_at AND b.started_at < a.ended_at",
+    );
+    assert!(
+        overlapping.is_empty(),
+        "runs of one session overlap: {overlapping:?}"
+    );
+    // The work was shared.
+    let nodes = cluster.sql("SELECT node_id, count(*) FROM runs GROUP BY node_id");
+    assert!(
+        nodes.iter().all(|row| row[0].is_string()),
+        "a run without a node: {nodes:?}"
+    );
+    let homes: Vec<String> = (0..3).map(|index| cluster.node_id(index)).collect();
+    assert!(
+        nodes.len() >= 2,
+        "one daemon did everything: {nodes:?} (the homes' nodes: {homes:?})"
+    );
+}
+
+#[test]
+fn kill_9_of_the_lease_holder_hands_its_prompts_over() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("killed");
+    let run_length = Duration::from_secs(6);
+    let prompt = cluster.send(0, &session, "@fake delay=6000\nslow");
+    let (first, node, pgid) = running_run(&cluster, &prompt);
+    assert_eq!(node, cluster.node_id(0), "A claimed what was sent to it");
+    assert!(!run_processes(&first).is_empty(), "the engine runs");
+    let a = cluster.daemon_pid(0).expect("A's pid");
+    kill(a, libc::SIGKILL);
+    let killed = Instant::now();
+    cluster.wait_for("A is gone", Duration::from_secs(2), || !alive(a));
+    // The guard ends A's engine once the pipe from A closed.
+    cluster.wait_for(
+        "A's engine is gone",
+        Duration::from_secs(2).saturating_sub(killed.elapsed()),
+        || run_processes(&first).is_empty() && (pgid <= 0 || !corral::process::group_exists(pgid)),
+    );
+    // B reruns it once A's lease ran out.
+    let limit = LEASE + Duration::from_secs(2) + run_length;
+    cluster.wait_for(
+        "the prompt is done",
+        limit.saturating_sub(killed.elapsed()),
+        || cluster.prompt_status(&prompt) == "done",
+    );
+    let runs = runs_of(&cluster, &prompt);
+    assert!(runs.len() >= 2, "{runs:?}");
+    assert_eq!(runs[0].0, first, "{runs:?}");
+    assert_eq!(runs[0].2, "interrupted", "A's run is closed: {runs:?}");
+    let b = cluster.node_id(1);
+    let succeeded: Vec<_> = runs.iter().filter(|run| run.2 == "succeeded").collect();
+    assert_eq!(succeeded.len(), 1, "{runs:?}");
+    assert_eq!(succeeded[0].1.as_deref(), Some(b.as_str()), "{runs:?}");
+}
+
+#[test]
+fn a_paused_daemon_is_fenced_out_and_ends_its_stale_runs() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("paused");
+    let prompt = cluster.send(0, &session, "@fake delay=8000\npaused");
+    let (first, node, pgid) = running_run(&cluster, &prompt);
+    assert_eq!(node, cluster.node_id(0), "A claimed what was sent to it");
+    assert!(!run_processes(&first).is_empty(), "the engine runs");
+    let before = cluster.status(0);
+    let epoch = before["lease"]["epoch"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("A's status names its epoch: {before}"));
+    assert_eq!(before["lease"]["state"], "held", "{before}");
+    let a = cluster.daemon_pid(0).expect("A's pid");
+    kill(a, libc::SIGSTOP);
+    let paused = Instant::now();
+    let pause = LEASE + Duration::from_millis(1500);
+    // The guard ends A's engine at A's lease deadline, A being frozen.
+    cluster.wait_for("A's engine is gone", pause, || {
+        run_processes(&first).is_empty() && (pgid <= 0 || !corral::process::group_exists(pgid))
+    });
+    // The pause itself is what the test is about: A stays frozen for all of it.
+    std::thread::sleep(pause.saturating_sub(paused.elapsed()));
+    kill(a, libc::SIGCONT);
+    // B reruns the prompt.
+    let b = cluster.node_id(1);
+    let mut second = None;
+    cluster.wait_for("B reruns the prompt", Duration::from_secs(10), || {
+        second = runs_of(&cluster, &prompt)
+            .into_iter()
+            .find(|run| run.1.as_deref() == Some(b.as_str()));
+        second.is_some()
+    });
+    let (second, _, _, _, _) = second.expect("found above");
+    // A, woken, finds it lost its lease: what it writes about its old claim is refused.
+    let mut after = Value::Null;
+    cluster.wait_for(
+        "A was fenced or registered again",
+        Duration::from_secs(10),
+        || {
+            after = cluster.status(0);
+            after["lease"]["fenced_writes"].as_i64().unwrap_or(0) >= 1
+                || after["lease"]["epoch"]
+                    .as_i64()
+                    .is_some_and(|now| now > epoch)
+        },
+    );
+    assert!(
+        after["lease"]["fenced_writes"].as_i64().unwrap_or(0) >= 1,
+        "A's stale writes were fenced: {after}"
+    );
+    cluster.wait_for("the prompt is done", Duration::from_secs(30), || {
+        cluster.prompt_status(&prompt) == "done"
+    });
+    // Nothing of A about this prompt after B's claim: A's one run is the one B closed, and
+    // every event since B's run started is B's run's or the prompt's own.
+    let a_node = cluster.node_id(0);
+    let runs = runs_of(&cluster, &prompt);
+    let of_a: Vec<_> = runs
+        .iter()
+        .filter(|run| run.1.as_deref() == Some(a_node.as_str()))
+        .collect();
+    assert_eq!(of_a.len(), 1, "{runs:?}");
+    assert_eq!(of_a[0].0, first, "{runs:?}");
+    assert_eq!(of_a[0].2, "interrupted", "closed by B's rescue: {runs:?}");
+    let succeeded: Vec<_> = runs.iter().filter(|run| run.2 == "succeeded").collect();
+    assert_eq!(succeeded.len(), 1, "{runs:?}");
+    assert_eq!(succeeded[0].0, second, "{runs:?}");
+    let started_at = cluster.count(&format!(
+        "SELECT started_at FROM runs WHERE id = {}",
+        quoted(&second)
+    ));
+    let from_seq = cluster.count(&format!(
+        "SELECT coalesce(min(seq), 0) FROM events WHERE run_id = {}",
+        quoted(&second)
+    ));
+    assert!(from_seq > 0, "B's run has events");
+    let stale = cluster.sql(&format!(
+        "SELECT seq, kind, run_id FROM events WHERE prompt_id = {} \
+         AND (seq >= {from_seq} OR at >= {started_at}) \
+         AND run_id IS NOT NULL AND run_id <> {} ORDER BY seq",
+        quoted(&prompt),
+        quoted(&second)
+    ));
+    assert!(stale.is_empty(), "events of A after B's claim: {stale:?}");
+    let ends = cluster.count(&format!(
+        "SELECT count(*) FROM events WHERE prompt_id = {} AND kind IN ('prompt.done', 'prompt.failed', 'prompt.cancelled')",
+        quoted(&prompt)
+    ));
+    assert_eq!(ends, 1, "the prompt ended once");
+    // A works again: a prompt sent through it completes, and it holds a lease.
+    let next = cluster.send(0, &session, "@fake answer=again\nagain");
+    cluster.wait_for("the next prompt is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&next) == "done"
+    });
+    let now = cluster.status(0);
+    assert_eq!(now["lease"]["state"], "held", "{now}");
+}
+
+#[test]
+fn a_project_nobody_serves_waits_and_says_so() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let dir = cluster.dir().join("away");
+    std::fs::create_dir(&dir).expect("the project directory");
+    let shown = dir.to_str().expect("temporary paths are UTF-8");
+    cluster.ok(0, &["project", "add", "away", shown, "--engine", "fake"]);
+    let session = cluster.session_of("away", "unserved");
+    let gone = cluster.dir().join("away.gone");
+    std::fs::rename(&dir, &gone).expect("the directory is moved away");
+    // Both daemons notice at their next heartbeat (a third of the lease).
+    let mut status = Value::Null;
+    cluster.wait_for("no daemon serves the project", LEASE * 3, || {
+        status = cluster.status(0);
+        let daemons = daemons_of(&status);
+        daemons.len() == 2
+            && daemons
+                .iter()
+                .all(|daemon| !serves(daemon).iter().any(|name| name == "away"))
+    });
+    for daemon in daemons_of(&status) {
+        assert!(
+            serves(&daemon).iter().any(|name| name == PROJECT),
+            "{PROJECT} is still served: {status}"
+        );
+    }
+    let prompt = cluster.send(0, &session, "@fake answer=here\nwhere");
+    // It waits: queued, no run, for 2 s.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        assert_eq!(cluster.prompt_status(&prompt), "queued");
+        assert!(runs_of(&cluster, &prompt).is_empty(), "a run started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = cluster.status(1);
+    assert_eq!(daemons_of(&status).len(), 2, "{status}");
+    for daemon in daemons_of(&status) {
+        assert!(
+            !serves(&daemon).iter().any(|name| name == "away"),
+            "{status}"
+        );
+    }
+    std::fs::rename(&gone, &dir).expect("the directory is back");
+    cluster.wait_for("the prompt is done", Duration::from_secs(5), || {
+        cluster.prompt_status(&prompt) == "done"
+    });
+}
+
+#[test]
+fn status_names_the_projects_of_every_daemon() {
+    let Some(cluster) = Cluster::start_on_hosts(2) else {
+        return;
+    };
+    let status = cluster.status(0);
+    let daemons = daemons_of(&status);
+    let nodes: BTreeSet<String> = daemons
+        .iter()
+        .map(|daemon| text(&daemon["node_id"]))
+        .collect();
+    let expected: BTreeSet<String> = [cluster.node_id(0), cluster.node_id(1)].into();
+    assert_eq!(nodes, expected, "{status}");
+    for daemon in &daemons {
+        assert_eq!(daemon["live"], true, "{daemon}");
+        assert!(
+            serves(daemon).iter().any(|name| name == PROJECT),
+            "{daemon}"
+        );
+        let index = cluster
+            .home_of_node(&text(&daemon["node_id"]))
+            .expect("a node of the cluster");
+        let host = format!("host-{}", (b'a' + index as u8) as char);
+        assert_eq!(daemon["host"], host.as_str(), "{daemon}");
+        let home = cluster.home(index).path().to_string_lossy().into_owned();
+        assert_eq!(daemon["home"], home, "{daemon}");
+        assert_eq!(
+            daemon["pid"].as_i64(),
+            cluster.daemon_pid(index).map(i64::from),
+            "{daemon}"
+        );
+        assert_eq!(daemon["this"], index == 0, "{daemon}");
+    }
+    let this: Vec<_> = daemons
+        .iter()
+        .filter(|daemon| daemon["this"] == true)
+        .collect();
+    assert_eq!(this.len(), 1, "{status}");
+    assert_eq!(text(&this[0]["node_id"]), cluster.node_id(0), "{status}");
+    assert_eq!(
+        status["lease"]["node_id"],
+        cluster.node_id(0).as_str(),
+        "{status}"
+    );
+}
+
+#[test]
+fn events_of_a_session_on_a_stream_live_on_b() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("live");
+    let mut watch = cluster
+        .command(1, &["watch", &session, "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("corral watch starts");
+    let lines = lines_of(watch.stdout.take().expect("watch's stdout"));
+    let prompt = cluster.send(0, &session, "@fake deltas=20\n@fake interval=100\nstream");
+    // Each event B prints, with when it came.
+    let mut seen: Vec<(Value, i64)> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            kill(-(watch.id() as i32), libc::SIGKILL);
+            let _ = watch.wait();
+            panic!("watch on B printed no end of the prompt: {seen:?}");
+        };
+        let event: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|error| panic!("watch printed no JSON ({error}): {line}"));
+        let end = event["kind"] == "prompt.done" && event["prompt_id"] == prompt.as_str();
+        seen.push((event, now_ms()));
+        if end {
+            break;
+        }
+    }
+    kill(-(watch.id() as i32), libc::SIGTERM);
+    let _ = watch.wait();
+    // The run was A's: B printed what another daemon stored.
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].1.as_deref(), Some(cluster.node_id(0).as_str()));
+    // All of them, each once, in order: what the store has up to the end.
+    let seqs: Vec<i64> = seen
+        .iter()
+        .map(|(event, _)| event["seq"].as_i64().expect("an event's seq"))
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let stored: Vec<(i64, String)> = cluster
+        .sql(&format!(
+            "SELECT seq, kind FROM events WHERE session_id = {} AND seq <= {} ORDER BY seq",
+            quoted(&session),
+            seqs.len()
+        ))
+        .into_iter()
+        .map(|row| (row[0].as_i64().unwrap_or(0), text(&row[1])))
+        .collect();
+    let printed: Vec<(i64, String)> = seen
+        .iter()
+        .map(|(event, _)| (event["seq"].as_i64().unwrap_or(0), text(&event["kind"])))
+        .collect();
+    assert_eq!(printed, stored);
+    // Live: the first output came while the prompt still ran (its 20 lines take 2 s).
+    let finished = cluster.count(&format!(
+        "SELECT finished_at FROM prompts WHERE id = {}",
+        quoted(&prompt)
+    ));
+    let (_, first_output) = seen
+        .iter()
+        .find(|(event, _)| event["kind"] == "tool")
+        .unwrap_or_else(|| panic!("no output event: {printed:?}"));
+    assert!(
+        *first_output < finished - 1000,
+        "the first output came at {first_output}, the prompt ended at {finished}"
+    );
+}
+
+#[test]
+fn the_all_sessions_feed_has_no_gap_across_daemons() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let feed = cluster.feed(2);
+    let sessions: Vec<String> = (0..20)
+        .map(|index| cluster.session(&format!("f{index}")))
+        .collect();
+    let prompts: Vec<String> = std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..2)
+            .map(|home| {
+                let (cluster, sessions) = (&cluster, &sessions);
+                scope.spawn(move || {
+                    (0..10)
+                        .map(|index| {
+                            let session = &sessions[home * 10 + index];
+                            let text = format!("@fake deltas=40\n@fake interval=5\nf{index}");
+                            cluster.send(home, session, &text)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        senders
+            .into_iter()
+            .flat_map(|sender| sender.join().expect("a sender"))
+            .collect()
+    });
+    let listed = prompts
+        .iter()
+        .map(|id| quoted(id))
+        .collect::<Vec<_>>()
+        .join(", ");
+    cluster.wait_for("every prompt is done", Duration::from_secs(120), || {
+        cluster.count(&format!(
+            "SELECT count(*) FROM prompts WHERE id IN ({listed}) AND status = 'done'"
+        )) == 20
+    });
+    let nodes = cluster.count("SELECT count(DISTINCT node_id) FROM runs");
+    assert!(nodes >= 2, "both daemons wrote");
+    let total = cluster.count("SELECT count(*) FROM events");
+    let mut numbers = Vec::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    while numbers.last().copied().unwrap_or(0) < total {
+        let left = until.saturating_duration_since(Instant::now());
+        let Some(event) = feed.next(left) else {
+            panic!(
+                "C's feed stopped at {} of {total} events ({} seen)",
+                numbers.last().copied().unwrap_or(0),
+                numbers.len()
+            );
+        };
+        numbers.push(event["feed_seq"].as_i64().expect("an event's feed_seq"));
+    }
+    assert_eq!(
+        numbers,
+        (1..=total).collect::<Vec<_>>(),
+        "C saw every feed number once"
+    );
+}
