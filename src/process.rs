@@ -135,7 +135,8 @@ impl Mark {
     /// recorded), carrying `name=value`: its group only when that group is still its own.
     pub fn of_leader(pid: Option<i32>, start: Option<u64>, name: &str, value: &str) -> Mark {
         let group = pid
-            .filter(|&pid| pid > 0)
+            // Not 1 either: `killpg(1)` is `kill(-1)`, every process this user may signal.
+            .filter(|&pid| pid > 1)
             .filter(|&pid| match stat_of(pid as u32) {
                 // No such process: a live group of that id can only be the one it led.
                 None => true,

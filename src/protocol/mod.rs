@@ -607,6 +607,7 @@ mod wire_tests {
             created_at: 2,
             started_at: Some(3),
             finished_at: None,
+            claim: None,
         }
     }
 

@@ -713,6 +713,7 @@ mod tests {
                 created_at: 0,
                 started_at: None,
                 finished_at: None,
+                claim: None,
             },
             cwd: working_dir(&session, &project)
                 .to_string_lossy()
