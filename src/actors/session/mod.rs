@@ -345,12 +345,13 @@ impl Worker {
                 self.run_prompt(prompt).await
             };
             if self.is_fenced() {
+                // What follows is still tried, and refused by the fence in the store: the
+                // lease is gone there, so nothing of it can commit (`status` counts them).
                 tracing::warn!(
                     prompt_id,
                     session = self.session_id,
                     "the lease this prompt was claimed under is gone: it is left to the daemon that takes it over"
                 );
-                return;
             }
             if end.requeue {
                 self.flush_end().await;
