@@ -277,7 +277,11 @@ fn a_paused_daemon_is_fenced_out_and_ends_its_stale_runs() {
         second.is_some()
     });
     let (second, _, _, _, _) = second.expect("found above");
-    // A, woken, finds it lost its lease: what it writes about its old claim is refused.
+    // B's rerun ends; meanwhile A, woken, has found its engine ended and its lease lost, and
+    // what it tried to write about its old claim was refused.
+    cluster.wait_for("the prompt is done", Duration::from_secs(30), || {
+        cluster.prompt_status(&prompt) == "done"
+    });
     let mut after = Value::Null;
     cluster.wait_for(
         "A was fenced or registered again",
@@ -294,9 +298,6 @@ fn a_paused_daemon_is_fenced_out_and_ends_its_stale_runs() {
         after["lease"]["fenced_writes"].as_i64().unwrap_or(0) >= 1,
         "A's stale writes were fenced: {after}"
     );
-    cluster.wait_for("the prompt is done", Duration::from_secs(30), || {
-        cluster.prompt_status(&prompt) == "done"
-    });
     // Nothing of A about this prompt after B's claim: A's one run is the one B closed, and
     // every event since B's run started is B's run's or the prompt's own.
     let a_node = cluster.node_id(0);
