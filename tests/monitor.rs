@@ -1,7 +1,10 @@
-//! `corral monitor`: list (filters, paging), show, prune and the overview, on the built binary.
+//! `corral monitor`: list (filters, paging), show, prune and the overview, on the built binary;
+//! and each exec's host (`CORRAL_HOST` simulates several hosts on one store), on either store.
 
 mod common;
 
+use common::daemon::{succeeded, DaemonHome};
+use common::store::quoted;
 use common::{stderr, stdout, Home};
 use rusqlite::params;
 use serde_json::Value;
@@ -433,4 +436,187 @@ more', 1, 2);
         .map(|run| run["id"].as_str().unwrap())
         .collect();
     assert_eq!(gaps, ["r-gone"]);
+}
+
+/// `corral ARGS…` in `home` as if run on host `host`; it must succeed. Its stdout.
+fn on_host(home: &DaemonHome, host: &str, args: &[&str]) -> String {
+    let output = home
+        .corral(args)
+        .env("CORRAL_HOST", host)
+        .output()
+        .expect("corral runs");
+    succeeded(args, &output)
+}
+
+/// The entries of `monitor list --all --json` run on `host`.
+fn entries_seen_from(home: &DaemonHome, host: &str) -> Vec<Value> {
+    let args = ["monitor", "list", "--all", "--json"];
+    let page: Value = serde_json::from_str(&on_host(home, host, &args)).unwrap();
+    page["entries"].as_array().expect("entries").clone()
+}
+
+#[test]
+fn execs_record_their_host() {
+    let home = DaemonHome::new();
+    on_host(&home, "alpha", &["monitor", "list", "--all"]);
+    // An early command records whole, through the other insert.
+    on_host(&home, "alpha", &["--version"]);
+    let entries = entries_seen_from(&home, "alpha");
+    // The two above and the listing itself, still open while it lists.
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    for entry in &entries {
+        assert_eq!(entry["host"], "alpha", "{entry}");
+    }
+    let id = entries[1]["id"].as_str().unwrap();
+    let shown: Value =
+        serde_json::from_str(&on_host(&home, "alpha", &["monitor", "show", id, "--json"])).unwrap();
+    assert_eq!(shown["host"], "alpha");
+    let text = on_host(&home, "alpha", &["monitor", "show", id]);
+    assert!(text.contains("host:      alpha"), "{text}");
+    // A row from before hosts were recorded has the key, null.
+    home.execute(&format!(
+        "INSERT INTO execs(id, trace_id, started_at) VALUES ({0}, {0}, 1)",
+        quoted("old-row")
+    ));
+    let old = entries_seen_from(&home, "alpha")
+        .into_iter()
+        .find(|entry| entry["id"] == "old-row")
+        .expect("the old row is listed");
+    assert_eq!(old.get("host"), Some(&Value::Null), "{old}");
+}
+
+#[test]
+fn monitor_shows_a_host_column_with_more_than_one_host() {
+    let home = DaemonHome::new();
+    on_host(&home, "alpha", &["monitor", "list", "--all"]);
+    let header = |text: &str| text.lines().next().unwrap_or_default().to_string();
+    let one_host = on_host(&home, "alpha", &["monitor", "list", "--all"]);
+    assert!(header(&one_host).starts_with("ID "), "{one_host}");
+    assert!(!header(&one_host).contains("HOST"), "{one_host}");
+    assert!(!one_host.contains("alpha"), "{one_host}");
+
+    on_host(&home, "beta", &["monitor", "list", "--all"]);
+    let two_hosts = on_host(&home, "alpha", &["monitor", "list", "--all"]);
+    let columns = header(&two_hosts);
+    assert_eq!(
+        columns.split_whitespace().nth(1),
+        Some("HOST"),
+        "{two_hosts}"
+    );
+    let hosts: Vec<&str> = two_hosts
+        .lines()
+        .skip(1)
+        .filter_map(|row| row.split_whitespace().nth(1))
+        .collect();
+    assert!(
+        hosts.contains(&"alpha") && hosts.contains(&"beta"),
+        "{two_hosts}"
+    );
+    // The overview's recent commands too.
+    let overview = on_host(&home, "beta", &["monitor", "--all"]);
+    let recent = overview
+        .split("RECENT COMMANDS\n")
+        .nth(1)
+        .expect("a recent commands table");
+    assert!(
+        header(recent).split_whitespace().nth(1) == Some("HOST"),
+        "{overview}"
+    );
+}
+
+#[test]
+fn monitor_prune_closes_only_its_own_hosts_lost_execs() {
+    let home = DaemonHome::new();
+    on_host(&home, "alpha", &["monitor", "list", "--all"]);
+    // A pid above any pid_max: no such process, on whichever host.
+    for (id, host) in [
+        ("lost-on-alpha", "'alpha'"),
+        ("lost-on-beta", "'beta'"),
+        ("lost-before-hosts", "NULL"),
+    ] {
+        home.execute(&format!(
+            "INSERT INTO execs(id, trace_id, command, pid, started_at, host) \
+             VALUES ({0}, {0}, '[\"lost\"]', 2147483647, 1, {host})",
+            quoted(id)
+        ));
+    }
+    let outcome = |id: &str| {
+        home.store().value(&format!(
+            "SELECT outcome FROM execs WHERE id = {}",
+            quoted(id)
+        ))
+    };
+    // Seen from alpha, beta's open exec is not judged: it counts as running, not lost.
+    let overview: Value =
+        serde_json::from_str(&on_host(&home, "alpha", &["monitor", "--all", "--json"])).unwrap();
+    let ids = |list: &Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|exec| exec["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let lost = ids(&overview["active"]["lost_execs"]);
+    assert!(lost.contains(&"lost-on-alpha".to_string()), "{overview}");
+    assert!(
+        lost.contains(&"lost-before-hosts".to_string()),
+        "{overview}"
+    );
+    assert!(!lost.contains(&"lost-on-beta".to_string()), "{overview}");
+    assert!(ids(&overview["active"]["execs"]).contains(&"lost-on-beta".to_string()));
+
+    let report: Value =
+        serde_json::from_str(&on_host(&home, "alpha", &["monitor", "prune", "--json"])).unwrap();
+    assert_eq!(report["pruned"], 2, "{report}");
+    let mut candidates = ids(&report["candidates"]);
+    candidates.sort();
+    assert_eq!(
+        candidates,
+        ["lost-before-hosts", "lost-on-alpha"],
+        "{report}"
+    );
+    assert_eq!(outcome("lost-on-alpha"), "lost");
+    assert_eq!(outcome("lost-before-hosts"), "lost");
+    assert_eq!(outcome("lost-on-beta"), Value::Null);
+
+    // Beta's own prune closes it.
+    let report: Value =
+        serde_json::from_str(&on_host(&home, "beta", &["monitor", "prune", "--json"])).unwrap();
+    assert_eq!(ids(&report["candidates"]), ["lost-on-beta"], "{report}");
+    assert_eq!(outcome("lost-on-beta"), "lost");
+}
+
+/// An early command on a store made before hosts were recorded still records, without a host
+/// and without migrating the store; once migrated, its rows name the host.
+fn early_command_records_into_a_store_before_hosts(home: &DaemonHome) {
+    let before_hosts = corral::store::exec::HOST_SINCE - 1;
+    home.store().migrate_to(before_hosts);
+    on_host(home, "alpha", &["--version"]);
+    let store = home.store();
+    assert_eq!(store.schema_version(), before_hosts);
+    assert!(!store.columns("execs").contains(&"host".to_string()));
+    let outcomes = store.sql("SELECT outcome FROM execs");
+    assert_eq!(outcomes, [[Value::from("succeeded")]]);
+
+    // A command that is not early migrates; an early one then records its host.
+    on_host(home, "alpha", &["monitor", "list", "--all"]);
+    on_host(home, "alpha", &["--version"]);
+    let hosts = store.sql("SELECT host FROM execs ORDER BY started_at, id");
+    assert_eq!(
+        hosts,
+        [
+            [Value::Null],
+            [Value::from("alpha")],
+            [Value::from("alpha")]
+        ]
+    );
+}
+
+#[test]
+fn early_commands_record_into_a_store_older_than_hosts() {
+    early_command_records_into_a_store_before_hosts(&DaemonHome::new());
+    // PostgreSQL reads the version with another statement: there too, whatever the pass.
+    if let Some(home) = DaemonHome::on_postgres() {
+        early_command_records_into_a_store_before_hosts(&home);
+    }
 }
