@@ -137,8 +137,13 @@ fn three_daemons_claim_each_prompt_once() {
     let Some(cluster) = Cluster::start(3) else {
         return;
     };
+    // Ten projects of three sessions: the sessions of one project run one at a time across
+    // the daemons (shared isolation), so the projects are what spreads the work.
+    for project in 0..10 {
+        cluster.add_project(&format!("w{project}"));
+    }
     let sessions: Vec<String> = (0..30)
-        .map(|index| cluster.session(&format!("s{index}")))
+        .map(|index| cluster.session_of(&format!("w{}", index % 10), &format!("s{index}")))
         .collect();
     // Prompt k goes to session k % 30 through home (k + k / 30) % 3: every session gets
     // prompts through every daemon. One sender per home, all at once.
@@ -519,8 +524,11 @@ fn the_all_sessions_feed_has_no_gap_across_daemons() {
         return;
     };
     let feed = cluster.feed(2);
+    for project in 0..20 {
+        cluster.add_project(&format!("f{project}"));
+    }
     let sessions: Vec<String> = (0..20)
-        .map(|index| cluster.session(&format!("f{index}")))
+        .map(|index| cluster.session_of(&format!("f{index}"), &format!("f{index}")))
         .collect();
     let prompts: Vec<String> = std::thread::scope(|scope| {
         let senders: Vec<_> = (0..2)

@@ -187,6 +187,16 @@ impl Cluster {
         self.json(index, &["status", "--json"])
     }
 
+    /// A project `name` in a directory of its own every daemon sees (through home 0). Sessions
+    /// of one project run one at a time across the daemons (shared isolation): work meant to
+    /// spread over the daemons is spread over projects.
+    pub fn add_project(&self, name: &str) {
+        let dir = self.dir().join(name);
+        std::fs::create_dir_all(&dir).expect("a project directory");
+        let dir = dir.to_str().expect("temporary paths are UTF-8");
+        self.ok(0, &["project", "add", name, dir, "--engine", "fake"]);
+    }
+
     /// A new session of project `p` titled `title` (through home 0): its id.
     pub fn session(&self, title: &str) -> String {
         self.session_of(PROJECT, title)
