@@ -286,7 +286,10 @@ impl Corral {
             .map_err(CorralError::Store)?;
         // Worktrees a killed supervisor left half-made are finished (or left for the first
         // prompt to report).
-        actix::spawn(worktree::finish_creating(shared.clone()));
+        if shared.lease.is_none() {
+            // On a shared store a worktree being made may be another daemon's, now.
+            actix::spawn(worktree::finish_creating(shared.clone()));
+        }
         let listener = match (&location, lease) {
             (Location::Postgres(url), Some((_, wanted))) => Some(crate::actors::claims::start(
                 shared.clone(),
@@ -956,8 +959,15 @@ impl Corral {
         }
         self.stop_app_servers().await;
         // The prompts were requeued: the lease is given up, so nobody waits for it to run
-        // out before taking them.
-        if let Some(lease) = self.shared.lease.clone() {
+        // out before taking them. Not while a worker still runs (stuck in a write): then
+        // the lease runs out by itself, and the guard ends what is still listed when this
+        // process exits.
+        if let Some(lease) = self
+            .shared
+            .lease
+            .clone()
+            .filter(|_| self.shared.working() == 0)
+        {
             let released = tokio::task::spawn_blocking(move || lease.release()).await;
             if let Err(error) = released {
                 tracing::warn!(%error, "the lease was not given up; it runs out by itself");
@@ -974,9 +984,13 @@ impl Corral {
             let Ok(state) = server.send(StopChild { grace }).await else {
                 continue;
             };
+            let mut stored = serde_json::to_value(&state).unwrap_or_default();
+            if let Some(lease) = &self.shared.lease {
+                stored["node_id"] = serde_json::json!(lease.node_id);
+            }
             let write = SaveAppServer {
                 project_id: state.project_id.clone(),
-                state: serde_json::to_value(&state).unwrap_or_default(),
+                state: stored,
             };
             if let Err(error) = self.shared.ledger.write(write).await {
                 tracing::error!(%error, "the stopped app-server's state was not stored");

@@ -22,7 +22,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use common::cluster::{run_processes, wait_for, Cluster, LEASE_MS, PROJECT};
 use common::daemon::{alive, kill, lines_of};
@@ -581,4 +581,166 @@ fn the_all_sessions_feed_has_no_gap_across_daemons() {
         (1..=total).collect::<Vec<_>>(),
         "C saw every feed number once"
     );
+}
+
+/// The most runs of `query`'s rows (each `started_at, ended_at`) that overlapped at once.
+fn most_at_once(cluster: &Cluster, query: &str) -> usize {
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    for row in cluster.sql(query) {
+        let (start, end) = (
+            row[0].as_i64().unwrap_or(0),
+            row[1].as_i64().unwrap_or(i64::MAX),
+        );
+        edges.push((start, 1));
+        edges.push((end, -1));
+    }
+    // An end before a start at the same millisecond: back to back is not at once.
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+#[test]
+fn one_shared_project_runs_one_session_at_a_time_across_daemons() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // Project `p` has shared isolation (a plain directory): its sessions take turns, on
+    // whichever daemon.
+    let sessions: Vec<String> = (0..4)
+        .map(|index| cluster.session(&format!("turns{index}")))
+        .collect();
+    let prompts: Vec<String> = (0..8)
+        .map(|k| cluster.send(k % 2, &sessions[k % 4], "@fake delay=300\nturn"))
+        .collect();
+    cluster.wait_for("every prompt is done", Duration::from_secs(60), || {
+        prompts
+            .iter()
+            .all(|prompt| cluster.prompt_status(prompt) == "done")
+    });
+    let at_once = most_at_once(
+        &cluster,
+        "SELECT started_at, ended_at FROM runs WHERE status = 'succeeded'",
+    );
+    assert_eq!(at_once, 1, "two sessions of one shared project ran at once");
+}
+
+#[test]
+fn the_total_holds_across_daemons() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // slots.total is read at a daemon's start: set, then both restarted.
+    cluster.ok(0, &["config", "set", "slots.total", "2"]);
+    for index in 0..2 {
+        cluster.home(index).stop_daemon();
+        cluster.start_daemon(index);
+    }
+    let mut prompts = Vec::new();
+    for index in 0..6 {
+        let project = format!("t{index}");
+        cluster.add_project(&project);
+        let session = cluster.session_of(&project, &project);
+        prompts.push(cluster.send(index % 2, &session, "@fake delay=600\ncounted"));
+    }
+    cluster.wait_for("every prompt is done", Duration::from_secs(60), || {
+        prompts
+            .iter()
+            .all(|prompt| cluster.prompt_status(prompt) == "done")
+    });
+    let at_once = most_at_once(
+        &cluster,
+        "SELECT started_at, ended_at FROM runs WHERE status = 'succeeded'",
+    );
+    assert!(
+        (1..=2).contains(&at_once),
+        "{at_once} runs at once across the daemons, with slots.total 2"
+    );
+}
+
+#[test]
+fn cancel_reaches_the_daemon_that_runs_the_prompt() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("cancelled elsewhere");
+    let prompt = cluster.send(0, &session, "@fake delay=30000\nlong");
+    let (run, node, _) = running_run(&cluster, &prompt);
+    assert_eq!(node, cluster.node_id(0));
+    // Asked of B; A runs it.
+    cluster.ok(1, &["cancel", &prompt]);
+    cluster.wait_for("the prompt is cancelled", Duration::from_secs(10), || {
+        cluster.prompt_status(&prompt) == "cancelled"
+    });
+    cluster.wait_for("its engine is gone", Duration::from_secs(5), || {
+        run_processes(&run).is_empty()
+    });
+}
+
+#[test]
+fn the_database_going_away_keeps_runs_under_the_lease() {
+    let Some(cluster) = Cluster::start_through_proxy(1) else {
+        return;
+    };
+    // A lease well past the cut; the daemon takes the new length at its next renewal.
+    cluster.ok(0, &["config", "set", "store.lease_ms", "9000"]);
+    cluster.wait_for("the longer lease", Duration::from_secs(5), || {
+        cluster.status(0)["lease"]["lease_ms"] == 9000
+    });
+    // ... and renewed with it: the guard's deadline is that far now.
+    cluster.wait_for("a renewal of 9 s", Duration::from_secs(5), || {
+        daemons_of(&cluster.status(0))[0]["lease_left_ms"]
+            .as_i64()
+            .is_some_and(|left| left > 4000)
+    });
+    let session = cluster.session("through a cut");
+    let prompt = cluster.send(0, &session, "@fake delay=5000\nwait it out");
+    let (run, _, _) = running_run(&cluster, &prompt);
+    // Cut in the run's quiet part, once its first events are stored: a batch cut off
+    // between its BEGIN and its COMMIT fails whole (docs/store.md, "Not yet").
+    cluster.wait_for("the turn started", Duration::from_secs(10), || {
+        cluster.count(&format!(
+            "SELECT count(*) FROM events WHERE run_id = {} AND kind = 'turn.started'",
+            quoted(&run)
+        )) == 1
+    });
+    // Asked over the socket: a `corral` command opens the store itself, and says it cannot.
+    let mut socket = common::rpc::Rpc::connect(cluster.home(0).path());
+    cluster.proxy().cut();
+    let cut = Instant::now();
+    // The daemon says so; its engine runs on.
+    let mut status = Value::Null;
+    cluster.wait_for(
+        "status says the store is unreachable",
+        Duration::from_secs(6),
+        || {
+            status = socket.call("status", json!({})).expect("status answers");
+            status["lease"]["state"] == "store unreachable"
+        },
+    );
+    let refused = cluster.command(0, &["status", "--json"]).output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("cannot be reached") && !said.contains("devpw"),
+        "a command says the store cannot be reached, in one line: {said}"
+    );
+    assert!(
+        !run_processes(&run).is_empty(),
+        "the engine runs on under the lease"
+    );
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(cut.elapsed()));
+    cluster.proxy().restore();
+    cluster.wait_for("the prompt is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&prompt) == "done"
+    });
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs.len(), 1, "one run, never ended by the cut: {runs:?}");
+    assert_eq!(runs[0].2, "succeeded", "{runs:?}");
+    cluster.wait_for("the lease is held again", Duration::from_secs(10), || {
+        cluster.status(0)["lease"]["state"] == "held"
+    });
 }

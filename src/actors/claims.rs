@@ -131,10 +131,19 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
             continue;
         }
         if rescuing {
-            match shared.ledger.write(Rescue { claim: lease.claim() }).await {
+            match shared
+                .ledger
+                .write(Rescue {
+                    claim: lease.claim(),
+                })
+                .await
+            {
                 Ok((rescued, told)) => {
                     if !rescued.is_empty() {
-                        tracing::info!(count = rescued.len(), "prompts taken back from daemons whose lease ran out");
+                        tracing::info!(
+                            count = rescued.len(),
+                            "prompts taken back from daemons whose lease ran out"
+                        );
                     }
                     for event in told {
                         let _ = shared.events.send(Arc::new(Published::new(event)));
@@ -156,8 +165,10 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
             .readers
             .read(crate::lease::holder::served_projects)
             .unwrap_or_else(|_| lease.serves().to_vec());
+        let claim = lease.claim();
+        let epoch = claim.epoch;
         let claim = ClaimWork {
-            claim: lease.claim(),
+            claim,
             serves,
             room,
         };
@@ -168,8 +179,10 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
                 }
             }
             Err(error) => {
+                // The epoch the claim was made under: the heartbeat may have registered a
+                // new one meanwhile, which holds.
                 if error.store_error().is_some_and(|error| error.is_fenced()) {
-                    lease.fenced(lease.claim().epoch);
+                    lease.fenced(epoch);
                 }
                 tracing::warn!(%error, "claiming queued prompts failed");
             }

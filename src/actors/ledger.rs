@@ -374,7 +374,8 @@ fn apply_and_commit(
         if shared {
             let feed_after = events::last_feed_seq(connection)?;
             if feed_after > feed_before {
-                let payload = listen::events_payload(node.unwrap_or(""), feed_before + 1, feed_after);
+                let payload =
+                    listen::events_payload(node.unwrap_or(""), feed_before + 1, feed_after);
                 listen::notify(connection, listen::EVENTS, &payload)?;
             }
         }
@@ -1139,12 +1140,12 @@ ledger_write!(
     |this, connection| {
         let mut claimer = this.claimer;
         if let prompts::ClaimBy::Daemon(claim) = &claimer {
-            if !daemons::fence_holds(connection, claim)? {
-                return Err(StoreError::Fenced { node_id: claim.node_id.clone(), epoch: claim.epoch });
-            }
-            if this.total.is_some_and(|total| {
+            // A lease changing hands, or the total reached across the daemons: the prompt is
+            // queued for whoever can take it.
+            let full = this.total.is_some_and(|total| {
                 prompts::running_everywhere(connection).is_ok_and(|running| running >= total as i64)
-            }) {
+            });
+            if full || !daemons::fence_holds(connection, claim)? {
                 claimer = prompts::ClaimBy::Nobody;
             }
         }

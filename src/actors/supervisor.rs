@@ -23,8 +23,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::app_server::{AppServerActor, AppServerState};
 use super::ledger::{
-    AppendEvents, CurrentOrNext, Fenced, IngestSpill, LedgerError, LedgerHandle, Recover, SaveAppServer,
-    Unwritten,
+    AppendEvents, CurrentOrNext, Fenced, IngestSpill, LedgerError, LedgerHandle, Recover,
+    SaveAppServer, Unwritten,
 };
 use super::session::{CancelPrompt, SessionActor, StartWork, SETUP_ENV};
 use super::slots::SlotsHandle;
@@ -709,11 +709,14 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
             runs::leftover_runs(connection, &node_id)?,
             processes::app_servers(connection)?,
             projects::projects(connection)?,
-            if alone { sessions::sessions_in_setup(connection)? } else { Vec::new() },
+            if alone {
+                sessions::sessions_in_setup(connection)?
+            } else {
+                Vec::new()
+            },
         ))
     });
-    let (runs, mut servers, mut projects, setting_up) =
-        read.map_err(|error| error.to_string())?;
+    let (runs, mut servers, mut projects, setting_up) = read.map_err(|error| error.to_string())?;
     // An app-server child another node started is that node's (a state from before nodes
     // were recorded was the one daemon's); on a shared store a project whose child is not
     // known to be this node's is not looked for by its environment either, which on a host

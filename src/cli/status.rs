@@ -251,12 +251,20 @@ fn daemon_lines(status: &serde_json::Value) -> Vec<String> {
                 .unwrap_or_default();
             format!(
                 "daemon{} {} pid {} ({}), {lease}, {} running, serves: {}",
-                if daemon["this"].as_bool() == Some(true) { "*" } else { " " },
+                if daemon["this"].as_bool() == Some(true) {
+                    "*"
+                } else {
+                    " "
+                },
                 text(daemon, "host"),
                 daemon["pid"].as_i64().unwrap_or(0),
                 text(daemon, "home"),
                 daemon["running"].as_i64().unwrap_or(0),
-                if serves.is_empty() { "nothing".to_string() } else { serves.join(", ") },
+                if serves.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    serves.join(", ")
+                },
             )
         })
         .collect()

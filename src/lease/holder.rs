@@ -49,7 +49,9 @@ pub enum Standing {
     Held,
     /// The database could not be reached since then (ms since the epoch): claims wait; the
     /// engines run on until the deadline.
-    Unreachable { since: i64 },
+    Unreachable {
+        since: i64,
+    },
     /// The lease ran out before it could be renewed; the daemon registers again.
     Lost,
 }
@@ -273,17 +275,14 @@ impl Lease {
     }
 
     /// A clean stop: the heartbeat ends and the lease is given up (the prompts were requeued
-    /// first), so nobody waits for it to run out. The guard is told to forget its runs (they
-    /// ended) and exits.
+    /// first), so nobody waits for it to run out. The guard is left as it is: each run struck
+    /// itself off as it ended, and what is still listed is ended when this process exits.
     pub fn release(&self) {
         if let Some(stop) = lock(&self.stop).take() {
             let _ = stop.send(());
         }
         if let Some(thread) = lock(&self.thread).take() {
             let _ = thread.join();
-        }
-        if let Some(guard) = &self.guard {
-            guard.forget_all();
         }
         match connect(&self.url) {
             Ok(conn) => {
@@ -292,7 +291,9 @@ impl Lease {
                 }
                 let _ = listen::notify(&conn, listen::DAEMONS, &self.node_id);
             }
-            Err(error) => tracing::warn!(error, "the lease was not given up; it runs out by itself"),
+            Err(error) => {
+                tracing::warn!(error, "the lease was not given up; it runs out by itself")
+            }
         }
     }
 }
@@ -306,7 +307,9 @@ impl Drop for Lease {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn connect(url: &PgUrl) -> Result<Conn, String> {
@@ -396,7 +399,12 @@ impl Heartbeat {
                 if let Some(guard) = &self.lease.guard {
                     guard.set_deadline(sent + lease - margin(lease));
                 }
-                *lock(&self.lease.standing) = Standing::Held;
+                let was = std::mem::replace(&mut *lock(&self.lease.standing), Standing::Held);
+                if was != Standing::Held {
+                    // Back: what was queued or lost meanwhile is looked for now.
+                    let _ = self.lease.wanted.send(Wanted::Rescue);
+                    let _ = self.lease.wanted.send(Wanted::Claim);
+                }
             }
             None => {
                 // Ran out (a pause, a partition past the deadline): its workers stop, writing
@@ -415,6 +423,8 @@ impl Heartbeat {
                     newer
                 });
                 let sent = Instant::now();
+                // The lease as long as it is now (`store.lease_ms` may have changed).
+                self.registration.lease_ms = lease.as_millis() as i64;
                 match daemons::register(conn, &self.registration)? {
                     Some(epoch) => {
                         self.lease.epoch.store(epoch, Ordering::SeqCst);

@@ -655,6 +655,7 @@ mod wire_tests {
             failure_class: None,
             retry_decision: None,
             error: None,
+            node_id: None,
         };
         same(&run, &Run::from(&run));
         let claim = drivers::DriverClaim {

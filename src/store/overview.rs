@@ -276,13 +276,29 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
 
 /// The runs marked running: those whose engine lives, and the gaps. `daemon`: a run
 /// without a recorded pid counts as live (its engine is being spawned); read without a
-/// daemon it is a gap (nothing will record it).
+/// daemon it is a gap (nothing will record it). On a shared store a run of a daemon whose
+/// lease holds counts as live: its pid is another host's, or another home's, and that
+/// daemon judges it.
 pub fn runs_now(connection: &Conn, daemon: bool) -> sql::Result<(Vec<Run>, Vec<Run>)> {
+    let live_nodes: Vec<String> = super::daemons::daemons(connection)?
+        .into_iter()
+        .filter(super::daemons::Daemon::is_live)
+        .map(|daemon| daemon.node_id)
+        .collect();
     Ok(runs::running_runs(connection)?
         .into_iter()
-        .partition(|run| match run.pid {
-            Some(pid) => process::is_alive(pid as u32, run.pid_start.map(|start| start as u64)),
-            None => daemon,
+        .partition(|run| {
+            if run
+                .node_id
+                .as_ref()
+                .is_some_and(|node| live_nodes.contains(node))
+            {
+                return true;
+            }
+            match run.pid {
+                Some(pid) => process::is_alive(pid as u32, run.pid_start.map(|start| start as u64)),
+                None => daemon,
+            }
         }))
 }
 

@@ -188,9 +188,12 @@ fn login(
                 tracing::debug!(error = %super::sql::postgres_message(&error), "a store connection ended");
             }
         });
-        // A transaction left open by a stuck client would hold its locks forever.
+        // A transaction left open by a stuck client would hold its locks forever: above all
+        // the ledgers' write lock (`WRITE_LOCK`), which every daemon of a shared store waits
+        // for. A batch never idles between its statements; a daemon paused (SIGSTOP) or cut
+        // off inside one has its session ended by the server after this, and its lock freed.
         client
-            .batch_execute("SET idle_in_transaction_session_timeout = '60s'")
+            .batch_execute("SET idle_in_transaction_session_timeout = '3s'")
             .await?;
         Ok::<_, tokio_postgres::Error>(client)
     }));

@@ -72,6 +72,7 @@ pub struct Prompt {
     pub finished_at: Option<i64>,
     /// On a shared store, the daemon that runs it and its epoch then (`None` on SQLite, and
     /// while it waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<Claim>,
 }
 
@@ -252,16 +253,28 @@ pub(crate) fn claim_next(
             |row| row.get(0),
         )
         .optional()?;
-    let (node, epoch) = match claimer {
-        Claimer::Alone => (None, None),
-        Claimer::Daemon(claim)
-            if next.is_some() && locked_elsewhere(connection, session_id, &claim.node_id)? =>
-        {
-            return Ok(None)
+    let idle = match last {
+        Some(PromptStatus::Failed) => "failed",
+        Some(PromptStatus::Done) => "waiting",
+        _ => "idle",
+    };
+    let taken_here = match claimer {
+        Claimer::Daemon(claim) if next.is_some() => {
+            !locked_elsewhere(connection, session_id, &claim.node_id)?
         }
+        Claimer::Nobody => next.is_none(),
+        _ => true,
+    };
+    if !taken_here {
+        // Left queued for a daemon that can take it: nothing runs on the session now.
+        if last.is_some() {
+            set_session_status(connection, session_id, idle)?;
+        }
+        return Ok(None);
+    }
+    let (node, epoch) = match claimer {
         Claimer::Daemon(claim) => (Some(claim.node_id.as_str()), Some(claim.epoch)),
-        Claimer::Nobody if next.is_some() => return Ok(None),
-        Claimer::Nobody => (None, None),
+        Claimer::Alone | Claimer::Nobody => (None, None),
     };
     match next {
         Some(id) => {
@@ -274,11 +287,6 @@ pub(crate) fn claim_next(
             prompt(connection, &id)
         }
         None => {
-            let idle = match last {
-                Some(PromptStatus::Failed) => "failed",
-                Some(PromptStatus::Done) => "waiting",
-                _ => "idle",
-            };
             set_session_status(connection, session_id, idle)?;
             Ok(None)
         }

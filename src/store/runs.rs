@@ -35,11 +35,14 @@ pub struct Run {
     pub failure_class: Option<String>,
     pub retry_decision: Option<String>,
     pub error: Option<String>,
+    /// The node of the daemon that ran it (shared store): where its pid means something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
 }
 
 const RUN_COLUMNS: &str = "id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
                            pid, pid_start, pgid, started_at, ended_at, exit_code, signal, status, \
-                           failure_class, retry_decision, error";
+                           failure_class, retry_decision, error, node_id";
 
 fn run_row(row: &Row<'_>) -> sql::Result<Run> {
     Ok(Run {
@@ -62,6 +65,7 @@ fn run_row(row: &Row<'_>) -> sql::Result<Run> {
         failure_class: row.get(16)?,
         retry_decision: row.get(17)?,
         error: row.get(18)?,
+        node_id: row.get(19)?,
     })
 }
 
@@ -115,7 +119,9 @@ pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<
             exec_id,
             now_ms(),
             run.child.map(|(pid, _)| pid),
-            run.child.and_then(|(_, start)| start).map(|start| start as i64),
+            run.child
+                .and_then(|(_, start)| start)
+                .map(|start| start as i64),
             run.node_id,
         ],
     )?;

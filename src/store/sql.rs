@@ -557,7 +557,15 @@ impl Conn {
     pub fn begin_write(&self) -> Result<()> {
         match self.dialect() {
             Dialect::Sqlite => self.batch("BEGIN IMMEDIATE"),
-            Dialect::Postgres => self.batch(crate::store::postgres::BEGIN_WRITE),
+            Dialect::Postgres => {
+                let begun = self.batch(crate::store::postgres::BEGIN_WRITE);
+                if begun.is_err() {
+                    // The BEGIN may have run and the lock not (a timeout, a cancel): the
+                    // next attempt must not find an aborted transaction.
+                    let _ = self.batch("ROLLBACK");
+                }
+                begun
+            }
         }
     }
 

@@ -55,13 +55,28 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     /// The shared store.
     database: TestDatabase,
+    /// The proxy the daemons reach the store through, when the test cuts the network.
+    proxy: Option<super::tcp_proxy::TcpProxy>,
 }
 
 impl Cluster {
     /// `n` daemons on this machine's host name; `None` when PostgreSQL is unavailable (the
     /// test is to skip, the reason printed: see `tests/common/store.rs`).
     pub fn start(n: usize) -> Option<Cluster> {
-        Self::start_with(vec![None; n])
+        Self::start_with(vec![None; n], false)
+    }
+
+    /// `n` daemons that reach the store through a loopback proxy the test can cut
+    /// ([`Cluster::proxy`]); the test's own SQL goes straight to the server.
+    pub fn start_through_proxy(n: usize) -> Option<Cluster> {
+        Self::start_with(vec![None; n], true)
+    }
+
+    /// The proxy between the daemons and the store ([`Cluster::start_through_proxy`]).
+    pub fn proxy(&self) -> &super::tcp_proxy::TcpProxy {
+        self.proxy
+            .as_ref()
+            .expect("a cluster started through a proxy")
     }
 
     /// `n` daemons, each on a host of its own name (`host-a`, `host-b`, …).
@@ -69,12 +84,23 @@ impl Cluster {
         let hosts = (0..n)
             .map(|index| Some(format!("host-{}", (b'a' + index as u8) as char)))
             .collect();
-        Self::start_with(hosts)
+        Self::start_with(hosts, false)
     }
 
-    fn start_with(hosts: Vec<Option<String>>) -> Option<Cluster> {
+    fn start_with(hosts: Vec<Option<String>>, through_proxy: bool) -> Option<Cluster> {
         assert!(!hosts.is_empty() && hosts.len() <= 26, "1 to 26 daemons");
         let database = TestDatabase::create()?;
+        // postgres://USER:PW@HOST:PORT/DB: the daemons' URL names the proxy's port instead.
+        let (proxy, url) = if through_proxy {
+            let (head, rest) = database.url.rsplit_once('@').expect("a URL with a user");
+            let (address, path) = rest.split_once('/').expect("a URL with a database");
+            let upstream: std::net::SocketAddr = address.parse().expect("a loopback address");
+            let proxy = super::tcp_proxy::TcpProxy::start(upstream);
+            let url = format!("{head}@127.0.0.1:{}/{path}", proxy.port());
+            (Some(proxy), url)
+        } else {
+            (None, database.url.clone())
+        };
         let dir = tempfile::tempdir().expect("a temporary directory");
         std::fs::create_dir(dir.path().join("work")).expect("the project directory");
         // Under the PostgreSQL pass each home is given a database of its own first: `config
@@ -85,12 +111,10 @@ impl Cluster {
             hosts,
             dir,
             database,
+            proxy,
         };
         for index in 0..cluster.len() {
-            cluster.ok(
-                index,
-                &["config", "set", "store.url", &cluster.database.url],
-            );
+            cluster.ok(index, &["config", "set", "store.url", &url]);
         }
         // The store's settings, through home 0. `config set` asks a daemon (the first one
         // started here and migrated the store); it is stopped again so that every daemon of

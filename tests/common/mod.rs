@@ -13,6 +13,7 @@ pub mod library;
 pub mod pty;
 pub mod rpc;
 pub mod store;
+pub mod tcp_proxy;
 
 use std::ffi::OsStr;
 use std::io::Write;

@@ -52,18 +52,18 @@ use super::ledger::{
     AppendEvents, Both, EndRun, Fenced, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
-use crate::store::daemons::Claim;
-use crate::store::prompts::ClaimBy;
-use std::sync::atomic::{AtomicBool, Ordering};
 use super::supervisor::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
+use crate::store::daemons::Claim;
 use crate::store::events::NewEvent;
+use crate::store::prompts::ClaimBy;
 use crate::store::prompts::{Prompt, PromptStatus};
 use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
 pub use app_turn::driver_file;
 pub use setup::SETUP_ENV;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that
 /// comes at once, the common case, costs no event).
@@ -620,7 +620,11 @@ impl Worker {
         if self.is_fenced() {
             // Never into the spill journal: the next boot would store them about a prompt
             // another daemon runs now.
-            tracing::warn!(session = self.session_id, count, "events of a fenced-out run dropped");
+            tracing::warn!(
+                session = self.session_id,
+                count,
+                "events of a fenced-out run dropped"
+            );
             self.deferred.clear();
             return;
         }
@@ -713,7 +717,7 @@ impl Worker {
         let set = self
             .shared
             .ledger
-.write(self.fence(SetGeneratedTitle {
+            .write(self.fence(SetGeneratedTitle {
                 session_id: self.session_id.clone(),
                 title: title.to_string(),
             }))

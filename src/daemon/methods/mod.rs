@@ -114,12 +114,16 @@ pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value
 /// ([`inspect`]), the others through [`serve`] (which refuses a widening one from a run).
 async fn answer(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
     check_named(params)?;
-    if let Some(answer) = caller
-        .corral()
-        .read(|c| Ok(inspect(c, method, params)))
-        .map_err(store_error)?
-    {
-        return answer;
+    // Only a read-only method takes a reader: the others (`status` among them) answer while
+    // a PostgreSQL server cannot be reached.
+    if is_inspect(method) {
+        if let Some(answer) = caller
+            .corral()
+            .read(|c| Ok(inspect(c, method, params)))
+            .map_err(store_error)?
+        {
+            return answer;
+        }
     }
     serve(caller, method, params).await
 }
@@ -143,6 +147,11 @@ macro_rules! dispatch {
         /// serves them on a reader of its pool, and the CLI on its own read-only connection
         /// when no daemon runs (`cli::local`), so both give the same results and check params
         /// alike. `None`: `method` is not one of them.
+        pub fn is_inspect(method: &str) -> bool {
+            matches!(method, $(<$inspect as Method>::NAME)|*)
+        }
+
+        /// See [`is_inspect`]: `method` answered on `c`.
         pub fn inspect(c: &Store, method: &str, params: &Value) -> Option<Result<Value, RpcError>> {
             Some(match method {
                 $(<$inspect as Method>::NAME => decode::<$inspect>(params)

@@ -1,5 +1,7 @@
 //! The daemon itself: `status`, `shutdown`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::{store_error, Caller, Serve};
 use crate::protocol::*;
 use crate::store::sql::{self, Conn as Store};
@@ -25,7 +27,12 @@ impl Serve for Status {
         let context = &caller.context;
         let corral = &context.corral;
         let waiters = p.waiters.unwrap_or(STATUS_WAITERS);
-        let sessions = corral.read(sessions::session_count).map_err(store_error)?;
+        // A PostgreSQL server that cannot be reached leaves what the store holds out: status
+        // still answers, saying so (`store.reachable`, `lease.state`). A SQLite file always
+        // can be read.
+        let server = corral.store()["kind"] == "postgres";
+        let unread = AtomicBool::new(false);
+        let sessions = or_unreachable(corral.read(sessions::session_count), server, &unread)?;
         // Both kept as counts: the cost of `status` does not grow with the backlog.
         let working = corral.working().await;
         let slots = corral.slot_summary(waiters).await;
@@ -41,15 +48,21 @@ impl Serve for Status {
             working,
             slots,
             app_servers: corral.app_servers().await,
-            kept: corral.read(kept_alive).map_err(store_error)?,
+            kept: or_unreachable(corral.read(kept_alive), server, &unread)?,
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::http::status().to_json(),
-            store: corral.store(),
+            store: {
+                let mut store = corral.store();
+                if unread.load(Ordering::Relaxed) {
+                    store["reachable"] = serde_json::json!(false);
+                }
+                store
+            },
             daemons: {
                 let this = corral.lease().map(|lease| lease.node_id.clone());
-                corral
-                    .read(|c| crate::protocol::status::daemons_status(c, this.as_deref()))
-                    .map_err(store_error)?
+                let daemons =
+                    corral.read(|c| crate::protocol::status::daemons_status(c, this.as_deref()));
+                or_unreachable(daemons, server, &unread)?
             },
             lease: corral
                 .lease()
@@ -58,6 +71,24 @@ impl Serve for Status {
             // As in the store's answer with no daemon (`cli::local`): the same keys.
             home,
         })
+    }
+}
+
+/// A read of `status`: its value, or, on a PostgreSQL store (`server`) whose read failed,
+/// nothing: the answer then says the store cannot be reached instead of failing.
+fn or_unreachable<T: Default>(
+    result: Result<T, crate::CorralError>,
+    server: bool,
+    unread: &AtomicBool,
+) -> Result<T, RpcError> {
+    match result {
+        Ok(value) => Ok(value),
+        Err(error) if server => {
+            tracing::debug!(%error, "status: the store was not read");
+            unread.store(true, Ordering::Relaxed);
+            Ok(T::default())
+        }
+        Err(error) => Err(store_error(error)),
     }
 }
 
