@@ -526,7 +526,10 @@ fn monitor_shows_a_host_column_with_more_than_one_host() {
 
 #[test]
 fn monitor_prune_closes_only_its_own_hosts_lost_execs() {
-    let home = DaemonHome::new();
+    // Hosts matter on a store several share: PostgreSQL.
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
     on_host(&home, "alpha", &["monitor", "list", "--all"]);
     // A pid above any pid_max: no such process, on whichever host.
     for (id, host) in [
@@ -584,6 +587,28 @@ fn monitor_prune_closes_only_its_own_hosts_lost_execs() {
         serde_json::from_str(&on_host(&home, "beta", &["monitor", "prune", "--json"])).unwrap();
     assert_eq!(ids(&report["candidates"]), ["lost-on-beta"], "{report}");
     assert_eq!(outcome("lost-on-beta"), "lost");
+}
+
+#[test]
+fn on_a_sqlite_store_every_exec_is_this_hosts() {
+    // One host's file, whatever name the host had when an exec ran (a container's changes).
+    let home = DaemonHome::new();
+    if home.store_url().is_some() {
+        return;
+    }
+    on_host(&home, "alpha", &["monitor", "list", "--all"]);
+    home.execute(
+        "INSERT INTO execs(id, trace_id, command, pid, started_at, host) \
+         VALUES ('lost-on-old-name', 'lost-on-old-name', '[\"lost\"]', 2147483647, 1, 'old-name')",
+    );
+    let report: Value =
+        serde_json::from_str(&on_host(&home, "alpha", &["monitor", "prune", "--json"])).unwrap();
+    assert_eq!(report["pruned"], 1, "{report}");
+    assert_eq!(
+        home.store()
+            .value("SELECT outcome FROM execs WHERE id = 'lost-on-old-name'"),
+        "lost"
+    );
 }
 
 /// An early command on a store made before hosts were recorded still records, without a host

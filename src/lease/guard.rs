@@ -15,9 +15,10 @@
 //! - [`main`]: the guard process: `poll(2)` on stdin until the deadline, then ends runs;
 //! - [`Guard`]: the daemon's side: starts the process and writes the lines.
 //!
-//! Deadlines are CLOCK_MONOTONIC milliseconds: the clock is system-wide on Linux, so the
-//! daemon and its guard agree on it, and it neither jumps with the wall clock nor stops while
-//! the daemon is stopped.
+//! Deadlines are CLOCK_BOOTTIME milliseconds: the clock is system-wide on Linux, so the
+//! daemon and its guard agree on it; it never jumps with the wall clock, and unlike
+//! CLOCK_MONOTONIC it goes on while the host is suspended, as the database's clock does (a
+//! laptop woken after an hour finds its deadline long passed, its runs taken over).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -46,7 +47,7 @@ const LOG: &str = "corral lease guard";
 /// One line of the daemon's pipe to its guard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Line {
-    /// `deadline <ms>`: the lease ends at this CLOCK_MONOTONIC millisecond.
+    /// `deadline <ms>`: the lease ends at this CLOCK_BOOTTIME millisecond.
     Deadline(u64),
     /// `run + <run_id> <pgid> <pid_start or ->`: a run started; its engine leads group `pgid`
     /// and started at `start` (clock ticks since boot, when known).
@@ -113,7 +114,7 @@ fn is_word(run_id: &str) -> bool {
     !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_graphic())
 }
 
-/// What the guard knows, and what ends when. Times are CLOCK_MONOTONIC ms.
+/// What the guard knows, and what ends when. Times are CLOCK_BOOTTIME ms.
 #[derive(Debug, Default)]
 pub struct Watch {
     /// The lease's end as last written; `None` until the first `deadline` line: no deadline,
@@ -176,30 +177,31 @@ impl Watch {
     }
 }
 
-/// CLOCK_MONOTONIC now, in nanoseconds.
+/// CLOCK_BOOTTIME now, in nanoseconds: monotonic, and counting a suspend.
 fn monotonic_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into the timespec it is given, which lives on this stack.
-    // It fails only for an unknown clock or a bad pointer; CLOCK_MONOTONIC always exists on
-    // Linux (the zero left in `now` would only make deadlines pass early, the safe side).
+    // It fails only for an unknown clock or a bad pointer; CLOCK_BOOTTIME exists on Linux
+    // since 2.6.39 (the zero left in `now` would only make deadlines pass early, the safe
+    // side).
     unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
     }
     (now.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(now.tv_nsec as u64)
 }
 
-/// CLOCK_MONOTONIC now, in milliseconds: the clock of `deadline` lines.
+/// CLOCK_BOOTTIME now, in milliseconds: the clock of `deadline` lines.
 pub fn monotonic_ms() -> u64 {
     monotonic_ns() / 1_000_000
 }
 
-/// `at` on CLOCK_MONOTONIC, in milliseconds (rounded down: a guard acting a little early is
-/// safe, a little late is not).
+/// `at` (an `Instant`) on CLOCK_BOOTTIME, in milliseconds, by its distance from now (rounded
+/// down: a guard acting a little early is safe, a little late is not).
 pub fn monotonic_ms_at(at: Instant) -> u64 {
     let now = Instant::now();
     let clock = monotonic_ns();

@@ -73,10 +73,14 @@ pub struct Exec {
 
 impl Exec {
     /// Whether this host can judge the exec's pid: it ran here, or before hosts were recorded.
-    pub fn is_here(&self) -> bool {
-        self.host
-            .as_deref()
-            .is_none_or(|host| host == crate::host::name())
+    /// `shared`: the store is one several hosts share (PostgreSQL); a SQLite file is one
+    /// host's, whatever name it had when the exec ran (a container's changes at each start).
+    pub fn is_here(&self, shared: bool) -> bool {
+        !shared
+            || self
+                .host
+                .as_deref()
+                .is_none_or(|host| host == crate::host::name())
     }
 
     /// The argv for display, on one line: the JSON array joined by spaces, or the raw text,

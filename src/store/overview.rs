@@ -314,7 +314,9 @@ pub fn open_execs(
         if repo.is_some_and(|repo| *repo != open.exec.repo) {
             continue;
         }
-        let alive = !open.exec.is_here()
+        let alive = !open
+            .exec
+            .is_here(connection.dialect() == super::sql::Dialect::Postgres)
             || open
                 .exec
                 .pid

@@ -35,9 +35,10 @@ struct PruneReport {
 
 pub async fn execute(context: &Context, args: &PruneArgs) -> Result<Exit, CliError> {
     let connection = context.reader()?;
+    let shared = connection.dialect() == crate::store::sql::Dialect::Postgres;
     let candidates: Vec<Exec> = exec::open_execs(&connection)?
         .into_iter()
-        .filter(|open| open.exec.is_here())
+        .filter(|open| open.exec.is_here(shared))
         .filter(|open| {
             !open
                 .exec
