@@ -601,7 +601,13 @@ impl Corral {
             .ledger
             .write(EnqueuePrompt {
                 claimer: self.claimer_for(project.as_ref(), &session),
-                total: settings.slots_total,
+                // Across daemons; a daemon alone on its store queues for the total itself.
+                total: settings.slots_total.filter(|_| {
+                    self.shared
+                        .lease
+                        .as_ref()
+                        .is_some_and(|lease| !lease.alone())
+                }),
                 prompt,
             })
             .await?
@@ -658,7 +664,8 @@ impl Corral {
             .copied()
             .unwrap_or(crate::store::settings::DEFAULT_SLOTS_PER_ENGINE)
             .min(settings.slots_total.unwrap_or(usize::MAX));
-        if lease.holds() && serves && self.shared.working() < limit {
+        // Alone on the store, it takes what it serves as a SQLite store's daemon does.
+        if lease.holds() && serves && (lease.alone() || self.shared.working() < limit) {
             ClaimBy::Daemon(lease.claim())
         } else {
             ClaimBy::Nobody

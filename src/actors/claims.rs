@@ -155,10 +155,18 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
             }
         }
         let settings = shared.settings();
-        let room = Room {
-            engines: settings.slots.clone(),
-            default_per_engine: DEFAULT_SLOTS_PER_ENGINE,
-            total: settings.slots_total,
+        // Alone on the store, it takes every prompt it serves (its slot manager queues them).
+        let room = match lease.alone() {
+            true => Room {
+                engines: Default::default(),
+                default_per_engine: usize::MAX / 2,
+                total: None,
+            },
+            false => Room {
+                engines: settings.slots.clone(),
+                default_per_engine: DEFAULT_SLOTS_PER_ENGINE,
+                total: settings.slots_total,
+            },
         };
         // Read now, not at the last renewal: a project added a moment ago is served at once.
         let serves = shared

@@ -65,6 +65,11 @@ pub struct Lease {
     serves: Mutex<Arc<Vec<String>>>,
     /// Writes refused by the fence since the daemon started.
     fenced_writes: AtomicU64,
+    /// How many other daemons held a live lease at the last renewal: alone, this daemon
+    /// takes every prompt it serves as a SQLite store's daemon does (its slot manager queues
+    /// what has no room yet); with others, only what it has room for, leaving the rest to
+    /// them.
+    others: AtomicUsize,
     /// The highest epoch of this node known lost: the workers running prompts claimed under it
     /// (or an older one) stop, writing nothing more about them.
     lost: watch::Sender<i64>,
@@ -149,6 +154,7 @@ impl Lease {
             standing: Mutex::new(Standing::Held),
             serves: Mutex::new(Arc::new(Vec::new())),
             fenced_writes: AtomicU64::new(0),
+            others: AtomicUsize::new(usize::MAX),
             lost: watch::channel(0).0,
             running: std::sync::OnceLock::new(),
             guard,
@@ -159,6 +165,8 @@ impl Lease {
             thread: Mutex::new(None),
         });
         let serves = served_projects(&conn).unwrap_or_default();
+        let others = daemons::others_live(&conn, &lease.node_id).unwrap_or(1);
+        lease.others.store(others.max(0) as usize, Ordering::SeqCst);
         *lock(&lease.serves) = Arc::new(serves);
         let (stop, stopped) = std::sync::mpsc::channel();
         *lock(&lease.stop) = Some(stop);
@@ -216,6 +224,11 @@ impl Lease {
             }
             newer
         });
+    }
+
+    /// Whether no other daemon held a live lease at the last renewal.
+    pub fn alone(&self) -> bool {
+        self.others.load(Ordering::SeqCst) == 0
     }
 
     pub fn fenced_writes(&self) -> u64 {
@@ -456,6 +469,10 @@ impl Heartbeat {
         if changed {
             let _ = self.lease.wanted.send(Wanted::Claim);
         }
+        let others = daemons::others_live(conn, &self.lease.node_id)?;
+        self.lease
+            .others
+            .store(others.max(0) as usize, Ordering::SeqCst);
         let expiry = daemons::next_expiry(conn, &self.lease.node_id)?;
         Ok(match expiry {
             Some(0) => {

@@ -167,6 +167,15 @@ pub fn daemons(conn: &Conn) -> sql::Result<Vec<Daemon>> {
     )
 }
 
+/// How many other daemons hold a live lease now.
+pub fn others_live(conn: &Conn, node_id: &str) -> sql::Result<i64> {
+    conn.row(
+        "SELECT count(*) FROM daemons WHERE node_id <> ?1 AND lease_until >= corral_now_ms()",
+        args![node_id],
+        |row| row.get(0),
+    )
+}
+
 /// How long until the first lease of another daemon that still claims running prompts runs
 /// out (0: one has already), or `None` when none does: the moment to look for prompts to
 /// rescue.
