@@ -130,6 +130,20 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
             // The heartbeat wakes this again once the lease is back (registered anew).
             continue;
         }
+        let settings = shared.settings();
+        // Full here: nothing to claim (a prompt's end here, or the heartbeat, wakes this
+        // again). Each claim reads the queue under the store's write lock: not for nothing.
+        let capacity = settings
+            .slots
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(DEFAULT_SLOTS_PER_ENGINE)
+            .max(DEFAULT_SLOTS_PER_ENGINE)
+            .min(settings.slots_total.unwrap_or(usize::MAX));
+        if !rescuing && !lease.alone() && shared.working() >= capacity {
+            continue;
+        }
         if rescuing {
             match shared
                 .ledger
@@ -154,7 +168,6 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
                 }
             }
         }
-        let settings = shared.settings();
         // Alone on the store, it takes every prompt it serves (its slot manager queues them).
         let room = match lease.alone() {
             true => Room {

@@ -1150,7 +1150,10 @@ ledger_write!(
             }
         }
         let enqueued = prompts::enqueue(connection, &this.prompt, claimer.as_claimer())?;
+        // Left for others only when this daemon could not take it: a prompt queued behind its
+        // session's running one is that runner's next.
         if matches!(&enqueued, Ok(done) if done.started.is_none())
+            && claimer == prompts::ClaimBy::Nobody
             && connection.dialect() == Dialect::Postgres
         {
             listen::notify(connection, listen::WORK, "q")?;
@@ -1160,13 +1163,16 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Ends a prompt and claims the session's next queued one, atomically.
+    /// Ends a prompt and claims the session's next queued one, atomically. `announce`: other
+    /// daemons share the store and hear of the end (a lock the prompt held may be what their
+    /// queued prompts wait for).
     FinishPrompt {
         prompt_id: String,
         status: prompts::PromptStatus,
         error: Option<String>,
         answer: Option<String>,
         claimer: prompts::ClaimBy,
+        announce: bool,
     } -> Option<prompts::Prompt>,
     |this, connection| {
         let next = prompts::finish_and_claim_next(
@@ -1178,7 +1184,7 @@ ledger_write!(
             this.claimer.as_claimer(),
         )?;
         // A lock this prompt held across daemons is free: those waiting for it may claim.
-        if matches!(this.claimer, prompts::ClaimBy::Daemon(_)) {
+        if this.announce {
             listen::notify(connection, listen::WORK, "e")?;
         }
         Ok::<_, StoreError>(next)

@@ -324,6 +324,8 @@ CREATE TABLE daemons (
 ALTER TABLE prompts ADD COLUMN claimed_by TEXT;
 ALTER TABLE prompts ADD COLUMN claim_epoch INTEGER;
 CREATE INDEX prompts_claimed ON prompts(claimed_by) WHERE status = 'running';
+-- The queue's heads in order, for the daemons' claims.
+CREATE INDEX prompts_queued ON prompts(created_at, id) WHERE status = 'queued';
 -- Where a run's pid means something, an exec's host, a kept process's node.
 ALTER TABLE runs ADD COLUMN node_id TEXT;
 ALTER TABLE execs ADD COLUMN host TEXT;

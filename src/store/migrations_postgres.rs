@@ -372,6 +372,8 @@ CREATE TABLE daemons (
 ALTER TABLE prompts ADD COLUMN claimed_by TEXT COLLATE "C";
 ALTER TABLE prompts ADD COLUMN claim_epoch BIGINT;
 CREATE INDEX prompts_claimed ON prompts(claimed_by) WHERE status = 'running';
+-- The queue's heads in order, for the daemons' claims.
+CREATE INDEX prompts_queued ON prompts(created_at, id) WHERE status = 'queued';
 ALTER TABLE runs ADD COLUMN node_id TEXT COLLATE "C";
 ALTER TABLE execs ADD COLUMN host TEXT COLLATE "C";
 ALTER TABLE kept_processes ADD COLUMN node_id TEXT COLLATE "C";

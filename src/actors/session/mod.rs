@@ -388,6 +388,11 @@ impl Worker {
                     Some(claim) => ClaimBy::Daemon(claim.clone()),
                     None => ClaimBy::Alone,
                 },
+                announce: self
+                    .shared
+                    .lease
+                    .as_ref()
+                    .is_some_and(|lease| !lease.alone()),
             };
             // One commit for the last run's end, the prompt's end, its events and the ones
             // still deferred; the events are published after it.
@@ -397,7 +402,12 @@ impl Worker {
                 .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
                 .map(|((_, next), _)| next);
-            if self.shared.lease.is_some() && !matches!(finished, Ok(Some(_))) {
+            let shared_with_others = self
+                .shared
+                .lease
+                .as_ref()
+                .is_some_and(|lease| !lease.alone());
+            if shared_with_others && !matches!(finished, Ok(Some(_))) {
                 // A slot is free here: another session's queued prompt may take it.
                 self.shared.claim_wanted.notify_one();
             }
