@@ -171,7 +171,12 @@ struct Throughput {
 }
 
 fn throughput(bins: &Bins, admin: &str) -> Result<()> {
-    println!("== throughput: 1,000 fake runs of 50 ms, 50 projects × 4 sessions × 5 prompts, slots.fake = 8 per daemon, slots.total = 24");
+    let total = if std::env::var_os("CORRAL_BENCH_NO_TOTAL").is_some() {
+        "unset"
+    } else {
+        "24"
+    };
+    println!("== throughput: 1,000 fake runs of 50 ms, 50 projects × 4 sessions × 5 prompts, slots.fake = 8 per daemon, slots.total = {total}");
     let three = throughput_run(bins, admin, 3)?;
     let one = throughput_run(bins, admin, 1)?;
     for (label, run) in [("three daemons", &three), ("one daemon", &one)] {
@@ -212,10 +217,11 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
     const PROJECTS: usize = 50;
     const SESSIONS_PER_PROJECT: usize = 4;
     const PROMPTS_PER_SESSION: usize = 5;
-    let settings = [
-        ("slots.fake", "8".to_string()),
-        ("slots.total", "24".to_string()),
-    ];
+    // CORRAL_BENCH_NO_TOTAL=1: without `slots.total`, to tell its effect apart.
+    let mut settings = vec![("slots.fake", "8".to_string())];
+    if std::env::var_os("CORRAL_BENCH_NO_TOTAL").is_none() {
+        settings.push(("slots.total", "24".to_string()));
+    }
     let mut cluster = Cluster::start(bins, admin, daemons, &settings, PROJECTS)?;
     let sessions = cluster.sessions(SESSIONS_PER_PROJECT)?;
     let scanner = Scanner::start(cluster.daemon_pids(), cluster.root());
@@ -700,6 +706,11 @@ impl Cluster {
         for index in 0..n {
             cluster.wait_held(index)?;
         }
+        // Work is sent once every daemon lists the others live (a daemon that believes itself
+        // alone takes every prompt it serves).
+        for index in 0..n {
+            cluster.wait_sees(index, n)?;
+        }
         Ok(cluster)
     }
 
@@ -815,6 +826,25 @@ impl Cluster {
                 bail!("daemon {index} never held its lease");
             }
             // Nothing tells another process that a lease is held: a bounded poll.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until daemon `index`'s status lists `n` live daemons.
+    fn wait_sees(&mut self, index: usize, n: usize) -> Result<()> {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let status = self.rpc(index)?.call("status", json!({}))?;
+            let live = status["daemons"].as_array().map_or(0, |daemons| {
+                daemons.iter().filter(|d| d["live"] == true).count()
+            });
+            if live >= n {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                bail!("daemon {index} sees {live} live daemons of {n}: {status}");
+            }
+            // Nothing tells another process what a daemon sees: a bounded poll.
             std::thread::sleep(Duration::from_millis(20));
         }
     }
