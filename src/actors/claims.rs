@@ -76,7 +76,14 @@ pub fn start(
                 cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
             }
             Notice::Work(_) => shared.claim_wanted.notify_one(),
-            Notice::Daemons(_) | Notice::Reconnected => {
+            Notice::Daemons(node_id) => {
+                if let Some(lease) = &shared.lease {
+                    lease.other_registered(&node_id);
+                }
+                rescue.notify_one();
+                shared.claim_wanted.notify_one();
+            }
+            Notice::Reconnected => {
                 rescue.notify_one();
                 shared.claim_wanted.notify_one();
             }

@@ -167,6 +167,8 @@ impl Lease {
         let serves = served_projects(&conn).unwrap_or_default();
         let others = daemons::others_live(&conn, &lease.node_id).unwrap_or(1);
         lease.others.store(others.max(0) as usize, Ordering::SeqCst);
+        // The others learn of this one at once (they stop taking work as if alone).
+        let _ = listen::notify(&conn, listen::DAEMONS, &lease.node_id);
         *lock(&lease.serves) = Arc::new(serves);
         let (stop, stopped) = std::sync::mpsc::channel();
         *lock(&lease.stop) = Some(stop);
@@ -229,6 +231,14 @@ impl Lease {
     /// Whether no other daemon held a live lease at the last renewal.
     pub fn alone(&self) -> bool {
         self.others.load(Ordering::SeqCst) == 0
+    }
+
+    /// Another daemon registered (its `corral_daemons` notice): this one is not alone from
+    /// now on, without waiting for the next renewal to count it.
+    pub fn other_registered(&self, node_id: &str) {
+        if node_id != self.node_id {
+            self.others.fetch_max(1, Ordering::SeqCst);
+        }
     }
 
     pub fn fenced_writes(&self) -> u64 {
