@@ -76,14 +76,11 @@ pub fn start(
                 cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
             }
             Notice::Work(_) => shared.claim_wanted.notify_one(),
-            Notice::Daemons(node_id) => {
-                if let Some(lease) = &shared.lease {
-                    lease.other_registered(&node_id);
+            // A daemon came or went, or notices may have been missed: look at everything.
+            Notice::Daemons(_) | Notice::Reconnected => {
+                if let (Notice::Daemons(node_id), Some(lease)) = (&notice, &shared.lease) {
+                    lease.other_registered(node_id);
                 }
-                rescue.notify_one();
-                shared.claim_wanted.notify_one();
-            }
-            Notice::Reconnected => {
                 rescue.notify_one();
                 shared.claim_wanted.notify_one();
             }

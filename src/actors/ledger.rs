@@ -1225,9 +1225,7 @@ ledger_write!(
     /// Refused when the daemon's lease no longer holds.
     ClaimWork { claim: daemons::Claim, serves: Vec<String>, room: prompts::Room } -> Vec<prompts::Prompt>,
     |this, connection| {
-        if !daemons::fence_holds(connection, &this.claim)? {
-            return Err(StoreError::Fenced { node_id: this.claim.node_id, epoch: this.claim.epoch });
-        }
+        hold_fence(connection, &this.claim)?;
         Ok::<_, StoreError>(prompts::claim_work(connection, &this.claim, &this.serves, &this.room)?)
     }
 );
@@ -1238,9 +1236,7 @@ ledger_write!(
     /// every daemon (`corral_work`). Refused when this daemon's own lease no longer holds.
     Rescue { claim: daemons::Claim } -> (Vec<prompts::Rescued>, Vec<events::Event>),
     |this, connection| {
-        if !daemons::fence_holds(connection, &this.claim)? {
-            return Err(StoreError::Fenced { node_id: this.claim.node_id, epoch: this.claim.epoch });
-        }
+        hold_fence(connection, &this.claim)?;
         let rescued = prompts::rescue(connection)?;
         if !rescued.0.is_empty() {
             listen::notify(connection, listen::WORK, "r")?;
@@ -1262,15 +1258,21 @@ pub struct Fenced<W> {
 impl<W: LedgerWrite> LedgerWrite for Fenced<W> {
     type Output = W::Output;
     fn apply(self, connection: &Conn) -> Result<W::Output, StoreError> {
-        if let Some(claim) = self.claim {
-            if !daemons::fence_holds(connection, &claim)? {
-                return Err(StoreError::Fenced {
-                    node_id: claim.node_id,
-                    epoch: claim.epoch,
-                });
-            }
+        if let Some(claim) = &self.claim {
+            hold_fence(connection, claim)?;
         }
         self.write.apply(connection)
+    }
+}
+
+/// `Ok` while `claim` holds, else [`StoreError::Fenced`] (see [`Fenced`]).
+fn hold_fence(connection: &Conn, claim: &daemons::Claim) -> Result<(), StoreError> {
+    match daemons::fence_holds(connection, claim)? {
+        true => Ok(()),
+        false => Err(StoreError::Fenced {
+            node_id: claim.node_id.clone(),
+            epoch: claim.epoch,
+        }),
     }
 }
 

@@ -219,6 +219,11 @@ impl Lease {
     /// epoch stop (see [`Lease::lost`]).
     pub fn fenced(&self, epoch: i64) {
         self.fenced_writes.fetch_add(1, Ordering::SeqCst);
+        self.mark_lost(epoch);
+    }
+
+    /// Tells the workers of `epoch` (and older) that its lease is gone: they stop.
+    fn mark_lost(&self, epoch: i64) {
         self.lost.send_if_modified(|lost| {
             let newer = epoch > *lost;
             if newer {
@@ -438,13 +443,7 @@ impl Heartbeat {
                     "the lease ran out before it was renewed; registering again"
                 );
                 *lock(&self.lease.standing) = Standing::Lost;
-                self.lease.lost.send_if_modified(|lost| {
-                    let newer = claim.epoch > *lost;
-                    if newer {
-                        *lost = claim.epoch;
-                    }
-                    newer
-                });
+                self.lease.mark_lost(claim.epoch);
                 let sent = Instant::now();
                 // The lease as long as it is now (`store.lease_ms` may have changed).
                 self.registration.lease_ms = lease.as_millis() as i64;
