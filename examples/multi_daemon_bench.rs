@@ -168,6 +168,59 @@ struct Throughput {
     /// Runs per daemon, by host.
     runs_per_daemon: Vec<(String, i64)>,
     scan: ScanReport,
+    /// CPU spent meanwhile, by whom.
+    cpu: Cpu,
+}
+
+/// CPU time, in ms, of the daemons, of their reaped children (the engines), of the PostgreSQL
+/// server's processes and of this bench (its scans of `/proc` and polls): what the work
+/// costs on this machine, to tell the store's waits from a machine with no core left.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    daemons: i64,
+    engines: i64,
+    postgres: i64,
+    bench: i64,
+}
+
+impl Cpu {
+    fn now(daemons: &[i32]) -> Cpu {
+        let ms = |ticks: u64| (ticks * 1000 / procfs::ticks_per_second()) as i64;
+        let mut cpu = Cpu::default();
+        for &pid in daemons {
+            if let Ok(stat) = procfs::process::Process::new(pid).and_then(|p| p.stat()) {
+                cpu.daemons += ms(stat.utime + stat.stime);
+                cpu.engines += ms((stat.cutime + stat.cstime).max(0) as u64);
+            }
+        }
+        // The server's backends (the daemons' connections live through the run) and what the
+        // postmaster reaped.
+        for process in procfs::process::all_processes()
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(stat) = process.stat() {
+                if stat.comm == "postgres" {
+                    cpu.postgres +=
+                        ms(stat.utime + stat.stime + (stat.cutime + stat.cstime).max(0) as u64);
+                }
+            }
+        }
+        if let Ok(stat) = procfs::process::Process::myself().and_then(|p| p.stat()) {
+            cpu.bench += ms(stat.utime + stat.stime);
+        }
+        cpu
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            daemons: self.daemons - before.daemons,
+            engines: self.engines - before.engines,
+            postgres: self.postgres - before.postgres,
+            bench: self.bench - before.bench,
+        }
+    }
 }
 
 fn throughput(bins: &Bins, admin: &str) -> Result<()> {
@@ -193,6 +246,18 @@ fn throughput(bins: &Bins, admin: &str) -> Result<()> {
             run.scan.max_per_home,
             run.scan.overlap_sessions,
             run.scan.overlap_scans
+        );
+        let cpu = run.cpu;
+        println!(
+            "  {:<13}  CPU: daemons {} ms, engines {} ms, postgres {} ms, this bench {} ms: {:.1} ms a prompt, {:.0} % of the machine's cores",
+            "",
+            cpu.daemons,
+            cpu.engines,
+            cpu.postgres,
+            cpu.bench,
+            (cpu.daemons + cpu.engines + cpu.postgres + cpu.bench) as f64 / 1000.0,
+            (cpu.daemons + cpu.engines + cpu.postgres + cpu.bench) as f64 * 100.0
+                / (run.wall_ms.max(1) as f64 * std::thread::available_parallelism().map_or(1, |n| n.get()) as f64)
         );
     }
     let ratio = three.wall_ms as f64 / one.wall_ms.max(1) as f64;
@@ -241,6 +306,7 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
     // read again after the work, once they are flushed).
     let commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
     let commits_before = cluster.db.int(commits, &[])?;
+    let cpu_before = Cpu::now(&cluster.daemon_pids());
     let started = wall_ms();
     cluster.send_batches(&batches)?;
     let sent_ms = wall_ms() - started;
@@ -254,6 +320,7 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
             )
             .map(|ended| ended >= total)
         })?;
+    let cpu = Cpu::now(&cluster.daemon_pids()).since(cpu_before);
     let scan = scanner.stop();
     std::thread::sleep(Duration::from_millis(1200));
     let db = &cluster.db;
@@ -272,6 +339,7 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
         store_overlaps: store_overlaps(db)?,
         runs_per_daemon: runs_per_daemon(&cluster)?,
         scan,
+        cpu,
     })
 }
 

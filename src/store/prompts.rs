@@ -416,19 +416,22 @@ pub(crate) fn claim_work(
         None => i64::MAX,
     };
     // Heads: the oldest queued prompt of each session with nothing running, in the order
-    // they were queued.
+    // they were queued. Written so that every plan is cheap, stale statistics included: the
+    // served projects are an `ARRAY(…)`, parsed once (as `IN (SELECT json_array_elements_text
+    // (…))` the list was parsed again for every queued prompt), and each session's head is
+    // one sort of the queued prompts (`DISTINCT ON`), not an anti-join of the queue with
+    // itself; both cost up to 200 ms on a fresh database with 1,000 queued, under the lock.
     let heads: Vec<(String, String, String)> = connection.rows(
-        "SELECT p.id, p.session_id, s.engine FROM prompts p JOIN sessions s ON s.id = p.session_id \
-          WHERE p.status = 'queued' AND s.archived_at IS NULL \
-            AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
-            AND s.project_id IN (SELECT json_array_elements_text(?2::text::json)) \
-            AND NOT EXISTS (SELECT 1 FROM prompts r WHERE r.session_id = p.session_id \
+        "SELECT h.id, h.session_id, h.engine FROM ( \
+            SELECT DISTINCT ON (p.session_id) p.id, p.session_id, s.engine, p.created_at \
+              FROM prompts p JOIN sessions s ON s.id = p.session_id \
+             WHERE p.status = 'queued' AND s.archived_at IS NULL \
+               AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
+               AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
+             ORDER BY p.session_id, p.created_at, p.id) h \
+          WHERE NOT EXISTS (SELECT 1 FROM prompts r WHERE r.session_id = h.session_id \
                              AND r.status = 'running') \
-            AND NOT EXISTS (SELECT 1 FROM prompts o WHERE o.session_id = p.session_id \
-                             AND o.status = 'queued' \
-                             AND (o.created_at < p.created_at \
-                                  OR (o.created_at = p.created_at AND o.id < p.id))) \
-          ORDER BY p.created_at, p.id LIMIT 4096",
+          ORDER BY h.created_at, h.id LIMIT 4096",
         args![
             claim.node_id,
             serde_json::to_string(serves).expect("strings serialize")
