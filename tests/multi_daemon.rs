@@ -629,6 +629,80 @@ fn one_shared_project_runs_one_session_at_a_time_across_daemons() {
     assert_eq!(at_once, 1, "two sessions of one shared project ran at once");
 }
 
+/// The prompts, in the order their succeeded runs started.
+fn start_order(cluster: &Cluster, prompts: &[String]) -> Vec<String> {
+    let ids: Vec<String> = prompts.iter().map(|prompt| quoted(prompt)).collect();
+    cluster
+        .sql(&format!(
+            "SELECT prompt_id FROM runs WHERE status = 'succeeded' AND prompt_id IN ({}) \
+             ORDER BY started_at, id",
+            ids.join(", ")
+        ))
+        .into_iter()
+        .map(|row| text(&row[0]))
+        .collect()
+}
+
+/// Session `first` (through A) runs a prompt; `other` (through B) queues one meanwhile, then
+/// `first` two more: the lock they share is granted in the order they were queued, `other`
+/// second. (The daemon holding the lock used to take its session's next prompt at each end,
+/// and `other` waited for all of them.)
+fn turns_are_first_come(cluster: &Cluster, first: &str, other: &str) {
+    let one = cluster.send(0, first, "@fake delay=700\nfirst 1");
+    running_run(cluster, &one);
+    let waiting = cluster.send(1, other, "@fake delay=200\nother");
+    let two = cluster.send(0, first, "@fake delay=200\nfirst 2");
+    let three = cluster.send(0, first, "@fake delay=200\nfirst 3");
+    let prompts = [one.clone(), waiting.clone(), two.clone(), three.clone()];
+    cluster.wait_for("every prompt is done", Duration::from_secs(60), || {
+        prompts
+            .iter()
+            .all(|prompt| cluster.prompt_status(prompt) == "done")
+    });
+    assert_eq!(
+        start_order(cluster, &prompts),
+        prompts.to_vec(),
+        "[first 1, other, first 2, first 3]"
+    );
+    let at_once = most_at_once(
+        cluster,
+        "SELECT started_at, ended_at FROM runs WHERE status = 'succeeded'",
+    );
+    assert_eq!(at_once, 1, "two holders of one lock ran at once");
+}
+
+#[test]
+fn a_shared_project_grants_its_turns_first_come_across_daemons() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let first = cluster.session("first");
+    let other = cluster.session("other");
+    turns_are_first_come(&cluster, &first, &other);
+}
+
+#[test]
+fn a_locking_group_runs_one_project_at_a_time_first_come_across_daemons() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // Two projects in one (new, so locking) execution group, each its own directory.
+    for name in ["g1", "g2"] {
+        let dir = cluster.dir().join(name);
+        std::fs::create_dir_all(&dir).expect("a project directory");
+        let dir = dir.to_str().expect("temporary paths are UTF-8");
+        cluster.ok(
+            0,
+            &[
+                "project", "add", name, dir, "--engine", "fake", "--group", "deploy",
+            ],
+        );
+    }
+    let first = cluster.session_of("g1", "first");
+    let other = cluster.session_of("g2", "other");
+    turns_are_first_come(&cluster, &first, &other);
+}
+
 #[test]
 fn the_total_holds_across_daemons() {
     let Some(cluster) = Cluster::start(2) else {

@@ -259,9 +259,13 @@ pub(crate) fn claim_next(
         _ => "idle",
     };
     let taken_here = match claimer {
-        Claimer::Daemon(claim) if next.is_some() => {
-            !locked_elsewhere(connection, session_id, &claim.node_id)?
-        }
+        Claimer::Daemon(_) => match &next {
+            Some(id) => {
+                !held_by_another_session(connection, session_id)?
+                    && !waits_for_elder(connection, session_id, id)?
+            }
+            None => true,
+        },
         Claimer::Nobody => next.is_none(),
         _ => true,
     };
@@ -456,7 +460,10 @@ pub(crate) fn claim_work(
                     .find(|(name, _)| *name == engine)
                     .map_or(0, |(_, count)| *count)
         });
-        if *engine_left <= 0 || locked_elsewhere(connection, &session_id, &claim.node_id)? {
+        if *engine_left <= 0
+            || held_by_another_session(connection, &session_id)?
+            || waits_for_elder(connection, &session_id, &id)?
+        {
             continue;
         }
         connection.run(
@@ -481,23 +488,66 @@ pub(crate) fn running_everywhere(connection: &Conn) -> sql::Result<i64> {
     )
 }
 
-/// Whether another daemon runs a prompt that holds a lock session `session_id` needs: one of
-/// a session of the same project without a worktree (shared isolation: one at a time in a
-/// directory), or of a project sharing a locking execution group. Within one daemon its slot
-/// manager keeps these locks; across daemons a claim waits until the other daemon's prompt
-/// ended (its end is announced, `corral_work`). PostgreSQL only.
-fn locked_elsewhere(connection: &Conn, session_id: &str, node_id: &str) -> sql::Result<bool> {
+/// SQL: session `o` (project `op`) holds a lock session `s` (project `sp`) needs, were one of
+/// its prompts running: one directory without worktrees (shared isolation), or a locking
+/// execution group their projects share. A macro so both queries below take it in `concat!`.
+macro_rules! conflicts_sql {
+    () => {
+        "((o.project_id = s.project_id AND o.worktree IS NULL AND s.worktree IS NULL) \
+           OR EXISTS (SELECT 1 FROM json_array_elements_text(op.groups::json) og \
+                        JOIN json_array_elements_text(sp.groups::json) sg ON og = sg \
+                        JOIN execution_groups eg ON eg.name = og AND eg.locking = 1))"
+    };
+}
+
+/// Whether a prompt of another session runs, on any daemon, that holds a lock session
+/// `session_id` needs (see `conflicts_sql!`). This daemon's own count: a prompt claimed here
+/// that its slot manager would keep waiting for the lock is not claimed, so it neither counts
+/// against `slots.total` while it waits nor holds the lock from the other daemons; the
+/// store's claims keep the locks the slot managers keep within one daemon. PostgreSQL only.
+fn held_by_another_session(connection: &Conn, session_id: &str) -> sql::Result<bool> {
     connection.row(
-        "SELECT EXISTS (
-           SELECT 1 FROM sessions s JOIN projects sp ON sp.id = s.project_id,
-                  prompts r JOIN sessions rs ON rs.id = r.session_id
-                            JOIN projects rp ON rp.id = rs.project_id
-            WHERE s.id = ?1 AND r.status = 'running' AND r.claimed_by <> ?2
-              AND ((rs.project_id = s.project_id AND rs.worktree IS NULL AND s.worktree IS NULL)
-                   OR EXISTS (SELECT 1 FROM json_array_elements_text(rp.groups::json) rg
-                                JOIN json_array_elements_text(sp.groups::json) sg ON rg = sg
-                                JOIN execution_groups eg ON eg.name = rg AND eg.locking = 1)))",
-        args![session_id, node_id],
+        concat!(
+            "SELECT EXISTS ( \
+               SELECT 1 FROM sessions s JOIN projects sp ON sp.id = s.project_id, \
+                      prompts r JOIN sessions o ON o.id = r.session_id \
+                                JOIN projects op ON op.id = o.project_id \
+                WHERE s.id = ?1 AND r.status = 'running' AND o.id <> s.id AND ",
+            conflicts_sql!(),
+            ")"
+        ),
+        args![session_id],
+        |row| row.get(0),
+    )
+}
+
+/// Whether prompt `prompt_id` of session `session_id` is to wait for an older one: a queued
+/// prompt of another session that needs the same lock (see `conflicts_sql!`), has no claimed
+/// prompt running yet, and is served by a live daemon. Grants of a lock across daemons are
+/// then first come, first served: without it the daemon that holds a project took its
+/// session's next prompt at every end, and a session waiting on another daemon starved.
+/// PostgreSQL only (within one daemon the slot manager grants in order).
+fn waits_for_elder(connection: &Conn, session_id: &str, prompt_id: &str) -> sql::Result<bool> {
+    connection.row(
+        concat!(
+            "SELECT EXISTS ( \
+               SELECT 1 FROM prompts p JOIN sessions s ON s.id = p.session_id \
+                                       JOIN projects sp ON sp.id = s.project_id, \
+                      prompts q JOIN sessions o ON o.id = q.session_id \
+                                JOIN projects op ON op.id = o.project_id \
+                WHERE p.id = ?2 AND s.id = ?1 AND q.status = 'queued' AND o.id <> s.id \
+                  AND o.archived_at IS NULL \
+                  AND (q.created_at < p.created_at \
+                       OR (q.created_at = p.created_at AND q.id < p.id)) \
+                  AND NOT EXISTS (SELECT 1 FROM prompts r WHERE r.session_id = o.id \
+                                   AND r.status = 'running') \
+                  AND EXISTS (SELECT 1 FROM daemons d WHERE d.lease_until >= corral_now_ms() \
+                               AND o.project_id IN (SELECT json_array_elements_text(d.serves::json))) \
+                  AND ",
+            conflicts_sql!(),
+            ")"
+        ),
+        args![session_id, prompt_id],
         |row| row.get(0),
     )
 }
