@@ -426,60 +426,100 @@ pub(crate) fn claim_work(
     // (…))` the list was parsed again for every queued prompt), and each session's head is
     // one sort of the queued prompts (`DISTINCT ON`), not an anti-join of the queue with
     // itself; both cost up to 200 ms on a fresh database with 1,000 queued, under the lock.
-    let heads: Vec<(String, String, String)> = connection.rows(
-        "SELECT h.id, h.session_id, h.engine FROM ( \
-            SELECT DISTINCT ON (p.session_id) p.id, p.session_id, s.engine, p.created_at \
+    //
+    // With other daemons live, the claims keep the locks (`conflicts_sql!`): the heads of a
+    // shared-isolation project a session of which runs are left out here, in one pass over
+    // the running prompts; of the rest, only the first head of each such project is taken,
+    // the oldest (first come, first served); a project in an execution group is asked per
+    // head.
+    let locks = shares_the_store(connection, claim)?;
+    let heads = connection.rows(
+        "SELECT h.id, h.session_id, h.engine, h.project_id, h.shared, h.grouped FROM ( \
+            SELECT DISTINCT ON (p.session_id) p.id, p.session_id, s.engine, p.created_at, \
+                   s.project_id, s.worktree IS NULL AS shared, sp.groups <> '[]' AS grouped \
               FROM prompts p JOIN sessions s ON s.id = p.session_id \
+                             JOIN projects sp ON sp.id = s.project_id \
              WHERE p.status = 'queued' AND s.archived_at IS NULL \
                AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
                AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
              ORDER BY p.session_id, p.created_at, p.id) h \
           WHERE NOT EXISTS (SELECT 1 FROM prompts r WHERE r.session_id = h.session_id \
                              AND r.status = 'running') \
+            AND NOT (?3 AND h.shared AND h.project_id IN ( \
+                     SELECT rs.project_id FROM prompts r JOIN sessions rs ON rs.id = r.session_id \
+                      WHERE r.status = 'running' AND rs.worktree IS NULL)) \
           ORDER BY h.created_at, h.id LIMIT 4096",
         args![
             claim.node_id,
-            serde_json::to_string(serves).expect("strings serialize")
+            serde_json::to_string(serves).expect("strings serialize"),
+            locks
         ],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        |row| {
+            Ok(Head {
+                id: row.get(0)?,
+                session_id: row.get(1)?,
+                engine: row.get(2)?,
+                project_id: row.get(3)?,
+                shared: row.get(4)?,
+                grouped: row.get(5)?,
+            })
+        },
     )?;
-    let locks = shares_the_store(connection, claim)?;
     let mut left: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    // Shared-isolation projects whose oldest head this pass took or passed over.
+    let mut turn_given = std::collections::HashSet::new();
     let mut claimed = Vec::new();
-    for (id, session_id, engine) in heads {
+    for head in heads {
         if total_left <= 0 {
             break;
         }
+        if locks && head.shared && !turn_given.insert(head.project_id.clone()) {
+            continue;
+        }
+        let engine = &head.engine;
         let engine_left = left.entry(engine.clone()).or_insert_with(|| {
             let limit = room
                 .engines
-                .get(&engine)
+                .get(engine)
                 .copied()
                 .unwrap_or(room.default_per_engine) as i64;
             limit
                 - running
                     .iter()
-                    .find(|(name, _)| *name == engine)
+                    .find(|(name, _)| name == engine)
                     .map_or(0, |(_, count)| *count)
         });
         if *engine_left <= 0
             || (locks
-                && (held_by_another_session(connection, &session_id)?
-                    || waits_for_elder(connection, &id)?))
+                && head.grouped
+                && (held_by_another_session(connection, &head.session_id)?
+                    || waits_for_elder(connection, &head.id)?))
         {
             continue;
         }
         connection.run(
             "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
              claim_epoch = ?4 WHERE id = ?1 AND status = 'queued'",
-            args![id, now_ms(), claim.node_id, claim.epoch],
+            args![head.id, now_ms(), claim.node_id, claim.epoch],
         )?;
-        set_session_status(connection, &session_id, "running")?;
+        set_session_status(connection, &head.session_id, "running")?;
         *engine_left -= 1;
         total_left -= 1;
-        claimed.extend(prompt(connection, &id)?);
+        claimed.extend(prompt(connection, &head.id)?);
     }
     Ok(claimed)
+}
+
+/// A session's oldest queued prompt, as [`claim_work`] reads the queue.
+struct Head {
+    id: String,
+    session_id: String,
+    engine: String,
+    project_id: String,
+    /// The session has no worktree: it takes its project's one directory.
+    shared: bool,
+    /// Its project is in an execution group (which may lock it with other projects).
+    grouped: bool,
 }
 
 /// How many prompts run now on every daemon of a shared store.
