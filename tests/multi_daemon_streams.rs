@@ -6,6 +6,8 @@
 //! - B's HTTP WebSocket (`/api/v1/events?session=S`) delivers the same events live, in order,
 //!   without a gap, and a second one opened with `?after=N` while A still runs the prompt gets
 //!   exactly the events after N (replayed from the store, then live from A's notices);
+//! - B's WebSocket of every session's events (no `session`) has every feed number of the
+//!   prompts A and C run once, in order, and `?after=N` opened meanwhile the numbers after N;
 //! - B's dashboard (headless Chromium, `tests/common/browser.rs`) shows the session active
 //!   while A runs it, and its transcript streams A's output in before the answer.
 //!
@@ -422,6 +424,111 @@ fn http_stream_on_b_follows_a_session_running_on_a() {
         .collect();
     let again: Vec<&Value> = from_after.iter().map(|(event, _)| event).collect();
     assert_eq!(again, carried);
+}
+
+/// Reads a WebSocket of every session's events until it has given feed number `upto`: the
+/// feed numbers it gave. Anything but an event fails the test.
+fn ws_feed_until(socket: &mut tungstenite::WebSocket<TcpStream>, upto: i64, who: &str) -> Vec<i64> {
+    let until = Instant::now() + STREAM_LIMIT;
+    let mut numbers = Vec::new();
+    while numbers.last().copied().unwrap_or(0) < upto {
+        assert!(
+            Instant::now() < until,
+            "{who}: not at feed number {upto} within {STREAM_LIMIT:?}: {numbers:?}"
+        );
+        match socket.read() {
+            Ok(tungstenite::Message::Text(message)) => {
+                let message: Value = serde_json::from_str(&message)
+                    .unwrap_or_else(|error| panic!("{who}: not JSON ({error}): {message}"));
+                assert_eq!(message["method"], "events.event", "{who}: {message}");
+                let number = message["params"]["event"]["feed_seq"]
+                    .as_i64()
+                    .unwrap_or_else(|| panic!("{who}: an event without feed_seq: {message}"));
+                numbers.push(number);
+            }
+            Ok(_) => {}
+            Err(error) => panic!("{who}: the WebSocket ended ({error}) after {numbers:?}"),
+        }
+    }
+    numbers
+}
+
+/// B's WebSocket of every session's events (no `session`: the daemon-wide `feed_seq`) has the
+/// events of the prompts A and C run, each feed number once, in order; one opened on B with `?after=N`
+/// while they still run gets exactly the numbers after N.
+#[test]
+fn the_http_feed_on_b_has_every_feed_number_of_a_and_c() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    // A project each: a shared project runs one session at a time across the daemons.
+    let sessions: Vec<String> = (0..6)
+        .map(|index| {
+            let project = format!("h{index}");
+            cluster.add_project(&project);
+            cluster.session_of(&project, &project)
+        })
+        .collect();
+    let api = Api::of(&cluster, 1);
+    let mut first = api.events("after=0");
+    // Through A (home 0) and C (home 2), alternately.
+    let prompts: Vec<String> = sessions
+        .iter()
+        .enumerate()
+        .map(|(index, session)| {
+            let text = format!("@fake deltas=20\n@fake interval=50\nh{index}");
+            cluster.send(if index % 2 == 0 { 0 } else { 2 }, session, &text)
+        })
+        .collect();
+    let listed = prompts
+        .iter()
+        .map(|id| quoted(id))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let done = || {
+        cluster.count(&format!(
+            "SELECT count(*) FROM prompts WHERE id IN ({listed}) AND status = 'done'"
+        ))
+    };
+    let head = ws_feed_until(&mut first, 10, "B's feed");
+    let after = head.last().copied().unwrap_or(0);
+    let mut resumed = api.events(&format!("after={after}"));
+    let done_at_resume = done();
+    cluster.wait_for("every prompt is done", Duration::from_secs(60), || {
+        done() == prompts.len() as i64
+    });
+    let total = cluster.count("SELECT count(*) FROM events");
+    let mut numbers = head;
+    numbers.extend(ws_feed_until(&mut first, total, "B's feed"));
+    let rest = ws_feed_until(&mut resumed, total, "B's resumed feed");
+    let _ = first.close(None);
+    let _ = resumed.close(None);
+
+    let writers: Vec<Option<String>> = cluster
+        .sql(&format!(
+            "SELECT DISTINCT node_id FROM runs WHERE prompt_id IN ({listed}) ORDER BY node_id"
+        ))
+        .into_iter()
+        .map(|row| row[0].as_str().map(str::to_string))
+        .collect();
+    // What B relays is other daemons' work: A and C each ran some of it.
+    for index in [0, 2] {
+        let node = Some(cluster.node_id(index));
+        assert!(
+            writers.contains(&node),
+            "home {index}'s daemon ran a prompt: {writers:?}"
+        );
+    }
+    assert_eq!(numbers, (1..=total).collect::<Vec<_>>(), "B's feed");
+    assert!(
+        done_at_resume < prompts.len() as i64,
+        "the resume was opened while prompts still ran"
+    );
+    assert_eq!(
+        rest,
+        (after + 1..=total).collect::<Vec<_>>(),
+        "?after={after}: exactly the numbers after it"
+    );
 }
 
 /// Notes, in the page, when each `[data-testid=event]` element first appeared: its seq, its
