@@ -684,3 +684,58 @@ fn the_dashboard_on_b_shows_a_session_running_on_a() {
         "the page stayed live"
     );
 }
+
+/// A driver on another host is judged by that host, not by this one's processes: `attach`
+/// on host B holds the session; `send --wait` on host A (which claims the session to drive
+/// it) is refused without `--take-over`, though B's pid means nothing on A (made one no
+/// process of this machine has, as it would be on a real other host), and takes it over with
+/// `--take-over`.
+#[test]
+fn a_driver_on_another_host_keeps_its_claim() {
+    let Some(cluster) = Cluster::start_on_hosts(2) else {
+        return;
+    };
+    let session = cluster.session("driven on b");
+    let mut child = cluster
+        .command(1, &["attach", &session])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("corral attach starts");
+    let _stdin = child.stdin.take().expect("attach's stdin");
+    let err = lines_of(child.stderr.take().expect("attach's stderr"));
+    let _attach = Group(child);
+    lines_until(&err, STREAM_LIMIT, "attach says it attached", |line| {
+        line.contains("attached to session")
+    });
+    let driver = cluster.json(0, &["session", "show", &session, "--json"])["driver"].clone();
+    let exec = driver["exec_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("attach holds the driver claim: {driver}"))
+        .to_string();
+    // The pid of B's exec as A sees it: none of A's processes (pid_max is at most 2^22).
+    cluster.sql(&format!(
+        "UPDATE execs SET pid = 99999999, pid_start = NULL WHERE id = {}",
+        quoted(&exec)
+    ));
+    let refused = cluster.run(0, &["send", &session, "@fake\nfrom a", "--wait"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "send --wait on A took the session from B's live attach: {}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    let taken = cluster.run(
+        0,
+        &["send", &session, "@fake\nfrom a", "--wait", "--take-over"],
+    );
+    assert!(
+        taken.status.success(),
+        "--take-over: {}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+}

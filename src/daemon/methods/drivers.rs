@@ -9,7 +9,11 @@ use crate::store::drivers;
 use crate::store::drivers::ClaimRefused;
 use crate::store::sql::args;
 
-/// Whether an exec (a driver) still runs: not completed, and its process alive.
+/// Whether an exec (a driver) still runs: not completed, and its process alive. On a store
+/// several hosts share, a pid is judged only on its own host: another host's driver (an
+/// `attach` there) runs while it is not completed and a daemon of its host holds a lease
+/// (its pid means nothing here; judged here, a live driver elsewhere was taken over
+/// without `--take-over`).
 fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
     let Some(connection) = crate::store::location::locate(home)
         .ok()
@@ -17,15 +21,32 @@ fn exec_is_live(home: &std::path::Path, exec_id: &str) -> bool {
     else {
         return false;
     };
-    let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = connection
-        .row(
-            "SELECT pid, pid_start, completed_at FROM execs WHERE id = ?1",
-            args![exec_id],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
+    let shared = connection.dialect() == crate::store::sql::Dialect::Postgres;
+    let query = if shared {
+        "SELECT pid, pid_start, completed_at, host, \
+                EXISTS (SELECT 1 FROM daemons d WHERE d.host = execs.host \
+                         AND d.lease_until >= corral_now_ms()) \
+           FROM execs WHERE id = ?1"
+    } else {
+        "SELECT pid, pid_start, completed_at, NULL, 0 FROM execs WHERE id = ?1"
+    };
+    type Found = (Option<i64>, Option<i64>, Option<i64>, Option<String>, bool);
+    let row: Option<Found> = connection
+        .row(query, args![exec_id], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })
         .ok();
     match row {
-        Some((Some(pid), start, None)) => {
+        Some((_, _, None, Some(host), host_live)) if shared && host != crate::host::name() => {
+            host_live
+        }
+        Some((Some(pid), start, None, _, _)) => {
             crate::process::is_alive(pid as u32, start.map(|s| s as u64))
         }
         _ => false,
