@@ -521,6 +521,12 @@ impl Corral {
         let path = PathBuf::from(&planned.path);
         session.id = Some(id.clone());
         session.worktree = Some(planned);
+        // On a shared store the worktree is this host's: its prompts run here only.
+        session.worktree_node = self
+            .shared
+            .lease
+            .as_ref()
+            .map(|lease| lease.node_id.clone());
         let opened = self.shared.ledger.write(CreateSession { session }).await?;
         let error = match worktree::make(&git, &self.shared, &opened, project).await {
             Ok(made) => return Ok(made),
@@ -624,12 +630,21 @@ impl Corral {
     /// for one that does (started with its path there): told in its session's events, so a
     /// person sees why it does not start.
     async fn tell_if_unserved(&self, prompt: &Prompt, project: &Project) {
-        let served = self
-            .read(|c| crate::store::daemons::served_by_anyone(c, &project.id))
-            .unwrap_or(true);
-        if served || Path::new(&project.path).is_dir() {
-            return;
-        }
+        let reason = match self.worktree_unserved(&prompt.session_id) {
+            Some(reason) => reason,
+            None => {
+                let served = self
+                    .read(|c| crate::store::daemons::served_by_anyone(c, &project.id))
+                    .unwrap_or(true);
+                if served || Path::new(&project.path).is_dir() {
+                    return;
+                }
+                format!(
+                    "no live daemon serves project {}: its path {} is a directory on no live daemon's host",
+                    project.name, project.path
+                )
+            }
+        };
         let event = events::NewEvent {
             session_id: prompt.session_id.clone(),
             prompt_id: Some(prompt.id.clone()),
@@ -638,15 +653,50 @@ impl Corral {
             payload: serde_json::json!({
                 "project": project.name,
                 "path": project.path,
-                "reason": format!(
-                    "no live daemon serves project {}: its path {} is a directory on no live daemon's host",
-                    project.name, project.path
-                ),
+                "reason": reason,
             }),
         };
         if let Err(error) = self.shared.append_events(vec![event]).await {
             tracing::warn!(%error, "prompt.unserved not stored");
         }
+    }
+
+    /// Why a session whose worktree another daemon made waits: that daemon holds no lease.
+    fn worktree_unserved(&self, session_id: &str) -> Option<String> {
+        let lease = self.shared.lease.as_ref()?;
+        let (node, host) = self
+            .read(|c| sessions::worktree_node(c, session_id))
+            .ok()??;
+        let live = self
+            .read(|c| crate::store::daemons::daemons(c))
+            .ok()?
+            .into_iter()
+            .any(|daemon| daemon.node_id == node && daemon.is_live());
+        (node != lease.node_id && !live).then(|| {
+            format!(
+                "its worktree is on host {} (daemon {node}), whose daemon holds no lease: the prompt waits for it",
+                host.as_deref().unwrap_or("unknown")
+            )
+        })
+    }
+
+    /// Refuses to touch a worktree another daemon's host has (a shared store): its directory
+    /// is there, so that daemon archives, diffs, merges and makes it again.
+    fn refuse_worktree_elsewhere(&self, session: &Session, doing: &str) -> Result<(), CorralError> {
+        let Some(lease) = &self.shared.lease else {
+            return Ok(());
+        };
+        let Some((node, host)) = self.read(|c| sessions::worktree_node(c, &session.id))? else {
+            return Ok(());
+        };
+        if node == lease.node_id {
+            return Ok(());
+        }
+        Err(CorralError::Invalid(format!(
+            "session {}'s worktree is on host {} (daemon {node}), not this one: {doing} is done by that host's corral",
+            session.id,
+            host.as_deref().unwrap_or("unknown"),
+        )))
     }
 
     /// Who takes a prompt sent now if its session is free: on a shared store this daemon
@@ -1076,6 +1126,7 @@ impl Corral {
             _ => true,
         });
         if touches {
+            self.refuse_worktree_elsewhere(&session, "archiving it")?;
             self.refuse_busy(&session, "archiving it")?;
         }
         let archived = self
@@ -1123,6 +1174,7 @@ impl Corral {
             return Err(worktree::no_worktree(&session).into());
         };
         let project = Self::project_of(&session, project)?;
+        self.refuse_worktree_elsewhere(&session, "its diff")?;
         let git = self
             .git()
             .await
@@ -1145,6 +1197,7 @@ impl Corral {
             return Err(worktree::no_worktree(&session).into());
         };
         let project = Self::project_of(&session, project)?;
+        self.refuse_worktree_elsewhere(&session, "merging it")?;
         self.refuse_busy(&session, "merging it")?;
         let git = self
             .git()
@@ -1162,6 +1215,7 @@ impl Corral {
             return Err(worktree::no_worktree(&session).into());
         }
         let project = Self::project_of(&session, project)?;
+        self.refuse_worktree_elsewhere(&session, "making it again")?;
         let git = self
             .git()
             .await

@@ -380,7 +380,17 @@ pub async fn finish_creating(shared: Arc<Shared>) {
         Ok(git) => git,
         Err(error) => return tracing::warn!(%error, "worktrees left creating stay so"),
     };
+    let this_node = shared.lease.as_ref().map(|lease| lease.node_id.clone());
     for session in left {
+        // On a shared store, another daemon's host has (or is making) that worktree.
+        let node = shared
+            .readers
+            .read(|connection| sessions::worktree_node(connection, &session.id));
+        if let (Ok(Some((node, _))), Some(this)) = (node, &this_node) {
+            if node != *this {
+                continue;
+            }
+        }
         let project = session.project_id.as_deref().and_then(|id| {
             shared
                 .readers

@@ -703,6 +703,87 @@ fn a_locking_group_runs_one_project_at_a_time_first_come_across_daemons() {
     turns_are_first_come(&cluster, &first, &other);
 }
 
+/// `git ARGS` in `dir`, which must succeed.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let output = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=corral test",
+            "-c",
+            "user.email=test@corral.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A worktree is on the host of the daemon that made it: that daemon runs the session's
+/// prompts (sent through another, which has room and serves the project), and only it
+/// archives the worktree; another refuses in one line.
+#[test]
+fn a_worktree_sessions_prompts_run_where_its_worktree_is() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let repo = cluster.dir().join("repo");
+    std::fs::create_dir_all(&repo).expect("a repository directory");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README.md"), "hello\n").expect("a file");
+    git(&repo, &["add", "README.md"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let dir = repo.to_str().expect("temporary paths are UTF-8");
+    cluster.ok(
+        0,
+        &[
+            "project",
+            "add",
+            "w",
+            dir,
+            "--engine",
+            "fake",
+            "--isolation",
+            "worktree",
+        ],
+    );
+    // Opened through B: B's host has the worktree.
+    let session = cluster.json(1, &["session", "new", "w", "--title", "pinned", "--json"]);
+    let session = text(&session["id"]);
+    assert_eq!(
+        cluster.value(&format!(
+            "SELECT worktree_node FROM sessions WHERE id = {}",
+            quoted(&session)
+        )),
+        cluster.node_id(1).as_str()
+    );
+    let prompts: Vec<String> = (0..3)
+        .map(|k| cluster.send(0, &session, &format!("@fake delay=100\npinned {k}")))
+        .collect();
+    cluster.wait_for("every prompt is done", Duration::from_secs(30), || {
+        prompts
+            .iter()
+            .all(|prompt| cluster.prompt_status(prompt) == "done")
+    });
+    for prompt in &prompts {
+        let nodes: Vec<Option<String>> = runs_of(&cluster, prompt)
+            .into_iter()
+            .map(|run| run.1)
+            .collect();
+        assert_eq!(nodes, vec![Some(cluster.node_id(1))], "{prompt}");
+    }
+    let refused = cluster.run(0, &["session", "archive", &session]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("worktree is on host"), "{stderr}");
+    cluster.ok(1, &["session", "archive", &session]);
+}
+
 #[test]
 fn the_total_holds_across_daemons() {
     let Some(cluster) = Cluster::start(2) else {

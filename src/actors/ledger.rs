@@ -1150,11 +1150,14 @@ ledger_write!(
             }
         }
         let enqueued = prompts::enqueue(connection, &this.prompt, claimer.as_claimer())?;
-        // Left for others only when this daemon could not take it: a prompt queued behind its
-        // session's running one is that runner's next.
+        // Left for others when this daemon did not take it (it could not, or the session's
+        // worktree is on another daemon's host, or an older prompt has the lock's turn): a
+        // prompt queued behind its session's running one is that runner's next, and wakes
+        // nobody.
         if matches!(&enqueued, Ok(done) if done.started.is_none())
-            && claimer == prompts::ClaimBy::Nobody
+            && claimer != prompts::ClaimBy::Alone
             && connection.dialect() == Dialect::Postgres
+            && !prompts::runs_something(connection, &this.prompt.session_id)?
         {
             listen::notify(connection, listen::WORK, "q")?;
         }

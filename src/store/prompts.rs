@@ -228,6 +228,15 @@ pub(crate) fn finish_and_claim_next(
     claim_next(connection, &session_id, Some(status), claimer)
 }
 
+/// Whether a prompt of the session runs (or is claimed to).
+pub(crate) fn runs_something(connection: &Conn, session_id: &str) -> sql::Result<bool> {
+    connection.row(
+        "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
+        args![session_id],
+        |row| row.get(0),
+    )
+}
+
 /// Claims the session's oldest queued prompt if nothing runs on it, for `claimer`. `last` is
 /// the status of the prompt just finished, which becomes the session's status when nothing
 /// is left.
@@ -237,12 +246,7 @@ pub(crate) fn claim_next(
     last: Option<PromptStatus>,
     claimer: Claimer<'_>,
 ) -> sql::Result<Option<Prompt>> {
-    let running: bool = connection.row(
-        "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
-        args![session_id],
-        |row| row.get(0),
-    )?;
-    if running {
+    if runs_something(connection, session_id)? {
         return Ok(None);
     }
     let next: Option<String> = connection
@@ -261,9 +265,10 @@ pub(crate) fn claim_next(
     let taken_here = match claimer {
         Claimer::Daemon(claim) => match &next {
             Some(id) => {
-                !shares_the_store(connection, claim)?
-                    || (!held_by_another_session(connection, session_id)?
-                        && !waits_for_elder(connection, id)?)
+                !worktree_elsewhere(connection, session_id, &claim.node_id)?
+                    && (!shares_the_store(connection, claim)?
+                        || (!held_by_another_session(connection, session_id)?
+                            && !waits_for_elder(connection, id)?))
             }
             None => true,
         },
@@ -527,6 +532,16 @@ pub(crate) fn running_everywhere(connection: &Conn) -> sql::Result<i64> {
     connection.row(
         "SELECT count(*) FROM prompts WHERE status = 'running' AND claimed_by IS NOT NULL",
         args![],
+        |row| row.get(0),
+    )
+}
+
+/// Whether the session's worktree was made by another daemon's node: it is on that daemon's
+/// host, where alone its prompts can run (`claim_work` reads the same column).
+fn worktree_elsewhere(connection: &Conn, session_id: &str, node_id: &str) -> sql::Result<bool> {
+    connection.row(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
+        args![session_id, node_id],
         |row| row.get(0),
     )
 }

@@ -244,6 +244,9 @@ pub struct NewSession {
     pub branch: Option<String>,
     /// What the new branch starts from (`--base`; default: the project's HEAD).
     pub base: Option<String>,
+    /// On a shared store, the node of the daemon that makes the worktree: its directory is on
+    /// that daemon's host, so only that daemon runs the session's prompts and touches it.
+    pub worktree_node: Option<String>,
 }
 
 pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result<Session> {
@@ -275,8 +278,8 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
     connection.run(
         "INSERT INTO sessions (id, project_id, engine, model, reasoning_effort, thread_id, title, \
          title_source, status, task, wave_id, created_at, archived_at, last_event_seq, \
-         worktree, branch, base, base_commit, worktree_state) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+         worktree, branch, base, base_commit, worktree_state, worktree_node) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
         args![
             session.id,
             session.project_id,
@@ -297,6 +300,7 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
             worktree.map(|w| &w.base),
             worktree.map(|w| &w.base_commit),
             worktree.map(|w| w.state.as_str()),
+            worktree.and(new.worktree_node.as_deref()),
         ],
     )?;
     Ok(session)
@@ -453,6 +457,20 @@ pub fn sessions_in_setup(connection: &Conn) -> sql::Result<Vec<String>> {
 /// How many sessions the store has (archived ones too), without reading them.
 pub fn session_count(connection: &Conn) -> sql::Result<usize> {
     connection.row("SELECT COUNT(*) FROM sessions", args![], |row| row.get(0))
+}
+
+/// Where a session's worktree is, on a shared store: the node of the daemon that made it and
+/// that daemon's host (`None` when its daemon never registered), or `None` when it names none.
+pub fn worktree_node(connection: &Conn, id: &str) -> sql::Result<Option<(String, Option<String>)>> {
+    let found: Option<(Option<String>, Option<String>)> = connection
+        .row(
+            "SELECT s.worktree_node, d.host FROM sessions s \
+               LEFT JOIN daemons d ON d.node_id = s.worktree_node WHERE s.id = ?1",
+            args![id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    Ok(found.and_then(|(node, host)| node.map(|node| (node, host))))
 }
 
 pub fn session(connection: &Conn, id: &str) -> sql::Result<Option<Session>> {
