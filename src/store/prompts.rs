@@ -431,6 +431,9 @@ pub(crate) fn claim_work(
     // (…))` the list was parsed again for every queued prompt), and each session's head is
     // one sort of the queued prompts (`DISTINCT ON`), not an anti-join of the queue with
     // itself; both cost up to 200 ms on a fresh database with 1,000 queued, under the lock.
+    // Each head's session and running prompt are looked up by key (the `LATERAL … OFFSET 0`
+    // and the scalar count are not turned into joins): a store whose statistics are from
+    // when its tables were empty planned those joins as scans, 40 ms a claim.
     //
     // With other daemons live, the claims keep the locks (`conflicts_sql!`): the heads of a
     // shared-isolation project a session of which runs are left out here, in one pass over
@@ -439,21 +442,24 @@ pub(crate) fn claim_work(
     // head.
     let locks = shares_the_store(connection, claim)?;
     let heads = connection.rows(
-        "SELECT h.id, h.session_id, h.engine, h.project_id, h.shared, h.grouped FROM ( \
-            SELECT DISTINCT ON (p.session_id) p.id, p.session_id, s.engine, p.created_at, \
-                   s.project_id, s.worktree IS NULL AS shared, sp.groups <> '[]' AS grouped \
-              FROM prompts p JOIN sessions s ON s.id = p.session_id \
-                             JOIN projects sp ON sp.id = s.project_id \
-             WHERE p.status = 'queued' AND s.archived_at IS NULL \
-               AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
-               AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
-             ORDER BY p.session_id, p.created_at, p.id) h \
-          WHERE NOT EXISTS (SELECT 1 FROM prompts r WHERE r.session_id = h.session_id \
-                             AND r.status = 'running') \
+        "SELECT q.id, q.session_id, h.engine, h.project_id, h.shared, h.grouped \
+           FROM (SELECT DISTINCT ON (p.session_id) p.id, p.session_id, p.created_at \
+                   FROM prompts p WHERE p.status = 'queued' \
+                  ORDER BY p.session_id, p.created_at, p.id) q \
+          CROSS JOIN LATERAL ( \
+                 SELECT s.engine, s.project_id, s.worktree IS NULL AS shared, \
+                        sp.groups <> '[]' AS grouped \
+                   FROM sessions s JOIN projects sp ON sp.id = s.project_id \
+                  WHERE s.id = q.session_id AND s.archived_at IS NULL \
+                    AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
+                    AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
+                 OFFSET 0) h \
+          WHERE (SELECT count(*) FROM prompts r WHERE r.session_id = q.session_id \
+                    AND r.status = 'running') = 0 \
             AND NOT (?3 AND h.shared AND h.project_id IN ( \
                      SELECT rs.project_id FROM prompts r JOIN sessions rs ON rs.id = r.session_id \
                       WHERE r.status = 'running' AND rs.worktree IS NULL)) \
-          ORDER BY h.created_at, h.id LIMIT 4096",
+          ORDER BY q.created_at, q.id LIMIT 4096",
         args![
             claim.node_id,
             serde_json::to_string(serves).expect("strings serialize"),
