@@ -668,7 +668,7 @@ impl Corral {
             .read(|c| sessions::worktree_node(c, session_id))
             .ok()??;
         let live = self
-            .read(|c| crate::store::daemons::daemons(c))
+            .read(crate::store::daemons::daemons)
             .ok()?
             .into_iter()
             .any(|daemon| daemon.node_id == node && daemon.is_live());
