@@ -246,6 +246,60 @@ fn kill_9_of_the_lease_holder_hands_its_prompts_over() {
     assert_eq!(succeeded[0].1.as_deref(), Some(b.as_str()), "{runs:?}");
 }
 
+/// A prompt whose daemons die under it (kill -9, here; an engine that takes its host down,
+/// in life) is run again on another daemon twice; the third time its lease runs out under it,
+/// it fails with why instead of taking the next daemon down, and its session goes on.
+#[test]
+fn a_prompt_whose_daemons_keep_dying_fails_the_third_time() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("poison");
+    let prompt = cluster.send(0, &session, "@fake delay=60000\npoison");
+    let mut killed = 0;
+    for round in 1..=3 {
+        let (_, node, _) = running_run(&cluster, &prompt);
+        let index = cluster
+            .home_of_node(&node)
+            .unwrap_or_else(|| panic!("run on an unknown node {node}"));
+        let pid = cluster.daemon_pid(index).expect("the runner's pid");
+        kill(pid, libc::SIGKILL);
+        cluster.wait_for("the runner is gone", Duration::from_secs(2), || !alive(pid));
+        killed = index;
+        if round == 3 {
+            break;
+        }
+        // The other daemon runs it again once the lease ran out; then the killed one comes
+        // back (after the rescue: before it, its boot would take its own prompt back).
+        cluster.wait_for(
+            "another daemon runs it again",
+            LEASE + Duration::from_secs(8),
+            || {
+                let runs = runs_of(&cluster, &prompt);
+                runs.len() == round + 1 && runs[round].2 == "running"
+            },
+        );
+        cluster.start_daemon(index);
+    }
+    cluster.wait_for("the prompt failed", LEASE + Duration::from_secs(8), || {
+        cluster.prompt_status(&prompt) == "failed"
+    });
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(runs.iter().all(|run| run.2 == "interrupted"), "{runs:?}");
+    let error = text(&cluster.value(&format!(
+        "SELECT error FROM prompts WHERE id = {}",
+        quoted(&prompt)
+    )));
+    assert!(error.contains("died 3 times"), "{error}");
+    // The session takes its next prompt, the last killed daemon back.
+    cluster.start_daemon(killed);
+    let next = cluster.send(0, &session, "@fake\nafter");
+    cluster.wait_for("the next prompt is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&next) == "done"
+    });
+}
+
 #[test]
 fn a_paused_daemon_is_fenced_out_and_ends_its_stale_runs() {
     let Some(cluster) = Cluster::start(2) else {

@@ -634,6 +634,14 @@ fn waits_for_elder(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
     )
 }
 
+/// What a run cut off by its daemon's lease running out says (`runs.error`).
+const LEASE_EXPIRED: &str = "the lease of the daemon that ran it expired";
+
+/// How many of a prompt's runs may be cut off by their daemon's lease running out before a
+/// rescue fails the prompt instead of running it again: an engine that takes its host or its
+/// daemon down would otherwise take every daemon of the store down in turn, for ever.
+pub const RESCUES_AT_MOST: i64 = 3;
+
 /// A prompt taken back from a daemon whose lease ran out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rescued {
@@ -668,17 +676,54 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
     let now = now_ms();
     let mut telling = Vec::new();
     for rescued in &lost {
+        let runs: Vec<String> = connection.rows(
+            "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued', \
+                    error = ?3 \
+              WHERE prompt_id = ?1 AND status = 'running' RETURNING id",
+            args![rescued.prompt_id, now, LEASE_EXPIRED],
+            |row| row.get(0),
+        )?;
+        let lost_runs: i64 = connection.row(
+            "SELECT count(*) FROM runs WHERE prompt_id = ?1 AND error = ?2",
+            args![rescued.prompt_id, LEASE_EXPIRED],
+            |row| row.get(0),
+        )?;
+        if lost_runs >= RESCUES_AT_MOST && !runs.is_empty() {
+            // Its engine may be what takes its daemons down: not run on another one again.
+            let error = format!(
+                "the daemons that ran it died {lost_runs} times (their leases expired mid-run): not run again"
+            );
+            connection.run(
+                "UPDATE prompts SET status = 'failed', error = ?2, finished_at = ?3, \
+                        claimed_by = NULL, claim_epoch = NULL WHERE id = ?1",
+                args![rescued.prompt_id, error, now],
+            )?;
+            set_session_status(connection, &rescued.session_id, "failed")?;
+            for run_id in runs {
+                telling.push(super::events::NewEvent {
+                    session_id: rescued.session_id.clone(),
+                    prompt_id: Some(rescued.prompt_id.clone()),
+                    run_id: Some(run_id),
+                    kind: EventKind::RunExited,
+                    payload: serde_json::json!({
+                        "ended_by": "lease expired",
+                        "reason": LEASE_EXPIRED,
+                    }),
+                });
+            }
+            telling.push(super::events::NewEvent {
+                session_id: rescued.session_id.clone(),
+                prompt_id: Some(rescued.prompt_id.clone()),
+                run_id: None,
+                kind: EventKind::PromptFailed,
+                payload: serde_json::json!({ "error": error, "answer": null }),
+            });
+            continue;
+        }
         connection.run(
             "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
              WHERE id = ?1",
             args![rescued.prompt_id],
-        )?;
-        let runs: Vec<String> = connection.rows(
-            "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued', \
-                    error = 'the lease of the daemon that ran it expired' \
-              WHERE prompt_id = ?1 AND status = 'running' RETURNING id",
-            args![rescued.prompt_id, now],
-            |row| row.get(0),
         )?;
         for run_id in runs {
             telling.push(super::events::NewEvent {
@@ -697,7 +742,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             prompt_id: Some(rescued.prompt_id.clone()),
             run_id: None,
             kind: EventKind::PromptRequeued,
-            payload: serde_json::json!({ "reason": "the lease of the daemon that ran it expired" }),
+            payload: serde_json::json!({ "reason": LEASE_EXPIRED }),
         });
     }
     let told = super::events::append_events(connection, telling)?;
