@@ -688,8 +688,24 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             args![rescued.prompt_id, LEASE_EXPIRED],
             |row| row.get(0),
         )?;
-        if lost_runs >= RESCUES_AT_MOST && !runs.is_empty() {
-            // Its engine may be what takes its daemons down: not run on another one again.
+        // Its engine may be what takes its daemons down: then not run on another one again.
+        let given_up = lost_runs >= RESCUES_AT_MOST && !runs.is_empty();
+        let told = |run_id: Option<String>, kind, payload| super::events::NewEvent {
+            session_id: rescued.session_id.clone(),
+            prompt_id: Some(rescued.prompt_id.clone()),
+            run_id,
+            kind,
+            payload,
+        };
+        let reason = match given_up {
+            true => LEASE_EXPIRED.to_string(),
+            false => format!("{LEASE_EXPIRED}; another daemon runs the prompt again"),
+        };
+        for run_id in runs {
+            let payload = serde_json::json!({ "ended_by": "lease expired", "reason": reason });
+            telling.push(told(Some(run_id), EventKind::RunExited, payload));
+        }
+        if given_up {
             let error = format!(
                 "the daemons that ran it died {lost_runs} times (their leases expired mid-run): not run again"
             );
@@ -699,51 +715,17 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
                 args![rescued.prompt_id, error, now],
             )?;
             set_session_status(connection, &rescued.session_id, "failed")?;
-            for run_id in runs {
-                telling.push(super::events::NewEvent {
-                    session_id: rescued.session_id.clone(),
-                    prompt_id: Some(rescued.prompt_id.clone()),
-                    run_id: Some(run_id),
-                    kind: EventKind::RunExited,
-                    payload: serde_json::json!({
-                        "ended_by": "lease expired",
-                        "reason": LEASE_EXPIRED,
-                    }),
-                });
-            }
-            telling.push(super::events::NewEvent {
-                session_id: rescued.session_id.clone(),
-                prompt_id: Some(rescued.prompt_id.clone()),
-                run_id: None,
-                kind: EventKind::PromptFailed,
-                payload: serde_json::json!({ "error": error, "answer": null }),
-            });
-            continue;
+            let payload = serde_json::json!({ "error": error, "answer": null });
+            telling.push(told(None, EventKind::PromptFailed, payload));
+        } else {
+            connection.run(
+                "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
+                 WHERE id = ?1",
+                args![rescued.prompt_id],
+            )?;
+            let payload = serde_json::json!({ "reason": LEASE_EXPIRED });
+            telling.push(told(None, EventKind::PromptRequeued, payload));
         }
-        connection.run(
-            "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
-             WHERE id = ?1",
-            args![rescued.prompt_id],
-        )?;
-        for run_id in runs {
-            telling.push(super::events::NewEvent {
-                session_id: rescued.session_id.clone(),
-                prompt_id: Some(rescued.prompt_id.clone()),
-                run_id: Some(run_id),
-                kind: EventKind::RunExited,
-                payload: serde_json::json!({
-                    "ended_by": "lease expired",
-                    "reason": "the lease of the daemon that ran it expired; another daemon runs the prompt again",
-                }),
-            });
-        }
-        telling.push(super::events::NewEvent {
-            session_id: rescued.session_id.clone(),
-            prompt_id: Some(rescued.prompt_id.clone()),
-            run_id: None,
-            kind: EventKind::PromptRequeued,
-            payload: serde_json::json!({ "reason": LEASE_EXPIRED }),
-        });
     }
     let told = super::events::append_events(connection, telling)?;
     Ok((lost, told))
