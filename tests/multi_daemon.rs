@@ -871,6 +871,28 @@ fn the_total_holds_across_daemons() {
     );
 }
 
+/// `slots.total` across daemons is granted first come, first served: with one slot in all, a
+/// prompt queued through B while A runs goes before A's session's later prompts (A used to
+/// take its session's next prompt at each end, and B's waited for all of them).
+#[test]
+fn the_total_is_granted_first_come_across_daemons() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    cluster.ok(0, &["config", "set", "slots.total", "1"]);
+    for index in 0..2 {
+        cluster.home(index).stop_daemon();
+        cluster.start_daemon(index);
+    }
+    // Two projects, so that no project lock orders them: only the total does.
+    for name in ["t1", "t2"] {
+        cluster.add_project(name);
+    }
+    let first = cluster.session_of("t1", "first");
+    let other = cluster.session_of("t2", "other");
+    turns_are_first_come(&cluster, &first, &other);
+}
+
 #[test]
 fn cancel_reaches_the_daemon_that_runs_the_prompt() {
     let Some(cluster) = Cluster::start(2) else {

@@ -1149,7 +1149,7 @@ ledger_write!(
                 claimer = prompts::ClaimBy::Nobody;
             }
         }
-        let enqueued = prompts::enqueue(connection, &this.prompt, claimer.as_claimer())?;
+        let enqueued = prompts::enqueue(connection, &this.prompt, claimer.as_claimer(), this.total)?;
         // Left for others when this daemon did not take it (it could not, or the session's
         // worktree is on another daemon's host, or an older prompt has the lock's turn): a
         // prompt queued behind its session's running one is that runner's next, and wakes
@@ -1168,7 +1168,8 @@ ledger_write!(
 ledger_write!(
     /// Ends a prompt and claims the session's next queued one, atomically. `announce`: other
     /// daemons share the store and hear of the end (a lock the prompt held may be what their
-    /// queued prompts wait for).
+    /// queued prompts wait for). `total`: `slots.total` then (its last slot goes to the
+    /// oldest waiter of every daemon).
     FinishPrompt {
         prompt_id: String,
         status: prompts::PromptStatus,
@@ -1176,6 +1177,7 @@ ledger_write!(
         answer: Option<String>,
         claimer: prompts::ClaimBy,
         announce: bool,
+        total: Option<usize>,
     } -> Option<prompts::Prompt>,
     |this, connection| {
         let next = prompts::finish_and_claim_next(
@@ -1185,6 +1187,7 @@ ledger_write!(
             this.error.as_deref(),
             this.answer.as_deref(),
             this.claimer.as_claimer(),
+            this.total,
         )?;
         // A lock this prompt held across daemons is free: those waiting for it may claim.
         if this.announce {

@@ -164,6 +164,7 @@ pub(crate) fn enqueue(
     connection: &Conn,
     new: &NewPrompt,
     claimer: Claimer<'_>,
+    total: Option<usize>,
 ) -> sql::Result<Result<Enqueued, DriverClaim>> {
     if let Some(generation) = new.driver_generation {
         if let Some(claim) = driver_claim(connection, &new.session_id)? {
@@ -186,7 +187,7 @@ pub(crate) fn enqueue(
             now_ms(),
         ],
     )?;
-    let started = claim_next(connection, &new.session_id, None, claimer)?;
+    let started = claim_next(connection, &new.session_id, None, claimer, total)?;
     let prompt = prompt(connection, &id)?.ok_or(sql::DbError::NoRows)?;
     Ok(Ok(Enqueued { prompt, started }))
 }
@@ -200,7 +201,8 @@ fn set_session_status(connection: &Conn, session_id: &str, status: &str) -> sql:
 }
 
 /// Ends a prompt and, in the same transaction, claims the session's next queued prompt (now
-/// `running`), so that the one-worker rule never has a gap to slip through.
+/// `running`), so that the one-worker rule never has a gap to slip through. `total`:
+/// `slots.total` when other daemons share the store (see [`total_goes_elsewhere`]).
 pub(crate) fn finish_and_claim_next(
     connection: &Conn,
     prompt_id: &str,
@@ -208,6 +210,7 @@ pub(crate) fn finish_and_claim_next(
     error: Option<&str>,
     answer: Option<&str>,
     claimer: Claimer<'_>,
+    total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
     let now = now_ms();
     let session_id: Option<String> = connection
@@ -225,7 +228,7 @@ pub(crate) fn finish_and_claim_next(
          WHERE id = ?1 AND status IN ('running', 'queued')",
         args![prompt_id, status.as_str(), error, answer, now],
     )?;
-    claim_next(connection, &session_id, Some(status), claimer)
+    claim_next(connection, &session_id, Some(status), claimer, total)
 }
 
 /// Whether a prompt of the session runs (or is claimed to).
@@ -245,6 +248,7 @@ pub(crate) fn claim_next(
     session_id: &str,
     last: Option<PromptStatus>,
     claimer: Claimer<'_>,
+    total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
     if runs_something(connection, session_id)? {
         return Ok(None);
@@ -268,7 +272,8 @@ pub(crate) fn claim_next(
                 !worktree_elsewhere(connection, session_id, &claim.node_id)?
                     && (!shares_the_store(connection, claim)?
                         || (!held_by_another_session(connection, session_id)?
-                            && !waits_for_elder(connection, id)?))
+                            && !waits_for_elder(connection, id)?
+                            && !total_goes_elsewhere(connection, id, total)?))
             }
             None => true,
         },
@@ -381,7 +386,7 @@ pub(crate) fn current_or_next(
             Some(prompt) => prompts.push(prompt),
             // On a shared store the queued heads are claimed by `claim_work`, as room allows.
             None if node.is_empty() => {
-                prompts.extend(claim_next(connection, session_id, None, claimer)?)
+                prompts.extend(claim_next(connection, session_id, None, claimer, None)?)
             }
             None => {}
         }
@@ -487,6 +492,11 @@ pub(crate) fn claim_work(
         if locks && head.shared && !turn_given.insert(head.project_id.clone()) {
             continue;
         }
+        // The total's last slot goes to the oldest waiter of every daemon; the heads after
+        // this one are younger still.
+        if locks && total_left == 1 && older_waiter(connection, &head.id)? {
+            break;
+        }
         let engine = &head.engine;
         let engine_left = left.entry(engine.clone()).or_insert_with(|| {
             let limit = room
@@ -557,6 +567,59 @@ fn worktree_elsewhere(connection: &Conn, session_id: &str, node_id: &str) -> sql
 /// manager keeps them, as on SQLite (its prompts' ends wake no claimer).
 fn shares_the_store(connection: &Conn, claim: &Claim) -> sql::Result<bool> {
     Ok(super::daemons::others_live(connection, &claim.node_id)? > 0)
+}
+
+/// Whether claiming `prompt_id` would take the last free slot of `total` (`slots.total`,
+/// across the daemons; `None`: unset, or the daemon alone) while an older prompt waits for
+/// it, or there is no free slot. The last slot goes to the oldest waiter: without this the
+/// daemon whose prompt ended took its session's next prompt at once, every time, and a
+/// prompt queued earlier on another daemon starved.
+fn total_goes_elsewhere(
+    connection: &Conn,
+    prompt_id: &str,
+    total: Option<usize>,
+) -> sql::Result<bool> {
+    let Some(total) = total else {
+        return Ok(false);
+    };
+    let free = total as i64 - running_everywhere(connection)?;
+    Ok(free <= 0 || (free == 1 && older_waiter(connection, prompt_id)?))
+}
+
+/// Whether an older prompt than `prompt_id` waits for a slot: the head of another session
+/// that runs nothing, whose project a live daemon serves and no other session holds (shared
+/// isolation), and whose worktree, if it has one, is on a live daemon. Each head's session
+/// is looked up by key, as in [`claim_work`].
+fn older_waiter(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
+    connection.row(
+        "WITH me AS (SELECT p.session_id, p.created_at, p.id FROM prompts p WHERE p.id = ?1), \
+         served AS MATERIALIZED ( \
+            SELECT DISTINCT json_array_elements_text(d.serves::json) AS project_id \
+              FROM daemons d WHERE d.lease_until >= corral_now_ms()), \
+         held AS MATERIALIZED ( \
+            SELECT DISTINCT rs.project_id FROM prompts r JOIN sessions rs ON rs.id = r.session_id \
+             WHERE r.status = 'running' AND rs.worktree IS NULL) \
+         SELECT EXISTS ( \
+            SELECT 1 FROM me, \
+                   (SELECT DISTINCT ON (q.session_id) q.session_id, q.created_at, q.id \
+                      FROM prompts q WHERE q.status = 'queued' \
+                     ORDER BY q.session_id, q.created_at, q.id) h \
+             CROSS JOIN LATERAL ( \
+                   SELECT o.project_id, o.worktree, o.worktree_node FROM sessions o \
+                    WHERE o.id = h.session_id AND o.archived_at IS NULL OFFSET 0) o \
+             WHERE h.session_id <> me.session_id \
+               AND (h.created_at < me.created_at \
+                    OR (h.created_at = me.created_at AND h.id < me.id)) \
+               AND (SELECT count(*) FROM prompts r WHERE r.session_id = h.session_id \
+                       AND r.status = 'running') = 0 \
+               AND o.project_id IN (SELECT project_id FROM served) \
+               AND NOT (o.worktree IS NULL AND o.project_id IN (SELECT project_id FROM held)) \
+               AND (o.worktree_node IS NULL \
+                    OR EXISTS (SELECT 1 FROM daemons d WHERE d.node_id = o.worktree_node \
+                                AND d.lease_until >= corral_now_ms())))",
+        args![prompt_id],
+        |row| row.get(0),
+    )
 }
 
 /// SQL: session `o` (project `op`) holds a lock session `s` (project `sp`) needs, were one of

@@ -379,6 +379,11 @@ impl Worker {
                 EventKind::prompt_end(end.status),
                 json!({ "error": end.error, "answer": end.answer }),
             );
+            let shared_with_others = self
+                .shared
+                .lease
+                .as_ref()
+                .is_some_and(|lease| !lease.alone());
             let finish = FinishPrompt {
                 prompt_id: prompt_id.clone(),
                 status: end.status,
@@ -388,11 +393,12 @@ impl Worker {
                     Some(claim) => ClaimBy::Daemon(claim.clone()),
                     None => ClaimBy::Alone,
                 },
-                announce: self
+                announce: shared_with_others,
+                total: self
                     .shared
-                    .lease
-                    .as_ref()
-                    .is_some_and(|lease| !lease.alone()),
+                    .settings()
+                    .slots_total
+                    .filter(|_| shared_with_others),
             };
             // One commit for the last run's end, the prompt's end, its events and the ones
             // still deferred; the events are published after it.
@@ -402,11 +408,6 @@ impl Worker {
                 .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
                 .map(|((_, next), _)| next);
-            let shared_with_others = self
-                .shared
-                .lease
-                .as_ref()
-                .is_some_and(|lease| !lease.alone());
             if shared_with_others && !matches!(finished, Ok(Some(_))) {
                 // A slot is free here: another session's queued prompt may take it.
                 self.shared.claim_wanted.notify_one();
