@@ -408,6 +408,20 @@ pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), Store
         StoreError::Sqlite(error) => StoreError::from_sqlite(path, error),
         other => other,
     })?;
+    if create && version == 0 {
+        // Our id goes into the main file before it turns to WAL mode: a WAL-mode file with
+        // no id and no `-wal` is refused as not ours (`inspect`), and another `corral` that
+        // looked between the switch and the first migration's commit (a command started by
+        // the one creating the store) was refused so.
+        let id: i32 = connection
+            .query_row("PRAGMA application_id", [], |row| row.get(0))
+            .map_err(|error| StoreError::from_sqlite(path, error))?;
+        if id == 0 {
+            connection
+                .pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(|error| StoreError::from_sqlite(path, error))?;
+        }
+    }
     if create || version > 0 {
         let mode: String = connection
             .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
