@@ -408,17 +408,7 @@ fn failover(bins: &Bins, admin: &str) -> Result<()> {
         // Mid-run: once every engine of the victim's prompts is running.
         let node = cluster.daemons[victim].node()?.to_string();
         let victims_prompts = (SESSIONS / 3) as i64;
-        cluster
-            .db
-            .wait_until("the victim's engines run", PATIENCE, |db| {
-                db.int(
-                    "SELECT count(*) FROM runs WHERE node_id = $1 AND status = 'running' \
-                     AND pid IS NOT NULL AND prompt_id = ANY($2)",
-                    &[&node, &ids],
-                )
-                .map(|running| running >= victims_prompts)
-            })
-            .with_context(|| format!("round {round}: {}", cluster.explain(&ids)))?;
+        cluster.wait_for_engines(&node, &ids, victims_prompts, round)?;
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -531,17 +521,7 @@ fn fence(bins: &Bins, admin: &str) -> Result<()> {
         let before = cluster.daemons[victim].fenced_writes()?;
         let ids = cluster.send_round(&sessions, &format!("@fake delay=3000\nfence {round}"))?;
         let victims_prompts = (SESSIONS / 3) as i64;
-        cluster
-            .db
-            .wait_until("the victim's engines run", PATIENCE, |db| {
-                db.int(
-                    "SELECT count(*) FROM runs WHERE node_id = $1 AND status = 'running' \
-                     AND pid IS NOT NULL AND prompt_id = ANY($2)",
-                    &[&node, &ids],
-                )
-                .map(|running| running >= victims_prompts)
-            })
-            .with_context(|| format!("round {round}: {}", cluster.explain(&ids)))?;
+        cluster.wait_for_engines(&node, &ids, victims_prompts, round)?;
         let its: Vec<String> = cluster
             .db
             .rows(
@@ -963,6 +943,21 @@ impl Cluster {
     /// (other programs on the machine may run fake engines too).
     fn root(&self) -> String {
         self.dir.path().to_string_lossy().into_owned()
+    }
+
+    /// Waits until `count` of the prompts `ids` have an engine running on daemon `node`
+    /// (mid-run: the moment a round kills or pauses it).
+    fn wait_for_engines(&self, node: &str, ids: &[String], count: i64, round: usize) -> Result<()> {
+        self.db
+            .wait_until("the victim's engines run", PATIENCE, |db| {
+                db.int(
+                    "SELECT count(*) FROM runs WHERE node_id = $1 AND status = 'running' \
+                     AND pid IS NOT NULL AND prompt_id = ANY($2)",
+                    &[&node, &ids],
+                )
+                .map(|running| running >= count)
+            })
+            .with_context(|| format!("round {round}: {}", self.explain(ids)))
     }
 
     fn daemon_pids(&self) -> Vec<i32> {

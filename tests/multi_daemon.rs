@@ -838,17 +838,21 @@ fn a_worktree_sessions_prompts_run_where_its_worktree_is() {
     cluster.ok(1, &["session", "archive", &session]);
 }
 
+/// Sets `slots.total`, read at a daemon's start: then every daemon is restarted.
+fn set_total(cluster: &Cluster, total: usize) {
+    cluster.ok(0, &["config", "set", "slots.total", &total.to_string()]);
+    for index in 0..cluster.len() {
+        cluster.home(index).stop_daemon();
+        cluster.start_daemon(index);
+    }
+}
+
 #[test]
 fn the_total_holds_across_daemons() {
     let Some(cluster) = Cluster::start(2) else {
         return;
     };
-    // slots.total is read at a daemon's start: set, then both restarted.
-    cluster.ok(0, &["config", "set", "slots.total", "2"]);
-    for index in 0..2 {
-        cluster.home(index).stop_daemon();
-        cluster.start_daemon(index);
-    }
+    set_total(&cluster, 2);
     let mut prompts = Vec::new();
     for index in 0..6 {
         let project = format!("t{index}");
@@ -879,11 +883,7 @@ fn the_total_is_granted_first_come_across_daemons() {
     let Some(cluster) = Cluster::start(2) else {
         return;
     };
-    cluster.ok(0, &["config", "set", "slots.total", "1"]);
-    for index in 0..2 {
-        cluster.home(index).stop_daemon();
-        cluster.start_daemon(index);
-    }
+    set_total(&cluster, 1);
     // Two projects, so that no project lock orders them: only the total does.
     for name in ["t1", "t2"] {
         cluster.add_project(name);

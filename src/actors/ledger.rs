@@ -1140,12 +1140,9 @@ ledger_write!(
     |this, connection| {
         let mut claimer = this.claimer;
         if let prompts::ClaimBy::Daemon(claim) = &claimer {
-            // A lease changing hands, or the total reached across the daemons: the prompt is
-            // queued for whoever can take it.
-            let full = this.total.is_some_and(|total| {
-                prompts::running_everywhere(connection).is_ok_and(|running| running >= total as i64)
-            });
-            if full || !daemons::fence_holds(connection, claim)? {
+            // A lease changing hands: the prompt is queued for whoever can take it. (The
+            // total across the daemons is the claim's to check, `total`.)
+            if !daemons::fence_holds(connection, claim)? {
                 claimer = prompts::ClaimBy::Nobody;
             }
         }
