@@ -214,6 +214,24 @@ fn open_descriptors(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// The daemon's open Unix-socket descriptors: its clients' connections and its listeners.
+/// What the tests of closed connections count, since on a PostgreSQL store the daemon may
+/// open a store connection (a TCP socket) at any moment.
+fn unix_socket_descriptors(pid: i32) -> usize {
+    let Ok(process) = procfs::process::Process::new(pid) else {
+        return 0;
+    };
+    let Ok(unix) = process.unix() else { return 0 };
+    let unix: std::collections::HashSet<u64> = unix.iter().map(|entry| entry.inode).collect();
+    process.fd().map_or(0, |fds| {
+        fds.flatten()
+            .filter(|fd| {
+                matches!(fd.target, procfs::process::FDTarget::Socket(inode) if unix.contains(&inode))
+            })
+            .count()
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // The daemon
 
@@ -862,7 +880,7 @@ fn ids_of_every_json_type() {
 fn a_silent_client_is_closed_after_the_handshake_timeout() {
     let mut daemon = Daemon::start(&[("CORRAL_HANDSHAKE_TIMEOUT_MS", "300")]);
     let mut witness = daemon.connect();
-    let descriptors = open_descriptors(daemon.pid);
+    let descriptors = unix_socket_descriptors(daemon.pid);
     let started = Instant::now();
     let mut silent = Conn::open(&daemon.socket());
     let notice = silent
@@ -885,11 +903,11 @@ fn a_silent_client_is_closed_after_the_handshake_timeout() {
     // No resource held: the daemon's descriptors are back to what they were.
     drop(silent);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while open_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
+    while unix_socket_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(
-        open_descriptors(daemon.pid),
+        unix_socket_descriptors(daemon.pid),
         descriptors,
         "descriptors held"
     );
@@ -1407,7 +1425,7 @@ fn ten_thousand_unread_requests_hold_a_few_mib_and_are_all_answered_once_read() 
     );
 
     // Another client floods and leaves without reading: the daemon lets it go.
-    let descriptors = open_descriptors(daemon.pid);
+    let descriptors = unix_socket_descriptors(daemon.pid);
     let leaver = daemon.connect();
     let (writing, written) = write_from_a_thread(&leaver, status_requests(1..=REQUESTS));
     until_writes_stall(&written, REQUESTS as usize);
@@ -1415,11 +1433,11 @@ fn ten_thousand_unread_requests_hold_a_few_mib_and_are_all_answered_once_read() 
     drop(leaver);
     let _ = writing.join();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while open_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
+    while unix_socket_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        open_descriptors(daemon.pid),
+        unix_socket_descriptors(daemon.pid),
         descriptors,
         "the daemon kept the connection of a client that left"
     );
@@ -1431,18 +1449,18 @@ fn ten_thousand_unread_requests_hold_a_few_mib_and_are_all_answered_once_read() 
 fn a_client_that_neither_initializes_nor_reads_is_closed_all_the_same() {
     let mut daemon = Daemon::start(&[("CORRAL_HANDSHAKE_TIMEOUT_MS", "300")]);
     let mut witness = daemon.connect();
-    let descriptors = open_descriptors(daemon.pid);
+    let descriptors = unix_socket_descriptors(daemon.pid);
     // 30,000 requests before initialize: 30,000 refusals it never reads (more than the
     // daemon queues for it and the socket's buffers hold).
     let mute = Conn::open(&daemon.socket());
     let (writing, _) = write_from_a_thread(&mute, status_requests(1..=30_000));
     let deadline = Instant::now() + Duration::from_secs(10);
     std::thread::sleep(Duration::from_millis(300));
-    while open_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
+    while unix_socket_descriptors(daemon.pid) > descriptors && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        open_descriptors(daemon.pid),
+        unix_socket_descriptors(daemon.pid),
         descriptors,
         "the connection of a client that never initialized nor read is still open"
     );
