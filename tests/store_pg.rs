@@ -192,6 +192,62 @@ fn a_daemon_on_postgres_runs_prompts_and_records_everything_there() {
     assert_eq!(again["runs"], history["runs"]);
 }
 
+// A session's events arrive at the ledger in bursts (an engine prints many lines at once);
+// on PostgreSQL a burst is numbered and stored in one statement, its events carried as JSON
+// records (`store::events`). Each must come out in order, numbered without a gap, its text
+// as the engine wrote it.
+#[test]
+fn a_burst_of_events_is_stored_in_order_with_its_text_as_written() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "bursts", &[]);
+    let tricky = r#"quotes " ' \ \u0000 \n $1 ?2 %s {"a":[1]} été 🦀 '; DROP TABLE events; --"#;
+    let prompt = format!("@fake deltas=20\n@fake answer={tricky}\nburst");
+    let answer = home.ok(&["send", &session, &prompt, "--wait"]);
+    assert_eq!(answer.trim_end_matches('\n'), tricky);
+    let rows = sql(
+        &url,
+        &format!(
+            "SELECT seq, feed_seq, payload FROM events WHERE session_id = '{session}' ORDER BY seq"
+        ),
+    );
+    let seqs: Vec<i64> = rows.iter().map(|row| row[0].as_i64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "{rows:?}"
+    );
+    let feed: Vec<i64> = rows.iter().map(|row| row[1].as_i64().unwrap()).collect();
+    assert!(
+        feed.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "this session alone: its feed numbers follow each other, {feed:?}"
+    );
+    let payloads: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| serde_json::from_str(row[2].as_str().unwrap()).expect("JSON payloads"))
+        .collect();
+    // The progress items in the order printed, then the answer, its text whole.
+    let text = |payload: &serde_json::Value| payload.to_string();
+    let steps: Vec<usize> = (1..=20)
+        .map(|step| {
+            let needle = format!("\"step {step}\"");
+            payloads
+                .iter()
+                .position(|payload| text(payload).contains(&needle))
+                .unwrap_or_else(|| panic!("no event of step {step}: {payloads:?}"))
+        })
+        .collect();
+    assert!(steps.windows(2).all(|pair| pair[0] < pair[1]), "{steps:?}");
+    let carried = serde_json::to_string(tricky).unwrap();
+    let answered = payloads
+        .iter()
+        .position(|payload| text(payload).contains(&carried))
+        .unwrap_or_else(|| panic!("no event carries the answer as written: {payloads:?}"));
+    assert!(answered > steps[19], "the answer after the last step");
+}
+
 /// The schema version this binary writes, as `corral_meta` holds it.
 fn store_schema_version() -> String {
     corral::store::migrations::SCHEMA_VERSION.to_string()

@@ -358,21 +358,27 @@ fn apply_and_commit(
         // are exactly those after the last one now: the range its notice names.
         let shared = connection.dialect() == Dialect::Postgres;
         let feed_before = if shared {
-            events::last_feed_seq(connection)?
+            events::feed_seq_in_transaction(connection)?
         } else {
             0
         };
+        // One round trip between two writes: the end of one's savepoint and the start of the
+        // next's go together (on PostgreSQL each is a trip to the server under the lock). The
+        // commit releases the last one.
+        let mut last_failed = None;
         for op in ops.iter_mut() {
-            connection.batch("SAVEPOINT op")?;
-            if op.apply(connection) {
-                connection.batch("RELEASE op")?;
-            } else {
-                connection.batch("ROLLBACK TO op")?;
-                connection.batch("RELEASE op")?;
-            }
+            connection.batch(match last_failed {
+                None => "SAVEPOINT op",
+                Some(false) => "RELEASE op; SAVEPOINT op",
+                Some(true) => "ROLLBACK TO op; RELEASE op; SAVEPOINT op",
+            })?;
+            last_failed = Some(!op.apply(connection));
+        }
+        if last_failed == Some(true) {
+            connection.batch("ROLLBACK TO op; RELEASE op")?;
         }
         if shared {
-            let feed_after = events::last_feed_seq(connection)?;
+            let feed_after = events::feed_seq_in_transaction(connection)?;
             if feed_after > feed_before {
                 let payload =
                     listen::events_payload(node.unwrap_or(""), feed_before + 1, feed_after);

@@ -194,15 +194,24 @@ pub fn next_expiry(conn: &Conn, node_id: &str) -> sql::Result<Option<i64>> {
 
 /// Whether `claim` still holds: its daemon's epoch is the same and its lease has not run out.
 /// Read inside the ledger's transaction, under the store's write lock (see the module doc).
+/// Asked once per transaction and claim: one that held holds to the commit (see
+/// `sql::TransactionMemo`).
 pub fn fence_holds(conn: &Conn, claim: &Claim) -> sql::Result<bool> {
-    Ok(conn
+    if conn.fence_known_held(&claim.node_id, claim.epoch) {
+        return Ok(true);
+    }
+    let holds = conn
         .opt_row(
             "SELECT 1 FROM daemons WHERE node_id = ?1 AND epoch = ?2 \
                 AND lease_until >= corral_now_ms()",
             args![claim.node_id, claim.epoch],
             |row| row.get::<i64>(0),
         )?
-        .is_some())
+        .is_some();
+    if holds {
+        conn.note_fence_held(&claim.node_id, claim.epoch);
+    }
+    Ok(holds)
 }
 
 /// Whether a live daemon serves project `project_id` (as of its last renewal).

@@ -5,7 +5,7 @@
 //! `sessions.last_event_seq` in the same transaction, so readers can resume from an offset.
 //! Written by the ledger actor (`AppendEvents`, with other writes); read by streams and replay.
 
-use crate::store::sql::{self, args, Conn, OptionalExt, Row};
+use crate::store::sql::{self, args, Conn, Dialect, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::now_ms;
@@ -69,7 +69,50 @@ pub(crate) fn append_events_at(
     connection: &Conn,
     events: impl ExactSizeIterator<Item = (NewEvent, i64)>,
 ) -> sql::Result<Vec<Event>> {
+    if events.len() == 0 {
+        return Ok(Vec::new());
+    }
+    // The daemon-wide number: the ledger is the only writer, so the last stored one plus one
+    // (an index seek) is free inside this transaction; a write rolled back gives its numbers
+    // back with its rows, so the stored numbers have no gaps.
+    let mut feed_seq = feed_seq_in_transaction(connection)?;
     let mut numbered = Vec::with_capacity(events.len());
+    let mut events = events.peekable();
+    while let Some(first) = events.next() {
+        // A session's events in a row are numbered and stored together.
+        let mut run = vec![first];
+        while let Some(next) = events.next_if(|(next, _)| next.session_id == run[0].0.session_id) {
+            run.push(next);
+        }
+        let first_seq = match connection.dialect() {
+            Dialect::Sqlite => number_one_by_one(connection, &run, feed_seq)?,
+            Dialect::Postgres => number_at_once(connection, &run, feed_seq)?,
+        };
+        for (index, (event, at)) in run.into_iter().enumerate() {
+            feed_seq += 1;
+            numbered.push(Event {
+                session_id: event.session_id,
+                seq: first_seq + index as i64,
+                feed_seq,
+                prompt_id: event.prompt_id,
+                run_id: event.run_id,
+                at,
+                kind: event.kind,
+                payload: event.payload,
+            });
+        }
+    }
+    connection.note_last_feed_seq(feed_seq);
+    Ok(numbered)
+}
+
+/// Stores one session's events in a row, the feed's numbers following `feed_seq`, a
+/// statement each (SQLite, in process); returns the session number of the first.
+fn number_one_by_one(
+    connection: &Conn,
+    run: &[(NewEvent, i64)],
+    feed_seq: i64,
+) -> sql::Result<i64> {
     // The session's last event's time goes with its number (the overview reads it there, not
     // from the event, whose payload may be long).
     const NEXT: &str = "UPDATE sessions SET last_event_seq = last_event_seq + 1, \
@@ -77,16 +120,10 @@ pub(crate) fn append_events_at(
     const INSERT: &str =
         "INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
-    if events.len() == 0 {
-        return Ok(numbered);
-    }
-    // The daemon-wide number: the ledger is the only writer, so the last stored one plus one
-    // (an index seek) is free inside this transaction; a write rolled back gives its numbers
-    // back with its rows, so the stored numbers have no gaps.
-    let mut feed_seq = last_feed_seq(connection)?;
-    for (event, at) in events {
-        let seq: i64 = connection.row(NEXT, args![&event.session_id, at], |row| row.get(0))?;
-        feed_seq += 1;
+    let mut first_seq = None;
+    for (offset, (event, at)) in run.iter().enumerate() {
+        let seq: i64 = connection.row(NEXT, args![&event.session_id, *at], |row| row.get(0))?;
+        first_seq.get_or_insert(seq);
         connection.run(
             INSERT,
             args![
@@ -94,24 +131,58 @@ pub(crate) fn append_events_at(
                 seq,
                 event.prompt_id,
                 event.run_id,
-                at,
+                *at,
                 event.kind.as_str(),
                 event.payload.to_string(),
-                feed_seq,
+                feed_seq + 1 + offset as i64,
             ],
         )?;
-        numbered.push(Event {
-            session_id: event.session_id,
-            seq,
-            feed_seq,
-            prompt_id: event.prompt_id,
-            run_id: event.run_id,
-            at,
-            kind: event.kind,
-            payload: event.payload,
-        });
     }
-    Ok(numbered)
+    first_seq.ok_or(sql::DbError::NoRows)
+}
+
+/// Stores one session's events in a row as [`number_one_by_one`] does, in one statement
+/// (PostgreSQL: one round trip to the server, made under the store's write lock, whatever
+/// the number of events).
+fn number_at_once(connection: &Conn, run: &[(NewEvent, i64)], feed_seq: i64) -> sql::Result<i64> {
+    // ?1 session, ?2 how many, ?3 the last one's time, ?4 the feed number before the first,
+    // ?5 the events as JSON records, `n` counting them from 1.
+    const STORE: &str = "WITH numbered AS ( \
+             UPDATE sessions SET last_event_seq = last_event_seq + ?2, last_event_at = ?3 \
+              WHERE id = ?1 RETURNING last_event_seq - ?2 AS before) \
+         INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
+         SELECT ?1, numbered.before + e.n, e.prompt_id, e.run_id, e.at, e.kind, e.payload, \
+                ?4 + e.n \
+           FROM numbered, json_to_recordset(?5::text::json) AS e(n bigint, prompt_id text, \
+                run_id text, at bigint, kind text, payload text) \
+         RETURNING seq";
+    let session_id = &run[0].0.session_id;
+    let last_at = run[run.len() - 1].1;
+    let records: Vec<serde_json::Value> = run
+        .iter()
+        .enumerate()
+        .map(|(index, (event, at))| {
+            serde_json::json!({
+                "n": index + 1,
+                "prompt_id": event.prompt_id,
+                "run_id": event.run_id,
+                "at": at,
+                "kind": event.kind.as_str(),
+                "payload": event.payload.to_string(),
+            })
+        })
+        .collect();
+    let records = serde_json::Value::Array(records).to_string();
+    let seqs: Vec<i64> = connection.rows(
+        STORE,
+        args![session_id, run.len() as i64, last_at, feed_seq, records],
+        |row| row.get(0),
+    )?;
+    // No such session: nothing was stored, as the one-by-one form fails on its first event.
+    match seqs.iter().min() {
+        Some(first) if seqs.len() == run.len() => Ok(*first),
+        _ => Err(sql::DbError::NoRows),
+    }
 }
 
 /// Whether the session's event `seq` is `event` (same kind, prompt, run and payload): how a
@@ -190,6 +261,17 @@ pub fn feed_between(
         args![after, before, limit as i64],
         event_row,
     )
+}
+
+/// [`last_feed_seq`] as the open write transaction stands, asked of the store once (see
+/// `sql::TransactionMemo`).
+pub(crate) fn feed_seq_in_transaction(connection: &Conn) -> sql::Result<i64> {
+    if let Some(seq) = connection.known_last_feed_seq() {
+        return Ok(seq);
+    }
+    let seq = last_feed_seq(connection)?;
+    connection.note_last_feed_seq(seq);
+    Ok(seq)
 }
 
 /// The daemon-wide number of the last stored event (0: none yet).

@@ -405,6 +405,33 @@ pub struct Room {
     pub total: Option<usize>,
 }
 
+/// SQL: the sessions with a prompt running, on any daemon, as an array (read once, whatever
+/// the statistics; see `claim_work`).
+macro_rules! running_sessions_sql {
+    () => {
+        "ARRAY(SELECT r.session_id FROM prompts r WHERE r.status = 'running')"
+    };
+}
+
+/// SQL: the projects of shared isolation that a running prompt holds, as an array (each
+/// running prompt's session looked up by key).
+macro_rules! held_projects_sql {
+    () => {
+        "ARRAY(SELECT rs.project_id FROM prompts r CROSS JOIN LATERAL ( \
+                  SELECT s.project_id FROM sessions s \
+                   WHERE s.id = r.session_id AND s.worktree IS NULL OFFSET 0) rs \
+                WHERE r.status = 'running')"
+    };
+}
+
+/// SQL: the projects some live daemon serves, as an array (each daemon's list parsed once).
+macro_rules! served_projects_sql {
+    () => {
+        "ARRAY(SELECT json_array_elements_text(d.serves::json) FROM daemons d \
+                WHERE d.lease_until >= corral_now_ms())"
+    };
+}
+
 /// Claims for `claim`'s daemon the oldest queued prompt of each session that runs nothing,
 /// whose project it serves (`serves`: project ids), as far as its room allows; replies with
 /// the prompts, now `running`. Runs under the store's write lock, after the fence check (see
@@ -436,9 +463,11 @@ pub(crate) fn claim_work(
     // (…))` the list was parsed again for every queued prompt), and each session's head is
     // one sort of the queued prompts (`DISTINCT ON`), not an anti-join of the queue with
     // itself; both cost up to 200 ms on a fresh database with 1,000 queued, under the lock.
-    // Each head's session and running prompt are looked up by key (the `LATERAL … OFFSET 0`
-    // and the scalar count are not turned into joins): a store whose statistics are from
-    // when its tables were empty planned those joins as scans, 40 ms a claim.
+    // Each head's session is looked up by key (the `LATERAL … OFFSET 0` is not turned into a
+    // join), and the sessions that run something and the projects held are each read once,
+    // into an array: a store whose statistics are from when its tables were empty (a new
+    // one, before autovacuum's first analyze) planned joins as scans, 40 ms a claim, and
+    // each head's running prompt as a walk of every running prompt.
     //
     // With other daemons live, the claims keep the locks (`conflicts_sql!`): the heads of a
     // shared-isolation project a session of which runs are left out here, in one pass over
@@ -447,7 +476,7 @@ pub(crate) fn claim_work(
     // head.
     let locks = shares_the_store(connection, claim)?;
     let heads = connection.rows(
-        "SELECT q.id, q.session_id, h.engine, h.project_id, h.shared, h.grouped \
+        concat!("SELECT q.id, q.session_id, h.engine, h.project_id, h.shared, h.grouped \
            FROM (SELECT DISTINCT ON (p.session_id) p.id, p.session_id, p.created_at \
                    FROM prompts p WHERE p.status = 'queued' \
                   ORDER BY p.session_id, p.created_at, p.id) q \
@@ -459,12 +488,9 @@ pub(crate) fn claim_work(
                     AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
                     AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
                  OFFSET 0) h \
-          WHERE (SELECT count(*) FROM prompts r WHERE r.session_id = q.session_id \
-                    AND r.status = 'running') = 0 \
-            AND NOT (?3 AND h.shared AND h.project_id IN ( \
-                     SELECT rs.project_id FROM prompts r JOIN sessions rs ON rs.id = r.session_id \
-                      WHERE r.status = 'running' AND rs.worktree IS NULL)) \
-          ORDER BY q.created_at, q.id LIMIT 4096",
+          WHERE q.session_id <> ALL (", running_sessions_sql!(), ") \
+            AND NOT (?3 AND h.shared AND h.project_id = ANY (", held_projects_sql!(), ")) \
+          ORDER BY q.created_at, q.id LIMIT 4096"),
         args![
             claim.node_id,
             serde_json::to_string(serves).expect("strings serialize"),
@@ -591,32 +617,31 @@ fn total_goes_elsewhere(
 /// isolation), and whose worktree, if it has one, is on a live daemon. Each head's session
 /// is looked up by key, as in [`claim_work`].
 fn older_waiter(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
+    // Any queued prompt older than this one will do, not only a session's oldest (that one is
+    // older still): the walk of the queue in its order stops at the first that waits.
     connection.row(
-        "WITH me AS (SELECT p.session_id, p.created_at, p.id FROM prompts p WHERE p.id = ?1), \
-         served AS MATERIALIZED ( \
-            SELECT DISTINCT json_array_elements_text(d.serves::json) AS project_id \
-              FROM daemons d WHERE d.lease_until >= corral_now_ms()), \
-         held AS MATERIALIZED ( \
-            SELECT DISTINCT rs.project_id FROM prompts r JOIN sessions rs ON rs.id = r.session_id \
-             WHERE r.status = 'running' AND rs.worktree IS NULL) \
-         SELECT EXISTS ( \
-            SELECT 1 FROM me, \
-                   (SELECT DISTINCT ON (q.session_id) q.session_id, q.created_at, q.id \
-                      FROM prompts q WHERE q.status = 'queued' \
-                     ORDER BY q.session_id, q.created_at, q.id) h \
-             CROSS JOIN LATERAL ( \
-                   SELECT o.project_id, o.worktree, o.worktree_node FROM sessions o \
-                    WHERE o.id = h.session_id AND o.archived_at IS NULL OFFSET 0) o \
-             WHERE h.session_id <> me.session_id \
-               AND (h.created_at < me.created_at \
-                    OR (h.created_at = me.created_at AND h.id < me.id)) \
-               AND (SELECT count(*) FROM prompts r WHERE r.session_id = h.session_id \
-                       AND r.status = 'running') = 0 \
-               AND o.project_id IN (SELECT project_id FROM served) \
-               AND NOT (o.worktree IS NULL AND o.project_id IN (SELECT project_id FROM held)) \
-               AND (o.worktree_node IS NULL \
-                    OR EXISTS (SELECT 1 FROM daemons d WHERE d.node_id = o.worktree_node \
-                                AND d.lease_until >= corral_now_ms())))",
+        concat!(
+            "WITH me AS (SELECT p.session_id, p.created_at, p.id FROM prompts p WHERE p.id = ?1) \
+             SELECT EXISTS ( \
+                SELECT 1 FROM me, prompts q \
+                 CROSS JOIN LATERAL ( \
+                       SELECT o.project_id, o.worktree, o.worktree_node FROM sessions o \
+                        WHERE o.id = q.session_id AND o.archived_at IS NULL OFFSET 0) o \
+                 WHERE q.status = 'queued' AND q.session_id <> me.session_id \
+                   AND (q.created_at, q.id) < (me.created_at, me.id) \
+                   AND q.session_id <> ALL (",
+            running_sessions_sql!(),
+            ") \
+                   AND o.project_id = ANY (",
+            served_projects_sql!(),
+            ") \
+                   AND NOT (o.worktree IS NULL AND o.project_id = ANY (",
+            held_projects_sql!(),
+            ")) \
+                   AND (o.worktree_node IS NULL \
+                        OR EXISTS (SELECT 1 FROM daemons d WHERE d.node_id = o.worktree_node \
+                                    AND d.lease_until >= corral_now_ms())))"
+        ),
         args![prompt_id],
         |row| row.get(0),
     )
@@ -663,11 +688,12 @@ fn held_by_another_session(connection: &Conn, session_id: &str) -> sql::Result<b
 /// PostgreSQL only (within one daemon the slot manager grants in order).
 fn waits_for_elder(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
     // The rival projects first, materialized (this one, and with groups those sharing one,
-    // each served by a live daemon: the JSON is read per project, not per session or queued
-    // prompt; 5 ms a claim when the planner read it per session), then their sessions'
-    // older queued prompts through the index of each session's prompts.
+    // each served by a live daemon: the daemons' lists are parsed once, not per project,
+    // session or queued prompt; 2 to 10 ms a claim when the planner read them per project),
+    // then their sessions' older queued prompts through the index of each session's prompts.
     connection.row(
-        "WITH me AS ( \
+        concat!(
+            "WITH me AS ( \
             SELECT p.created_at, p.id, s.id AS session_id, s.project_id, s.worktree, sp.groups \
               FROM prompts p JOIN sessions s ON s.id = p.session_id \
                              JOIN projects sp ON sp.id = s.project_id \
@@ -680,8 +706,9 @@ fn waits_for_elder(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
                      AS grouped \
               FROM me, projects op \
              WHERE (op.id = me.project_id OR (me.groups <> '[]' AND op.groups <> '[]')) \
-               AND EXISTS (SELECT 1 FROM daemons d WHERE d.lease_until >= corral_now_ms() \
-                            AND op.id IN (SELECT json_array_elements_text(d.serves::json)))) \
+               AND op.id = ANY (",
+            served_projects_sql!(),
+            ")) \
          SELECT EXISTS ( \
             SELECT 1 FROM me, rivals r JOIN sessions o ON o.project_id = r.project_id \
                      JOIN prompts q ON q.session_id = o.id AND q.status = 'queued' \
@@ -690,8 +717,10 @@ fn waits_for_elder(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
                                   AND me.worktree IS NULL)) \
                AND (q.created_at < me.created_at \
                     OR (q.created_at = me.created_at AND q.id < me.id)) \
-               AND NOT EXISTS (SELECT 1 FROM prompts x WHERE x.session_id = o.id \
-                                AND x.status = 'running'))",
+               AND o.id <> ALL (",
+            running_sessions_sql!(),
+            "))"
+        ),
         args![prompt_id],
         |row| row.get(0),
     )
@@ -736,6 +765,10 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             })
         },
     )?;
+    if !lost.is_empty() {
+        // A claim of this transaction's own writes may be among those ended here.
+        connection.forget_fences_held();
+    }
     let now = now_ms();
     let mut telling = Vec::new();
     for rescued in &lost {

@@ -402,7 +402,7 @@ impl<'r> Row<'r> {
 ///
 /// Used by one thread at a time (it is `Send`, not `Sync`): the ledger's writer owns one, the
 /// reader pool hands each out to one read.
-pub struct Conn(ConnInner);
+pub struct Conn(ConnInner, Box<TransactionMemo>);
 
 enum ConnInner {
     Sqlite(rusqlite::Connection),
@@ -411,14 +411,31 @@ enum ConnInner {
 
 impl From<rusqlite::Connection> for Conn {
     fn from(connection: rusqlite::Connection) -> Self {
-        Conn(ConnInner::Sqlite(connection))
+        Conn(ConnInner::Sqlite(connection), Box::default())
     }
 }
 
 impl From<PgConn> for Conn {
     fn from(connection: PgConn) -> Self {
-        Conn(ConnInner::Postgres(connection))
+        Conn(ConnInner::Postgres(connection), Box::default())
     }
+}
+
+/// What the open write transaction has learned and may reuse until it ends: on PostgreSQL
+/// each question is a round trip to the server, made while the batch holds the store's write
+/// lock, so every one saved is time the other daemons do not wait. Forgotten when the
+/// transaction begins and ends ([`Conn::batch`]).
+#[derive(Default)]
+struct TransactionMemo {
+    /// The last feed number stored, as of this transaction's last event (or its first look):
+    /// the ledger is the only writer of events inside it. Forgotten when a savepoint is rolled
+    /// back, since its numbers go back with its rows.
+    last_feed_seq: std::cell::Cell<Option<i64>>,
+    /// The claims (node, epoch) found holding in this transaction. A claim ends only by a
+    /// rescue, which takes the write lock this transaction holds until its commit: one that
+    /// held at its first write holds for the others (`daemons::fence_holds`), unless this
+    /// transaction rescues (`prompts::rescue` forgets them).
+    fences_held: std::cell::RefCell<Vec<(String, i64)>>,
 }
 
 impl fmt::Debug for Conn {
@@ -542,9 +559,64 @@ impl Conn {
     /// Runs several statements separated by `;`, without parameters (schema steps,
     /// transaction control).
     pub fn batch(&self, sql: &str) -> Result<()> {
+        let word = sql
+            .trim_start()
+            .get(..11)
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        if word.starts_with("ROLLBACK TO") {
+            self.1.last_feed_seq.set(None);
+        } else if ["BEGIN", "START", "COMMIT", "END", "ROLLBACK"]
+            .iter()
+            .any(|verb| word.starts_with(verb))
+        {
+            self.1.last_feed_seq.set(None);
+            self.1.fences_held.borrow_mut().clear();
+        }
         match &self.0 {
             ConnInner::Sqlite(connection) => Ok(connection.execute_batch(sql)?),
             ConnInner::Postgres(connection) => connection.batch(sql),
+        }
+    }
+
+    /// The last feed number this write transaction knows of ([`TransactionMemo`]); `None`
+    /// outside one or before its first look.
+    pub(crate) fn known_last_feed_seq(&self) -> Option<i64> {
+        self.in_transaction()
+            .then(|| self.1.last_feed_seq.get())
+            .flatten()
+    }
+
+    /// Notes the last feed number stored in this write transaction.
+    pub(crate) fn note_last_feed_seq(&self, seq: i64) {
+        if self.in_transaction() {
+            self.1.last_feed_seq.set(Some(seq));
+        }
+    }
+
+    /// Whether the claim (node, epoch) was found holding in this write transaction.
+    pub(crate) fn fence_known_held(&self, node_id: &str, epoch: i64) -> bool {
+        self.in_transaction()
+            && self
+                .1
+                .fences_held
+                .borrow()
+                .iter()
+                .any(|(node, held)| node == node_id && *held == epoch)
+    }
+
+    /// Forgets the claims found holding: a rescue in this transaction may have ended some.
+    pub(crate) fn forget_fences_held(&self) {
+        self.1.fences_held.borrow_mut().clear();
+    }
+
+    /// Notes that the claim (node, epoch) holds, for the rest of this write transaction.
+    pub(crate) fn note_fence_held(&self, node_id: &str, epoch: i64) {
+        if self.in_transaction() {
+            self.1
+                .fences_held
+                .borrow_mut()
+                .push((node_id.to_string(), epoch));
         }
     }
 
