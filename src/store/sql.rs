@@ -559,11 +559,10 @@ impl Conn {
     /// Runs several statements separated by `;`, without parameters (schema steps,
     /// transaction control).
     pub fn batch(&self, sql: &str) -> Result<()> {
-        let word = sql
-            .trim_start()
-            .get(..11)
-            .unwrap_or("")
-            .to_ascii_uppercase();
+        // What the memo forgets: a savepoint rolled back gives its feed numbers back; a
+        // transaction's start or end ends all it knew ("COMMIT" is shorter than 11).
+        let word: String = sql.trim_start().chars().take(11).collect();
+        let word = word.to_ascii_uppercase();
         if word.starts_with("ROLLBACK TO") {
             self.1.last_feed_seq.set(None);
         } else if ["BEGIN", "START", "COMMIT", "END", "ROLLBACK"]
@@ -701,6 +700,43 @@ pub fn numbered_placeholders(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transactions_memo_lasts_as_long_as_the_transaction() {
+        let conn = Conn::from(rusqlite::Connection::open_in_memory().unwrap());
+        conn.batch("SAVEPOINT x; RELEASE x").unwrap();
+        conn.note_last_feed_seq(3);
+        assert_eq!(conn.known_last_feed_seq(), None, "outside a transaction");
+        conn.batch("BEGIN").unwrap();
+        conn.note_last_feed_seq(5);
+        conn.note_fence_held("node", 2);
+        assert_eq!(conn.known_last_feed_seq(), Some(5));
+        assert!(conn.fence_known_held("node", 2));
+        assert!(!conn.fence_known_held("node", 3), "another epoch");
+        conn.batch("SAVEPOINT op").unwrap();
+        conn.batch("ROLLBACK TO op; RELEASE op").unwrap();
+        assert_eq!(conn.known_last_feed_seq(), None, "numbers rolled back");
+        assert!(
+            conn.fence_known_held("node", 2),
+            "a rollback to a savepoint ends no claim"
+        );
+        conn.note_last_feed_seq(6);
+        conn.batch("COMMIT").unwrap();
+        conn.batch("BEGIN").unwrap();
+        assert_eq!(
+            conn.known_last_feed_seq(),
+            None,
+            "the next transaction asks again"
+        );
+        assert!(!conn.fence_known_held("node", 2));
+        conn.note_fence_held("node", 2);
+        conn.forget_fences_held();
+        assert!(
+            !conn.fence_known_held("node", 2),
+            "forgotten after a rescue"
+        );
+        conn.batch("ROLLBACK").unwrap();
+    }
 
     #[test]
     fn placeholders_are_numbered_outside_quotes_and_comments() {
