@@ -931,8 +931,8 @@ fn the_database_going_away_keeps_runs_under_the_lease() {
     let session = cluster.session("through a cut");
     let prompt = cluster.send(0, &session, "@fake delay=5000\nwait it out");
     let (run, _, _) = running_run(&cluster, &prompt);
-    // Cut in the run's quiet part, once its first events are stored: a batch cut off
-    // between its BEGIN and its COMMIT fails whole (docs/store.md, "Not yet").
+    // Cut in the run's quiet part, once its first events are stored (a batch cut off midway
+    // is made again: tests/store_pg.rs).
     cluster.wait_for("the turn started", Duration::from_secs(10), || {
         cluster.count(&format!(
             "SELECT count(*) FROM events WHERE run_id = {} AND kind = 'turn.started'",

@@ -7,7 +7,7 @@ mod common;
 use serde_json::json;
 
 use common::daemon::DaemonHome;
-use common::store::{sql, with_database, TestDatabase};
+use common::store::{sql, with_database, HeldTransaction, TestDatabase};
 
 #[test]
 fn a_test_database_is_made_and_dropped() {
@@ -246,6 +246,172 @@ fn a_burst_of_events_is_stored_in_order_with_its_text_as_written() {
         .position(|payload| text(payload).contains(&carried))
         .unwrap_or_else(|| panic!("no event carries the answer as written: {payloads:?}"));
     assert!(answered > steps[19], "the answer after the last step");
+}
+
+/// Waits (15 s at most) for a connection of the database at `url` other than the test's to
+/// wait for a row lock (not the store's write lock, which the batch that waits holds from
+/// others, a `corral` command's own included), and ends it as a server restart or a network cut would; returns what it
+/// was running.
+fn end_the_waiting_writer(url: &str) -> String {
+    let admin = common::store::postgres_admin_url().unwrap();
+    let waiting =
+        "SELECT pid, query::text FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND wait_event <> 'advisory' AND pid <> pg_backend_pid()";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        // Nothing tells a test that a server backend began to wait: it is looked at.
+        if let Some(row) = sql(url, waiting).into_iter().next() {
+            let pid = row[0].as_i64().unwrap();
+            let ended = sql(&admin, &format!("SELECT pg_terminate_backend({pid})"));
+            assert_eq!(ended[0][0], json!(true), "the writer {pid} was ended");
+            return row[1].as_str().unwrap_or_default().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no write of the daemon waited for the test's lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The session's events: each once, numbered without a gap, the answer among them; one
+/// start and one end of each of its `prompts` prompts.
+fn assert_stored_once(url: &str, session: &str, prompts: usize, answer: &str) {
+    let rows = sql(
+        url,
+        &format!(
+            "SELECT seq, kind, payload FROM events WHERE session_id = '{session}' ORDER BY seq"
+        ),
+    );
+    let seqs: Vec<i64> = rows.iter().map(|row| row[0].as_i64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "{rows:?}"
+    );
+    let answered = rows
+        .iter()
+        .filter(|row| row[2].as_str().unwrap().contains(answer))
+        .count();
+    assert!(answered >= 1, "the answer is stored: {rows:?}");
+    let kinds: Vec<&str> = rows.iter().map(|row| row[1].as_str().unwrap()).collect();
+    for once in ["run.started", "turn.completed", "run.exited", "prompt.done"] {
+        let times = kinds.iter().filter(|kind| **kind == once).count();
+        assert_eq!(times, prompts, "{once} for {prompts} prompts: {kinds:?}");
+    }
+}
+
+// The database going away in the middle of a ledger batch (a server restart, a network cut,
+// the server ending the connection): the batch is made again on a new connection, and the
+// run it was about carries on (issue 14: "keeps its running engines ... resumes when the
+// database is back"). Here the test holds the session's row, so the batch that stores the
+// engine's answer waits for it after its first statements, and the server ends it there.
+#[test]
+fn a_batch_cut_off_before_its_commit_is_made_again() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "cut mid-batch", &[]);
+    home.ok(&["send", &session, "warm up", "--wait"]);
+    let held = HeldTransaction::begin(
+        &url,
+        &format!("SELECT 1 FROM sessions WHERE id = '{session}' FOR UPDATE"),
+    );
+    let send = home
+        .corral(&["send", &session, "@fake answer=said once\ngo", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cut = end_the_waiting_writer(&url);
+    held.end();
+    let out = send.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the cut at {cut:?} cost the prompt: {stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "said once");
+    assert_eq!(
+        texts(sql(&url, "SELECT status FROM runs ORDER BY started_at")),
+        vec!["succeeded", "succeeded"]
+    );
+    assert_stored_once(&url, &session, 2, "said once");
+}
+
+// The same cut during the batch's COMMIT: whether it committed is not known on the client.
+// The next transaction asks the server by the cut one's id, and makes the batch again only if
+// it did not commit. The test's trigger makes the COMMIT of a batch that stores events wait
+// for a row the test holds (a deferred constraint trigger runs at COMMIT), and the server
+// ends the connection there: that transaction never committed.
+#[test]
+fn a_batch_cut_off_during_its_commit_is_made_again_if_it_did_not_commit() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "cut at commit", &[]);
+    home.ok(&["send", &session, "warm up", "--wait"]);
+    common::store::execute(&url, "CREATE TABLE test_gate (id int PRIMARY KEY)");
+    common::store::execute(&url, "INSERT INTO test_gate VALUES (1)");
+    common::store::execute(
+        &url,
+        "CREATE FUNCTION test_gate_wait() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM 1 FROM test_gate WHERE id = 1 FOR SHARE; RETURN NULL; END $$",
+    );
+    common::store::execute(
+        &url,
+        "CREATE CONSTRAINT TRIGGER test_gate AFTER INSERT ON events DEFERRABLE INITIALLY \
+         DEFERRED FOR EACH ROW EXECUTE FUNCTION test_gate_wait()",
+    );
+    let held = HeldTransaction::begin(&url, "SELECT 1 FROM test_gate WHERE id = 1 FOR UPDATE");
+    let send = home
+        .corral(&["send", &session, "@fake answer=said once\ngo", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cut = end_the_waiting_writer(&url);
+    assert!(cut.starts_with("COMMIT"), "cut at its COMMIT: {cut:?}");
+    held.end();
+    let out = send.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the cut at COMMIT cost the prompt: {stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "said once");
+    assert_eq!(
+        texts(sql(&url, "SELECT status FROM runs ORDER BY started_at")),
+        vec!["succeeded", "succeeded"]
+    );
+    assert_stored_once(&url, &session, 2, "said once");
+}
+
+// What the ledger asks after a cut COMMIT: a write transaction's id, kept when it begins,
+// and the server's word afterwards, from another connection, on whether it committed.
+#[test]
+fn the_server_says_whether_a_write_transaction_committed() {
+    use corral::store::postgres::PgConn;
+    use corral::store::sql::Conn;
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let config: tokio_postgres::Config = database.url.parse().unwrap();
+    let connect = || Conn::from(PgConn::connect(&config, "the test database").unwrap());
+    let (writer, asker) = (connect(), connect());
+    writer.begin_write().unwrap();
+    let committed = writer.write_xact().expect("the transaction's id");
+    writer.batch("CREATE TABLE kept (id int)").unwrap();
+    writer.batch("COMMIT").unwrap();
+    writer.begin_write().unwrap();
+    let rolled_back = writer.write_xact().expect("the transaction's id");
+    assert_ne!(committed, rolled_back);
+    writer.batch("CREATE TABLE dropped (id int)").unwrap();
+    writer.batch("ROLLBACK").unwrap();
+    assert_eq!(asker.committed(committed).unwrap(), Some(true));
+    assert_eq!(asker.committed(rolled_back).unwrap(), Some(false));
 }
 
 /// The schema version this binary writes, as `corral_meta` holds it.

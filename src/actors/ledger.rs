@@ -120,22 +120,46 @@ impl LedgerError {
 pub trait LedgerWrite: Send + 'static {
     type Output: Send + 'static;
     /// Applies the write inside the ledger's current transaction.
-    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError>;
+    fn apply(&self, connection: &Conn) -> Result<Self::Output, StoreError>;
 }
 
 /// A write with its reply, type-erased so that writes of every type share one batch.
 trait Op: Send {
     /// Applies the write; says whether it succeeded (a failed one is rolled back alone).
     fn apply(&mut self, connection: &Conn) -> bool;
+    /// Forgets the result of a run rolled back with its batch, which is made again.
+    fn forget(&mut self);
     /// When the write was handed to the ledger: its wait for a locked store counts from here.
     fn enqueued(&self) -> Instant;
-    /// Delivers the reply once the batch's fate is known: the write's own result when the
-    /// batch committed, the batch's error otherwise (also when the write never ran).
-    fn finish(self: Box<Self>, commit: Result<(), LedgerError>);
+    /// Delivers the reply once the batch's fate is known (see [`BatchEnd`]).
+    fn finish(self: Box<Self>, end: BatchEnd);
+}
+
+/// How a batch ended, as each of its writes is told.
+#[derive(Clone)]
+enum BatchEnd {
+    /// Committed: each write's own result (a write that failed alone is consumed).
+    Committed,
+    /// Not committed (never begun, or rolled back): each write goes back to its caller with
+    /// the error, to keep what it carries for a later write.
+    Unwritten(LedgerError),
+    /// A `COMMIT` was cut off and whether it committed could not be learnt: each caller is
+    /// told it failed, and the writes are consumed (making one again could store it twice).
+    InDoubt(LedgerError),
+}
+
+impl BatchEnd {
+    /// The end of a batch that failed with `error`, in doubt when a `COMMIT` of it was cut.
+    fn failed(error: StoreError, in_doubt: bool) -> BatchEnd {
+        match in_doubt {
+            true => BatchEnd::InDoubt(error.into()),
+            false => BatchEnd::Unwritten(error.into()),
+        }
+    }
 }
 
 /// A reply: the write's output, or why it did not commit with the write itself when it
-/// never ran.
+/// surely did not.
 type Reply<W> = Result<<W as LedgerWrite>::Output, Unwritten<W>>;
 
 struct Pending<W: LedgerWrite, D> {
@@ -151,7 +175,7 @@ where
     D: FnOnce(Reply<W>) + Send,
 {
     fn apply(&mut self, connection: &Conn) -> bool {
-        let Some(write) = self.write.take() else {
+        let Some(write) = &self.write else {
             return false;
         };
         let result = write.apply(connection).map_err(LedgerError::from);
@@ -160,23 +184,28 @@ where
         applied
     }
 
+    fn forget(&mut self) {
+        self.result = None;
+    }
+
     fn enqueued(&self) -> Instant {
         self.enqueued
     }
 
-    fn finish(self: Box<Self>, commit: Result<(), LedgerError>) {
+    fn finish(self: Box<Self>, end: BatchEnd) {
         let this = *self;
-        let reply = match (commit, this.result) {
-            (Ok(()), Some(Ok(output))) => Ok(output),
-            (Ok(()), Some(Err(error))) => Err(Unwritten { error, write: None }),
-            (Ok(()), None) => Err(Unwritten {
+        let reply = match (end, this.result) {
+            (BatchEnd::Committed, Some(Ok(output))) => Ok(output),
+            (BatchEnd::Committed, Some(Err(error))) => Err(Unwritten { error, write: None }),
+            (BatchEnd::Committed, None) => Err(Unwritten {
                 error: LedgerError::Stopped,
                 write: this.write,
             }),
-            (Err(error), _) => Err(Unwritten {
+            (BatchEnd::Unwritten(error), _) => Err(Unwritten {
                 error,
                 write: this.write,
             }),
+            (BatchEnd::InDoubt(error), _) => Err(Unwritten { error, write: None }),
         };
         (this.deliver)(reply);
     }
@@ -191,10 +220,11 @@ fn erase<W: LedgerWrite>(write: W, deliver: impl FnOnce(Reply<W>) + Send + 'stat
     })
 }
 
-/// A write that did not commit: why, and the write itself when it never ran (the store
-/// stayed locked past `store.lock_timeout_ms`, or the ledger stopped), so that its caller
-/// can keep what it carries for a later write. A write that ran and failed (rolled back
-/// alone) is consumed.
+/// A write that did not commit: why, and the write itself when it surely did not (the store
+/// stayed locked or unreachable past `store.lock_timeout_ms`, the batch was rolled back, or
+/// the ledger stopped), so that its caller can keep what it carries for a later write. A
+/// write that ran and failed alone in a committed batch is consumed, and so is one whose
+/// batch's `COMMIT` was cut off without the server saying afterwards whether it committed.
 pub struct Unwritten<W> {
     pub error: LedgerError,
     pub write: Option<W>,
@@ -315,33 +345,121 @@ impl Handler<Commit> for LedgerWriter {
         let Some(connection) = self.connection.as_ref() else {
             return;
         };
-        let path = &self.path;
-        // IMMEDIATE takes the write lock up front, so another process's writer shows up here,
-        // before any write ran, rather than midway through one.
-        let mut lock = LockWait::new(path, &self.stop_waiting, &self.unreachable);
+        let mut lock = LockWait::new(&self.path, &self.stop_waiting, &self.unreachable);
         lock.fallback_limit = self.lock_timeout;
-        let begun = lock.retry(connection, &mut ops, Conn::begin_write);
-        let outcome = match begun {
-            Ok(true) => apply_and_commit(
-                connection,
-                path,
-                &mut lock,
-                &mut ops,
-                self.node.get().map(String::as_str),
-            ),
-            // Every write of the batch waited its limit; each was told.
-            Ok(false) => {
-                lock.done(connection);
-                return;
-            }
-            Err(error) => Err(error),
-        };
+        let node = self.node.get().map(String::as_str);
+        let end = commit_batch(connection, &self.path, &mut lock, &mut ops, node);
         lock.done(connection);
-        let outcome = outcome.map_err(LedgerError::from);
-        for op in ops {
-            op.finish(outcome.clone());
+        if let Some(end) = end {
+            for op in ops {
+                op.finish(end.clone());
+            }
         }
     }
+}
+
+/// How many times in a row a batch is made again after its connection was cut while the
+/// server could be reached at once again: more means the batch itself ends its connections.
+const CUTS_AT_MOST: usize = 3;
+
+/// Begins, applies and commits a batch. A batch whose connection is cut (the PostgreSQL
+/// server restarted, the network or the server ended it) is made again whole once the server
+/// answers, within the writes' `store.lock_timeout_ms`: before its `COMMIT` nothing of it was
+/// stored; after it, the next transaction asks the server whether the cut one committed (by
+/// its transaction id, under the write lock the cut one held until it ended). So a database
+/// going away mid-batch costs the writes a wait, not a failure. `None`: every write waited
+/// its limit and was told so.
+fn commit_batch(
+    connection: &Conn,
+    path: &Path,
+    lock: &mut LockWait<'_>,
+    ops: &mut Vec<Box<dyn Op>>,
+    node: Option<&str>,
+) -> Option<BatchEnd> {
+    // The transaction id of a batch whose `COMMIT` was cut, while whether it committed is
+    // unknown.
+    let mut in_doubt: Option<Option<i64>> = None;
+    let mut cuts = 0;
+    loop {
+        // IMMEDIATE takes the write lock up front, so another process's writer shows up
+        // here, before any write ran, rather than midway through one.
+        match lock.retry(connection, ops, Conn::begin_write) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(error) => return Some(BatchEnd::failed(error, in_doubt.is_some())),
+        }
+        if let Some(xact) = in_doubt.take() {
+            let committed = xact.map(|xact| connection.committed(xact));
+            match committed {
+                Some(Ok(Some(false))) => {
+                    tracing::info!(
+                        "a batch whose COMMIT was cut off had not committed: made again"
+                    );
+                    for op in ops.iter_mut() {
+                        op.forget();
+                    }
+                }
+                found => {
+                    if let Err(error) = connection.batch("ROLLBACK") {
+                        tracing::warn!(%error, "the check of a cut-off batch could not be rolled back");
+                    }
+                    return Some(match found {
+                        Some(Ok(Some(true))) => BatchEnd::Committed,
+                        Some(Err(error)) => {
+                            BatchEnd::failed(StoreError::from_db(path, error), true)
+                        }
+                        _ => BatchEnd::failed(
+                            StoreError::Db(DbError::Unreachable(
+                                "a COMMIT was cut off and the server cannot say whether it \
+                                 committed"
+                                    .into(),
+                            )),
+                            true,
+                        ),
+                    });
+                }
+            }
+        }
+        let failure = match apply_and_commit(connection, path, lock, ops, node) {
+            Ok(()) => return Some(BatchEnd::Committed),
+            Err(Failure::Store(error)) => return Some(BatchEnd::failed(error, false)),
+            Err(failure) => failure,
+        };
+        cuts += 1;
+        let doubt = matches!(failure, Failure::CommitCut(_));
+        if cuts > CUTS_AT_MOST {
+            let error = StoreError::Db(DbError::Unreachable(format!(
+                "the connection to the store was cut {CUTS_AT_MOST} times in a row during one \
+                 batch"
+            )));
+            return Some(BatchEnd::failed(error, doubt));
+        }
+        tracing::warn!(
+            store = %path.display(),
+            at_commit = doubt,
+            "a batch's connection to the store was cut: it is made again when the store answers"
+        );
+        match failure {
+            Failure::CommitCut(xact) => in_doubt = Some(xact),
+            _ => {
+                for op in ops.iter_mut() {
+                    op.forget();
+                }
+            }
+        }
+        // In doubt the writes wait as one: none may go back to its caller alone.
+        lock.cut(doubt);
+    }
+}
+
+/// Why an attempt at a batch did not commit.
+enum Failure {
+    /// The connection was cut before the `COMMIT`: nothing of the batch is stored.
+    Cut,
+    /// The connection was cut during the `COMMIT` of this transaction (its id, if known).
+    CommitCut(Option<i64>),
+    /// Anything else: the batch was rolled back and fails.
+    Store(StoreError),
 }
 
 /// Runs the batch's writes, each in its own savepoint, and commits; rolls the whole
@@ -352,7 +470,7 @@ fn apply_and_commit(
     lock: &mut LockWait<'_>,
     ops: &mut Vec<Box<dyn Op>>,
     node: Option<&str>,
-) -> Result<(), StoreError> {
+) -> Result<(), Failure> {
     let applied = (|| -> crate::store::sql::Result<()> {
         // On PostgreSQL the batch holds the store's write lock, so the feed numbers it gives
         // are exactly those after the last one now: the range its notice names.
@@ -388,21 +506,35 @@ fn apply_and_commit(
         Ok(())
     })();
     let committed = match applied {
+        Ok(()) if connection.dialect() == Dialect::Postgres => {
+            // No lock to wait for at a PostgreSQL COMMIT; a cut one cannot be made again on
+            // another connection as it is (see `commit_batch`).
+            connection
+                .batch("COMMIT")
+                .map_err(|error| match error.is_connection_lost() {
+                    true => Failure::CommitCut(connection.write_xact()),
+                    false => Failure::Store(StoreError::from_db(path, error)),
+                })
+        }
         Ok(()) => {
             // A busy COMMIT leaves the transaction open: it is retried as it is (in WAL mode
             // the write lock is held already, so this is for the odd case only). Its writes
             // have run: none is given up here.
             lock.committing();
-            lock.retry(connection, ops, |connection| connection.batch("COMMIT"))
+            match lock.retry(connection, ops, |connection| connection.batch("COMMIT")) {
+                Ok(_) => Ok(()),
+                Err(error) => Err(Failure::Store(error)),
+            }
         }
-        Err(error) => Err(StoreError::from_db(path, error)),
+        Err(error) if error.is_connection_lost() => Err(Failure::Cut),
+        Err(error) => Err(Failure::Store(StoreError::from_db(path, error))),
     };
     if committed.is_err() && connection.in_transaction() {
         if let Err(error) = connection.batch("ROLLBACK") {
             tracing::error!(%error, "the failed batch could not be rolled back");
         }
     }
-    committed.map(|_| ())
+    committed
 }
 
 /// The writer's wait for a store whose write lock another program holds: attempts bounded by
@@ -451,6 +583,12 @@ impl<'a> LockWait<'a> {
         self.waiting = self.waiting.map(|(limit, _)| (limit, Instant::now()));
     }
 
+    /// The batch's connection was cut: it is made again, its writes given up one by one at
+    /// their limits as before their first run, or (`in_doubt`: its `COMMIT` was cut) as one.
+    fn cut(&mut self, in_doubt: bool) {
+        self.committing = in_doubt;
+    }
+
     /// Runs `attempt` until it is not busy. Meanwhile each write whose limit passed is given
     /// up (its reply says the store is locked, and hands the write back) and the others wait
     /// on, in order. `Ok(false)`: no write is left.
@@ -472,11 +610,6 @@ impl<'a> LockWait<'a> {
                     return Ok(true);
                 }
                 Err(error) if !is_busy(&error) => {
-                    return Err(StoreError::from_db(self.path, error))
-                }
-                // A `COMMIT` whose connection was cut off cannot be made again on another:
-                // whether it committed is unknown, and its callers are told it failed.
-                Err(error) if self.committing && error.is_connection_lost() => {
                     return Err(StoreError::from_db(self.path, error))
                 }
                 Err(error) => {
@@ -515,7 +648,7 @@ impl<'a> LockWait<'a> {
             // its workers is shorter than the limit.
             if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
                 for op in std::mem::take(ops) {
-                    op.finish(Err(self.timeout(since.elapsed()).into()));
+                    op.finish(BatchEnd::Unwritten(self.timeout(since.elapsed()).into()));
                 }
                 return Ok(false);
             }
@@ -531,7 +664,7 @@ impl<'a> LockWait<'a> {
                     .partition(|op| now >= op.enqueued() + limit);
                 *ops = waiting;
                 for op in expired {
-                    op.finish(Err(self.timeout(limit).into()));
+                    op.finish(BatchEnd::Unwritten(self.timeout(limit).into()));
                 }
                 match ops.iter().map(|op| op.enqueued() + limit).min() {
                     Some(deadline) => deadline,
@@ -1043,7 +1176,7 @@ pub struct RecordExec(pub NewExec);
 
 impl LedgerWrite for RecordExec {
     type Output = ();
-    fn apply(self, connection: &Conn) -> Result<(), StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<(), StoreError> {
         Ok(exec::insert(connection, &self.0)?)
     }
 }
@@ -1054,7 +1187,7 @@ pub struct RecordWholeExec(pub NewExec);
 
 impl LedgerWrite for RecordWholeExec {
     type Output = ();
-    fn apply(self, connection: &Conn) -> Result<(), StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<(), StoreError> {
         Ok(exec::record_whole(connection, &self.0)?)
     }
 }
@@ -1067,7 +1200,7 @@ pub struct CompleteExec {
 
 impl LedgerWrite for CompleteExec {
     type Output = bool;
-    fn apply(self, connection: &Conn) -> Result<bool, StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<bool, StoreError> {
         Ok(exec::complete(connection, &self.id, &self.completion)?)
     }
 }
@@ -1080,7 +1213,7 @@ pub struct CloseLostExecs {
 
 impl LedgerWrite for CloseLostExecs {
     type Output = usize;
-    fn apply(self, connection: &Conn) -> Result<usize, StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<usize, StoreError> {
         Ok(exec::close_lost(connection, &self.ids, self.at)?)
     }
 }
@@ -1098,7 +1231,7 @@ macro_rules! ledger_write {
 
         impl LedgerWrite for $name {
             type Output = $output;
-            fn apply(self, $connection: &Conn) -> Result<$output, StoreError> {
+            fn apply(&self, $connection: &Conn) -> Result<$output, StoreError> {
                 let $this = self;
                 Ok($body?)
             }
@@ -1144,7 +1277,7 @@ ledger_write!(
     /// `total`: `slots.total`, which holds across the daemons of a shared store.
     EnqueuePrompt { prompt: prompts::NewPrompt, claimer: prompts::ClaimBy, total: Option<usize> } -> Result<prompts::Enqueued, drivers::DriverClaim>,
     |this, connection| {
-        let mut claimer = this.claimer;
+        let mut claimer = this.claimer.clone();
         if let prompts::ClaimBy::Daemon(claim) = &claimer {
             // A lease changing hands: the prompt is queued for whoever can take it. (The
             // total across the daemons is the claim's to check, `total`.)
@@ -1266,7 +1399,7 @@ pub struct Fenced<W> {
 
 impl<W: LedgerWrite> LedgerWrite for Fenced<W> {
     type Output = W::Output;
-    fn apply(self, connection: &Conn) -> Result<W::Output, StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<W::Output, StoreError> {
         if let Some(claim) = &self.claim {
             hold_fence(connection, claim)?;
         }
@@ -1325,7 +1458,7 @@ ledger_write!(
 ledger_write!(
     /// Appends events, numbered per session; replies with them numbered.
     AppendEvents { events: Vec<events::NewEvent> } -> Vec<events::Event>,
-    |this, connection| events::append_events(connection, this.events)
+    |this, connection| events::append_events(connection, &this.events)
 );
 
 ledger_write!(
@@ -1357,9 +1490,9 @@ pub struct IngestSpill {
 
 impl LedgerWrite for IngestSpill {
     type Output = (usize, usize);
-    fn apply(self, connection: &Conn) -> Result<(usize, usize), StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<(usize, usize), StoreError> {
         let (mut stored, mut skipped) = (0, 0);
-        let mut events = self.events.into_iter().peekable();
+        let mut events = self.events.iter().peekable();
         while let Some(first) = events.next() {
             let mut part = vec![first];
             while let Some(next) = events.next_if(|next| next.after_seq == part[0].after_seq) {
@@ -1479,9 +1612,9 @@ pub struct WithEvents<W> {
 
 impl<W: LedgerWrite> LedgerWrite for WithEvents<W> {
     type Output = (W::Output, Vec<events::Event>);
-    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<Self::Output, StoreError> {
         let output = self.write.apply(connection)?;
-        let events = events::append_events(connection, self.events)?;
+        let events = events::append_events(connection, &self.events)?;
         Ok((output, events))
     }
 }
@@ -1491,7 +1624,7 @@ pub struct Both<A, B>(pub A, pub B);
 
 impl<A: LedgerWrite, B: LedgerWrite> LedgerWrite for Both<A, B> {
     type Output = (A::Output, B::Output);
-    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError> {
+    fn apply(&self, connection: &Conn) -> Result<Self::Output, StoreError> {
         let first = self.0.apply(connection)?;
         Ok((first, self.1.apply(connection)?))
     }
@@ -1500,8 +1633,10 @@ impl<A: LedgerWrite, B: LedgerWrite> LedgerWrite for Both<A, B> {
 /// A write that may have nothing to do.
 impl<W: LedgerWrite> LedgerWrite for Option<W> {
     type Output = Option<W::Output>;
-    fn apply(self, connection: &Conn) -> Result<Self::Output, StoreError> {
-        self.map(|write| write.apply(connection)).transpose()
+    fn apply(&self, connection: &Conn) -> Result<Self::Output, StoreError> {
+        self.as_ref()
+            .map(|write| write.apply(connection))
+            .transpose()
     }
 }
 

@@ -58,9 +58,9 @@ pub struct NewEvent {
 }
 
 /// Appends events, numbering each session's from its `last_event_seq`. Returns them numbered.
-pub(crate) fn append_events(connection: &Conn, events: Vec<NewEvent>) -> sql::Result<Vec<Event>> {
+pub(crate) fn append_events(connection: &Conn, events: &[NewEvent]) -> sql::Result<Vec<Event>> {
     let at = now_ms();
-    append_events_at(connection, events.into_iter().map(|event| (event, at)))
+    append_events_at(connection, events.iter().cloned().map(|event| (event, at)))
 }
 
 /// Appends events as [`append_events`] does, each with the time given beside it (a spill

@@ -65,10 +65,11 @@ pub enum ConnectError {
 /// One PostgreSQL connection, its statements and whether a transaction is open.
 ///
 /// **Reconnecting.** When the server ends the connection (a restart, a network cut), the next
-/// `BEGIN` through [`PgConn::batch`] makes a new one, never a statement inside a transaction:
-/// a transaction cut off is lost whole, and its caller is told. So the ledger's writer, which
-/// opens each batch with `BEGIN`, comes back with the database; until then its batches fail
-/// as unreachable, which the ledger waits out like a locked SQLite file.
+/// `BEGIN` through [`PgConn::batch`] (or [`PgConn::begin_write`]) makes a new one, never a
+/// statement inside a transaction: a transaction cut off is lost whole. So the ledger's
+/// writer, which opens each batch with `BEGIN`, comes back with the database; until then its
+/// batches wait as for a locked SQLite file, and a batch cut off is made again (its
+/// transaction id tells whether a `COMMIT` cut off had committed first).
 pub struct PgConn {
     client: RefCell<Client>,
     /// How to connect again, and what names the server in errors (no password).
@@ -79,6 +80,9 @@ pub struct PgConn {
     statements: RefCell<HashMap<String, Statement>>,
     /// Set by `BEGIN`, cleared by `COMMIT`/`ROLLBACK` through [`PgConn::batch`].
     transaction: Cell<bool>,
+    /// The id of the write transaction [`PgConn::begin_write`] opened last: after a `COMMIT`
+    /// whose connection was cut, the server says by it whether the transaction committed.
+    write_xact: Cell<Option<i64>>,
 }
 
 impl PgConn {
@@ -94,6 +98,7 @@ impl PgConn {
             target: target.to_string(),
             statements: RefCell::new(HashMap::new()),
             transaction: Cell::new(false),
+            write_xact: Cell::new(None),
         };
         Ok(connection)
     }
@@ -167,6 +172,36 @@ impl PgConn {
 
     pub(crate) fn in_transaction(&self) -> bool {
         self.transaction.get()
+    }
+
+    /// Opens a ledger batch's transaction with the store's write lock ([`BEGIN_WRITE`]) and
+    /// keeps its transaction id ([`PgConn::write_xact`]); reconnects first when the server
+    /// ended the connection. One round trip, as a plain `BEGIN` and lock are.
+    pub(crate) fn begin_write(&self) -> Result<()> {
+        if self.is_closed() {
+            self.reconnect()?;
+        }
+        self.write_xact.set(None);
+        let answer = block(self.client.borrow().simple_query(BEGIN_WRITE));
+        let messages = match answer {
+            Ok(messages) => messages,
+            Err(error) => {
+                self.transaction.set(false);
+                return Err(error.into());
+            }
+        };
+        self.transaction.set(true);
+        let xact = messages.iter().find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(1)?.parse().ok(),
+            _ => None,
+        });
+        self.write_xact.set(xact);
+        Ok(())
+    }
+
+    /// The id of the write transaction opened last by [`PgConn::begin_write`].
+    pub(crate) fn write_xact(&self) -> Option<i64> {
+        self.write_xact.get()
     }
 
     /// Whether the server ended the connection (or it broke): a pool drops such a one.
@@ -337,8 +372,9 @@ const MIGRATION_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 1;
 pub const WRITE_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 2;
 
 /// A ledger batch's first statements: the transaction, then the write lock ([`WRITE_LOCK`],
-/// written out: a batch of statements takes no parameter).
-pub const BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(4851030235002437634)";
+/// written out: a batch of statements takes no parameter) and the transaction's id.
+pub const BEGIN_WRITE: &str =
+    "BEGIN; SELECT pg_advisory_xact_lock(4851030235002437634), txid_current()";
 
 /// What [`inspect`] found in the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -464,6 +500,6 @@ pub fn migrate(conn: &super::sql::Conn, target: u32) -> Result<u32> {
 mod tests {
     #[test]
     fn the_write_lock_written_out_is_the_key() {
-        assert!(super::BEGIN_WRITE.ends_with(&format!("({})", super::WRITE_LOCK)));
+        assert!(super::BEGIN_WRITE.contains(&format!("({})", super::WRITE_LOCK)));
     }
 }

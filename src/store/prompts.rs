@@ -823,7 +823,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             telling.push(told(None, EventKind::PromptRequeued, payload));
         }
     }
-    let told = super::events::append_events(connection, telling)?;
+    let told = super::events::append_events(connection, &telling)?;
     Ok((lost, told))
 }
 

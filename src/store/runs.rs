@@ -290,7 +290,7 @@ pub(crate) fn recover(
         }
         interrupted_runs.push((run.id.clone(), run.pid, run.pid_start));
     }
-    append_events(connection, telling)?;
+    append_events(connection, &telling)?;
     let sessions = connection.rows("SELECT DISTINCT session_id FROM prompts WHERE status IN ('running', 'queued') ORDER BY session_id", args![], |row| row.get(0))?;
     Ok(Recovered {
         interrupted_runs,

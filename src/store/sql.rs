@@ -438,6 +438,14 @@ struct TransactionMemo {
     fences_held: std::cell::RefCell<Vec<(String, i64)>>,
 }
 
+impl TransactionMemo {
+    /// A transaction's start or end: nothing known holds any more.
+    fn forget(&self) {
+        self.last_feed_seq.set(None);
+        self.fences_held.borrow_mut().clear();
+    }
+}
+
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Conn({:?})", self.dialect())
@@ -569,8 +577,7 @@ impl Conn {
             .iter()
             .any(|verb| word.starts_with(verb))
         {
-            self.1.last_feed_seq.set(None);
-            self.1.fences_held.borrow_mut().clear();
+            self.1.forget();
         }
         match &self.0 {
             ConnInner::Sqlite(connection) => Ok(connection.execute_batch(sql)?),
@@ -626,10 +633,11 @@ impl Conn {
     /// as one SQLite writer does, so that a session's numbers and the feed's are given in
     /// commit order without gaps, and a claim, a rescue and a fence check never race.
     pub fn begin_write(&self) -> Result<()> {
-        match self.dialect() {
-            Dialect::Sqlite => self.batch("BEGIN IMMEDIATE"),
-            Dialect::Postgres => {
-                let begun = self.batch(crate::store::postgres::BEGIN_WRITE);
+        match &self.0 {
+            ConnInner::Sqlite(_) => self.batch("BEGIN IMMEDIATE"),
+            ConnInner::Postgres(connection) => {
+                self.1.forget();
+                let begun = connection.begin_write();
                 if begun.is_err() {
                     // The BEGIN may have run and the lock not (a timeout, a cancel): the
                     // next attempt must not find an aborted transaction.
@@ -638,6 +646,27 @@ impl Conn {
                 begun
             }
         }
+    }
+
+    /// The id of the write transaction [`Conn::begin_write`] opened last (PostgreSQL).
+    pub fn write_xact(&self) -> Option<i64> {
+        match &self.0 {
+            ConnInner::Sqlite(_) => None,
+            ConnInner::Postgres(connection) => connection.write_xact(),
+        }
+    }
+
+    /// Whether the write transaction `xact` committed, asked after its `COMMIT` was cut off
+    /// from inside the next write transaction: that one holds the write lock, which the cut
+    /// one held until it ended, so it has ended. `None` when the server cannot say.
+    pub fn committed(&self, xact: i64) -> Result<Option<bool>> {
+        let status: Option<String> =
+            self.row("SELECT txid_status(?1)", args![xact], |row| row.get(0))?;
+        Ok(match status.as_deref() {
+            Some("committed") => Some(true),
+            Some("aborted") => Some(false),
+            _ => None,
+        })
     }
 
     /// Whether a transaction is open on this connection.

@@ -528,3 +528,68 @@ fn detail(error: &tokio_postgres::Error) -> String {
         None => error.to_string(),
     }
 }
+
+/// A transaction held open on a connection (and thread) of its own until
+/// [`HeldTransaction::end`]: how a test holds a row lock that the daemon's writes wait for.
+pub struct HeldTransaction {
+    end: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HeldTransaction {
+    /// Opens a transaction on the database at `url` and runs `statements` in it; returns once
+    /// they ran (so what they lock is held).
+    pub fn begin(url: &str, statements: &str) -> HeldTransaction {
+        let config: Config = url.parse().expect("a well-formed URL");
+        let shown = statements.to_string();
+        let statements = format!("BEGIN; {statements}");
+        let (end, ended) = tokio::sync::oneshot::channel::<()>();
+        let (begun, started) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            runtime.block_on(async move {
+                let (client, connection) = config.connect(NoTls).await.expect("a connection");
+                let driver = tokio::spawn(connection);
+                let held = client.batch_execute(&statements).await;
+                let failed = held.as_ref().err().map(detail);
+                let _ = begun.send(failed);
+                if held.is_ok() {
+                    let _ = ended.await;
+                    let _ = client.batch_execute("ROLLBACK").await;
+                }
+                drop(client);
+                let _ = driver.await;
+            })
+        });
+        if let Ok(Some(failed)) = started.recv() {
+            panic!("{shown:?}: {failed}");
+        }
+        HeldTransaction {
+            end: Some(end),
+            thread: Some(thread),
+        }
+    }
+
+    /// Rolls the transaction back (its locks are free) and closes its connection.
+    pub fn end(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if let Some(end) = self.end.take() {
+            let _ = end.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for HeldTransaction {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
