@@ -35,9 +35,9 @@ use crate::actors::ledger::{
     CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession, EnqueuePrompt,
     ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking, SetSetting,
 };
-use crate::actors::slots::{SlotLimits, SlotsHandle};
+use crate::actors::slots::SlotsHandle;
 use crate::actors::supervisor::{
-    Boot, CancelRunning, CountWorking, Dispatch, Published, Shared, Supervisor,
+    slot_limits, Boot, CancelRunning, CountWorking, Dispatch, Published, Shared, Supervisor,
 };
 use crate::daemon::DaemonLock;
 use crate::engine::EngineKind;
@@ -47,7 +47,7 @@ use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
 use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, Prompt};
 use crate::store::runs::Recovered;
 use crate::store::sessions::{NewSession, Session, WorktreeState};
-use crate::store::settings::{self, Settings, DEFAULT_SLOTS_PER_ENGINE};
+use crate::store::settings::{self, Settings};
 use crate::store::sql::{self, args, Conn};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
 use crate::store::{drivers, events, processes, projects, prompts, sessions};
@@ -178,14 +178,6 @@ fn guard_program() -> Option<PathBuf> {
         "no lease guard (set CORRAL_GUARD_PROGRAM to the corral binary): engines outlive this process if it is killed"
     );
     None
-}
-
-fn slot_limits(settings: &Settings) -> SlotLimits {
-    SlotLimits {
-        per_engine: settings.slots.clone(),
-        default_per_engine: DEFAULT_SLOTS_PER_ENGINE,
-        total: settings.slots_total,
-    }
 }
 
 impl Corral {
@@ -784,7 +776,8 @@ impl Corral {
         }
     }
 
-    /// Changes a setting (validated; `None` resets it). Slot limits apply at once.
+    /// Changes a setting (validated; `None` resets it). Slot limits apply at once, on every
+    /// daemon of a shared store (`SetSetting` tells them).
     pub async fn set_setting(&self, name: &str, value: Option<&str>) -> Result<(), CorralError> {
         let value = match value {
             Some(value) => Some(settings::validate(name, value).map_err(CorralError::Invalid)?),
@@ -797,15 +790,10 @@ impl Corral {
                 value,
             })
             .await?;
-        let settings = self.shared.readers.read(Settings::load)?;
-        let limits = slot_limits(&settings);
-        self.shared.replace_settings(settings);
         self.shared
-            .slots
-            .set_limits(limits)
+            .reload_settings()
             .await
-            .map_err(|error| CorralError::Store(error.to_string()))?;
-        Ok(())
+            .map_err(|error| CorralError::Store(error.to_string()))
     }
 
     /// The settings in effect.

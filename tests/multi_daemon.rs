@@ -838,13 +838,36 @@ fn a_worktree_sessions_prompts_run_where_its_worktree_is() {
     cluster.ok(1, &["session", "archive", &session]);
 }
 
-/// Sets `slots.total`, read at a daemon's start: then every daemon is restarted.
+/// Sets `slots.total` through the first daemon; returns once every daemon has it in effect
+/// (each hears of the change from the store: no restart).
 fn set_total(cluster: &Cluster, total: usize) {
     cluster.ok(0, &["config", "set", "slots.total", &total.to_string()]);
     for index in 0..cluster.len() {
-        cluster.home(index).stop_daemon();
-        cluster.start_daemon(index);
+        cluster.wait_for("the new total in effect", Duration::from_secs(10), || {
+            cluster.status(index)["slots"]["limits"]["total"] == total
+        });
     }
+}
+
+// A setting changed through one daemon is in effect on the others at once, not at their
+// restart: `slots.total` holds across them, so they must agree on it.
+#[test]
+fn a_setting_changed_on_one_daemon_is_in_effect_on_the_others() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    assert_eq!(cluster.status(1)["slots"]["limits"]["total"], Value::Null);
+    let pid = cluster.home(1).daemon_pid();
+    set_total(&cluster, 3);
+    cluster.ok(1, &["config", "set", "slots.fake", "5"]);
+    cluster.wait_for("B's engine limit on A", Duration::from_secs(10), || {
+        cluster.status(0)["slots"]["limits"]["per_engine"]["fake"] == 5
+    });
+    cluster.ok(1, &["config", "unset", "slots.total"]);
+    cluster.wait_for("the total unset on A", Duration::from_secs(10), || {
+        cluster.status(0)["slots"]["limits"]["total"].is_null()
+    });
+    assert_eq!(cluster.home(1).daemon_pid(), pid, "no restart");
 }
 
 #[test]

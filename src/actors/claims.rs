@@ -2,7 +2,8 @@
 //! takes back the prompts of daemons whose lease ran out.
 //!
 //! ```text
-//!  NOTIFY corral_work (a prompt queued elsewhere, a rescue) ─┐
+//!  NOTIFY corral_work (a prompt queued elsewhere, a rescue) ─┐   (a setting changed: put in
+//!                                                              │    effect here, then claim)
 //!  a prompt ended here (a slot is free) ─────────────────────┼─► Shared::claim_wanted ─► ClaimWork ─► Dispatch
 //!  the heartbeat: registered again, projects served changed ─┘        (as room allows: per engine, in all)
 //!  the heartbeat: another lease ran out ─► Rescue ─► ClaimWork
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use actix::Addr;
 use tokio::sync::{mpsc, Notify};
 
-use super::ledger::{ClaimWork, Rescue, CANCEL_NOTICE};
+use super::ledger::{ClaimWork, Rescue, CANCEL_NOTICE, SETTINGS_NOTICE};
 use super::relay::EventRelay;
 use super::supervisor::{CancelRunning, Dispatch, Published, Shared, Supervisor};
 use crate::lease::holder::Wanted;
@@ -75,9 +76,13 @@ pub fn start(
             Notice::Work(payload) if payload.starts_with(CANCEL_NOTICE) => {
                 cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
             }
+            Notice::Work(payload) if payload == SETTINGS_NOTICE => reload_settings(&shared),
             Notice::Work(_) => shared.claim_wanted.notify_one(),
             // A daemon came or went, or notices may have been missed: look at everything.
             Notice::Daemons(_) | Notice::Reconnected => {
+                if matches!(notice, Notice::Reconnected) {
+                    reload_settings(&shared);
+                }
                 if let (Notice::Daemons(node_id), Some(lease)) = (&notice, &shared.lease) {
                     lease.other_registered(node_id);
                 }
@@ -89,6 +94,18 @@ pub fn start(
     }
     actix::spawn(claim_loop(shared, supervisor, rescue));
     listener
+}
+
+/// A setting changed on some daemon (this one too): put in effect here, then claim, since
+/// a limit raised may leave room.
+fn reload_settings(shared: &Arc<Shared>) {
+    let shared = shared.clone();
+    actix::spawn(async move {
+        if let Err(error) = shared.reload_settings().await {
+            tracing::warn!(%error, "the settings changed in the store could not be read");
+        }
+        shared.claim_wanted.notify_one();
+    });
 }
 
 /// A cancel asked on any daemon (`<session id>:<prompt id>`): ended here if this daemon runs

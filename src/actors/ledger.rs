@@ -1526,10 +1526,21 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Sets a setting (`None` removes it, back to its default).
+    /// Sets a setting (`None` removes it, back to its default). On a shared store every
+    /// daemon hears of it (`corral_work`, [`SETTINGS_NOTICE`]) and puts it in effect: the
+    /// limits that hold across daemons (`slots.total`) hold with the same value everywhere.
     SetSetting { name: String, value: Option<String> } -> (),
-    |this, connection| settings::set_setting(connection, &this.name, this.value.as_deref())
+    |this, connection| {
+        settings::set_setting(connection, &this.name, this.value.as_deref())?;
+        if connection.dialect() == Dialect::Postgres {
+            listen::notify(connection, listen::WORK, SETTINGS_NOTICE)?;
+        }
+        Ok::<_, StoreError>(())
+    }
 );
+
+/// A `corral_work` notice telling every daemon that a setting changed in the store.
+pub const SETTINGS_NOTICE: &str = "s";
 
 ledger_write!(
     /// Claims a session's driver for an exec; `is_live` tells whether a holder still runs.

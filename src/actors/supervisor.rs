@@ -27,13 +27,13 @@ use super::ledger::{
     SaveAppServer, Unwritten,
 };
 use super::session::{CancelPrompt, SessionActor, StartWork, SETUP_ENV};
-use super::slots::SlotsHandle;
+use super::slots::{SlotLimits, SlotsHandle};
 use crate::process;
 use crate::store::events::{Event, NewEvent};
 use crate::store::projects::Project;
 use crate::store::prompts::Prompt;
 use crate::store::runs::Recovered;
-use crate::store::settings::Settings;
+use crate::store::settings::{Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::ReaderPool;
 use crate::store::{processes, projects, runs, sessions};
 
@@ -279,6 +279,21 @@ impl Shared {
             .unwrap_or_default()
     }
 
+    /// Reads the settings from the store and puts them in effect, slot limits included: after
+    /// a change here, or told by another daemon of a shared store that one changed there.
+    pub async fn reload_settings(&self) -> Result<(), String> {
+        let settings = self
+            .readers
+            .read(Settings::load)
+            .map_err(|error| error.to_string())?;
+        let limits = slot_limits(&settings);
+        self.replace_settings(settings);
+        self.slots
+            .set_limits(limits)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
     pub fn replace_settings(&self, settings: Settings) {
         if let Some(lease) = &self.lease {
             lease.set_length(settings.store_lease);
@@ -351,6 +366,15 @@ impl Shared {
                 Err(unwritten) => return Err(unwritten.error),
             }
         }
+    }
+}
+
+/// The slot manager's limits under these settings.
+pub(crate) fn slot_limits(settings: &Settings) -> SlotLimits {
+    SlotLimits {
+        per_engine: settings.slots.clone(),
+        default_per_engine: DEFAULT_SLOTS_PER_ENGINE,
+        total: settings.slots_total,
     }
 }
 
