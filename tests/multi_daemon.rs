@@ -935,6 +935,42 @@ fn cancel_reaches_the_daemon_that_runs_the_prompt() {
     });
 }
 
+// A cancel asked while the daemon that runs the prompt is dead reaches nobody at once; it is
+// kept on the prompt's row, so the daemon that takes the prompt back ends it as cancelled
+// instead of running it again. (Also what a runner whose listener was reconnecting reads.)
+#[test]
+fn a_prompt_cancelled_while_its_daemon_is_dead_is_not_run_again() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("cancelled while dead");
+    let prompt = cluster.send(0, &session, "@fake delay=60000\nlong");
+    let (_, node, _) = running_run(&cluster, &prompt);
+    let index = cluster.home_of_node(&node).expect("a known node");
+    let pid = cluster.daemon_pid(index).expect("the runner's pid");
+    kill(pid, libc::SIGKILL);
+    cluster.wait_for("the runner is gone", Duration::from_secs(2), || !alive(pid));
+    let other = 1 - index;
+    let said = cluster.ok(other, &["cancel", &prompt]);
+    // Restarted, the daemon asked forgets the cancel (the store alone keeps it) before the
+    // dead one's lease runs out and it takes the prompt back.
+    cluster.home(other).stop_daemon();
+    cluster.start_daemon(other);
+    cluster.wait_for(
+        "the prompt is cancelled",
+        LEASE + Duration::from_secs(8),
+        || cluster.prompt_status(&prompt) == "cancelled",
+    );
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs.len(), 1, "never run again ({said}): {runs:?}");
+    assert_eq!(runs[0].2, "interrupted", "{runs:?}");
+    // The session takes its next prompt on the live daemon.
+    let next = cluster.send(other, &session, "@fake\nafter");
+    cluster.wait_for("the next prompt is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&next) == "done"
+    });
+}
+
 #[test]
 fn the_database_going_away_keeps_runs_under_the_lease() {
     let Some(cluster) = Cluster::start_through_proxy(1) else {

@@ -81,7 +81,9 @@ pub fn start(
             // A daemon came or went, or notices may have been missed: look at everything.
             Notice::Daemons(_) | Notice::Reconnected => {
                 if matches!(notice, Notice::Reconnected) {
+                    // What the notices missed meanwhile: a setting changed, a cancel asked.
                     reload_settings(&shared);
+                    cancel_asked_here(&shared, &supervisor);
                 }
                 if let (Notice::Daemons(node_id), Some(lease)) = (&notice, &shared.lease) {
                     lease.other_registered(node_id);
@@ -129,6 +131,28 @@ fn cancel_if_here(shared: &Shared, supervisor: &Addr<Supervisor>, ids: &str) {
             session_id: session_id.to_string(),
             prompt_id: prompt_id.to_string(),
         });
+    }
+}
+
+/// Ends the prompts running here whose cancel was asked (kept on their rows), for when a
+/// cancel's notice may have been missed.
+fn cancel_asked_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
+    let Some(lease) = &shared.lease else {
+        return;
+    };
+    let asked = shared
+        .readers
+        .read(|c| crate::store::prompts::cancels_asked(c, &lease.node_id));
+    match asked {
+        Ok(asked) => {
+            for (session_id, prompt_id) in asked {
+                supervisor.do_send(CancelRunning {
+                    session_id,
+                    prompt_id,
+                });
+            }
+        }
+        Err(error) => tracing::warn!(%error, "the cancels asked could not be read"),
     }
 }
 

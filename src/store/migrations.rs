@@ -334,6 +334,17 @@ ALTER TABLE kept_processes ADD COLUMN node_id TEXT;
 ALTER TABLE sessions ADD COLUMN worktree_node TEXT;
 "#,
     },
+    Migration {
+        name: "cancels kept",
+        sql: r#"
+-- A cancel asked of a running prompt, kept until the prompt ends (#14): the daemon that runs
+-- it may not hear the notice (its listener reconnecting, the daemon dying), and a prompt
+-- taken back from a dead daemon is cancelled, not run again.
+ALTER TABLE prompts ADD COLUMN cancel_asked_at INTEGER;
+-- A project's sessions (the claims and the overview look them up by project).
+CREATE INDEX sessions_by_project ON sessions(project_id);
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

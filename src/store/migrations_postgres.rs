@@ -379,6 +379,11 @@ ALTER TABLE execs ADD COLUMN host TEXT COLLATE "C";
 ALTER TABLE kept_processes ADD COLUMN node_id TEXT COLLATE "C";
 ALTER TABLE sessions ADD COLUMN worktree_node TEXT COLLATE "C";
 "#,
+    // 11: cancels kept
+    r#"
+ALTER TABLE prompts ADD COLUMN cancel_asked_at BIGINT;
+CREATE INDEX sessions_by_project ON sessions(project_id);
+"#,
 ];
 
 #[cfg(test)]

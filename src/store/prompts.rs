@@ -335,9 +335,17 @@ pub(crate) fn cancel_prompt(
             )?;
             CancelFound::Dequeued
         }
-        PromptStatus::Running => CancelFound::Running {
-            session_id: found.session_id,
-        },
+        PromptStatus::Running => {
+            // Kept on the row: whoever ends or takes the prompt back sees it (`rescue`,
+            // `cancels_asked`), notice heard or not.
+            connection.run(
+                "UPDATE prompts SET cancel_asked_at = ?2 WHERE id = ?1 AND cancel_asked_at IS NULL",
+                args![prompt_id, now_ms()],
+            )?;
+            CancelFound::Running {
+                session_id: found.session_id,
+            }
+        }
         status => CancelFound::Finished { status },
     }))
 }
@@ -750,19 +758,20 @@ pub struct Rescued {
 /// on its thread. Runs under the store's write lock (see `store::daemons`).
 pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super::events::Event>)> {
     use crate::events::EventKind;
-    let lost: Vec<Rescued> = connection.rows(
-        "SELECT p.id, p.session_id, p.claimed_by FROM prompts p \
+    let lost: Vec<(Rescued, bool)> = connection.rows(
+        "SELECT p.id, p.session_id, p.claimed_by, p.cancel_asked_at IS NOT NULL FROM prompts p \
            LEFT JOIN daemons d ON d.node_id = p.claimed_by \
           WHERE p.status = 'running' AND p.claimed_by IS NOT NULL \
             AND (d.node_id IS NULL OR d.epoch <> p.claim_epoch OR d.lease_until IS NULL \
                  OR d.lease_until < corral_now_ms())",
         args![],
         |row| {
-            Ok(Rescued {
+            let rescued = Rescued {
                 prompt_id: row.get(0)?,
                 session_id: row.get(1)?,
                 from: row.get(2)?,
-            })
+            };
+            Ok((rescued, row.get(3)?))
         },
     )?;
     if !lost.is_empty() {
@@ -771,7 +780,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
     }
     let now = now_ms();
     let mut telling = Vec::new();
-    for rescued in &lost {
+    for (rescued, cancelled) in &lost {
         let runs: Vec<String> = connection.rows(
             "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued', \
                     error = ?3 \
@@ -793,15 +802,35 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             kind,
             payload,
         };
-        let reason = match given_up {
-            true => LEASE_EXPIRED.to_string(),
-            false => format!("{LEASE_EXPIRED}; another daemon runs the prompt again"),
+        let reason = match (cancelled, given_up) {
+            (true, _) => format!("{LEASE_EXPIRED}; it was cancelled meanwhile"),
+            (false, true) => LEASE_EXPIRED.to_string(),
+            (false, false) => format!("{LEASE_EXPIRED}; another daemon runs the prompt again"),
         };
         for run_id in runs {
             let payload = serde_json::json!({ "ended_by": "lease expired", "reason": reason });
             telling.push(told(Some(run_id), EventKind::RunExited, payload));
         }
-        if given_up {
+        if *cancelled {
+            // Asked while its daemon was dying: ended as asked, never run again.
+            connection.run(
+                "UPDATE prompts SET status = 'cancelled', finished_at = ?2, claimed_by = NULL, \
+                        claim_epoch = NULL WHERE id = ?1",
+                args![rescued.prompt_id, now],
+            )?;
+            claim_next(
+                connection,
+                &rescued.session_id,
+                Some(PromptStatus::Cancelled),
+                Claimer::Nobody,
+                None,
+            )?;
+            let payload = serde_json::json!({
+                "error": "cancelled while the lease of the daemon that ran it expired",
+                "answer": null,
+            });
+            telling.push(told(None, EventKind::PromptCancelled, payload));
+        } else if given_up {
             let error = format!(
                 "the daemons that ran it died {lost_runs} times (their leases expired mid-run): not run again"
             );
@@ -824,7 +853,18 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
         }
     }
     let told = super::events::append_events(connection, &telling)?;
-    Ok((lost, told))
+    Ok((lost.into_iter().map(|(rescued, _)| rescued).collect(), told))
+}
+
+/// The running prompts claimed by `node_id` whose cancel was asked: (session, prompt). Read
+/// when the daemon may have missed a cancel's notice (its listener reconnected).
+pub fn cancels_asked(connection: &Conn, node_id: &str) -> sql::Result<Vec<(String, String)>> {
+    connection.rows(
+        "SELECT session_id, id FROM prompts WHERE status = 'running' AND claimed_by = ?1 \
+           AND cancel_asked_at IS NOT NULL",
+        args![node_id],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
 }
 
 /// Puts a running prompt back in the queue (daemon shutdown): it runs again, first, later.
