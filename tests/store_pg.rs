@@ -301,6 +301,34 @@ fn assert_stored_once(url: &str, session: &str, prompts: usize, answer: &str) {
     }
 }
 
+/// Sends a prompt to the session (its second) while `held` keeps a lock that one of the
+/// daemon's batches will wait for, ends that batch's connection there, frees the lock, and
+/// checks that the prompt came through whole, stored once. Returns the statement cut.
+fn send_through_a_cut(home: &DaemonHome, session: &str, held: HeldTransaction) -> String {
+    let url = home.store_url().unwrap();
+    let send = home
+        .corral(&["send", session, "@fake answer=said once\ngo", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cut = end_the_waiting_writer(url);
+    held.end();
+    let out = send.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the cut at {cut:?} cost the prompt: {stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "said once");
+    assert_eq!(
+        texts(sql(url, "SELECT status FROM runs ORDER BY started_at")),
+        vec!["succeeded", "succeeded"]
+    );
+    assert_stored_once(url, session, 2, "said once");
+    cut
+}
+
 // The database going away in the middle of a ledger batch (a server restart, a network cut,
 // the server ending the connection): the batch is made again on a new connection, and the
 // run it was about carries on (issue 14: "keeps its running engines ... resumes when the
@@ -318,26 +346,7 @@ fn a_batch_cut_off_before_its_commit_is_made_again() {
         &url,
         &format!("SELECT 1 FROM sessions WHERE id = '{session}' FOR UPDATE"),
     );
-    let send = home
-        .corral(&["send", &session, "@fake answer=said once\ngo", "--wait"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let cut = end_the_waiting_writer(&url);
-    held.end();
-    let out = send.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the cut at {cut:?} cost the prompt: {stderr}"
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "said once");
-    assert_eq!(
-        texts(sql(&url, "SELECT status FROM runs ORDER BY started_at")),
-        vec!["succeeded", "succeeded"]
-    );
-    assert_stored_once(&url, &session, 2, "said once");
+    send_through_a_cut(&home, &session, held);
 }
 
 // The same cut during the batch's COMMIT: whether it committed is not known on the client.
@@ -366,27 +375,8 @@ fn a_batch_cut_off_during_its_commit_is_made_again_if_it_did_not_commit() {
          DEFERRED FOR EACH ROW EXECUTE FUNCTION test_gate_wait()",
     );
     let held = HeldTransaction::begin(&url, "SELECT 1 FROM test_gate WHERE id = 1 FOR UPDATE");
-    let send = home
-        .corral(&["send", &session, "@fake answer=said once\ngo", "--wait"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let cut = end_the_waiting_writer(&url);
+    let cut = send_through_a_cut(&home, &session, held);
     assert!(cut.starts_with("COMMIT"), "cut at its COMMIT: {cut:?}");
-    held.end();
-    let out = send.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the cut at COMMIT cost the prompt: {stderr}"
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "said once");
-    assert_eq!(
-        texts(sql(&url, "SELECT status FROM runs ORDER BY started_at")),
-        vec!["succeeded", "succeeded"]
-    );
-    assert_stored_once(&url, &session, 2, "said once");
 }
 
 // What the ledger asks after a cut COMMIT: a write transaction's id, kept when it begins,
