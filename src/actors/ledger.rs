@@ -378,7 +378,7 @@ fn commit_batch(
 ) -> Option<BatchEnd> {
     // The transaction id of a batch whose `COMMIT` was cut, while whether it committed is
     // unknown.
-    let mut in_doubt: Option<Option<i64>> = None;
+    let mut in_doubt: Option<i64> = None;
     let mut cuts = 0;
     loop {
         // IMMEDIATE takes the write lock up front, so another process's writer shows up
@@ -389,35 +389,12 @@ fn commit_batch(
             Err(error) => return Some(BatchEnd::failed(error, in_doubt.is_some())),
         }
         if let Some(xact) = in_doubt.take() {
-            let committed = xact.map(|xact| connection.committed(xact));
-            match committed {
-                Some(Ok(Some(false))) => {
-                    tracing::info!(
-                        "a batch whose COMMIT was cut off had not committed: made again"
-                    );
-                    for op in ops.iter_mut() {
-                        op.forget();
-                    }
-                }
-                found => {
-                    if let Err(error) = connection.batch("ROLLBACK") {
-                        tracing::warn!(%error, "the check of a cut-off batch could not be rolled back");
-                    }
-                    return Some(match found {
-                        Some(Ok(Some(true))) => BatchEnd::Committed,
-                        Some(Err(error)) => {
-                            BatchEnd::failed(StoreError::from_db(path, error), true)
-                        }
-                        _ => BatchEnd::failed(
-                            StoreError::Db(DbError::Unreachable(
-                                "a COMMIT was cut off and the server cannot say whether it \
-                                 committed"
-                                    .into(),
-                            )),
-                            true,
-                        ),
-                    });
-                }
+            if let Some(end) = settle_cut_commit(connection, path, xact) {
+                return Some(end);
+            }
+            tracing::info!("a batch whose COMMIT was cut off had not committed: made again");
+            for op in ops.iter_mut() {
+                op.forget();
             }
         }
         let failure = match apply_and_commit(connection, path, lock, ops, node) {
@@ -440,7 +417,8 @@ fn commit_batch(
             "a batch's connection to the store was cut: it is made again when the store answers"
         );
         match failure {
-            Failure::CommitCut(xact) => in_doubt = Some(xact),
+            Failure::CommitCut(Some(xact)) => in_doubt = Some(xact),
+            Failure::CommitCut(None) => return Some(BatchEnd::failed(cannot_say(), true)),
             _ => {
                 for op in ops.iter_mut() {
                     op.forget();
@@ -450,6 +428,29 @@ fn commit_batch(
         // In doubt the writes wait as one: none may go back to its caller alone.
         lock.cut(doubt);
     }
+}
+
+/// After a cut `COMMIT`, inside the next write transaction: `None` when the cut one did not
+/// commit (the batch is made again in this transaction), else how the batch ended (this
+/// transaction rolled back).
+fn settle_cut_commit(connection: &Conn, path: &Path, xact: i64) -> Option<BatchEnd> {
+    let end = match connection.committed(xact) {
+        Ok(Some(false)) => return None,
+        Ok(Some(true)) => BatchEnd::Committed,
+        Ok(None) => BatchEnd::failed(cannot_say(), true),
+        Err(error) => BatchEnd::failed(StoreError::from_db(path, error), true),
+    };
+    if let Err(error) = connection.batch("ROLLBACK") {
+        tracing::warn!(%error, "the check of a cut-off batch could not be rolled back");
+    }
+    Some(end)
+}
+
+/// Why a batch whose `COMMIT` was cut failed: whether it committed is unknown.
+fn cannot_say() -> StoreError {
+    StoreError::Db(DbError::Unreachable(
+        "a COMMIT was cut off and the server cannot say whether it committed".into(),
+    ))
 }
 
 /// Why an attempt at a batch did not commit.
