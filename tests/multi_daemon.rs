@@ -971,6 +971,52 @@ fn a_prompt_cancelled_while_its_daemon_is_dead_is_not_run_again() {
     });
 }
 
+// A cancel asked while the runner is shutting down (its engine ignores SIGTERM, so it waits
+// out the cancel grace) reaches a daemon that has already chosen to put the prompt back: the
+// row's cancel is read when it does, and the prompt ends cancelled instead of queued for the
+// other daemon to run again.
+#[test]
+fn a_prompt_cancelled_while_its_daemon_shuts_down_is_not_run_again() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // No grace to finish, a long one between SIGTERM and SIGKILL: the window of the cancel.
+    cluster.ok(0, &["config", "set", "daemon.shutdown_grace_ms", "0"]);
+    cluster.ok(0, &["config", "set", "cancel.grace_ms", "3000"]);
+    let session = cluster.session("cancelled while stopping");
+    let prompt = cluster.send(0, &session, "@fake ignore-sigterm\n@fake hang\nlong");
+    let (run, node, _) = running_run(&cluster, &prompt);
+    let index = cluster.home_of_node(&node).expect("a known node");
+    let other = 1 - index;
+    let pid = cluster.daemon_pid(index).expect("the runner's pid");
+    kill(pid, libc::SIGTERM);
+    // Draining stops the accepting; with no grace, stopping (the engine told to end) follows.
+    let socket = cluster.home(index).path().join("corral.sock");
+    cluster.wait_for("the runner stops accepting", Duration::from_secs(5), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_err()
+    });
+    cluster.ok(other, &["cancel", &prompt]);
+    // Restarted, the daemon asked forgets the cancel: only the store keeps it.
+    cluster.home(other).stop_daemon();
+    cluster.start_daemon(other);
+    assert!(
+        alive(pid) && !run_processes(&run).is_empty(),
+        "the cancel was asked while the runner waited out its engine's grace"
+    );
+    cluster.wait_for("the runner exits", Duration::from_secs(15), || !alive(pid));
+    cluster.wait_for("the prompt is cancelled", Duration::from_secs(5), || {
+        cluster.prompt_status(&prompt) == "cancelled"
+    });
+    // Still so once the live daemon has had its chance to claim it.
+    let next = cluster.send(other, &session, "@fake\nafter");
+    cluster.wait_for("the next prompt is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&next) == "done"
+    });
+    assert_eq!(cluster.prompt_status(&prompt), "cancelled");
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs.len(), 1, "never run again: {runs:?}");
+}
+
 #[test]
 fn the_database_going_away_keeps_runs_under_the_lease() {
     let Some(cluster) = Cluster::start_through_proxy(1) else {

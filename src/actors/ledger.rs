@@ -1567,8 +1567,9 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Puts a running prompt back in the queue (daemon shutdown).
-    RequeuePrompt { prompt_id: String } -> (),
+    /// Puts a running prompt back in the queue (daemon shutdown), or ends it cancelled if its
+    /// cancel was asked.
+    RequeuePrompt { prompt_id: String } -> prompts::PutBack,
     |this, connection| prompts::requeue(connection, &this.prompt_id)
 );
 

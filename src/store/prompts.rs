@@ -867,14 +867,53 @@ pub fn cancels_asked(connection: &Conn, node_id: &str) -> sql::Result<Vec<(Strin
     )
 }
 
-/// Puts a running prompt back in the queue (daemon shutdown): it runs again, first, later.
-pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<()> {
-    connection.run(
-        "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
-         WHERE id = ?1 AND status = 'running'",
-        args![prompt_id],
-    )?;
-    Ok(())
+/// What a daemon's shutdown did with a prompt it was running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PutBack {
+    /// Queued again: it runs again, first in its session, later or elsewhere.
+    Queued,
+    /// Its cancel was asked (through another daemon, say, while this one was stopping its
+    /// engine): ended as cancelled, never run again.
+    Cancelled,
+}
+
+/// Puts a running prompt back in the queue (daemon shutdown), unless its cancel was asked:
+/// then it ends cancelled, as `rescue` ends it, since a cancel is the person's last word.
+pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<PutBack> {
+    let cancelled: Option<(String, bool)> = connection
+        .row(
+            "SELECT session_id, cancel_asked_at IS NOT NULL FROM prompts \
+              WHERE id = ?1 AND status = 'running'",
+            args![prompt_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    match cancelled {
+        Some((session_id, true)) => {
+            connection.run(
+                "UPDATE prompts SET status = 'cancelled', finished_at = ?2, claimed_by = NULL, \
+                        claim_epoch = NULL WHERE id = ?1",
+                args![prompt_id, now_ms()],
+            )?;
+            // The session's next prompt stays queued for whoever serves it next.
+            claim_next(
+                connection,
+                &session_id,
+                Some(PromptStatus::Cancelled),
+                Claimer::Nobody,
+                None,
+            )?;
+            Ok(PutBack::Cancelled)
+        }
+        _ => {
+            connection.run(
+                "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
+                 WHERE id = ?1 AND status = 'running'",
+                args![prompt_id],
+            )?;
+            Ok(PutBack::Queued)
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

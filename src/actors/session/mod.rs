@@ -57,7 +57,7 @@ use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::daemons::Claim;
 use crate::store::events::NewEvent;
-use crate::store::prompts::ClaimBy;
+use crate::store::prompts::{ClaimBy, PutBack};
 use crate::store::prompts::{Prompt, PromptStatus};
 use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
@@ -355,20 +355,24 @@ impl Worker {
             }
             if end.requeue {
                 self.flush_end().await;
-                let _ = self
+                let put_back = self
                     .shared
                     .ledger
                     .write(self.fence(RequeuePrompt {
                         prompt_id: prompt_id.clone(),
                     }))
                     .await;
-                self.event(
-                    Some(&prompt_id),
-                    None,
-                    EventKind::PromptRequeued,
-                    json!({ "reason": "daemon shutdown" }),
-                )
-                .await;
+                let (kind, payload) = match put_back {
+                    Ok(PutBack::Cancelled) => (
+                        EventKind::PromptCancelled,
+                        json!({ "error": "cancelled while its daemon shut down", "answer": null }),
+                    ),
+                    _ => (
+                        EventKind::PromptRequeued,
+                        json!({ "reason": "daemon shutdown" }),
+                    ),
+                };
+                self.event(Some(&prompt_id), None, kind, payload).await;
                 return;
             }
             // The prompt's end is committed before its event is published, so that whoever
