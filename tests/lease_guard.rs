@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corral::lease::guard::Guard;
+use corral::lease::guard::{Guard, GUARDED_ENV};
 
 const RUN_ID_ENV: &str = "CORRAL_RUN_ID";
 
@@ -43,8 +43,19 @@ struct Engine {
 
 impl Engine {
     fn start(name: &str) -> Engine {
+        Engine::start_marked(name, None)
+    }
+
+    /// An engine whose processes also carry a guard's mark `mark` (as every child of a
+    /// guarded daemon does), listed or not.
+    fn start_marked(name: &str, mark: Option<&str>) -> Engine {
         let run_id = format!("lease-guard-{}-{name}", std::process::id());
-        let child = Command::new("sh")
+        let mut command = Command::new("sh");
+        command.env_remove(GUARDED_ENV);
+        if let Some(mark) = mark {
+            command.env(GUARDED_ENV, mark);
+        }
+        let child = command
             .args(["-c", "sleep 300 & setsid sleep 300 & wait"])
             .env(RUN_ID_ENV, &run_id)
             .process_group(0)
@@ -205,6 +216,50 @@ fn forgotten_runs_outlive_the_guard() {
     drop(guard);
     wait_until("the guard exits", || exited(pid));
     assert!(engine.alive(), "a forgotten run was ended");
+}
+
+// What no run lists (an app-server child, an engine a kill -9 caught between its spawn and
+// its listing) carries the guard's mark: it goes with the daemon all the same, setsid'd
+// processes included; another guard's mark is not this one's.
+#[test]
+fn an_unlisted_child_with_the_mark_goes_with_the_daemon() {
+    let guard = Guard::start(program()).expect("the guard starts");
+    let pid = guard.pid();
+    let marked = Engine::start_marked("mark-pipe", Some(guard.mark()));
+    let other = Engine::start_marked("mark-other", Some("another-guards-mark"));
+    drop(guard);
+    wait_until("the marked child is gone", || marked.gone());
+    wait_until("the guard exits", || exited(pid));
+    assert_eq!(
+        other.processes().len(),
+        3,
+        "another guard's child was ended"
+    );
+}
+
+#[test]
+fn a_passed_deadline_sweeps_the_marked_children() {
+    let guard = Guard::start(program()).expect("the guard starts");
+    let marked = Engine::start_marked("mark-deadline", Some(guard.mark()));
+    guard.set_deadline(Instant::now());
+    wait_until("the marked child is gone", || marked.gone());
+    assert!(guard.is_alive(), "the guard outlives what it ended");
+}
+
+#[test]
+fn a_clean_shutdown_leaves_the_marked_children() {
+    let guard = Guard::start(program()).expect("the guard starts");
+    let pid = guard.pid();
+    // A project's kept background process: meant to outlive a clean shutdown.
+    let kept = Engine::start_marked("mark-kept", Some(guard.mark()));
+    guard.forget_all();
+    drop(guard);
+    wait_until("the guard exits", || exited(pid));
+    assert_eq!(
+        kept.processes().len(),
+        3,
+        "a clean shutdown's child was ended"
+    );
 }
 
 #[test]

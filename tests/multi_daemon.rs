@@ -1017,6 +1017,111 @@ fn a_prompt_cancelled_while_its_daemon_shuts_down_is_not_run_again() {
     assert_eq!(runs.len(), 1, "never run again: {runs:?}");
 }
 
+// A codex app-server child serves a project, not a run: no run lists it with the lease
+// guard. It carries the guard's mark like every child, so a daemon killed mid-turn takes it
+// and what its turn started with it at once, as it takes its engines, instead of leaving
+// them to that home's next boot while another daemon runs the prompt again.
+#[test]
+fn an_app_server_child_and_its_turn_end_with_their_daemon() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    cluster.ok(
+        0,
+        &[
+            "config",
+            "set",
+            "engines.codex-app-server.path",
+            common::cluster::FAKE,
+        ],
+    );
+    let dir = cluster.dir().join("served-by-app-server");
+    std::fs::create_dir_all(&dir).expect("a project directory");
+    let dir = dir.to_str().expect("temporary paths are UTF-8");
+    cluster.ok(
+        0,
+        &[
+            "project",
+            "add",
+            "apps",
+            dir,
+            "--engine",
+            "codex-app-server",
+        ],
+    );
+    let session = cluster.session_of("apps", "app-server turn");
+    let prompt = cluster.send(0, &session, "@fake run=sleep 300\nlong");
+    let (_, node, _) = running_run(&cluster, &prompt);
+    let index = cluster.home_of_node(&node).expect("a known node");
+    let home = cluster.home(index).path().to_path_buf();
+    let pid = cluster.daemon_pid(index).expect("the runner's pid");
+    let children = || -> Vec<i32> {
+        common::daemon::processes_of(&home)
+            .into_iter()
+            .filter(|&child| child != pid)
+            .filter(|child| {
+                let comm = std::fs::read_to_string(format!("/proc/{child}/comm"));
+                comm.is_ok_and(|comm| comm.trim() != "corral")
+            })
+            .collect()
+    };
+    wait_for("the turn's command runs", Duration::from_secs(20), || {
+        children().into_iter().any(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/comm"))
+                .is_ok_and(|comm| comm.trim() == "sleep")
+        })
+    });
+    kill(pid, libc::SIGKILL);
+    // Well before the lease (LEASE_MS) runs out: the guard acts on the daemon's end.
+    wait_for(
+        "the app-server child and its turn's command are gone",
+        Duration::from_millis(LEASE_MS / 2),
+        || children().is_empty(),
+    );
+}
+
+// A kill -9 between an engine's spawn and its listing with the lease guard (the test point
+// `run.spawned`): the engine carries the guard's mark from its first instruction, so the
+// guard ends it with its daemon all the same.
+#[test]
+fn an_engine_not_yet_listed_with_the_guard_ends_with_its_daemon() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    cluster.home(0).stop_daemon();
+    let started = cluster
+        .command(0, &["daemon", "--detach"])
+        .env(corral::process::KILL_AT_ENV, "run.spawned")
+        .output()
+        .expect("corral daemon --detach");
+    assert!(started.status.success(), "{started:?}");
+    let pid = cluster
+        .daemon_pid(0)
+        .expect("a started daemon wrote its pid");
+    // The command engine: `sh -c` neither reads its stdin nor writes its stdout, so the
+    // daemon's pipes closing with it do not end it.
+    let dir = cluster.dir().join("commands");
+    std::fs::create_dir_all(&dir).expect("a project directory");
+    let dir = dir.to_str().expect("temporary paths are UTF-8");
+    cluster.ok(
+        0,
+        &["project", "add", "commands", dir, "--engine", "command"],
+    );
+    let session = cluster.session_of("commands", "killed at the spawn");
+    cluster.send(0, &session, "sleep 300");
+    cluster.wait_for(
+        "the daemon is killed at the spawn",
+        Duration::from_secs(10),
+        || !alive(pid),
+    );
+    let home = cluster.home(0).path().to_path_buf();
+    wait_for(
+        "the engine it spawned is gone",
+        Duration::from_millis(LEASE_MS / 2),
+        || common::daemon::processes_of(&home).is_empty(),
+    );
+}
+
 #[test]
 fn the_database_going_away_keeps_runs_under_the_lease() {
     let Some(cluster) = Cluster::start_through_proxy(1) else {

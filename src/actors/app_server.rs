@@ -165,6 +165,9 @@ pub struct AppServerActor {
     cwd: String,
     home: PathBuf,
     full_access: bool,
+    /// The lease guard's mark its children carry (shared store): no run lists the child, so
+    /// this is how the guard finds it when the daemon dies.
+    guard_mark: Option<String>,
     child: Option<Live>,
     generation: u64,
     status: ServerStatus,
@@ -203,6 +206,7 @@ impl AppServerActor {
             cwd,
             home,
             full_access,
+            guard_mark: None,
             child: None,
             generation: 0,
             status: ServerStatus::Stopped,
@@ -218,6 +222,12 @@ impl AppServerActor {
             recent: VecDeque::new(),
             on_change: None,
         }
+    }
+
+    /// Its children carry the lease guard's `mark` (see [`crate::lease::guard::GUARDED_ENV`]).
+    pub fn guarded_by(mut self, mark: Option<&str>) -> Self {
+        self.guard_mark = mark.map(str::to_string);
+        self
     }
 
     /// Carries on from the state a previous daemon stored for this project: its generation,
@@ -313,6 +323,7 @@ impl AppServerActor {
             .env_remove("CORRAL_TRACE_ID")
             .env_remove(process::KILL_AT_ENV)
             .env("RUST_BACKTRACE", "0");
+        crate::actors::session::guard_mark(&mut command, self.guard_mark.as_deref());
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {

@@ -222,7 +222,8 @@ impl Shared {
             project.path.clone(),
             self.home.clone(),
             project.full_access && project.kind != "remote",
-        );
+        )
+        .guarded_by(self.lease.as_ref().and_then(|lease| lease.child_mark()));
         let actor = match &stored {
             Some(stored) => actor.resume_from(stored),
             None => actor,

@@ -8,6 +8,12 @@
 //! guard (`corral __lease-guard`, hidden) ends them: at once when the daemon's pipe to it
 //! closes (the daemon is gone), and when the lease deadline the daemon last wrote passes.
 //!
+//! What it ends: each run listed with it (its group, and what carries its id), and every
+//! process that carries the guard's mark ([`GUARDED_ENV`]), which the daemon gives each child
+//! it starts: an engine spawned but not listed yet (a kill -9 between the two), and the
+//! children no run lists, a codex app-server's and a worktree setup command's. A clean
+//! shutdown that ended its runs clears the list, and then nothing is swept either.
+//!
 //! Map of this file:
 //! - [`Line`]: the protocol, one line each on the guard's stdin (parsed and rendered here);
 //! - [`Watch`]: what the guard knows (the deadline, the listed runs) and what a line or the
@@ -43,6 +49,11 @@ const MAX_LINE: usize = 4096;
 
 /// How the guard's log lines start (its stderr is the daemon's).
 const LOG: &str = "corral lease guard";
+
+/// The variable every child a guarded daemon starts carries, set to its guard's mark (a
+/// UUID, one per guard): the guard ends whatever carries it, wherever it went, when it ends
+/// the daemon's runs. It is inherited, so an agent's own children carry it too.
+pub const GUARDED_ENV: &str = "CORRAL_LEASE_GUARD";
 
 /// One line of the daemon's pipe to its guard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +133,31 @@ pub struct Watch {
     deadline: Option<u64>,
     /// The runs listed and not ended, by id.
     runs: BTreeMap<String, Listed>,
+    /// The passed deadline's sweep of the marked processes is done: the next one is due
+    /// only after a new deadline.
+    swept: bool,
+    /// A clean shutdown cleared the list: what carries the mark now is meant to outlive the
+    /// daemon (a project's kept background processes), until a run is listed again.
+    cleared: bool,
+}
+
+/// What a line, the clock or the pipe's end makes the guard end.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ending {
+    /// The listed runs.
+    pub runs: Vec<Listed>,
+    /// Also every process that carries the guard's mark.
+    pub sweep: bool,
+}
+
+impl Ending {
+    fn runs(runs: Vec<Listed>) -> Ending {
+        Ending { runs, sweep: false }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && !self.sweep
+    }
 }
 
 impl Watch {
@@ -130,42 +166,51 @@ impl Watch {
         self.deadline.is_some_and(|deadline| now >= deadline)
     }
 
-    /// Takes `line` in at `now`; returns the runs to end at once.
-    pub fn apply(&mut self, line: Line, now: u64) -> Vec<Listed> {
+    /// Takes `line` in at `now`; returns what to end at once.
+    pub fn apply(&mut self, line: Line, now: u64) -> Ending {
         match line {
             Line::Deadline(deadline) => {
                 self.deadline = Some(deadline);
+                self.swept = false;
                 self.expire(now)
             }
             // The lease is gone: whatever the daemon starts now must not run.
-            Line::RunStarted(run) if self.passed(now) => vec![run],
+            Line::RunStarted(run) if self.passed(now) => Ending::runs(vec![run]),
             Line::RunStarted(run) => {
+                self.cleared = false;
                 self.runs.insert(run.run_id.clone(), run);
-                Vec::new()
+                Ending::default()
             }
             Line::RunEnded(run_id) => {
                 self.runs.remove(&run_id);
-                Vec::new()
+                Ending::default()
             }
             Line::RunsClear => {
                 self.runs.clear();
-                Vec::new()
+                self.cleared = true;
+                Ending::default()
             }
         }
     }
 
-    /// The runs to end because the deadline has passed at `now` (they are forgotten).
-    pub fn expire(&mut self, now: u64) -> Vec<Listed> {
-        if self.passed(now) {
-            self.take_all()
-        } else {
-            Vec::new()
+    /// What to end because the deadline has passed at `now` (the runs are forgotten, the
+    /// sweep done once).
+    pub fn expire(&mut self, now: u64) -> Ending {
+        if !self.passed(now) {
+            return Ending::default();
         }
+        let runs = std::mem::take(&mut self.runs).into_values().collect();
+        let sweep = !self.swept && !self.cleared;
+        self.swept = true;
+        Ending { runs, sweep }
     }
 
-    /// Every listed run, forgotten: the daemon is gone.
-    pub fn take_all(&mut self) -> Vec<Listed> {
-        std::mem::take(&mut self.runs).into_values().collect()
+    /// Everything, forgotten: the daemon is gone.
+    pub fn take_all(&mut self) -> Ending {
+        Ending {
+            runs: std::mem::take(&mut self.runs).into_values().collect(),
+            sweep: !self.cleared,
+        }
     }
 
     /// How long to wait for the next line at `now`, in ms: until the deadline, or forever
@@ -214,8 +259,9 @@ pub fn monotonic_ms_at(at: Instant) -> u64 {
     at / 1_000_000
 }
 
-/// The guard process (`corral __lease-guard`): reads lines from stdin until it ends, ending
-/// runs as they come due; on the pipe's end it ends every listed run and exits 0.
+/// The guard process (`corral __lease-guard MARK`): reads lines from stdin until it ends,
+/// ending runs as they come due; on the pipe's end it ends every listed run and what carries
+/// `MARK`, and exits 0.
 pub fn main() -> i32 {
     // A terminal's Ctrl-C or hangup meant for the daemon must not end its guard (it is in a
     // session of its own, but a signal can be sent to it by mistake); SIGTERM stays, so an
@@ -246,6 +292,7 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    let sweep = Sweep::of_this_guard();
     let mut watch = Watch::default();
     let mut pending: Vec<u8> = Vec::new();
     // Within a line too long to be ours: its bytes are dropped until its newline.
@@ -254,6 +301,7 @@ pub fn main() -> i32 {
     loop {
         end(
             &runtime,
+            &sweep,
             watch.expire(monotonic_ms()),
             "the lease deadline passed",
         );
@@ -287,6 +335,7 @@ pub fn main() -> i32 {
             match Line::parse(&text) {
                 Some(line) => end(
                     &runtime,
+                    &sweep,
                     watch.apply(line, monotonic_ms()),
                     "the lease deadline has passed",
                 ),
@@ -299,8 +348,37 @@ pub fn main() -> i32 {
             overlong = true;
         }
     }
-    end(&runtime, watch.take_all(), "the daemon is gone");
+    end(&runtime, &sweep, watch.take_all(), "the daemon is gone");
     0
+}
+
+/// What a sweep looks for: the guard's mark, on processes started since the guard (the
+/// daemon starts its guard before any child).
+struct Sweep {
+    /// `None` when the guard was started without one (nothing is swept).
+    mark: Option<String>,
+    since: Option<u64>,
+}
+
+impl Sweep {
+    fn of_this_guard() -> Sweep {
+        let mark = std::env::args().nth(2).filter(|mark| is_word(mark));
+        if mark.is_none() {
+            eprintln!("{LOG}: started without a mark: only listed runs are ended");
+        }
+        Sweep {
+            mark,
+            since: process::start_time(std::process::id()),
+        }
+    }
+
+    fn mark(&self) -> Option<Mark> {
+        Some(Mark {
+            group: None,
+            env: Some((GUARDED_ENV.to_string(), self.mark.clone()?)),
+            since: self.since,
+        })
+    }
 }
 
 /// Waits until `input` has something to read (a line, its end, an error: `true`), at most
@@ -321,20 +399,31 @@ fn readable(input: &File, timeout: Option<u64>) -> io::Result<bool> {
     Ok(ready > 0)
 }
 
-/// Ends `runs` at once: SIGKILL, no grace (the lease is gone, or the daemon is), to each
-/// run's group and whatever carries its id; returns when they are gone.
-fn end(runtime: &tokio::runtime::Runtime, runs: Vec<Listed>, why: &str) {
-    if runs.is_empty() {
+/// Ends what `ending` names at once: SIGKILL, no grace (the lease is gone, or the daemon
+/// is), to each run's group and whatever carries its id, and with a sweep to whatever
+/// carries the guard's mark; returns when they are gone.
+fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, ending: Ending, why: &str) {
+    if ending.is_empty() {
         return;
     }
-    let ids: Vec<&str> = runs.iter().map(|run| run.run_id.as_str()).collect();
-    eprintln!("{LOG}: {why}: ending run(s) {}", ids.join(", "));
+    let ids: Vec<&str> = ending.runs.iter().map(|run| run.run_id.as_str()).collect();
+    if !ids.is_empty() {
+        eprintln!("{LOG}: {why}: ending run(s) {}", ids.join(", "));
+    }
     // The marks are made now, not when listed: the leader's identity is checked at the end.
-    let marks: Vec<Mark> = runs
+    let mut marks: Vec<Mark> = ending
+        .runs
         .iter()
         .map(|run| Mark::of_leader(Some(run.pgid), run.start, RUN_ID_ENV, &run.run_id))
         .collect();
-    runtime.block_on(process::end_marked(&marks, Duration::ZERO, None));
+    if ending.sweep {
+        marks.extend(sweep.mark());
+    }
+    let gone_at = runtime.block_on(process::end_marked(&marks, Duration::ZERO, None));
+    // A sweep that found something: a child no run listed (yet) was ended.
+    if ending.sweep && gone_at.len() > ending.runs.len() {
+        eprintln!("{LOG}: {why}: ended the daemon's other children too");
+    }
 }
 
 /// The daemon's handle on its guard process. Methods take `&self` and cost a pipe write of a
@@ -346,6 +435,8 @@ pub struct Guard {
     inner: Mutex<Inner>,
     /// The guard's pid (for logs and tests).
     pid: u32,
+    /// What every child of the daemon carries in [`GUARDED_ENV`].
+    mark: String,
 }
 
 struct Inner {
@@ -361,9 +452,14 @@ impl Guard {
     /// that a signal to the daemon's group or terminal does not reach it. It gets no
     /// parent-death signal: it must outlive the daemon to do its job.
     pub fn start(program: &Path) -> io::Result<Guard> {
+        let mark = uuid::Uuid::new_v4().to_string();
         let mut command = Command::new(program);
         command
             .arg(ARG)
+            .arg(&mark)
+            // A daemon started from inside another daemon's run carries that guard's mark:
+            // this guard is not that run's (its children are, as they are that run's).
+            .env_remove(GUARDED_ENV)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -393,12 +489,18 @@ impl Guard {
                 pipe: Some(pipe),
             }),
             pid,
+            mark,
         })
     }
 
     /// The guard process's pid.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The value of [`GUARDED_ENV`] in every child the daemon starts.
+    pub fn mark(&self) -> &str {
+        &self.mark
     }
 
     /// The lease now ends at `deadline`: runs still listed then are ended.
@@ -552,7 +654,13 @@ mod tests {
             .is_empty());
         assert!(watch.expire(u64::MAX).is_empty());
         assert_eq!(watch.timeout(0), None);
-        assert_eq!(watch.take_all(), vec![listed("a", 10, None)]);
+        assert_eq!(
+            watch.take_all(),
+            Ending {
+                runs: vec![listed("a", 10, None)],
+                sweep: true
+            }
+        );
     }
 
     #[test]
@@ -567,7 +675,10 @@ mod tests {
         assert!(watch.expire(999).is_empty());
         assert_eq!(
             watch.expire(1000),
-            vec![listed("a", 10, Some(1)), listed("b", 11, None)]
+            Ending {
+                runs: vec![listed("a", 10, Some(1)), listed("b", 11, None)],
+                sweep: true
+            }
         );
         // Forgotten once ended; the passed deadline waits for a line, not the clock.
         assert!(watch.expire(2000).is_empty());
@@ -575,15 +686,15 @@ mod tests {
         // Started while the lease is gone: ended at once, never listed.
         assert_eq!(
             watch.apply(Line::RunStarted(listed("d", 13, None)), 2000),
-            vec![listed("d", 13, None)]
+            Ending::runs(vec![listed("d", 13, None)])
         );
-        assert!(watch.take_all().is_empty());
+        assert!(watch.take_all().runs.is_empty());
         // A new lease lets a new run live.
         assert!(watch.apply(Line::Deadline(5000), 2000).is_empty());
         assert!(watch
             .apply(Line::RunStarted(listed("e", 14, None)), 2000)
             .is_empty());
-        assert_eq!(watch.take_all(), vec![listed("e", 14, None)]);
+        assert_eq!(watch.take_all().runs, vec![listed("e", 14, None)]);
     }
 
     #[test]
@@ -593,7 +704,10 @@ mod tests {
         watch.apply(Line::RunStarted(listed("a", 10, None)), 0);
         assert_eq!(
             watch.apply(Line::Deadline(500), 700),
-            vec![listed("a", 10, None)]
+            Ending {
+                runs: vec![listed("a", 10, None)],
+                sweep: true
+            }
         );
     }
 
@@ -609,6 +723,36 @@ mod tests {
         watch.apply(Line::RunsClear, 1000);
         assert!(watch.expire(5000).is_empty());
         assert!(watch.take_all().is_empty());
+    }
+
+    // The marked processes go with the runs: once for each deadline that passes, and when
+    // the daemon is gone, unless a clean shutdown cleared the list.
+    #[test]
+    fn the_mark_is_swept_once_a_deadline_and_not_after_a_clear() {
+        let mut watch = Watch::default();
+        // Nothing listed, nothing past: no sweep until the deadline passes.
+        watch.apply(Line::Deadline(1000), 0);
+        assert!(watch.expire(999).is_empty());
+        assert_eq!(
+            watch.expire(1000),
+            Ending {
+                runs: Vec::new(),
+                sweep: true
+            }
+        );
+        assert!(watch.expire(1500).is_empty(), "swept once");
+        // A new deadline, passed again: swept again.
+        watch.apply(Line::Deadline(2000), 1500);
+        assert!(watch.expire(2000).sweep);
+        // A clean shutdown's clear: what is left is meant to stay.
+        watch.apply(Line::Deadline(9000), 2000);
+        watch.apply(Line::RunsClear, 2500);
+        assert!(watch.take_all().is_empty());
+        assert!(watch.apply(Line::Deadline(2600), 2700).is_empty());
+        // A run listed after it: the daemon goes on, and so do the sweeps.
+        watch.apply(Line::Deadline(9000), 2700);
+        watch.apply(Line::RunStarted(listed("f", 15, None)), 2800);
+        assert!(watch.take_all().sweep);
     }
 
     #[test]

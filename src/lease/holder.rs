@@ -274,6 +274,12 @@ impl Lease {
         }
     }
 
+    /// The value of [`super::guard::GUARDED_ENV`] for every child this daemon starts (its
+    /// guard ends what carries it); `None` without a guard.
+    pub fn child_mark(&self) -> Option<&str> {
+        self.guard.as_ref().map(Guard::mark)
+    }
+
     /// A run's engine ended.
     pub fn run_ended(&self, run_id: &str) {
         if let Some(guard) = &self.guard {

@@ -692,6 +692,9 @@ pub(super) struct ChildEnv<'a> {
     /// That exec's trace: the agent's own `corral` calls belong to it.
     pub(super) trace_id: Option<&'a str>,
     pub(super) attempt: i64,
+    /// The lease guard's mark (shared store): a child killed with its daemon before it was
+    /// listed with the guard is still found by it.
+    pub(super) guard_mark: Option<&'a str>,
 }
 
 /// Variables of the daemon's own environment that are the daemon's business, not an engine's:
@@ -743,6 +746,7 @@ impl ChildEnv<'_> {
             Some(trace_id) => command.env(crate::cli::invocation::ENV_TRACE_ID, trace_id),
             None => command.env_remove(crate::cli::invocation::ENV_TRACE_ID),
         };
+        guard_mark(command, self.guard_mark);
     }
 }
 
@@ -819,4 +823,13 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::S
             return;
         }
     }
+}
+
+/// Gives a child this daemon's lease-guard mark, or none (a daemon started inside another
+/// one's run must not hand that one's mark on).
+pub(crate) fn guard_mark(command: &mut tokio::process::Command, mark: Option<&str>) {
+    match mark {
+        Some(mark) => command.env(crate::lease::guard::GUARDED_ENV, mark),
+        None => command.env_remove(crate::lease::guard::GUARDED_ENV),
+    };
 }

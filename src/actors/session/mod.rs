@@ -62,6 +62,7 @@ use crate::store::prompts::{Prompt, PromptStatus};
 use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
 pub use app_turn::driver_file;
+pub(crate) use child::guard_mark;
 pub use setup::SETUP_ENV;
 use std::sync::atomic::{AtomicBool, Ordering};
 
