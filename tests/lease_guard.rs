@@ -246,6 +246,25 @@ fn a_passed_deadline_sweeps_the_marked_children() {
     assert!(guard.is_alive(), "the guard outlives what it ended");
 }
 
+// A project that keeps what its runs leave: the daemon tells the guard, and the sweep leaves
+// those processes as the run's end did.
+#[test]
+fn a_kept_process_outlives_the_daemon() {
+    let guard = Guard::start(program()).expect("the guard starts");
+    let pid = guard.pid();
+    let kept = Engine::start_marked("mark-kept-one", Some(guard.mark()));
+    let swept = Engine::start_marked("mark-swept-one", Some(guard.mark()));
+    // The engines' `sh` and its two sleeps, each kept (the run's end found them so).
+    for process in kept.processes() {
+        let start = corral::process::start_time(process as u32).expect("a start time");
+        guard.kept(process, start);
+    }
+    drop(guard);
+    wait_until("the unkept child is gone", || swept.gone());
+    wait_until("the guard exits", || exited(pid));
+    assert_eq!(kept.processes().len(), 3, "a kept process was ended");
+}
+
 #[test]
 fn a_clean_shutdown_leaves_the_marked_children() {
     let guard = Guard::start(program()).expect("the guard starts");

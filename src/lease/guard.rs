@@ -67,6 +67,8 @@ pub enum Line {
     RunEnded(String),
     /// `runs clear`: forget every run without ending it (a clean shutdown whose runs ended).
     RunsClear,
+    /// `keep <pid> <start>`: a process a run left that its project keeps: never swept.
+    Kept { pid: i32, start: u64 },
 }
 
 /// A run the guard would end: what `process::Mark::of_leader` needs.
@@ -100,6 +102,10 @@ impl Line {
             }
             ["run", "-", run_id] => Some(Line::RunEnded(run_id.to_string())),
             ["runs", "clear"] => Some(Line::RunsClear),
+            ["keep", pid, start] => Some(Line::Kept {
+                pid: pid.parse::<i32>().ok().filter(|&pid| pid > 1)?,
+                start: start.parse().ok()?,
+            }),
             _ => None,
         }
     }
@@ -116,6 +122,7 @@ impl Line {
             }
             Line::RunEnded(run_id) => format!("run - {run_id}\n"),
             Line::RunsClear => "runs clear\n".to_string(),
+            Line::Kept { pid, start } => format!("keep {pid} {start}\n"),
         }
     }
 }
@@ -139,6 +146,8 @@ pub struct Watch {
     /// A clean shutdown cleared the list: what carries the mark now is meant to outlive the
     /// daemon (a project's kept background processes), until a run is listed again.
     cleared: bool,
+    /// The kept processes (pid, start): a sweep leaves them, as a run's end did.
+    kept: std::collections::BTreeSet<(i32, u64)>,
 }
 
 /// What a line, the clock or the pipe's end makes the guard end.
@@ -190,7 +199,16 @@ impl Watch {
                 self.cleared = true;
                 Ending::default()
             }
+            Line::Kept { pid, start } => {
+                self.kept.insert((pid, start));
+                Ending::default()
+            }
         }
+    }
+
+    /// Whether the process `pid` started at `start` was kept.
+    pub fn is_kept(&self, pid: i32, start: u64) -> bool {
+        self.kept.contains(&(pid, start))
     }
 
     /// What to end because the deadline has passed at `now` (the runs are forgotten, the
@@ -299,10 +317,12 @@ pub fn main() -> i32 {
     let mut overlong = false;
     let mut chunk = [0u8; 4096];
     loop {
+        let ending = watch.expire(monotonic_ms());
         end(
             &runtime,
             &sweep,
-            watch.expire(monotonic_ms()),
+            &watch,
+            ending,
             "the lease deadline passed",
         );
         match readable(&input, watch.timeout(monotonic_ms())) {
@@ -333,12 +353,16 @@ pub fn main() -> i32 {
             }
             let text = String::from_utf8_lossy(&bytes[..newline]);
             match Line::parse(&text) {
-                Some(line) => end(
-                    &runtime,
-                    &sweep,
-                    watch.apply(line, monotonic_ms()),
-                    "the lease deadline has passed",
-                ),
+                Some(line) => {
+                    let ending = watch.apply(line, monotonic_ms());
+                    end(
+                        &runtime,
+                        &sweep,
+                        &watch,
+                        ending,
+                        "the lease deadline has passed",
+                    );
+                }
                 None => eprintln!("{LOG}: ignored a line that is none of ours: {text:?}"),
             }
         }
@@ -348,7 +372,8 @@ pub fn main() -> i32 {
             overlong = true;
         }
     }
-    end(&runtime, &sweep, watch.take_all(), "the daemon is gone");
+    let ending = watch.take_all();
+    end(&runtime, &sweep, &watch, ending, "the daemon is gone");
     0
 }
 
@@ -379,7 +404,43 @@ impl Sweep {
             since: self.since,
         })
     }
+
+    /// SIGKILLs what carries the mark, but what `watch` says was kept, and the groups they
+    /// lead; looked at again until none is left (what they forked meanwhile goes too) or
+    /// [`SWEEP_SETTLE`] has passed. Returns how many it signalled.
+    fn run(&self, watch: &Watch) -> usize {
+        let Some(mark) = self.mark() else {
+            return 0;
+        };
+        let until = Instant::now() + SWEEP_SETTLE;
+        let mut signalled = std::collections::BTreeSet::new();
+        loop {
+            let found: Vec<process::Member> = process::members(std::slice::from_ref(&mark))
+                .remove(0)
+                .into_iter()
+                .filter(|member| !watch.is_kept(member.pid, member.start))
+                .collect();
+            if found.is_empty() || Instant::now() >= until {
+                return signalled.len();
+            }
+            for member in found {
+                if member.pgrp == member.pid {
+                    process::signal_group(member.pgrp, libc::SIGKILL);
+                }
+                let _ = signal::kill(nix::unistd::Pid::from_raw(member.pid), Signal::SIGKILL);
+                signalled.insert((member.pid, member.start));
+            }
+            // SIGKILL is not instant: the next look tells what is left.
+            std::thread::sleep(SWEEP_LOOK);
+        }
+    }
 }
+
+/// How long a sweep goes on looking for what carries the mark after its first SIGKILLs.
+const SWEEP_SETTLE: Duration = Duration::from_secs(2);
+
+/// Between a sweep's looks.
+const SWEEP_LOOK: Duration = Duration::from_millis(5);
 
 /// Waits until `input` has something to read (a line, its end, an error: `true`), at most
 /// `timeout` ms (`None`: forever; `false` when it ran out).
@@ -402,7 +463,7 @@ fn readable(input: &File, timeout: Option<u64>) -> io::Result<bool> {
 /// Ends what `ending` names at once: SIGKILL, no grace (the lease is gone, or the daemon
 /// is), to each run's group and whatever carries its id, and with a sweep to whatever
 /// carries the guard's mark; returns when they are gone.
-fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, ending: Ending, why: &str) {
+fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, watch: &Watch, ending: Ending, why: &str) {
     if ending.is_empty() {
         return;
     }
@@ -411,18 +472,17 @@ fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, ending: Ending, why: &s
         eprintln!("{LOG}: {why}: ending run(s) {}", ids.join(", "));
     }
     // The marks are made now, not when listed: the leader's identity is checked at the end.
-    let mut marks: Vec<Mark> = ending
+    let marks: Vec<Mark> = ending
         .runs
         .iter()
         .map(|run| Mark::of_leader(Some(run.pgid), run.start, RUN_ID_ENV, &run.run_id))
         .collect();
+    runtime.block_on(process::end_marked(&marks, Duration::ZERO, None));
     if ending.sweep {
-        marks.extend(sweep.mark());
-    }
-    let gone_at = runtime.block_on(process::end_marked(&marks, Duration::ZERO, None));
-    // A sweep that found something: a child no run listed (yet) was ended.
-    if ending.sweep && gone_at.len() > ending.runs.len() {
-        eprintln!("{LOG}: {why}: ended the daemon's other children too");
+        let swept = sweep.run(watch);
+        if swept > 0 {
+            eprintln!("{LOG}: {why}: ended {swept} other process(es) of the daemon's children");
+        }
     }
 }
 
@@ -532,6 +592,14 @@ impl Guard {
         }
     }
 
+    /// Process `pid` started at `start` is kept (a run's leftover its project keeps): no
+    /// sweep ends it.
+    pub fn kept(&self, pid: i32, start: u64) {
+        if pid > 1 {
+            self.send(&Line::Kept { pid, start });
+        }
+    }
+
     /// Forget every run without ending it: before a clean shutdown drops the guard.
     pub fn forget_all(&self) {
         self.send(&Line::RunsClear);
@@ -599,6 +667,10 @@ mod tests {
             Line::RunStarted(listed("r2", 77, None)),
             Line::RunEnded("0190-run".to_string()),
             Line::RunsClear,
+            Line::Kept {
+                pid: 4243,
+                start: 99,
+            },
         ];
         for line in lines {
             let text = line.render();
@@ -632,6 +704,11 @@ mod tests {
             "run * r",
             "runs",
             "runs clear now",
+            "keep 1 5",
+            "keep 0 5",
+            "keep x 5",
+            "keep 5",
+            "keep 5 -",
             "hello",
         ] {
             assert_eq!(Line::parse(text), None, "{text:?}");

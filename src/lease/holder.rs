@@ -280,6 +280,14 @@ impl Lease {
         self.guard.as_ref().map(Guard::mark)
     }
 
+    /// A run left process `pid` (started at `start`) that its project keeps: the guard
+    /// leaves it when it ends the daemon's children.
+    pub fn kept(&self, pid: i32, start: u64) {
+        if let Some(guard) = &self.guard {
+            guard.kept(pid, start);
+        }
+    }
+
     /// A run's engine ended.
     pub fn run_ended(&self, run_id: &str) {
         if let Some(guard) = &self.guard {

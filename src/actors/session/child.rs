@@ -577,6 +577,11 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
         return;
     }
     let found = process::members_async(&[mark]).await;
+    if let Some(lease) = &shared.lease {
+        for member in found.iter().flatten() {
+            lease.kept(member.pid, member.start);
+        }
+    }
     let kept_at = crate::store::now_ms();
     let kept: Vec<KeptProcess> = found
         .into_iter()
