@@ -820,139 +820,24 @@ impl Corral {
         self.shared.slots.summary(first).await.ok()
     }
 
-    /// The app-server of a session's project (for steer and compact), running.
-    async fn session_app_server(
-        &self,
-        session_id: &str,
-    ) -> Result<
-        (
-            Session,
-            actix::Addr<crate::actors::app_server::AppServerActor>,
-        ),
-        CorralError,
-    > {
-        let session = self
-            .read(|c| sessions::session(c, session_id))?
-            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
-        if session.engine != EngineKind::CodexAppServer.as_str() {
-            return Err(CorralError::Invalid(format!(
-                "session '{session_id}' runs on {}; only codex-app-server sessions can do this",
-                session.engine
-            )));
-        }
-        let project_id = session.project_id.clone().unwrap_or_default();
-        let project = self
-            .read(|c| projects::project(c, &project_id))?
-            .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
-        let program = crate::engine::resolve_program(
-            EngineKind::CodexAppServer,
-            &self.settings().engine_paths,
-        )
-        .map_err(CorralError::Invalid)?;
-        let server = self.shared.app_server(&project, &program);
-        server
-            .send(crate::actors::app_server::EnsureRunning)
-            .await
-            .map_err(|error| CorralError::Store(error.to_string()))?
-            .map_err(CorralError::Invalid)?;
-        Ok((session, server))
-    }
-
-    /// Adds text to the turn running on a codex-app-server session (`turn/steer`).
+    /// Adds text to the turn running on a codex-app-server session (`turn/steer`). On a
+    /// shared store a turn running on another daemon is steered by that daemon
+    /// ([`crate::actors::asks`]).
     pub async fn steer(
         &self,
         session_id: &str,
         text: &str,
     ) -> Result<serde_json::Value, CorralError> {
-        if text.trim().is_empty() {
-            return Err(CorralError::Invalid("the steering text is empty".into()));
-        }
-        let (session, server) = self.session_app_server(session_id).await?;
-        let thread = session
-            .thread_id
-            .ok_or_else(|| CorralError::Invalid("the session has no thread yet".into()))?;
-        server
-            .send(crate::actors::app_server::Call {
-                method: "turn/steer".into(),
-                params: serde_json::json!({ "threadId": thread, "input": [{ "type": "text", "text": text }] }),
-            })
-            .await
-            .map_err(|error| CorralError::Store(error.to_string()))?
-            .map_err(|error| CorralError::Invalid(error.message))
+        crate::actors::asks::steer(&self.shared, session_id, text).await
     }
 
     /// Compacts a codex-app-server session's thread context (`thread/compact/start`) and
     /// records what was compacted (exchanges and characters since the last compaction). When
     /// the thread's rollout is missing, the thread is reset instead (the next prompt starts a
-    /// new one) and the answer says so.
+    /// new one) and the answer says so. On a shared store the daemon that ran the session
+    /// last, whose host holds the thread, does it.
     pub async fn compact(&self, session_id: &str) -> Result<serde_json::Value, CorralError> {
-        let (session, server) = self.session_app_server(session_id).await?;
-        let prompts = self.read(|c| prompts::prompts_of(c, &session.id))?;
-        if prompts.iter().any(|p| !p.status.is_final()) {
-            return Err(CorralError::Invalid(
-                "the session has a prompt running or queued; compact it when it is idle".into(),
-            ));
-        }
-        let since = session.compacted_at.unwrap_or(0);
-        let compacted: Vec<&prompts::Prompt> = prompts
-            .iter()
-            .filter(|p| {
-                p.status == prompts::PromptStatus::Done && p.finished_at.unwrap_or(0) > since
-            })
-            .collect();
-        let messages = compacted.len() as i64;
-        let characters: i64 = compacted
-            .iter()
-            .map(|p| {
-                (p.text.chars().count() + p.answer.as_deref().unwrap_or("").chars().count()) as i64
-            })
-            .sum();
-        let Some(thread) = session.thread_id.clone() else {
-            return Err(CorralError::Invalid(
-                "the session has no thread to compact".into(),
-            ));
-        };
-        let call = |method: &str, params: serde_json::Value| {
-            server.send(crate::actors::app_server::Call {
-                method: method.into(),
-                params,
-            })
-        };
-        let resumed = call("thread/resume", serde_json::json!({ "threadId": thread }))
-            .await
-            .map_err(|error| CorralError::Store(error.to_string()))?;
-        let answer = match resumed {
-            Ok(_) => call(
-                "thread/compact/start",
-                serde_json::json!({ "threadId": thread }),
-            )
-            .await
-            .map_err(|error| CorralError::Store(error.to_string()))?,
-            Err(error) => Err(error),
-        };
-        let reset = match answer {
-            Ok(_) => false,
-            Err(error) if error.message.contains("no rollout found") => true,
-            Err(error) => return Err(CorralError::Invalid(error.message)),
-        };
-        let recorded = self
-            .write(crate::actors::ledger::RecordCompaction {
-                session_id: session.id.clone(),
-                messages,
-                characters,
-                reset_thread: reset,
-            })
-            .await?;
-        Ok(serde_json::json!({
-            "session": recorded,
-            "compacted": { "messages": messages, "characters": characters },
-            "thread_reset": reset,
-            "note": if reset {
-                "the thread's rollout is missing: the thread was reset; the next prompt starts a new one"
-            } else {
-                "compaction started"
-            },
-        }))
+        crate::actors::asks::compact(&self.shared, session_id).await
     }
 
     /// The app-server children: live ones first, then what the store remembers of others.

@@ -1122,6 +1122,106 @@ fn an_engine_not_yet_listed_with_the_guard_ends_with_its_daemon() {
     );
 }
 
+/// A codex-app-server project (the fake engine's app-server mode) every daemon serves, and a
+/// session of it whose thread was opened by a first prompt: (session, the node that ran it).
+fn app_server_session(cluster: &Cluster, title: &str) -> (String, String) {
+    cluster.ok(
+        0,
+        &[
+            "config",
+            "set",
+            "engines.codex-app-server.path",
+            common::cluster::FAKE,
+        ],
+    );
+    let dir = cluster.dir().join(format!("apps-{title}"));
+    std::fs::create_dir_all(&dir).expect("a project directory");
+    let name = format!("apps-{title}");
+    let dir = dir.to_str().expect("temporary paths are UTF-8");
+    cluster.ok(
+        0,
+        &["project", "add", &name, dir, "--engine", "codex-app-server"],
+    );
+    let session = cluster.session_of(&name, title);
+    let first = cluster.send(0, &session, "@fake answer=opened\nopen the thread");
+    cluster.wait_for("the first prompt is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&first) == "done"
+    });
+    let node = runs_of(cluster, &first)[0]
+        .1
+        .clone()
+        .expect("the run names its node");
+    (session, node)
+}
+
+// A steer asked of a daemon that does not run the session's turn goes to the one that does
+// (its app-server child holds the turn), and the answer comes back.
+#[test]
+fn a_steer_asked_of_another_daemon_reaches_the_running_turn() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let (session, _) = app_server_session(&cluster, "steered");
+    let hanging = cluster.send(0, &session, "@fake hang\nwork");
+    let (run, node, _) = running_run(&cluster, &hanging);
+    cluster.wait_for("the turn started", Duration::from_secs(10), || {
+        cluster.count(&format!(
+            "SELECT count(*) FROM events WHERE run_id = {} AND kind = 'turn.started'",
+            quoted(&run)
+        )) == 1
+    });
+    let other = 1 - cluster.home_of_node(&node).expect("a known node");
+    let said = cluster.ok(other, &["steer", &session, "also", "update", "the", "docs"]);
+    assert!(said.contains("steered"), "{said}");
+    cluster.wait_for("the steered turn is done", Duration::from_secs(20), || {
+        cluster.prompt_status(&hanging) == "done"
+    });
+    let answer = cluster.value(&format!(
+        "SELECT answer FROM prompts WHERE id = {}",
+        quoted(&hanging)
+    ));
+    assert_eq!(answer, json!("steered: also update the docs"));
+    assert_eq!(
+        cluster.count("SELECT count(*) FROM asks"),
+        0,
+        "the ask's row is taken away"
+    );
+}
+
+// A compact asked of another daemon is done where the thread's files are (the daemon that
+// ran the session last): asked elsewhere it would find no rollout and reset the thread.
+// With that daemon stopped, it is refused in one line, the thread kept.
+#[test]
+fn a_compact_is_done_by_the_daemon_that_holds_the_thread() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let (session, node) = app_server_session(&cluster, "compacted");
+    let thread_of = || {
+        cluster.value(&format!(
+            "SELECT thread_id FROM sessions WHERE id = {}",
+            quoted(&session)
+        ))
+    };
+    let thread = thread_of();
+    assert!(thread.is_string(), "the first prompt opened a thread");
+    let holder = cluster.home_of_node(&node).expect("a known node");
+    let other = 1 - holder;
+    let compacted = cluster.json(other, &["compact", &session, "--json"]);
+    assert_eq!(compacted["thread_reset"], false, "{compacted}");
+    assert_eq!(compacted["compacted"]["messages"], 1, "{compacted}");
+    assert_eq!(thread_of(), thread, "the thread is kept");
+    cluster.home(holder).stop_daemon();
+    let refused = cluster.run(other, &["compact", &session]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("not running") && said.lines().count() == 1,
+        "{said}"
+    );
+    assert_eq!(thread_of(), thread, "the thread is kept");
+}
+
 #[test]
 fn the_database_going_away_keeps_runs_under_the_lease() {
     let Some(cluster) = Cluster::start_through_proxy(1) else {

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use actix::Addr;
 use tokio::sync::{mpsc, Notify};
 
-use super::ledger::{ClaimWork, Rescue, CANCEL_NOTICE, SETTINGS_NOTICE};
+use super::asks;
+use super::ledger::{ClaimWork, Rescue, ANSWER_NOTICE, ASK_NOTICE, CANCEL_NOTICE, SETTINGS_NOTICE};
 use super::relay::EventRelay;
 use super::supervisor::{CancelRunning, Dispatch, Published, Shared, Supervisor};
 use crate::lease::holder::Wanted;
@@ -77,13 +78,21 @@ pub fn start(
                 cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
             }
             Notice::Work(payload) if payload == SETTINGS_NOTICE => reload_settings(&shared),
+            Notice::Work(payload) if payload.starts_with(ASK_NOTICE) => {
+                asks::answer_if_here(&shared, &payload[ASK_NOTICE.len()..])
+            }
+            Notice::Work(payload) if payload.starts_with(ANSWER_NOTICE) => {
+                answered_here(&shared, &payload[ANSWER_NOTICE.len()..])
+            }
             Notice::Work(_) => shared.claim_wanted.notify_one(),
             // A daemon came or went, or notices may have been missed: look at everything.
             Notice::Daemons(_) | Notice::Reconnected => {
                 if matches!(notice, Notice::Reconnected) {
-                    // What the notices missed meanwhile: a setting changed, a cancel asked.
+                    // What the notices missed meanwhile: a setting changed, a cancel asked,
+                    // an ask or its answer.
                     reload_settings(&shared);
                     cancel_asked_here(&shared, &supervisor);
+                    asks::answer_unanswered(&shared);
                 }
                 if let (Notice::Daemons(node_id), Some(lease)) = (&notice, &shared.lease) {
                     lease.other_registered(node_id);
@@ -108,6 +117,20 @@ fn reload_settings(shared: &Arc<Shared>) {
         }
         shared.claim_wanted.notify_one();
     });
+}
+
+/// An answer notice (`<asker's node>:<ask id>`): wakes the ask if it is this daemon's.
+fn answered_here(shared: &Shared, ids: &str) {
+    let Some((node, id)) = ids.split_once(':') else {
+        return;
+    };
+    if shared
+        .lease
+        .as_ref()
+        .is_some_and(|lease| lease.node_id == node)
+    {
+        shared.asks.answered(id);
+    }
 }
 
 /// A cancel asked on any daemon (`<session id>:<prompt id>`): ended here if this daemon runs

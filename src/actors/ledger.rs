@@ -46,8 +46,8 @@ use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
-    daemons, drivers, events, listen, migrations, open_writer, processes, projects, prompts, runs,
-    sessions, settings, StoreError,
+    asks, daemons, drivers, events, listen, migrations, open_writer, processes, projects, prompts,
+    runs, sessions, settings, StoreError,
 };
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the
@@ -1542,6 +1542,48 @@ ledger_write!(
 
 /// A `corral_work` notice telling every daemon that a setting changed in the store.
 pub const SETTINGS_NOTICE: &str = "s";
+
+ledger_write!(
+    /// Asks daemon `to_node` for a steer or a compact (`request`, JSON) and tells it
+    /// (`corral_work`, [`ASK_NOTICE`]).
+    PutAsk { id: String, to_node: String, from_node: String, request: String } -> (),
+    |this, connection| {
+        asks::put(connection, &this.id, &this.to_node, &this.from_node, &this.request)?;
+        if connection.dialect() == Dialect::Postgres {
+            let payload = format!("{ASK_NOTICE}{}:{}", this.to_node, this.id);
+            listen::notify(connection, listen::WORK, &payload)?;
+        }
+        Ok::<_, StoreError>(())
+    }
+);
+
+ledger_write!(
+    /// Answers an ask and tells its asker (`corral_work`, [`ANSWER_NOTICE`]); `false` when
+    /// its asker gave up on it (or it was answered already).
+    AnswerAsk { id: String, answer: String } -> bool,
+    |this, connection| {
+        let Some(ask) = asks::answer(connection, &this.id, &this.answer)? else {
+            return Ok(false);
+        };
+        if connection.dialect() == Dialect::Postgres {
+            let payload = format!("{ANSWER_NOTICE}{}:{}", ask.from_node, ask.id);
+            listen::notify(connection, listen::WORK, &payload)?;
+        }
+        Ok::<_, StoreError>(true)
+    }
+);
+
+ledger_write!(
+    /// The asker is done with an ask: replies with it (its answer, if any) and deletes it.
+    TakeAsk { id: String } -> Option<asks::AskRow>,
+    |this, connection| asks::take(connection, &this.id)
+);
+
+/// A `corral_work` notice asking a daemon for something: `a:<its node>:<ask id>`.
+pub const ASK_NOTICE: &str = "a:";
+
+/// A `corral_work` notice telling an asker its answer is stored: `A:<its node>:<ask id>`.
+pub const ANSWER_NOTICE: &str = "A:";
 
 ledger_write!(
     /// Claims a session's driver for an exec; `is_live` tells whether a holder still runs.

@@ -11,6 +11,7 @@
 //! - [`supervisor`]: the registry of session actors, boot reconciliation, what they share.
 
 pub mod app_server;
+pub mod asks;
 pub mod claims;
 pub mod ledger;
 pub mod relay;

@@ -78,6 +78,8 @@ pub struct Shared {
     /// Woken when queued prompts may be claimable here (shared store): a prompt queued
     /// elsewhere, a slot freed, a rescue; the claimer (`actors::claims`) takes what fits.
     pub claim_wanted: tokio::sync::Notify,
+    /// The asks of other daemons this one waits on (steer, compact: `actors::asks`).
+    pub asks: super::asks::Waiting,
 }
 
 /// A session's worker counted in [`Shared::working`] for as long as this lives: dropped when
@@ -156,6 +158,7 @@ impl Shared {
             git: tokio::sync::Mutex::new(None),
             lease,
             claim_wanted: tokio::sync::Notify::new(),
+            asks: super::asks::Waiting::default(),
         }
     }
 

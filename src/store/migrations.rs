@@ -345,6 +345,24 @@ ALTER TABLE prompts ADD COLUMN cancel_asked_at INTEGER;
 CREATE INDEX sessions_by_project ON sessions(project_id);
 "#,
     },
+    Migration {
+        name: "asks across daemons",
+        sql: r#"
+-- A steer or compact asked of the daemon whose engine holds the session's thread (#14):
+-- the asking daemon writes the request, the asked one its answer (JSON both), then the
+-- asker takes the row away.
+CREATE TABLE asks (
+    id          TEXT PRIMARY KEY NOT NULL,
+    to_node     TEXT NOT NULL,
+    from_node   TEXT NOT NULL,
+    request     TEXT NOT NULL,
+    asked_at    INTEGER NOT NULL,
+    answer      TEXT,
+    answered_at INTEGER
+);
+CREATE INDEX asks_unanswered ON asks(to_node) WHERE answered_at IS NULL;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -384,6 +384,19 @@ ALTER TABLE sessions ADD COLUMN worktree_node TEXT COLLATE "C";
 ALTER TABLE prompts ADD COLUMN cancel_asked_at BIGINT;
 CREATE INDEX sessions_by_project ON sessions(project_id);
 "#,
+    // 12: asks across daemons
+    r#"
+CREATE TABLE asks (
+    id          TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+    to_node     TEXT COLLATE "C" NOT NULL,
+    from_node   TEXT COLLATE "C" NOT NULL,
+    request     TEXT NOT NULL,
+    asked_at    BIGINT NOT NULL,
+    answer      TEXT,
+    answered_at BIGINT
+);
+CREATE INDEX asks_unanswered ON asks(to_node) WHERE answered_at IS NULL;
+"#,
 ];
 
 #[cfg(test)]
