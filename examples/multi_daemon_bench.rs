@@ -989,14 +989,18 @@ impl Drop for Cluster {
                     std::fs::read_to_string(daemon.home.join("daemon.log")).unwrap_or_default();
                 let bad: Vec<&str> = log
                     .lines()
-                    .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+                    .filter(|line| {
+                        line.contains("WARN")
+                            || line.contains("ERROR")
+                            || line.contains("lease guard")
+                    })
                     .collect();
                 println!(
                     "  {} daemon.log: {} warnings and errors",
                     daemon.host,
                     bad.len()
                 );
-                for line in bad.iter().take(8) {
+                for line in bad.iter().take(40) {
                     println!("    {line}");
                 }
             }

@@ -406,13 +406,16 @@ impl Sweep {
     }
 
     /// SIGKILLs what carries the mark, but what `watch` says was kept, and the groups they
-    /// lead; looked at again until none is left (what they forked meanwhile goes too) or
-    /// [`SWEEP_SETTLE`] has passed. Returns how many it signalled.
+    /// lead; looked at again until none has been seen for [`SWEEP_QUIET`] (what they forked
+    /// meanwhile goes too, and a child the daemon forked just before it died carries the
+    /// mark only once it has exec'd) or [`SWEEP_SETTLE`] has passed. Returns how many it
+    /// signalled.
     fn run(&self, watch: &Watch) -> usize {
         let Some(mark) = self.mark() else {
             return 0;
         };
         let until = Instant::now() + SWEEP_SETTLE;
+        let mut quiet_since = Instant::now();
         let mut signalled = std::collections::BTreeSet::new();
         loop {
             let found: Vec<process::Member> = process::members(std::slice::from_ref(&mark))
@@ -420,8 +423,12 @@ impl Sweep {
                 .into_iter()
                 .filter(|member| !watch.is_kept(member.pid, member.start))
                 .collect();
-            if found.is_empty() || Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until || found.is_empty() && now >= quiet_since + SWEEP_QUIET {
                 return signalled.len();
+            }
+            if !found.is_empty() {
+                quiet_since = now;
             }
             for member in found {
                 if member.pgrp == member.pid {
@@ -430,7 +437,7 @@ impl Sweep {
                 let _ = signal::kill(nix::unistd::Pid::from_raw(member.pid), Signal::SIGKILL);
                 signalled.insert((member.pid, member.start));
             }
-            // SIGKILL is not instant: the next look tells what is left.
+            // Nothing tells the guard of a process's end or exec: the next look does.
             std::thread::sleep(SWEEP_LOOK);
         }
     }
@@ -438,6 +445,10 @@ impl Sweep {
 
 /// How long a sweep goes on looking for what carries the mark after its first SIGKILLs.
 const SWEEP_SETTLE: Duration = Duration::from_secs(2);
+
+/// How long a sweep looks on after it last found something: a child forked before the
+/// daemon died execs (and shows the mark) within it.
+const SWEEP_QUIET: Duration = Duration::from_millis(200);
 
 /// Between a sweep's looks.
 const SWEEP_LOOK: Duration = Duration::from_millis(5);
