@@ -60,6 +60,37 @@ fn runs_of(cluster: &Cluster, prompt: &str) -> Vec<(String, Option<String>, Stri
         .collect()
 }
 
+/// Waits until run `run`'s turn has started (its `turn.started` event is stored).
+fn wait_turn_started(cluster: &Cluster, run: &str) {
+    cluster.wait_for("the turn started", Duration::from_secs(10), || {
+        cluster.count(&format!(
+            "SELECT count(*) FROM events WHERE run_id = {} AND kind = 'turn.started'",
+            quoted(run)
+        )) == 1
+    });
+}
+
+/// A codex-app-server project `name` (the fake engine's app-server mode) every daemon
+/// serves.
+fn app_server_project(cluster: &Cluster, name: &str) {
+    cluster.ok(
+        0,
+        &[
+            "config",
+            "set",
+            "engines.codex-app-server.path",
+            common::cluster::FAKE,
+        ],
+    );
+    let dir = cluster.dir().join(name);
+    std::fs::create_dir_all(&dir).expect("a project directory");
+    let dir = dir.to_str().expect("temporary paths are UTF-8");
+    cluster.ok(
+        0,
+        &["project", "add", name, dir, "--engine", "codex-app-server"],
+    );
+}
+
 /// Waits until `prompt` has a run with a recorded pid: that run's `(id, node_id, pgid)`.
 fn running_run(cluster: &Cluster, prompt: &str) -> (String, String, i32) {
     let mut found = None;
@@ -1026,29 +1057,7 @@ fn an_app_server_child_and_its_turn_end_with_their_daemon() {
     let Some(cluster) = Cluster::start(2) else {
         return;
     };
-    cluster.ok(
-        0,
-        &[
-            "config",
-            "set",
-            "engines.codex-app-server.path",
-            common::cluster::FAKE,
-        ],
-    );
-    let dir = cluster.dir().join("served-by-app-server");
-    std::fs::create_dir_all(&dir).expect("a project directory");
-    let dir = dir.to_str().expect("temporary paths are UTF-8");
-    cluster.ok(
-        0,
-        &[
-            "project",
-            "add",
-            "apps",
-            dir,
-            "--engine",
-            "codex-app-server",
-        ],
-    );
+    app_server_project(&cluster, "apps");
     let session = cluster.session_of("apps", "app-server turn");
     let prompt = cluster.send(0, &session, "@fake run=sleep 300\nlong");
     let (_, node, _) = running_run(&cluster, &prompt);
@@ -1125,23 +1134,8 @@ fn an_engine_not_yet_listed_with_the_guard_ends_with_its_daemon() {
 /// A codex-app-server project (the fake engine's app-server mode) every daemon serves, and a
 /// session of it whose thread was opened by a first prompt: (session, the node that ran it).
 fn app_server_session(cluster: &Cluster, title: &str) -> (String, String) {
-    cluster.ok(
-        0,
-        &[
-            "config",
-            "set",
-            "engines.codex-app-server.path",
-            common::cluster::FAKE,
-        ],
-    );
-    let dir = cluster.dir().join(format!("apps-{title}"));
-    std::fs::create_dir_all(&dir).expect("a project directory");
     let name = format!("apps-{title}");
-    let dir = dir.to_str().expect("temporary paths are UTF-8");
-    cluster.ok(
-        0,
-        &["project", "add", &name, dir, "--engine", "codex-app-server"],
-    );
+    app_server_project(cluster, &name);
     let session = cluster.session_of(&name, title);
     let first = cluster.send(0, &session, "@fake answer=opened\nopen the thread");
     cluster.wait_for("the first prompt is done", Duration::from_secs(20), || {
@@ -1164,12 +1158,7 @@ fn a_steer_asked_of_another_daemon_reaches_the_running_turn() {
     let (session, _) = app_server_session(&cluster, "steered");
     let hanging = cluster.send(0, &session, "@fake hang\nwork");
     let (run, node, _) = running_run(&cluster, &hanging);
-    cluster.wait_for("the turn started", Duration::from_secs(10), || {
-        cluster.count(&format!(
-            "SELECT count(*) FROM events WHERE run_id = {} AND kind = 'turn.started'",
-            quoted(&run)
-        )) == 1
-    });
+    wait_turn_started(&cluster, &run);
     let other = 1 - cluster.home_of_node(&node).expect("a known node");
     let said = cluster.ok(other, &["steer", &session, "also", "update", "the", "docs"]);
     assert!(said.contains("steered"), "{said}");
@@ -1243,12 +1232,7 @@ fn the_database_going_away_keeps_runs_under_the_lease() {
     let (run, _, _) = running_run(&cluster, &prompt);
     // Cut in the run's quiet part, once its first events are stored (a batch cut off midway
     // is made again: tests/store_pg.rs).
-    cluster.wait_for("the turn started", Duration::from_secs(10), || {
-        cluster.count(&format!(
-            "SELECT count(*) FROM events WHERE run_id = {} AND kind = 'turn.started'",
-            quoted(&run)
-        )) == 1
-    });
+    wait_turn_started(&cluster, &run);
     // Asked over the socket: a `corral` command opens the store itself, and says it cannot.
     let mut socket = common::rpc::Rpc::connect(cluster.home(0).path());
     cluster.proxy().cut();

@@ -220,26 +220,27 @@ async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, CorralE
     }
 }
 
+/// The ask id of a notice's `<node>:<id>`, when the node is this daemon's.
+pub fn addressed_here<'a>(shared: &Shared, payload: &'a str) -> Option<&'a str> {
+    let (node, id) = payload.split_once(':')?;
+    let lease = shared.lease.as_ref()?;
+    (lease.node_id == node).then_some(id)
+}
+
 /// An ask notice (`<node>:<id>`): answered if it is this daemon's.
 pub fn answer_if_here(shared: &Arc<Shared>, payload: &str) {
-    let Some((node, id)) = payload.split_once(':') else {
+    let Some(id) = addressed_here(shared, payload) else {
         return;
     };
-    if shared
-        .lease
-        .as_ref()
-        .is_some_and(|lease| lease.node_id == node)
-    {
-        let shared = shared.clone();
-        let id = id.to_string();
-        actix::spawn(async move {
-            match read(&shared, |c| asks::ask(c, &id)) {
-                Ok(Some(row)) if row.answer.is_none() => answer(&shared, row).await,
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, ask = id, "an ask could not be read"),
-            }
-        });
-    }
+    let shared = shared.clone();
+    let id = id.to_string();
+    actix::spawn(async move {
+        match read(&shared, |c| asks::ask(c, &id)) {
+            Ok(Some(row)) if row.answer.is_none() => answer(&shared, row).await,
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, ask = id, "an ask could not be read"),
+        }
+    });
 }
 
 /// Answers every ask of this daemon not answered yet (its listener reconnected: notices may

@@ -120,15 +120,8 @@ fn reload_settings(shared: &Arc<Shared>) {
 }
 
 /// An answer notice (`<asker's node>:<ask id>`): wakes the ask if it is this daemon's.
-fn answered_here(shared: &Shared, ids: &str) {
-    let Some((node, id)) = ids.split_once(':') else {
-        return;
-    };
-    if shared
-        .lease
-        .as_ref()
-        .is_some_and(|lease| lease.node_id == node)
-    {
+fn answered_here(shared: &Shared, payload: &str) {
+    if let Some(id) = asks::addressed_here(shared, payload) {
         shared.asks.answered(id);
     }
 }
