@@ -226,7 +226,7 @@ impl Shared {
             self.home.clone(),
             project.full_access && project.kind != "remote",
         )
-        .guarded_by(self.lease.as_ref().and_then(|lease| lease.child_mark()));
+        .guarded_by(self.guard_mark());
         let actor = match &stored {
             Some(stored) => actor.resume_from(stored),
             None => actor,
@@ -246,6 +246,11 @@ impl Shared {
             .start();
         servers.insert(project.id.clone(), addr.clone());
         addr
+    }
+
+    /// The lease guard's mark every child of this daemon carries (shared store only).
+    pub fn guard_mark(&self) -> Option<&str> {
+        self.lease.as_ref().and_then(|lease| lease.child_mark())
     }
 
     /// The live app-server actors (for `status`).

@@ -813,18 +813,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
         }
         if *cancelled {
             // Asked while its daemon was dying: ended as asked, never run again.
-            connection.run(
-                "UPDATE prompts SET status = 'cancelled', finished_at = ?2, claimed_by = NULL, \
-                        claim_epoch = NULL WHERE id = ?1",
-                args![rescued.prompt_id, now],
-            )?;
-            claim_next(
-                connection,
-                &rescued.session_id,
-                Some(PromptStatus::Cancelled),
-                Claimer::Nobody,
-                None,
-            )?;
+            end_cancelled(connection, &rescued.prompt_id, &rescued.session_id, now)?;
             let payload = serde_json::json!({
                 "error": "cancelled while the lease of the daemon that ran it expired",
                 "answer": null,
@@ -867,6 +856,30 @@ pub fn cancels_asked(connection: &Conn, node_id: &str) -> sql::Result<Vec<(Strin
     )
 }
 
+/// Ends a running prompt whose cancel was asked but whose daemon no longer runs it (it died,
+/// or is shutting down) as cancelled; the session's next prompt stays queued for whoever
+/// serves it next.
+fn end_cancelled(
+    connection: &Conn,
+    prompt_id: &str,
+    session_id: &str,
+    now: i64,
+) -> sql::Result<()> {
+    connection.run(
+        "UPDATE prompts SET status = 'cancelled', finished_at = ?2, claimed_by = NULL, \
+                claim_epoch = NULL WHERE id = ?1",
+        args![prompt_id, now],
+    )?;
+    claim_next(
+        connection,
+        session_id,
+        Some(PromptStatus::Cancelled),
+        Claimer::Nobody,
+        None,
+    )?;
+    Ok(())
+}
+
 /// What a daemon's shutdown did with a prompt it was running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PutBack {
@@ -890,19 +903,7 @@ pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<PutBack
         .optional()?;
     match cancelled {
         Some((session_id, true)) => {
-            connection.run(
-                "UPDATE prompts SET status = 'cancelled', finished_at = ?2, claimed_by = NULL, \
-                        claim_epoch = NULL WHERE id = ?1",
-                args![prompt_id, now_ms()],
-            )?;
-            // The session's next prompt stays queued for whoever serves it next.
-            claim_next(
-                connection,
-                &session_id,
-                Some(PromptStatus::Cancelled),
-                Claimer::Nobody,
-                None,
-            )?;
+            end_cancelled(connection, prompt_id, &session_id, now_ms())?;
             Ok(PutBack::Cancelled)
         }
         _ => {

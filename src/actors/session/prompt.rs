@@ -254,7 +254,7 @@ impl Worker {
                             exec_id,
                             trace_id,
                             attempt: run.attempt,
-                            guard_mark: shared.lease.as_ref().and_then(|lease| lease.child_mark()),
+                            guard_mark: shared.guard_mark(),
                         },
                         kind: run.kind,
                         known_thread: run.thread_id.as_deref(),

@@ -293,11 +293,7 @@ impl Worker {
             exec_id: self.shared.exec_id.as_deref(),
             trace_id: None,
             attempt: 0,
-            guard_mark: self
-                .shared
-                .lease
-                .as_ref()
-                .and_then(|lease| lease.child_mark()),
+            guard_mark: self.shared.guard_mark(),
         };
         environment.apply_common(&mut shell);
         shell.env(SETUP_ENV, &self.session_id);
