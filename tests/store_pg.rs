@@ -376,7 +376,11 @@ fn a_batch_cut_off_during_its_commit_is_made_again_if_it_did_not_commit() {
     );
     let held = HeldTransaction::begin(&url, "SELECT 1 FROM test_gate WHERE id = 1 FOR UPDATE");
     let cut = send_through_a_cut(&home, &session, held);
-    assert!(cut.starts_with("COMMIT"), "cut at its COMMIT: {cut:?}");
+    // The batch's events notice goes in the COMMIT's round trip: the statement ends with it.
+    assert!(
+        cut.trim_end().ends_with("COMMIT"),
+        "cut at its COMMIT: {cut:?}"
+    );
 }
 
 // What the ledger asks after a cut COMMIT: a write transaction's id, kept when it begins,
@@ -615,4 +619,51 @@ fn a_home_serves_one_store() {
     .remove(0);
     let bound = std::fs::read_to_string(home.path().join("store.id")).unwrap();
     assert_eq!(bound.trim(), other_id);
+}
+
+// On PostgreSQL a batch first runs without savepoints (each is a round trip under the write
+// lock); a write that fails there rolls the batch back, which is made again with savepoints,
+// so that the failing write fails alone and the others of its batch commit, as on SQLite.
+#[test]
+fn a_failing_write_is_rolled_back_alone_on_postgres() {
+    use corral::actors::ledger::{LedgerHandle, RecordExec};
+    use corral::store::exec::NewExec;
+    use corral::store::location::{Location, PgUrl};
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let exec = |id: &str| NewExec {
+        id: id.into(),
+        trace_id: id.into(),
+        parent_exec_id: None,
+        caller_session_id: None,
+        via_agent: false,
+        argv: vec!["corral".into(), "test".into()],
+        cwd: None,
+        repo: None,
+        pid: 1,
+        pid_start: None,
+        started_at: 1,
+        completion: None,
+    };
+    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
+    actix::System::new().block_on(async {
+        let (ledger, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+        ledger.write(RecordExec(exec("dup"))).await.unwrap();
+        // Handed over together, the three share a batch.
+        let results = futures::future::join_all([
+            ledger.write(RecordExec(exec("a"))),
+            ledger.write(RecordExec(exec("dup"))),
+            ledger.write(RecordExec(exec("b"))),
+        ])
+        .await;
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        assert!(results[1].is_err(), "a duplicate id must fail");
+        // And the ledger goes on writing.
+        ledger.write(RecordExec(exec("c"))).await.unwrap();
+    });
+    assert_eq!(
+        texts(sql(&database.url, "SELECT id FROM execs ORDER BY id")),
+        vec!["a", "b", "c", "dup"]
+    );
 }

@@ -41,6 +41,7 @@ use actix::prelude::*;
 use rusqlite::Connection;
 
 use crate::store::location::Location;
+use crate::store::postgres::BeginAsks;
 use crate::store::sql::{Conn, DbError, Dialect};
 use tokio::sync::watch;
 
@@ -262,6 +263,8 @@ struct LedgerWriter {
     connection: Option<Conn>,
     /// See [`LedgerHandle::set_node`].
     node: Arc<std::sync::OnceLock<String>>,
+    /// The store's schema version as opened: what a batch may ask as it begins.
+    version: u32,
 }
 
 impl Actor for LedgerWriter {
@@ -292,6 +295,7 @@ impl Handler<Open> for LedgerWriter {
             self.lock_timeout = crate::store::settings::store_lock_timeout(&connection);
         }
         self.connection = Some(connection);
+        self.version = version;
         Ok(version)
     }
 }
@@ -347,8 +351,12 @@ impl Handler<Commit> for LedgerWriter {
         };
         let mut lock = LockWait::new(&self.path, &self.stop_waiting, &self.unreachable);
         lock.fallback_limit = self.lock_timeout;
-        let node = self.node.get().map(String::as_str);
-        let end = commit_batch(connection, &self.path, &mut lock, &mut ops, node);
+        let asks = BeginAsks {
+            // The feed came with schema step 8 (an early command may write an older store).
+            feed: self.version >= 8,
+            node: self.node.get().map(String::as_str),
+        };
+        let end = commit_batch(connection, &self.path, &mut lock, &mut ops, &asks);
         lock.done(connection);
         if let Some(end) = end {
             for op in ops {
@@ -374,16 +382,22 @@ fn commit_batch(
     path: &Path,
     lock: &mut LockWait<'_>,
     ops: &mut Vec<Box<dyn Op>>,
-    node: Option<&str>,
+    asks: &BeginAsks<'_>,
 ) -> Option<BatchEnd> {
     // The transaction id of a batch whose `COMMIT` was cut, while whether it committed is
     // unknown.
     let mut in_doubt: Option<i64> = None;
     let mut cuts = 0;
+    // On PostgreSQL a batch first runs without savepoints (two round trips a write, under
+    // the lock); a write that fails there rolls the batch back, made again with them. SQLite's
+    // savepoints cost no round trip: it always has them.
+    let mut savepoints = connection.dialect() == Dialect::Sqlite;
     loop {
         // IMMEDIATE takes the write lock up front, so another process's writer shows up
         // here, before any write ran, rather than midway through one.
-        match lock.retry(connection, ops, Conn::begin_write) {
+        match lock.retry(connection, ops, |connection| {
+            connection.begin_write_asking(asks)
+        }) {
             Ok(true) => {}
             Ok(false) => return None,
             Err(error) => return Some(BatchEnd::failed(error, in_doubt.is_some())),
@@ -397,9 +411,16 @@ fn commit_batch(
                 op.forget();
             }
         }
-        let failure = match apply_and_commit(connection, path, lock, ops, node) {
+        let failure = match apply_and_commit(connection, path, lock, ops, asks.node, savepoints) {
             Ok(()) => return Some(BatchEnd::Committed),
             Err(Failure::Store(error)) => return Some(BatchEnd::failed(error, false)),
+            Err(Failure::OneFailed) => {
+                savepoints = true;
+                for op in ops.iter_mut() {
+                    op.forget();
+                }
+                continue;
+            }
             Err(failure) => failure,
         };
         cuts += 1;
@@ -461,18 +482,24 @@ enum Failure {
     CommitCut(Option<i64>),
     /// Anything else: the batch was rolled back and fails.
     Store(StoreError),
+    /// A write failed in a batch run without savepoints: the batch was rolled back, to be made
+    /// again with them so that the write fails alone.
+    OneFailed,
 }
 
-/// Runs the batch's writes, each in its own savepoint, and commits; rolls the whole
-/// transaction back when a savepoint statement or the commit fails.
+/// Runs the batch's writes, each in its own savepoint when `savepoints`, and commits; rolls
+/// the whole transaction back when a savepoint statement or the commit fails, or a write
+/// fails without a savepoint to roll back to ([`Failure::OneFailed`]).
 fn apply_and_commit(
     connection: &Conn,
     path: &Path,
     lock: &mut LockWait<'_>,
     ops: &mut Vec<Box<dyn Op>>,
     node: Option<&str>,
+    savepoints: bool,
 ) -> Result<(), Failure> {
-    let applied = (|| -> crate::store::sql::Result<()> {
+    // `Ok(None)`: a write failed with no savepoint; `Ok(Some(notice))`: all ran.
+    let applied = (|| -> crate::store::sql::Result<Option<Option<String>>> {
         // On PostgreSQL the batch holds the store's write lock, so the feed numbers it gives
         // are exactly those after the last one now: the range its notice names.
         let shared = connection.dialect() == Dialect::Postgres;
@@ -486,38 +513,50 @@ fn apply_and_commit(
         // commit releases the last one.
         let mut last_failed = None;
         for op in ops.iter_mut() {
-            connection.batch(match last_failed {
-                None => "SAVEPOINT op",
-                Some(false) => "RELEASE op; SAVEPOINT op",
-                Some(true) => "ROLLBACK TO op; RELEASE op; SAVEPOINT op",
-            })?;
-            last_failed = Some(!op.apply(connection));
+            if savepoints {
+                connection.batch(match last_failed {
+                    None => "SAVEPOINT op",
+                    Some(false) => "RELEASE op; SAVEPOINT op",
+                    Some(true) => "ROLLBACK TO op; RELEASE op; SAVEPOINT op",
+                })?;
+            }
+            let failed = !op.apply(connection);
+            if failed && !savepoints {
+                return Ok(None);
+            }
+            last_failed = Some(failed);
         }
         if last_failed == Some(true) {
             connection.batch("ROLLBACK TO op; RELEASE op")?;
         }
+        let mut notice = None;
         if shared {
             let feed_after = events::feed_seq_in_transaction(connection)?;
             if feed_after > feed_before {
-                let payload =
-                    listen::events_payload(node.unwrap_or(""), feed_before + 1, feed_after);
-                listen::notify(connection, listen::EVENTS, &payload)?;
+                notice = Some(listen::events_payload(
+                    node.unwrap_or(""),
+                    feed_before + 1,
+                    feed_after,
+                ));
             }
         }
-        Ok(())
+        Ok(Some(notice))
     })();
     let committed = match applied {
-        Ok(()) if connection.dialect() == Dialect::Postgres => {
+        Ok(None) => Err(Failure::OneFailed),
+        Ok(Some(notice)) if connection.dialect() == Dialect::Postgres => {
             // No lock to wait for at a PostgreSQL COMMIT; a cut one cannot be made again on
-            // another connection as it is (see `commit_batch`).
+            // another connection as it is (see `commit_batch`). The events' notice goes with
+            // it, delivered as it commits.
+            let notice = notice.as_deref().map(|payload| (listen::EVENTS, payload));
             connection
-                .batch("COMMIT")
+                .commit_notifying(notice)
                 .map_err(|error| match error.is_connection_lost() {
                     true => Failure::CommitCut(connection.write_xact()),
                     false => Failure::Store(StoreError::from_db(path, error)),
                 })
         }
-        Ok(()) => {
+        Ok(Some(_)) => {
             // A busy COMMIT leaves the transaction open: it is retried as it is (in WAL mode
             // the write lock is held already, so this is for the odd case only). Its writes
             // have run: none is given up here.
@@ -1050,6 +1089,7 @@ impl LedgerHandle {
             stop_waiting: flag.clone(),
             connection: None,
             node: writer_node.clone(),
+            version: 0,
         });
         let version = writer
             .send(Open { migrate })

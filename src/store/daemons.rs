@@ -167,8 +167,12 @@ pub fn daemons(conn: &Conn) -> sql::Result<Vec<Daemon>> {
     )
 }
 
-/// How many other daemons hold a live lease now.
+/// How many other daemons hold a live lease now (inside a write transaction: as it began,
+/// when it asked, `sql::TransactionMemo`).
 pub fn others_live(conn: &Conn, node_id: &str) -> sql::Result<i64> {
+    if let Some(count) = conn.known_others_live(node_id) {
+        return Ok(count);
+    }
     conn.row(
         "SELECT count(*) FROM daemons WHERE node_id <> ?1 AND lease_until >= corral_now_ms()",
         args![node_id],

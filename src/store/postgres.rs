@@ -176,13 +176,28 @@ impl PgConn {
 
     /// Opens a ledger batch's transaction with the store's write lock ([`BEGIN_WRITE`]) and
     /// keeps its transaction id ([`PgConn::write_xact`]); reconnects first when the server
-    /// ended the connection. One round trip, as a plain `BEGIN` and lock are.
-    pub(crate) fn begin_write(&self) -> Result<()> {
+    /// ended the connection. In the same round trip, once the lock is held, it reads what
+    /// `asks` names (each a statement of its own, so each sees what committed before the lock
+    /// came: one statement's snapshot is taken before its functions run).
+    pub(crate) fn begin_write(&self, asks: &BeginAsks<'_>) -> Result<BeginAnswers> {
         if self.is_closed() {
             self.reconnect()?;
         }
         self.write_xact.set(None);
-        let answer = block(self.client.borrow().simple_query(BEGIN_WRITE));
+        let mut query = String::from(BEGIN_WRITE);
+        if asks.feed {
+            query.push_str("; SELECT coalesce(max(feed_seq), 0) FROM events");
+        }
+        if let Some(node) = asks.node {
+            let node = quote_literal(node);
+            query.push_str(&format!(
+                "; SELECT epoch FROM daemons WHERE node_id = {node} \
+                   AND lease_until >= corral_now_ms()\
+                 ; SELECT count(*) FROM daemons WHERE node_id <> {node} \
+                   AND lease_until >= corral_now_ms()"
+            ));
+        }
+        let answer = block(self.client.borrow().simple_query(&query));
         let messages = match answer {
             Ok(messages) => messages,
             Err(error) => {
@@ -191,12 +206,53 @@ impl PgConn {
             }
         };
         self.transaction.set(true);
-        let xact = messages.iter().find_map(|message| match message {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(1)?.parse().ok(),
-            _ => None,
-        });
-        self.write_xact.set(xact);
-        Ok(())
+        // Each statement's rows, in order (a `CommandComplete` ends one); the `BEGIN` has none.
+        let mut statements: Vec<Vec<&tokio_postgres::SimpleQueryRow>> = vec![Vec::new()];
+        for message in &messages {
+            match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    statements.last_mut().expect("one at least").push(row)
+                }
+                tokio_postgres::SimpleQueryMessage::CommandComplete(_) => {
+                    statements.push(Vec::new())
+                }
+                _ => {}
+            }
+        }
+        let first = |index: usize, column: usize| -> Option<i64> {
+            statements.get(index)?.first()?.get(column)?.parse().ok()
+        };
+        self.write_xact.set(first(1, 1));
+        let mut next = 2;
+        let mut answers = BeginAnswers::default();
+        if asks.feed {
+            answers.last_feed_seq = first(next, 0);
+            next += 1;
+        }
+        if asks.node.is_some() {
+            answers.own_epoch = first(next, 0);
+            answers.others_live = first(next + 1, 0);
+        }
+        Ok(answers)
+    }
+
+    /// Commits the open transaction, sending `notice` (channel, payload) inside it first: one
+    /// round trip for both. A failed commit leaves the transaction to be rolled back (the
+    /// notice may have failed before the `COMMIT` ran), unless the connection is gone.
+    pub(crate) fn commit(&self, notice: Option<(&str, &str)>) -> Result<()> {
+        let query = match notice {
+            Some((channel, payload)) => format!(
+                "SELECT pg_notify({}, {}); COMMIT",
+                quote_literal(channel),
+                quote_literal(payload)
+            ),
+            None => "COMMIT".to_string(),
+        };
+        let result = block(self.client.borrow().batch_execute(&query));
+        if result.is_ok() || self.is_closed() {
+            self.transaction.set(false);
+        }
+        Ok(result?)
     }
 
     /// The id of the write transaction opened last by [`PgConn::begin_write`].
@@ -375,6 +431,32 @@ pub const WRITE_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 2;
 /// written out: a batch of statements takes no parameter) and the transaction's id.
 pub const BEGIN_WRITE: &str =
     "BEGIN; SELECT pg_advisory_xact_lock(4851030235002437634), txid_current()";
+
+/// What a write transaction reads as it begins ([`PgConn::begin_write`]): questions nearly
+/// every batch asks, answered in the `BEGIN`'s round trip instead of one each under the lock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BeginAsks<'a> {
+    /// The feed's last number (the schema has the feed: step 8 on).
+    pub feed: bool,
+    /// This daemon's node: its epoch, if its lease holds (its own claims' fence), and how
+    /// many other daemons are live (`daemons::others_live`).
+    pub node: Option<&'a str>,
+}
+
+/// The answers to [`BeginAsks`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BeginAnswers {
+    pub last_feed_seq: Option<i64>,
+    pub own_epoch: Option<i64>,
+    pub others_live: Option<i64>,
+}
+
+/// `text` as an SQL string literal, for the statements of a batch (which take no
+/// parameters): quotes doubled, and `E''` never needed as backslashes are plain with
+/// `standard_conforming_strings` (on since PostgreSQL 9.1).
+pub(crate) fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
 
 /// What [`inspect`] found in the database.
 #[derive(Debug, Clone, PartialEq, Eq)]

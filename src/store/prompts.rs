@@ -174,9 +174,12 @@ pub(crate) fn enqueue(
         }
     }
     let id = uuid::Uuid::now_v7().to_string();
-    connection.run(
-        "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
-         created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
+    let queued = connection.row(
+        &format!(
+            "INSERT INTO prompts (id, session_id, text, images, read_only, status, \
+             sender_exec_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7) \
+             RETURNING {PROMPT_COLUMNS}"
+        ),
         args![
             id,
             new.session_id,
@@ -186,9 +189,14 @@ pub(crate) fn enqueue(
             new.sender_exec_id,
             now_ms(),
         ],
+        prompt_row,
     )?;
     let started = claim_next(connection, &new.session_id, None, claimer, total)?;
-    let prompt = prompt(connection, &id)?.ok_or(sql::DbError::NoRows)?;
+    // The row as it stands: claimed just now, or still as queued.
+    let prompt = match &started {
+        Some(started) if started.id == id => started.clone(),
+        _ => queued,
+    };
     Ok(Ok(Enqueued { prompt, started }))
 }
 
@@ -213,21 +221,24 @@ pub(crate) fn finish_and_claim_next(
     total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
     let now = now_ms();
-    let session_id: Option<String> = connection
-        .row(
+    let ended: Option<String> = connection.opt_row(
+        "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
+         WHERE id = ?1 AND status IN ('running', 'queued') RETURNING session_id",
+        args![prompt_id, status.as_str(), error, answer, now],
+        |row| row.get(0),
+    )?;
+    // Ended already (or never stored): its session still gets its next prompt claimed.
+    let session_id = match ended {
+        Some(session_id) => Some(session_id),
+        None => connection.opt_row(
             "SELECT session_id FROM prompts WHERE id = ?1",
             args![prompt_id],
             |row| row.get(0),
-        )
-        .optional()?;
+        )?,
+    };
     let Some(session_id) = session_id else {
         return Ok(None);
     };
-    connection.run(
-        "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
-         WHERE id = ?1 AND status IN ('running', 'queued')",
-        args![prompt_id, status.as_str(), error, answer, now],
-    )?;
     claim_next(connection, &session_id, Some(status), claimer, total)
 }
 
@@ -250,17 +261,23 @@ pub(crate) fn claim_next(
     claimer: Claimer<'_>,
     total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
-    if runs_something(connection, session_id)? {
+    let node = match claimer {
+        Claimer::Daemon(claim) => Some(claim.node_id.as_str()),
+        Claimer::Alone | Claimer::Nobody => None,
+    };
+    // One look: whether a prompt of the session runs, its oldest queued one, and whether its
+    // worktree is on another daemon's host (never, without a node to compare).
+    let (runs, next, worktree_elsewhere): (bool, Option<String>, bool) = connection.row(
+        "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
+                (SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
+                  ORDER BY created_at, id LIMIT 1), \
+                EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
+        args![session_id, node],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
+    if runs {
         return Ok(None);
     }
-    let next: Option<String> = connection
-        .row(
-            "SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
-             ORDER BY created_at, id LIMIT 1",
-            args![session_id],
-            |row| row.get(0),
-        )
-        .optional()?;
     let idle = match last {
         Some(PromptStatus::Failed) => "failed",
         Some(PromptStatus::Done) => "waiting",
@@ -269,11 +286,12 @@ pub(crate) fn claim_next(
     let taken_here = match claimer {
         Claimer::Daemon(claim) => match &next {
             Some(id) => {
-                !worktree_elsewhere(connection, session_id, &claim.node_id)?
-                    && (!shares_the_store(connection, claim)?
-                        || (!held_by_another_session(connection, session_id)?
-                            && !waits_for_elder(connection, id)?
-                            && !total_goes_elsewhere(connection, id, total)?))
+                !worktree_elsewhere
+                    && (!shares_the_store(connection, claim)? || {
+                        let rivals = rivals(connection, session_id, id, total.is_some())?;
+                        !rivals.hold_or_go_first()
+                            && !total_goes_elsewhere(connection, id, total, rivals.running)?
+                    })
             }
             None => true,
         },
@@ -287,19 +305,22 @@ pub(crate) fn claim_next(
         }
         return Ok(None);
     }
-    let (node, epoch) = match claimer {
-        Claimer::Daemon(claim) => (Some(claim.node_id.as_str()), Some(claim.epoch)),
-        Claimer::Alone | Claimer::Nobody => (None, None),
+    let epoch = match claimer {
+        Claimer::Daemon(claim) => Some(claim.epoch),
+        Claimer::Alone | Claimer::Nobody => None,
     };
     match next {
         Some(id) => {
-            connection.run(
-                "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
-                 claim_epoch = ?4 WHERE id = ?1",
+            let claimed = connection.opt_row(
+                &format!(
+                    "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
+                     claim_epoch = ?4 WHERE id = ?1 RETURNING {PROMPT_COLUMNS}"
+                ),
                 args![id, now_ms(), node, epoch],
+                prompt_row,
             )?;
             set_session_status(connection, session_id, "running")?;
-            prompt(connection, &id)
+            Ok(claimed)
         }
         None => {
             set_session_status(connection, session_id, idle)?;
@@ -462,7 +483,7 @@ pub(crate) fn claim_work(
     )?;
     // `slots.total` holds across the daemons: every daemon's running prompts count.
     let mut total_left = match room.total {
-        Some(total) => total as i64 - running_everywhere(connection)?,
+        Some(total) => total as i64 - running_everywhere(connection, None)?,
         None => i64::MAX,
     };
     // Heads: the oldest queued prompt of each session with nothing running, in the order
@@ -547,20 +568,22 @@ pub(crate) fn claim_work(
         if *engine_left <= 0
             || (locks
                 && head.grouped
-                && (held_by_another_session(connection, &head.session_id)?
-                    || waits_for_elder(connection, &head.id)?))
+                && rivals(connection, &head.session_id, &head.id, false)?.hold_or_go_first())
         {
             continue;
         }
-        connection.run(
-            "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
-             claim_epoch = ?4 WHERE id = ?1 AND status = 'queued'",
+        let prompt = connection.opt_row(
+            &format!(
+                "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
+                 claim_epoch = ?4 WHERE id = ?1 AND status = 'queued' RETURNING {PROMPT_COLUMNS}"
+            ),
             args![head.id, now_ms(), claim.node_id, claim.epoch],
+            prompt_row,
         )?;
         set_session_status(connection, &head.session_id, "running")?;
         *engine_left -= 1;
         total_left -= 1;
-        claimed.extend(prompt(connection, &head.id)?);
+        claimed.extend(prompt);
     }
     Ok(claimed)
 }
@@ -577,23 +600,20 @@ struct Head {
     grouped: bool,
 }
 
-/// How many prompts run now on every daemon of a shared store.
-pub(crate) fn running_everywhere(connection: &Conn) -> sql::Result<i64> {
-    connection.row(
-        "SELECT count(*) FROM prompts WHERE status = 'running' AND claimed_by IS NOT NULL",
-        args![],
-        |row| row.get(0),
-    )
+/// SQL: how many prompts run now on every daemon of a shared store.
+macro_rules! running_everywhere_sql {
+    () => {
+        "SELECT count(*) FROM prompts WHERE status = 'running' AND claimed_by IS NOT NULL"
+    };
 }
 
-/// Whether the session's worktree was made by another daemon's node: it is on that daemon's
-/// host, where alone its prompts can run (`claim_work` reads the same column).
-fn worktree_elsewhere(connection: &Conn, session_id: &str, node_id: &str) -> sql::Result<bool> {
-    connection.row(
-        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
-        args![session_id, node_id],
-        |row| row.get(0),
-    )
+/// How many prompts run now on every daemon of a shared store (`known`: read already in
+/// this transaction, by [`rivals`]).
+pub(crate) fn running_everywhere(connection: &Conn, known: Option<i64>) -> sql::Result<i64> {
+    if let Some(running) = known {
+        return Ok(running);
+    }
+    connection.row(running_everywhere_sql!(), args![], |row| row.get(0))
 }
 
 /// Whether another daemon's lease is live: the locks of projects and groups are then kept by
@@ -612,11 +632,12 @@ fn total_goes_elsewhere(
     connection: &Conn,
     prompt_id: &str,
     total: Option<usize>,
+    running: Option<i64>,
 ) -> sql::Result<bool> {
     let Some(total) = total else {
         return Ok(false);
     };
-    let free = total as i64 - running_everywhere(connection)?;
+    let free = total as i64 - running_everywhere(connection, running)?;
     Ok(free <= 0 || (free == 1 && older_waiter(connection, prompt_id)?))
 }
 
@@ -667,45 +688,48 @@ macro_rules! conflicts_sql {
     };
 }
 
-/// Whether a prompt of another session runs, on any daemon, that holds a lock session
-/// `session_id` needs (see `conflicts_sql!`). This daemon's own count: a prompt claimed here
+/// SQL: whether a prompt of another session runs, on any daemon, that holds a lock session
+/// `$session` needs (see `conflicts_sql!`). This daemon's own count: a prompt claimed here
 /// that its slot manager would keep waiting for the lock is not claimed, so it neither counts
 /// against `slots.total` while it waits nor holds the lock from the other daemons; the
-/// store's claims keep the locks the slot managers keep within one daemon. PostgreSQL only.
-fn held_by_another_session(connection: &Conn, session_id: &str) -> sql::Result<bool> {
-    connection.row(
+/// store's claims keep the locks the slot managers keep within one daemon.
+macro_rules! held_by_another_session_sql {
+    ($session:literal) => {
         concat!(
             "SELECT EXISTS ( \
                SELECT 1 FROM sessions s JOIN projects sp ON sp.id = s.project_id, \
                       prompts r JOIN sessions o ON o.id = r.session_id \
                                 JOIN projects op ON op.id = o.project_id \
-                WHERE s.id = ?1 AND r.status = 'running' AND o.id <> s.id AND ",
+                WHERE s.id = ",
+            $session,
+            " AND r.status = 'running' AND o.id <> s.id AND ",
             conflicts_sql!(),
             ")"
-        ),
-        args![session_id],
-        |row| row.get(0),
-    )
+        )
+    };
 }
 
-/// Whether prompt `prompt_id` is to wait for an older one: a queued
-/// prompt of another session that needs the same lock (see `conflicts_sql!`), has no claimed
-/// prompt running yet, and is served by a live daemon. Grants of a lock across daemons are
-/// then first come, first served: without it the daemon that holds a project took its
-/// session's next prompt at every end, and a session waiting on another daemon starved.
-/// PostgreSQL only (within one daemon the slot manager grants in order).
-fn waits_for_elder(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
-    // The rival projects first, materialized (this one, and with groups those sharing one,
-    // each served by a live daemon: the daemons' lists are parsed once, not per project,
-    // session or queued prompt; 2 to 10 ms a claim when the planner read them per project),
-    // then their sessions' older queued prompts through the index of each session's prompts.
-    connection.row(
+/// SQL: whether prompt `$prompt` is to wait for an older one: a queued prompt of another
+/// session that needs the same lock (see `conflicts_sql!`), has no claimed prompt running
+/// yet, and is served by a live daemon. Grants of a lock across daemons are then first come,
+/// first served: without it the daemon that holds a project took its session's next prompt
+/// at every end, and a session waiting on another daemon starved. (Within one daemon the
+/// slot manager grants in order.)
+///
+/// The rival projects first, materialized (this one, and with groups those sharing one, each
+/// served by a live daemon: the daemons' lists are parsed once, not per project, session or
+/// queued prompt; 2 to 10 ms a claim when the planner read them per project), then their
+/// sessions' older queued prompts through the index of each session's prompts.
+macro_rules! waits_for_elder_sql {
+    ($prompt:literal) => {
         concat!(
             "WITH me AS ( \
             SELECT p.created_at, p.id, s.id AS session_id, s.project_id, s.worktree, sp.groups \
               FROM prompts p JOIN sessions s ON s.id = p.session_id \
                              JOIN projects sp ON sp.id = s.project_id \
-             WHERE p.id = ?1), \
+             WHERE p.id = ",
+            $prompt,
+            "), \
          rivals AS MATERIALIZED ( \
             SELECT op.id AS project_id, \
                    EXISTS (SELECT 1 FROM json_array_elements_text(op.groups::json) og \
@@ -728,9 +752,54 @@ fn waits_for_elder(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
                AND o.id <> ALL (",
             running_sessions_sql!(),
             "))"
+        )
+    };
+}
+
+/// What stands between a session's head prompt and its claim on a shared store, asked in one
+/// round trip (each question was one, under the write lock). PostgreSQL only.
+struct Rivals {
+    /// Another session's running prompt holds a lock this session needs.
+    held: bool,
+    /// An older prompt needing the same lock waits (first come, first served).
+    elder_waits: bool,
+    /// Every daemon's running prompts, when asked for (`slots.total` is set).
+    running: Option<i64>,
+}
+
+impl Rivals {
+    /// Whether the lock is another session's now or next.
+    fn hold_or_go_first(&self) -> bool {
+        self.held || self.elder_waits
+    }
+}
+
+/// [`Rivals`] of session `session_id`'s head `prompt_id`; `count_running`: with the count of
+/// running prompts.
+fn rivals(
+    connection: &Conn,
+    session_id: &str,
+    prompt_id: &str,
+    count_running: bool,
+) -> sql::Result<Rivals> {
+    connection.row(
+        concat!(
+            "SELECT (",
+            held_by_another_session_sql!("?1"),
+            "), (",
+            waits_for_elder_sql!("?2"),
+            "), CASE WHEN ?3 THEN (",
+            running_everywhere_sql!(),
+            ") END"
         ),
-        args![prompt_id],
-        |row| row.get(0),
+        args![session_id, prompt_id, count_running],
+        |row| {
+            Ok(Rivals {
+                held: row.get(0)?,
+                elder_waits: row.get(1)?,
+                running: row.get(2)?,
+            })
+        },
     )
 }
 

@@ -27,7 +27,7 @@ use std::fmt;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
-use super::postgres::PgConn;
+use super::postgres::{BeginAsks, PgConn};
 
 /// Which SQL a connection speaks, for the few statements whose text differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -436,6 +436,10 @@ struct TransactionMemo {
     /// held at its first write holds for the others (`daemons::fence_holds`), unless this
     /// transaction rescues (`prompts::rescue` forgets them).
     fences_held: std::cell::RefCell<Vec<(String, i64)>>,
+    /// How many daemons other than the writer's are live, as the transaction began. A
+    /// daemon registering meanwhile claims under the write lock after this transaction, so it
+    /// sees this one's claims, as it would had the count been read at the claim.
+    others_live: std::cell::RefCell<Option<(String, i64)>>,
 }
 
 impl TransactionMemo {
@@ -443,6 +447,7 @@ impl TransactionMemo {
     fn forget(&self) {
         self.last_feed_seq.set(None);
         self.fences_held.borrow_mut().clear();
+        self.others_live.borrow_mut().take();
     }
 }
 
@@ -611,6 +616,16 @@ impl Conn {
                 .any(|(node, held)| node == node_id && *held == epoch)
     }
 
+    /// How many daemons other than `node_id` were live as this write transaction began, if it
+    /// asked ([`BeginAsks::node`]).
+    pub(crate) fn known_others_live(&self, node_id: &str) -> Option<i64> {
+        let known = self.1.others_live.borrow();
+        match &*known {
+            Some((node, count)) if self.in_transaction() && node == node_id => Some(*count),
+            _ => None,
+        }
+    }
+
     /// Forgets the claims found holding: a rescue in this transaction may have ended some.
     pub(crate) fn forget_fences_held(&self) {
         self.1.fences_held.borrow_mut().clear();
@@ -633,17 +648,48 @@ impl Conn {
     /// as one SQLite writer does, so that a session's numbers and the feed's are given in
     /// commit order without gaps, and a claim, a rescue and a fence check never race.
     pub fn begin_write(&self) -> Result<()> {
+        self.begin_write_asking(&BeginAsks::default())
+    }
+
+    /// [`Conn::begin_write`], and on PostgreSQL, in the same round trip, what `asks` names:
+    /// the answers go to the transaction's memo, as if asked by the first write that needs
+    /// them (SQLite's questions cost no round trip, so it asks nothing ahead).
+    pub fn begin_write_asking(&self, asks: &BeginAsks<'_>) -> Result<()> {
         match &self.0 {
             ConnInner::Sqlite(_) => self.batch("BEGIN IMMEDIATE"),
             ConnInner::Postgres(connection) => {
                 self.1.forget();
-                let begun = connection.begin_write();
-                if begun.is_err() {
-                    // The BEGIN may have run and the lock not (a timeout, a cancel): the
-                    // next attempt must not find an aborted transaction.
-                    let _ = self.batch("ROLLBACK");
+                let answers = match connection.begin_write(asks) {
+                    Ok(answers) => answers,
+                    Err(error) => {
+                        // The BEGIN may have run and the lock not (a timeout, a cancel): the
+                        // next attempt must not find an aborted transaction.
+                        let _ = self.batch("ROLLBACK");
+                        return Err(error);
+                    }
+                };
+                if let Some(seq) = answers.last_feed_seq {
+                    self.note_last_feed_seq(seq);
                 }
-                begun
+                if let (Some(node), Some(epoch)) = (asks.node, answers.own_epoch) {
+                    self.note_fence_held(node, epoch);
+                }
+                if let (Some(node), Some(count)) = (asks.node, answers.others_live) {
+                    *self.1.others_live.borrow_mut() = Some((node.to_string(), count));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Commits the write transaction; on PostgreSQL with `notice` (channel, payload) sent in
+    /// it, in the `COMMIT`'s round trip (SQLite has no notices: it is ignored there).
+    pub fn commit_notifying(&self, notice: Option<(&str, &str)>) -> Result<()> {
+        match &self.0 {
+            ConnInner::Sqlite(_) => self.batch("COMMIT"),
+            ConnInner::Postgres(connection) => {
+                self.1.forget();
+                connection.commit(notice)
             }
         }
     }
