@@ -10,7 +10,7 @@
 //! other daemon's own do.
 //!
 //! - [`EventRelay::on_events`]: one batch of another daemon's (this node's own are already
-//!   published by whoever stored them, and ignored).
+//!   published by whoever stored them, and ignored; with nobody subscribed, nothing is read).
 //! - [`EventRelay::on_reconnected`]: the listener was away (or just started): every event
 //!   after the last one relayed, up to the store's last, this node's own included. A stream
 //!   drops what it was given before by its cursor, so a repeat costs only its sending, and a
@@ -77,6 +77,13 @@ impl EventRelay {
     /// [`EventRelay::published`], is not read again).
     pub fn on_events(&mut self, node_id: &str, first: i64, last: i64) {
         if node_id == self.node_id || last <= self.published {
+            return;
+        }
+        if self.events.receiver_count() == 0 {
+            // Nobody follows the broadcast: nothing to read. Whoever subscribes later reads
+            // the store after subscribing (a stream from its cursor, a prompt's waiter its
+            // row), so what is skipped here is never missed.
+            self.published = last;
             return;
         }
         self.relay((first - 1).max(self.published), last);
