@@ -28,6 +28,11 @@
 //!   events stored after another daemon's run began; and in how many rounds it was frozen
 //!   holding the store's write lock (its session idle in a transaction: the others wait).
 //!
+//! - **apart** (not in `all`): the throughput work on three daemons that share nothing but
+//!   the machine and the server, each on a database of its own with a third of the
+//!   projects: what three daemons reach here with no write lock, claim or fence between
+//!   them, beside ONE daemon on all of the work (as in `throughput`).
+//!
 //! `CORRAL_BENCH_LOGS=1` prints each daemon's warnings and errors at the end of a scenario;
 //! `CORRAL_BENCH_EXPLAIN=1` prints each fence round's prompts and runs.
 //!
@@ -77,7 +82,8 @@ fn main() {
             "throughput" => throughput(&bins, &admin),
             "failover" => failover(&bins, &admin),
             "fence" => fence(&bins, &admin),
-            other => bail!("unknown mode {other:?}: throughput|failover|fence|all"),
+            "apart" => apart(&bins, &admin),
+            other => bail!("unknown mode {other:?}: throughput|failover|fence|apart|all"),
         };
         match mode.as_str() {
             "all" => ["throughput", "failover", "fence"]
@@ -274,6 +280,87 @@ fn throughput(bins: &Bins, admin: &str) -> Result<()> {
         "  every prompt done once, no live overlap: {}; max concurrent ≤ 24 (measured, not enforced across daemons): {}",
         verdict(correct),
         verdict(three.scan.max_total <= 24)
+    );
+    Ok(())
+}
+
+/// Three daemons on three databases (a third of the projects each, sent at once) vs one
+/// daemon on all of them: the machine's own bound on the throughput scenario.
+fn apart(bins: &Bins, admin: &str) -> Result<()> {
+    const PROJECTS: [usize; 3] = [17, 17, 16];
+    const SESSIONS_PER_PROJECT: usize = 4;
+    const PROMPTS_PER_SESSION: usize = 5;
+    println!("== apart: the throughput work on three daemons, each alone on a database of its own (slots.fake = 8 each), vs one daemon on all of it");
+    let settings = vec![("slots.fake", "8".to_string())];
+    let mut clusters = PROJECTS
+        .iter()
+        .map(|&projects| Cluster::start(bins, admin, 1, &settings, projects))
+        .collect::<Result<Vec<_>>>()?;
+    let mut batches = Vec::new();
+    for cluster in &mut clusters {
+        let sessions = cluster.sessions(SESSIONS_PER_PROJECT)?;
+        let mut batch = Vec::new();
+        for round in 0..PROMPTS_PER_SESSION {
+            for session in &sessions {
+                batch.push(json!({
+                    "session": session,
+                    "text": format!("@fake delay=50\nthroughput {round}"),
+                }));
+            }
+        }
+        batches.push(batch);
+    }
+    let pids: Vec<i32> = clusters.iter().flat_map(Cluster::daemon_pids).collect();
+    let cpu_before = Cpu::now(&pids);
+    let started = wall_ms();
+    std::thread::scope(|scope| {
+        let sends: Vec<_> = clusters
+            .iter_mut()
+            .zip(&batches)
+            .map(|(cluster, batch)| scope.spawn(move || cluster.send_batches(&[batch.clone()])))
+            .collect();
+        sends
+            .into_iter()
+            .try_for_each(|send| send.join().expect("a send thread").map(drop))
+    })?;
+    let mut last = 0;
+    let mut wrong = 0;
+    for (cluster, batch) in clusters.iter().zip(&batches) {
+        cluster
+            .db
+            .wait_until("every prompt ended", PATIENCE, |db| {
+                db.int(
+                    "SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running')",
+                    &[],
+                )
+                .map(|ended| ended >= batch.len() as i64)
+            })?;
+        last = last.max(
+            cluster
+                .db
+                .int("SELECT coalesce(max(finished_at), 0) FROM prompts", &[])?,
+        );
+        wrong += cluster
+            .db
+            .int("SELECT count(*) FROM prompts WHERE status <> 'done'", &[])?
+            + not_once(&cluster.db, None)?;
+    }
+    let cpu = Cpu::now(&pids).since(cpu_before);
+    drop(clusters);
+    let apart_ms = last - started;
+    println!(
+        "  three apart : wall {apart_ms:>6} ms; prompts not done once {wrong}; CPU: daemons {} ms, engines {} ms, postgres {} ms, this bench {} ms: {:.1} ms a prompt",
+        cpu.daemons,
+        cpu.engines,
+        cpu.postgres,
+        cpu.bench,
+        (cpu.daemons + cpu.engines + cpu.postgres + cpu.bench) as f64 / 1000.0
+    );
+    let one = throughput_run(bins, admin, 1)?;
+    println!(
+        "  one daemon  : wall {:>6} ms; three apart / one = {:.3}",
+        one.wall_ms,
+        apart_ms as f64 / one.wall_ms.max(1) as f64
     );
     Ok(())
 }
