@@ -317,7 +317,9 @@ fn apart(bins: &Bins, admin: &str) -> Result<()> {
         let sends: Vec<_> = clusters
             .iter_mut()
             .zip(&batches)
-            .map(|(cluster, batch)| scope.spawn(move || cluster.send_batches(&[batch.clone()])))
+            .map(|(cluster, batch)| {
+                scope.spawn(move || cluster.send_batches(std::slice::from_ref(batch)))
+            })
             .collect();
         sends
             .into_iter()

@@ -739,6 +739,11 @@ impl Corral {
         Ok(found)
     }
 
+    /// This daemon's node on a shared store (`None` on SQLite).
+    pub fn node_id(&self) -> Option<&str> {
+        self.shared.node_id()
+    }
+
     /// Every event stored from now on, of every session (filter by `session_id`). A receiver
     /// that falls more than `EVENT_CHANNEL` behind gets `Lagged` and can read the rest from
     /// the store (`store::events::events_after`).

@@ -37,19 +37,21 @@ fn pid_in(pidfile: &Path) -> i32 {
 /// engine's own `fake-engine: spawned PID` line. For a process the run's end may kill before
 /// it could write a pid file (which is the point: it was left behind and must be gone).
 fn spawned_pid(home: &DaemonHome, session: &str) -> i32 {
+    let selector = session.replace('\'', "''");
     let lines: Vec<String> = home
-        .db()
-        .prepare(
-            "SELECT json_extract(events.payload, '$.line') FROM events \
+        .sql(&format!(
+            "SELECT events.payload FROM events \
              JOIN sessions ON sessions.id = events.session_id \
-             WHERE (sessions.id = ?1 OR sessions.title = ?1) AND events.kind = 'stderr' \
-             ORDER BY events.seq DESC",
-        )
-        .unwrap()
-        .query_map([session], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+             WHERE (sessions.id = '{selector}' OR sessions.title = '{selector}') \
+               AND events.kind = 'stderr' \
+             ORDER BY events.seq DESC"
+        ))
+        .into_iter()
+        .filter_map(|row| {
+            let payload: Value = serde_json::from_str(row[0].as_str()?).ok()?;
+            Some(payload["line"].as_str()?.to_string())
+        })
+        .collect();
     lines
         .iter()
         .find_map(|line| line.strip_prefix("fake-engine: spawned "))
@@ -228,9 +230,9 @@ fn keep_background_keeps_them_and_status_lists_them() {
     );
     // The next daemon forgets the dead one it kept.
     let recorded = |home: &DaemonHome| -> i64 {
-        home.db()
-            .query_row("SELECT count(*) FROM kept_processes", [], |row| row.get(0))
-            .unwrap()
+        home.sql("SELECT count(*) FROM kept_processes")[0][0]
+            .as_i64()
+            .expect("a count")
     };
     // The kept shell, and whatever it ran at that moment (its `mv`, kept too and gone now).
     assert!(recorded(&home) >= 1, "the kept process was not recorded");

@@ -483,6 +483,71 @@ fn a_project_nobody_serves_waits_and_says_so() {
     });
 }
 
+/// `/proc/PID/stat`'s start time (clock ticks since boot): with the pid, what names a
+/// process in `kept_processes`.
+fn start_time(pid: u32) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(19).unwrap().parse().unwrap()
+}
+
+fn kept_pids(cluster: &Cluster, index: usize) -> Vec<i64> {
+    cluster.status(index)["kept"]
+        .as_array()
+        .expect("status lists kept processes")
+        .iter()
+        .filter_map(|kept| kept["pid"].as_i64())
+        .collect()
+}
+
+// A kept background process (`keep_background`) lives on its daemon's host: only that daemon
+// looks whether it lives (another host's pid means nothing here), lists it in `status`, and
+// forgets it once dead. The row a daemon of node 1 kept names a live process of this machine
+// (the test's `sleep`), as a pid of another host may name one here.
+#[test]
+fn a_kept_process_is_looked_at_only_by_the_daemon_of_its_host() {
+    let Some(cluster) = Cluster::start_on_hosts(2) else {
+        return;
+    };
+    let mut sleep = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = sleep.id();
+    let row = |node: &str| {
+        format!(
+            "INSERT INTO kept_processes \
+             (pid, pid_start, run_id, session_id, project_id, command, kept_at, node_id) \
+             VALUES ({pid}, {}, 'run', 'session', NULL, 'sleep 60', 1, {})",
+            start_time(pid),
+            quoted(node)
+        )
+    };
+    common::store::execute(cluster.url(), &row(&cluster.node_id(1)));
+    assert!(
+        kept_pids(&cluster, 1).contains(&(pid as i64)),
+        "its own host lists it"
+    );
+    assert!(
+        !kept_pids(&cluster, 0).contains(&(pid as i64)),
+        "another host's daemon listed it"
+    );
+    // Dead now: the other daemon's boot leaves the row to its host's, whose boot forgets it.
+    sleep.kill().unwrap();
+    sleep.wait().unwrap();
+    let recorded = || {
+        cluster.value(&format!(
+            "SELECT count(*) FROM kept_processes WHERE pid = {pid}"
+        ))
+    };
+    cluster.home(0).stop_daemon();
+    cluster.start_daemon(0);
+    assert_eq!(recorded(), json!(1), "another host's daemon forgot it");
+    cluster.home(1).stop_daemon();
+    cluster.start_daemon(1);
+    assert_eq!(recorded(), json!(0), "its host's daemon did not forget it");
+}
+
 #[test]
 fn status_names_the_projects_of_every_daemon() {
     let Some(cluster) = Cluster::start_on_hosts(2) else {

@@ -235,7 +235,7 @@ impl Shared {
         actix::spawn(keep_app_server_state(
             ledger,
             project_id,
-            self.lease.as_ref().map(|lease| lease.node_id.clone()),
+            self.node_id().map(str::to_string),
             states,
             self.shutdown_signal(),
         ));
@@ -246,6 +246,11 @@ impl Shared {
             .start();
         servers.insert(project.id.clone(), addr.clone());
         addr
+    }
+
+    /// This daemon's node on a shared store (`None` on SQLite).
+    pub fn node_id(&self) -> Option<&str> {
+        self.lease.as_ref().map(|lease| lease.node_id.as_str())
     }
 
     /// The lease guard's mark every child of this daemon carries (shared store only).
@@ -834,19 +839,19 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         })
         .await
         .map_err(|error| error.to_string())?;
-    if alone {
-        forget_dead_kept(shared).await;
-    }
+    forget_dead_kept(shared).await;
     Ok(recovered)
 }
 
 /// Forgets the kept background processes (`keep_background`) that died since they were kept,
 /// so that the list `status` filters stays short. A kept one that lives is left alone: it
-/// outlived its run on purpose.
+/// outlived its run on purpose. On a shared store only this host's are looked at (a pid of
+/// another host's means nothing here).
 async fn forget_dead_kept(shared: &Shared) {
+    let node = shared.node_id();
     let forget: Vec<(i64, i64)> = shared
         .readers
-        .read(processes::kept_processes)
+        .read(|connection| processes::kept_processes(connection, node))
         .unwrap_or_default()
         .into_iter()
         .filter(|kept| !process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))

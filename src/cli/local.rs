@@ -26,6 +26,9 @@ pub struct LocalStore {
     home: String,
     /// The store, as `status` names it.
     store: Value,
+    /// On a shared store, the home's node if a daemon of it ever ran: whose kept processes
+    /// `status` can look at here (`None` on SQLite: every one is this host's).
+    node: Option<Option<String>>,
 }
 
 type Answer = Result<Value, RpcError>;
@@ -43,6 +46,10 @@ impl LocalStore {
                 // It was just opened.
                 "reachable": true,
             }),
+            node: context
+                .location
+                .is_postgres()
+                .then(|| crate::lease::holder::known_node_id(&context.home)),
         })
     }
 
@@ -81,6 +88,12 @@ impl LocalStore {
     /// is no slot table (`slots` null) without a daemon.
     pub fn status(&self) -> Result<Value, CliError> {
         let c = &self.connection;
+        let kept = match &self.node {
+            None => crate::daemon::methods::kept_alive(c, None)?,
+            Some(Some(node)) => crate::daemon::methods::kept_alive(c, Some(node))?,
+            // No daemon of this home ever ran: it kept nothing.
+            Some(None) => Vec::new(),
+        };
         let app_servers: Vec<Value> = processes::app_servers(c)?
             .into_iter()
             .map(app_server_now)
@@ -91,7 +104,7 @@ impl LocalStore {
             "working": 0,
             "slots": null,
             "app_servers": app_servers,
-            "kept": crate::daemon::methods::kept_alive(c)?,
+            "kept": kept,
             // The HTTP API is the daemon's.
             "http": null,
             "store": self.store,

@@ -59,7 +59,8 @@ fn may_spawn(context: &Context) -> bool {
 /// Where an inspection reads: the home's daemon when one answers, else the store itself.
 pub enum Source {
     Daemon(Client),
-    Store(LocalStore),
+    /// Boxed: a store connection is larger than a client, and this is made once a command.
+    Store(Box<LocalStore>),
 }
 
 impl Source {
@@ -101,7 +102,7 @@ impl Source {
 pub async fn inspect(context: &Context) -> Result<Source, CliError> {
     match Client::connect(&context.home, Some(&context.invocation.id)).await {
         Ok(client) => Ok(Source::Daemon(client)),
-        Err(ClientError::NoDaemon(_)) => Ok(Source::Store(LocalStore::open(context)?)),
+        Err(ClientError::NoDaemon(_)) => Ok(Source::Store(Box::new(LocalStore::open(context)?))),
         Err(error) => Err(failure(error)),
     }
 }

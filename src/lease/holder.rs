@@ -103,6 +103,15 @@ pub fn node_id(home: &Path) -> std::io::Result<String> {
     }
 }
 
+/// `HOME/node.id` if a daemon made it already (read only: for what looks at the store
+/// without a daemon).
+pub fn known_node_id(home: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(home.join("node.id")).ok()?;
+    uuid::Uuid::parse_str(text.trim())
+        .is_ok()
+        .then(|| text.trim().to_string())
+}
+
 /// The margin the guard's deadline keeps before the lease's end: a tenth of it, at least a
 /// quarter of a second, so the engines are gone before anyone may take their prompts.
 fn margin(lease: Duration) -> Duration {

@@ -676,6 +676,7 @@ mod wire_tests {
             project_id: None,
             command: "sleep 9".into(),
             kept_at: 12,
+            node_id: Some("node".into()),
         };
         same(&kept, &KeptProcess::from(&kept));
         for found in [

@@ -156,6 +156,9 @@ pub struct KeptProcess {
     pub project_id: Option<String>,
     pub command: String,
     pub kept_at: i64,
+    /// The node of the daemon whose host runs it (a shared store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
 }
 
 impl From<&processes::KeptProcess> for KeptProcess {
@@ -168,6 +171,7 @@ impl From<&processes::KeptProcess> for KeptProcess {
             project_id: kept.project_id.clone(),
             command: kept.command.clone(),
             kept_at: kept.kept_at,
+            node_id: kept.node_id.clone(),
         }
     }
 }

@@ -21,6 +21,10 @@ pub struct KeptProcess {
     pub project_id: Option<String>,
     pub command: String,
     pub kept_at: i64,
+    /// The daemon's node whose host runs it (a shared store), `None` on SQLite: a pid means
+    /// something only on its own host, so only that node's daemon looks whether it lives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -39,7 +43,8 @@ pub(crate) fn save_app_server(
     Ok(())
 }
 
-/// Records processes kept after a run, and forgets the ones seen gone (pid, start).
+/// Records processes kept after a run, and forgets the ones seen gone (pid, start): both of
+/// the writer's host (each kept process carries its node).
 pub(crate) fn keep_processes(
     connection: &Conn,
     kept: &[KeptProcess],
@@ -56,11 +61,12 @@ pub(crate) fn keep_processes(
         // primary key is the table's only unique constraint, so the two do the same.
         connection.run(
             "INSERT INTO kept_processes \
-             (pid, pid_start, run_id, session_id, project_id, command, kept_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             (pid, pid_start, run_id, session_id, project_id, command, kept_at, node_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
              ON CONFLICT (pid, pid_start) DO UPDATE SET run_id = excluded.run_id, \
              session_id = excluded.session_id, project_id = excluded.project_id, \
-             command = excluded.command, kept_at = excluded.kept_at",
+             command = excluded.command, kept_at = excluded.kept_at, \
+             node_id = excluded.node_id",
             args![
                 process.pid,
                 process.pid_start,
@@ -69,6 +75,7 @@ pub(crate) fn keep_processes(
                 process.project_id,
                 process.command,
                 process.kept_at,
+                process.node_id,
             ],
         )?;
     }
@@ -90,13 +97,15 @@ pub fn app_servers(connection: &Conn) -> sql::Result<Vec<serde_json::Value>> {
     )
 }
 
-/// Every kept process recorded, alive or not (the caller checks), oldest first.
-pub fn kept_processes(connection: &Conn) -> sql::Result<Vec<KeptProcess>> {
+/// The kept processes recorded on `node`'s host (`None`: every one, as on SQLite's one
+/// host), alive or not (the caller checks, on that host), oldest first.
+pub fn kept_processes(connection: &Conn, node: Option<&str>) -> sql::Result<Vec<KeptProcess>> {
     let rows = connection
         .rows(
-            "SELECT pid, pid_start, run_id, session_id, project_id, command, kept_at \
-         FROM kept_processes ORDER BY kept_at, pid",
-            args![],
+            "SELECT pid, pid_start, run_id, session_id, project_id, command, kept_at, node_id \
+         FROM kept_processes WHERE CAST(?1 AS TEXT) IS NULL OR node_id = ?1 \
+         ORDER BY kept_at, pid",
+            args![node],
             |row| {
                 Ok(KeptProcess {
                     pid: row.get(0)?,
@@ -106,6 +115,7 @@ pub fn kept_processes(connection: &Conn) -> sql::Result<Vec<KeptProcess>> {
                     project_id: row.get(4)?,
                     command: row.get(5)?,
                     kept_at: row.get(6)?,
+                    node_id: row.get(7)?,
                 })
             },
         )?

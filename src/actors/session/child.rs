@@ -594,12 +594,13 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
             project_id: Some(left.project_id.clone()),
             command: member.command,
             kept_at,
+            node_id: shared.node_id().map(str::to_string),
         })
         .collect();
     // The ones recorded before and gone since are forgotten in the same write.
     let forget: Vec<(i64, i64)> = shared
         .readers
-        .read(crate::store::processes::kept_processes)
+        .read(|connection| crate::store::processes::kept_processes(connection, shared.node_id()))
         .unwrap_or_default()
         .into_iter()
         .filter(|process| !process::is_alive(process.pid as u32, Some(process.pid_start as u64)))

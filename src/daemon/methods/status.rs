@@ -12,9 +12,10 @@ use crate::store::{processes, sessions};
 pub const STATUS_WAITERS: usize = 20;
 
 /// What projects with `keep_background` kept after their runs and still lives: `status`
-/// lists them, from the daemon and from the store alike (`cli::local`).
-pub fn kept_alive(c: &Store) -> sql::Result<Vec<KeptProcess>> {
-    let kept = processes::kept_processes(c)?;
+/// lists them, from the daemon and from the store alike (`cli::local`). On a shared store,
+/// those of `node`'s host, this one (whether a pid lives can only be seen on its host).
+pub fn kept_alive(c: &Store, node: Option<&str>) -> sql::Result<Vec<KeptProcess>> {
+    let kept = processes::kept_processes(c, node)?;
     Ok(kept
         .iter()
         .filter(|kept| crate::process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
@@ -48,7 +49,11 @@ impl Serve for Status {
             working,
             slots,
             app_servers: corral.app_servers().await,
-            kept: or_unreachable(corral.read(kept_alive), server, &unread)?,
+            kept: or_unreachable(
+                corral.read(|c| kept_alive(c, corral.node_id())),
+                server,
+                &unread,
+            )?,
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::http::status().to_json(),
             store: {
