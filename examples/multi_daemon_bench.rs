@@ -4,7 +4,7 @@
 //! ```text
 //! cargo build --release --bins --example multi_daemon_bench
 //! CORRAL_BENCH_POSTGRES_URL=postgres://USER:PW@HOST:PORT/postgres \
-//!   target/release/examples/multi_daemon_bench throughput|failover|fence|all
+//!   target/release/examples/multi_daemon_bench throughput|failover|fence|apart|all
 //! ```
 //!
 //! Without `CORRAL_BENCH_POSTGRES_URL` (an admin URL to the `postgres` database) it prints why
