@@ -284,6 +284,17 @@ fn throughput(bins: &Bins, admin: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits until `total` prompts of the bench database have ended.
+fn wait_all_ended(db: &Database, total: i64) -> Result<()> {
+    db.wait_until("every prompt ended", PATIENCE, |db| {
+        db.int(
+            "SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running')",
+            &[],
+        )
+        .map(|ended| ended >= total)
+    })
+}
+
 /// Three daemons on three databases (a third of the projects each, sent at once) vs one
 /// daemon on all of them: the machine's own bound on the throughput scenario.
 fn apart(bins: &Bins, admin: &str) -> Result<()> {
@@ -328,15 +339,7 @@ fn apart(bins: &Bins, admin: &str) -> Result<()> {
     let mut last = 0;
     let mut wrong = 0;
     for (cluster, batch) in clusters.iter().zip(&batches) {
-        cluster
-            .db
-            .wait_until("every prompt ended", PATIENCE, |db| {
-                db.int(
-                    "SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running')",
-                    &[],
-                )
-                .map(|ended| ended >= batch.len() as i64)
-            })?;
+        wait_all_ended(&cluster.db, batch.len() as i64)?;
         last = last.max(
             cluster
                 .db
@@ -400,15 +403,7 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
     cluster.send_batches(&batches)?;
     let sent_ms = wall_ms() - started;
     let total = (PROJECTS * SESSIONS_PER_PROJECT * PROMPTS_PER_SESSION) as i64;
-    cluster
-        .db
-        .wait_until("every prompt ended", PATIENCE, |db| {
-            db.int(
-                "SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running')",
-                &[],
-            )
-            .map(|ended| ended >= total)
-        })?;
+    wait_all_ended(&cluster.db, total)?;
     let cpu = Cpu::now(&cluster.daemon_pids()).since(cpu_before);
     let scan = scanner.stop();
     std::thread::sleep(Duration::from_millis(1200));
