@@ -71,13 +71,10 @@ impl Bench {
 
     /// Gives the session a thread id its app-server has never heard of.
     fn lose_thread(&self, session: &Session) {
-        let db = rusqlite::Connection::open(self.home.path().join("corral.db")).unwrap();
-        db.busy_timeout(Duration::from_secs(5)).unwrap();
-        db.execute(
-            "UPDATE sessions SET thread_id = '00000000-0000-4000-8000-000000000000' WHERE id = ?1",
-            [&session.id],
-        )
-        .unwrap();
+        self.store().execute(&format!(
+            "UPDATE sessions SET thread_id = '00000000-0000-4000-8000-000000000000' WHERE id = {}",
+            common::store::quoted(&session.id)
+        ));
     }
 }
 
@@ -447,7 +444,7 @@ fn compaction_records_counts_and_resets_a_missing_thread() {
 fn the_childs_state_survives_a_supervisor_restart() {
     let home = tempfile::tempdir().unwrap();
     let home_path = home.path().to_path_buf();
-    let (pid, home, projects) = actix::System::new().block_on(async {
+    let (pid, home, projects, _database) = actix::System::new().block_on(async {
         let bench = Bench::start_in(home).await;
         let session = bench.session(&bench.project("p", false).await).await;
         let done = bench.run(&session, "work").await;
@@ -456,9 +453,9 @@ fn the_childs_state_survives_a_supervisor_restart() {
         assert_eq!(states[0]["status"], "running", "{states:?}");
         assert!(!states[0]["recent"].as_array().unwrap().is_empty());
         let pid = bench.runs(&done.id)[0].pid.unwrap();
-        // Keep the home: the next supervisor reads it.
+        // Keep the home (and its database, on PostgreSQL): the next supervisor reads it.
         let Bench(library) = bench;
-        (pid, library.home, library.projects)
+        (pid, library.home, library.projects, library.database)
     });
     actix::System::new().block_on(async {
         let corral = Corral::start(CorralOptions::new(&home_path)).await.unwrap();
@@ -722,13 +719,11 @@ fn a_thread_another_child_holds_is_a_writer_conflict_retried_on_the_same_thread(
         );
         let held = bench.session_now(&first).thread_id.unwrap();
         let second = bench.session(&bench.project("b", false).await).await;
-        let db = rusqlite::Connection::open(bench.home.path().join("corral.db")).unwrap();
-        db.busy_timeout(Duration::from_secs(5)).unwrap();
-        db.execute(
-            "UPDATE sessions SET thread_id = ?1 WHERE id = ?2",
-            [&held, &second.id],
-        )
-        .unwrap();
+        bench.store().execute(&format!(
+            "UPDATE sessions SET thread_id = {} WHERE id = {}",
+            common::store::quoted(&held),
+            common::store::quoted(&second.id)
+        ));
         let refused = bench.run(&second, "write to it too").await;
         assert_eq!(refused.status, PromptStatus::Failed, "{refused:?}");
         assert!(

@@ -74,21 +74,17 @@ impl Home {
 
     /// An exec row: (command, parent, outcome, exit code).
     fn exec(&self, id: &str) -> (Value, Option<String>, Option<String>, Option<i64>) {
-        self.db()
-            .query_row(
-                "SELECT command, parent_exec_id, outcome, exit_code FROM execs WHERE id = ?1",
-                [id],
-                |row| {
-                    let command: String = row.get(0)?;
-                    Ok((
-                        serde_json::from_str(&command).unwrap(),
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                    ))
-                },
-            )
-            .unwrap_or_else(|error| panic!("exec {id}: {error}"))
+        let row = self.store().row(&format!(
+            "SELECT command, parent_exec_id, outcome, exit_code FROM execs WHERE id = {}",
+            common::store::quoted(id)
+        ));
+        let text = |value: &Value| value.as_str().map(str::to_string);
+        (
+            serde_json::from_str(row[0].as_str().expect("a command")).unwrap(),
+            text(&row[1]),
+            text(&row[2]),
+            row[3].as_i64(),
+        )
     }
 
     /// Stops the daemon and waits until no process of this home is left.
@@ -308,13 +304,11 @@ fn refusal(answer: &Value) -> (i64, String) {
 
 /// The `corral connect` process's exec: the one whose argv has `--socket`.
 fn connect_exec(home: &Home) -> String {
-    home.db()
-        .query_row(
-            "SELECT id FROM execs WHERE command LIKE '%\"connect\"%\"--socket\"%'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap()
+    home.store()
+        .value("SELECT id FROM execs WHERE command LIKE '%\"connect\"%\"--socket\"%'")
+        .as_str()
+        .expect("the connect command's exec")
+        .to_string()
 }
 
 #[test]
@@ -607,15 +601,14 @@ fn the_agents_own_corral_call_is_recorded_under_the_native_connection() {
     );
 
     let a_exec = home.driver_exec(&session);
-    let (parent, caller, via_agent): (String, String, bool) = home
-        .db()
-        .query_row(
-            "SELECT parent_exec_id, caller_session_id, via_agent FROM execs \
-             WHERE command LIKE '%monitor%list%--limit%' AND command NOT LIKE '%@fake%'",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
-        .unwrap();
+    let row = home.store().row(
+        "SELECT parent_exec_id, caller_session_id, via_agent FROM execs \
+         WHERE command LIKE '%monitor%list%--limit%' AND command NOT LIKE '%@fake%'",
+    );
+    let parent = row[0].as_str().expect("a parent exec").to_string();
+    let caller = row[1].as_str().expect("a caller session").to_string();
+    // An integer on either store (0 or 1).
+    let via_agent = row[2] == json!(1) || row[2] == json!(true);
     assert_eq!(
         parent, a_exec,
         "the agent's call is a child of the native connection"
@@ -658,16 +651,11 @@ fn sigterm_closes_the_connections_releases_the_claim_and_removes_the_socket() {
     // Each connection's exec is completed; the command's own exec was interrupted.
     let (_, _, outcome, code) = home.exec(&a_exec);
     assert_eq!((outcome.as_deref(), code), (Some("succeeded"), Some(0)));
-    let open: i64 = home
-        .db()
-        .query_row(
-            "SELECT count(*) FROM execs WHERE command LIKE '%--native-connection%' \
-             AND completed_at IS NULL",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(open, 0);
+    let open = home.store().value(
+        "SELECT count(*) FROM execs WHERE command LIKE '%--native-connection%' \
+         AND completed_at IS NULL",
+    );
+    assert_eq!(open, json!(0));
     let (_, _, outcome, code) = home.exec(&connect_exec(&home));
     assert_eq!((outcome.as_deref(), code), (Some("interrupted"), Some(143)));
 

@@ -9,7 +9,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::daemon::{processes_of, DaemonHome};
+use common::daemon::{beside_the_daemon, DaemonHome};
 
 /// An executable script in `dir` with this body.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -72,9 +72,7 @@ fn the_command_engine_runs_the_command_as_given_and_answers_with_all_its_output(
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(argv, ["sh", "-c", command]);
-    assert!(processes_of(home.path())
-        .iter()
-        .all(|&pid| Some(pid) == home.daemon_pid()));
+    assert_eq!(beside_the_daemon(&home), Vec::<i32>::new());
 }
 
 #[test]
@@ -197,10 +195,7 @@ fn an_engine_that_never_exits_is_ended_by_the_run_timeout() {
         "{failed}"
     );
     // Its whole group is gone, the background sleep too.
-    let left: Vec<i32> = processes_of(home.path())
-        .into_iter()
-        .filter(|&pid| Some(pid) != home.daemon_pid())
-        .collect();
+    let left = beside_the_daemon(&home);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 

@@ -1438,13 +1438,10 @@ fn exec_records_and_the_exec_a_request_names_are_checked_over_http() {
         "{}",
         refused.text()
     );
-    let rows: i64 = home
-        .db()
-        .query_row("SELECT count(*) FROM execs WHERE pid = 1", [], |row| {
-            row.get(0)
-        })
-        .unwrap();
-    assert_eq!(rows, 0, "a forged exec was recorded");
+    let rows = home
+        .store()
+        .value("SELECT count(*) FROM execs WHERE pid = 1");
+    assert_eq!(rows, json!(0), "a forged exec was recorded");
     // An exec that is not recorded.
     let claim = |exec: &str| {
         request(
@@ -1468,14 +1465,15 @@ fn exec_records_and_the_exec_a_request_names_are_checked_over_http() {
     // An exec that ended.
     home.ok(&["run", "--", "true"]);
     let exec_of = |command: &str, open: bool| -> Option<String> {
-        home.db()
-            .query_row(
-                "SELECT id FROM execs WHERE command LIKE ?1 AND (completed_at IS NULL) = ?2 \
+        let ended = if open { "IS NULL" } else { "IS NOT NULL" };
+        home.store()
+            .sql(&format!(
+                "SELECT id FROM execs WHERE command LIKE {} AND completed_at {ended} \
                  ORDER BY started_at DESC LIMIT 1",
-                rusqlite::params![format!("%{command}%"), open],
-                |row| row.get(0),
-            )
-            .ok()
+                common::store::quoted(&format!("%{command}%"))
+            ))
+            .first()
+            .and_then(|row| row[0].as_str().map(str::to_string))
     };
     let ended = exec_of("\"true\"", false).expect("corral run's exec is recorded");
     let reply = claim(&ended);

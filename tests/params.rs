@@ -136,9 +136,6 @@ fn the_shutdown_method_drains_like_sigterm_and_a_second_ask_stops_at_once() {
     // A second ask ends the grace: the hanging run is ended and requeued, the daemon exits.
     rpc.call("shutdown", json!({})).unwrap();
     common::daemon::wait_until("the daemon exits", || !common::daemon::alive(daemon));
-    let db = home.db();
-    let status: String = db
-        .query_row("SELECT status FROM prompts", [], |row| row.get(0))
-        .unwrap();
+    let status = home.store().value("SELECT status FROM prompts");
     assert_eq!(status, "queued", "requeued, not lost");
 }

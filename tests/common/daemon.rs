@@ -310,6 +310,19 @@ pub fn processes_of(home: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// What runs in `home` beside its daemon: [`processes_of`] less the daemon itself and, on a
+/// shared store, its lease guard (`corral __lease-guard`, which lives as long as it does).
+pub fn beside_the_daemon(home: &DaemonHome) -> Vec<i32> {
+    processes_of(home.path())
+        .into_iter()
+        .filter(|&pid| Some(pid) != home.daemon_pid())
+        .filter(|&pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            !String::from_utf8_lossy(&cmdline).contains("__lease-guard")
+        })
+        .collect()
+}
+
 /// Reads `lines` (from [`lines_of`]) until `pick` gives something for one, for at most
 /// [`DEADLINE`]: that, with the lines read before it; else (the time is up or the lines ended)
 /// every line read, for the test's message.
