@@ -44,17 +44,19 @@ fn worktree_session(home: &GitHome, sub: Option<&str>, setup: &str) -> (PathBuf,
 
 /// The session's events as (kind, payload), in order.
 fn events(home: &GitHome, session: &str) -> Vec<(String, Value)> {
-    let db = home.home.db();
-    let mut statement = db
-        .prepare("SELECT kind, payload FROM events WHERE session_id = ?1 ORDER BY seq")
-        .unwrap();
-    statement
-        .query_map([session], |row| {
-            let payload: String = row.get(1)?;
-            Ok((row.get(0)?, serde_json::from_str(&payload).unwrap()))
+    home.home
+        .sql(&format!(
+            "SELECT kind, payload FROM events WHERE session_id = {} ORDER BY seq",
+            common::store::quoted(session)
+        ))
+        .into_iter()
+        .map(|row| {
+            let kind = row[0].as_str().expect("a kind").to_string();
+            (
+                kind,
+                serde_json::from_str(row[1].as_str().expect("a payload")).unwrap(),
+            )
         })
-        .unwrap()
-        .map(Result::unwrap)
         .collect()
 }
 
@@ -325,16 +327,14 @@ fn sessions_of_a_worktree_project_in_a_locking_group_run_one_at_a_time() {
     for prompt in &prompts {
         assert_eq!(home.wait_prompt(prompt)["status"], "done");
     }
-    let db = home.home.db();
     let mut runs: Vec<(i64, i64)> = sessions
         .iter()
         .map(|session| {
-            db.query_row(
-                "SELECT started_at, ended_at FROM runs WHERE session_id = ?1",
-                [session],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .unwrap()
+            let row = home.home.store().row(&format!(
+                "SELECT started_at, ended_at FROM runs WHERE session_id = {}",
+                common::store::quoted(session)
+            ));
+            (row[0].as_i64().unwrap(), row[1].as_i64().unwrap())
         })
         .collect();
     runs.sort();
@@ -367,13 +367,10 @@ fn a_worktree_left_creating_that_cannot_be_made_fails_the_prompt_and_touches_not
     );
     std::fs::create_dir_all(&worktree).unwrap();
     std::fs::write(worktree.join("someone-else.txt"), "mine\n").unwrap();
-    home.home
-        .db()
-        .execute(
-            "UPDATE sessions SET worktree_state = 'creating' WHERE id = ?1",
-            [&session],
-        )
-        .unwrap();
+    home.home.execute(&format!(
+        "UPDATE sessions SET worktree_state = 'creating' WHERE id = {}",
+        common::store::quoted(&session)
+    ));
 
     let stderr = prompt_fails(&home, &session, "touch engine-ran");
     assert!(stderr.contains(worktree.to_str().unwrap()), "{stderr}");

@@ -976,16 +976,14 @@ fn killed_mid_create(home: &mut GitHome, repo: &Path) -> (String, i32) {
     home.set_path_var(GitHome::real_path_var());
 
     // The row says what to finish.
-    let (session, state): (String, String) = home
+    let rows = home
         .home
-        .db()
-        .query_row(
-            "SELECT id, worktree_state FROM sessions WHERE title = 'killed'",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
+        .sql("SELECT id, worktree_state FROM sessions WHERE title = 'killed'");
+    let row = rows
+        .first()
         .expect("the session's row was written before git ran");
-    assert_eq!(state, "creating");
+    let session = row[0].as_str().expect("an id").to_string();
+    assert_eq!(row[1], "creating");
     (session, sleep)
 }
 
@@ -1023,16 +1021,11 @@ fn a_path_taken_by_hand_after_a_killed_create_is_left_alone_until_freed() {
     let (session, _) = killed_mid_create(&mut home, &repo);
     // While no daemon runs, the person removes the half-made worktree and puts a directory
     // of their own where it was.
-    let worktree: String = home
-        .home
-        .db()
-        .query_row(
-            "SELECT worktree FROM sessions WHERE id = ?1",
-            [&session],
-            |row| row.get(0),
-        )
-        .unwrap();
-    let worktree = PathBuf::from(worktree);
+    let worktree = home.home.store().value(&format!(
+        "SELECT worktree FROM sessions WHERE id = {}",
+        common::store::quoted(&session)
+    ));
+    let worktree = PathBuf::from(worktree.as_str().expect("a worktree path"));
     std::fs::remove_dir_all(&worktree).unwrap();
     std::fs::create_dir(&worktree).unwrap();
     std::fs::write(worktree.join("mine.txt"), "the person's\n").unwrap();
