@@ -483,7 +483,7 @@ pub(crate) fn claim_work(
     )?;
     // `slots.total` holds across the daemons: every daemon's running prompts count.
     let mut total_left = match room.total {
-        Some(total) => total as i64 - running_everywhere(connection, None)?,
+        Some(total) => total as i64 - running_everywhere(connection)?,
         None => i64::MAX,
     };
     // Heads: the oldest queued prompt of each session with nothing running, in the order
@@ -607,12 +607,8 @@ macro_rules! running_everywhere_sql {
     };
 }
 
-/// How many prompts run now on every daemon of a shared store (`known`: read already in
-/// this transaction, by [`rivals`]).
-pub(crate) fn running_everywhere(connection: &Conn, known: Option<i64>) -> sql::Result<i64> {
-    if let Some(running) = known {
-        return Ok(running);
-    }
+/// How many prompts run now on every daemon of a shared store.
+pub(crate) fn running_everywhere(connection: &Conn) -> sql::Result<i64> {
     connection.row(running_everywhere_sql!(), args![], |row| row.get(0))
 }
 
@@ -637,7 +633,12 @@ fn total_goes_elsewhere(
     let Some(total) = total else {
         return Ok(false);
     };
-    let free = total as i64 - running_everywhere(connection, running)?;
+    // Read already with the claim's other questions ([`rivals`]), or now.
+    let running = match running {
+        Some(running) => running,
+        None => running_everywhere(connection)?,
+    };
+    let free = total as i64 - running;
     Ok(free <= 0 || (free == 1 && older_waiter(connection, prompt_id)?))
 }
 
