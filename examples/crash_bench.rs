@@ -85,6 +85,7 @@ fn scan_cost() {
             group: Some(i32::MAX - 1),
             env: Some(("CORRAL_RUN_ID".into(), "no-such-run".into())),
             since,
+            born: None,
         };
         let mut times: Vec<std::time::Duration> = (0..200)
             .map(|_| {

@@ -128,6 +128,10 @@ pub struct Mark {
     /// inherited the run's environment, so only theirs is read (a scan then reads a handful
     /// of environments, not every process's).
     pub since: Option<u64>,
+    /// Where the leader stands in the cycle pids are handed out in, when it was noted at its
+    /// spawn: every process of the mark was forked after it, so a pass reads only the pids
+    /// handed out since (see [`Birth`]) instead of every process's `stat`.
+    pub born: Option<Birth>,
 }
 
 impl Mark {
@@ -146,8 +150,148 @@ impl Mark {
             group,
             env: Some((name.to_string(), value.to_string())),
             since: start,
+            born: None,
         }
     }
+
+    /// Whether process `pid` can be one of this mark's, as far as its pid tells.
+    fn may_hold(&self, pid: i32, now: Option<&PidNow>) -> bool {
+        match (self.born, now) {
+            (Some(born), Some(now)) => now.handed_out_since(born, pid),
+            _ => true,
+        }
+    }
+}
+
+/// The kernel's pid counters just before a spawn, to make a [`Birth`] of the child's pid.
+///
+/// Linux hands pids out in a cycle: each new task (a thread too) takes the next free pid after
+/// the last one handed out, up to `pid_max`, then from 300 again. So a process forked after a
+/// run's engine has a pid after the engine's and at most the last one handed out, until the
+/// cycle has come round to the engine's pid again. It cannot have done so while fewer pids
+/// were handed out than the cycle is long, less the taken pids it skipped (at most the tasks
+/// alive when the engine was spawned). These counters bound both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidClock {
+    /// Tasks forked on the machine so far (`/proc/stat`'s `processes`): at least the pids
+    /// handed out, in any namespace.
+    forks: u64,
+    /// Tasks alive (`/proc/loadavg`'s fourth field, after the slash).
+    alive: u64,
+    /// `/proc/sys/kernel/pid_max`: it can be changed while the run lasts.
+    pid_max: u64,
+}
+
+impl PidClock {
+    /// The counters now; `None` where `/proc` does not tell them, or tells them for another
+    /// pid namespace than the one this process's pids are in.
+    pub fn read() -> Option<PidClock> {
+        if !proc_is_ours() {
+            return None;
+        }
+        Some(PidClock {
+            forks: fork_count()?,
+            alive: read_loadavg()?.0,
+            pid_max: read_pid_max()?,
+        })
+    }
+}
+
+/// A spawned leader's pid with the [`PidClock`] read just before it was forked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Birth {
+    pid: i32,
+    before: PidClock,
+}
+
+impl Birth {
+    /// The birth of the child `pid`, spawned right after `before` was read.
+    pub fn new(pid: u32, before: PidClock) -> Option<Birth> {
+        let pid = i32::try_from(pid).ok().filter(|&pid| pid > 0)?;
+        Some(Birth { pid, before })
+    }
+}
+
+/// The pid counters at a pass, read after its listing of `/proc`.
+struct PidNow {
+    /// The last pid handed out: every listed process's pid was handed out by then.
+    last: i32,
+    forks: u64,
+    pid_max: u64,
+}
+
+/// The pids below this are never handed out again once the cycle has come round
+/// (`RESERVED_PIDS` in the kernel).
+const RESERVED_PIDS: u64 = 300;
+
+impl PidNow {
+    fn read() -> Option<PidNow> {
+        if !proc_is_ours() {
+            return None;
+        }
+        Some(PidNow {
+            last: read_loadavg()?.1,
+            forks: fork_count()?,
+            pid_max: read_pid_max()?,
+        })
+    }
+
+    /// Whether `pid` was handed out after `born`'s (or is it): in the cycle's order from the
+    /// leader's pid to the last one, when the cycle cannot have come round since. When it
+    /// might have, every pid might be.
+    fn handed_out_since(&self, born: Birth, pid: i32) -> bool {
+        let cycle = self
+            .pid_max
+            .min(born.before.pid_max)
+            .saturating_sub(RESERVED_PIDS);
+        let handed_out = self.forks.saturating_sub(born.before.forks);
+        if handed_out.saturating_add(born.before.alive) >= cycle {
+            return true;
+        }
+        let (first, last) = (born.pid, self.last);
+        if first <= last {
+            (first..=last).contains(&pid)
+        } else {
+            pid >= first || pid <= last
+        }
+    }
+}
+
+/// Whether `/proc` lists this process's pid namespace (it is another's in some containers,
+/// and then its pids and counters do not tell about ours).
+fn proc_is_ours() -> bool {
+    static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OURS.get_or_init(|| {
+        std::fs::read_link("/proc/self")
+            .is_ok_and(|link| link.as_os_str() == std::process::id().to_string().as_str())
+    })
+}
+
+/// `/proc/stat`'s `processes`: tasks forked since boot.
+fn fork_count() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|line| line.strip_prefix("processes "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `/proc/loadavg`'s tasks alive and last pid handed out (`0.00 0.01 0.05 1/84 32423`).
+fn read_loadavg() -> Option<(u64, i32)> {
+    let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = loadavg.split_whitespace().skip(3);
+    let alive = fields.next()?.split_once('/')?.1.parse().ok()?;
+    let last = fields.next()?.parse().ok()?;
+    Some((alive, last))
+}
+
+fn read_pid_max() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A live process found by [`members`].
@@ -168,16 +312,28 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
     if marks.is_empty() {
         return found;
     }
-    let Ok(processes) = procfs::process::all_processes() else {
+    let Ok(listing) = std::fs::read_dir("/proc") else {
         return found;
     };
+    let pids: Vec<i32> = listing
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    // Read after the listing: every pid listed was handed out by then.
+    let now = marks
+        .iter()
+        .any(|mark| mark.born.is_some())
+        .then(PidNow::read)
+        .flatten();
     let ours = std::process::id() as i32;
     let uid = unistd::getuid().as_raw();
     let by_env = marks.iter().any(|mark| mark.env.is_some());
-    for process in processes.filter_map(Result::ok) {
-        if process.pid() == ours {
+    for pid in pids {
+        if pid == ours || !marks.iter().any(|mark| mark.may_hold(pid, now.as_ref())) {
             continue;
         }
+        let Ok(process) = Process::new(pid) else {
+            continue;
+        };
         let Ok(stat) = process.stat() else { continue };
         if stat.state == ZOMBIE {
             continue;
@@ -359,17 +515,19 @@ pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>
             for member in members {
                 if member.pgrp == member.pid {
                     let _ = signal::killpg(Pid::from_raw(member.pgrp), signal);
-                    led.push((*owner, member.pgrp, mark.since));
+                    led.push((*owner, member.pgrp, mark.since, mark.born));
                 }
                 let _ = signal::kill(Pid::from_raw(member.pid), signal);
             }
         }
-        for (owner, group, since) in led {
+        for (owner, group, since, born) in led {
             if !looked_for.iter().any(|(_, mark)| mark.group == Some(group)) {
+                // Its leader was forked after the mark's, and what its group holds after it.
                 let mark = Mark {
                     group: Some(group),
                     env: None,
                     since,
+                    born,
                 };
                 looked_for.push((owner, mark));
             }
@@ -390,6 +548,7 @@ pub async fn end_orphan_group(pgid: i32, grace: Duration) {
         group: Some(pgid),
         env: None,
         since: None,
+        born: None,
     };
     end_marked(&[mark], grace, None).await;
 }
@@ -402,6 +561,7 @@ pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
         group: None,
         env: Some((name.to_string(), value.to_string())),
         since: None,
+        born: None,
     };
     members(&[mark])
         .into_iter()
@@ -587,6 +747,105 @@ mod tests {
         (child, line.trim().to_string())
     }
 
+    fn clock(forks: u64, alive: u64, pid_max: u64) -> PidClock {
+        PidClock {
+            forks,
+            alive,
+            pid_max,
+        }
+    }
+
+    #[test]
+    fn a_pid_is_the_marks_only_if_handed_out_after_its_leader() {
+        let born = Birth::new(1000, clock(50_000, 100, 32_768)).unwrap();
+        let now = PidNow {
+            last: 1200,
+            forks: 50_150,
+            pid_max: 32_768,
+        };
+        assert!(now.handed_out_since(born, 1000), "the leader itself");
+        assert!(now.handed_out_since(born, 1100));
+        assert!(now.handed_out_since(born, 1200));
+        assert!(
+            !now.handed_out_since(born, 999),
+            "handed out before the leader"
+        );
+        assert!(
+            !now.handed_out_since(born, 1201),
+            "not handed out yet: an old one"
+        );
+        // The cycle came round past pid_max since the leader: from it to the top, then from
+        // the bottom to the last.
+        let wrapped = PidNow { last: 400, ..now };
+        let late = Birth::new(32_700, clock(50_000, 100, 32_768)).unwrap();
+        assert!(wrapped.handed_out_since(late, 32_767));
+        assert!(wrapped.handed_out_since(late, 350));
+        assert!(!wrapped.handed_out_since(late, 401));
+        assert!(!wrapped.handed_out_since(late, 32_699));
+        // So many pids handed out (with the taken ones it skipped) that the cycle may have
+        // come round to the leader again: every pid may be the mark's.
+        let round = PidNow {
+            forks: 50_000 + 32_768 - 300 - 100,
+            ..now
+        };
+        assert!(round.handed_out_since(born, 5));
+        assert!(round.handed_out_since(born, 20_000));
+        // A pid_max lowered since the spawn makes the cycle shorter.
+        let lowered = PidNow {
+            forks: 50_000 + 2_000,
+            pid_max: 2_000,
+            ..now
+        };
+        assert!(lowered.handed_out_since(born, 20_000));
+    }
+
+    #[test]
+    fn a_mark_with_its_birth_finds_what_its_run_started_and_not_an_older_process() {
+        // An older process carrying the same id (it cannot have inherited it from the run).
+        // The mark has no start time, so only the birth tells it apart.
+        let (mut older, _) = engine("echo ready; exec sleep 30", "run-born");
+        let before = PidClock::read().expect("this machine's /proc tells the pid counters");
+        let (mut leader, pids) = engine(
+            "sleep 30 & (exec setsid sleep 30) & echo $! $(( $! )); wait",
+            "run-born",
+        );
+        let setsid: i32 = pids.split(' ').next().unwrap().parse().unwrap();
+        let pgid = leader.id() as i32;
+        let mut mark = Mark::of_leader(Some(pgid), None, "CORRAL_RUN_ID", "run-born");
+        let without_birth = members(std::slice::from_ref(&mark)).remove(0);
+        assert!(
+            without_birth.iter().any(|m| m.pid == older.id() as i32),
+            "without a birth the older process is found: {without_birth:?}"
+        );
+        mark.born = Birth::new(leader.id(), before);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let found = loop {
+            let found = members(std::slice::from_ref(&mark)).remove(0);
+            let escaped = found
+                .iter()
+                .any(|m| m.pid == setsid && m.command == "sleep 30");
+            if escaped || std::time::Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        for child in [&mut older, &mut leader] {
+            let _ = signal::killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+        }
+        let _ = signal::killpg(Pid::from_raw(setsid), Signal::SIGKILL);
+        let _ = older.wait();
+        let _ = leader.wait();
+        assert!(found.iter().any(|m| m.pid == pgid), "{found:?}");
+        assert!(
+            found.iter().any(|m| m.pid == setsid),
+            "the setsid'd one, found by its id: {found:?}"
+        );
+        assert!(
+            !found.iter().any(|m| m.pid == older.id() as i32),
+            "a process older than the leader is not read: {found:?}"
+        );
+    }
+
     #[test]
     fn a_runs_members_are_its_group_and_what_carries_its_id() {
         // A member of the group, and one that left it with setsid (same pid: sh is not a
@@ -636,6 +895,7 @@ mod tests {
             group: None,
             env: Some(("CORRAL_RUN_ID".into(), "another-run".into())),
             since: None,
+            born: None,
         };
         assert!(members(&[other])[0].is_empty());
 
@@ -734,6 +994,7 @@ mod tests {
                 group: None,
                 env: Some(("CORRAL_RUN_ID".into(), "run-shared-none".into())),
                 since: None,
+                born: None,
             },
         ];
         let found = tokio::runtime::Builder::new_current_thread()

@@ -805,6 +805,7 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         group: None,
         env: Some((SETUP_ENV.to_string(), session_id.clone())),
         since: None,
+        born: None,
     }));
     process::kill_point("boot.found");
     let grace = shared.settings().cancel_grace;

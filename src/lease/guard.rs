@@ -402,6 +402,7 @@ impl Sweep {
             group: None,
             env: Some((GUARDED_ENV.to_string(), self.mark.clone()?)),
             since: self.since,
+            born: None,
         })
     }
 

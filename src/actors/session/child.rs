@@ -85,12 +85,15 @@ impl Worker {
             keep_background,
             project_id,
         } = run;
+        // Read just before the spawn: the run's end then reads only the pids handed out since.
+        let clock = process::PidClock::read();
         let mut child = match spawn(argv, stdin, cwd, &environment, run_id, kind) {
             Ok(child) => child,
             Err(message) => return (RunOutcome::failed(message), None),
         };
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
+        let born = clock.and_then(|clock| process::Birth::new(pid, clock));
         // A test's kill -9 between the run's two commits (its row, then its pid).
         process::kill_point("run.spawned");
         let started = self.new_event(
@@ -190,6 +193,7 @@ impl Worker {
                         Left {
                             pgid,
                             since: pid_start,
+                            born,
                             run_id: run_id.to_string(),
                             session_id: self.session_id.clone(),
                             project_id: project_id.to_string(),
@@ -230,6 +234,7 @@ impl Worker {
                     group: Some(pgid),
                     env: Some((RUN_ID_ENV.to_string(), run_id.to_string())),
                     since: pid_start,
+                    born,
                 };
                 self.end_stopped(prompt, run_id, ended, child, mark, lines, batch, settings)
                     .await
@@ -558,6 +563,8 @@ struct Left {
     pgid: i32,
     /// The engine's start time (see [`process::Mark::since`]).
     since: Option<u64>,
+    /// Where its pid stands (see [`process::Mark::born`]).
+    born: Option<process::Birth>,
     run_id: String,
     session_id: String,
     project_id: String,
@@ -571,6 +578,7 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
         group: Some(left.pgid),
         env: Some((RUN_ID_ENV.to_string(), left.run_id.clone())),
         since: left.since,
+        born: left.born,
     };
     if !left.keep {
         process::end_marked(&[mark], grace, None).await;

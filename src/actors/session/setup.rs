@@ -186,6 +186,7 @@ impl Worker {
             group: Some(pid as i32),
             env: Some((SETUP_ENV.to_string(), self.session_id.clone())),
             since: process::start_time(pid),
+            born: None,
         };
         let mut lines = read_output(&mut child);
         let mut batch: Vec<NewEvent> = Vec::new();
