@@ -177,25 +177,33 @@ impl PgConn {
     /// Opens a ledger batch's transaction with the store's write lock ([`BEGIN_WRITE`]) and
     /// keeps its transaction id ([`PgConn::write_xact`]); reconnects first when the server
     /// ended the connection. In the same round trip, once the lock is held, it reads what
-    /// `asks` names (each a statement of its own, so each sees what committed before the lock
-    /// came: one statement's snapshot is taken before its functions run).
+    /// `asks` names, all in one statement after the lock's: that statement's snapshot is
+    /// taken once the lock is held, so it sees what committed before the lock came (a
+    /// statement's snapshot is taken before its functions run, so not in the lock's own).
     pub(crate) fn begin_write(&self, asks: &BeginAsks<'_>) -> Result<BeginAnswers> {
         if self.is_closed() {
             self.reconnect()?;
         }
         self.write_xact.set(None);
         let mut query = String::from(BEGIN_WRITE);
+        let mut columns: Vec<String> = Vec::new();
         if asks.feed {
-            query.push_str("; SELECT coalesce(max(feed_seq), 0) FROM events");
+            columns.push("(SELECT coalesce(max(feed_seq), 0) FROM events)".into());
         }
         if let Some(node) = asks.node {
             let node = quote_literal(node);
-            query.push_str(&format!(
-                "; SELECT epoch FROM daemons WHERE node_id = {node} \
-                   AND lease_until >= corral_now_ms()\
-                 ; SELECT count(*) FROM daemons WHERE node_id <> {node} \
-                   AND lease_until >= corral_now_ms()"
+            columns.push(format!(
+                "(SELECT epoch FROM daemons WHERE node_id = {node} \
+                   AND lease_until >= corral_now_ms())"
             ));
+            columns.push(format!(
+                "(SELECT count(*) FROM daemons WHERE node_id <> {node} \
+                   AND lease_until >= corral_now_ms())"
+            ));
+        }
+        if !columns.is_empty() {
+            query.push_str("; SELECT ");
+            query.push_str(&columns.join(", "));
         }
         let answer = block(self.client.borrow().simple_query(&query));
         let messages = match answer {
@@ -219,19 +227,19 @@ impl PgConn {
                 _ => {}
             }
         }
-        let first = |index: usize, column: usize| -> Option<i64> {
+        let value = |index: usize, column: usize| -> Option<i64> {
             statements.get(index)?.first()?.get(column)?.parse().ok()
         };
-        self.write_xact.set(first(1, 1));
-        let mut next = 2;
+        self.write_xact.set(value(1, 1));
+        let mut column = 0;
         let mut answers = BeginAnswers::default();
         if asks.feed {
-            answers.last_feed_seq = first(next, 0);
-            next += 1;
+            answers.last_feed_seq = value(2, column);
+            column += 1;
         }
         if asks.node.is_some() {
-            answers.own_epoch = first(next, 0);
-            answers.others_live = first(next + 1, 0);
+            answers.own_epoch = value(2, column);
+            answers.others_live = value(2, column + 1);
         }
         Ok(answers)
     }
