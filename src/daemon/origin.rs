@@ -182,6 +182,17 @@ pub trait Widening {
 pub struct WideningContext<'a> {
     store: Option<&'a Conn>,
     caller: Option<(sessions::Session, Option<projects::Project>)>,
+    /// The sessions and projects read so far, by id: a request's `pin` and `widens` ask
+    /// for the same rows (a `prompt.send` read its session twice), and should see them
+    /// alike.
+    seen: std::cell::RefCell<Seen>,
+}
+
+/// What a [`WideningContext`] has read.
+#[derive(Default)]
+struct Seen {
+    sessions: Vec<sessions::Session>,
+    projects: Vec<projects::Project>,
 }
 
 impl<'a> WideningContext<'a> {
@@ -190,6 +201,7 @@ impl<'a> WideningContext<'a> {
         WideningContext {
             store: None,
             caller: None,
+            seen: Default::default(),
         }
     }
 
@@ -198,6 +210,7 @@ impl<'a> WideningContext<'a> {
         WideningContext {
             store: Some(store),
             caller: None,
+            seen: Default::default(),
         }
     }
 
@@ -216,20 +229,37 @@ impl<'a> WideningContext<'a> {
         WideningContext {
             store: Some(store),
             caller,
+            seen: Default::default(),
         }
     }
 
     /// The project a selector names (`None`: no store, or it names none or several).
     pub fn project(&self, selector: &str) -> Option<projects::Project> {
-        super::methods::project_of(self.store?, selector).ok()
+        let id = selector.trim();
+        if let Some(project) = self.seen.borrow().projects.iter().find(|p| p.id == id) {
+            return Some(project.clone());
+        }
+        let project = super::methods::project_of(self.store?, selector).ok()?;
+        self.seen.borrow_mut().projects.push(project.clone());
+        Some(project)
     }
 
     /// The session a selector names, with its project.
     pub fn session(&self, selector: &str) -> Option<(sessions::Session, projects::Project)> {
-        let store = self.store?;
-        let session = super::methods::session_of(store, selector).ok()?;
-        let project = projects::project(store, session.project_id.as_deref()?).ok()??;
+        let session = self.session_only(selector)?;
+        let project = self.project(session.project_id.as_deref()?)?;
         Some((session, project))
+    }
+
+    /// The session a selector names (an id seen before is not read again).
+    fn session_only(&self, selector: &str) -> Option<sessions::Session> {
+        let id = selector.trim();
+        if let Some(session) = self.seen.borrow().sessions.iter().find(|s| s.id == id) {
+            return Some(session.clone());
+        }
+        let session = super::methods::session_of(self.store?, selector).ok()?;
+        self.seen.borrow_mut().sessions.push(session.clone());
+        Some(session)
     }
 
     /// `selector` made the id of the project it names now.
@@ -241,10 +271,7 @@ impl<'a> WideningContext<'a> {
 
     /// `selector` made the id of the session it names now.
     fn pin_session(&self, selector: &mut String) {
-        let Some(store) = self.store else {
-            return;
-        };
-        if let Ok(session) = super::methods::session_of(store, selector) {
+        if let Some(session) = self.session_only(selector) {
             *selector = session.id;
         }
     }
