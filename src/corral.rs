@@ -874,24 +874,14 @@ impl Corral {
     /// stopped (or after a bounded wait). Queued prompts stay queued.
     pub async fn shutdown(&self, grace: Duration) {
         self.shared.begin_drain();
-        let mut events = self.subscribe();
+        let mut working = self.shared.watch_working();
         let finish_by = tokio::time::Instant::now() + grace;
-        // Re-checked on every event: a prompt's end is an event.
-        while self.working().await > 0 {
-            tokio::select! {
-                _ = events.recv() => {}
-                _ = tokio::time::sleep_until(finish_by) => break,
-            }
-        }
+        // Woken as each worker ends: draining, a worker ends with its running prompt.
+        let _ = tokio::time::timeout_at(finish_by, working.wait_for(|&count| count == 0)).await;
         self.shared.begin_shutdown();
         let stop_by =
             tokio::time::Instant::now() + self.settings().cancel_grace + Duration::from_secs(5);
-        while self.working().await > 0 {
-            tokio::select! {
-                _ = events.recv() => {}
-                _ = tokio::time::sleep_until(stop_by) => break,
-            }
-        }
+        let _ = tokio::time::timeout_at(stop_by, working.wait_for(|&count| count == 0)).await;
         self.stop_app_servers().await;
         // The prompts were requeued: the lease is given up, so nobody waits for it to run
         // out before taking them. Not while a worker still runs (stuck in a write): then

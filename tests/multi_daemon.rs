@@ -1277,6 +1277,53 @@ fn a_compact_is_done_by_the_daemon_that_holds_the_thread() {
 }
 
 #[test]
+fn a_daemon_whose_database_went_away_stops_when_asked_without_waiting_for_it() {
+    let Some(cluster) = Cluster::start_through_proxy(1) else {
+        return;
+    };
+    // Short graces; the store's wait (`store.lock_timeout_ms`) is left at its 60 s: a stop
+    // that waited for the store gone would take that long.
+    cluster.ok(0, &["config", "set", "daemon.shutdown_grace_ms", "1000"]);
+    cluster.ok(0, &["config", "set", "cancel.grace_ms", "500"]);
+    let session = cluster.session("cut, then stopped");
+    let prompt = cluster.send(0, &session, "@fake delay=60000\nrun through the stop");
+    let (run, _, _) = running_run(&cluster, &prompt);
+    wait_turn_started(&cluster, &run);
+    let mut socket = common::rpc::Rpc::connect(cluster.home(0).path());
+    cluster.proxy().cut();
+    cluster.wait_for(
+        "status says the store is unreachable",
+        Duration::from_secs(6),
+        || {
+            let status = socket.call("status", json!({})).expect("status answers");
+            status["lease"]["state"] == "store unreachable"
+        },
+    );
+    let pid = cluster.daemon_pid(0).expect("the daemon's pid");
+    let asked = Instant::now();
+    kill(pid, libc::SIGTERM);
+    cluster.wait_for("the daemon exits", Duration::from_secs(90), || !alive(pid));
+    let took = asked.elapsed();
+    // Its grace (1 s), its engine's end (0.5 s) and the lease guard's: nothing for the store.
+    assert!(
+        took < Duration::from_secs(15),
+        "the daemon took {took:?} to stop: it waited for the store\n{}",
+        cluster.logs()
+    );
+    assert!(run_processes(&run).is_empty(), "its engine ended with it");
+    // Nothing is lost: back with the store, the next daemon runs the prompt again.
+    cluster.proxy().restore();
+    cluster.start_daemon(0);
+    cluster.wait_for(
+        "a second run of the prompt",
+        Duration::from_secs(20),
+        || runs_of(&cluster, &prompt).len() == 2,
+    );
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs[0].2, "interrupted", "{runs:?}");
+}
+
+#[test]
 fn the_database_going_away_keeps_runs_under_the_lease() {
     let Some(cluster) = Cluster::start_through_proxy(1) else {
         return;

@@ -65,8 +65,9 @@ pub struct Shared {
     app_servers: std::sync::Mutex<HashMap<String, Addr<AppServerActor>>>,
     /// How many session actors have a worker running now, kept by the workers themselves
     /// ([`Shared::begin_work`]): `status` and the shutdown read it without asking every
-    /// session actor (2,000 of them at a large boot).
-    working: Arc<std::sync::atomic::AtomicUsize>,
+    /// session actor (2,000 of them at a large boot), and the shutdown is woken when it
+    /// changes (a worker that ends by spilling its events stores no event to wake it).
+    working: Arc<watch::Sender<usize>>,
     /// The announcer of slot waits ([`Shared::announce_waiting`]), started on first use.
     announcer: std::sync::OnceLock<mpsc::UnboundedSender<Announcement>>,
     /// The `git` worktree isolation uses ([`Shared::git`]): found once, looked for again
@@ -85,11 +86,11 @@ pub struct Shared {
 /// A session's worker counted in [`Shared::working`] for as long as this lives: dropped when
 /// the worker future ends, or with its actor.
 #[derive(Debug)]
-pub struct Working(Arc<std::sync::atomic::AtomicUsize>);
+pub struct Working(Arc<watch::Sender<usize>>);
 
 impl Drop for Working {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.send_modify(|working| *working -= 1);
     }
 }
 
@@ -138,9 +139,9 @@ impl Shared {
         exec_id: Option<String>,
         lease: Option<Arc<crate::lease::holder::Lease>>,
     ) -> Self {
-        let working: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let working = Arc::new(watch::channel(0).0);
         if let Some(lease) = &lease {
-            lease.count_running(working.clone());
+            lease.count_running(working.subscribe());
         }
         Shared {
             home,
@@ -185,14 +186,18 @@ impl Shared {
 
     /// Counts a session's worker as working until the returned guard is dropped.
     pub fn begin_work(&self) -> Working {
-        self.working
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.working.send_modify(|working| *working += 1);
         Working(self.working.clone())
     }
 
     /// How many session actors have a worker running now.
     pub fn working(&self) -> usize {
-        self.working.load(std::sync::atomic::Ordering::SeqCst)
+        *self.working.borrow()
+    }
+
+    /// [`Shared::working`], seen as it changes.
+    pub fn watch_working(&self) -> watch::Receiver<usize> {
+        self.working.subscribe()
     }
 
     /// A receiver that turns true when the supervisor shuts down.

@@ -33,12 +33,18 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
         return Ok(Exit::success());
     }
     init_logging();
-    daemon::run(DaemonOptions {
+    let served = daemon::run(DaemonOptions {
         home: context.home.clone(),
         exec_id: Some(context.invocation.id.clone()),
     })
-    .await
-    .map_err(CliError::failure)?;
+    .await;
+    // The daemon was asked to stop: its exec's end gets one attempt, not the store's wait
+    // (`store.lock_timeout_ms`), which a store gone away (maybe why it was stopped) would
+    // spend in full. An end not written is left for `monitor prune`.
+    if let Some(ledger) = &context.ledger {
+        ledger.stop_waiting();
+    }
+    served.map_err(CliError::failure)?;
     Ok(Exit::success())
 }
 

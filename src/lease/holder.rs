@@ -74,7 +74,7 @@ pub struct Lease {
     /// (or an older one) stop, writing nothing more about them.
     lost: watch::Sender<i64>,
     /// How many prompts this daemon runs now (the supervisor's count), told at each renewal.
-    running: std::sync::OnceLock<Arc<AtomicUsize>>,
+    running: std::sync::OnceLock<tokio::sync::watch::Receiver<usize>>,
     guard: Option<Guard>,
     lease_ms: AtomicI64,
     wanted: mpsc::UnboundedSender<Wanted>,
@@ -266,14 +266,12 @@ impl Lease {
 
     /// The count of prompts this daemon runs (`Shared::working`), told to the others at
     /// each renewal.
-    pub fn count_running(&self, running: Arc<AtomicUsize>) {
+    pub fn count_running(&self, running: tokio::sync::watch::Receiver<usize>) {
         let _ = self.running.set(running);
     }
 
     fn running(&self) -> usize {
-        self.running
-            .get()
-            .map_or(0, |running| running.load(Ordering::SeqCst))
+        self.running.get().map_or(0, |running| *running.borrow())
     }
 
     /// A run's engine started: the guard ends its group if the lease runs out.
