@@ -846,11 +846,16 @@ impl Corral {
     }
 
     /// The app-server children: live ones first, then what the store remembers of others.
+    /// On a shared store each names its daemon's node, live or stored alike.
     pub async fn app_servers(&self) -> Vec<serde_json::Value> {
         let mut states = Vec::new();
         for actor in self.shared.app_server_actors() {
             if let Ok(state) = actor.send(crate::actors::app_server::Snapshot).await {
-                states.push(serde_json::to_value(state).unwrap_or_default());
+                let mut state = serde_json::to_value(state).unwrap_or_default();
+                if let Some(node_id) = self.node_id() {
+                    state["node_id"] = serde_json::json!(node_id);
+                }
+                states.push(state);
             }
         }
         let stored = self.read(processes::app_servers).unwrap_or_default();

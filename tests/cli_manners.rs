@@ -15,6 +15,7 @@ use std::process::{Command, Output, Stdio};
 
 use common::daemon::{finish, kill, lines_of, next_line, DaemonHome};
 use common::library::{actix_test, Library};
+use common::store::{quoted, HomeStore};
 use common::{output_with_stdin, stderr, stdout, Home};
 use corral::protocol::MAX_LINE;
 use corral::store::projects::NewProject;
@@ -55,10 +56,7 @@ fn into_closed_pipe(mut command: Command) -> Output {
 #[test]
 fn output_to_a_closed_pipe_ends_quietly() {
     let (home, session) = home_with_history();
-    let exec_id: String = home
-        .db()
-        .query_row("SELECT id FROM execs LIMIT 1", [], |row| row.get(0))
-        .unwrap();
+    let exec_id = text(&home.store().value("SELECT id FROM execs LIMIT 1"));
     let commands: Vec<Vec<&str>> = vec![
         vec!["history", "s"],
         vec!["history", "s", "--json"],
@@ -90,14 +88,9 @@ fn output_to_a_closed_pipe_ends_quietly() {
     }
     home.stop_daemon();
     // Each was recorded as a command that did its job; none as a panic.
-    let panics: i64 = home
-        .db()
-        .query_row(
-            "SELECT count(*) FROM execs WHERE exit_code = 101 OR outcome = 'failed'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let panics = home
+        .store()
+        .value("SELECT count(*) FROM execs WHERE exit_code = 101 OR outcome = 'failed'");
     assert_eq!(panics, 0);
 }
 
@@ -112,19 +105,34 @@ fn shown_ids(table: &str, prefix: &str) -> Vec<String> {
 }
 
 /// Inserts a copy of row `id` of `table` under each of `copies` (a fixture written by the
-/// test: ids that UUIDv7 makes in one millisecond); `set` changes more columns of the copy
-/// (unique ones), in SQL, where `COPY` stands for the copy's id.
-fn copy_row(db: &rusqlite::Connection, table: &str, id: &str, copies: &[&str], set: &str) {
+/// test: ids that UUIDv7 makes in one millisecond); `set` gives more columns of the copy
+/// (unique ones) their values, in SQL, where `COPY` stands for the copy's id.
+fn copy_row(store: &HomeStore, table: &str, id: &str, copies: &[&str], set: &[(&str, &str)]) {
+    let columns = store.columns(table);
     for copy in copies {
-        let set = set.replace("COPY", copy);
-        db.execute_batch(&format!(
-            "CREATE TEMP TABLE copied AS SELECT * FROM {table} WHERE id = '{id}';
-             UPDATE copied SET id = '{copy}'{set};
-             INSERT INTO {table} SELECT * FROM copied;
-             DROP TABLE copied;"
-        ))
-        .unwrap();
+        let values: Vec<String> = columns
+            .iter()
+            .map(|column| match set.iter().find(|(name, _)| name == column) {
+                _ if column == "id" => quoted(copy),
+                Some((_, value)) => value.replace("COPY", copy),
+                None => column.clone(),
+            })
+            .collect();
+        store.execute(&format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM {table} WHERE id = {}",
+            columns.join(", "),
+            values.join(", "),
+            quoted(id)
+        ));
     }
+}
+
+/// A text column's value.
+fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("text expected: {value}"))
+        .to_string()
 }
 
 #[test]
@@ -182,7 +190,7 @@ fn short_session_ids_are_unique_prefixes_that_show_resolves() {
         "01a231b0-4a92-76d6-8c90-dab8c0976ae6",
         "01a231b0-4a92-76d6-8c90-dab8c0976af7",
     ];
-    copy_row(&home.db(), "sessions", &session, &copies, "");
+    copy_row(&home.store(), "sessions", &session, &copies, &[]);
     let list = stdout(&home.run(&["session", "list"]));
     let overview = stdout(&home.run(&["monitor", "--all"]));
     let mut all = vec![session.as_str()];
@@ -213,17 +221,14 @@ fn short_session_ids_are_unique_prefixes_that_show_resolves() {
 #[test]
 fn short_project_ids_are_unique_prefixes_that_show_resolves() {
     let (home, _) = home_with_history();
-    let project: String = home
-        .db()
-        .query_row("SELECT id FROM projects", [], |row| row.get(0))
-        .unwrap();
+    let project = text(&home.store().value("SELECT id FROM projects"));
     let copies = [
         "01a231b0-4a92-76d6-8c90-dab8c0976ae6",
         "01a231b0-4a92-76d6-8c90-dab8c0976af7",
     ];
     // Names and paths are unique: the copies get their own.
-    let set = ", name = 'COPY', path = '/nowhere/COPY'";
-    copy_row(&home.db(), "projects", &project, &copies, set);
+    let set = [("name", "'COPY'"), ("path", "'/nowhere/COPY'")];
+    copy_row(&home.store(), "projects", &project, &copies, &set);
     let list = stdout(&home.run(&["project", "list"]));
     let shown = shown_ids(&list, "01a231b0-4a92");
     assert_eq!(shown.len(), 2, "{list}");
@@ -358,28 +363,22 @@ fn an_empty_corral_home_means_unset() {
 }
 
 /// The execs whose argv ends with `tail`, as (id, parent_exec_id, trace_id), oldest first.
-fn execs_ending(db: &rusqlite::Connection, tail: &[&str]) -> Vec<(String, Option<String>, String)> {
-    let mut statement = db
-        .prepare("SELECT id, parent_exec_id, trace_id, command FROM execs ORDER BY started_at, id")
-        .unwrap();
-    let rows = statement
-        .query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, Option<String>>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-            ))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .filter(|(.., command)| {
-            let argv: Vec<String> = serde_json::from_str(command).unwrap();
+fn execs_ending(store: &HomeStore, tail: &[&str]) -> Vec<(String, Option<String>, String)> {
+    store
+        .sql("SELECT id, parent_exec_id, trace_id, command FROM execs ORDER BY started_at, id")
+        .into_iter()
+        .filter(|row| {
+            let argv: Vec<String> = serde_json::from_str(&text(&row[3])).unwrap();
             argv.ends_with(&tail.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         })
-        .map(|(id, parent, trace, _)| (id, parent, trace))
-        .collect();
-    rows
+        .map(|row| {
+            (
+                text(&row[0]),
+                row[1].as_str().map(str::to_string),
+                text(&row[2]),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -390,12 +389,12 @@ fn the_daemon_exec_is_a_child_of_the_exec_that_started_it() {
     home.stop_daemon();
     home.start_daemon();
     home.stop_daemon();
-    let db = home.db();
+    let store = home.store();
     let starters = [
-        execs_ending(&db, &["config", "set", "daemon.autostart", "true"]),
-        execs_ending(&db, &["daemon", "--detach"]),
+        execs_ending(&store, &["config", "set", "daemon.autostart", "true"]),
+        execs_ending(&store, &["daemon", "--detach"]),
     ];
-    let daemons = execs_ending(&db, &["daemon"]);
+    let daemons = execs_ending(&store, &["daemon"]);
     assert_eq!(daemons.len(), 2, "{daemons:?}");
     for (starter, daemon) in starters.iter().zip(&daemons) {
         let (starter_id, _, starter_trace) = &starter[0];
@@ -434,24 +433,18 @@ fn send_and_attach_refuse_a_prompt_too_long_for_one_line() {
         stdout(&attached).contains("fake answer: hello"),
         "{attached:?}"
     );
-    let prompts: i64 = home
-        .db()
-        .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
-        .unwrap();
-    assert_eq!(prompts, 1);
+    assert_eq!(home.store().value("SELECT count(*) FROM prompts"), 1);
     // A plain send (whose start is written while it connects) is recorded whole, and the
     // refused one as the failure it was.
     home.ok(&["send", "s", "fits"]);
     let outcomes: Vec<(String, i64)> = home
-        .db()
-        .prepare(
+        .store()
+        .sql(
             "SELECT outcome, exit_code FROM execs WHERE command LIKE '%\"send\"%' \
              ORDER BY started_at",
         )
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
+        .into_iter()
+        .map(|row| (text(&row[0]), row[1].as_i64().unwrap()))
         .collect();
     assert_eq!(
         outcomes,
@@ -543,7 +536,7 @@ fn an_answer_with_id_null_ends_the_clients_wait() {
 /// The rows of the execs whose argv has `send` in it, oldest first.
 #[allow(clippy::type_complexity)]
 fn send_rows(
-    db: &rusqlite::Connection,
+    store: &HomeStore,
 ) -> Vec<(
     Vec<String>,
     Option<String>,
@@ -553,28 +546,27 @@ fn send_rows(
     Option<i64>,
     Option<String>,
 )> {
-    db.prepare(
-        "SELECT command, parent_exec_id, trace_id, pid, cwd, exit_code, outcome, completed_at \
-         FROM execs WHERE command LIKE '%\"send\"%' ORDER BY started_at",
-    )
-    .unwrap()
-    .query_map([], |row| {
-        let command: String = row.get(0)?;
-        let completed: Option<i64> = row.get(7)?;
-        assert!(completed.is_some(), "an exec left open: {command}");
-        Ok((
-            serde_json::from_str(&command).unwrap(),
-            row.get(1)?,
-            row.get(2)?,
-            row.get(3)?,
-            row.get(4)?,
-            row.get(5)?,
-            row.get(6)?,
-        ))
-    })
-    .unwrap()
-    .map(Result::unwrap)
-    .collect()
+    let optional = |value: &Value| value.as_str().map(str::to_string);
+    store
+        .sql(
+            "SELECT command, parent_exec_id, trace_id, pid, cwd, exit_code, outcome, completed_at \
+             FROM execs WHERE command LIKE '%\"send\"%' ORDER BY started_at",
+        )
+        .into_iter()
+        .map(|row| {
+            let command = text(&row[0]);
+            assert!(!row[7].is_null(), "an exec left open: {command}");
+            (
+                serde_json::from_str(&command).unwrap(),
+                optional(&row[1]),
+                text(&row[2]),
+                row[3].as_u64().unwrap() as u32,
+                optional(&row[4]),
+                row[5].as_i64(),
+                optional(&row[6]),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -606,7 +598,7 @@ fn a_send_through_a_daemon_is_recorded_by_the_daemon_as_it_would_record_itself()
     assert_eq!(stderr(&refused).lines().count(), 1, "{refused:?}");
     assert!(stderr(&refused).contains("no-such-session"), "{refused:?}");
 
-    let rows = send_rows(&home.db());
+    let rows = send_rows(&home.store());
     let work = home.work().to_string_lossy().into_owned();
     let expect = |words: &[&str], pid: u32, exit: i64, outcome: &str| {
         let mut argv = vec![env!("CARGO_BIN_EXE_corral").to_string()];
@@ -657,17 +649,13 @@ fn a_send_killed_once_its_request_is_written_is_recorded_by_the_daemon() {
         Some(libc::SIGKILL),
         "{killed:?}"
     );
-    let db = home.db();
+    let store = home.store();
     common::daemon::wait_until("the daemon completes the exec", || {
-        db.query_row(
-            "SELECT count(*) FROM execs WHERE pid = ?1 AND completed_at IS NOT NULL",
-            [pid],
-            |row| row.get::<_, i64>(0),
-        )
-        .unwrap()
-            == 1
+        store.value(&format!(
+            "SELECT count(*) FROM execs WHERE pid = {pid} AND completed_at IS NOT NULL"
+        )) == 1
     });
-    let rows = send_rows(&db);
+    let rows = send_rows(&store);
     assert_eq!(rows.len(), 1, "{rows:?}");
     let (argv, _, _, row_pid, _, exit, outcome) = &rows[0];
     assert_eq!(argv[1..], ["send", "s", "hello"]);
@@ -675,10 +663,7 @@ fn a_send_killed_once_its_request_is_written_is_recorded_by_the_daemon() {
         (*row_pid, *exit, outcome.as_deref()),
         (pid, Some(0), Some("succeeded"))
     );
-    let prompts: i64 = db
-        .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
-        .unwrap();
-    assert_eq!(prompts, 1);
+    assert_eq!(store.value("SELECT count(*) FROM prompts"), 1);
     home.stop_daemon();
 }
 
@@ -842,21 +827,22 @@ fn the_daemon_records_only_an_exec_its_peer_could_record() {
         "{answers:?}"
     );
     assert_eq!(answers[2]["error"]["code"], -32602, "{answers:?}");
-    let db = home.db();
-    let rows: Vec<(String, Option<i64>, Option<String>)> = db
-        .prepare("SELECT id, exit_code, outcome FROM execs WHERE id LIKE 'exe-%'")
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .unwrap()
-        .map(Result::unwrap)
+    let store = home.store();
+    let rows: Vec<(String, Option<i64>, Option<String>)> = store
+        .sql("SELECT id, exit_code, outcome FROM execs WHERE id LIKE 'exe-%'")
+        .into_iter()
+        .map(|row| {
+            (
+                text(&row[0]),
+                row[1].as_i64(),
+                row[2].as_str().map(str::to_string),
+            )
+        })
         .collect();
     assert_eq!(
         rows,
         [("exe-c".to_string(), Some(1), Some("failed".to_string()))]
     );
-    let prompts: i64 = db
-        .query_row("SELECT count(*) FROM prompts", [], |row| row.get(0))
-        .unwrap();
-    assert_eq!(prompts, 0);
+    assert_eq!(store.value("SELECT count(*) FROM prompts"), 0);
     home.stop_daemon();
 }

@@ -5,34 +5,87 @@
 mod common;
 
 use std::io::Write;
-use std::path::Path;
 use std::process::{Child, Stdio};
 
 use common::daemon::{finish, lines_of, next_line, wait_until, DaemonHome};
 use common::rpc::Rpc;
+use common::store::quoted;
 use serde_json::json;
 
 /// (outcome, exit code, completed)
 type Row = (Option<String>, Option<i32>, bool);
 
 fn exec_of(home: &DaemonHome, needle: &str) -> Row {
-    home.db()
-        .query_row(
-            "SELECT outcome, exit_code, completed_at IS NOT NULL FROM execs \
-             WHERE command LIKE ?1 AND command LIKE '%run%'",
-            [format!("%{needle}%")],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
-        .unwrap()
+    let row = home.store().row(&format!(
+        "SELECT outcome, exit_code, completed_at IS NOT NULL FROM execs \
+         WHERE command LIKE {} AND command LIKE '%run%'",
+        quoted(&format!("%{needle}%"))
+    ));
+    (
+        row[0].as_str().map(str::to_string),
+        row[1].as_i64().map(|code| code as i32),
+        // SQLite answers the comparison with 0 or 1, PostgreSQL with a boolean.
+        row[2] == true || row[2] == 1,
+    )
 }
 
-/// Whether process `pid` has the store (or its WAL) open.
-fn holds_the_store(pid: u32, home: &Path) -> bool {
-    let store = home.join("corral.db").to_string_lossy().into_owned();
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
+/// Whether process `pid` has the store open: the SQLite file (or its WAL), or a connection
+/// to the PostgreSQL server.
+fn holds_the_store(pid: u32, home: &DaemonHome) -> bool {
+    let targets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-        .any(|target| target.to_string_lossy().starts_with(&store))
+        .map(|target| target.to_string_lossy().into_owned())
+        .collect();
+    match home.store_url() {
+        None => {
+            let store = home.path().join("corral.db").to_string_lossy().into_owned();
+            targets.iter().any(|target| target.starts_with(&store))
+        }
+        Some(url) => {
+            let port = server_port(url);
+            let sockets: Vec<&str> = targets
+                .iter()
+                .filter_map(|target| target.strip_prefix("socket:["))
+                .filter_map(|rest| rest.strip_suffix(']'))
+                .collect();
+            tcp_inodes_to(port)
+                .iter()
+                .any(|inode| sockets.contains(&inode.as_str()))
+        }
+    }
+}
+
+/// The port of a `postgres://` URL's server (5432 when it names none).
+fn server_port(url: &str) -> u16 {
+    let after_login = url.rsplit_once('@').map_or(url, |(_, rest)| rest);
+    let host_port = after_login.split(['/', '?']).next().unwrap_or_default();
+    host_port
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(5432)
+}
+
+/// The socket inodes of this machine's TCP connections to `port` (`/proc/net/tcp{,6}`:
+/// the remote address is the third field, `ADDR:PORT` in hex; the inode the tenth).
+fn tcp_inodes_to(port: u16) -> Vec<String> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let remote = fields.get(2)?.rsplit_once(':')?.1;
+                    (u16::from_str_radix(remote, 16).ok()? == port)
+                        .then(|| fields.get(9).map(|inode| inode.to_string()))
+                        .flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// `corral run` of a command that says `ready`, waits for a line on its stdin, then runs
@@ -51,14 +104,13 @@ fn run_waiting(home: &DaemonHome, then: &str, tag: &str) -> Child {
     next_line(&lines, |line| (line == "ready").then_some(()))
         .unwrap_or_else(|seen| panic!("the command never said ready: {seen:?}"));
     wait_until("the exec's start is stored", || {
-        home.db()
-            .query_row(
-                "SELECT count(*) FROM execs WHERE command LIKE ?1",
-                [format!("%{tag}%")],
-                |row| row.get::<_, i64>(0),
-            )
-            .unwrap()
-            > 0
+        home.store()
+            .value(&format!(
+                "SELECT count(*) FROM execs WHERE command LIKE {}",
+                quoted(&format!("%{tag}%"))
+            ))
+            .as_i64()
+            .is_some_and(|count| count > 0)
     });
     child
 }
@@ -76,7 +128,7 @@ fn beside_a_daemon_run_opens_no_store_and_the_daemon_records_the_exec() {
     // makes the store, which the test then reads.)
     assert!(home.run(&["run", "--", "true"]).status.success());
     let mut alone = run_waiting(&home, "exit 5", "alone");
-    let held = holds_the_store(alone.id(), home.path());
+    let held = holds_the_store(alone.id(), &home);
     go(&mut alone);
     let output = finish(alone);
     assert_eq!(output.status.code(), Some(5), "{output:?}");
@@ -88,7 +140,7 @@ fn beside_a_daemon_run_opens_no_store_and_the_daemon_records_the_exec() {
 
     home.start_daemon();
     let mut beside = run_waiting(&home, "exit 5", "beside");
-    let held = holds_the_store(beside.id(), home.path());
+    let held = holds_the_store(beside.id(), &home);
     go(&mut beside);
     let output = finish(beside);
     assert_eq!(output.status.code(), Some(5), "{output:?}");
@@ -104,25 +156,18 @@ fn beside_a_daemon_run_opens_no_store_and_the_daemon_records_the_exec() {
     let script = format!("'{corral}' run -- true inner # nested");
     let output = home.run(&["run", "--", "sh", "-c", &script]);
     assert!(output.status.success(), "{output:?}");
-    let (outer, outer_trace): (String, String) = home
-        .db()
-        .query_row(
-            "SELECT id, trace_id FROM execs WHERE command LIKE '%nested%' AND command LIKE '%sh%'",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .unwrap();
-    let (parent, trace): (Option<String>, String) = home
-        .db()
-        .query_row(
-            "SELECT parent_exec_id, trace_id FROM execs WHERE command LIKE '%\"inner\"%' \
-             AND command NOT LIKE '%nested%'",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!(parent.as_deref(), Some(outer.as_str()));
-    assert_eq!(trace, outer_trace);
+    let outer = home.store().row(
+        "SELECT id, trace_id FROM execs WHERE command LIKE '%nested%' AND command LIKE '%sh%'",
+    );
+    let inner = home.store().row(
+        "SELECT parent_exec_id, trace_id FROM execs WHERE command LIKE '%\"inner\"%' \
+         AND command NOT LIKE '%nested%'",
+    );
+    assert_eq!(
+        inner[0], outer[0],
+        "the inner exec's parent is the outer one"
+    );
+    assert_eq!(inner[1], outer[1], "one trace");
 }
 
 #[test]
@@ -167,13 +212,8 @@ fn the_daemon_records_only_the_callers_own_exec() {
         refused["message"].as_str().unwrap().contains("initialize"),
         "{refused}"
     );
-    let stored: i64 = home
-        .db()
-        .query_row(
-            "SELECT count(*) FROM execs WHERE id = 'someone-else'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let stored = home
+        .store()
+        .value("SELECT count(*) FROM execs WHERE id = 'someone-else'");
     assert_eq!(stored, 0);
 }
