@@ -93,13 +93,15 @@ pub(crate) fn release_driver(
 /// the current driver's exec id, which the child gets as its `CORRAL_PARENT_EXEC`.
 pub(crate) fn engine_started(connection: &Conn, session_id: &str) -> sql::Result<Option<String>> {
     // Qualified for PostgreSQL, as in `claim_driver`.
-    connection.run(
+    // The driver read back in the same statement: one round trip under the write lock.
+    connection.row(
         "INSERT INTO driver_claims (session_id, provider_generation) VALUES (?1, 1) \
          ON CONFLICT (session_id) DO UPDATE \
-         SET provider_generation = driver_claims.provider_generation + 1",
+         SET provider_generation = driver_claims.provider_generation + 1 \
+         RETURNING exec_id",
         args![session_id],
-    )?;
-    Ok(driver_claim(connection, session_id)?.and_then(|claim| claim.exec_id))
+        |row| row.get(0),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 //! Written by the ledger actor (`StartRun`, `RunSpawned`, `EndRun`, `Recover`); read by the
 //! supervisor at boot, the overview and the daemon's methods.
 
-use crate::store::sql::{self, args, Conn, OptionalExt, Row};
+use crate::store::sql::{self, args, Conn, Row};
 use serde::{Deserialize, Serialize};
 
 use super::drivers::engine_started;
@@ -104,10 +104,12 @@ pub struct RunDriver {
 /// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
 pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<RunDriver>> {
     let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
-    connection.run(
+    // The exec's trace comes back with the row (`NULL` for no exec, or one not recorded).
+    let trace_id: Option<String> = connection.row(
         "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
          started_at, pid, pid_start, pgid, node_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12) \
+         RETURNING (SELECT trace_id FROM execs WHERE execs.id = ?8)",
         args![
             run.id,
             run.prompt_id,
@@ -124,22 +126,13 @@ pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<
                 .map(|start| start as i64),
             run.node_id,
         ],
+        |row| row.get(0),
     )?;
     connection.run(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         args![&run.prompt_id],
     )?;
-    let Some(exec_id) = exec_id else {
-        return Ok(None);
-    };
-    let trace_id = connection
-        .row(
-            "SELECT trace_id FROM execs WHERE id = ?1",
-            args![&exec_id],
-            |row| row.get(0),
-        )
-        .optional()?;
-    Ok(Some(RunDriver { exec_id, trace_id }))
+    Ok(exec_id.map(|exec_id| RunDriver { exec_id, trace_id }))
 }
 
 /// The child of a run was spawned: its identity, to end it (or find it after a crash).
