@@ -21,6 +21,7 @@
 //! has the user's rights (full access is the user's own choice), and corral does not claim
 //! to contain it.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use procfs::process::Process;
@@ -185,14 +186,23 @@ pub struct WideningContext<'a> {
     /// The sessions and projects read so far, by id: a request's `pin` and `widens` ask
     /// for the same rows (a `prompt.send` read its session twice), and should see them
     /// alike.
-    seen: std::cell::RefCell<Seen>,
+    seen_sessions: RefCell<Vec<sessions::Session>>,
+    seen_projects: RefCell<Vec<projects::Project>>,
 }
 
-/// What a [`WideningContext`] has read.
-#[derive(Default)]
-struct Seen {
-    sessions: Vec<sessions::Session>,
-    projects: Vec<projects::Project>,
+/// The row of `seen` whose id is `id`, else `read`'s (kept in `seen` for the next ask).
+fn seen_or_read<T: Clone>(
+    seen: &RefCell<Vec<T>>,
+    id: &str,
+    id_of: fn(&T) -> &str,
+    read: impl FnOnce() -> Option<T>,
+) -> Option<T> {
+    if let Some(row) = seen.borrow().iter().find(|row| id_of(row) == id) {
+        return Some(row.clone());
+    }
+    let row = read()?;
+    seen.borrow_mut().push(row.clone());
+    Some(row)
 }
 
 impl<'a> WideningContext<'a> {
@@ -201,7 +211,8 @@ impl<'a> WideningContext<'a> {
         WideningContext {
             store: None,
             caller: None,
-            seen: Default::default(),
+            seen_sessions: RefCell::default(),
+            seen_projects: RefCell::default(),
         }
     }
 
@@ -210,7 +221,8 @@ impl<'a> WideningContext<'a> {
         WideningContext {
             store: Some(store),
             caller: None,
-            seen: Default::default(),
+            seen_sessions: RefCell::default(),
+            seen_projects: RefCell::default(),
         }
     }
 
@@ -229,19 +241,20 @@ impl<'a> WideningContext<'a> {
         WideningContext {
             store: Some(store),
             caller,
-            seen: Default::default(),
+            seen_sessions: RefCell::default(),
+            seen_projects: RefCell::default(),
         }
     }
 
     /// The project a selector names (`None`: no store, or it names none or several).
     pub fn project(&self, selector: &str) -> Option<projects::Project> {
-        let id = selector.trim();
-        if let Some(project) = self.seen.borrow().projects.iter().find(|p| p.id == id) {
-            return Some(project.clone());
-        }
-        let project = super::methods::project_of(self.store?, selector).ok()?;
-        self.seen.borrow_mut().projects.push(project.clone());
-        Some(project)
+        let store = self.store?;
+        seen_or_read(
+            &self.seen_projects,
+            selector.trim(),
+            |project| &project.id,
+            || super::methods::project_of(store, selector).ok(),
+        )
     }
 
     /// The session a selector names, with its project.
@@ -253,13 +266,13 @@ impl<'a> WideningContext<'a> {
 
     /// The session a selector names (an id seen before is not read again).
     fn session_only(&self, selector: &str) -> Option<sessions::Session> {
-        let id = selector.trim();
-        if let Some(session) = self.seen.borrow().sessions.iter().find(|s| s.id == id) {
-            return Some(session.clone());
-        }
-        let session = super::methods::session_of(self.store?, selector).ok()?;
-        self.seen.borrow_mut().sessions.push(session.clone());
-        Some(session)
+        let store = self.store?;
+        seen_or_read(
+            &self.seen_sessions,
+            selector.trim(),
+            |session| &session.id,
+            || super::methods::session_of(store, selector).ok(),
+        )
     }
 
     /// `selector` made the id of the project it names now.
@@ -616,6 +629,32 @@ mod tests {
     use std::process::{Command, Stdio};
 
     use super::*;
+
+    #[test]
+    fn a_row_seen_is_not_read_again_and_another_is() {
+        let seen: RefCell<Vec<(String, u32)>> = RefCell::default();
+        let reads = std::cell::Cell::new(0);
+        let read = |id: &str, version: u32| {
+            seen_or_read(
+                &seen,
+                id,
+                |row| &row.0,
+                || {
+                    reads.set(reads.get() + 1);
+                    Some((id.to_string(), version))
+                },
+            )
+        };
+        assert_eq!(read("a", 1), Some(("a".into(), 1)));
+        // The same id: the row seen first, not read again.
+        assert_eq!(read("a", 2), Some(("a".into(), 1)));
+        assert_eq!(reads.get(), 1);
+        assert_eq!(read("b", 3), Some(("b".into(), 3)));
+        assert_eq!(reads.get(), 2);
+        // Nothing found is not kept: asked again, it is read again.
+        assert_eq!(seen_or_read(&seen, "c", |row| &row.0, || None), None);
+        assert_eq!(read("c", 4), Some(("c".into(), 4)));
+    }
 
     fn run(pid: u32, id: &str) -> LiveRun {
         LiveRun {
