@@ -851,11 +851,7 @@ impl Corral {
         let mut states = Vec::new();
         for actor in self.shared.app_server_actors() {
             if let Ok(state) = actor.send(crate::actors::app_server::Snapshot).await {
-                let mut state = serde_json::to_value(state).unwrap_or_default();
-                if let Some(node_id) = self.node_id() {
-                    state["node_id"] = serde_json::json!(node_id);
-                }
-                states.push(state);
+                states.push(state.to_json(self.node_id()));
             }
         }
         let stored = self.read(processes::app_servers).unwrap_or_default();
@@ -914,13 +910,9 @@ impl Corral {
             let Ok(state) = server.send(StopChild { grace }).await else {
                 continue;
             };
-            let mut stored = serde_json::to_value(&state).unwrap_or_default();
-            if let Some(lease) = &self.shared.lease {
-                stored["node_id"] = serde_json::json!(lease.node_id);
-            }
             let write = SaveAppServer {
                 project_id: state.project_id.clone(),
-                state: stored,
+                state: state.to_json(self.node_id()),
             };
             if let Err(error) = self.shared.ledger.write(write).await {
                 tracing::error!(%error, "the stopped app-server's state was not stored");

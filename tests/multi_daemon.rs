@@ -1276,6 +1276,22 @@ fn a_compact_is_done_by_the_daemon_that_holds_the_thread() {
     assert_eq!(thread_of(), thread, "the thread is kept");
 }
 
+/// Cuts the proxy between daemon 0 and the database, and waits until its `status` says the
+/// store is unreachable (asked over the socket: a `corral` command opens the store itself,
+/// and says it cannot).
+fn cut_until_unreachable(cluster: &Cluster) {
+    let mut socket = common::rpc::Rpc::connect(cluster.home(0).path());
+    cluster.proxy().cut();
+    cluster.wait_for(
+        "status says the store is unreachable",
+        Duration::from_secs(6),
+        || {
+            let status = socket.call("status", json!({})).expect("status answers");
+            status["lease"]["state"] == "store unreachable"
+        },
+    );
+}
+
 #[test]
 fn a_daemon_whose_database_went_away_stops_when_asked_without_waiting_for_it() {
     let Some(cluster) = Cluster::start_through_proxy(1) else {
@@ -1289,16 +1305,7 @@ fn a_daemon_whose_database_went_away_stops_when_asked_without_waiting_for_it() {
     let prompt = cluster.send(0, &session, "@fake delay=60000\nrun through the stop");
     let (run, _, _) = running_run(&cluster, &prompt);
     wait_turn_started(&cluster, &run);
-    let mut socket = common::rpc::Rpc::connect(cluster.home(0).path());
-    cluster.proxy().cut();
-    cluster.wait_for(
-        "status says the store is unreachable",
-        Duration::from_secs(6),
-        || {
-            let status = socket.call("status", json!({})).expect("status answers");
-            status["lease"]["state"] == "store unreachable"
-        },
-    );
+    cut_until_unreachable(&cluster);
     let pid = cluster.daemon_pid(0).expect("the daemon's pid");
     let asked = Instant::now();
     kill(pid, libc::SIGTERM);
@@ -1345,20 +1352,9 @@ fn the_database_going_away_keeps_runs_under_the_lease() {
     // Cut in the run's quiet part, once its first events are stored (a batch cut off midway
     // is made again: tests/store_pg.rs).
     wait_turn_started(&cluster, &run);
-    // Asked over the socket: a `corral` command opens the store itself, and says it cannot.
-    let mut socket = common::rpc::Rpc::connect(cluster.home(0).path());
-    cluster.proxy().cut();
     let cut = Instant::now();
     // The daemon says so; its engine runs on.
-    let mut status = Value::Null;
-    cluster.wait_for(
-        "status says the store is unreachable",
-        Duration::from_secs(6),
-        || {
-            status = socket.call("status", json!({})).expect("status answers");
-            status["lease"]["state"] == "store unreachable"
-        },
-    );
+    cut_until_unreachable(&cluster);
     let refused = cluster.command(0, &["status", "--json"]).output().unwrap();
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(

@@ -130,6 +130,18 @@ pub struct AppServerState {
     pub restarts: Vec<i64>,
 }
 
+impl AppServerState {
+    /// As `status` shows it and the store keeps it: on a shared store, with the node whose
+    /// child it is (only that node's next boot ends it; the other hosts' daemons list it).
+    pub fn to_json(&self, node_id: Option<&str>) -> serde_json::Value {
+        let mut state = serde_json::to_value(self).unwrap_or_default();
+        if let Some(node_id) = node_id {
+            state["node_id"] = serde_json::json!(node_id);
+        }
+        state
+    }
+}
+
 /// The live child of one generation.
 struct Live {
     pid: u32,

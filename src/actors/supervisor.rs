@@ -498,11 +498,7 @@ async fn keep_app_server_state(
             let Some(state) = states.borrow_and_update().clone() else {
                 break;
             };
-            let mut state = serde_json::to_value(&state).unwrap_or_default();
-            // On a shared store, whose child it is: only that node's next boot ends it.
-            if let Some(node_id) = &node_id {
-                state["node_id"] = serde_json::json!(node_id);
-            }
+            let state = state.to_json(node_id.as_deref());
             let project_id = project_id.clone();
             match ledger.write(SaveAppServer { project_id, state }).await {
                 Ok(()) => break,
