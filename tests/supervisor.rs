@@ -385,6 +385,13 @@ fn an_engine_path_that_cannot_run_is_refused_naming_it() {
             .await
             .unwrap();
         std::fs::remove_file(&script).unwrap();
+        // A reload of the settings (another one changed, here or on another daemon of a
+        // shared store) keeps the path as set: the send still names it.
+        bench
+            .corral
+            .set_setting("cancel.grace_ms", Some("300"))
+            .await
+            .unwrap();
         let project = bench.project("p", &[]).await;
         let session = bench.session(&project, "codex").await;
         let refused = bench

@@ -260,9 +260,25 @@ pub fn default_of(name: &str) -> Option<&'static str> {
     None
 }
 
-/// Checks a setting's name and value; returns the value to store (normalized) or one line
-/// saying what is allowed.
+/// Checks a setting's name and value as it is set; returns the value to store (normalized)
+/// or one line saying what is allowed. An engine's path must name a program that can run
+/// now.
 pub fn validate(name: &str, value: &str) -> Result<String, String> {
+    checked(name, value, Check::AsSet)
+}
+
+/// How much of a value is checked: all of it when it is set; only its form when it is read
+/// back from the store. A stored engine path whose program is gone since (or never was on
+/// this host of a shared store) is kept as set, so that a send names it; dropped at a
+/// reload, the engine would be looked for on `PATH` instead, and the send would say "not
+/// on PATH" about a path the person set.
+#[derive(Clone, Copy, PartialEq)]
+enum Check {
+    AsSet,
+    AsStored,
+}
+
+fn checked(name: &str, value: &str, check: Check) -> Result<String, String> {
     let value = value.trim();
     let count = |what: &str| -> Result<String, String> {
         match value.parse::<u32>() {
@@ -347,7 +363,7 @@ pub fn validate(name: &str, value: &str) -> Result<String, String> {
             if let Some(engine) = engine_of(name, "engines.", ".path") {
                 engine?;
                 // Empty: found on PATH again. Else it must be there, and runnable, now.
-                if !value.is_empty() {
+                if !value.is_empty() && check == Check::AsSet {
                     crate::engine::check_executable(std::path::Path::new(value))
                         .map_err(|why| format!("{name}: {why}"))?;
                 }
@@ -428,7 +444,7 @@ impl Settings {
 
     /// Applies one setting (validated first).
     pub fn apply(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let value = validate(name, value)?;
+        let value = checked(name, value, Check::AsStored)?;
         match name {
             "slots.total" => self.slots_total = value.parse().ok(),
             "retry.rate_limit_delays" => self.rate_limit_delays = parse_delays(&value)?,
@@ -502,6 +518,22 @@ pub(crate) fn set_setting(connection: &Conn, name: &str, value: Option<&str>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_engine_path_whose_program_is_gone_is_kept_as_set() {
+        let gone = "/nonexistent/codex";
+        assert!(validate("engines.codex.path", gone)
+            .unwrap_err()
+            .contains("does not exist"));
+        let mut settings = Settings::default();
+        settings.apply("engines.codex.path", gone).unwrap();
+        assert_eq!(
+            settings.engine_paths.get("codex"),
+            Some(&PathBuf::from(gone))
+        );
+        // Its form is still checked.
+        assert!(settings.apply("engines.nosuch.path", gone).is_err());
+    }
 
     #[test]
     fn validates_names_and_values() {
