@@ -667,3 +667,89 @@ fn a_failing_write_is_rolled_back_alone_on_postgres() {
         vec!["a", "b", "c", "dup"]
     );
 }
+
+// Writes whose answer nobody reads are held back and sent with the next statement that is
+// answered (one round trip under the write lock): they still run in their order, and one
+// that fails shows in a later write's statement, or at the COMMIT; either way it fails
+// alone, as above.
+#[test]
+fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
+    use corral::actors::ledger::{CompleteExec, LedgerHandle, RecordExec, SetSetting};
+    use corral::store::exec::{ExecCompletion, NewExec, Outcome};
+    use corral::store::location::{Location, PgUrl};
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let exec = |id: &str| NewExec {
+        id: id.into(),
+        trace_id: id.into(),
+        parent_exec_id: None,
+        caller_session_id: None,
+        via_agent: false,
+        argv: vec!["corral".into(), "test".into()],
+        cwd: None,
+        repo: None,
+        pid: 1,
+        pid_start: None,
+        started_at: 1,
+        completion: None,
+    };
+    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
+    actix::System::new().block_on(async {
+        let (ledger, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+        ledger.write(RecordExec(exec("dup"))).await.unwrap();
+        // The duplicate's insert is held and fails in the completion's round trip.
+        let complete = |id: &str| CompleteExec {
+            id: id.into(),
+            completion: ExecCompletion {
+                completed_at: 2,
+                exit_code: 0,
+                outcome: Outcome::Succeeded,
+                signal: None,
+            },
+        };
+        let (a, dup, completed, b) = futures::join!(
+            ledger.write(RecordExec(exec("a"))),
+            ledger.write(RecordExec(exec("dup"))),
+            ledger.write(complete("a")),
+            ledger.write(RecordExec(exec("b"))),
+        );
+        assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+        assert!(dup.is_err(), "a duplicate id must fail");
+        assert!(
+            completed.unwrap(),
+            "a's row was stored before its completion"
+        );
+        // Held to the end, the duplicate fails at the COMMIT (which then commits nothing).
+        let (c, dup) = futures::join!(
+            ledger.write(RecordExec(exec("c"))),
+            ledger.write(RecordExec(exec("dup"))),
+        );
+        assert!(c.is_ok() && dup.is_err(), "{c:?} {dup:?}");
+        // Three values of one setting in one batch: the last is stored.
+        let set = |value: &str| SetSetting {
+            name: "cancel.grace_ms".into(),
+            value: Some(value.into()),
+        };
+        let (first, second, third) = futures::join!(
+            ledger.write(set("1")),
+            ledger.write(set("2")),
+            ledger.write(set("3"))
+        );
+        assert!(first.is_ok() && second.is_ok() && third.is_ok());
+    });
+    assert_eq!(
+        texts(sql(
+            &database.url,
+            "SELECT id || ':' || coalesce(outcome, '-') FROM execs ORDER BY id"
+        )),
+        vec!["a:succeeded", "b:-", "c:-", "dup:-"]
+    );
+    assert_eq!(
+        texts(sql(
+            &database.url,
+            "SELECT value FROM settings WHERE name = 'cancel.grace_ms'"
+        )),
+        vec!["3"]
+    );
+}

@@ -293,12 +293,11 @@ fn insert_as(transaction: &Conn, exec: &NewExec, has_host: bool) -> sql::Result<
         crate::host::name(),
     ];
     if has_host {
-        transaction.run(INSERT, values)?;
+        transaction.run_later(INSERT, values)
     } else {
         // The same values but the last, the host.
-        transaction.run(INSERT_WITHOUT_HOST, &values[..values.len() - 1])?;
+        transaction.run_later(INSERT_WITHOUT_HOST, &values[..values.len() - 1])
     }
-    Ok(())
 }
 
 /// Records a whole exec, start and end, whether or not its start is stored already: a

@@ -105,8 +105,7 @@ pub fn events_payload(node_id: &str, first: i64, last: i64) -> String {
 /// [`Conn::dialect`]). Inside a transaction it is delivered when that commits, and dropped if
 /// it rolls back; listeners get notifications in commit order.
 pub fn notify(conn: &Conn, channel: &str, payload: &str) -> sql::Result<()> {
-    conn.run("SELECT pg_notify(?1, ?2)", args![channel, payload])
-        .map(|_| ())
+    conn.run_later("SELECT pg_notify(?1, ?2)", args![channel, payload])
 }
 
 /// The listening connection's task, on the store runtime; ended when this is dropped.

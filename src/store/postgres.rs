@@ -83,6 +83,15 @@ pub struct PgConn {
     /// The id of the write transaction [`PgConn::begin_write`] opened last: after a `COMMIT`
     /// whose connection was cut, the server says by it whether the transaction committed.
     write_xact: Cell<Option<i64>>,
+    /// Whether writes whose answer nobody reads may wait in `held` ([`PgConn::execute_later`]).
+    hold: Cell<bool>,
+    /// Those writes, in order, with their values: sent ahead of the next statement whose
+    /// answer is read, in its round trip (tokio-postgres sends a request when its future is
+    /// first polled, and runs requests in that order). Under the store's write lock each
+    /// round trip saved is time the other daemons do not wait.
+    held: RefCell<Vec<(Statement, Vec<Value>)>>,
+    /// Set when a held write failed (the error then came back to a later statement).
+    held_failed: Cell<bool>,
 }
 
 impl PgConn {
@@ -99,6 +108,9 @@ impl PgConn {
             statements: RefCell::new(HashMap::new()),
             transaction: Cell::new(false),
             write_xact: Cell::new(None),
+            hold: Cell::new(false),
+            held: RefCell::new(Vec::new()),
+            held_failed: Cell::new(false),
         };
         Ok(connection)
     }
@@ -109,6 +121,7 @@ impl PgConn {
         *self.client.borrow_mut() = client;
         self.statements.borrow_mut().clear();
         self.transaction.set(false);
+        self.held.borrow_mut().clear();
         tracing::info!(store = %self.target, "reconnected to the store");
         Ok(())
     }
@@ -135,14 +148,69 @@ impl PgConn {
         let statement = self.statement(sql)?;
         let args = Args::new(args);
         let client = self.client.borrow();
-        Ok(block(client.execute(&statement, &args.refs()))?)
+        self.after_held(&client, client.execute(&statement, &args.refs()))
     }
 
     pub(crate) fn query(&self, sql: &str, args: &[&dyn Param]) -> Result<Vec<tokio_postgres::Row>> {
         let statement = self.statement(sql)?;
         let args = Args::new(args);
         let client = self.client.borrow();
-        Ok(block(client.query(&statement, &args.refs()))?)
+        self.after_held(&client, client.query(&statement, &args.refs()))
+    }
+
+    /// A write whose answer nobody reads: held back while [`PgConn::hold_writes`] is on and
+    /// a transaction is open (see `held`), else run at once.
+    pub(crate) fn execute_later(&self, sql: &str, args: &[&dyn Param]) -> Result<()> {
+        if !(self.hold.get() && self.transaction.get()) {
+            return self.execute(sql, args).map(|_| ());
+        }
+        let statement = self.statement(sql)?;
+        let values = args.iter().map(|param| Value::from(param.arg())).collect();
+        self.held.borrow_mut().push((statement, values));
+        Ok(())
+    }
+
+    pub(crate) fn hold_writes(&self, hold: bool) {
+        self.hold.set(hold);
+    }
+
+    pub(crate) fn held_write_failed(&self) -> bool {
+        self.held_failed.get()
+    }
+
+    /// Waits for `last` sent after the held writes, all in one round trip; the first error
+    /// in that order is the answer (a held write that failed aborted the transaction, so
+    /// what follows it fails too).
+    fn after_held<T>(
+        &self,
+        client: &Client,
+        last: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        self.held_failed.set(false);
+        let held = self.held.take();
+        if held.is_empty() {
+            return Ok(block(last)?);
+        }
+        let values: Vec<Vec<Arg<'_>>> = held
+            .iter()
+            .map(|(_, values)| values.iter().map(Param::arg).collect())
+            .collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = values
+            .iter()
+            .map(|args| args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect())
+            .collect();
+        // `join_all` polls its futures in order, so they are sent in order, before `last`.
+        let writes = futures_util::future::join_all(
+            held.iter()
+                .zip(&refs)
+                .map(|((statement, _), args)| client.execute(statement, args)),
+        );
+        let (written, last) = block(futures_util::future::join(writes, last));
+        if let Some(Err(error)) = written.into_iter().find(|result| result.is_err()) {
+            self.held_failed.set(true);
+            return Err(error.into());
+        }
+        Ok(last?)
     }
 
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
@@ -156,18 +224,23 @@ impl PgConn {
         if begins && self.is_closed() {
             self.reconnect()?;
         }
-        let result = block(self.client.borrow().batch_execute(sql));
+        let rolls_back = word.starts_with("ROLLBACK") && !word.contains(" TO");
+        if begins || rolls_back {
+            // Nothing held is wanted any more (a rolled-back batch, or a new one).
+            self.held.borrow_mut().clear();
+        }
+        let client = self.client.borrow();
+        let result = self.after_held(&client, client.batch_execute(sql));
+        drop(client);
         if begins {
             self.transaction.set(result.is_ok());
-        } else if word.starts_with("COMMIT")
-            || word.starts_with("ROLLBACK") && !word.contains(" TO")
-        {
+        } else if word.starts_with("COMMIT") || rolls_back {
             self.transaction.set(false);
         }
         if result.is_err() && self.is_closed() {
             self.transaction.set(false);
         }
-        Ok(result?)
+        result
     }
 
     pub(crate) fn in_transaction(&self) -> bool {
@@ -184,6 +257,7 @@ impl PgConn {
         if self.is_closed() {
             self.reconnect()?;
         }
+        self.held.borrow_mut().clear();
         self.write_xact.set(None);
         let mut query = String::from(BEGIN_WRITE);
         let mut columns: Vec<String> = Vec::new();
@@ -256,11 +330,16 @@ impl PgConn {
             ),
             None => "COMMIT".to_string(),
         };
-        let result = block(self.client.borrow().batch_execute(&query));
+        // The held writes go with it: one that fails leaves the `COMMIT` nothing to commit
+        // (the transaction is aborted; the server answers it as a `ROLLBACK`), and the
+        // failure is the answer ([`PgConn::held_write_failed`]).
+        let client = self.client.borrow();
+        let result = self.after_held(&client, client.batch_execute(&query));
+        drop(client);
         if result.is_ok() || self.is_closed() {
             self.transaction.set(false);
         }
-        Ok(result?)
+        result
     }
 
     /// The id of the write transaction opened last by [`PgConn::begin_write`].

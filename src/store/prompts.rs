@@ -201,11 +201,10 @@ pub(crate) fn enqueue(
 }
 
 fn set_session_status(connection: &Conn, session_id: &str, status: &str) -> sql::Result<()> {
-    connection.run(
+    connection.run_later(
         "UPDATE sessions SET status = ?2 WHERE id = ?1",
         args![session_id, status],
-    )?;
-    Ok(())
+    )
 }
 
 /// Ends a prompt and, in the same transaction, claims the session's next queued prompt (now

@@ -128,7 +128,7 @@ pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<
         ],
         |row| row.get(0),
     )?;
-    connection.run(
+    connection.run_later(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         args![&run.prompt_id],
     )?;
@@ -142,11 +142,10 @@ pub(crate) fn run_spawned(
     pid: u32,
     pid_start: Option<u64>,
 ) -> sql::Result<()> {
-    connection.run(
+    connection.run_later(
         "UPDATE runs SET pid = ?2, pid_start = ?3, pgid = ?2 WHERE id = ?1",
         args![run_id, pid, pid_start.map(|start| start as i64)],
-    )?;
-    Ok(())
+    )
 }
 
 /// How a run ended.
@@ -166,7 +165,7 @@ pub struct RunEnd {
 }
 
 pub(crate) fn end_run(connection: &Conn, end: &RunEnd) -> sql::Result<()> {
-    connection.run(
+    connection.run_later(
         "UPDATE runs SET ended_at = ?2, exit_code = ?3, signal = ?4, status = ?5, \
          failure_class = ?6, retry_decision = ?7, error = ?8 WHERE id = ?1",
         args![
@@ -179,8 +178,7 @@ pub(crate) fn end_run(connection: &Conn, end: &RunEnd) -> sql::Result<()> {
             end.retry_decision,
             end.error,
         ],
-    )?;
-    Ok(())
+    )
 }
 
 /// What the spill journal stored at boot already tells (`store::spill`): the runs whose

@@ -505,14 +505,13 @@ impl Settings {
 /// (`SetSetting`) inside its transaction.
 pub(crate) fn set_setting(connection: &Conn, name: &str, value: Option<&str>) -> sql::Result<()> {
     match value {
-        Some(value) => connection.run(
+        Some(value) => connection.run_later(
             "INSERT INTO settings (name, value, updated_at) VALUES (?1, ?2, ?3) \
              ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
             args![name, value, now_ms()],
-        )?,
-        None => connection.run("DELETE FROM settings WHERE name = ?1", args![name])?,
-    };
-    Ok(())
+        ),
+        None => connection.run_later("DELETE FROM settings WHERE name = ?1", args![name]),
+    }
 }
 
 #[cfg(test)]

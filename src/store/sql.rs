@@ -219,6 +219,18 @@ impl Param for Value {
     }
 }
 
+impl From<Arg<'_>> for Value {
+    fn from(arg: Arg<'_>) -> Self {
+        match arg {
+            Arg::Null => Value::Null,
+            Arg::Int(value) => Value::Int(value),
+            Arg::Bool(value) => Value::Bool(value),
+            Arg::Real(value) => Value::Real(value),
+            Arg::Text(value) => Value::Text(value.to_string()),
+        }
+    }
+}
+
 impl rusqlite::ToSql for dyn Param + '_ {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(ToSqlOutput::Borrowed(match self.arg() {
@@ -406,7 +418,8 @@ pub struct Conn(ConnInner, Box<TransactionMemo>);
 
 enum ConnInner {
     Sqlite(rusqlite::Connection),
-    Postgres(PgConn),
+    // Boxed: a PostgreSQL connection carries its statement cache and held writes.
+    Postgres(Box<PgConn>),
 }
 
 impl From<rusqlite::Connection> for Conn {
@@ -417,7 +430,7 @@ impl From<rusqlite::Connection> for Conn {
 
 impl From<PgConn> for Conn {
     fn from(connection: PgConn) -> Self {
-        Conn(ConnInner::Postgres(connection), Box::default())
+        Conn(ConnInner::Postgres(Box::new(connection)), Box::default())
     }
 }
 
@@ -509,6 +522,35 @@ impl Conn {
             }
             ConnInner::Postgres(connection) => connection.execute(sql, args),
         }
+    }
+
+    /// Runs a write whose answer (the rows it changed) nobody reads. Inside a ledger batch on
+    /// PostgreSQL that holds its writes ([`Conn::hold_writes`]) it is sent with the next
+    /// statement whose answer is read, in the same round trip, and a failure shows there:
+    /// the batch's attempt fails, and is made again without holding anything back. Else (and
+    /// always on SQLite, in process) it runs at once.
+    pub fn run_later(&self, sql: &str, args: &[&dyn Param]) -> Result<()> {
+        match &self.0 {
+            ConnInner::Sqlite(_) => self.run(sql, args).map(|_| ()),
+            ConnInner::Postgres(connection) => connection.execute_later(sql, args),
+        }
+    }
+
+    /// Whether the writes of [`Conn::run_later`] may be held back until the next statement
+    /// that is answered (PostgreSQL; the ledger turns it on for a batch run without
+    /// savepoints, where a failing write fails the whole attempt anyway).
+    pub(crate) fn hold_writes(&self, hold: bool) {
+        if let ConnInner::Postgres(connection) = &self.0 {
+            connection.hold_writes(hold);
+        }
+    }
+
+    /// Whether the statement that failed last was one held back by [`Conn::run_later`]
+    /// (sent with a later one, or with the `COMMIT`): the write that failed is not the one
+    /// the error came back to.
+    pub(crate) fn held_write_failed(&self) -> bool {
+        self.as_postgres()
+            .is_some_and(|connection| connection.held_write_failed())
     }
 
     /// The first row of a statement, which must return one.
