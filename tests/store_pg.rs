@@ -753,3 +753,119 @@ fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
         vec!["3"]
     );
 }
+
+// A writer numbers the events of a session it knows without asking the server, and is told
+// at each BEGIN which sessions another writer stored events of since: two ledgers taking
+// turns on one session, alone and at once, and a batch made again with savepoints, still
+// number its events from 1 without a gap, each number the one its writer was told.
+#[test]
+fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
+    use corral::actors::ledger::{AppendEvents, LedgerHandle, RecordExec};
+    use corral::events::EventKind;
+    use corral::store::events::NewEvent;
+    use corral::store::exec::NewExec;
+    use corral::store::location::{Location, PgUrl};
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
+    let told: Vec<(i64, String)> = actix::System::new().block_on(async {
+        let (a, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+        let (b, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+        sql(
+            &database.url,
+            "INSERT INTO sessions (id, engine, created_at) VALUES ('s', 'fake', 1) RETURNING id",
+        );
+        let events = |label: &str, count: usize| AppendEvents {
+            events: (0..count)
+                .map(|index| NewEvent {
+                    session_id: "s".into(),
+                    prompt_id: None,
+                    run_id: None,
+                    kind: EventKind::Notice,
+                    payload: json!(format!("{label}.{index}")),
+                })
+                .collect(),
+        };
+        let mut told = Vec::new();
+        let mut keep = |stored: Vec<corral::store::events::Event>| {
+            told.extend(
+                stored
+                    .into_iter()
+                    .map(|event| (event.seq, event.payload.as_str().unwrap().to_string())),
+            )
+        };
+        for round in 0..12 {
+            // a twice in a row (its number known), then b (a's known number now stale).
+            keep(
+                a.write(events(&format!("a{round}"), 1 + round % 3))
+                    .await
+                    .unwrap(),
+            );
+            keep(a.write(events(&format!("a{round}x"), 2)).await.unwrap());
+            keep(b.write(events(&format!("b{round}"), 1)).await.unwrap());
+            // Both at once: their batches take turns on the write lock.
+            let (from_a, from_b) = futures::join!(
+                a.write(events(&format!("A{round}"), 2)),
+                b.write(events(&format!("B{round}"), 2)),
+            );
+            keep(from_a.unwrap());
+            keep(from_b.unwrap());
+        }
+        // A batch made again with savepoints (a duplicate exec in it) numbers as well.
+        let exec = NewExec {
+            id: "dup".into(),
+            trace_id: "dup".into(),
+            parent_exec_id: None,
+            caller_session_id: None,
+            via_agent: false,
+            argv: vec!["corral".into()],
+            cwd: None,
+            repo: None,
+            pid: 1,
+            pid_start: None,
+            started_at: 1,
+            completion: None,
+        };
+        a.write(RecordExec(exec.clone())).await.unwrap();
+        keep(a.write(events("before", 1)).await.unwrap());
+        let (stored, dup, after) = futures::join!(
+            a.write(events("redone", 2)),
+            a.write(RecordExec(exec)),
+            a.write(events("after", 1)),
+        );
+        assert!(dup.is_err());
+        keep(stored.unwrap());
+        keep(after.unwrap());
+        keep(a.write(events("last", 1)).await.unwrap());
+        told
+    });
+    let rows = sql(
+        &database.url,
+        "SELECT seq, payload FROM events WHERE session_id = 's' ORDER BY seq",
+    );
+    let stored: Vec<(i64, String)> = rows
+        .iter()
+        .map(|row| {
+            let payload: serde_json::Value =
+                serde_json::from_str(row[1].as_str().unwrap()).unwrap();
+            (
+                row[0].as_i64().unwrap(),
+                payload.as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let seqs: Vec<i64> = stored.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, (1..=stored.len() as i64).collect::<Vec<_>>());
+    let mut told = told;
+    told.sort();
+    assert_eq!(
+        told, stored,
+        "each event has the number its writer was told"
+    );
+    let last = sql(
+        &database.url,
+        "SELECT last_event_seq FROM sessions WHERE id = 's'",
+    );
+    assert_eq!(last, vec![vec![json!(stored.len())]]);
+}

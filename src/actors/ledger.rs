@@ -355,6 +355,8 @@ impl Handler<Commit> for LedgerWriter {
             // The feed came with schema step 8 (an early command may write an older store).
             feed: self.version >= 8,
             node: self.node.get().map(String::as_str),
+            // Asked by the connection itself (it keeps the sessions' numbers).
+            touched_since: None,
         };
         let end = commit_batch(connection, &self.path, &mut lock, &mut ops, &asks);
         lock.done(connection);

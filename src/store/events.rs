@@ -156,8 +156,16 @@ fn number_at_once(connection: &Conn, run: &[(NewEvent, i64)], feed_seq: i64) -> 
            FROM numbered, json_to_recordset(?5::text::json) AS e(n bigint, prompt_id text, \
                 run_id text, at bigint, kind text, payload text) \
          RETURNING seq";
+    // The same, its numbers given: the session's last number is known to this writer
+    // (`sql::SessionSeqs`), so nothing is to be read back and both statements are held.
+    const STORE_FROM: &str = "INSERT INTO events \
+             (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
+         SELECT ?1, ?2 + e.n, e.prompt_id, e.run_id, e.at, e.kind, e.payload, ?3 + e.n \
+           FROM json_to_recordset(?4::text::json) AS e(n bigint, prompt_id text, \
+                run_id text, at bigint, kind text, payload text)";
     let session_id = &run[0].0.session_id;
     let last_at = run[run.len() - 1].1;
+    let count = run.len() as i64;
     let records: Vec<serde_json::Value> = run
         .iter()
         .enumerate()
@@ -173,14 +181,26 @@ fn number_at_once(connection: &Conn, run: &[(NewEvent, i64)], feed_seq: i64) -> 
         })
         .collect();
     let records = serde_json::Value::Array(records).to_string();
+    if let Some(before) = connection.known_event_seq(session_id) {
+        connection.run_later(
+            "UPDATE sessions SET last_event_seq = ?2, last_event_at = ?3 WHERE id = ?1",
+            args![session_id, before + count, last_at],
+        )?;
+        connection.run_later(STORE_FROM, args![session_id, before, feed_seq, records])?;
+        connection.note_event_seq(session_id, before + count);
+        return Ok(before + 1);
+    }
     let seqs: Vec<i64> = connection.rows(
         STORE,
-        args![session_id, run.len() as i64, last_at, feed_seq, records],
+        args![session_id, count, last_at, feed_seq, records],
         |row| row.get(0),
     )?;
     // No such session: nothing was stored, as the one-by-one form fails on its first event.
     match seqs.iter().min() {
-        Some(first) if seqs.len() == run.len() => Ok(*first),
+        Some(first) if seqs.len() == run.len() => {
+            connection.note_event_seq(session_id, first + count - 1);
+            Ok(*first)
+        }
         _ => Err(sql::DbError::NoRows),
     }
 }

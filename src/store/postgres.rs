@@ -161,7 +161,7 @@ impl PgConn {
     /// A write whose answer nobody reads: held back while [`PgConn::hold_writes`] is on and
     /// a transaction is open (see `held`), else run at once.
     pub(crate) fn execute_later(&self, sql: &str, args: &[&dyn Param]) -> Result<()> {
-        if !(self.hold.get() && self.transaction.get()) {
+        if !self.holds_writes() {
             return self.execute(sql, args).map(|_| ());
         }
         let statement = self.statement(sql)?;
@@ -172,6 +172,11 @@ impl PgConn {
 
     pub(crate) fn hold_writes(&self, hold: bool) {
         self.hold.set(hold);
+    }
+
+    /// Whether writes are held now: [`PgConn::hold_writes`] on, in a transaction.
+    pub(crate) fn holds_writes(&self) -> bool {
+        self.hold.get() && self.transaction.get()
     }
 
     pub(crate) fn held_write_failed(&self) -> bool {
@@ -275,6 +280,15 @@ impl PgConn {
                    AND lease_until >= corral_now_ms())"
             ));
         }
+        if let Some(since) = asks.touched_since {
+            // 'many' past the bound, else the sessions as a JSON array (NULL: none).
+            columns.push(format!(
+                "(SELECT CASE WHEN count(*) > {TOUCHED_AT_MOST} THEN 'many' \
+                   ELSE json_agg(DISTINCT session_id)::text END \
+                   FROM (SELECT session_id FROM events WHERE feed_seq > {since} \
+                   ORDER BY feed_seq LIMIT {TOUCHED_AT_MOST} + 1) AS touched)"
+            ));
+        }
         if !columns.is_empty() {
             query.push_str("; SELECT ");
             query.push_str(&columns.join(", "));
@@ -314,6 +328,19 @@ impl PgConn {
         if asks.node.is_some() {
             answers.own_epoch = value(2, column);
             answers.others_live = value(2, column + 1);
+            column += 2;
+        }
+        if asks.touched_since.is_some() {
+            let text = statements
+                .get(2)
+                .and_then(|rows| rows.first())
+                .map(|row| row.get(column));
+            answers.touched = match text {
+                Some(None) => Some(Touched::Sessions(Vec::new())),
+                Some(Some("many")) => Some(Touched::TooMany),
+                Some(Some(json)) => serde_json::from_str(json).ok().map(Touched::Sessions),
+                None => None,
+            };
         }
         Ok(answers)
     }
@@ -528,15 +555,31 @@ pub struct BeginAsks<'a> {
     /// This daemon's node: its epoch, if its lease holds (its own claims' fence), and how
     /// many other daemons are live (`daemons::others_live`).
     pub node: Option<&'a str>,
+    /// The sessions that got events after this feed number (the writer's session numbers
+    /// are kept up to it: `sql::SessionSeqs`).
+    pub touched_since: Option<i64>,
 }
 
 /// The answers to [`BeginAsks`].
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct BeginAnswers {
     pub last_feed_seq: Option<i64>,
     pub own_epoch: Option<i64>,
     pub others_live: Option<i64>,
+    pub touched: Option<Touched>,
 }
+
+/// The sessions that got events since a feed number.
+#[derive(Debug, Clone)]
+pub enum Touched {
+    Sessions(Vec<String>),
+    /// More events than [`TOUCHED_AT_MOST`]: not listed.
+    TooMany,
+}
+
+/// The most events after a writer's last feed number whose sessions a `BEGIN` lists; past
+/// it the writer forgets every session's number (a daemon idle while others worked).
+const TOUCHED_AT_MOST: i64 = 500;
 
 /// `text` as an SQL string literal, for the statements of a batch (which take no
 /// parameters): quotes doubled, and `E''` never needed as backslashes are plain with

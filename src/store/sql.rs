@@ -27,7 +27,7 @@ use std::fmt;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
-use super::postgres::{BeginAsks, PgConn};
+use super::postgres::{BeginAsks, PgConn, Touched};
 
 /// Which SQL a connection speaks, for the few statements whose text differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -453,6 +453,8 @@ struct TransactionMemo {
     /// daemon registering meanwhile claims under the write lock after this transaction, so it
     /// sees this one's claims, as it would had the count been read at the claim.
     others_live: std::cell::RefCell<Option<(String, i64)>>,
+    /// Not the transaction's alone: see [`SessionSeqs`] (its staged part is).
+    session_seqs: SessionSeqs,
 }
 
 impl TransactionMemo {
@@ -461,6 +463,98 @@ impl TransactionMemo {
         self.last_feed_seq.set(None);
         self.fences_held.borrow_mut().clear();
         self.others_live.borrow_mut().take();
+    }
+}
+
+/// The sessions' last event numbers a PostgreSQL writer knows across its transactions, so
+/// that a session's events are numbered without asking the server: their statements are
+/// then held ([`Conn::run_later`]) instead of answered, one round trip fewer under the write
+/// lock for each session a batch stores events of.
+///
+/// **Why it stays true.** Only a batch holding the write lock numbers events, and every
+/// event has a feed number. A number is known from this writer's own committed batches; at
+/// each `BEGIN` (under the lock) the server says which sessions got events after the feed
+/// number this writer knew last (`through`), and those are forgotten. A number that is
+/// wrong anyway (too low) makes the events' insert collide with the primary key: the batch
+/// fails, is made again with savepoints, where numbers are asked, and what it learns
+/// replaces the wrong one. None is ever too high: only committed numbers are kept.
+#[derive(Default)]
+struct SessionSeqs {
+    /// Feed number up to which `known` has been told what others stored; `None`: nothing
+    /// is known.
+    through: std::cell::Cell<Option<i64>>,
+    known: std::cell::RefCell<std::collections::HashMap<String, i64>>,
+    /// This transaction's numbers, kept at its commit; `None` for a session numbered in a
+    /// savepoint that was rolled back since (its number is not known).
+    staged: std::cell::RefCell<std::collections::HashMap<String, Option<i64>>>,
+}
+
+/// The most sessions [`SessionSeqs`] keeps before it starts over (a daemon running a few
+/// hundred sessions keeps them all).
+const SESSION_SEQS_KEPT: usize = 10_000;
+
+impl SessionSeqs {
+    fn forget_all(&self) {
+        self.through.set(None);
+        self.known.borrow_mut().clear();
+        self.staged.borrow_mut().clear();
+    }
+
+    /// A write transaction began, the server telling which sessions got events after
+    /// `through` (`None`: it was not asked, or could not say).
+    fn begin(&self, touched: Option<Touched>) {
+        self.staged.borrow_mut().clear();
+        match touched {
+            Some(Touched::Sessions(touched)) => {
+                let mut known = self.known.borrow_mut();
+                for session in touched {
+                    known.remove(&session);
+                }
+            }
+            Some(Touched::TooMany) | None => self.forget_all(),
+        }
+    }
+
+    /// The session's number: this transaction's, else the one known.
+    fn get(&self, session_id: &str) -> Option<i64> {
+        match self.staged.borrow().get(session_id) {
+            Some(staged) => *staged,
+            None => self.known.borrow().get(session_id).copied(),
+        }
+    }
+
+    fn stage(&self, session_id: &str, seq: i64) {
+        self.staged
+            .borrow_mut()
+            .insert(session_id.to_string(), Some(seq));
+    }
+
+    /// A savepoint was rolled back: the numbers this transaction gave may be undone.
+    fn savepoint_rolled_back(&self) {
+        for seq in self.staged.borrow_mut().values_mut() {
+            *seq = None;
+        }
+    }
+
+    /// The transaction ended: committed up to feed number `through` (its numbers are kept),
+    /// or not (or in doubt: then nothing is known any more).
+    fn ended(&self, committed_through: Option<i64>) {
+        let staged = self.staged.take();
+        let Some(through) = committed_through else {
+            self.forget_all();
+            return;
+        };
+        let mut known = self.known.borrow_mut();
+        for (session, seq) in staged {
+            match seq {
+                Some(seq) => known.insert(session, seq),
+                None => known.remove(&session),
+            };
+        }
+        if known.len() > SESSION_SEQS_KEPT {
+            known.clear();
+        }
+        self.through.set(Some(through));
     }
 }
 
@@ -620,6 +714,7 @@ impl Conn {
         let word = word.to_ascii_uppercase();
         if word.starts_with("ROLLBACK TO") {
             self.1.last_feed_seq.set(None);
+            self.1.session_seqs.savepoint_rolled_back();
         } else if ["BEGIN", "START", "COMMIT", "END", "ROLLBACK"]
             .iter()
             .any(|verb| word.starts_with(verb))
@@ -701,7 +796,13 @@ impl Conn {
             ConnInner::Sqlite(_) => self.batch("BEGIN IMMEDIATE"),
             ConnInner::Postgres(connection) => {
                 self.1.forget();
-                let answers = match connection.begin_write(asks) {
+                let seqs = &self.1.session_seqs;
+                let asks = BeginAsks {
+                    // Only a store with the feed numbers its events across sessions.
+                    touched_since: seqs.through.get().filter(|_| asks.feed),
+                    ..*asks
+                };
+                let mut answers = match connection.begin_write(&asks) {
                     Ok(answers) => answers,
                     Err(error) => {
                         // The BEGIN may have run and the lock not (a timeout, a cancel): the
@@ -710,6 +811,7 @@ impl Conn {
                         return Err(error);
                     }
                 };
+                seqs.begin(answers.touched.take());
                 if let Some(seq) = answers.last_feed_seq {
                     self.note_last_feed_seq(seq);
                 }
@@ -730,9 +832,34 @@ impl Conn {
         match &self.0 {
             ConnInner::Sqlite(_) => self.batch("COMMIT"),
             ConnInner::Postgres(connection) => {
+                let last_feed_seq = self.1.last_feed_seq.get();
                 self.1.forget();
-                connection.commit(notice)
+                let committed = connection.commit(notice);
+                self.1
+                    .session_seqs
+                    .ended(last_feed_seq.filter(|_| committed.is_ok()));
+                committed
             }
+        }
+    }
+
+    /// The session's last event number as this writer knows it, in a write transaction
+    /// that holds its writes (see [`SessionSeqs`]); `None`: to be asked.
+    pub(crate) fn known_event_seq(&self, session_id: &str) -> Option<i64> {
+        let holding = self
+            .as_postgres()
+            .is_some_and(|connection| connection.holds_writes());
+        if !holding {
+            return None;
+        }
+        self.1.session_seqs.get(session_id)
+    }
+
+    /// Notes the session's last event number after this transaction's events of it
+    /// (PostgreSQL; kept if the transaction commits).
+    pub(crate) fn note_event_seq(&self, session_id: &str, seq: i64) {
+        if self.as_postgres().is_some() {
+            self.1.session_seqs.stage(session_id, seq);
         }
     }
 
@@ -817,6 +944,47 @@ pub fn numbered_placeholders(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writers_session_numbers_are_only_what_it_committed_and_nobody_touched_since() {
+        let seqs = SessionSeqs::default();
+        let sessions = |names: &[&str]| {
+            Some(Touched::Sessions(
+                names.iter().map(|n| n.to_string()).collect(),
+            ))
+        };
+        // Nothing is known before a commit; what a transaction numbered is its own at once.
+        seqs.begin(None);
+        seqs.stage("a", 3);
+        seqs.stage("b", 7);
+        assert_eq!(seqs.get("a"), Some(3));
+        seqs.ended(Some(100));
+        assert_eq!((seqs.get("a"), seqs.get("b")), (Some(3), Some(7)));
+        assert_eq!(seqs.through.get(), Some(100));
+        // Another writer stored events of b since: b is asked again, a is still known.
+        seqs.begin(sessions(&["b", "c"]));
+        assert_eq!((seqs.get("a"), seqs.get("b")), (Some(3), None));
+        // A savepoint rolled back: what this transaction gave is unknown, and stays so.
+        seqs.stage("a", 4);
+        seqs.savepoint_rolled_back();
+        assert_eq!(seqs.get("a"), None);
+        seqs.stage("d", 1);
+        seqs.ended(Some(120));
+        assert_eq!((seqs.get("a"), seqs.get("d")), (None, Some(1)));
+        // A transaction that did not commit (or whose commit is in doubt) keeps nothing, and
+        // what was known is forgotten.
+        seqs.begin(sessions(&[]));
+        seqs.stage("e", 5);
+        seqs.ended(None);
+        assert_eq!((seqs.get("d"), seqs.get("e")), (None, None));
+        assert_eq!(seqs.through.get(), None);
+        // Too many events since to list their sessions: nothing is known.
+        seqs.begin(None);
+        seqs.stage("f", 2);
+        seqs.ended(Some(130));
+        seqs.begin(Some(Touched::TooMany));
+        assert_eq!(seqs.get("f"), None);
+    }
 
     #[test]
     fn a_transactions_memo_lasts_as_long_as_the_transaction() {
