@@ -92,6 +92,10 @@ pub struct PgConn {
     held: RefCell<Vec<(Statement, Vec<Value>)>>,
     /// Set when a held write failed (the error then came back to a later statement).
     held_failed: Cell<bool>,
+    /// Set when the server refused a statement inside the open transaction, which it then
+    /// aborted (until a `ROLLBACK TO`): its `COMMIT` would be answered as a `ROLLBACK`,
+    /// without an error, so [`PgConn::commit`] refuses it instead.
+    aborted: Cell<bool>,
 }
 
 impl PgConn {
@@ -111,6 +115,7 @@ impl PgConn {
             hold: Cell::new(false),
             held: RefCell::new(Vec::new()),
             held_failed: Cell::new(false),
+            aborted: Cell::new(false),
         };
         Ok(connection)
     }
@@ -180,13 +185,27 @@ impl PgConn {
     }
 
     pub(crate) fn held_write_failed(&self) -> bool {
-        self.held_failed.get()
+        self.held_failed.get() || self.aborted.get()
     }
 
     /// Waits for `last` sent after the held writes, all in one round trip; the first error
     /// in that order is the answer (a held write that failed aborted the transaction, so
     /// what follows it fails too).
     fn after_held<T>(
+        &self,
+        client: &Client,
+        last: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        let answer = self.send_after_held(client, last);
+        if let Err(DbError::Postgres(error)) = &answer {
+            if error.code().is_some() && self.transaction.get() {
+                self.aborted.set(true);
+            }
+        }
+        answer
+    }
+
+    fn send_after_held<T>(
         &self,
         client: &Client,
         last: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
@@ -234,9 +253,15 @@ impl PgConn {
             // Nothing held is wanted any more (a rolled-back batch, or a new one).
             self.held.borrow_mut().clear();
         }
+        if begins || rolls_back {
+            self.aborted.set(false);
+        }
         let client = self.client.borrow();
         let result = self.after_held(&client, client.batch_execute(sql));
         drop(client);
+        if result.is_ok() && word.starts_with("ROLLBACK TO") {
+            self.aborted.set(false);
+        }
         if begins {
             self.transaction.set(result.is_ok());
         } else if word.starts_with("COMMIT") || rolls_back {
@@ -263,6 +288,7 @@ impl PgConn {
             self.reconnect()?;
         }
         self.held.borrow_mut().clear();
+        self.aborted.set(false);
         self.write_xact.set(None);
         let mut query = String::from(BEGIN_WRITE);
         let mut columns: Vec<String> = Vec::new();
@@ -357,6 +383,11 @@ impl PgConn {
             ),
             None => "COMMIT".to_string(),
         };
+        if self.aborted.get() {
+            return Err(DbError::Invalid(
+                "the transaction was aborted by a statement the server refused".into(),
+            ));
+        }
         // The held writes go with it: one that fails leaves the `COMMIT` nothing to commit
         // (the transaction is aborted; the server answers it as a `ROLLBACK`), and the
         // failure is the answer ([`PgConn::held_write_failed`]).

@@ -641,7 +641,9 @@ impl Conn {
 
     /// Whether the statement that failed last was one held back by [`Conn::run_later`]
     /// (sent with a later one, or with the `COMMIT`): the write that failed is not the one
-    /// the error came back to.
+    /// the error came back to. Also when a statement the server refused earlier in the
+    /// transaction aborted it (its `COMMIT` is then refused rather than answered as a
+    /// `ROLLBACK`).
     pub(crate) fn held_write_failed(&self) -> bool {
         self.as_postgres()
             .is_some_and(|connection| connection.held_write_failed())
