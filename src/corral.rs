@@ -540,7 +540,29 @@ impl Corral {
     /// Queues a prompt. It is refused before queueing when empty, when an image does not
     /// exist, or when the session does not. The answer says `running` (the session was free
     /// and its worker starts now) or `queued`.
-    pub async fn send(&self, mut prompt: NewPrompt) -> Result<Enqueued, CorralError> {
+    pub async fn send(&self, prompt: NewPrompt) -> Result<Enqueued, CorralError> {
+        let prompt = self.checked_prompt(prompt)?;
+        let session_id = prompt.session_id.clone();
+        let session = self
+            .read(|connection| sessions::session(connection, &session_id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
+        self.enqueue_on(session, prompt).await
+    }
+
+    /// [`Corral::send`] to a session the caller has just read (the daemon's `prompt.send`
+    /// read it to resolve its selector): it is not read again.
+    pub async fn send_to(
+        &self,
+        session: Session,
+        mut prompt: NewPrompt,
+    ) -> Result<Enqueued, CorralError> {
+        prompt.session_id = session.id.clone();
+        let prompt = self.checked_prompt(prompt)?;
+        self.enqueue_on(session, prompt).await
+    }
+
+    /// The prompt's own checks: its text, and its images (made absolute).
+    fn checked_prompt(&self, mut prompt: NewPrompt) -> Result<NewPrompt, CorralError> {
         if prompt.text.trim().is_empty() {
             return Err(CorralError::Invalid("the prompt is empty".into()));
         }
@@ -559,10 +581,15 @@ impl Corral {
             images.push(canonical.to_string_lossy().into_owned());
         }
         prompt.images = images;
-        let session_id = prompt.session_id.clone();
-        let session = self
-            .read(|connection| sessions::session(connection, &session_id))?
-            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
+        Ok(prompt)
+    }
+
+    async fn enqueue_on(
+        &self,
+        session: Session,
+        prompt: NewPrompt,
+    ) -> Result<Enqueued, CorralError> {
+        let session_id = session.id.clone();
         if session.archived_at.is_some() {
             return Err(CorralError::Invalid(format!(
                 "session '{session_id}' is archived"
@@ -613,7 +640,8 @@ impl Corral {
         if let Some(started) = enqueued.started.clone() {
             self.supervisor.do_send(Dispatch(started));
         } else if let (Some(_), Some(project)) = (&self.shared.lease, &project) {
-            self.tell_if_unserved(&enqueued.prompt, project).await;
+            self.tell_if_unserved(&enqueued.prompt, project, &session)
+                .await;
         }
         Ok(enqueued)
     }
@@ -621,14 +649,24 @@ impl Corral {
     /// On a shared store, a prompt left queued whose project no live daemon serves waits
     /// for one that does (started with its path there): told in its session's events, so a
     /// person sees why it does not start.
-    async fn tell_if_unserved(&self, prompt: &Prompt, project: &Project) {
-        let reason = match self.worktree_unserved(&prompt.session_id) {
+    async fn tell_if_unserved(&self, prompt: &Prompt, project: &Project, session: &Session) {
+        // Only a session in a worktree has one on some host; a path that is a directory here
+        // is served by this daemon (both looked at before any read: most prompts queue
+        // behind their session's running one).
+        let in_worktree = session.worktree.is_some();
+        let reason = match in_worktree
+            .then(|| self.worktree_unserved(&prompt.session_id))
+            .flatten()
+        {
             Some(reason) => reason,
             None => {
+                if Path::new(&project.path).is_dir() {
+                    return;
+                }
                 let served = self
                     .read(|c| crate::store::daemons::served_by_anyone(c, &project.id))
                     .unwrap_or(true);
-                if served || Path::new(&project.path).is_dir() {
+                if served {
                     return;
                 }
                 format!(

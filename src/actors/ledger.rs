@@ -1351,10 +1351,9 @@ ledger_write!(
         // worktree is on another daemon's host, or an older prompt has the lock's turn): a
         // prompt queued behind its session's running one is that runner's next, and wakes
         // nobody.
-        if matches!(&enqueued, Ok(done) if done.started.is_none())
+        if matches!(&enqueued, Ok(done) if done.started.is_none() && !done.behind_running)
             && claimer != prompts::ClaimBy::Alone
             && connection.dialect() == Dialect::Postgres
-            && !prompts::runs_something(connection, &this.prompt.session_id)?
         {
             listen::notify(connection, listen::WORK, "q")?;
         }

@@ -155,6 +155,11 @@ pub struct Enqueued {
     /// The prompt that became `running` in this transaction (the new one, or an older one a
     /// dead worker left queued): the caller must start the session's worker on it.
     pub started: Option<Prompt>,
+    /// Whether another prompt of the session was running, so the new one waits behind it
+    /// (its runner takes it next): known from the claim's own look, for the ledger's
+    /// decision whether to wake the other daemons, without asking again.
+    #[serde(skip)]
+    pub behind_running: bool,
 }
 
 /// Queues a prompt in one transaction: it becomes `running` when nothing else runs or waits
@@ -191,13 +196,18 @@ pub(crate) fn enqueue(
         ],
         prompt_row,
     )?;
-    let started = claim_next(connection, &new.session_id, None, claimer, total)?;
+    let (started, behind_running) =
+        claim_next_looking(connection, &new.session_id, None, claimer, total)?;
     // The row as it stands: claimed just now, or still as queued.
     let prompt = match &started {
         Some(started) if started.id == id => started.clone(),
         _ => queued,
     };
-    Ok(Ok(Enqueued { prompt, started }))
+    Ok(Ok(Enqueued {
+        prompt,
+        started,
+        behind_running,
+    }))
 }
 
 fn set_session_status(connection: &Conn, session_id: &str, status: &str) -> sql::Result<()> {
@@ -241,15 +251,6 @@ pub(crate) fn finish_and_claim_next(
     claim_next(connection, &session_id, Some(status), claimer, total)
 }
 
-/// Whether a prompt of the session runs (or is claimed to).
-pub(crate) fn runs_something(connection: &Conn, session_id: &str) -> sql::Result<bool> {
-    connection.row(
-        "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running')",
-        args![session_id],
-        |row| row.get(0),
-    )
-}
-
 /// Claims the session's oldest queued prompt if nothing runs on it, for `claimer`. `last` is
 /// the status of the prompt just finished, which becomes the session's status when nothing
 /// is left.
@@ -260,6 +261,18 @@ pub(crate) fn claim_next(
     claimer: Claimer<'_>,
     total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
+    Ok(claim_next_looking(connection, session_id, last, claimer, total)?.0)
+}
+
+/// [`claim_next`], and whether a prompt of the session was running (then nothing is
+/// claimed).
+fn claim_next_looking(
+    connection: &Conn,
+    session_id: &str,
+    last: Option<PromptStatus>,
+    claimer: Claimer<'_>,
+    total: Option<usize>,
+) -> sql::Result<(Option<Prompt>, bool)> {
     let node = match claimer {
         Claimer::Daemon(claim) => Some(claim.node_id.as_str()),
         Claimer::Alone | Claimer::Nobody => None,
@@ -275,7 +288,7 @@ pub(crate) fn claim_next(
         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
     )?;
     if runs {
-        return Ok(None);
+        return Ok((None, true));
     }
     let idle = match last {
         Some(PromptStatus::Failed) => "failed",
@@ -302,7 +315,7 @@ pub(crate) fn claim_next(
         if last.is_some() {
             set_session_status(connection, session_id, idle)?;
         }
-        return Ok(None);
+        return Ok((None, false));
     }
     let epoch = match claimer {
         Claimer::Daemon(claim) => Some(claim.epoch),
@@ -319,11 +332,11 @@ pub(crate) fn claim_next(
                 prompt_row,
             )?;
             set_session_status(connection, session_id, "running")?;
-            Ok(claimed)
+            Ok((claimed, false))
         }
         None => {
             set_session_status(connection, session_id, idle)?;
-            Ok(None)
+            Ok((None, false))
         }
     }
 }

@@ -111,16 +111,20 @@ impl Serve for PromptSend {
         let session = resolve_session(corral, &p.session)?;
         let sender = caller.exec_id.borrow().clone();
         let enqueued = corral
-            .send(NewPrompt {
-                session_id: session.id,
-                text: p.text,
-                images: p.images,
-                read_only: p.read_only,
-                sender_exec_id: sender,
-                // Checked in the enqueue's own transaction: a take-over cannot slip in
-                // between the check and the queueing.
-                driver_generation: p.generation,
-            })
+            .send_to(
+                session,
+                NewPrompt {
+                    // The session's, filled in by `send_to`.
+                    session_id: String::new(),
+                    text: p.text,
+                    images: p.images,
+                    read_only: p.read_only,
+                    sender_exec_id: sender,
+                    // Checked in the enqueue's own transaction: a take-over cannot slip in
+                    // between the check and the queueing.
+                    driver_generation: p.generation,
+                },
+            )
             .await;
         match enqueued {
             Ok(enqueued) => Ok((&enqueued.prompt).into()),
