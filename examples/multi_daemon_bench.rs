@@ -273,6 +273,17 @@ fn throughput(bins: &Bins, admin: &str) -> Result<()> {
         1.0 / ratio.max(1e-9),
         verdict(ratio <= 0.4)
     );
+    // The machine's bound: the three daemons' run cannot be shorter than the CPU it spent
+    // (every party's, the engines' and the bench's included) spread over every core.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let three_cpu = three.cpu.daemons + three.cpu.engines + three.cpu.postgres + three.cpu.bench;
+    let floor_ms = three_cpu as f64 / cores as f64;
+    println!(
+        "  the three daemons' run spent {three_cpu} ms of CPU: on {cores} cores it takes at least {floor_ms:.0} ms, three / one ≥ {:.3} at this CPU a prompt; 0.400 needs ≤ {:.1} ms a prompt in all",
+        floor_ms / one.wall_ms.max(1) as f64,
+        // 1,000 prompts.
+        0.4 * one.wall_ms as f64 * cores as f64 / 1000.0,
+    );
     let correct = [&three, &one]
         .iter()
         .all(|run| run.not_done == 0 && run.not_once == 0 && run.scan.overlap_sessions == 0);
