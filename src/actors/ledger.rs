@@ -1363,9 +1363,9 @@ ledger_write!(
 
 ledger_write!(
     /// Ends a prompt and claims the session's next queued one, atomically. `announce`: other
-    /// daemons share the store and hear of the end (a lock the prompt held may be what their
-    /// queued prompts wait for). `total`: `slots.total` then (its last slot goes to the
-    /// oldest waiter of every daemon).
+    /// daemons share the store and hear of an end that claimed nothing (a lock the prompt
+    /// held, or its slot of the total, may be what their queued prompts wait for). `total`:
+    /// `slots.total` then (its last slot goes to the oldest waiter of every daemon).
     FinishPrompt {
         prompt_id: String,
         status: prompts::PromptStatus,
@@ -1385,8 +1385,11 @@ ledger_write!(
             this.claimer.as_claimer(),
             this.total,
         )?;
-        // A lock this prompt held across daemons is free: those waiting for it may claim.
-        if this.announce {
+        // A lock this prompt held across daemons is free, or its slot of `slots.total`:
+        // those waiting may claim. Not when its session took its next prompt here: the slot
+        // and the session's locks stay taken (the claim let an older waiter of another
+        // daemon go first, `prompts::claim_next`, and then took nothing).
+        if this.announce && next.is_none() {
             listen::notify(connection, listen::WORK, "e")?;
         }
         Ok::<_, StoreError>(next)
