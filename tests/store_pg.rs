@@ -621,18 +621,9 @@ fn a_home_serves_one_store() {
     assert_eq!(bound.trim(), other_id);
 }
 
-// On PostgreSQL a batch first runs without savepoints (each is a round trip under the write
-// lock); a write that fails there rolls the batch back, which is made again with savepoints,
-// so that the failing write fails alone and the others of its batch commit, as on SQLite.
-#[test]
-fn a_failing_write_is_rolled_back_alone_on_postgres() {
-    use corral::actors::ledger::{LedgerHandle, RecordExec};
-    use corral::store::exec::NewExec;
-    use corral::store::location::{Location, PgUrl};
-    let Some(database) = TestDatabase::create() else {
-        return;
-    };
-    let exec = |id: &str| NewExec {
+/// An exec of `id` for the ledger tests below: a row whose primary key a test can repeat.
+fn exec(id: &str) -> corral::store::exec::NewExec {
+    corral::store::exec::NewExec {
         id: id.into(),
         trace_id: id.into(),
         parent_exec_id: None,
@@ -645,6 +636,18 @@ fn a_failing_write_is_rolled_back_alone_on_postgres() {
         pid_start: None,
         started_at: 1,
         completion: None,
+    }
+}
+
+// On PostgreSQL a batch first runs without savepoints (each is a round trip under the write
+// lock); a write that fails there rolls the batch back, which is made again with savepoints,
+// so that the failing write fails alone and the others of its batch commit, as on SQLite.
+#[test]
+fn a_failing_write_is_rolled_back_alone_on_postgres() {
+    use corral::actors::ledger::{LedgerHandle, RecordExec};
+    use corral::store::location::{Location, PgUrl};
+    let Some(database) = TestDatabase::create() else {
+        return;
     };
     let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
     actix::System::new().block_on(async {
@@ -675,24 +678,10 @@ fn a_failing_write_is_rolled_back_alone_on_postgres() {
 #[test]
 fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
     use corral::actors::ledger::{CompleteExec, LedgerHandle, RecordExec, SetSetting};
-    use corral::store::exec::{ExecCompletion, NewExec, Outcome};
+    use corral::store::exec::{ExecCompletion, Outcome};
     use corral::store::location::{Location, PgUrl};
     let Some(database) = TestDatabase::create() else {
         return;
-    };
-    let exec = |id: &str| NewExec {
-        id: id.into(),
-        trace_id: id.into(),
-        parent_exec_id: None,
-        caller_session_id: None,
-        via_agent: false,
-        argv: vec!["corral".into(), "test".into()],
-        cwd: None,
-        repo: None,
-        pid: 1,
-        pid_start: None,
-        started_at: 1,
-        completion: None,
     };
     let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
     actix::System::new().block_on(async {
@@ -763,7 +752,6 @@ fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
     use corral::actors::ledger::{AppendEvents, LedgerHandle, RecordExec};
     use corral::events::EventKind;
     use corral::store::events::NewEvent;
-    use corral::store::exec::NewExec;
     use corral::store::location::{Location, PgUrl};
     let Some(database) = TestDatabase::create() else {
         return;
@@ -813,25 +801,11 @@ fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
             keep(from_b.unwrap());
         }
         // A batch made again with savepoints (a duplicate exec in it) numbers as well.
-        let exec = NewExec {
-            id: "dup".into(),
-            trace_id: "dup".into(),
-            parent_exec_id: None,
-            caller_session_id: None,
-            via_agent: false,
-            argv: vec!["corral".into()],
-            cwd: None,
-            repo: None,
-            pid: 1,
-            pid_start: None,
-            started_at: 1,
-            completion: None,
-        };
-        a.write(RecordExec(exec.clone())).await.unwrap();
+        a.write(RecordExec(exec("dup"))).await.unwrap();
         keep(a.write(events("before", 1)).await.unwrap());
         let (stored, dup, after) = futures::join!(
             a.write(events("redone", 2)),
-            a.write(RecordExec(exec)),
+            a.write(RecordExec(exec("dup"))),
             a.write(events("after", 1)),
         );
         assert!(dup.is_err());

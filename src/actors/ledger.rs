@@ -502,20 +502,7 @@ fn apply_and_commit(
 ) -> Result<(), Failure> {
     // Without savepoints a failing write fails the attempt whichever statement it shows in,
     // so the writes whose answer nobody reads go with the next statement's round trip.
-    connection.hold_writes(!savepoints);
-    let committed = apply_and_commit_holding(connection, path, lock, ops, node, savepoints);
-    connection.hold_writes(false);
-    committed
-}
-
-fn apply_and_commit_holding(
-    connection: &Conn,
-    path: &Path,
-    lock: &mut LockWait<'_>,
-    ops: &mut Vec<Box<dyn Op>>,
-    node: Option<&str>,
-    savepoints: bool,
-) -> Result<(), Failure> {
+    let _holding = connection.holding_writes(!savepoints);
     // `Ok(None)`: a write failed with no savepoint; `Ok(Some(notice))`: all ran.
     let applied = (|| -> crate::store::sql::Result<Option<Option<String>>> {
         // On PostgreSQL the batch holds the store's write lock, so the feed numbers it gives

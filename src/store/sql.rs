@@ -558,6 +558,17 @@ impl SessionSeqs {
     }
 }
 
+/// While it lives, writes may be held ([`Conn::holding_writes`]); dropped, none is.
+pub(crate) struct HoldingWrites<'a>(&'a Conn);
+
+impl Drop for HoldingWrites<'_> {
+    fn drop(&mut self) {
+        if let ConnInner::Postgres(connection) = &self.0 .0 {
+            connection.hold_writes(false);
+        }
+    }
+}
+
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Conn({:?})", self.dialect())
@@ -630,13 +641,14 @@ impl Conn {
         }
     }
 
-    /// Whether the writes of [`Conn::run_later`] may be held back until the next statement
-    /// that is answered (PostgreSQL; the ledger turns it on for a batch run without
-    /// savepoints, where a failing write fails the whole attempt anyway).
-    pub(crate) fn hold_writes(&self, hold: bool) {
+    /// Lets the writes of [`Conn::run_later`] be held back until the next statement that is
+    /// answered, while the guard lives (PostgreSQL; the ledger holds them for a batch run
+    /// without savepoints, where a failing write fails the whole attempt anyway).
+    pub(crate) fn holding_writes(&self, hold: bool) -> HoldingWrites<'_> {
         if let ConnInner::Postgres(connection) = &self.0 {
             connection.hold_writes(hold);
         }
+        HoldingWrites(self)
     }
 
     /// Whether the statement that failed last was one held back by [`Conn::run_later`]
