@@ -157,9 +157,12 @@ fn number_at_once(connection: &Conn, run: &[(NewEvent, i64)], feed_seq: i64) -> 
                 run_id text, at bigint, kind text, payload text) \
          RETURNING seq";
     // The same, its numbers given: the session's last number is known to this writer
-    // (`sql::SessionSeqs`), so nothing is to be read back and both statements are held.
-    const STORE_FROM: &str = "INSERT INTO events \
-             (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
+    // (`sql::SessionSeqs`), so nothing is to be read back and the statement is held. The
+    // session's row is set in the same statement (a data-modifying `WITH` runs whether or not
+    // the rest reads it): one statement for the server to parse and run, not two.
+    const STORE_FROM: &str = "WITH numbered AS ( \
+             UPDATE sessions SET last_event_seq = ?2 + ?5, last_event_at = ?6 WHERE id = ?1) \
+         INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
          SELECT ?1, ?2 + e.n, e.prompt_id, e.run_id, e.at, e.kind, e.payload, ?3 + e.n \
            FROM json_to_recordset(?4::text::json) AS e(n bigint, prompt_id text, \
                 run_id text, at bigint, kind text, payload text)";
@@ -183,10 +186,9 @@ fn number_at_once(connection: &Conn, run: &[(NewEvent, i64)], feed_seq: i64) -> 
     let records = serde_json::Value::Array(records).to_string();
     if let Some(before) = connection.known_event_seq(session_id) {
         connection.run_later(
-            "UPDATE sessions SET last_event_seq = ?2, last_event_at = ?3 WHERE id = ?1",
-            args![session_id, before + count, last_at],
+            STORE_FROM,
+            args![session_id, before, feed_seq, records, count, last_at],
         )?;
-        connection.run_later(STORE_FROM, args![session_id, before, feed_seq, records])?;
         connection.note_event_seq(session_id, before + count);
         return Ok(before + 1);
     }
