@@ -101,6 +101,8 @@ pub enum Foreign {
     Newer { version: u32 },
     /// A SQLite file without an id that already holds tables (another program's).
     Unidentified,
+    /// A PostgreSQL database without `corral_meta` that already holds objects (someone's).
+    UnidentifiedDatabase,
     /// A WAL-mode SQLite file without an id and without its `-wal`: opening it at all would
     /// make SQLite create files beside it.
     UnidentifiedWal,
@@ -121,6 +123,9 @@ impl std::fmt::Display for Foreign {
                 migrations::SCHEMA_VERSION
             ),
             Foreign::Unidentified => write!(f, "a SQLite file with tables but no corral id"),
+            Foreign::UnidentifiedDatabase => {
+                write!(f, "a database that holds objects but no corral id")
+            }
             Foreign::UnidentifiedWal => write!(f, "a WAL-mode SQLite file with no corral id"),
         }
     }

@@ -633,37 +633,39 @@ pub enum Found {
 pub fn inspect(conn: &super::sql::Conn) -> Result<Found> {
     use super::sql::args;
     use super::Foreign;
-    let identified: bool = conn.row(
-        "SELECT to_regclass('corral_meta') IS NOT NULL",
+    // Whether it is identified, and whether it is empty, in ONE statement: one snapshot. Asked
+    // in two, another process's first schema step (corral_meta and the tables, one
+    // transaction) could commit between them, and its new store would look like someone
+    // else's database with tables and no id. Empty means no object of anyone's: no relation
+    // (table, view, sequence, index), no function and no type in any schema but the
+    // catalogs, and no schema but `public`. A database whose data sits in another schema is
+    // someone's.
+    let (identified, objects): (bool, i64) = conn.row(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c \
+                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                         WHERE c.relname = 'corral_meta' AND n.nspname = current_schema()), \
+                (SELECT count(*) FROM pg_catalog.pg_class c \
+                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                    AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%') \
+              + (SELECT count(*) FROM pg_catalog.pg_proc p \
+                  JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')) \
+              + (SELECT count(*) FROM pg_catalog.pg_type t \
+                  JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace \
+                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                    AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%') \
+              + (SELECT count(*) FROM pg_catalog.pg_namespace \
+                  WHERE nspname NOT IN ('pg_catalog', 'information_schema', 'public') \
+                    AND nspname NOT LIKE 'pg\\_toast%' AND nspname NOT LIKE 'pg\\_temp%')",
         args![],
-        |row| row.get(0),
+        |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     if !identified {
-        // Empty means no object of anyone's: no relation (table, view, sequence, index), no
-        // function and no type in any schema but the catalogs, and no schema but `public`. A
-        // database whose data sits in another schema is someone's.
-        let objects: i64 = conn.row(
-            "SELECT (SELECT count(*) FROM pg_catalog.pg_class c \
-                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
-                        AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%') \
-                  + (SELECT count(*) FROM pg_catalog.pg_proc p \
-                      JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
-                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')) \
-                  + (SELECT count(*) FROM pg_catalog.pg_type t \
-                      JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace \
-                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
-                        AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%') \
-                  + (SELECT count(*) FROM pg_catalog.pg_namespace \
-                      WHERE nspname NOT IN ('pg_catalog', 'information_schema', 'public') \
-                        AND nspname NOT LIKE 'pg\\_toast%' AND nspname NOT LIKE 'pg\\_temp%')",
-            args![],
-            |row| row.get(0),
-        )?;
         return Ok(if objects == 0 {
             Found::Store { version: 0 }
         } else {
-            Found::Foreign(Foreign::Unidentified)
+            Found::Foreign(Foreign::UnidentifiedDatabase)
         });
     }
     let meta = |key: &str| {
