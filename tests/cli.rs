@@ -464,6 +464,56 @@ fn a_stale_generation_is_refused_over_the_socket() {
     home.stop_daemon();
 }
 
+/// A NUL character, which PostgreSQL's text cannot hold and no argv can carry, in a prompt
+/// sent over the socket and in an engine's answer: each is stored and read back as U+FFFD,
+/// the same on both stores, and the session goes on. (On PostgreSQL the answer's NUL had its
+/// prompt's end refused, and the session stayed running for good.)
+#[test]
+fn a_nul_in_a_prompt_or_an_answer_is_kept_as_a_replacement_character() {
+    let home = TestHome::new();
+    home.start_daemon();
+    home.setup_fake();
+    home.session("nul");
+    home.add_project("shell", &home.work(), "command");
+    home.new_session(&["shell", "--title", "printer"]);
+
+    let socket = std::os::unix::net::UnixStream::connect(home.path().join("corral.sock")).unwrap();
+    socket.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut client = BufReader::new(socket);
+    let init = rpc(&mut client, 1, "initialize", json!({ "protocol": 1 }));
+    assert!(init.get("result").is_some(), "{init}");
+    let sent = rpc(
+        &mut client,
+        2,
+        "prompt.send",
+        json!({ "session": "nul", "text": "one\u{0}two" }),
+    );
+    assert_eq!(sent["result"]["text"], "one\u{FFFD}two", "{sent}");
+    let prompt = sent["result"]["id"].clone();
+    let ended = rpc(&mut client, 3, "prompt.wait", json!({ "prompt": prompt }));
+    assert_eq!(ended["result"]["status"], "done", "{ended}");
+    // The fake engine answers with the prompt's first line: it was given the character.
+    assert_eq!(ended["result"]["answer"], "fake answer: one\u{FFFD}two", "{ended}");
+
+    // An engine whose answer holds a NUL byte.
+    assert_eq!(
+        home.ok(&["send", "printer", "printf 'a\\000b\\n'", "--wait"]),
+        "a\u{FFFD}b\n"
+    );
+    // The session was not left running: its next prompt runs.
+    assert_eq!(
+        home.ok(&["send", "printer", "echo next", "--wait"]),
+        "next\n"
+    );
+    let history = home.json(&["history", "printer", "--json"]);
+    let answers: Vec<Value> = prompts(&history)
+        .iter()
+        .map(|prompt| prompt["answer"].clone())
+        .collect();
+    assert_eq!(answers, [json!("a\u{FFFD}b"), json!("next")], "{history}");
+    home.stop_daemon();
+}
+
 #[test]
 fn config_refuses_unknown_names_and_bad_values_with_exit_2() {
     let home = TestHome::new();

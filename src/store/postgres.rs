@@ -499,7 +499,8 @@ impl ToSql for Arg<'_> {
                 Type::INT8 | Type::INT4 | Type::INT2 => {
                     Err(format!("text given for a parameter of type {ty}").into())
                 }
-                _ => value.to_sql(&Type::TEXT, out),
+                // The stores' one rule for text (`sql::storable`): no NUL reaches the server.
+                _ => super::sql::storable(value).as_ref().to_sql(&Type::TEXT, out),
             },
         }
     }

@@ -133,6 +133,20 @@ impl<T> OptionalExt<T> for Result<T> {
 // ---------------------------------------------------------------------------------------------
 // Parameters.
 
+/// A text as both stores keep it: each NUL character becomes U+FFFD (�). PostgreSQL's text
+/// cannot hold a NUL (the write is refused, and a refused prompt's end left its session
+/// running for good), and no engine's argv can carry one; replaced the same way on SQLite, a
+/// text reads back the same from either store, and a lookup by a name finds what was stored
+/// under it. Applied where every statement's text parameters are bound, so no write path
+/// can miss it.
+pub(crate) fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// A parameter's value as both drivers are given it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arg<'a> {
@@ -233,13 +247,20 @@ impl From<Arg<'_>> for Value {
 
 impl rusqlite::ToSql for dyn Param + '_ {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(match self.arg() {
-            Arg::Null => ValueRef::Null,
-            Arg::Int(value) => ValueRef::Integer(value),
-            Arg::Bool(value) => ValueRef::Integer(i64::from(value)),
-            Arg::Real(value) => ValueRef::Real(value),
-            Arg::Text(value) => ValueRef::Text(value.as_bytes()),
-        }))
+        Ok(match self.arg() {
+            Arg::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            Arg::Int(value) => ToSqlOutput::Borrowed(ValueRef::Integer(value)),
+            Arg::Bool(value) => ToSqlOutput::Borrowed(ValueRef::Integer(i64::from(value))),
+            Arg::Real(value) => ToSqlOutput::Borrowed(ValueRef::Real(value)),
+            Arg::Text(value) => match storable(value) {
+                std::borrow::Cow::Borrowed(value) => {
+                    ToSqlOutput::Borrowed(ValueRef::Text(value.as_bytes()))
+                }
+                std::borrow::Cow::Owned(value) => {
+                    ToSqlOutput::Owned(rusqlite::types::Value::Text(value))
+                }
+            },
+        })
     }
 }
 
