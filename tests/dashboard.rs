@@ -427,11 +427,10 @@ fn a_hanging_prompt_is_cancelled_from_the_page() {
     screenshot(&browser, "session-cancelled");
     let prompts = dashboard.prompts(session);
     assert_eq!(prompts[0]["status"], "cancelled", "{prompts:?}");
-    // The engine's process is gone with its run.
+    // The engine's process is gone with its run (on a shared store the daemon's lease guard
+    // stays: it lives as long as the daemon).
     wait_until("the fake engine has ended", || {
-        common::daemon::processes_of(dashboard.home.path())
-            .into_iter()
-            .all(|pid| Some(pid) == dashboard.home.daemon_pid())
+        common::daemon::beside_the_daemon(&dashboard.home).is_empty()
     });
     browser.click("[data-testid=nav-overview]");
     browser.wait_until(

@@ -55,8 +55,11 @@ struct Rig {
     mock: MockResponses,
     corral: Corral,
     session: Session,
-    /// corral's home (its store is `corral.db` there).
+    /// corral's home (its store is `corral.db` there, or the database its `config` names).
     corral_home: PathBuf,
+    /// The home's PostgreSQL database under `CORRAL_TEST_STORE=postgres`; after `corral`, so
+    /// dropped once the supervisor let go of it.
+    database: Option<common::store::TestDatabase>,
     // Kept so the directories live as long as the rig.
     _dirs: Vec<tempfile::TempDir>,
     _env: EngineEnv,
@@ -84,6 +87,8 @@ impl Rig {
         let corral_home = tempfile::tempdir().unwrap();
         // Not a git repository: corral must pass --skip-git-repo-check.
         let project_dir = tempfile::tempdir().unwrap();
+        // The store of the test pass: SQLite, or a database of its own in `HOME/config`.
+        let database = common::store::for_home(corral_home.path());
 
         let corral = Corral::start(CorralOptions::new(corral_home.path()))
             .await
@@ -121,6 +126,7 @@ impl Rig {
             corral,
             session,
             corral_home: corral_home.path().to_path_buf(),
+            database,
             _dirs: vec![corral_home, project_dir],
             _env: env,
         }
@@ -174,13 +180,13 @@ impl Rig {
     /// Gives the session a thread id codex has never seen, straight in the store (as
     /// `tests/app_server.rs` does).
     fn lose_thread(&self) {
-        let db = rusqlite::Connection::open(self.corral_home.join("corral.db")).unwrap();
-        db.busy_timeout(Duration::from_secs(5)).unwrap();
-        db.execute(
-            "UPDATE sessions SET thread_id = ?1 WHERE id = ?2",
-            [UNKNOWN_THREAD, self.session.id.as_str()],
-        )
-        .unwrap();
+        let url = self.database.as_ref().map(|database| database.url.as_str());
+        let changed = common::store::HomeStore::of(&self.corral_home, url).execute(&format!(
+            "UPDATE sessions SET thread_id = {} WHERE id = {}",
+            common::store::quoted(UNKNOWN_THREAD),
+            common::store::quoted(&self.session.id)
+        ));
+        assert_eq!(changed, 1, "the session's row");
     }
 
     fn session_now(&self) -> Session {

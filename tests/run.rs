@@ -1,4 +1,8 @@
 //! `corral run -- CMD`: exit codes, the recorded exec, interrupts, and exec ancestry.
+//!
+//! Each home is on the store of the test pass (SQLite, or under `CORRAL_TEST_STORE=postgres` a
+//! database of its own named in `HOME/config`): `run` records its exec wherever the home's
+//! store is, and the rows are read back through that store.
 
 mod common;
 
@@ -6,24 +10,35 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{stderr, stdout, Home};
+use common::daemon::DaemonHome;
+use common::store::quoted;
+use common::{stderr, stdout};
+use serde_json::Value;
 
 type Row = (Option<String>, Option<i32>, Option<String>, bool);
 
-fn exec_of(home: &Home, needle: &str) -> Row {
-    home.db()
-        .query_row(
-            "SELECT outcome, exit_code, signal, completed_at IS NOT NULL FROM execs \
-             WHERE command LIKE ?1",
-            [format!("%{needle}%")],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
-        )
-        .unwrap()
+fn text(value: &Value) -> Option<String> {
+    value.as_str().map(str::to_string)
+}
+
+fn exec_of(home: &DaemonHome, needle: &str) -> Row {
+    let row = home.store().row(&format!(
+        "SELECT outcome, exit_code, signal, \
+                CASE WHEN completed_at IS NULL THEN 0 ELSE 1 END \
+           FROM execs WHERE command LIKE {}",
+        quoted(&format!("%{needle}%"))
+    ));
+    (
+        text(&row[0]),
+        row[1].as_i64().map(|code| code as i32),
+        text(&row[2]),
+        row[3] == 1,
+    )
 }
 
 #[test]
 fn exit_status_is_passed_through_and_recorded() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let output = home.run(&["run", "--", "sh", "-c", "echo out; echo err >&2; exit 42"]);
     assert_eq!(output.status.code(), Some(42), "{output:?}");
     assert_eq!(stdout(&output), "out\n");
@@ -43,7 +58,7 @@ fn exit_status_is_passed_through_and_recorded() {
 
 #[test]
 fn stdin_is_passed_through() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let mut child = home
         .corral(&["run", "--", "sh", "-c", "read line; echo got:$line"])
         .stdin(Stdio::piped())
@@ -58,7 +73,7 @@ fn stdin_is_passed_through() {
 
 #[test]
 fn a_command_that_cannot_start_exits_127() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let output = home.run(&["run", "--", "/definitely/not/a/program"]);
     assert_eq!(output.status.code(), Some(127), "{output:?}");
     let message = stderr(&output);
@@ -75,7 +90,7 @@ fn a_command_that_cannot_start_exits_127() {
 
 #[test]
 fn a_command_killed_by_a_signal_records_that_signal() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let output = home.run(&["run", "--", "sh", "-c", "kill -KILL $$"]);
     assert_eq!(output.status.code(), Some(128 + 9), "{output:?}");
     assert_eq!(
@@ -94,7 +109,7 @@ fn process_gone(pid: i32) -> bool {
 }
 
 fn interrupt(signal: i32, expected: i32, script: &str) {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let mut child = home
         .corral(&["run", "--", "sh", "-c", script])
         .stdout(Stdio::piped())
@@ -134,14 +149,8 @@ fn sigterm_ends_the_group_and_exits_143() {
 
 #[test]
 fn a_child_ignoring_sigterm_is_killed_after_the_grace_period() {
-    let home = Home::new();
-    home.init_store();
-    home.db()
-        .execute(
-            "INSERT INTO settings(name, value, updated_at) VALUES ('cancel.grace_ms', '300', 0)",
-            [],
-        )
-        .unwrap();
+    let home = DaemonHome::new();
+    home.config(&[("cancel.grace_ms", "300")]);
     let mut child = home
         .corral(&[
             "run",
@@ -169,7 +178,7 @@ fn a_child_ignoring_sigterm_is_killed_after_the_grace_period() {
 
 #[test]
 fn children_inherit_their_exec_as_parent_and_sessions_mark_via_agent() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let corral = env!("CARGO_BIN_EXE_corral");
     let script = format!("'{corral}' monitor list --all --json > /dev/null");
     let output = home
@@ -181,24 +190,23 @@ fn children_inherit_their_exec_as_parent_and_sessions_mark_via_agent() {
     /// id, trace, parent, caller, via_agent
     type Ancestry = (String, String, Option<String>, Option<String>, bool);
     let rows: Vec<Ancestry> = home
-        .db()
-        .prepare(
-            "SELECT id, trace_id, parent_exec_id, caller_session_id, via_agent FROM execs \
-             ORDER BY started_at, id",
+        .store()
+        .sql(
+            "SELECT id, trace_id, parent_exec_id, caller_session_id, \
+                    CASE WHEN via_agent <> 0 THEN 1 ELSE 0 END \
+               FROM execs ORDER BY started_at, id",
         )
-        .unwrap()
-        .query_map([], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
+        .iter()
+        .map(|row| {
+            (
+                text(&row[0]).expect("an id"),
+                text(&row[1]).expect("a trace"),
+                text(&row[2]),
+                text(&row[3]),
+                row[4] == 1,
+            )
         })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+        .collect();
     assert_eq!(rows.len(), 2, "{rows:?}");
     let (outer, inner) = (&rows[0], &rows[1]);
     assert_eq!(
@@ -231,7 +239,7 @@ struct Terminal {
 const TERMINAL_DEADLINE: Duration = Duration::from_secs(20);
 
 impl Terminal {
-    fn bash(home: &Home) -> Terminal {
+    fn bash(home: &DaemonHome) -> Terminal {
         use std::os::unix::process::CommandExt;
         // No window size is asked for.
         let common::pty::Pair {
@@ -310,7 +318,7 @@ impl Drop for Terminal {
 
 #[test]
 fn from_a_terminal_the_command_reads_it_and_stops_and_continues_with_the_job() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let mut terminal = Terminal::bash(&home);
     terminal.expect("$ ");
     let corral = env!("CARGO_BIN_EXE_corral");
