@@ -493,7 +493,10 @@ fn a_nul_in_a_prompt_or_an_answer_is_kept_as_a_replacement_character() {
     let ended = rpc(&mut client, 3, "prompt.wait", json!({ "prompt": prompt }));
     assert_eq!(ended["result"]["status"], "done", "{ended}");
     // The fake engine answers with the prompt's first line: it was given the character.
-    assert_eq!(ended["result"]["answer"], "fake answer: one\u{FFFD}two", "{ended}");
+    assert_eq!(
+        ended["result"]["answer"], "fake answer: one\u{FFFD}two",
+        "{ended}"
+    );
 
     // An engine whose answer holds a NUL byte.
     assert_eq!(

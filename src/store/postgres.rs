@@ -500,7 +500,9 @@ impl ToSql for Arg<'_> {
                     Err(format!("text given for a parameter of type {ty}").into())
                 }
                 // The stores' one rule for text (`sql::storable`): no NUL reaches the server.
-                _ => super::sql::storable(value).as_ref().to_sql(&Type::TEXT, out),
+                _ => super::sql::storable(value)
+                    .as_ref()
+                    .to_sql(&Type::TEXT, out),
             },
         }
     }
