@@ -39,8 +39,9 @@
 //! engine. Everything else names things that do not exist, or reads.
 //!
 //! Run: `cargo build --release && cargo build --release --examples &&
-//! target/release/examples/fuzz_bench [INPUTS [SECONDS]] [--seed N] [--threads N]` (defaults:
-//! 10,000,000 inputs, no time limit, one thread per core). It stops at whichever limit comes
+//! target/release/examples/fuzz_bench [INPUTS [SECONDS]] [--seed N] [--threads N]
+//! [--store-url postgres://…]` (defaults: 10,000,000 inputs, no time limit, one thread per
+//! core, the SQLite file; a store URL, an empty database or a store, needs `--threads 1`). It stops at whichever limit comes
 //! first, prints inputs, inputs/s, panics and invalid answers, every finding, and exits 1 if
 //! there is any; `--verbose` also prints the first input and answer of every variant of a
 //! finding. `fuzz_bench --replay FILE` writes FILE's lines on one connection (after the same
@@ -49,6 +50,7 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,12 +85,16 @@ fn main() {
     let mut positional = Vec::new();
     let mut seed = None;
     let mut verbose = false;
+    let mut store_url = None;
     let mut threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seed" => seed = Some(parse_seed(&args.next().expect("--seed needs a value"))),
             "--verbose" => verbose = true,
+            "--store-url" => {
+                store_url = Some(args.next().expect("--store-url needs a PostgreSQL URL"))
+            }
             "--replay" => {
                 replay(&args.next().expect("--replay needs a file"));
                 return;
@@ -137,6 +143,7 @@ fn main() {
         quiet: false,
         minimize_budget: 1500,
         known: Vec::new(),
+        store_url,
     });
     let summary = Summary { verbose, ..summary };
     print!("{}", summary.report());
@@ -208,6 +215,10 @@ pub struct Options {
     /// Findings whose signature starts with one of these are counted, not minimized, and
     /// reported as known.
     pub known: Vec<String>,
+    /// The home's store: this PostgreSQL database (an empty one, or a store; written to the
+    /// home's `config` as `store.url`) instead of the SQLite file. One thread only: two
+    /// supervisors on one database would be two daemons sharing a store.
+    pub store_url: Option<String>,
 }
 
 /// One kind of failure.
@@ -471,6 +482,10 @@ pub fn run(options: &Options) -> Summary {
     let deadline =
         (options.seconds > 0.0).then(|| start + Duration::from_secs_f64(options.seconds));
     let threads = options.threads.max(1) as u64;
+    assert!(
+        options.store_url.is_none() || threads == 1,
+        "a store URL is for one thread (--threads 1)"
+    );
     let seeds: Vec<u64> = (0..threads)
         .map(|i| {
             if i == 0 {
@@ -497,6 +512,7 @@ pub fn run(options: &Options) -> Summary {
                 quiet: options.quiet,
                 minimize_budget: options.minimize_budget,
                 known: options.known.clone(),
+                store_url: options.store_url.clone(),
             };
             std::thread::Builder::new()
                 .name(format!("fuzz-{index}"))
@@ -561,6 +577,7 @@ struct Worker {
     quiet: bool,
     minimize_budget: u32,
     known: Vec<String>,
+    store_url: Option<String>,
 }
 
 impl Worker {
@@ -568,6 +585,17 @@ impl Worker {
         FUZZING.with(|f| f.set(true));
         let home = tempfile::tempdir().expect("a temporary home");
         let home_path = home.path().to_path_buf();
+        if let Some(url) = &self.store_url {
+            use std::os::unix::fs::OpenOptionsExt;
+            // Owner-only: the URL carries the password (corral refuses a looser config).
+            let mut config = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(home_path.join("config"))
+                .expect("the home's config");
+            writeln!(config, "store.url = {url}").expect("the home's config");
+        }
         let summary = actix::System::new().block_on(async move {
             let corral = Corral::start(CorralOptions::new(&home_path))
                 .await

@@ -3,10 +3,18 @@
 //! in this process on the fake engine, connections served by the daemon's own `server::serve`.
 //! A failure prints its seed and a minimized input; `target/release/examples/fuzz_bench
 //! 100000 --seed SEED --threads 1` replays the inputs.
+//!
+//! In CI's PostgreSQL pass (`CORRAL_TEST_STORE=postgres`) the fuzzed supervisor's home is on a
+//! database of its own: bad input must not reach the server as something it refuses either
+//! (a NUL in a text did, as an internal error).
 
 #[allow(dead_code)]
 #[path = "../examples/fuzz_bench.rs"]
 mod fuzz_bench;
+
+#[allow(dead_code)]
+#[path = "common/store.rs"]
+mod store;
 
 use fuzz_bench::{random_seed, run, Options};
 
@@ -15,6 +23,11 @@ use fuzz_bench::{random_seed, run, Options};
 const KNOWN: &[&str] = &[];
 
 fn fuzz(seed: u64, seconds: f64) {
+    // Dropped after the run: the supervisor let go of it.
+    let database = store::postgres_pass().then(|| {
+        store::TestDatabase::create()
+            .expect("CORRAL_TEST_STORE=postgres needs the test cluster (CORRAL_TEST_POSTGRES_URL)")
+    });
     let summary = run(&Options {
         seed,
         inputs: 0,
@@ -24,6 +37,7 @@ fn fuzz(seed: u64, seconds: f64) {
         quiet: true,
         minimize_budget: 300,
         known: KNOWN.iter().map(|known| known.to_string()).collect(),
+        store_url: database.as_ref().map(|database| database.url.clone()),
     });
     let report = summary.report();
     println!("seed {seed:#018x}\n{report}");
