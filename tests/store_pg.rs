@@ -804,6 +804,74 @@ fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
 // at each BEGIN which sessions another writer stored events of since: two ledgers taking
 // turns on one session, alone and at once, and a batch made again with savepoints, still
 // number its events from 1 without a gap, each number the one its writer was told.
+/// A writer that knows a session's last number stores the next events without asking, in
+/// its first try: the server rolled no batch back. (A statement of that path the server could
+/// not even prepare once made every such batch fail and be made again with savepoints, by the
+/// asking path: the events were right, and each cost a rollback and twice the statements.) A
+/// backend reports its counts when it exits, so they are read once the ledger's connection is
+/// gone.
+#[test]
+fn a_writer_that_knows_a_sessions_number_stores_events_in_its_first_try() {
+    use corral::actors::ledger::{AppendEvents, LedgerHandle};
+    use corral::events::EventKind;
+    use corral::store::events::NewEvent;
+    use corral::store::location::{Location, PgUrl};
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
+    actix::System::new().block_on(async {
+        let (ledger, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+        sql(
+            &database.url,
+            "INSERT INTO sessions (id, engine, created_at) VALUES ('s', 'fake', 1) RETURNING id",
+        );
+        for count in [2, 3, 1] {
+            let stored = ledger
+                .write(AppendEvents {
+                    events: (0..count)
+                        .map(|index| NewEvent {
+                            session_id: "s".into(),
+                            prompt_id: None,
+                            run_id: None,
+                            kind: EventKind::Notice,
+                            payload: json!(index),
+                        })
+                        .collect(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(stored.len(), count);
+        }
+    });
+    let others = "SELECT count(*) FROM pg_stat_activity \
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Nothing tells another process that a backend exited: a bounded poll.
+    while sql(&database.url, others) != vec![vec![json!(0)]] {
+        assert!(
+            std::time::Instant::now() < until,
+            "the ledger's connection stays"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        sql(
+            &database.url,
+            "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ),
+        vec![vec![json!(0)]],
+        "a batch was rolled back"
+    );
+    assert_eq!(
+        sql(
+            &database.url,
+            "SELECT string_agg(seq::text, ',' ORDER BY seq) FROM events WHERE session_id = 's'"
+        ),
+        vec![vec![json!("1,2,3,4,5,6")]]
+    );
+}
+
 #[test]
 fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
     use corral::actors::ledger::{AppendEvents, LedgerHandle, RecordExec};

@@ -161,7 +161,8 @@ fn number_at_once(connection: &Conn, run: &[(NewEvent, i64)], feed_seq: i64) -> 
     // session's row is set in the same statement (a data-modifying `WITH` runs whether or not
     // the rest reads it): one statement for the server to parse and run, not two.
     const STORE_FROM: &str = "WITH numbered AS ( \
-             UPDATE sessions SET last_event_seq = ?2 + ?5, last_event_at = ?6 WHERE id = ?1) \
+             UPDATE sessions SET last_event_seq = ?2::bigint + ?5::bigint, last_event_at = ?6 \
+              WHERE id = ?1) \
          INSERT INTO events (session_id, seq, prompt_id, run_id, at, kind, payload, feed_seq) \
          SELECT ?1, ?2 + e.n, e.prompt_id, e.run_id, e.at, e.kind, e.payload, ?3 + e.n \
            FROM json_to_recordset(?4::text::json) AS e(n bigint, prompt_id text, \
