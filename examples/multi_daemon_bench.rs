@@ -16,7 +16,8 @@
 //!   sessions one at a time, across daemons too); then ONE daemon, same settings and work, on
 //!   a fresh database. Both wall times (first send → last prompt's `finished_at`) and the
 //!   ratio; goal three ≤ one / 2.5. Every prompt done with exactly one succeeded run (SQL),
-//!   no two engines of one session alive at once and at most 24 in all (the `/proc` scan).
+//!   no two engines of one session alive at once and at most 24 in all (the engines' own
+//!   live check, below).
 //! - **failover**: three daemons, `store.lease_ms = 2000`, 12 sessions (12 projects) spread
 //!   over them; 20 rounds of one 500 ms prompt each, one daemon killed with SIGKILL mid-run
 //!   (a different one each round) and started again for the next round. Kill → each of its
@@ -33,14 +34,23 @@
 //!   projects: what three daemons reach here with no write lock, claim or fence between
 //!   them, beside ONE daemon on all of the work (as in `throughput`).
 //!
+//! **The live check.** Every daemon's engines get `CORRAL_FAKE_LIVE_CHECK=<cluster>/live`: each
+//! fake engine takes `flock`s the kernel holds until it exits, on its session's file and on
+//! the first free numbered slot of all engines and of its home's, and logs what it took
+//! (`src/bin/corral-fake-engine.rs`, "Live check"). From the log, exactly and with no polling:
+//! the most engines alive at once in all and per daemon, and every session whose engine
+//! started while another of it was alive. The throughput scenario reads it; failover and fence
+//! also need when a killed daemon's engines were last seen, which the `/proc` scan tells.
+//!
 //! `CORRAL_BENCH_LOGS=1` prints each daemon's warnings and errors at the end of a scenario;
 //! `CORRAL_BENCH_EXPLAIN=1` prints each fence round's prompts and runs.
 //!
 //! Map of this file: [`main`] (modes) → the scenarios ([`throughput`], [`failover`],
 //! [`fence`]) → [`Cluster`] (a database, homes, daemons, their sockets; its drop ends every
 //! process of its homes) over [`Database`] (SQL on the bench database), [`Daemon`] (one home's
-//! process), [`Rpc`] (a socket connection, pipelined calls) and [`Scanner`] (a thread that
-//! reads `/proc` every [`SCAN_EVERY`] and counts live fake engines per session and daemon).
+//! process), [`Rpc`] (a socket connection, pipelined calls), [`LiveReport`] (the engines' live
+//! check, read by [`Cluster::live_report`]) and [`Scanner`] (a thread that reads `/proc` every
+//! [`SCAN_EVERY`]: live fake engines per session, and when each daemon's were last seen).
 //!
 //! The daemons are `corral` next to this example's directory (`target/release/corral`), or
 //! `CORRAL_BIN`; the engine is `corral-fake-engine` beside it. Each daemon gets a home of its
@@ -173,7 +183,7 @@ struct Throughput {
     store_overlaps: i64,
     /// Runs per daemon, by host.
     runs_per_daemon: Vec<(String, i64)>,
-    scan: ScanReport,
+    live: LiveReport,
     /// CPU spent meanwhile, by whom.
     cpu: Cpu,
 }
@@ -245,13 +255,12 @@ fn throughput(bins: &Bins, admin: &str) -> Result<()> {
             run.commits as f64 * 1000.0 / run.wall_ms.max(1) as f64, run.not_done, run.not_once, run.store_overlaps, run.runs_per_daemon
         );
         println!(
-            "  {:<13}  live ({} scans of /proc): max concurrent {} in all, per daemon {:?}; sessions seen with two engines alive: {} ({} scans)",
+            "  {:<13}  live (the engines' locks, {} engines logged): max concurrent {} in all, per daemon {:?}; sessions with an engine started while another of theirs was alive: {}",
             "",
-            run.scan.scans,
-            run.scan.max_total,
-            run.scan.max_per_home,
-            run.scan.overlap_sessions,
-            run.scan.overlap_scans
+            run.live.engines,
+            run.live.max_total,
+            run.live.max_per_home,
+            run.live.overlap_sessions,
         );
         let cpu = run.cpu;
         println!(
@@ -284,13 +293,17 @@ fn throughput(bins: &Bins, admin: &str) -> Result<()> {
         // 1,000 prompts.
         0.4 * one.wall_ms as f64 * cores as f64 / 1000.0,
     );
-    let correct = [&three, &one]
-        .iter()
-        .all(|run| run.not_done == 0 && run.not_once == 0 && run.scan.overlap_sessions == 0);
+    let correct = [&three, &one].iter().all(|run| {
+        run.not_done == 0
+                && run.not_once == 0
+                && run.live.overlap_sessions == 0
+                // Every engine took its locks: the check saw every run.
+                && run.live.engines == 1000
+    });
     println!(
-        "  every prompt done once, no live overlap: {}; max concurrent ≤ 24 (measured, not enforced across daemons): {}",
+        "  every prompt done once, no live overlap: {}; max concurrent ≤ 24 (slots.total, held across daemons by their claims): {}",
         verdict(correct),
-        verdict(three.scan.max_total <= 24)
+        verdict(three.live.max_total <= 24)
     );
     Ok(())
 }
@@ -392,7 +405,6 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
     }
     let mut cluster = Cluster::start(bins, admin, daemons, &settings, PROJECTS)?;
     let sessions = cluster.sessions(SESSIONS_PER_PROJECT)?;
-    let scanner = Scanner::start(cluster.daemon_pids(), cluster.root());
     // Round-major: every session has work from the start; a project's prompts go through
     // daemon (project mod n).
     let mut batches: Vec<Vec<Value>> = vec![Vec::new(); daemons];
@@ -416,7 +428,7 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
     let total = (PROJECTS * SESSIONS_PER_PROJECT * PROMPTS_PER_SESSION) as i64;
     wait_all_ended(&cluster.db, total)?;
     let cpu = Cpu::now(&cluster.daemon_pids()).since(cpu_before);
-    let scan = scanner.stop();
+    let live = cluster.live_report()?;
     std::thread::sleep(Duration::from_millis(1200));
     let db = &cluster.db;
     let commits = db.int(commits, &[])? - commits_before;
@@ -433,7 +445,7 @@ fn throughput_run(bins: &Bins, admin: &str, daemons: usize) -> Result<Throughput
         not_once: not_once(db, None)?,
         store_overlaps: store_overlaps(db)?,
         runs_per_daemon: runs_per_daemon(&cluster)?,
-        scan,
+        live,
         cpu,
     })
 }
@@ -781,6 +793,8 @@ impl Cluster {
     ) -> Result<Cluster> {
         let db = Database::create(admin)?;
         let dir = tempfile::tempdir().context("a temporary directory")?;
+        let live = dir.path().join("live");
+        std::fs::create_dir(&live).context("the live check's directory")?;
         let mut daemons = Vec::new();
         for index in 0..n {
             let home = dir.path().join(format!("home-{index}"));
@@ -797,6 +811,7 @@ impl Cluster {
             writeln!(config, "store.url = {}", db.url).context("HOME/config")?;
             daemons.push(Daemon {
                 home,
+                live: live.clone(),
                 host: format!("host-{}", (b'a' + index as u8) as char),
                 pid: None,
                 paused: false,
@@ -1034,6 +1049,41 @@ impl Cluster {
         }
     }
 
+    /// What the engines' live check logged so far (see the module doc).
+    fn live_report(&self) -> Result<LiveReport> {
+        let path = self.dir.path().join("live").join("log");
+        let log = match std::fs::read_to_string(&path) {
+            Ok(log) => log,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => return Err(error).context("the live check's log"),
+        };
+        let mut report = LiveReport::default();
+        let mut per_home: HashMap<String, usize> = HashMap::new();
+        let mut overlapping: HashSet<String> = HashSet::new();
+        for line in log.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let [all, mine, home, overlap, session] = fields[..] else {
+                bail!("the live check's log has the line {line:?}");
+            };
+            let slot = |text: &str| -> Result<usize> {
+                text.parse()
+                    .with_context(|| format!("the live check's log has the line {line:?}"))
+            };
+            report.engines += 1;
+            report.max_total = report.max_total.max(slot(all)? + 1);
+            let max = per_home.entry(home.to_string()).or_default();
+            *max = (*max).max(slot(mine)? + 1);
+            if overlap == "1" {
+                overlapping.insert(session.to_string());
+            }
+        }
+        let mut homes: Vec<(String, usize)> = per_home.into_iter().collect();
+        homes.sort();
+        report.max_per_home = homes.into_iter().map(|(_, max)| max).collect();
+        report.overlap_sessions = overlapping.len();
+        Ok(report)
+    }
+
     /// The directory every home of this cluster is in: the scan counts only their engines
     /// (other programs on the machine may run fake engines too).
     fn root(&self) -> String {
@@ -1182,6 +1232,8 @@ fn live(pid: i32) -> bool {
 /// child once its starter returned).
 struct Daemon {
     home: PathBuf,
+    /// Its engines' `CORRAL_FAKE_LIVE_CHECK` (the cluster's, shared by every daemon).
+    live: PathBuf,
     /// Its `CORRAL_HOST`: distinct names, as if each were on a host of its own.
     host: String,
     /// `None` while none runs.
@@ -1213,6 +1265,7 @@ impl Daemon {
         }
         let output = command
             .env("CORRAL_HOST", &self.host)
+            .env("CORRAL_FAKE_LIVE_CHECK", &self.live)
             .arg("--home")
             .arg(&self.home)
             .args(["daemon", "--detach"])
@@ -1536,13 +1589,24 @@ fn admin_sql(runtime: &tokio::runtime::Runtime, admin: &str, statement: &str) ->
 // ---------------------------------------------------------------------------------------
 // the /proc scan
 
+/// What the engines' live check logged (see the module doc): exact, from their own locks.
+#[derive(Debug, Default, Clone)]
+struct LiveReport {
+    /// Engines that took their locks (one line each).
+    engines: usize,
+    /// The most engines alive at once, in all and per daemon home.
+    max_total: usize,
+    max_per_home: Vec<usize>,
+    /// Sessions with an engine started while another of theirs was alive.
+    overlap_sessions: usize,
+}
+
 /// What a scan found over its life.
 #[derive(Debug, Default, Clone)]
 struct ScanReport {
     scans: u64,
-    /// The most fake engines alive at once, in all and per daemon home.
+    /// The most fake engines seen alive at once, in all.
     max_total: usize,
-    max_per_home: Vec<usize>,
     /// Sessions seen with two engines alive at once, and in how many scans.
     overlap_sessions: usize,
     overlap_scans: u64,
@@ -1553,7 +1617,6 @@ struct ScanReport {
 struct ScanState {
     scans: u64,
     max_total: usize,
-    max_per_home: HashMap<String, usize>,
     overlap_sessions: HashSet<String>,
     overlap_scans: u64,
     /// When an engine of each home was last seen alive.
@@ -1618,12 +1681,9 @@ impl Scanner {
             let _ = thread.join();
         }
         let state = self.lock();
-        let mut homes: Vec<(&String, &usize)> = state.max_per_home.iter().collect();
-        homes.sort();
         ScanReport {
             scans: state.scans,
             max_total: state.max_total,
-            max_per_home: homes.into_iter().map(|(_, max)| *max).collect(),
             overlap_sessions: state.overlap_sessions.len(),
             overlap_scans: state.overlap_scans,
         }
@@ -1690,9 +1750,7 @@ fn scan_loop(state: &Mutex<ScanState>, stop: &AtomicBool, root: &str) {
         let mut shared = state.lock().unwrap_or_else(PoisonError::into_inner);
         shared.scans += 1;
         shared.max_total = shared.max_total.max(per_home.values().sum());
-        for (home, count) in per_home {
-            let max = shared.max_per_home.entry(home.clone()).or_default();
-            *max = (*max).max(count);
+        for home in per_home.into_keys() {
             shared.last_seen.insert(home, now);
         }
         let overlapping: Vec<String> = per_session

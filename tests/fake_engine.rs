@@ -540,6 +540,43 @@ fn delay_stalls_after_the_turn_starts() {
     assert_eq!(lines(&output), codex_success("T-14", "fake answer: slow"));
 }
 
+/// `CORRAL_FAKE_LIVE_CHECK` (the throughput bench's exact count): engines alive at once take
+/// distinct slots, a session's second live engine says so, and a slot is free again once its
+/// engine exited.
+#[test]
+fn the_live_check_logs_engines_alive_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = |session: &str, home: &str, prompt: &str| {
+        let mut command = codex(prompt, None);
+        command
+            .env("CORRAL_FAKE_LIVE_CHECK", dir.path())
+            .env("CORRAL_SESSION_ID", session)
+            .env("CORRAL_HOME", format!("/homes/{home}"))
+            .stdout(Stdio::piped());
+        command.spawn().unwrap()
+    };
+    let log = || std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+    let until_logged = |lines: usize| {
+        let until = Instant::now() + LIMIT;
+        // The engines write the log; nothing tells this process: a bounded poll.
+        while log().lines().count() < lines {
+            assert!(Instant::now() < until, "logged: {}", log());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Started in turn, each once the one before logged: the slots come in order.
+    let mut alive = Vec::new();
+    for (session, home) in [("s1", "a"), ("s2", "b"), ("s1", "b")] {
+        alive.push(Running(engine(session, home, "@fake hang")));
+        until_logged(alive.len());
+    }
+    assert_eq!(log(), "0 0 a 0 s1\n1 0 b 0 s2\n2 1 b 1 s1\n");
+    drop(alive);
+    let output = engine("s1", "a", "done").wait_with_output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(log().lines().last(), Some("0 0 a 0 s1"), "{}", log());
+}
+
 #[test]
 fn the_default_answer_is_cut_to_80_characters() {
     let long = "é".repeat(100);

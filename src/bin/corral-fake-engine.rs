@@ -107,6 +107,18 @@
 //! number, which then counts as attempt 1). `writer-conflict` and `missing-rollout` do nothing
 //! in the claude form. With `ignore-sigterm`, a `run=` command inherits the ignored SIGTERM.
 //!
+//! **Live check** (exec forms, read at start; for benchmarks): with `CORRAL_FAKE_LIVE_CHECK=DIR`
+//! the process takes, before anything else, exclusive `flock`s it holds until it exits (the
+//! kernel lets go of them then, so nothing polls and nothing is missed): `DIR/session-<id>`
+//! for its `CORRAL_SESSION_ID` (already held: another engine of that session is alive), then
+//! the first free of `DIR/all-0`, `DIR/all-1`, … and of `DIR/home-<name>-0`, … (`<name>`: the
+//! last part of its `CORRAL_HOME`). It appends one line to `DIR/log`: `ALL HOME NAME OVERLAP
+//! SESSION`, the two slot numbers taken, its home's name, 1 if the session's file was held
+//! (else 0) and the session. A slot k taken means k others were alive then; at the moment the
+//! most were alive, M engines held M distinct slots, so one of them holds M - 1 or more: the
+//! largest slot logged, plus one, is exactly the most engines alive at once (from each one's
+//! locks to its exit), in all and per home.
+//!
 //! # Order of a turn
 //!
 //! 1. `ignore-sigterm`, warnings and `stderr=` (stderr only);
@@ -1264,6 +1276,82 @@ fn claude(
 /// its own and talks to the main thread through its `Control` channel (interrupts, steers
 /// and the client's answers to the turn's server requests). Every stdout line goes through
 /// `Wire`, whole and flushed.
+/// The live check of the module doc (`CORRAL_FAKE_LIVE_CHECK`).
+mod live_check {
+    use std::fs::{File, OpenOptions};
+    use std::io::Write;
+    use std::path::Path;
+
+    use nix::fcntl::{Flock, FlockArg};
+
+    /// Takes the locks and logs them; the locks are held while the result lives. Nothing
+    /// without the variable; a failure is a warning on stderr (the turn runs anyway).
+    pub fn enter() -> Vec<Flock<File>> {
+        let Some(dir) = std::env::var_os("CORRAL_FAKE_LIVE_CHECK") else {
+            return Vec::new();
+        };
+        match take(Path::new(&dir)) {
+            Ok(held) => held,
+            Err(error) => {
+                eprintln!("corral-fake-engine: warning: the live check failed: {error}");
+                Vec::new()
+            }
+        }
+    }
+
+    fn take(dir: &Path) -> std::io::Result<Vec<Flock<File>>> {
+        let session = std::env::var("CORRAL_SESSION_ID").unwrap_or_default();
+        let home = std::env::var("CORRAL_HOME").unwrap_or_default();
+        let name: String = Path::new(&home)
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        let mut held = Vec::new();
+        let overlap = match lock(&dir.join(format!("session-{session}")))? {
+            Some(lock) => {
+                held.push(lock);
+                0
+            }
+            None => 1,
+        };
+        let mut slot = |prefix: &str| -> std::io::Result<usize> {
+            for k in 0.. {
+                if let Some(lock) = lock(&dir.join(format!("{prefix}-{k}")))? {
+                    held.push(lock);
+                    return Ok(k);
+                }
+            }
+            unreachable!("an unbounded range")
+        };
+        let all = slot("all")?;
+        let mine = slot(&format!("home-{name}"))?;
+        // One write of a short line with O_APPEND: lines of engines at once do not mix.
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("log"))?
+            .write_all(format!("{all} {mine} {name} {overlap} {session}\n").as_bytes())?;
+        Ok(held)
+    }
+
+    /// The file's exclusive lock, or `None` when another process holds it.
+    fn lock(path: &Path) -> std::io::Result<Option<Flock<File>>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(lock)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, errno)) => Err(errno.into()),
+        }
+    }
+}
+
 mod app_server {
     use super::{answer_text, run_command, sleep_forever, Approval, Script, J};
     use serde_json::Value;
@@ -2838,6 +2926,8 @@ fn main() {
     if let Some(text) = &script.stderr {
         eprintln!("{text}");
     }
+    // Held until the process exits (`codex` and `claude` end it with `exit`).
+    let _live = live_check::enter();
     match &invocation.form {
         Form::Codex { thread } => codex(&script, &invocation.prompt, thread.as_deref(), attempt),
         Form::Claude {
