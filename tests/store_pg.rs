@@ -127,6 +127,46 @@ fn texts(rows: Vec<Vec<serde_json::Value>>) -> Vec<String> {
         .collect()
 }
 
+/// Another session holding the store's write lock past `store.lock_timeout_ms` (a person's
+/// `psql`, a stuck program): a send waits that long, then is refused in one line that names
+/// the setting, and nothing of it is stored; once the lock is let go the session works on.
+/// (Each `BEGIN` waited for the advisory lock without a bound: every write stalled for as
+/// long as the lock was held, and `send` with it, where a locked SQLite file refuses it.)
+#[test]
+fn a_write_lock_held_past_the_limit_refuses_sends_clearly_and_stores_nothing_of_them() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "locked", &[("store.lock_timeout_ms", "1500")]);
+    home.ok(&["send", &session, "before the lock", "--wait"]);
+    let held = HeldTransaction::begin(
+        &url,
+        &format!(
+            "SELECT pg_advisory_xact_lock({})",
+            corral::store::postgres::WRITE_LOCK
+        ),
+    );
+    let refused = home.run(&["send", &session, "refused by the lock"]);
+    let line = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(line.trim_end().lines().count(), 1, "one line: {line}");
+    assert!(
+        line.contains("locked by another writer") && line.contains("store.lock_timeout_ms"),
+        "{line}"
+    );
+    held.end();
+    let answer = home.ok(&["send", &session, "after the lock", "--wait"]);
+    assert!(answer.contains("after the lock"), "{answer}");
+    assert_eq!(
+        texts(sql(
+            &url,
+            "SELECT status || ' ' || text FROM prompts ORDER BY created_at"
+        )),
+        vec!["done before the lock", "done after the lock"]
+    );
+}
+
 #[test]
 fn a_daemon_on_postgres_runs_prompts_and_records_everything_there() {
     let Some(home) = DaemonHome::on_postgres() else {

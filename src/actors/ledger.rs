@@ -759,23 +759,27 @@ impl<'a> LockWait<'a> {
 }
 
 /// Whether the attempt is worth making again: SQLite said another connection holds a lock it
-/// needs, or the PostgreSQL server went away (the next `BEGIN` reconnects). PostgreSQL waits
-/// for a row lock on the server instead: no error to retry.
+/// needs; PostgreSQL's `BEGIN` waited its attempt's time for the write lock (55P03: another
+/// session holds it), or the server went away (the next `BEGIN` reconnects).
 fn is_busy(error: &DbError) -> bool {
     match error {
         DbError::Sqlite(error) => matches!(
             error.sqlite_error_code(),
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         ),
+        DbError::Postgres(error)
+            if error.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+        {
+            true
+        }
         other => other.is_connection_lost(),
     }
 }
 
-/// SQLite's busy handler's wait for one attempt; PostgreSQL has none to set.
+/// One attempt's wait for the store's write lock (SQLite's busy handler, PostgreSQL's
+/// `lock_timeout` on the `BEGIN`'s advisory lock).
 fn set_busy_timeout(connection: &Conn, wait: Duration) {
-    if let Some(connection) = connection.as_sqlite() {
-        let _ = connection.busy_timeout(wait);
-    }
+    connection.set_lock_wait(wait);
 }
 
 /// Truncates a WAL that grew long (see `store::truncate_long_wal`), sent by the front when

@@ -96,6 +96,10 @@ pub struct PgConn {
     /// aborted (until a `ROLLBACK TO`): its `COMMIT` would be answered as a `ROLLBACK`,
     /// without an error, so [`PgConn::commit`] refuses it instead.
     aborted: Cell<bool>,
+    /// How long the next `BEGIN` waits for the store's write lock (see [`BEGIN_WRITE`]).
+    /// Unbounded, a foreign session holding it (a person's `psql`, a paused process) stalled
+    /// every write for as long as it held it, past `store.lock_timeout_ms`.
+    lock_wait: Cell<std::time::Duration>,
 }
 
 impl PgConn {
@@ -116,6 +120,7 @@ impl PgConn {
             held: RefCell::new(Vec::new()),
             held_failed: Cell::new(false),
             aborted: Cell::new(false),
+            lock_wait: Cell::new(DEFAULT_LOCK_WAIT),
         };
         Ok(connection)
     }
@@ -277,6 +282,13 @@ impl PgConn {
         self.transaction.get()
     }
 
+    /// How long the next `BEGIN` waits for the write lock; at least 1 ms (`lock_timeout` 0
+    /// would mean no bound at all).
+    pub(crate) fn set_lock_wait(&self, wait: std::time::Duration) {
+        self.lock_wait
+            .set(wait.max(std::time::Duration::from_millis(1)));
+    }
+
     /// Opens a ledger batch's transaction with the store's write lock ([`BEGIN_WRITE`]) and
     /// keeps its transaction id ([`PgConn::write_xact`]); reconnects first when the server
     /// ended the connection. In the same round trip, once the lock is held, it reads what
@@ -290,7 +302,8 @@ impl PgConn {
         self.held.borrow_mut().clear();
         self.aborted.set(false);
         self.write_xact.set(None);
-        let mut query = String::from(BEGIN_WRITE);
+        let wait = format!("{}ms", self.lock_wait.get().as_millis());
+        let mut query = BEGIN_WRITE.replace("{wait}", &wait);
         let mut columns: Vec<String> = Vec::new();
         if asks.feed {
             columns.push("(SELECT coalesce(max(feed_seq), 0) FROM events)".into());
@@ -344,7 +357,7 @@ impl PgConn {
         let value = |index: usize, column: usize| -> Option<i64> {
             statements.get(index)?.first()?.get(column)?.parse().ok()
         };
-        self.write_xact.set(value(1, 1));
+        self.write_xact.set(value(1, 2));
         let mut column = 0;
         let mut answers = BeginAnswers::default();
         if asks.feed {
@@ -576,9 +589,17 @@ const MIGRATION_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 1;
 pub const WRITE_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 2;
 
 /// A ledger batch's first statements: the transaction, then the write lock ([`WRITE_LOCK`],
-/// written out: a batch of statements takes no parameter) and the transaction's id.
-pub const BEGIN_WRITE: &str =
-    "BEGIN; SELECT pg_advisory_xact_lock(4851030235002437634), txid_current()";
+/// written out: a batch of statements takes no parameter), waited for at most
+/// [`PgConn::set_lock_wait`]'s wait (`lock_timeout`, set for the lock alone: the target list
+/// runs in order), and the transaction's id. Column 2 is the id.
+pub const BEGIN_WRITE: &str = "BEGIN; SELECT set_config('lock_timeout', '{wait}', true), \
+     pg_advisory_xact_lock(4851030235002437634), txid_current(), \
+     set_config('lock_timeout', '0', true)";
+
+/// How long a `BEGIN` waits for the write lock before the ledger is told the store is locked
+/// (SQLSTATE 55P03) and waits on as for a locked SQLite file, bounded by
+/// `store.lock_timeout_ms`: the ledger sets it per attempt ([`PgConn::set_lock_wait`]).
+const DEFAULT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a write transaction reads as it begins ([`PgConn::begin_write`]): questions nearly
 /// every batch asks, answered in the `BEGIN`'s round trip instead of one each under the lock.

@@ -823,6 +823,18 @@ impl Conn {
         self.begin_write_asking(&BeginAsks::default())
     }
 
+    /// How long the next write transaction's `BEGIN` waits for the store's write lock before
+    /// it is refused as busy: SQLite's busy timeout, PostgreSQL's `lock_timeout` for the
+    /// advisory lock alone.
+    pub fn set_lock_wait(&self, wait: std::time::Duration) {
+        match &self.0 {
+            ConnInner::Sqlite(connection) => {
+                let _ = connection.busy_timeout(wait);
+            }
+            ConnInner::Postgres(connection) => connection.set_lock_wait(wait),
+        }
+    }
+
     /// [`Conn::begin_write`], and on PostgreSQL, in the same round trip, what `asks` names:
     /// the answers go to the transaction's memo, as if asked by the first write that needs
     /// them (SQLite's questions cost no round trip, so it asks nothing ahead).
