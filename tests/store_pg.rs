@@ -736,19 +736,47 @@ fn exec(id: &str) -> corral::store::exec::NewExec {
     }
 }
 
+/// `count` notices for the session `s`, their payloads `"LABEL.0"`, `"LABEL.1"`, …
+fn notices(label: &str, count: usize) -> corral::actors::ledger::AppendEvents {
+    corral::actors::ledger::AppendEvents {
+        events: (0..count)
+            .map(|index| corral::store::events::NewEvent {
+                session_id: "s".into(),
+                prompt_id: None,
+                run_id: None,
+                kind: corral::events::EventKind::Notice,
+                payload: json!(format!("{label}.{index}")),
+            })
+            .collect(),
+    }
+}
+
+/// Runs `test` with a ledger on a database of its own (its URL beside it), in an actix system
+/// that has ended, and so closed the ledger's connection, when this returns; the database,
+/// for reading what was stored. `None` when the test is to skip.
+fn with_a_ledger<F: std::future::Future<Output = ()>>(
+    test: impl FnOnce(corral::actors::ledger::LedgerHandle, String) -> F,
+) -> Option<TestDatabase> {
+    use corral::store::location::{Location, PgUrl};
+    let database = TestDatabase::create()?;
+    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
+    let url = database.url.clone();
+    actix::System::new().block_on(async {
+        let (ledger, _) = corral::actors::ledger::LedgerHandle::start_at(&location, true)
+            .await
+            .unwrap();
+        test(ledger, url).await;
+    });
+    Some(database)
+}
+
 // On PostgreSQL a batch first runs without savepoints (each is a round trip under the write
 // lock); a write that fails there rolls the batch back, which is made again with savepoints,
 // so that the failing write fails alone and the others of its batch commit, as on SQLite.
 #[test]
 fn a_failing_write_is_rolled_back_alone_on_postgres() {
-    use corral::actors::ledger::{LedgerHandle, RecordExec};
-    use corral::store::location::{Location, PgUrl};
-    let Some(database) = TestDatabase::create() else {
-        return;
-    };
-    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
-    actix::System::new().block_on(async {
-        let (ledger, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+    use corral::actors::ledger::RecordExec;
+    let Some(database) = with_a_ledger(|ledger, _| async move {
         ledger.write(RecordExec(exec("dup"))).await.unwrap();
         // Handed over together, the three share a batch.
         let results = futures::future::join_all([
@@ -761,7 +789,9 @@ fn a_failing_write_is_rolled_back_alone_on_postgres() {
         assert!(results[1].is_err(), "a duplicate id must fail");
         // And the ledger goes on writing.
         ledger.write(RecordExec(exec("c"))).await.unwrap();
-    });
+    }) else {
+        return;
+    };
     assert_eq!(
         texts(sql(&database.url, "SELECT id FROM execs ORDER BY id")),
         vec!["a", "b", "c", "dup"]
@@ -774,15 +804,9 @@ fn a_failing_write_is_rolled_back_alone_on_postgres() {
 // alone, as above.
 #[test]
 fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
-    use corral::actors::ledger::{CompleteExec, LedgerHandle, RecordExec, SetSetting};
+    use corral::actors::ledger::{CompleteExec, RecordExec, SetSetting};
     use corral::store::exec::{ExecCompletion, Outcome};
-    use corral::store::location::{Location, PgUrl};
-    let Some(database) = TestDatabase::create() else {
-        return;
-    };
-    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
-    actix::System::new().block_on(async {
-        let (ledger, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+    let Some(database) = with_a_ledger(|ledger, _| async move {
         ledger.write(RecordExec(exec("dup"))).await.unwrap();
         // The duplicate's insert is held and fails in the completion's round trip.
         let complete = |id: &str| CompleteExec {
@@ -823,7 +847,9 @@ fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
             ledger.write(set("3"))
         );
         assert!(first.is_ok() && second.is_ok() && third.is_ok());
-    });
+    }) else {
+        return;
+    };
     assert_eq!(
         texts(sql(
             &database.url,
@@ -840,10 +866,6 @@ fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
     );
 }
 
-// A writer numbers the events of a session it knows without asking the server, and is told
-// at each BEGIN which sessions another writer stored events of since: two ledgers taking
-// turns on one session, alone and at once, and a batch made again with savepoints, still
-// number its events from 1 without a gap, each number the one its writer was told.
 /// A writer that knows a session's last number stores the next events without asking, in
 /// its first try: the server rolled no batch back. (A statement of that path the server could
 /// not even prepare once made every such batch fail and be made again with savepoints, by the
@@ -852,38 +874,18 @@ fn held_writes_run_in_order_and_one_that_fails_fails_alone() {
 /// gone.
 #[test]
 fn a_writer_that_knows_a_sessions_number_stores_events_in_its_first_try() {
-    use corral::actors::ledger::{AppendEvents, LedgerHandle};
-    use corral::events::EventKind;
-    use corral::store::events::NewEvent;
-    use corral::store::location::{Location, PgUrl};
-    let Some(database) = TestDatabase::create() else {
-        return;
-    };
-    let location = Location::Postgres(PgUrl::parse(&database.url).unwrap());
-    actix::System::new().block_on(async {
-        let (ledger, _) = LedgerHandle::start_at(&location, true).await.unwrap();
+    let Some(database) = with_a_ledger(|ledger, url| async move {
         sql(
-            &database.url,
+            &url,
             "INSERT INTO sessions (id, engine, created_at) VALUES ('s', 'fake', 1) RETURNING id",
         );
         for count in [2, 3, 1] {
-            let stored = ledger
-                .write(AppendEvents {
-                    events: (0..count)
-                        .map(|index| NewEvent {
-                            session_id: "s".into(),
-                            prompt_id: None,
-                            run_id: None,
-                            kind: EventKind::Notice,
-                            payload: json!(index),
-                        })
-                        .collect(),
-                })
-                .await
-                .unwrap();
+            let stored = ledger.write(notices("n", count)).await.unwrap();
             assert_eq!(stored.len(), count);
         }
-    });
+    }) else {
+        return;
+    };
     let others = "SELECT count(*) FROM pg_stat_activity \
                   WHERE datname = current_database() AND pid <> pg_backend_pid()";
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -912,11 +914,13 @@ fn a_writer_that_knows_a_sessions_number_stores_events_in_its_first_try() {
     );
 }
 
+// A writer numbers the events of a session it knows without asking the server, and is told
+// at each BEGIN which sessions another writer stored events of since: two ledgers taking
+// turns on one session, alone and at once, and a batch made again with savepoints, still
+// number its events from 1 without a gap, each number the one its writer was told.
 #[test]
 fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
-    use corral::actors::ledger::{AppendEvents, LedgerHandle, RecordExec};
-    use corral::events::EventKind;
-    use corral::store::events::NewEvent;
+    use corral::actors::ledger::{LedgerHandle, RecordExec};
     use corral::store::location::{Location, PgUrl};
     let Some(database) = TestDatabase::create() else {
         return;
@@ -929,17 +933,7 @@ fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
             &database.url,
             "INSERT INTO sessions (id, engine, created_at) VALUES ('s', 'fake', 1) RETURNING id",
         );
-        let events = |label: &str, count: usize| AppendEvents {
-            events: (0..count)
-                .map(|index| NewEvent {
-                    session_id: "s".into(),
-                    prompt_id: None,
-                    run_id: None,
-                    kind: EventKind::Notice,
-                    payload: json!(format!("{label}.{index}")),
-                })
-                .collect(),
-        };
+        let events = notices;
         let mut told = Vec::new();
         let mut keep = |stored: Vec<corral::store::events::Event>| {
             told.extend(
