@@ -8,8 +8,11 @@
 //! time.
 //!
 //! `cargo build --release && cargo build --release --examples &&
-//! target/release/examples/crash_bench [ROUNDS] [SEED]`. It uses `corral` and
-//! `corral-fake-engine` from the directory above its own (target/release).
+//! target/release/examples/crash_bench [ROUNDS] [SEED] [--store-url postgres://…]`. It uses
+//! `corral` and `corral-fake-engine` from the directory above its own (target/release). With
+//! a store URL (an empty database, or a corral store) the home's `config` names it and the
+//! store is PostgreSQL's: `integrity_check` is SQLite's, so it is not run, and no SQLite file
+//! may appear beside it.
 
 #[path = "../tests/common/crash_loop.rs"]
 mod crash_loop;
@@ -19,15 +22,37 @@ mod common;
 use common::binaries;
 
 fn main() {
+    let mut positional = Vec::new();
+    let mut store_url = None;
     let mut args = std::env::args().skip(1);
-    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(200);
-    let seed: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(0x5eed);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--store-url" => store_url = Some(args.next().expect("--store-url needs a URL")),
+            _ => positional.push(arg),
+        }
+    }
+    let rounds: usize = positional
+        .first()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let seed: u64 = positional
+        .get(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0x5eed);
     let (corral, fake) = binaries();
     println!(
-        "kill -9 loop: {rounds} rounds, seed {seed}, {}",
-        corral.display()
+        "kill -9 loop: {rounds} rounds, seed {seed}, {}, store {}",
+        corral.display(),
+        if store_url.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
     );
-    let figures = crash_loop::run(&corral, &fake, rounds, seed);
+    let figures = match &store_url {
+        None => crash_loop::run(&corral, &fake, rounds, seed),
+        Some(url) => on_postgres(&corral, &fake, rounds, seed, url),
+    };
     println!(
         "prompts sent:              {} ({} rounds)",
         figures.prompts, figures.rounds
@@ -70,6 +95,36 @@ fn main() {
         && figures.left_behind.is_empty()
         && figures.integrity == "ok";
     std::process::exit(if clean { 0 } else { 1 });
+}
+
+/// [`crash_loop::run_in`] in a home whose `config` names the PostgreSQL store at `url`.
+fn on_postgres(
+    corral: &std::path::Path,
+    fake: &std::path::Path,
+    rounds: usize,
+    seed: u64,
+    url: &str,
+) -> crash_loop::Figures {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().expect("a temporary home");
+    // Owner-only: the URL carries the password (corral refuses a looser config).
+    let mut config = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.path().join("config"))
+        .expect("the home's config");
+    writeln!(config, "store.url = {url}").expect("the home's config");
+    let mut figures = crash_loop::run_in(corral, fake, dir.path(), rounds, seed);
+    figures.integrity = if dir.path().join("corral.db").exists() {
+        "a SQLite store appeared beside the PostgreSQL one".to_string()
+    } else {
+        "ok".to_string()
+    };
+    figures.wall = started.elapsed();
+    figures
 }
 
 /// What a run's end costs to look for its leftovers: one pass over `/proc` for a run started
