@@ -25,6 +25,23 @@ use serde_json::Value;
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
+/// `daemon --detach` beside the daemon that serves the home: one line naming the pid that
+/// holds the home, with `corral:` once (the started daemon's own error was quoted whole,
+/// prefix and all), exit 1; the daemon that serves is left as it was.
+#[test]
+fn a_second_detached_daemon_is_refused_in_one_line() {
+    let home = DaemonHome::new();
+    home.start_daemon();
+    let pid = home.daemon_pid().expect("the daemon's pid");
+    let line = home.fails(&["daemon", "--detach"], 1);
+    assert_eq!(line.trim_end().lines().count(), 1, "{line}");
+    assert_eq!(line.matches("corral:").count(), 1, "{line}");
+    assert!(line.contains(&format!("pid {pid}")), "{line}");
+    assert_eq!(home.daemon_pid(), Some(pid));
+    home.ok(&["status"]);
+    home.stop_daemon();
+}
+
 /// A home with the fake engine, a project `p`, a session titled `s` with one prompt done;
 /// the daemon stopped. The session's id.
 fn home_with_history() -> (DaemonHome, String) {

@@ -497,6 +497,8 @@ pub fn spawn_detached(home: &Path, starter: &Starter) -> Result<u32, String> {
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no reason logged");
+        // Its last line is its own error, `corral: …`: ours says `corral:` once.
+        let reason = reason.strip_prefix("corral: ").unwrap_or(reason);
         return Err(format!(
             "the daemon did not start ({}): {reason}",
             status
