@@ -498,6 +498,11 @@ pub(crate) fn claim_work(
         Some(total) => total as i64 - running_everywhere(connection)?,
         None => i64::MAX,
     };
+    if total_left <= 0 {
+        // The total is taken on every daemon: no head could be claimed, so the queue (a
+        // sort of every queued prompt, under the write lock) is not read.
+        return Ok(Vec::new());
+    }
     // Heads: the oldest queued prompt of each session with nothing running, in the order
     // they were queued. Written so that every plan is cheap, stale statistics included: the
     // served projects are an `ARRAY(…)`, parsed once (as `IN (SELECT json_array_elements_text
