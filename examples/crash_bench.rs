@@ -105,18 +105,13 @@ fn on_postgres(
     seed: u64,
     url: &str,
 ) -> crash_loop::Figures {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use corral::store::location::HomeConfig;
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().expect("a temporary home");
-    // Owner-only: the URL carries the password (corral refuses a looser config).
-    let mut config = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dir.path().join("config"))
-        .expect("the home's config");
-    writeln!(config, "store.url = {url}").expect("the home's config");
+    // As `corral config set store.url` writes it (0600: the URL carries a password).
+    let mut config = HomeConfig::load(dir.path()).expect("the home's config");
+    config.set("store.url", url).expect("a store URL");
+    config.save(dir.path()).expect("the home's config");
     let mut figures = crash_loop::run_in(corral, fake, dir.path(), rounds, seed);
     figures.integrity = if dir.path().join("corral.db").exists() {
         "a SQLite store appeared beside the PostgreSQL one".to_string()

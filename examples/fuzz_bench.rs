@@ -50,7 +50,6 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use corral::daemon::server::{self, DaemonContext};
 use corral::protocol::{MAX_LINE, METHODS};
+use corral::store::location::HomeConfig;
 use corral::{Corral, CorralOptions};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -586,15 +586,10 @@ impl Worker {
         let home = tempfile::tempdir().expect("a temporary home");
         let home_path = home.path().to_path_buf();
         if let Some(url) = &self.store_url {
-            use std::os::unix::fs::OpenOptionsExt;
-            // Owner-only: the URL carries the password (corral refuses a looser config).
-            let mut config = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(home_path.join("config"))
-                .expect("the home's config");
-            writeln!(config, "store.url = {url}").expect("the home's config");
+            // As `corral config set store.url` writes it (0600: the URL carries a password).
+            let mut config = HomeConfig::load(&home_path).expect("the home's config");
+            config.set("store.url", url).expect("a store URL");
+            config.save(&home_path).expect("the home's config");
         }
         let summary = actix::System::new().block_on(async move {
             let corral = Corral::start(CorralOptions::new(&home_path))

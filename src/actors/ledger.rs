@@ -647,7 +647,7 @@ impl<'a> LockWait<'a> {
     ) -> Result<bool, StoreError> {
         if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
             // At shutdown a locked store answers at once (`done` sets the wait back).
-            set_busy_timeout(connection, Duration::ZERO);
+            connection.set_lock_wait(Duration::ZERO);
             self.answer_at_once = true;
         }
         loop {
@@ -722,10 +722,7 @@ impl<'a> LockWait<'a> {
             self.backoff = (self.backoff * 2).min(LOCK_BACKOFF.1);
             // The next attempt waits no longer than the earliest write may.
             let left = deadline.saturating_duration_since(Instant::now());
-            set_busy_timeout(
-                connection,
-                attempt_wait().min(left).max(Duration::from_millis(1)),
-            );
+            connection.set_lock_wait(attempt_wait().min(left).max(Duration::from_millis(1)));
         }
     }
 
@@ -745,10 +742,10 @@ impl<'a> LockWait<'a> {
     /// Ends the wait: the busy timeout back to one attempt's, and a word when the lock came.
     fn done(self, connection: &Conn) {
         if self.answer_at_once && self.waiting.is_none() {
-            set_busy_timeout(connection, attempt_wait());
+            connection.set_lock_wait(attempt_wait());
         }
         if let Some((_, since)) = self.waiting {
-            set_busy_timeout(connection, attempt_wait());
+            connection.set_lock_wait(attempt_wait());
             tracing::warn!(
                 store = %self.path.display(),
                 waited_ms = since.elapsed().as_millis() as u64,
@@ -774,12 +771,6 @@ fn is_busy(error: &DbError) -> bool {
         }
         other => other.is_connection_lost(),
     }
-}
-
-/// One attempt's wait for the store's write lock (SQLite's busy handler, PostgreSQL's
-/// `lock_timeout` on the `BEGIN`'s advisory lock).
-fn set_busy_timeout(connection: &Conn, wait: Duration) {
-    connection.set_lock_wait(wait);
 }
 
 /// Truncates a WAL that grew long (see `store::truncate_long_wal`), sent by the front when

@@ -1270,12 +1270,6 @@ fn claude(
     exit(script, 0)
 }
 
-/// `corral-fake-engine app-server`: codex's `app-server` protocol over stdin/stdout.
-///
-/// The main thread reads stdin and answers requests in order; every turn runs on a thread of
-/// its own and talks to the main thread through its `Control` channel (interrupts, steers
-/// and the client's answers to the turn's server requests). Every stdout line goes through
-/// `Wire`, whole and flushed.
 /// The live check of the module doc (`CORRAL_FAKE_LIVE_CHECK`).
 mod live_check {
     use std::fs::{File, OpenOptions};
@@ -1352,6 +1346,12 @@ mod live_check {
     }
 }
 
+/// `corral-fake-engine app-server`: codex's `app-server` protocol over stdin/stdout.
+///
+/// The main thread reads stdin and answers requests in order; every turn runs on a thread of
+/// its own and talks to the main thread through its `Control` channel (interrupts, steers
+/// and the client's answers to the turn's server requests). Every stdout line goes through
+/// `Wire`, whole and flushed.
 mod app_server {
     use super::{answer_text, run_command, sleep_forever, Approval, Script, J};
     use serde_json::Value;
