@@ -62,8 +62,9 @@ pub enum CorralError {
     Invalid(String),
     #[error("{0}")]
     Store(String),
-    /// Another writer held the store's lock past `store.lock_timeout_ms`: nothing was
-    /// written, and the same call may succeed once the lock is released.
+    /// The store could not take the write for `store.lock_timeout_ms` (another writer held
+    /// its lock, its server could not be reached or refused writes): nothing was written, and
+    /// the same call may succeed later.
     #[error("{0}")]
     Locked(String),
     /// The sender's driver claim was taken over; this is the claim now.
@@ -73,7 +74,7 @@ pub enum CorralError {
 
 impl From<LedgerError> for CorralError {
     fn from(error: LedgerError) -> Self {
-        if error.is_locked() {
+        if error.is_transient() {
             return CorralError::Locked(error.to_string());
         }
         CorralError::Store(error.to_string())
@@ -82,7 +83,7 @@ impl From<LedgerError> for CorralError {
 
 impl From<StoreError> for CorralError {
     fn from(error: StoreError) -> Self {
-        if error.is_locked() {
+        if error.is_transient() {
             return CorralError::Locked(error.to_string());
         }
         CorralError::Store(error.to_string())

@@ -632,6 +632,22 @@ fn a_newer_schema_is_refused_and_left_as_it_is() {
     assert_eq!(sql(&url, count), before, "not even the exec is recorded");
 }
 
+/// What a server restart or a network cut does to a daemon: every connection it has to the
+/// database at `url` (the ledger's writer, the pooled readers, the listener) is ended by the
+/// server. Returns how many were ended.
+fn end_every_connection(url: &str) -> i64 {
+    let admin = common::store::postgres_admin_url().unwrap();
+    let database = texts(sql(url, "SELECT current_database()::text")).remove(0);
+    let ended = sql(
+        &admin,
+        &format!(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{database}' AND pid <> pg_backend_pid()) ended"
+        ),
+    );
+    ended[0][0].as_i64().unwrap()
+}
+
 #[test]
 fn the_daemon_carries_on_after_the_database_ended_its_connections() {
     let Some(home) = DaemonHome::on_postgres() else {
@@ -640,21 +656,8 @@ fn the_daemon_carries_on_after_the_database_ended_its_connections() {
     let url = home.store_url().unwrap().to_string();
     let session = home.fake_session(FAKE, "reconnects", &[]);
     home.ok(&["send", &session, "before", "--wait"]);
-    // What a server restart or a network cut does to the daemon: every connection it has to
-    // its database (the ledger's writer, the pooled readers) is ended by the server.
-    let admin = common::store::postgres_admin_url().unwrap();
-    let database = texts(sql(&url, "SELECT current_database()::text")).remove(0);
-    let ended = sql(
-        &admin,
-        &format!(
-            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{database}' AND pid <> pg_backend_pid()) ended"
-        ),
-    );
-    assert!(
-        ended[0][0].as_i64().unwrap() >= 1,
-        "the daemon held connections: {ended:?}"
-    );
+    let ended = end_every_connection(&url);
+    assert!(ended >= 1, "the daemon held connections: {ended}");
     // The next prompt runs and is stored: the writer and the readers connect again.
     home.ok(&["send", &session, "after", "--wait"]);
     assert_eq!(
@@ -667,6 +670,87 @@ fn the_daemon_carries_on_after_the_database_ended_its_connections() {
         Some(2),
         "{shown}"
     );
+}
+
+// A store that answers but takes no writes for a while: a failover whose address points at a
+// standby not yet promoted, a database made read-only, a full disk. The ledger's batches wait
+// it out as for a locked store (and `status` says why), and the run that ended meanwhile is
+// stored once when writes are taken again: its prompt's end was given up as failed before,
+// which left the prompt running in the store until the next boot ran it a second time.
+#[test]
+fn writes_refused_for_a_while_are_waited_out_and_the_prompt_ends_once() {
+    let Some(home) = DaemonHome::on_postgres() else {
+        return;
+    };
+    let url = home.store_url().unwrap().to_string();
+    let session = home.fake_session(FAKE, "read-only for a while", &[]);
+    home.ok(&["send", &session, "warm up", "--wait"]);
+    let database = texts(sql(&url, "SELECT current_database()::text")).remove(0);
+    let admin = common::store::postgres_admin_url().unwrap();
+    let read_only = |on: bool| {
+        let setting = match on {
+            true => "SET default_transaction_read_only = on",
+            false => "RESET default_transaction_read_only",
+        };
+        sql(&admin, &format!("ALTER DATABASE \"{database}\" {setting}"));
+        // The setting reaches a session when it connects.
+        end_every_connection(&url);
+    };
+    let sent = home.ok(&[
+        "send",
+        &session,
+        "@fake delay=1500\n@fake answer=stored once\ngo",
+    ]);
+    let prompt = sent.split_whitespace().next().unwrap().to_string();
+    common::daemon::wait_until("the run started", || {
+        !sql(
+            &url,
+            &format!("SELECT 1 FROM runs WHERE prompt_id = '{prompt}'"),
+        )
+        .is_empty()
+    });
+    read_only(true);
+    // The run ends while the store refuses writes: its end waits, and the daemon says why
+    // (asked on its socket: a command records its exec first, which the store refuses).
+    let mut socket = common::rpc::Rpc::connect(home.path());
+    let mut refusing = || {
+        let status = socket.call("status", json!({})).unwrap();
+        status["store"]["refusing_writes"]
+            .as_str()
+            .map(str::to_string)
+    };
+    common::daemon::wait_until("status says the store refuses writes", || {
+        refusing().is_some_and(|why| why.contains("read-only"))
+    });
+    // A command is told at once, in one line, that the store refuses writes.
+    let out = home.run(&["status"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("refuses writes for now") && said.lines().count() == 1,
+        "{said}"
+    );
+    read_only(false);
+    common::daemon::wait_until("the prompt is done", || {
+        texts(sql(
+            &url,
+            &format!("SELECT status FROM prompts WHERE id = '{prompt}'"),
+        )) == ["done"]
+    });
+    assert_eq!(
+        texts(sql(
+            &url,
+            &format!("SELECT status FROM runs WHERE prompt_id = '{prompt}'")
+        )),
+        vec!["succeeded"],
+        "one run, its end stored once"
+    );
+    assert_stored_once(&url, &session, 2, "stored once");
+    common::daemon::wait_until("status says the store takes writes", || {
+        home.json(&["status", "--json"])["store"]["refusing_writes"].is_null()
+    });
+    let line = home.ok(&["status"]);
+    assert!(!line.contains("refuses writes"), "{line}");
 }
 
 #[test]

@@ -103,9 +103,11 @@ impl From<StoreError> for LedgerError {
 }
 
 impl LedgerError {
-    /// Whether another program held the store's write lock too long for the write.
-    pub fn is_locked(&self) -> bool {
-        self.store_error().is_some_and(StoreError::is_locked)
+    /// Whether the store could not take the write for now (locked by another program,
+    /// unreachable, refusing writes) for as long as the write may wait: the same write may
+    /// succeed later.
+    pub fn is_transient(&self) -> bool {
+        self.store_error().is_some_and(StoreError::is_transient)
     }
 
     /// The store error underneath, if any.
@@ -126,14 +128,24 @@ pub trait LedgerWrite: Send + 'static {
 
 /// A write with its reply, type-erased so that writes of every type share one batch.
 trait Op: Send {
-    /// Applies the write; says whether it succeeded (a failed one is rolled back alone).
-    fn apply(&mut self, connection: &Conn) -> bool;
+    /// Applies the write; says how it went.
+    fn apply(&mut self, connection: &Conn) -> Applied;
     /// Forgets the result of a run rolled back with its batch, which is made again.
     fn forget(&mut self);
     /// When the write was handed to the ledger: its wait for a locked store counts from here.
     fn enqueued(&self) -> Instant;
     /// Delivers the reply once the batch's fate is known (see [`BatchEnd`]).
     fn finish(self: Box<Self>, end: BatchEnd);
+}
+
+/// How one write of a batch went.
+enum Applied {
+    Ran,
+    /// It failed: rolled back alone, its error is its reply.
+    Failed,
+    /// The store refused it for now ([`DbError::refuses_writes_for_now`]; why): the whole
+    /// batch is rolled back and waits, as for a locked store, then is made again.
+    Refused(String),
 }
 
 /// How a batch ended, as each of its writes is told.
@@ -175,13 +187,20 @@ where
     W: LedgerWrite,
     D: FnOnce(Reply<W>) + Send,
 {
-    fn apply(&mut self, connection: &Conn) -> bool {
+    fn apply(&mut self, connection: &Conn) -> Applied {
         let Some(write) = &self.write else {
-            return false;
+            return Applied::Failed;
         };
-        let result = write.apply(connection).map_err(LedgerError::from);
-        let applied = result.is_ok();
-        self.result = Some(result);
+        let result = write.apply(connection);
+        let applied = match &result {
+            Ok(_) => Applied::Ran,
+            // Not its reply: the batch is made again.
+            Err(error) if error.refuses_writes_for_now() => {
+                return Applied::Refused(error.to_string())
+            }
+            Err(_) => Applied::Failed,
+        };
+        self.result = Some(result.map_err(LedgerError::from));
         applied
     }
 
@@ -248,9 +267,10 @@ struct LedgerWriter {
     /// `store.lock_timeout_ms` as read when the store opened: the limit while a PostgreSQL
     /// server cannot be reached, when it cannot be read (a locked SQLite file is read anew).
     lock_timeout: Duration,
-    /// Set while a batch waits for a PostgreSQL server that cannot be reached; cleared by the
-    /// next commit (`status` shows it: [`LedgerHandle::store`]).
-    unreachable: Arc<AtomicBool>,
+    /// Set while a batch waits for a PostgreSQL server that cannot be reached (cleared once it
+    /// answers) or for a store that refuses writes (cleared by the next commit): `status`
+    /// shows it ([`LedgerHandle::store`]).
+    waiting: Arc<std::sync::Mutex<Option<Waiting>>>,
     /// Where the store is; `path` names it in errors (the SQLite file, or the URL without its
     /// password).
     location: Location,
@@ -258,6 +278,8 @@ struct LedgerWriter {
     /// Set when the supervisor shuts down: a write that finds the store locked is given up
     /// at once rather than at its limit ([`LedgerHandle::stop_waiting`]).
     stop_waiting: Arc<AtomicBool>,
+    /// See [`LedgerHandle::refuse_at_once`].
+    refuse_at_once: Arc<AtomicBool>,
     /// Opened by [`Open`] on this actor's own thread, so even the pragmas that write the file
     /// header (`journal_mode=WAL`) come from the ledger.
     connection: Option<Conn>,
@@ -349,7 +371,12 @@ impl Handler<Commit> for LedgerWriter {
         let Some(connection) = self.connection.as_ref() else {
             return;
         };
-        let mut lock = LockWait::new(&self.path, &self.stop_waiting, &self.unreachable);
+        let mut lock = LockWait::new(
+            &self.path,
+            &self.stop_waiting,
+            &self.refuse_at_once,
+            &self.waiting,
+        );
         lock.fallback_limit = self.lock_timeout;
         let asks = BeginAsks {
             // The feed came with schema step 8 (an early command may write an older store).
@@ -397,11 +424,19 @@ fn commit_batch(
     loop {
         // IMMEDIATE takes the write lock up front, so another process's writer shows up
         // here, before any write ran, rather than midway through one.
-        match lock.retry(connection, ops, |connection| {
+        let begun = lock.retry(connection, ops, |connection| {
             connection.begin_write_asking(asks)
-        }) {
+        });
+        match begun {
             Ok(true) => {}
             Ok(false) => return None,
+            Err(error) if error.refuses_writes_for_now() && in_doubt.is_none() => {
+                match lock.wait_out_refusal(connection, ops, error.to_string()) {
+                    Ok(true) => continue,
+                    Ok(false) => return None,
+                    Err(error) => return Some(BatchEnd::failed(error, false)),
+                }
+            }
             Err(error) => return Some(BatchEnd::failed(error, in_doubt.is_some())),
         }
         if let Some(xact) = in_doubt.take() {
@@ -414,7 +449,10 @@ fn commit_batch(
             }
         }
         let failure = match apply_and_commit(connection, path, lock, ops, asks.node, savepoints) {
-            Ok(()) => return Some(BatchEnd::Committed),
+            Ok(()) => {
+                lock.committed();
+                return Some(BatchEnd::Committed);
+            }
             Err(Failure::Store(error)) => return Some(BatchEnd::failed(error, false)),
             Err(Failure::OneFailed) => {
                 savepoints = true;
@@ -422,6 +460,16 @@ fn commit_batch(
                     op.forget();
                 }
                 continue;
+            }
+            Err(Failure::Refused(why)) => {
+                for op in ops.iter_mut() {
+                    op.forget();
+                }
+                match lock.wait_out_refusal(connection, ops, why) {
+                    Ok(true) => continue,
+                    Ok(false) => return None,
+                    Err(error) => return Some(BatchEnd::failed(error, false)),
+                }
             }
             Err(failure) => failure,
         };
@@ -476,6 +524,16 @@ fn cannot_say() -> StoreError {
     ))
 }
 
+/// What running a batch's writes came to (before its `COMMIT`).
+enum Ran {
+    /// Every write ran (or failed alone in its savepoint); the events' notice to send, if any.
+    All(Option<String>),
+    /// A write failed in a batch run without savepoints.
+    OneFailed,
+    /// The store refused a write for now (why).
+    Refused(String),
+}
+
 /// Why an attempt at a batch did not commit.
 enum Failure {
     /// The connection was cut before the `COMMIT`: nothing of the batch is stored.
@@ -487,6 +545,9 @@ enum Failure {
     /// A write failed in a batch run without savepoints: the batch was rolled back, to be made
     /// again with them so that the write fails alone.
     OneFailed,
+    /// The store refused a write or the `COMMIT` for now (why): the batch was rolled back, to
+    /// be made again once the store takes writes, within each write's limit.
+    Refused(String),
 }
 
 /// Runs the batch's writes, each in its own savepoint when `savepoints`, and commits; rolls
@@ -503,8 +564,7 @@ fn apply_and_commit(
     // Without savepoints a failing write fails the attempt whichever statement it shows in,
     // so the writes whose answer nobody reads go with the next statement's round trip.
     let _holding = connection.holding_writes(!savepoints);
-    // `Ok(None)`: a write failed with no savepoint; `Ok(Some(notice))`: all ran.
-    let applied = (|| -> crate::store::sql::Result<Option<Option<String>>> {
+    let applied = (|| -> crate::store::sql::Result<Ran> {
         // On PostgreSQL the batch holds the store's write lock, so the feed numbers it gives
         // are exactly those after the last one now: the range its notice names.
         let shared = connection.dialect() == Dialect::Postgres;
@@ -525,10 +585,12 @@ fn apply_and_commit(
                     Some(true) => "ROLLBACK TO op; RELEASE op; SAVEPOINT op",
                 })?;
             }
-            let failed = !op.apply(connection);
-            if failed && !savepoints {
-                return Ok(None);
-            }
+            let failed = match op.apply(connection) {
+                Applied::Ran => false,
+                Applied::Failed if !savepoints => return Ok(Ran::OneFailed),
+                Applied::Failed => true,
+                Applied::Refused(why) => return Ok(Ran::Refused(why)),
+            };
             last_failed = Some(failed);
         }
         if last_failed == Some(true) {
@@ -545,11 +607,12 @@ fn apply_and_commit(
                 ));
             }
         }
-        Ok(Some(notice))
+        Ok(Ran::All(notice))
     })();
     let committed = match applied {
-        Ok(None) => Err(Failure::OneFailed),
-        Ok(Some(notice)) if connection.dialect() == Dialect::Postgres => {
+        Ok(Ran::OneFailed) => Err(Failure::OneFailed),
+        Ok(Ran::Refused(why)) => Err(Failure::Refused(why)),
+        Ok(Ran::All(notice)) if connection.dialect() == Dialect::Postgres => {
             // No lock to wait for at a PostgreSQL COMMIT; a cut one cannot be made again on
             // another connection as it is (see `commit_batch`). The events' notice goes with
             // it, delivered as it commits.
@@ -558,18 +621,24 @@ fn apply_and_commit(
                 .commit_notifying(notice)
                 .map_err(|error| match error.is_connection_lost() {
                     true => Failure::CommitCut(connection.write_xact()),
+                    // Refused at the commit (a deferred check, a full disk): nothing committed.
+                    false if error.refuses_writes_for_now() => Failure::Refused(error.to_string()),
                     // A held write of the last op failed: nothing committed.
                     false if connection.held_write_failed() => Failure::OneFailed,
                     false => Failure::Store(StoreError::from_db(path, error)),
                 })
         }
-        Ok(Some(_)) => {
+        Ok(Ran::All(_)) => {
             // A busy COMMIT leaves the transaction open: it is retried as it is (in WAL mode
             // the write lock is held already, so this is for the odd case only). Its writes
             // have run: none is given up here.
             lock.committing();
             match lock.retry(connection, ops, |connection| connection.batch("COMMIT")) {
                 Ok(_) => Ok(()),
+                // The transaction is rolled back below: the batch is made again whole.
+                Err(error) if error.refuses_writes_for_now() => {
+                    Err(Failure::Refused(error.to_string()))
+                }
                 Err(error) => Err(Failure::Store(error)),
             }
         }
@@ -584,17 +653,56 @@ fn apply_and_commit(
     committed
 }
 
-/// The writer's wait for a store whose write lock another program holds: attempts bounded by
-/// each write's `store.lock_timeout_ms`, with a backoff between them. Set up for free: it
-/// reads the limit only when the store is found locked.
+/// Why the writer's writes wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Another connection holds the store's write lock.
+    Locked,
+    /// The PostgreSQL server cannot be reached (each attempt connects again).
+    Unreachable,
+    /// The store answers but refuses writes for now (why): read-only, a full disk, ….
+    Refused(String),
+}
+
+/// Whether an attempt is worth making again at once, as it is: SQLite said another connection
+/// holds a lock it needs; PostgreSQL's `BEGIN` waited its attempt's time for the write lock
+/// (55P03: another session holds it); the server went away (the next `BEGIN` reconnects). A
+/// store that refuses writes is not ([`LockWait::wait_out_refusal`]): its batch is rolled back
+/// and made again whole.
+fn waiting_for(error: &DbError) -> Option<Waiting> {
+    let locked = match error {
+        DbError::Sqlite(error) => matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        ),
+        DbError::Postgres(error) => {
+            error.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+        }
+        _ => false,
+    };
+    if locked {
+        Some(Waiting::Locked)
+    } else if error.is_connection_lost() {
+        Some(Waiting::Unreachable)
+    } else {
+        None
+    }
+}
+
+/// The writer's wait for a store that cannot take its writes for now ([`Waiting`]): attempts
+/// bounded by each write's `store.lock_timeout_ms`, with a backoff between them. Set up for
+/// free: it reads the limit only when the store is found locked.
 struct LockWait<'a> {
     path: &'a Path,
-    /// Told while the writes wait for an unreachable server (the handle's `store()`).
-    unreachable_flag: &'a AtomicBool,
+    /// Told while the writes wait (the handle's `store()` shows an unreachable server and a
+    /// store refusing writes); cleared when an attempt goes through.
+    told: &'a std::sync::Mutex<Option<Waiting>>,
     /// The limit when the server cannot be reached, so the setting cannot be read.
     fallback_limit: Duration,
     /// The supervisor shuts down: no write waits for the lock any more.
     stop_waiting: &'a AtomicBool,
+    /// A store that refuses writes gives them up at once ([`LedgerHandle::refuse_at_once`]).
+    refuse_at_once: &'a AtomicBool,
     /// The limit and when the wait began, once the store was found locked.
     waiting: Option<(Duration, Instant)>,
     backoff: Duration,
@@ -602,15 +710,21 @@ struct LockWait<'a> {
     committing: bool,
     /// The busy timeout was set to none for a shutdown ([`LedgerHandle::stop_waiting`]).
     answer_at_once: bool,
-    /// The last attempt found the database server gone (PostgreSQL), not a lock.
-    unreachable: bool,
+    /// Why the last attempt did not go through.
+    why: Waiting,
 }
 
 impl<'a> LockWait<'a> {
-    fn new(path: &'a Path, stop_waiting: &'a AtomicBool, unreachable_flag: &'a AtomicBool) -> Self {
+    fn new(
+        path: &'a Path,
+        stop_waiting: &'a AtomicBool,
+        refuse_at_once: &'a AtomicBool,
+        told: &'a std::sync::Mutex<Option<Waiting>>,
+    ) -> Self {
         LockWait {
             path,
-            unreachable_flag,
+            told,
+            refuse_at_once,
             fallback_limit: Duration::from_millis(
                 crate::store::settings::DEFAULT_STORE_LOCK_TIMEOUT_MS,
             ),
@@ -619,7 +733,7 @@ impl<'a> LockWait<'a> {
             backoff: LOCK_BACKOFF.0,
             committing: false,
             answer_at_once: false,
-            unreachable: false,
+            why: Waiting::Locked,
         }
     }
 
@@ -636,9 +750,21 @@ impl<'a> LockWait<'a> {
         self.committing = in_doubt;
     }
 
-    /// Runs `attempt` until it is not busy. Meanwhile each write whose limit passed is given
-    /// up (its reply says the store is locked, and hands the write back) and the others wait
-    /// on, in order. `Ok(false)`: no write is left.
+    fn tell(&self, why: Option<Waiting>) {
+        if let Ok(mut told) = self.told.lock() {
+            *told = why;
+        }
+    }
+
+    /// A commit went through: the store takes writes.
+    fn committed(&self) {
+        self.tell(None);
+    }
+
+    /// Runs `attempt` until it goes through or fails for a reason not worth waiting out
+    /// ([`waiting_for`]). Meanwhile each write whose limit passed is given up (its reply says
+    /// why, and hands the write back) and the others wait on, in order. `Ok(false)`: no write
+    /// is left.
     fn retry(
         &mut self,
         connection: &Conn,
@@ -651,91 +777,139 @@ impl<'a> LockWait<'a> {
             self.answer_at_once = true;
         }
         loop {
-            match attempt(connection) {
+            let why = match attempt(connection) {
                 Ok(()) => {
-                    self.unreachable_flag.store(false, Ordering::SeqCst);
+                    // The server answers (whether it takes writes, the commit tells).
+                    if let Ok(mut told) = self.told.lock() {
+                        if *told == Some(Waiting::Unreachable) {
+                            *told = None;
+                        }
+                    }
                     return Ok(true);
                 }
-                Err(error) if !is_busy(&error) => {
-                    return Err(StoreError::from_db(self.path, error))
-                }
-                Err(error) => {
-                    self.unreachable = error.is_connection_lost();
-                    if self.unreachable {
-                        self.unreachable_flag.store(true, Ordering::SeqCst);
-                    }
-                }
-            }
-            let unreachable = self.unreachable;
-            let fallback = self.fallback_limit;
-            let (limit, since) = *self.waiting.get_or_insert_with(|| {
-                let limit = if unreachable {
-                    fallback
-                } else {
-                    crate::store::settings::store_lock_timeout(connection)
-                };
-                if unreachable {
-                    tracing::warn!(
-                        store = %self.path.display(),
-                        limit_ms = limit.as_millis() as u64,
-                        "the store cannot be reached: writes wait for it"
-                    );
-                } else {
-                    tracing::warn!(
-                        store = %self.path.display(),
-                        limit_ms = limit.as_millis() as u64,
-                        "the store is locked by another writer: writes wait for it"
-                    );
-                }
-                (limit, Instant::now())
-            });
-            let now = Instant::now();
-            // At shutdown the writes that never ran go back to their callers now (a worker
-            // keeps its events in the spill journal, `store::spill`): the daemon's own wait for
-            // its workers is shorter than the limit.
-            if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
-                for op in std::mem::take(ops) {
-                    op.finish(BatchEnd::Unwritten(self.timeout(since.elapsed()).into()));
-                }
+                Err(error) => match waiting_for(&error) {
+                    Some(why) => why,
+                    None => return Err(StoreError::from_db(self.path, error)),
+                },
+            };
+            if !self.wait_out(connection, ops, why)? {
                 return Ok(false);
             }
-            let deadline = if self.committing {
-                // The writes have run: the batch waits as one, from the first busy COMMIT.
-                if now >= since + limit {
-                    return Err(self.timeout(limit));
-                }
-                since + limit
-            } else {
-                let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(ops)
-                    .into_iter()
-                    .partition(|op| now >= op.enqueued() + limit);
-                *ops = waiting;
-                for op in expired {
-                    op.finish(BatchEnd::Unwritten(self.timeout(limit).into()));
-                }
-                match ops.iter().map(|op| op.enqueued() + limit).min() {
-                    Some(deadline) => deadline,
-                    None => return Ok(false),
-                }
-            };
-            std::thread::sleep(self.backoff.min(deadline.saturating_duration_since(now)));
-            self.backoff = (self.backoff * 2).min(LOCK_BACKOFF.1);
-            // The next attempt waits no longer than the earliest write may.
-            let left = deadline.saturating_duration_since(Instant::now());
-            connection.set_lock_wait(attempt_wait().min(left).max(Duration::from_millis(1)));
         }
     }
 
-    fn timeout(&self, limit: Duration) -> StoreError {
-        if self.unreachable {
-            return StoreError::Unreachable {
-                path: self.path.to_path_buf(),
-                waited: limit,
-            };
+    /// The pause after a batch the store refused (`why`), rolled back: its writes are made
+    /// again from the start, each given up at its limit; with [`LedgerHandle::refuse_at_once`]
+    /// they are all given up now.
+    fn wait_out_refusal(
+        &mut self,
+        connection: &Conn,
+        ops: &mut Vec<Box<dyn Op>>,
+        why: String,
+    ) -> Result<bool, StoreError> {
+        self.committing = false;
+        if self.refuse_at_once.load(Ordering::SeqCst) {
+            self.why = Waiting::Refused(why);
+            for op in std::mem::take(ops) {
+                op.finish(BatchEnd::Unwritten(self.timeout(Duration::ZERO).into()));
+            }
+            return Ok(false);
         }
-        StoreError::LockTimeout {
-            path: self.path.to_path_buf(),
-            waited: limit,
+        self.wait_out(connection, ops, Waiting::Refused(why))
+    }
+
+    /// One pause after an attempt that did not go through for `why`: gives up the writes
+    /// whose limit passed, then sleeps the backoff. `Ok(true)`: try again; `Ok(false)`: no
+    /// write is left; `Err`: the batch, waiting as one, passed its limit.
+    fn wait_out(
+        &mut self,
+        connection: &Conn,
+        ops: &mut Vec<Box<dyn Op>>,
+        why: Waiting,
+    ) -> Result<bool, StoreError> {
+        if matches!(why, Waiting::Unreachable | Waiting::Refused(_)) {
+            self.tell(Some(why.clone()));
+        }
+        let unreachable = why == Waiting::Unreachable;
+        if self.waiting.is_none() || self.why != why {
+            match &why {
+                Waiting::Unreachable => tracing::warn!(
+                    store = %self.path.display(),
+                    "the store cannot be reached: writes wait for it"
+                ),
+                Waiting::Locked => tracing::warn!(
+                    store = %self.path.display(),
+                    "the store is locked by another writer: writes wait for it"
+                ),
+                Waiting::Refused(reason) => tracing::warn!(
+                    store = %self.path.display(),
+                    %reason,
+                    "the store refuses writes for now: writes wait for it"
+                ),
+            }
+        }
+        self.why = why;
+        let fallback = self.fallback_limit;
+        let (limit, since) = *self.waiting.get_or_insert_with(|| {
+            let limit = if unreachable {
+                fallback
+            } else {
+                crate::store::settings::store_lock_timeout(connection)
+            };
+            (limit, Instant::now())
+        });
+        let now = Instant::now();
+        // At shutdown the writes that never ran go back to their callers now (a worker
+        // keeps its events in the spill journal, `store::spill`): the daemon's own wait for
+        // its workers is shorter than the limit.
+        if !self.committing && self.stop_waiting.load(Ordering::SeqCst) {
+            for op in std::mem::take(ops) {
+                op.finish(BatchEnd::Unwritten(self.timeout(since.elapsed()).into()));
+            }
+            return Ok(false);
+        }
+        let deadline = if self.committing {
+            // The writes have run: the batch waits as one, from the first busy COMMIT.
+            if now >= since + limit {
+                return Err(self.timeout(limit));
+            }
+            since + limit
+        } else {
+            let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(ops)
+                .into_iter()
+                .partition(|op| now >= op.enqueued() + limit);
+            *ops = waiting;
+            for op in expired {
+                op.finish(BatchEnd::Unwritten(self.timeout(limit).into()));
+            }
+            match ops.iter().map(|op| op.enqueued() + limit).min() {
+                Some(deadline) => deadline,
+                None => return Ok(false),
+            }
+        };
+        std::thread::sleep(self.backoff.min(deadline.saturating_duration_since(now)));
+        self.backoff = (self.backoff * 2).min(LOCK_BACKOFF.1);
+        // The next attempt waits no longer than the earliest write may.
+        let left = deadline.saturating_duration_since(Instant::now());
+        connection.set_lock_wait(attempt_wait().min(left).max(Duration::from_millis(1)));
+        Ok(true)
+    }
+
+    fn timeout(&self, limit: Duration) -> StoreError {
+        let path = self.path.to_path_buf();
+        match &self.why {
+            Waiting::Locked => StoreError::LockTimeout {
+                path,
+                waited: limit,
+            },
+            Waiting::Unreachable => StoreError::Unreachable {
+                path,
+                waited: limit,
+            },
+            Waiting::Refused(why) => StoreError::Refusing {
+                path,
+                why: why.clone(),
+            },
         }
     }
 
@@ -749,27 +923,9 @@ impl<'a> LockWait<'a> {
             tracing::warn!(
                 store = %self.path.display(),
                 waited_ms = since.elapsed().as_millis() as u64,
-                "the store's lock wait ended"
+                "the store's wait ended"
             );
         }
-    }
-}
-
-/// Whether the attempt is worth making again: SQLite said another connection holds a lock it
-/// needs; PostgreSQL's `BEGIN` waited its attempt's time for the write lock (55P03: another
-/// session holds it), or the server went away (the next `BEGIN` reconnects).
-fn is_busy(error: &DbError) -> bool {
-    match error {
-        DbError::Sqlite(error) => matches!(
-            error.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        ),
-        DbError::Postgres(error)
-            if error.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
-        {
-            true
-        }
-        other => other.is_connection_lost(),
     }
 }
 
@@ -1039,9 +1195,10 @@ pub struct LedgerHandle {
     front: Addr<Ledger>,
     /// What the store is, for `status`.
     store: Arc<StoreInfo>,
-    unreachable: Arc<AtomicBool>,
+    waiting: Arc<std::sync::Mutex<Option<Waiting>>>,
     checkpointed: watch::Receiver<u64>,
     stop_waiting: Arc<AtomicBool>,
+    refuse_at_once: Arc<AtomicBool>,
     /// This daemon's node on a shared store, named in the `corral_events` notice of each
     /// batch that stored events ([`LedgerHandle::set_node`]).
     node: Arc<std::sync::OnceLock<String>>,
@@ -1069,8 +1226,10 @@ impl LedgerHandle {
         let at = location.clone();
         let stop_waiting = Arc::new(AtomicBool::new(false));
         let flag = stop_waiting.clone();
-        let unreachable = Arc::new(AtomicBool::new(false));
-        let told = unreachable.clone();
+        let refuse_at_once = Arc::new(AtomicBool::new(false));
+        let refusing = refuse_at_once.clone();
+        let waiting: Arc<std::sync::Mutex<Option<Waiting>>> = Arc::default();
+        let told = waiting.clone();
         let node: Arc<std::sync::OnceLock<String>> = Arc::default();
         let writer_node = node.clone();
         let store = Arc::new(StoreInfo {
@@ -1085,10 +1244,11 @@ impl LedgerHandle {
             lock_timeout: Duration::from_millis(
                 crate::store::settings::DEFAULT_STORE_LOCK_TIMEOUT_MS,
             ),
-            unreachable: told.clone(),
+            waiting: told.clone(),
             location: at.clone(),
             path: owned.clone(),
             stop_waiting: flag.clone(),
+            refuse_at_once: refusing.clone(),
             connection: None,
             node: writer_node.clone(),
             version: 0,
@@ -1117,9 +1277,10 @@ impl LedgerHandle {
             LedgerHandle {
                 front,
                 store,
-                unreachable,
+                waiting,
                 checkpointed: checkpointed_rx,
                 stop_waiting,
+                refuse_at_once,
                 node,
             },
             version,
@@ -1162,7 +1323,7 @@ impl LedgerHandle {
                 Err(Unwritten {
                     error,
                     write: Some(kept),
-                }) if error.is_locked() && !*stop.borrow() => {
+                }) if error.is_transient() && !*stop.borrow() => {
                     tracing::warn!(%error, "a write kept: trying it again");
                     write = kept;
                 }
@@ -1180,6 +1341,15 @@ impl LedgerHandle {
         self.stop_waiting.store(true, Ordering::SeqCst);
     }
 
+    /// From now on a store that refuses writes (read-only, a full disk) has them given up at
+    /// once, unapplied ([`StoreError::Refusing`]), instead of waited out. For a short command:
+    /// a lock is a matter of another writer's commit, but a store that refuses writes stays so
+    /// until someone acts, and the person who typed the command is told now. The daemon waits
+    /// it out: its runs' ends must not be lost.
+    pub fn refuse_at_once(&self) {
+        self.refuse_at_once.store(true, Ordering::SeqCst);
+    }
+
     /// Names this daemon's node (shared store, once registered): every batch that stores
     /// events then tells the other daemons, inside its transaction (`NOTIFY corral_events,
     /// '<node>:<first>:<last>'`, delivered at the commit), so they publish them live.
@@ -1188,12 +1358,25 @@ impl LedgerHandle {
     }
 
     /// What the store is (`kind`: `sqlite` or `postgres`; `at`: the file, or the URL without
-    /// its password) and whether writes are waiting for a server that cannot be reached.
+    /// its password), whether writes are waiting for a server that cannot be reached
+    /// (`reachable`), and why the store refuses writes while they wait for it to take them
+    /// (`refusing_writes`, else null).
     pub fn store(&self) -> serde_json::Value {
+        let waiting = self
+            .waiting
+            .lock()
+            .map(|waiting| waiting.clone())
+            .ok()
+            .flatten();
+        let refusing = match &waiting {
+            Some(Waiting::Refused(why)) => Some(why.clone()),
+            _ => None,
+        };
         serde_json::json!({
             "kind": self.store.kind,
             "at": self.store.at,
-            "reachable": !self.unreachable.load(Ordering::SeqCst),
+            "reachable": waiting != Some(Waiting::Unreachable),
+            "refusing_writes": refusing,
         })
     }
 
@@ -1975,7 +2158,7 @@ mod tests {
             let unwritten = first
                 .await
                 .expect_err("past the limit the write is given up");
-            assert!(unwritten.error.is_locked(), "{:?}", unwritten.error);
+            assert!(unwritten.error.is_transient(), "{:?}", unwritten.error);
             let message = unwritten.error.to_string();
             assert!(
                 message.contains("locked by another writer")
@@ -2011,7 +2194,7 @@ mod tests {
                 .await
                 .unwrap()
                 .expect_err("a shutdown gives the waiting write up");
-            assert!(unwritten.error.is_locked(), "{:?}", unwritten.error);
+            assert!(unwritten.error.is_transient(), "{:?}", unwritten.error);
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "given up long before its limit"
@@ -2021,7 +2204,7 @@ mod tests {
                 .write_keeping(RecordExec(exec("later")))
                 .await
                 .expect_err("given up");
-            assert!(later.error.is_locked());
+            assert!(later.error.is_transient());
             assert!(
                 unwritten.write.is_some() && later.write.is_some(),
                 "handed back whole"

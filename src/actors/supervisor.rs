@@ -378,7 +378,7 @@ impl Shared {
                 Err(Unwritten {
                     error,
                     write: Some(kept),
-                }) if error.is_locked() && !*self.shutdown.borrow() => {
+                }) if error.is_transient() && !*self.shutdown.borrow() => {
                     tracing::warn!(%error, "events kept: trying their write again");
                     write = kept;
                 }
@@ -441,7 +441,7 @@ async fn announce(
                 Err(Unwritten {
                     error,
                     write: Some(_),
-                }) if error.is_locked() => {
+                }) if error.is_transient() => {
                     // Never ran: every worker keeps its own, in order.
                     for announcement in batch.drain(..) {
                         let _ = announcement.reply.send(Err(announcement.events));
@@ -502,7 +502,7 @@ async fn keep_app_server_state(
             let project_id = project_id.clone();
             match ledger.write(SaveAppServer { project_id, state }).await {
                 Ok(()) => break,
-                Err(error) if error.is_locked() && !*shutdown.borrow() => {
+                Err(error) if error.is_transient() && !*shutdown.borrow() => {
                     tracing::warn!(%error, "app-server state kept: trying its write again");
                 }
                 Err(error) => {
@@ -717,7 +717,7 @@ async fn ingest_spills(shared: &Shared) -> Result<runs::Told, String> {
                     tracing::error!(path = %spill.path.display(), %error, "a stored spill file was not removed");
                 }
             }
-            Err(error) if error.is_locked() => {
+            Err(error) if error.is_transient() => {
                 return Err(format!(
                     "{error}: the events spilled at {} were not stored",
                     spill.path.display()

@@ -45,6 +45,7 @@ impl LocalStore {
                 "at": context.store_path.display().to_string(),
                 // It was just opened.
                 "reachable": true,
+                "refusing_writes": null,
             }),
             node: context
                 .location

@@ -874,6 +874,10 @@ async fn open(
     let ledger = ledger
         .map_err(|foreign| eprintln!("{}", store::refusal(&store_path, foreign)))
         .ok();
+    if let Some(ledger) = &ledger {
+        // A store that refuses writes is told now, not after `store.lock_timeout_ms`.
+        ledger.refuse_at_once();
+    }
     Ok(Context {
         home,
         location,

@@ -220,14 +220,17 @@ fn blocker(blocker: &Value) -> String {
     }
 }
 
-/// The HTTP API's line: its URL, why it does not serve, or off (`None`: a daemon that does not
-/// say, older than the HTTP API).
-/// The store's line: what and where, and when writes wait for a server gone away.
+/// The store's line: what and where, and when writes wait for a server gone away or for a
+/// store that refuses them.
 fn store_line(status: &serde_json::Value) -> Option<String> {
     let store = status.get("store").filter(|store| store.is_object())?;
     let mut line = format!("{} {}", text(store, "kind"), text(store, "at"));
     if store["reachable"].as_bool() == Some(false) {
         line.push_str(" (cannot be reached: writes wait for it)");
+    } else if let Some(why) = store["refusing_writes"].as_str() {
+        line.push_str(&format!(
+            " (refuses writes for now, {why}: writes wait for it)"
+        ));
     }
     Some(line)
 }
@@ -270,6 +273,8 @@ fn daemon_lines(status: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// The HTTP API's line: its URL, why it does not serve, or off (`None`: a daemon that does not
+/// say, older than the HTTP API).
 fn http_line(status: &serde_json::Value) -> Option<String> {
     let http = status.get("http")?;
     Some(if http.is_null() {

@@ -71,8 +71,10 @@ pub struct StatusResult {
     /// (and from the store: `cli::local`).
     #[serde(default)]
     pub http: Value,
-    /// The store: `{"kind": "sqlite"|"postgres", "at", "reachable"}` (`at` never shows a
-    /// password; `reachable` false while writes wait for a PostgreSQL server that went away).
+    /// The store: `{"kind": "sqlite"|"postgres", "at", "reachable", "refusing_writes"}` (`at`
+    /// never shows a password; `reachable` false while writes wait for a PostgreSQL server that
+    /// went away; `refusing_writes` why the store refuses writes while they wait for it, a
+    /// read-only server or a full disk, else null).
     /// Null from an older daemon.
     #[serde(default)]
     pub store: Value,

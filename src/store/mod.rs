@@ -178,6 +178,12 @@ pub enum StoreError {
         settings::STORE_LOCK_TIMEOUT_MS
     )]
     Unreachable { path: PathBuf, waited: Duration },
+    /// The store answered but refused writes (read-only, a full disk:
+    /// [`DbError::refuses_writes_for_now`]): the ledger tried again for `store.lock_timeout_ms`
+    /// (a daemon's) or not at all (a short command's), then gave the write up, unapplied. Kept
+    /// like a locked store's.
+    #[error("the store at {} refuses writes for now: {why}", path.display())]
+    Refusing { path: PathBuf, why: String },
     /// A write about a prompt claimed under a lease that no longer holds (on a shared
     /// store): another daemon may run the prompt now, so nothing of it is written.
     #[error(
@@ -202,13 +208,26 @@ impl StoreError {
         matches!(self, StoreError::Incompatible(_))
     }
 
-    /// Whether this says another program held the store's write lock (past the busy
-    /// timeout, or past `store.lock_timeout_ms`).
-    pub fn is_locked(&self) -> bool {
+    /// Whether the store could not take the write for now, so that the same write may
+    /// succeed later: another program held its write lock (past the busy timeout, or past
+    /// `store.lock_timeout_ms`), its server could not be reached, or it refused writes.
+    pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Locked(_) | StoreError::LockTimeout { .. } | StoreError::Unreachable { .. }
+            StoreError::Locked(_)
+                | StoreError::LockTimeout { .. }
+                | StoreError::Unreachable { .. }
+                | StoreError::Refusing { .. }
         )
+    }
+
+    /// Whether the store refused the statement for now: [`DbError::refuses_writes_for_now`].
+    pub fn refuses_writes_for_now(&self) -> bool {
+        match self {
+            StoreError::Sqlite(error) => sql::sqlite_refuses_writes_for_now(error),
+            StoreError::Db(error) => error.refuses_writes_for_now(),
+            _ => false,
+        }
     }
 
     /// Whether this write was refused because its lease no longer holds.

@@ -69,6 +69,11 @@ pub fn postgres_message(error: &tokio_postgres::Error) -> String {
     }
 }
 
+/// [`DbError::refuses_writes_for_now`] for SQLite: its disk is full.
+pub(crate) fn sqlite_refuses_writes_for_now(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+}
+
 impl DbError {
     /// The SQLSTATE code of a PostgreSQL error (`23505` a unique violation, …).
     pub fn sqlstate(&self) -> Option<&str> {
@@ -93,6 +98,24 @@ impl DbError {
                 );
                 error.is_closed() || io || ended
             }
+            _ => false,
+        }
+    }
+
+    /// Whether the server answers but cannot take writes for now, and the same write may
+    /// succeed later: a read-only server (a standby not yet promoted, a database set
+    /// `default_transaction_read_only` during a failover), a full disk, too few resources, or
+    /// a conflict the server asks to retry. A write refused so is waited out like a locked
+    /// store, never given up as failed: a prompt's end lost there would leave its prompt
+    /// running in the store until the next boot ran it again.
+    pub fn refuses_writes_for_now(&self) -> bool {
+        match self {
+            DbError::Sqlite(error) => sqlite_refuses_writes_for_now(error),
+            DbError::Postgres(_) => self.sqlstate().is_some_and(|code| {
+                // 25006 read-only transaction; class 53: disk full, out of memory, too many
+                // connections; 40001, 40P01: serialization failure, deadlock.
+                code == "25006" || code.starts_with("53") || code == "40001" || code == "40P01"
+            }),
             _ => false,
         }
     }

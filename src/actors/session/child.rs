@@ -144,7 +144,7 @@ impl Worker {
             if let Some(error) = unstored.take() {
                 // At a shutdown the ledger gives a locked write up at once: the run is
                 // stopped by the shutdown (its events spilled, its prompt requeued).
-                if *self.shutdown.borrow() && error.is_locked() {
+                if *self.shutdown.borrow() && error.is_transient() {
                     break Some(Ended::Stopped(Stop::Shutdown));
                 }
                 break Some(Ended::Unstored(error));

@@ -614,7 +614,7 @@ impl Worker {
                 Err(Unwritten {
                     error,
                     write: Some(kept),
-                }) if error.is_locked() && !*self.shutdown.borrow() => {
+                }) if error.is_transient() && !*self.shutdown.borrow() => {
                     tracing::warn!(%error, session = self.session_id, "trying the write again");
                     write = kept;
                 }
