@@ -10,7 +10,7 @@
 //! connection (`crate::lease`), the one exception to "only the ledger writes" besides the
 //! checkpointer: renewing a lease must never queue behind a batch. They touch only the
 //! daemon's own row. The ledger reads [`fence_holds`] inside its transaction (which holds the
-//! store's write lock, `postgres::BEGIN_WRITE`): a rescue of the daemon's prompts runs under
+//! store's write lock, `postgres::LOCK_WRITES`): a rescue of the daemon's prompts runs under
 //! the same lock, so a write that passed the fence committed while its daemon owned them.
 
 use serde::{Deserialize, Serialize};

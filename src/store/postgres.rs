@@ -96,7 +96,7 @@ pub struct PgConn {
     /// aborted (until a `ROLLBACK TO`): its `COMMIT` would be answered as a `ROLLBACK`,
     /// without an error, so [`PgConn::commit`] refuses it instead.
     aborted: Cell<bool>,
-    /// How long the next `BEGIN` waits for the store's write lock (see [`BEGIN_WRITE`]).
+    /// How long the next `BEGIN` waits for the store's write lock (see [`LOCK_WRITES`]).
     /// Unbounded, a foreign session holding it (a person's `psql`, a paused process) stalled
     /// every write for as long as it held it, past `store.lock_timeout_ms`.
     lock_wait: Cell<std::time::Duration>,
@@ -289,7 +289,7 @@ impl PgConn {
             .set(wait.max(std::time::Duration::from_millis(1)));
     }
 
-    /// Opens a ledger batch's transaction with the store's write lock ([`BEGIN_WRITE`]) and
+    /// Opens a ledger batch's transaction with the store's write lock ([`LOCK_WRITES`]) and
     /// keeps its transaction id ([`PgConn::write_xact`]); reconnects first when the server
     /// ended the connection. In the same round trip, once the lock is held, it reads what
     /// `asks` names, all in one statement after the lock's: that statement's snapshot is
@@ -303,82 +303,89 @@ impl PgConn {
         self.aborted.set(false);
         self.write_xact.set(None);
         let wait = format!("{}ms", self.lock_wait.get().as_millis());
-        let mut query = BEGIN_WRITE.replace("{wait}", &wait);
-        let mut columns: Vec<String> = Vec::new();
+        // The questions, each a column of one statement whose text depends only on which are
+        // asked: a few prepared statements, planned once each (a batch of statements in one
+        // string would be parsed and planned at every `BEGIN`, under the lock).
+        let mut columns: Vec<&str> = Vec::new();
+        let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
         if asks.feed {
-            columns.push("(SELECT coalesce(max(feed_seq), 0) FROM events)".into());
+            columns.push("(SELECT coalesce(max(feed_seq), 0) FROM events)::bigint");
         }
         if let Some(node) = asks.node {
-            let node = quote_literal(node);
-            columns.push(format!(
-                "(SELECT epoch FROM daemons WHERE node_id = {node} \
-                   AND lease_until >= corral_now_ms())"
-            ));
-            columns.push(format!(
-                "(SELECT count(*) FROM daemons WHERE node_id <> {node} \
-                   AND lease_until >= corral_now_ms())"
-            ));
+            params.push(Box::new(node.to_string()));
+            columns.push(
+                "(SELECT epoch FROM daemons WHERE node_id = $1::text \
+                   AND lease_until >= corral_now_ms())::bigint",
+            );
+            columns.push(
+                "(SELECT count(*) FROM daemons WHERE node_id <> $1::text \
+                   AND lease_until >= corral_now_ms())::bigint",
+            );
         }
+        let touched;
         if let Some(since) = asks.touched_since {
+            params.push(Box::new(since));
+            let at = params.len();
             // 'many' past the bound, else the sessions as a JSON array (NULL: none).
-            columns.push(format!(
+            touched = format!(
                 "(SELECT CASE WHEN count(*) > {TOUCHED_AT_MOST} THEN 'many' \
                    ELSE json_agg(DISTINCT session_id)::text END \
-                   FROM (SELECT session_id FROM events WHERE feed_seq > {since} \
+                   FROM (SELECT session_id FROM events WHERE feed_seq > ${at}::bigint \
                    ORDER BY feed_seq LIMIT {TOUCHED_AT_MOST} + 1) AS touched)"
-            ));
+            );
+            columns.push(&touched);
         }
-        if !columns.is_empty() {
-            query.push_str("; SELECT ");
-            query.push_str(&columns.join(", "));
-        }
-        let answer = block(self.client.borrow().simple_query(&query));
-        let messages = match answer {
-            Ok(messages) => messages,
+        let lock = self.statement(LOCK_WRITES)?;
+        let head = match columns.is_empty() {
+            true => None,
+            false => Some(self.statement(&format!("SELECT {}", columns.join(", ")))?),
+        };
+        let client = self.client.borrow();
+        let lock_args: [&(dyn ToSql + Sync); 2] = [&wait, &WRITE_LOCK];
+        let head_args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| &**param).collect();
+        // One round trip: the three are sent together and run in order, the questions'
+        // statement taking its snapshot once the lock is held, so it sees what committed
+        // before the lock came.
+        let (begun, locked, asked) = block(futures_util::future::join3(
+            client.batch_execute("BEGIN"),
+            client.query_one(&lock, &lock_args),
+            futures_util::future::OptionFuture::from(
+                head.as_ref().map(|head| client.query_one(head, &head_args)),
+            ),
+        ));
+        drop(client);
+        // The first error is the one that counts: what follows it ran in an aborted
+        // transaction.
+        let row = match begun.and(locked) {
+            Ok(row) => row,
             Err(error) => {
-                self.transaction.set(false);
+                self.transaction.set(!self.is_closed());
                 return Err(error.into());
             }
         };
         self.transaction.set(true);
-        // Each statement's rows, in order (a `CommandComplete` ends one); the `BEGIN` has none.
-        let mut statements: Vec<Vec<&tokio_postgres::SimpleQueryRow>> = vec![Vec::new()];
-        for message in &messages {
-            match message {
-                tokio_postgres::SimpleQueryMessage::Row(row) => {
-                    statements.last_mut().expect("one at least").push(row)
-                }
-                tokio_postgres::SimpleQueryMessage::CommandComplete(_) => {
-                    statements.push(Vec::new())
-                }
-                _ => {}
-            }
-        }
-        let value = |index: usize, column: usize| -> Option<i64> {
-            statements.get(index)?.first()?.get(column)?.parse().ok()
+        self.write_xact.set(row.try_get::<_, i64>(2).ok());
+        let Some(asked) = asked else {
+            return Ok(BeginAnswers::default());
         };
-        self.write_xact.set(value(1, 2));
+        let asked = asked?;
         let mut column = 0;
         let mut answers = BeginAnswers::default();
         if asks.feed {
-            answers.last_feed_seq = value(2, column);
+            answers.last_feed_seq = asked.try_get::<_, Option<i64>>(column)?;
             column += 1;
         }
         if asks.node.is_some() {
-            answers.own_epoch = value(2, column);
-            answers.others_live = value(2, column + 1);
+            answers.own_epoch = asked.try_get::<_, Option<i64>>(column)?;
+            answers.others_live = asked.try_get::<_, Option<i64>>(column + 1)?;
             column += 2;
         }
         if asks.touched_since.is_some() {
-            let text = statements
-                .get(2)
-                .and_then(|rows| rows.first())
-                .map(|row| row.get(column));
-            answers.touched = match text {
-                Some(None) => Some(Touched::Sessions(Vec::new())),
-                Some(Some("many")) => Some(Touched::TooMany),
-                Some(Some(json)) => serde_json::from_str(json).ok().map(Touched::Sessions),
-                None => None,
+            let text: Option<String> = asked.try_get(column)?;
+            answers.touched = match text.as_deref() {
+                None => Some(Touched::Sessions(Vec::new())),
+                Some("many") => Some(Touched::TooMany),
+                Some(json) => serde_json::from_str(json).ok().map(Touched::Sessions),
             };
         }
         Ok(answers)
@@ -588,13 +595,11 @@ const MIGRATION_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 1;
 /// from its `BEGIN` to its end (see [`super::sql::Conn::begin_write`]).
 pub const WRITE_LOCK: i64 = ((super::APPLICATION_ID as i64) << 32) | 2;
 
-/// A ledger batch's first statements: the transaction, then the write lock ([`WRITE_LOCK`],
-/// written out: a batch of statements takes no parameter), waited for at most
-/// [`PgConn::set_lock_wait`]'s wait (`lock_timeout`, set for the lock alone: the target list
-/// runs in order), and the transaction's id. Column 2 is the id.
-pub const BEGIN_WRITE: &str = "BEGIN; SELECT set_config('lock_timeout', '{wait}', true), \
-     pg_advisory_xact_lock(4851030235002437634), txid_current(), \
-     set_config('lock_timeout', '0', true)";
+/// A ledger batch's statement after its `BEGIN`: the write lock ([`WRITE_LOCK`], `$2`),
+/// waited for at most [`PgConn::set_lock_wait`]'s wait (`$1`, as `lock_timeout`, set for the
+/// lock alone: the target list runs in order), and the transaction's id (column 2).
+pub const LOCK_WRITES: &str = "SELECT set_config('lock_timeout', $1, true), \
+     pg_advisory_xact_lock($2), txid_current(), set_config('lock_timeout', '0', true)";
 
 /// How long a `BEGIN` waits for the write lock before the ledger is told the store is locked
 /// (SQLSTATE 55P03) and waits on as for a locked SQLite file, bounded by
@@ -763,12 +768,4 @@ pub fn migrate(conn: &super::sql::Conn, target: u32) -> Result<u32> {
         }
     }
     Ok(version)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_write_lock_written_out_is_the_key() {
-        assert!(super::BEGIN_WRITE.contains(&format!("({})", super::WRITE_LOCK)));
-    }
 }
