@@ -1533,6 +1533,7 @@ ledger_write!(
     /// `slots.total` then (its last slot goes to the oldest waiter of every daemon).
     FinishPrompt {
         prompt_id: String,
+        session_id: String,
         status: prompts::PromptStatus,
         error: Option<String>,
         answer: Option<String>,
@@ -1544,6 +1545,7 @@ ledger_write!(
         let next = prompts::finish_and_claim_next(
             connection,
             &this.prompt_id,
+            &this.session_id,
             this.status,
             this.error.as_deref(),
             this.answer.as_deref(),

@@ -217,38 +217,37 @@ fn set_session_status(connection: &Conn, session_id: &str, status: &str) -> sql:
     )
 }
 
-/// Ends a prompt and, in the same transaction, claims the session's next queued prompt (now
-/// `running`), so that the one-worker rule never has a gap to slip through. `total`:
-/// `slots.total` when other daemons share the store (see [`total_goes_elsewhere`]).
+/// Ends prompt `prompt_id` of session `session_id` and, in the same transaction, claims the
+/// session's next queued prompt (now `running`), so that the one-worker rule never has a gap
+/// to slip through; a prompt ended already leaves its row as it is, and its session still
+/// gets its next prompt claimed. `total`: `slots.total` when other daemons share the store
+/// (see [`total_goes_elsewhere`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn finish_and_claim_next(
     connection: &Conn,
     prompt_id: &str,
+    session_id: &str,
     status: PromptStatus,
     error: Option<&str>,
     answer: Option<&str>,
     claimer: Claimer<'_>,
     total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
-    let now = now_ms();
-    let ended: Option<String> = connection.opt_row(
+    // Nothing of its answer is read: on PostgreSQL it goes in the next question's round trip
+    // (the session's, below, which sees it).
+    connection.run_later(
         "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
-         WHERE id = ?1 AND status IN ('running', 'queued') RETURNING session_id",
-        args![prompt_id, status.as_str(), error, answer, now],
-        |row| row.get(0),
+         WHERE id = ?1 AND session_id = ?6 AND status IN ('running', 'queued')",
+        args![
+            prompt_id,
+            status.as_str(),
+            error,
+            answer,
+            now_ms(),
+            session_id
+        ],
     )?;
-    // Ended already (or never stored): its session still gets its next prompt claimed.
-    let session_id = match ended {
-        Some(session_id) => Some(session_id),
-        None => connection.opt_row(
-            "SELECT session_id FROM prompts WHERE id = ?1",
-            args![prompt_id],
-            |row| row.get(0),
-        )?,
-    };
-    let Some(session_id) = session_id else {
-        return Ok(None);
-    };
-    claim_next(connection, &session_id, Some(status), claimer, total)
+    claim_next(connection, session_id, Some(status), claimer, total)
 }
 
 /// Claims the session's oldest queued prompt if nothing runs on it, for `claimer`. `last` is

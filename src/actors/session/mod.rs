@@ -391,6 +391,7 @@ impl Worker {
                 .is_some_and(|lease| !lease.alone());
             let finish = FinishPrompt {
                 prompt_id: prompt_id.clone(),
+                session_id: self.session_id.clone(),
                 status: end.status,
                 error: end.error.clone(),
                 answer: end.answer.clone(),
