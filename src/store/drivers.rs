@@ -89,19 +89,29 @@ pub(crate) fn release_driver(
     driver_claim(connection, session_id)
 }
 
+/// SQL: bumps the provider generation of session `$session` (a placeholder) and returns the
+/// current driver's exec id. A macro so that `runs::insert_run` can take it into its own
+/// statement on PostgreSQL. Qualified for PostgreSQL, as in `claim_driver`.
+macro_rules! engine_started_sql {
+    ($session:literal) => {
+        concat!(
+            "INSERT INTO driver_claims (session_id, provider_generation) VALUES (",
+            $session,
+            ", 1) ON CONFLICT (session_id) DO UPDATE \
+             SET provider_generation = driver_claims.provider_generation + 1 \
+             RETURNING exec_id"
+        )
+    };
+}
+pub(crate) use engine_started_sql;
+
 /// Bumps the provider generation (an engine child was started for the session) and returns
 /// the current driver's exec id, which the child gets as its `CORRAL_PARENT_EXEC`.
 pub(crate) fn engine_started(connection: &Conn, session_id: &str) -> sql::Result<Option<String>> {
-    // Qualified for PostgreSQL, as in `claim_driver`.
     // The driver read back in the same statement: one round trip under the write lock.
-    connection.row(
-        "INSERT INTO driver_claims (session_id, provider_generation) VALUES (?1, 1) \
-         ON CONFLICT (session_id) DO UPDATE \
-         SET provider_generation = driver_claims.provider_generation + 1 \
-         RETURNING exec_id",
-        args![session_id],
-        |row| row.get(0),
-    )
+    connection.row(engine_started_sql!("?1"), args![session_id], |row| {
+        row.get(0)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,10 +4,10 @@
 //! Written by the ledger actor (`StartRun`, `RunSpawned`, `EndRun`, `Recover`); read by the
 //! supervisor at boot, the overview and the daemon's methods.
 
-use crate::store::sql::{self, args, Conn, Row};
+use crate::store::sql::{self, args, Conn, Dialect, Row};
 use serde::{Deserialize, Serialize};
 
-use super::drivers::engine_started;
+use super::drivers::{engine_started, engine_started_sql};
 use super::events::{append_events, NewEvent};
 use super::{json_list, now_ms};
 use crate::events::EventKind;
@@ -100,34 +100,83 @@ pub struct RunDriver {
     pub trace_id: Option<String>,
 }
 
+/// SQL: the columns a run's row is written with, in the order of `insert_run`'s values.
+macro_rules! run_columns {
+    () => {
+        "(id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, started_at, pid, \
+          pid_start, pgid, node_id)"
+    };
+}
+
 /// Writes a run's row. The exec recorded as its parent is the session's current driver, else
 /// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
 pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<RunDriver>> {
-    let exec_id = engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
-    // The exec's trace comes back with the row (`NULL` for no exec, or one not recorded).
-    let trace_id: Option<String> = connection.row(
-        "INSERT INTO runs (id, prompt_id, session_id, attempt, engine, argv, thread_id, exec_id, \
-         started_at, pid, pid_start, pgid, node_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12) \
-         RETURNING (SELECT trace_id FROM execs WHERE execs.id = ?8)",
-        args![
-            run.id,
-            run.prompt_id,
-            run.session_id,
-            run.attempt,
-            run.engine,
-            serde_json::to_string(&run.argv).expect("strings serialize"),
-            run.thread_id,
-            exec_id,
-            now_ms(),
-            run.child.map(|(pid, _)| pid),
-            run.child
-                .and_then(|(_, start)| start)
-                .map(|start| start as i64),
-            run.node_id,
-        ],
-        |row| row.get(0),
-    )?;
+    let argv = serde_json::to_string(&run.argv).expect("strings serialize");
+    let pid = run.child.map(|(pid, _)| pid);
+    let pid_start = run
+        .child
+        .and_then(|(_, start)| start)
+        .map(|start| start as i64);
+    let (exec_id, trace_id): (Option<String>, Option<String>) = match connection.dialect() {
+        Dialect::Sqlite => {
+            let exec_id =
+                engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
+            // The exec's trace comes back with the row (`NULL` for no exec, or one not
+            // recorded).
+            let trace_id = connection.row(
+                concat!(
+                    "INSERT INTO runs ",
+                    run_columns!(),
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12) \
+                     RETURNING (SELECT trace_id FROM execs WHERE execs.id = ?8)"
+                ),
+                args![
+                    run.id,
+                    run.prompt_id,
+                    run.session_id,
+                    run.attempt,
+                    run.engine,
+                    argv,
+                    run.thread_id,
+                    exec_id,
+                    now_ms(),
+                    pid,
+                    pid_start,
+                    run.node_id,
+                ],
+                |row| row.get(0),
+            )?;
+            (exec_id, trace_id)
+        }
+        // One statement, one round trip under the write lock: the driver's provider generation
+        // bumped (`drivers::engine_started`) and the row written with that driver.
+        Dialect::Postgres => connection.row(
+            concat!(
+                "WITH driver AS (",
+                engine_started_sql!("?3"),
+                ") INSERT INTO runs ",
+                run_columns!(),
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
+                  coalesce((SELECT exec_id FROM driver), ?8), ?9, ?10, ?11, ?10, ?12) \
+                 RETURNING exec_id, (SELECT trace_id FROM execs WHERE execs.id = runs.exec_id)"
+            ),
+            args![
+                run.id,
+                run.prompt_id,
+                run.session_id,
+                run.attempt,
+                run.engine,
+                argv,
+                run.thread_id,
+                run.exec_id,
+                now_ms(),
+                pid,
+                pid_start,
+                run.node_id,
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?,
+    };
     connection.run_later(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         args![&run.prompt_id],

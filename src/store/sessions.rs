@@ -341,11 +341,11 @@ pub(crate) fn set_thread(
     thread_id: Option<&str>,
     resume_point: Option<&str>,
 ) -> sql::Result<()> {
-    connection.run(
+    // Nothing of its answer is read: held for the next round trip (PostgreSQL).
+    connection.run_later(
         "UPDATE sessions SET thread_id = ?2, resume_point = ?3 WHERE id = ?1",
         args![session_id, thread_id, resume_point],
-    )?;
-    Ok(())
+    )
 }
 
 /// Sets a generated title unless a person set one. Returns whether it was set.
