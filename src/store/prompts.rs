@@ -276,16 +276,55 @@ fn claim_next_looking(
         Claimer::Daemon(claim) => Some(claim.node_id.as_str()),
         Claimer::Alone | Claimer::Nobody => None,
     };
+    // Other daemons live: the locks are the claims' to keep (see `claim_work`).
+    let shared = match claimer {
+        Claimer::Daemon(claim) => shares_the_store(connection, claim)?,
+        Claimer::Alone | Claimer::Nobody => false,
+    };
     // One look: whether a prompt of the session runs, its oldest queued one, and whether its
-    // worktree is on another daemon's host (never, without a node to compare).
-    let (runs, next, worktree_elsewhere): (bool, Option<String>, bool) = connection.row(
-        "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
-                (SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
-                  ORDER BY created_at, id LIMIT 1), \
-                EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
-        args![session_id, node],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-    )?;
+    // worktree is on another daemon's host (never, without a node to compare); with other
+    // daemons live, what stands between that head and its claim too ([`Rivals`]).
+    let (runs, next, worktree_elsewhere, asked) = match shared {
+        false => {
+            let (runs, next, elsewhere): (bool, Option<String>, bool) = connection.row(
+                "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
+                        (SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
+                          ORDER BY created_at, id LIMIT 1), \
+                        EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
+                args![session_id, node],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )?;
+            (runs, next, elsewhere, None)
+        }
+        true => connection.row(
+            concat!(
+                "WITH head AS (SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
+                               ORDER BY created_at, id LIMIT 1), \
+                      busy AS (SELECT EXISTS (SELECT 1 FROM prompts \
+                                              WHERE session_id = ?1 AND status = 'running') AS runs), \
+                      asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS rivals \
+                                  FROM busy) \
+                 SELECT busy.runs, (SELECT id FROM head), \
+                        EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
+                        CASE WHEN asked.rivals THEN (",
+                held_by_another_session_sql!("?1"),
+                ") END, CASE WHEN asked.rivals THEN (",
+                waits_for_elder_sql!("(SELECT id FROM head)"),
+                ") END, CASE WHEN asked.rivals AND ?3 THEN (",
+                running_everywhere_sql!(),
+                ") END FROM busy, asked"
+            ),
+            args![session_id, node, total.is_some()],
+            |row| {
+                let rivals = Rivals {
+                    held: row.get::<Option<bool>>(3)?.unwrap_or(false),
+                    elder_waits: row.get::<Option<bool>>(4)?.unwrap_or(false),
+                    running: row.get(5)?,
+                };
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, Some(rivals)))
+            },
+        )?,
+    };
     if runs {
         return Ok((None, true));
     }
@@ -295,16 +334,13 @@ fn claim_next_looking(
         _ => "idle",
     };
     let taken_here = match claimer {
-        Claimer::Daemon(claim) => match &next {
-            Some(id) => {
-                !worktree_elsewhere
-                    && (!shares_the_store(connection, claim)? || {
-                        let rivals = rivals(connection, session_id, id, total.is_some())?;
-                        !rivals.hold_or_go_first()
-                            && !total_goes_elsewhere(connection, id, total, rivals.running)?
-                    })
+        Claimer::Daemon(_) => match (&next, asked) {
+            (Some(_), _) if worktree_elsewhere => false,
+            (Some(id), Some(rivals)) => {
+                !rivals.hold_or_go_first()
+                    && !total_goes_elsewhere(connection, id, total, rivals.running)?
             }
-            None => true,
+            _ => true,
         },
         Claimer::Nobody => next.is_none(),
         _ => true,
@@ -772,6 +808,12 @@ macro_rules! waits_for_elder_sql {
         )
     };
 }
+// The claims' SQL pieces, by path as well, so that `claim_next_looking`, above their
+// definitions, can take them too.
+use {
+    conflicts_sql, held_by_another_session_sql, running_everywhere_sql, running_sessions_sql,
+    served_projects_sql, waits_for_elder_sql,
+};
 
 /// What stands between a session's head prompt and its claim on a shared store, asked in one
 /// round trip (each question was one, under the write lock). PostgreSQL only.
