@@ -522,15 +522,30 @@ pub(crate) fn claim_work(
     if serves.is_empty() {
         return Ok(Vec::new());
     }
-    let running: Vec<(String, i64)> = connection.rows(
-        "SELECT s.engine, count(*) FROM prompts p JOIN sessions s ON s.id = p.session_id \
-          WHERE p.status = 'running' AND p.claimed_by = ?1 GROUP BY s.engine",
-        args![claim.node_id],
+    // What this daemon runs, by engine, and (`slots.total` holds across the daemons) what
+    // every daemon runs, in the row without an engine: one round trip under the write lock.
+    let counts: Vec<(Option<String>, i64)> = connection.rows(
+        concat!(
+            "SELECT NULL, (",
+            running_everywhere_sql!(),
+            ") WHERE ?2 \
+             UNION ALL \
+             SELECT s.engine, count(*) FROM prompts p JOIN sessions s ON s.id = p.session_id \
+              WHERE p.status = 'running' AND p.claimed_by = ?1 GROUP BY s.engine"
+        ),
+        args![claim.node_id, room.total.is_some()],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
-    // `slots.total` holds across the daemons: every daemon's running prompts count.
+    let mut everywhere = 0;
+    let mut running: Vec<(String, i64)> = Vec::new();
+    for (engine, count) in counts {
+        match engine {
+            Some(engine) => running.push((engine, count)),
+            None => everywhere = count,
+        }
+    }
     let mut total_left = match room.total {
-        Some(total) => total as i64 - running_everywhere(connection)?,
+        Some(total) => total as i64 - everywhere,
         None => i64::MAX,
     };
     if total_left <= 0 {
