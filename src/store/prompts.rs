@@ -178,29 +178,43 @@ pub(crate) fn enqueue(
             }
         }
     }
-    let id = uuid::Uuid::now_v7().to_string();
-    let queued = connection.row(
-        &format!(
-            "INSERT INTO prompts (id, session_id, text, images, read_only, status, \
-             sender_exec_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7) \
-             RETURNING {PROMPT_COLUMNS}"
-        ),
+    // The row as it is stored, made here: the insert is held (PostgreSQL), to go in the round
+    // trip of the session's question below, which sees it.
+    let queued = Prompt {
+        id: uuid::Uuid::now_v7().to_string(),
+        session_id: new.session_id.clone(),
+        // As every text parameter is bound (`sql::storable`).
+        text: sql::storable(&new.text).into_owned(),
+        images: new.images.clone(),
+        read_only: new.read_only,
+        status: PromptStatus::Queued,
+        attempts: 0,
+        error: None,
+        answer: None,
+        created_at: now_ms(),
+        started_at: None,
+        finished_at: None,
+        claim: None,
+    };
+    connection.run_later(
+        "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
+         created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
         args![
-            id,
-            new.session_id,
-            new.text,
-            serde_json::to_string(&new.images).expect("strings serialize"),
-            new.read_only,
+            queued.id,
+            queued.session_id,
+            queued.text,
+            serde_json::to_string(&queued.images).expect("strings serialize"),
+            queued.read_only,
             new.sender_exec_id,
-            now_ms(),
+            queued.created_at,
         ],
-        prompt_row,
     )?;
+    let id = &queued.id;
     let (started, behind_running) =
         claim_next_looking(connection, &new.session_id, None, claimer, total)?;
     // The row as it stands: claimed just now, or still as queued.
     let prompt = match &started {
-        Some(started) if started.id == id => started.clone(),
+        Some(started) if &started.id == id => started.clone(),
         _ => queued,
     };
     Ok(Ok(Enqueued {
