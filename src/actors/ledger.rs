@@ -344,7 +344,11 @@ fn open_postgres_writer(
     migrate: bool,
 ) -> Result<(Conn, u32), StoreError> {
     use crate::store::postgres::{self, Found};
-    let connection = Conn::from(postgres::PgConn::connect(&url.config(), &url.to_string())?);
+    // Driven on the writer's own thread: its round trips hold the store's write lock.
+    let connection = Conn::from(postgres::PgConn::connect_driven_here(
+        &url.config(),
+        &url.to_string(),
+    )?);
     let version = match postgres::inspect(&connection)? {
         Found::Store { version } => version,
         Found::Foreign(foreign) => return Err(StoreError::Incompatible(foreign)),

@@ -13,6 +13,13 @@
 //!
 //! **The one rule**: never block on the store runtime from its own thread (it would wait on
 //! itself). No store code runs there: only the connections' tasks.
+//!
+//! **The exception: the ledger's writer** ([`PgConn::connect_driven_here`]). Its connection's
+//! task runs on a current-thread runtime of its own, driven by the writer's thread while it
+//! waits for an answer: its round trips hold the store's write lock, which every daemon of a
+//! shared store waits on, and each hop to the store thread and back was two more thread
+//! wakeups on busy cores. Between batches nothing drives it: a connection the server ended
+//! meanwhile fails the next `BEGIN`, which is tried again on a new one (`PgConn::batch`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -100,6 +107,9 @@ pub struct PgConn {
     /// Unbounded, a foreign session holding it (a person's `psql`, a paused process) stalled
     /// every write for as long as it held it, past `store.lock_timeout_ms`.
     lock_wait: Cell<std::time::Duration>,
+    /// The runtime that drives this connection's I/O on the thread that uses it, for the
+    /// ledger's writer ([`PgConn::connect_driven_here`]); `None`: the store runtime does.
+    here: Option<tokio::runtime::Runtime>,
 }
 
 impl PgConn {
@@ -109,8 +119,34 @@ impl PgConn {
         config: &tokio_postgres::Config,
         target: &str,
     ) -> std::result::Result<PgConn, ConnectError> {
+        Self::connect_on(config, target, None)
+    }
+
+    /// [`PgConn::connect`], the connection's I/O driven by the thread that uses it, while it
+    /// waits for an answer: no hop to the store runtime's thread and back at each round
+    /// trip. For the ledger's writer, whose round trips under the store's write lock are what
+    /// other daemons wait on; its thread must never be inside a tokio runtime.
+    pub fn connect_driven_here(
+        config: &tokio_postgres::Config,
+        target: &str,
+    ) -> std::result::Result<PgConn, ConnectError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| ConnectError::Unreachable {
+                target: target.to_string(),
+                message: format!("a runtime for the connection: {error}"),
+            })?;
+        Self::connect_on(config, target, Some(runtime))
+    }
+
+    fn connect_on(
+        config: &tokio_postgres::Config,
+        target: &str,
+        here: Option<tokio::runtime::Runtime>,
+    ) -> std::result::Result<PgConn, ConnectError> {
         let connection = PgConn {
-            client: RefCell::new(login(config, target)?),
+            client: RefCell::new(login(config, target, here.as_ref())?),
             config: Box::new(config.clone()),
             target: target.to_string(),
             statements: RefCell::new(HashMap::new()),
@@ -121,13 +157,14 @@ impl PgConn {
             held_failed: Cell::new(false),
             aborted: Cell::new(false),
             lock_wait: Cell::new(DEFAULT_LOCK_WAIT),
+            here,
         };
         Ok(connection)
     }
 
     /// A new connection in place of one the server ended.
     fn reconnect(&self) -> std::result::Result<(), ConnectError> {
-        let client = login(&self.config, &self.target)?;
+        let client = login(&self.config, &self.target, self.here.as_ref())?;
         *self.client.borrow_mut() = client;
         self.statements.borrow_mut().clear();
         self.transaction.set(false);
@@ -141,7 +178,7 @@ impl PgConn {
             return Ok(statement.clone());
         }
         let client = self.client.borrow();
-        let statement = block(client.prepare(&numbered_placeholders(sql)))?;
+        let statement = self.block(client.prepare(&numbered_placeholders(sql)))?;
         let mut statements = self.statements.borrow_mut();
         if statements.len() >= STATEMENT_CACHE {
             statements.clear();
@@ -218,7 +255,7 @@ impl PgConn {
         self.held_failed.set(false);
         let held = self.held.take();
         if held.is_empty() {
-            return Ok(block(last)?);
+            return Ok(self.block(last)?);
         }
         let values: Vec<Vec<Arg<'_>>> = held
             .iter()
@@ -234,7 +271,7 @@ impl PgConn {
                 .zip(&refs)
                 .map(|((statement, _), args)| client.execute(statement, args)),
         );
-        let (written, last) = block(futures_util::future::join(writes, last));
+        let (written, last) = self.block(futures_util::future::join(writes, last));
         if let Some(Err(error)) = written.into_iter().find(|result| result.is_err()) {
             self.held_failed.set(true);
             return Err(error.into());
@@ -346,7 +383,7 @@ impl PgConn {
         // One round trip: the three are sent together and run in order, the questions'
         // statement taking its snapshot once the lock is held, so it sees what committed
         // before the lock came.
-        let (begun, locked, asked) = block(futures_util::future::join3(
+        let (begun, locked, asked) = self.block(futures_util::future::join3(
             client.batch_execute("BEGIN"),
             client.query_one(&lock, &lock_args),
             futures_util::future::OptionFuture::from(
@@ -425,6 +462,15 @@ impl PgConn {
         self.write_xact.get()
     }
 
+    /// Waits for `future` on the calling thread, driving the connection's I/O meanwhile when
+    /// it is driven here.
+    fn block<F: std::future::Future>(&self, future: F) -> F::Output {
+        match &self.here {
+            Some(runtime) => runtime.block_on(future),
+            None => block(future),
+        }
+    }
+
     /// Whether the server ended the connection (or it broke): a pool drops such a one.
     pub fn is_closed(&self) -> bool {
         self.client.borrow().is_closed()
@@ -435,9 +481,10 @@ impl PgConn {
 fn login(
     config: &tokio_postgres::Config,
     target: &str,
+    here: Option<&tokio::runtime::Runtime>,
 ) -> std::result::Result<Client, ConnectError> {
     let config = config.clone();
-    let connected = block(store_runtime().spawn(async move {
+    let login = async move {
         let (client, connection) = config.connect(NoTls).await?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
@@ -452,7 +499,12 @@ fn login(
             .batch_execute("SET idle_in_transaction_session_timeout = '3s'")
             .await?;
         Ok::<_, tokio_postgres::Error>(client)
-    }));
+    };
+    // Its connection task is spawned where it logs in: on the runtime that drives it.
+    let connected = match here {
+        Some(runtime) => Ok(runtime.block_on(login)),
+        None => block(store_runtime().spawn(login)),
+    };
     let unreachable = |message: String| ConnectError::Unreachable {
         target: target.to_string(),
         message,
