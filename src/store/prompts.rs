@@ -209,12 +209,11 @@ pub(crate) fn enqueue(
             queued.created_at,
         ],
     )?;
-    let id = &queued.id;
     let (started, behind_running) =
         claim_next_looking(connection, &new.session_id, None, claimer, total)?;
     // The row as it stands: claimed just now, or still as queued.
     let prompt = match &started {
-        Some(started) if &started.id == id => started.clone(),
+        Some(started) if started.id == queued.id => started.clone(),
         _ => queued,
     };
     Ok(Ok(Enqueued {

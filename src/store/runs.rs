@@ -111,46 +111,21 @@ macro_rules! run_columns {
 /// Writes a run's row. The exec recorded as its parent is the session's current driver, else
 /// `run.exec_id`; the provider generation is bumped (a new engine child). Returns that exec.
 pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<RunDriver>> {
-    let argv = serde_json::to_string(&run.argv).expect("strings serialize");
-    let pid = run.child.map(|(pid, _)| pid);
-    let pid_start = run
-        .child
-        .and_then(|(_, start)| start)
-        .map(|start| start as i64);
-    let (exec_id, trace_id): (Option<String>, Option<String>) = match connection.dialect() {
-        Dialect::Sqlite => {
-            let exec_id =
-                engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone());
-            // The exec's trace comes back with the row (`NULL` for no exec, or one not
-            // recorded).
-            let trace_id = connection.row(
-                concat!(
-                    "INSERT INTO runs ",
-                    run_columns!(),
-                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12) \
-                     RETURNING (SELECT trace_id FROM execs WHERE execs.id = ?8)"
-                ),
-                args![
-                    run.id,
-                    run.prompt_id,
-                    run.session_id,
-                    run.attempt,
-                    run.engine,
-                    argv,
-                    run.thread_id,
-                    exec_id,
-                    now_ms(),
-                    pid,
-                    pid_start,
-                    run.node_id,
-                ],
-                |row| row.get(0),
-            )?;
-            (exec_id, trace_id)
-        }
-        // One statement, one round trip under the write lock: the driver's provider generation
-        // bumped (`drivers::engine_started`) and the row written with that driver.
-        Dialect::Postgres => connection.row(
+    // The driver's exec comes back with the row, and its trace (`NULL` for no exec, or one
+    // not recorded).
+    let (statement, exec_id) = match connection.dialect() {
+        Dialect::Sqlite => (
+            concat!(
+                "INSERT INTO runs ",
+                run_columns!(),
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?10, ?12) \
+                 RETURNING exec_id, (SELECT trace_id FROM execs WHERE execs.id = ?8)"
+            ),
+            engine_started(connection, &run.session_id)?.or_else(|| run.exec_id.clone()),
+        ),
+        // One statement, one round trip under the write lock: the driver's provider
+        // generation bumped (`drivers::engine_started`) and the row written with that driver.
+        Dialect::Postgres => (
             concat!(
                 "WITH driver AS (",
                 engine_started_sql!("?3"),
@@ -160,23 +135,29 @@ pub(crate) fn insert_run(connection: &Conn, run: &NewRun) -> sql::Result<Option<
                   coalesce((SELECT exec_id FROM driver), ?8), ?9, ?10, ?11, ?10, ?12) \
                  RETURNING exec_id, (SELECT trace_id FROM execs WHERE execs.id = runs.exec_id)"
             ),
-            args![
-                run.id,
-                run.prompt_id,
-                run.session_id,
-                run.attempt,
-                run.engine,
-                argv,
-                run.thread_id,
-                run.exec_id,
-                now_ms(),
-                pid,
-                pid_start,
-                run.node_id,
-            ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?,
+            run.exec_id.clone(),
+        ),
     };
+    let (exec_id, trace_id): (Option<String>, Option<String>) = connection.row(
+        statement,
+        args![
+            run.id,
+            run.prompt_id,
+            run.session_id,
+            run.attempt,
+            run.engine,
+            serde_json::to_string(&run.argv).expect("strings serialize"),
+            run.thread_id,
+            exec_id,
+            now_ms(),
+            run.child.map(|(pid, _)| pid),
+            run.child
+                .and_then(|(_, start)| start)
+                .map(|start| start as i64),
+            run.node_id,
+        ],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
     connection.run_later(
         "UPDATE prompts SET attempts = attempts + 1 WHERE id = ?1",
         args![&run.prompt_id],
