@@ -494,6 +494,22 @@ pub struct Room {
     pub total: Option<usize>,
 }
 
+impl Room {
+    /// The slots `engine` has left, with `running` (engine, count) taken.
+    fn left(&self, engine: &str, running: &[(String, i64)]) -> i64 {
+        let limit = self
+            .engines
+            .get(engine)
+            .copied()
+            .unwrap_or(self.default_per_engine) as i64;
+        limit
+            - running
+                .iter()
+                .find(|(name, _)| name == engine)
+                .map_or(0, |(_, count)| *count)
+    }
+}
+
 /// SQL: the sessions with a prompt running, on any daemon, as an array (read once, whatever
 /// the statistics; see `claim_work`).
 macro_rules! running_sessions_sql {
@@ -557,7 +573,7 @@ pub(crate) fn claim_work(
             None => everywhere = count,
         }
     }
-    let mut total_left = match room.total {
+    let total_left = match room.total {
         Some(total) => total as i64 - everywhere,
         None => i64::MAX,
     };
@@ -572,9 +588,10 @@ pub(crate) fn claim_work(
     // (…))` the list was parsed again for every queued prompt), and each session's head is
     // one sort of the queued prompts (`DISTINCT ON`), not an anti-join of the queue with
     // itself; both cost up to 200 ms on a fresh database with 1,000 queued, under the lock.
-    // Each head's session is looked up by key (the `LATERAL … OFFSET 0` is not turned into a
-    // join), and the sessions that run something and the projects held are each read once,
-    // into an array: a store whose statistics are from when its tables were empty (a new
+    // The heads are put in their order before their sessions are looked up, so that a
+    // page's `LIMIT` stops the lookups. Each head's session is looked up by key (the
+    // `LATERAL … OFFSET 0` is not turned into a join), and the sessions that run something
+    // and the projects held are each read once, into an array: a store whose statistics are from when its tables were empty (a new
     // one, before autovacuum's first analyze) planned joins as scans, 40 ms a claim, and
     // each head's running prompt as a walk of every running prompt.
     //
@@ -584,88 +601,162 @@ pub(crate) fn claim_work(
     // the oldest (first come, first served); a project in an execution group is asked per
     // head.
     let locks = shares_the_store(connection, claim)?;
-    let heads = connection.rows(
-        concat!("SELECT q.id, q.session_id, h.engine, h.project_id, h.shared, h.grouped \
-           FROM (SELECT DISTINCT ON (p.session_id) p.id, p.session_id, p.created_at \
-                   FROM prompts p WHERE p.status = 'queued' \
-                  ORDER BY p.session_id, p.created_at, p.id) q \
-          CROSS JOIN LATERAL ( \
-                 SELECT s.engine, s.project_id, s.worktree IS NULL AS shared, \
-                        sp.groups <> '[]' AS grouped \
-                   FROM sessions s JOIN projects sp ON sp.id = s.project_id \
-                  WHERE s.id = q.session_id AND s.archived_at IS NULL \
-                    AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
-                    AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
-                 OFFSET 0) h \
-          WHERE q.session_id <> ALL (", running_sessions_sql!(), ") \
-            AND NOT (?3 AND h.shared AND h.project_id = ANY (", held_projects_sql!(), ")) \
-          ORDER BY q.created_at, q.id LIMIT 4096"),
-        args![
-            claim.node_id,
-            serde_json::to_string(serves).expect("strings serialize"),
-            locks
-        ],
-        |row| {
-            Ok(Head {
-                id: row.get(0)?,
-                session_id: row.get(1)?,
-                engine: row.get(2)?,
-                project_id: row.get(3)?,
-                shared: row.get(4)?,
-                grouped: row.get(5)?,
+    let serves = serde_json::to_string(serves).expect("strings serialize");
+    let mut pass = ClaimPass {
+        left: crate::engine::EngineKind::ALL
+            .iter()
+            .map(|kind| {
+                let engine = kind.as_str();
+                (engine.to_string(), room.left(engine, &running))
             })
-        },
-    )?;
-    let mut left: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-    // Shared-isolation projects whose oldest head this pass took or passed over.
-    let mut turn_given = std::collections::HashSet::new();
-    let mut claimed = Vec::new();
-    for head in heads {
-        if total_left <= 0 {
+            .collect(),
+        turn_given: std::collections::HashSet::new(),
+        total_left,
+        claimed: Vec::new(),
+    };
+    // The heads are read a page at a time, oldest first: a pass fills its room from the
+    // first few, so the sessions and projects of the rest are not looked up (each head's are
+    // ~4 µs, under the write lock, for every waiting session).
+    let mut after: Option<(i64, String)> = None;
+    // The first page is sized by the room: four heads a slot leave room for those passed
+    // over (a shared project's later heads, engines full, a group's lock).
+    let mut page = total_left.saturating_mul(4).clamp(16, HEADS_A_PAGE);
+    loop {
+        // Only the heads of engines with a slot left here: with this daemon's slots full
+        // (the usual case while the total has room) no head is looked up at all.
+        let engines = pass.engines_with_room();
+        if engines.is_empty() {
             break;
         }
-        if locks && head.shared && !turn_given.insert(head.project_id.clone()) {
-            continue;
-        }
-        // The total's last slot goes to the oldest waiter of every daemon; the heads after
-        // this one are younger still.
-        if locks && total_left == 1 && older_waiter(connection, &head.id)? {
-            break;
-        }
-        let engine = &head.engine;
-        let engine_left = left.entry(engine.clone()).or_insert_with(|| {
-            let limit = room
-                .engines
-                .get(engine)
-                .copied()
-                .unwrap_or(room.default_per_engine) as i64;
-            limit
-                - running
-                    .iter()
-                    .find(|(name, _)| name == engine)
-                    .map_or(0, |(_, count)| *count)
-        });
-        if *engine_left <= 0
-            || (locks
-                && head.grouped
-                && rivals(connection, &head.session_id, &head.id, false)?.hold_or_go_first())
-        {
-            continue;
-        }
-        let prompt = connection.opt_row(
-            &format!(
-                "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
-                 claim_epoch = ?4 WHERE id = ?1 AND status = 'queued' RETURNING {PROMPT_COLUMNS}"
+        let heads = connection.rows(
+            concat!(
+                "SELECT q.id, q.session_id, h.engine, h.project_id, h.shared, h.grouped, \
+                        q.created_at \
+                   FROM (SELECT * FROM (SELECT DISTINCT ON (p.session_id) p.id, p.session_id, \
+                                               p.created_at \
+                                          FROM prompts p WHERE p.status = 'queued' \
+                                         ORDER BY p.session_id, p.created_at, p.id) d \
+                          ORDER BY d.created_at, d.id) q \
+                  CROSS JOIN LATERAL ( \
+                         SELECT s.engine, s.project_id, s.worktree IS NULL AS shared, \
+                                sp.groups <> '[]' AS grouped \
+                           FROM sessions s JOIN projects sp ON sp.id = s.project_id \
+                          WHERE s.id = q.session_id AND s.archived_at IS NULL \
+                            AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
+                            AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
+                            AND s.engine = ANY (ARRAY(SELECT json_array_elements_text(?7::text::json))) \
+                         OFFSET 0) h \
+                  WHERE q.session_id <> ALL (", running_sessions_sql!(), ") \
+                    AND NOT (?3 AND h.shared AND h.project_id = ANY (", held_projects_sql!(), ")) \
+                    AND (?4::bigint IS NULL OR (q.created_at, q.id) > (?4::bigint, ?5::text)) \
+                  ORDER BY q.created_at, q.id LIMIT ?6"
             ),
-            args![head.id, now_ms(), claim.node_id, claim.epoch],
-            prompt_row,
+            args![
+                claim.node_id,
+                serves,
+                locks,
+                after.as_ref().map(|(at, _)| *at),
+                after.as_ref().map(|(_, id)| id.clone()),
+                page,
+                serde_json::to_string(&engines).expect("strings serialize")
+            ],
+            |row| {
+                Ok(Head {
+                    id: row.get(0)?,
+                    session_id: row.get(1)?,
+                    engine: row.get(2)?,
+                    project_id: row.get(3)?,
+                    shared: row.get(4)?,
+                    grouped: row.get(5)?,
+                    created_at: row.get(6)?,
+                })
+            },
         )?;
-        set_session_status(connection, &head.session_id, "running")?;
-        *engine_left -= 1;
-        total_left -= 1;
-        claimed.extend(prompt);
+        let full = heads.len() as i64 == page;
+        after = heads.last().map(|head| (head.created_at, head.id.clone()));
+        if !pass.take(connection, claim, locks, heads)? || !full {
+            break;
+        }
+        page = HEADS_A_PAGE;
     }
-    Ok(claimed)
+    Ok(pass.claimed)
+}
+
+/// The most heads [`claim_work`] reads at a time.
+const HEADS_A_PAGE: i64 = 256;
+
+/// What one [`claim_work`] has claimed and what room it has left, across its pages of heads.
+struct ClaimPass {
+    /// Slots left per engine on this daemon.
+    left: std::collections::HashMap<String, i64>,
+    /// Shared-isolation projects whose oldest head this pass took or passed over.
+    turn_given: std::collections::HashSet<String>,
+    /// `slots.total` left across the daemons (`i64::MAX`: no total).
+    total_left: i64,
+    claimed: Vec<Prompt>,
+}
+
+impl ClaimPass {
+    /// Claims what it may of `heads`, oldest first; false once the total is taken (no later
+    /// head could be claimed).
+    fn take(
+        &mut self,
+        connection: &Conn,
+        claim: &Claim,
+        locks: bool,
+        heads: Vec<Head>,
+    ) -> sql::Result<bool> {
+        for head in heads {
+            if self.total_left <= 0 {
+                return Ok(false);
+            }
+            if locks && head.shared && !self.turn_given.insert(head.project_id.clone()) {
+                continue;
+            }
+            // The total's last slot goes to the oldest waiter of every daemon; the heads
+            // after this one are younger still.
+            if locks && self.total_left == 1 && older_waiter(connection, &head.id)? {
+                return Ok(false);
+            }
+            // Every engine's room was counted up front: a head of another is not claimed.
+            let Some(engine_left) = self.left.get_mut(&head.engine) else {
+                continue;
+            };
+            if *engine_left <= 0
+                || (locks
+                    && head.grouped
+                    && rivals(connection, &head.session_id, &head.id, false)?.hold_or_go_first())
+            {
+                continue;
+            }
+            let prompt = connection.opt_row(
+                &format!(
+                    "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
+                     claim_epoch = ?4 WHERE id = ?1 AND status = 'queued' RETURNING {PROMPT_COLUMNS}"
+                ),
+                args![head.id, now_ms(), claim.node_id, claim.epoch],
+                prompt_row,
+            )?;
+            set_session_status(connection, &head.session_id, "running")?;
+            *engine_left -= 1;
+            self.total_left -= 1;
+            self.claimed.extend(prompt);
+        }
+        Ok(self.total_left > 0)
+    }
+
+    /// The engines this daemon has a slot left for.
+    fn engines_with_room(&self) -> Vec<&str> {
+        let mut engines: Vec<&str> = self
+            .left
+            .iter()
+            .filter(|(_, left)| **left > 0)
+            .map(|(engine, _)| engine.as_str())
+            .collect();
+        // One statement text and one order for the same room.
+        engines.sort_unstable();
+        engines
+    }
 }
 
 /// A session's oldest queued prompt, as [`claim_work`] reads the queue.
@@ -678,6 +769,8 @@ struct Head {
     shared: bool,
     /// Its project is in an execution group (which may lock it with other projects).
     grouped: bool,
+    /// When it was queued: where the next page of heads begins.
+    created_at: i64,
 }
 
 /// SQL: how many prompts run now on every daemon of a shared store.
