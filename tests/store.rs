@@ -348,3 +348,160 @@ fn a_home_on_a_read_only_filesystem_fails_with_one_line() {
     assert_eq!(message.lines().count(), 1, "{message}");
     assert!(message.contains("cannot open the store"), "{message}");
 }
+
+/// The heads of the queue as the store keeps them (`queue_heads`) and as the prompts say
+/// they are (each session's oldest queued prompt), both sorted.
+fn heads_kept_and_computed(
+    store: &common::store::HomeStore<'_>,
+) -> (Vec<Vec<serde_json::Value>>, Vec<Vec<serde_json::Value>>) {
+    let kept =
+        store.sql("SELECT session_id, prompt_id, created_at FROM queue_heads ORDER BY session_id");
+    let computed = store.sql(
+        "SELECT p.session_id, p.id, p.created_at FROM prompts p \
+          WHERE p.status = 'queued' \
+            AND NOT EXISTS (SELECT 1 FROM prompts o \
+                             WHERE o.session_id = p.session_id AND o.status = 'queued' \
+                               AND (o.created_at, o.id) < (p.created_at, p.id)) \
+          ORDER BY p.session_id",
+    );
+    (kept, computed)
+}
+
+#[test]
+fn the_queue_heads_follow_every_change_of_a_prompts_status() {
+    // What the daemons' claims walk on a shared store: each session's oldest queued prompt.
+    // Prompts are queued (some at the same millisecond, the id then decides), claimed,
+    // ended, cancelled wherever they stand in their queue, and taken back into the queue (as
+    // from a dead daemon), in a fixed pseudo-random order; after each change the heads kept
+    // are the heads the prompts give.
+    let home = common::daemon::DaemonHome::new();
+    home.add_project("p", &home.work(), "fake");
+    let sessions: Vec<String> = (0..3).map(|_| home.new_session(&["p"])).collect();
+    // Nothing runs them but the test.
+    home.stop_daemon();
+    let store = home.store();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |below: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 33) as usize) % below
+    };
+    let ids_where = |condition: &str| -> Vec<String> {
+        store
+            .sql(&format!(
+                "SELECT id FROM prompts WHERE {condition} ORDER BY id"
+            ))
+            .into_iter()
+            .map(|row| row[0].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut made = 0;
+    let mut changes = std::collections::BTreeMap::<&str, usize>::new();
+    for step in 0..240 {
+        let session = &sessions[next(sessions.len())];
+        let change = match next(6) {
+            0 | 1 => {
+                made += 1;
+                store.execute(&format!(
+                    "INSERT INTO prompts (id, session_id, text, status, created_at) \
+                     VALUES ('q{:03}', '{session}', 'x', 'queued', {})",
+                    // Two at each millisecond, and the ids out of time order.
+                    (made * 7) % 1000,
+                    made / 2
+                ));
+                "queued"
+            }
+            2 => {
+                let running =
+                    ids_where(&format!("session_id = '{session}' AND status = 'running'"));
+                let (_, computed) = heads_kept_and_computed(&store);
+                let head = computed
+                    .iter()
+                    .find(|row| row[0] == serde_json::json!(session));
+                match (running.is_empty(), head) {
+                    (true, Some(head)) => {
+                        store.execute(&format!(
+                            "UPDATE prompts SET status = 'running' WHERE id = {}",
+                            common::store::quoted(head[1].as_str().unwrap())
+                        ));
+                        "claimed"
+                    }
+                    _ => continue,
+                }
+            }
+            3 => {
+                let Some(id) = ids_where("status = 'running'").pop() else {
+                    continue;
+                };
+                store.execute(&format!(
+                    "UPDATE prompts SET status = 'done' WHERE id = '{id}'"
+                ));
+                "ended"
+            }
+            4 => {
+                let queued = ids_where("status = 'queued'");
+                if queued.is_empty() {
+                    continue;
+                }
+                let id = &queued[next(queued.len())];
+                store.execute(&format!(
+                    "UPDATE prompts SET status = 'cancelled' WHERE id = '{id}'"
+                ));
+                "cancelled"
+            }
+            _ => {
+                let Some(id) = ids_where("status = 'running'").first().cloned() else {
+                    continue;
+                };
+                store.execute(&format!(
+                    "UPDATE prompts SET status = 'queued' WHERE id = '{id}'"
+                ));
+                "taken back"
+            }
+        };
+        *changes.entry(change).or_default() += 1;
+        let (kept, computed) = heads_kept_and_computed(&store);
+        assert_eq!(kept, computed, "after step {step} ({change})");
+    }
+    // Every kind of change happened, several times.
+    assert_eq!(changes.len(), 5, "{changes:?}");
+    assert!(changes.values().all(|count| *count >= 5), "{changes:?}");
+}
+
+#[test]
+fn a_store_migrated_with_prompts_queued_has_their_heads() {
+    if common::store::skip_sqlite_only("migrating a SQLite file from step 12") {
+        return;
+    }
+    let home = Home::new();
+    let mut connection = Connection::open(home.db_path()).unwrap();
+    migrations::migrate_to(&mut connection, 12).unwrap();
+    connection
+        .execute_batch(
+            "INSERT INTO projects(id, name, path, created_at) VALUES ('p', 'p', '/tmp', 1);
+             INSERT INTO sessions(id, project_id, engine, created_at) VALUES
+               ('a', 'p', 'fake', 1), ('b', 'p', 'fake', 1), ('c', 'p', 'fake', 1);
+             INSERT INTO prompts(id, session_id, text, status, created_at) VALUES
+               ('a1', 'a', 'x', 'done', 1), ('a2', 'a', 'x', 'queued', 5),
+               ('a3', 'a', 'x', 'queued', 4), ('b2', 'b', 'x', 'queued', 3),
+               ('b1', 'b', 'x', 'queued', 3), ('c1', 'c', 'x', 'running', 2);",
+        )
+        .unwrap();
+    migrations::migrate(&mut connection).unwrap();
+    let mut heads = connection
+        .prepare("SELECT session_id, prompt_id FROM queue_heads ORDER BY session_id")
+        .unwrap();
+    let heads: Vec<(String, String)> = heads
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            ("a".to_string(), "a3".to_string()),
+            ("b".into(), "b1".into())
+        ]
+    );
+}

@@ -1086,3 +1086,42 @@ fn two_writers_taking_turns_number_a_sessions_events_without_a_gap() {
     );
     assert_eq!(last, vec![vec![json!(stored.len())]]);
 }
+
+#[test]
+fn a_store_migrated_with_prompts_queued_has_their_heads() {
+    // The twin of tests/store.rs's: step 13 fills `queue_heads` from the prompts queued.
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let url = corral::store::location::PgUrl::parse(&database.url).expect("the URL parses");
+    let migrate_to = |target: u32| {
+        let connection = corral::store::sql::Conn::from(
+            corral::store::postgres::PgConn::connect(&url.config(), &url.to_string())
+                .expect("the database answers"),
+        );
+        corral::store::postgres::migrate(&connection, target).expect("the store migrates")
+    };
+    assert_eq!(migrate_to(12), 12);
+    for statement in [
+        "INSERT INTO projects(id, name, path, created_at) VALUES ('p', 'p', '/tmp', 1)",
+        "INSERT INTO sessions(id, project_id, engine, created_at) VALUES \
+           ('a', 'p', 'fake', 1), ('b', 'p', 'fake', 1), ('c', 'p', 'fake', 1)",
+        "INSERT INTO prompts(id, session_id, text, status, created_at) VALUES \
+           ('a1', 'a', 'x', 'done', 1), ('a2', 'a', 'x', 'queued', 5), \
+           ('a3', 'a', 'x', 'queued', 4), ('b2', 'b', 'x', 'queued', 3), \
+           ('b1', 'b', 'x', 'queued', 3), ('c1', 'c', 'x', 'running', 2)",
+    ] {
+        common::store::execute(&database.url, statement);
+    }
+    assert_eq!(
+        migrate_to(corral::store::migrations::SCHEMA_VERSION),
+        corral::store::migrations::SCHEMA_VERSION
+    );
+    assert_eq!(
+        sql(
+            &database.url,
+            "SELECT session_id, prompt_id FROM queue_heads ORDER BY session_id"
+        ),
+        vec![vec![json!("a"), json!("a3")], vec![json!("b"), json!("b1")]]
+    );
+}

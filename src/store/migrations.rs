@@ -363,6 +363,59 @@ CREATE TABLE asks (
 CREATE INDEX asks_unanswered ON asks(to_node) WHERE answered_at IS NULL;
 "#,
     },
+    Migration {
+        name: "queue heads",
+        sql: r#"
+-- The oldest queued prompt of each session that has one, kept by the triggers below at every
+-- change of a prompt's status (#14): the daemons' claims walk it in queue order instead of
+-- sorting every queued prompt under the write lock (15 ms a claim at 10,000 queued).
+CREATE TABLE queue_heads (
+    session_id TEXT PRIMARY KEY NOT NULL,
+    prompt_id  TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX queue_heads_in_order ON queue_heads(created_at, prompt_id);
+INSERT INTO queue_heads (session_id, prompt_id, created_at)
+SELECT p.session_id, p.id, p.created_at FROM prompts p
+ WHERE p.status = 'queued'
+   AND NOT EXISTS (SELECT 1 FROM prompts o
+                    WHERE o.session_id = p.session_id AND o.status = 'queued'
+                      AND (o.created_at, o.id) < (p.created_at, p.id));
+-- Queued, or queued again (a run taken back from a dead daemon): its session's head if it is
+-- older than the one there.
+CREATE TRIGGER queue_head_on_insert AFTER INSERT ON prompts WHEN NEW.status = 'queued'
+BEGIN
+    INSERT INTO queue_heads (session_id, prompt_id, created_at)
+    VALUES (NEW.session_id, NEW.id, NEW.created_at)
+    ON CONFLICT (session_id) DO UPDATE SET prompt_id = excluded.prompt_id,
+                                           created_at = excluded.created_at
+     WHERE (excluded.created_at, excluded.prompt_id)
+         < (queue_heads.created_at, queue_heads.prompt_id);
+END;
+CREATE TRIGGER queue_head_on_requeue AFTER UPDATE OF status ON prompts
+    WHEN NEW.status = 'queued' AND OLD.status <> 'queued'
+BEGIN
+    INSERT INTO queue_heads (session_id, prompt_id, created_at)
+    VALUES (NEW.session_id, NEW.id, NEW.created_at)
+    ON CONFLICT (session_id) DO UPDATE SET prompt_id = excluded.prompt_id,
+                                           created_at = excluded.created_at
+     WHERE (excluded.created_at, excluded.prompt_id)
+         < (queue_heads.created_at, queue_heads.prompt_id);
+END;
+-- Out of the queue (claimed, cancelled, failed): if it was the head, the session's next
+-- queued prompt is.
+CREATE TRIGGER queue_head_on_dequeue AFTER UPDATE OF status ON prompts
+    WHEN OLD.status = 'queued' AND NEW.status <> 'queued'
+BEGIN
+    DELETE FROM queue_heads WHERE session_id = OLD.session_id AND prompt_id = OLD.id;
+    INSERT INTO queue_heads (session_id, prompt_id, created_at)
+    SELECT session_id, id, created_at FROM prompts
+     WHERE session_id = OLD.session_id AND status = 'queued'
+     ORDER BY created_at, id LIMIT 1
+    ON CONFLICT (session_id) DO NOTHING;
+END;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -397,6 +397,43 @@ CREATE TABLE asks (
 );
 CREATE INDEX asks_unanswered ON asks(to_node) WHERE answered_at IS NULL;
 "#,
+    // 13: queue heads
+    r#"
+CREATE TABLE queue_heads (
+    session_id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+    prompt_id  TEXT COLLATE "C" NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX queue_heads_in_order ON queue_heads(created_at, prompt_id);
+INSERT INTO queue_heads (session_id, prompt_id, created_at)
+SELECT DISTINCT ON (session_id) session_id, id, created_at FROM prompts
+ WHERE status = 'queued' ORDER BY session_id, created_at, id;
+CREATE FUNCTION queue_head_of_prompt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'queued' THEN
+        INSERT INTO queue_heads (session_id, prompt_id, created_at)
+        VALUES (NEW.session_id, NEW.id, NEW.created_at)
+        ON CONFLICT (session_id) DO UPDATE SET prompt_id = excluded.prompt_id,
+                                               created_at = excluded.created_at
+         WHERE (excluded.created_at, excluded.prompt_id)
+             < (queue_heads.created_at, queue_heads.prompt_id);
+    ELSE
+        DELETE FROM queue_heads WHERE session_id = OLD.session_id AND prompt_id = OLD.id;
+        INSERT INTO queue_heads (session_id, prompt_id, created_at)
+        SELECT session_id, id, created_at FROM prompts
+         WHERE session_id = OLD.session_id AND status = 'queued'
+         ORDER BY created_at, id LIMIT 1
+        ON CONFLICT (session_id) DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER queue_head_on_insert AFTER INSERT ON prompts
+    FOR EACH ROW WHEN (NEW.status = 'queued') EXECUTE FUNCTION queue_head_of_prompt();
+CREATE TRIGGER queue_head_on_status AFTER UPDATE OF status ON prompts
+    FOR EACH ROW WHEN ((OLD.status = 'queued') <> (NEW.status = 'queued'))
+    EXECUTE FUNCTION queue_head_of_prompt();
+"#,
 ];
 
 #[cfg(test)]

@@ -585,15 +585,16 @@ pub(crate) fn claim_work(
     // Heads: the oldest queued prompt of each session with nothing running, in the order
     // they were queued. Written so that every plan is cheap, stale statistics included: the
     // served projects are an `ARRAY(…)`, parsed once (as `IN (SELECT json_array_elements_text
-    // (…))` the list was parsed again for every queued prompt), and each session's head is
-    // one sort of the queued prompts (`DISTINCT ON`), not an anti-join of the queue with
-    // itself; both cost up to 200 ms on a fresh database with 1,000 queued, under the lock.
-    // The heads are put in their order before their sessions are looked up, so that a
-    // page's `LIMIT` stops the lookups. Each head's session is looked up by key (the
-    // `LATERAL … OFFSET 0` is not turned into a join), and the sessions that run something
-    // and the projects held are each read once, into an array: a store whose statistics are from when its tables were empty (a new
-    // one, before autovacuum's first analyze) planned joins as scans, 40 ms a claim, and
-    // each head's running prompt as a walk of every running prompt.
+    // (…))` the list was parsed again for every queued prompt), and the heads are the store's
+    // `queue_heads`, kept by triggers, walked in order: a sort of every queued prompt
+    // (`DISTINCT ON`) cost 15 ms a claim at 10,000 queued, and an anti-join of the queue with
+    // itself up to 200 ms on a fresh database with 1,000 queued, both under the lock. A
+    // page's `LIMIT` stops the walk and the lookups. Each head's session is looked up by key
+    // (the `LATERAL … OFFSET 0` is not turned into a join), and the sessions that run
+    // something and the projects held are each read once, into an array: a store whose
+    // statistics are from when its tables were empty (a new one, before autovacuum's first
+    // analyze) planned joins as scans, 40 ms a claim, and each head's running prompt as a
+    // walk of every running prompt.
     //
     // With other daemons live, the claims keep the locks (`conflicts_sql!`): the heads of a
     // shared-isolation project a session of which runs are left out here, in one pass over
@@ -630,13 +631,9 @@ pub(crate) fn claim_work(
         }
         let heads = connection.rows(
             concat!(
-                "SELECT q.id, q.session_id, h.engine, h.project_id, h.shared, h.grouped, \
+                "SELECT q.prompt_id, q.session_id, h.engine, h.project_id, h.shared, h.grouped, \
                         q.created_at \
-                   FROM (SELECT * FROM (SELECT DISTINCT ON (p.session_id) p.id, p.session_id, \
-                                               p.created_at \
-                                          FROM prompts p WHERE p.status = 'queued' \
-                                         ORDER BY p.session_id, p.created_at, p.id) d \
-                          ORDER BY d.created_at, d.id) q \
+                   FROM queue_heads q \
                   CROSS JOIN LATERAL ( \
                          SELECT s.engine, s.project_id, s.worktree IS NULL AS shared, \
                                 sp.groups <> '[]' AS grouped \
@@ -648,8 +645,8 @@ pub(crate) fn claim_work(
                          OFFSET 0) h \
                   WHERE q.session_id <> ALL (", running_sessions_sql!(), ") \
                     AND NOT (?3 AND h.shared AND h.project_id = ANY (", held_projects_sql!(), ")) \
-                    AND (?4::bigint IS NULL OR (q.created_at, q.id) > (?4::bigint, ?5::text)) \
-                  ORDER BY q.created_at, q.id LIMIT ?6"
+                    AND (?4::bigint IS NULL OR (q.created_at, q.prompt_id) > (?4::bigint, ?5::text)) \
+                  ORDER BY q.created_at, q.prompt_id LIMIT ?6"
             ),
             args![
                 claim.node_id,
@@ -820,18 +817,19 @@ fn total_goes_elsewhere(
 /// isolation), and whose worktree, if it has one, is on a live daemon. Each head's session
 /// is looked up by key, as in [`claim_work`].
 fn older_waiter(connection: &Conn, prompt_id: &str) -> sql::Result<bool> {
-    // Any queued prompt older than this one will do, not only a session's oldest (that one is
-    // older still): the walk of the queue in its order stops at the first that waits.
+    // The sessions' heads will do (every filter is the session's, and a session's head is
+    // its oldest queued prompt): the walk of the heads in queue order stops at the first
+    // that waits.
     connection.row(
         concat!(
             "WITH me AS (SELECT p.session_id, p.created_at, p.id FROM prompts p WHERE p.id = ?1) \
              SELECT EXISTS ( \
-                SELECT 1 FROM me, prompts q \
+                SELECT 1 FROM me, queue_heads q \
                  CROSS JOIN LATERAL ( \
                        SELECT o.project_id, o.worktree, o.worktree_node FROM sessions o \
                         WHERE o.id = q.session_id AND o.archived_at IS NULL OFFSET 0) o \
-                 WHERE q.status = 'queued' AND q.session_id <> me.session_id \
-                   AND (q.created_at, q.id) < (me.created_at, me.id) \
+                 WHERE q.session_id <> me.session_id \
+                   AND (q.created_at, q.prompt_id) < (me.created_at, me.id) \
                    AND q.session_id <> ALL (",
             running_sessions_sql!(),
             ") \
@@ -893,7 +891,7 @@ macro_rules! held_by_another_session_sql {
 /// The rival projects first, materialized (this one, and with groups those sharing one, each
 /// served by a live daemon: the daemons' lists are parsed once, not per project, session or
 /// queued prompt; 2 to 10 ms a claim when the planner read them per project), then their
-/// sessions' older queued prompts through the index of each session's prompts.
+/// sessions' heads (`queue_heads`: one row a session, whatever its queue's length).
 macro_rules! waits_for_elder_sql {
     ($prompt:literal) => {
         concat!(
@@ -917,12 +915,12 @@ macro_rules! waits_for_elder_sql {
             ")) \
          SELECT EXISTS ( \
             SELECT 1 FROM me, rivals r JOIN sessions o ON o.project_id = r.project_id \
-                     JOIN prompts q ON q.session_id = o.id AND q.status = 'queued' \
+                     JOIN queue_heads q ON q.session_id = o.id \
              WHERE o.id <> me.session_id AND o.archived_at IS NULL \
                AND (r.grouped OR (o.project_id = me.project_id AND o.worktree IS NULL \
                                   AND me.worktree IS NULL)) \
                AND (q.created_at < me.created_at \
-                    OR (q.created_at = me.created_at AND q.id < me.id)) \
+                    OR (q.created_at = me.created_at AND q.prompt_id < me.id)) \
                AND o.id <> ALL (",
             running_sessions_sql!(),
             "))"
