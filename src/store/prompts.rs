@@ -294,15 +294,16 @@ fn claim_next_looking(
         Claimer::Daemon(claim) => shares_the_store(connection, claim)?,
         Claimer::Alone | Claimer::Nobody => false,
     };
-    // One look: whether a prompt of the session runs, its oldest queued one, and whether its
-    // worktree is on another daemon's host (never, without a node to compare); with other
-    // daemons live, what stands between that head and its claim too ([`Rivals`]).
+    // One look: whether a prompt of the session runs, its oldest queued one (its row in
+    // `queue_heads`: a plan made on a young store's statistics walked the whole queue's
+    // index for it), and whether its worktree is on another daemon's host (never, without a
+    // node to compare); with other daemons live, what stands between that head and its
+    // claim too ([`Rivals`]).
     let (runs, next, worktree_elsewhere, asked) = match shared {
         false => {
             let (runs, next, elsewhere): (bool, Option<String>, bool) = connection.row(
                 "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
-                        (SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
-                          ORDER BY created_at, id LIMIT 1), \
+                        (SELECT prompt_id FROM queue_heads WHERE session_id = ?1), \
                         EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
                 args![session_id, node],
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
@@ -311,8 +312,7 @@ fn claim_next_looking(
         }
         true => connection.row(
             concat!(
-                "WITH head AS (SELECT id FROM prompts WHERE session_id = ?1 AND status = 'queued' \
-                               ORDER BY created_at, id LIMIT 1), \
+                "WITH head AS (SELECT prompt_id AS id FROM queue_heads WHERE session_id = ?1), \
                       busy AS (SELECT EXISTS (SELECT 1 FROM prompts \
                                               WHERE session_id = ?1 AND status = 'running') AS runs), \
                       asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS rivals \
