@@ -76,30 +76,82 @@ pub struct Prompt {
     pub claim: Option<Claim>,
 }
 
-const PROMPT_COLUMNS: &str = "id, session_id, text, images, read_only, status, attempts, \
-                              error, answer, created_at, started_at, finished_at, claimed_by, \
-                              claim_epoch";
+/// SQL: a prompt's columns as [`prompt_row`] reads them, each name after `$table` (`""`, or
+/// `"p."` in a join).
+macro_rules! prompt_columns {
+    ($table:literal) => {
+        concat!(
+            $table,
+            "id, ",
+            $table,
+            "session_id, ",
+            $table,
+            "text, ",
+            $table,
+            "images, ",
+            $table,
+            "read_only, ",
+            $table,
+            "status, ",
+            $table,
+            "attempts, ",
+            $table,
+            "error, ",
+            $table,
+            "answer, ",
+            $table,
+            "created_at, ",
+            $table,
+            "started_at, ",
+            $table,
+            "finished_at, ",
+            $table,
+            "claimed_by, ",
+            $table,
+            "claim_epoch"
+        )
+    };
+}
+
+const PROMPT_COLUMNS: &str = prompt_columns!("");
 
 fn prompt_row(row: &Row<'_>) -> sql::Result<Prompt> {
-    let status: String = row.get(5)?;
+    prompt_at(row, 0)
+}
+
+/// The prompt whose [`prompt_columns!`] begin at column `first`.
+fn prompt_at(row: &Row<'_>, first: usize) -> sql::Result<Prompt> {
+    let status: String = row.get(first + 5)?;
     Ok(Prompt {
-        id: row.get(0)?,
-        session_id: row.get(1)?,
-        text: row.get(2)?,
-        images: json_list(row.get(3)?),
-        read_only: row.get(4)?,
+        id: row.get(first)?,
+        session_id: row.get(first + 1)?,
+        text: row.get(first + 2)?,
+        images: json_list(row.get(first + 3)?),
+        read_only: row.get(first + 4)?,
         status: PromptStatus::parse(&status).unwrap_or(PromptStatus::Failed),
-        attempts: row.get(6)?,
-        error: row.get(7)?,
-        answer: row.get(8)?,
-        created_at: row.get(9)?,
-        started_at: row.get(10)?,
-        finished_at: row.get(11)?,
-        claim: match (row.get::<Option<String>>(12)?, row.get::<Option<i64>>(13)?) {
+        attempts: row.get(first + 6)?,
+        error: row.get(first + 7)?,
+        answer: row.get(first + 8)?,
+        created_at: row.get(first + 9)?,
+        started_at: row.get(first + 10)?,
+        finished_at: row.get(first + 11)?,
+        claim: match (
+            row.get::<Option<String>>(first + 12)?,
+            row.get::<Option<i64>>(first + 13)?,
+        ) {
             (Some(node_id), Some(epoch)) => Some(Claim { node_id, epoch }),
             _ => None,
         },
     })
+}
+
+/// The prompt whose [`prompt_columns!`] begin at column `first` of an outer join: `None`
+/// when there was none (its id is NULL).
+fn maybe_prompt_at(row: &Row<'_>, first: usize) -> sql::Result<Option<Prompt>> {
+    match row.get::<Option<String>>(first)? {
+        Some(_) => prompt_at(row, first).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// [`Claimer`], owned: what a ledger write carries.
@@ -294,19 +346,25 @@ fn claim_next_looking(
         Claimer::Daemon(claim) => shares_the_store(connection, claim)?,
         Claimer::Alone | Claimer::Nobody => false,
     };
-    // One look: whether a prompt of the session runs, its oldest queued one (its row in
-    // `queue_heads`: a plan made on a young store's statistics walked the whole queue's
-    // index for it), and whether its worktree is on another daemon's host (never, without a
-    // node to compare); with other daemons live, what stands between that head and its
-    // claim too ([`Rivals`]).
+    // One look: whether a prompt of the session runs, its oldest queued one, whole (its row
+    // in `queue_heads`: a plan made on a young store's statistics walked the whole queue's
+    // index for it; whole, so that its claim is written without waiting for an answer), and
+    // whether its worktree is on another daemon's host (never, without a node to compare);
+    // with other daemons live, what stands between that head and its claim too
+    // ([`Rivals`]).
     let (runs, next, worktree_elsewhere, asked) = match shared {
         false => {
-            let (runs, next, elsewhere): (bool, Option<String>, bool) = connection.row(
-                "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
-                        (SELECT prompt_id FROM queue_heads WHERE session_id = ?1), \
-                        EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2)",
+            let (runs, next, elsewhere): (bool, Option<Prompt>, bool) = connection.row(
+                concat!(
+                    "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
+                            EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), ",
+                    prompt_columns!("p."),
+                    " FROM (SELECT 1) AS one \
+                       LEFT JOIN queue_heads h ON h.session_id = ?1 \
+                       LEFT JOIN prompts p ON p.id = h.prompt_id"
+                ),
                 args![session_id, node],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                |row| Ok((row.get(0)?, maybe_prompt_at(row, 2)?, row.get(1)?)),
             )?;
             (runs, next, elsewhere, None)
         }
@@ -317,7 +375,7 @@ fn claim_next_looking(
                                               WHERE session_id = ?1 AND status = 'running') AS runs), \
                       asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS rivals \
                                   FROM busy) \
-                 SELECT busy.runs, (SELECT id FROM head), \
+                 SELECT busy.runs, \
                         EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
                         CASE WHEN asked.rivals THEN (",
                 held_by_another_session_sql!("?1"),
@@ -325,16 +383,25 @@ fn claim_next_looking(
                 waits_for_elder_sql!("(SELECT id FROM head)"),
                 ") END, CASE WHEN asked.rivals AND ?3 THEN (",
                 running_everywhere_sql!(),
-                ") END FROM busy, asked"
+                ") END, ",
+                prompt_columns!("p."),
+                " FROM busy CROSS JOIN asked \
+                   LEFT JOIN queue_heads h ON h.session_id = ?1 \
+                   LEFT JOIN prompts p ON p.id = h.prompt_id"
             ),
             args![session_id, node, total.is_some()],
             |row| {
                 let rivals = Rivals {
-                    held: row.get::<Option<bool>>(3)?.unwrap_or(false),
-                    elder_waits: row.get::<Option<bool>>(4)?.unwrap_or(false),
-                    running: row.get(5)?,
+                    held: row.get::<Option<bool>>(2)?.unwrap_or(false),
+                    elder_waits: row.get::<Option<bool>>(3)?.unwrap_or(false),
+                    running: row.get(4)?,
                 };
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, Some(rivals)))
+                Ok((
+                    row.get(0)?,
+                    maybe_prompt_at(row, 5)?,
+                    row.get(1)?,
+                    Some(rivals),
+                ))
             },
         )?,
     };
@@ -349,9 +416,9 @@ fn claim_next_looking(
     let taken_here = match claimer {
         Claimer::Daemon(_) => match (&next, asked) {
             (Some(_), _) if worktree_elsewhere => false,
-            (Some(id), Some(rivals)) => {
+            (Some(head), Some(rivals)) => {
                 !rivals.hold_or_go_first()
-                    && !total_goes_elsewhere(connection, id, total, rivals.running)?
+                    && !total_goes_elsewhere(connection, &head.id, total, rivals.running)?
             }
             _ => true,
         },
@@ -370,17 +437,26 @@ fn claim_next_looking(
         Claimer::Alone | Claimer::Nobody => None,
     };
     match next {
-        Some(id) => {
-            let claimed = connection.opt_row(
-                &format!(
-                    "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
-                     claim_epoch = ?4 WHERE id = ?1 RETURNING {PROMPT_COLUMNS}"
-                ),
-                args![id, now_ms(), node, epoch],
-                prompt_row,
+        Some(mut head) => {
+            // The row as the claim leaves it, known already: the claim goes with the next
+            // statement instead of waiting for its answer under the write lock.
+            let started_at = now_ms();
+            connection.run_later(
+                "UPDATE prompts SET status = 'running', started_at = ?2, claimed_by = ?3, \
+                 claim_epoch = ?4 WHERE id = ?1",
+                args![head.id, started_at, node, epoch],
             )?;
+            head.status = PromptStatus::Running;
+            head.started_at = Some(started_at);
+            head.claim = match (node, epoch) {
+                (Some(node_id), Some(epoch)) => Some(Claim {
+                    node_id: node_id.to_string(),
+                    epoch,
+                }),
+                _ => None,
+            };
             set_session_status(connection, session_id, "running")?;
-            Ok((claimed, false))
+            Ok((Some(head), false))
         }
         None => {
             set_session_status(connection, session_id, idle)?;
