@@ -4,7 +4,7 @@
 //! ```text
 //! cargo build --release --bins --example multi_daemon_bench
 //! CORRAL_BENCH_POSTGRES_URL=postgres://USER:PW@HOST:PORT/postgres \
-//!   target/release/examples/multi_daemon_bench throughput|failover|fence|apart|all
+//!   target/release/examples/multi_daemon_bench throughput|failover|fence|apart|backlog|all
 //! ```
 //!
 //! Without `CORRAL_BENCH_POSTGRES_URL` (an admin URL to the `postgres` database) it prints why
@@ -33,6 +33,9 @@
 //!   the machine and the server, each on a database of its own with a third of the
 //!   projects: what three daemons reach here with no write lock, claim or fence between
 //!   them, beside ONE daemon on all of the work (as in `throughput`).
+//! - **backlog** (not in `all`): three daemons as in `throughput` with ten times the queue
+//!   (10,000 prompts on the 200 sessions); once all are queued, how long the next 1,000 runs
+//!   take: what a long queue costs the claims, which read it under the write lock.
 //!
 //! **The live check.** Every daemon's engines get `CORRAL_FAKE_LIVE_CHECK=<cluster>/live`: each
 //! fake engine takes `flock`s the kernel holds until it exits, on its session's file and on
@@ -93,7 +96,8 @@ fn main() {
             "failover" => failover(&bins, &admin),
             "fence" => fence(&bins, &admin),
             "apart" => apart(&bins, &admin),
-            other => bail!("unknown mode {other:?}: throughput|failover|fence|apart|all"),
+            "backlog" => backlog(&bins, &admin),
+            other => bail!("unknown mode {other:?}: throughput|failover|fence|apart|backlog|all"),
         };
         match mode.as_str() {
             "all" => ["throughput", "failover", "fence"]
@@ -339,6 +343,64 @@ fn wait_all_ended(db: &Database, total: i64) -> Result<()> {
         )
         .map(|ended| ended >= total)
     })
+}
+
+/// The throughput scenario's three daemons with ten times the queue: 50 prompts on each of
+/// the 200 sessions. Once all 10,000 are queued, how long the next 1,000 runs take, against
+/// the 1,000 of the throughput scenario (~1,000 queued at most): what a long backlog costs
+/// each claim, which reads the queue under the store's write lock.
+fn backlog(bins: &Bins, admin: &str) -> Result<()> {
+    const PROJECTS: usize = 50;
+    const SESSIONS_PER_PROJECT: usize = 4;
+    const PROMPTS_PER_SESSION: usize = 50;
+    const MEASURED: i64 = 1000;
+    println!("== backlog: three daemons (slots.fake = 8 each, slots.total = 24), 10,000 fake runs of 50 ms queued on 200 sessions; the 1,000 runs after the last send");
+    let settings = vec![
+        ("slots.fake", "8".to_string()),
+        ("slots.total", "24".to_string()),
+    ];
+    let mut cluster = Cluster::start(bins, admin, 3, &settings, PROJECTS)?;
+    let sessions = cluster.sessions(SESSIONS_PER_PROJECT)?;
+    let mut batches: Vec<Vec<Value>> = vec![Vec::new(); 3];
+    for round in 0..PROMPTS_PER_SESSION {
+        for (index, session) in sessions.iter().enumerate() {
+            let project = index / SESSIONS_PER_PROJECT;
+            batches[project % 3].push(json!({
+                "session": session,
+                "text": format!("@fake delay=50\nbacklog {round}"),
+            }));
+        }
+    }
+    let ended = "SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running')";
+    let started = wall_ms();
+    cluster.send_batches(&batches)?;
+    let sent = wall_ms();
+    let ended_then = cluster.db.int(ended, &[])?;
+    let queued_then = cluster
+        .db
+        .int("SELECT count(*) FROM prompts WHERE status = 'queued'", &[])?;
+    let cpu_before = Cpu::now(&cluster.daemon_pids());
+    cluster
+        .db
+        .wait_until("1,000 more prompts ended", PATIENCE, |db| {
+            db.int(ended, &[]).map(|now| now >= ended_then + MEASURED)
+        })?;
+    let cpu = Cpu::now(&cluster.daemon_pids()).since(cpu_before);
+    let done = wall_ms();
+    let wrong = cluster
+        .db
+        .int("SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running', 'done')", &[])?
+        + store_overlaps(&cluster.db)?;
+    println!(
+        "  sends {} ms ({} ended meanwhile, {queued_then} queued after them); the next {MEASURED} runs: {} ms ({:.0} runs/s); the machine's cores {} ms ({:.1} ms a run); prompts failed or overlapping in the store: {wrong}",
+        sent - started,
+        ended_then,
+        done - sent,
+        MEASURED as f64 * 1000.0 / (done - sent).max(1) as f64,
+        cpu.machine,
+        cpu.machine as f64 / MEASURED as f64,
+    );
+    Ok(())
 }
 
 /// Three daemons on three databases (a third of the projects each, sent at once) vs one
