@@ -713,14 +713,17 @@ fn writes_refused_for_a_while_are_waited_out_and_the_prompt_ends_once() {
     // The run ends while the store refuses writes: its end waits, and the daemon says why
     // (asked on its socket: a command records its exec first, which the store refuses).
     let mut socket = common::rpc::Rpc::connect(home.path());
+    // The lease's renewal is refused too: said as such, not as a store out of reach.
     let mut refusing = || {
         let status = socket.call("status", json!({})).unwrap();
-        status["store"]["refusing_writes"]
+        let why = status["store"]["refusing_writes"]
             .as_str()
-            .map(str::to_string)
+            .map(str::to_string);
+        (why, status["lease"]["state"].clone())
     };
     common::daemon::wait_until("status says the store refuses writes", || {
-        refusing().is_some_and(|why| why.contains("read-only"))
+        let (why, lease) = refusing();
+        why.is_some_and(|why| why.contains("read-only")) && lease == "store refuses writes"
     });
     // A command is told at once, in one line, that the store refuses writes.
     let out = home.run(&["status"]);
@@ -747,7 +750,8 @@ fn writes_refused_for_a_while_are_waited_out_and_the_prompt_ends_once() {
     );
     assert_stored_once(&url, &session, 2, "stored once");
     common::daemon::wait_until("status says the store takes writes", || {
-        home.json(&["status", "--json"])["store"]["refusing_writes"].is_null()
+        let status = home.json(&["status", "--json"]);
+        status["store"]["refusing_writes"].is_null() && status["lease"]["state"] == "held"
     });
     let line = home.ok(&["status"]);
     assert!(!line.contains("refuses writes"), "{line}");

@@ -52,6 +52,12 @@ pub enum Standing {
     Unreachable {
         since: i64,
     },
+    /// The database answers but refuses writes since then (read-only, a full disk, too many
+    /// connections: `DbError::refuses_writes_for_now`), so the renewal cannot be written:
+    /// as [`Standing::Unreachable`] otherwise, but `status` says what is wrong.
+    RefusingWrites {
+        since: i64,
+    },
     /// The lease ran out before it could be renewed; the daemon registers again.
     Lost,
 }
@@ -304,20 +310,24 @@ impl Lease {
 
     /// What `status` says of it.
     pub fn describe(&self) -> serde_json::Value {
-        let state = match self.standing() {
-            Standing::Held => serde_json::json!("held"),
-            Standing::Unreachable { .. } => serde_json::json!("store unreachable"),
-            Standing::Lost => serde_json::json!("lost"),
+        let standing = self.standing();
+        let state = match standing {
+            Standing::Held => "held",
+            Standing::Unreachable { .. } => "store unreachable",
+            Standing::RefusingWrites { .. } => "store refuses writes",
+            Standing::Lost => "lost",
         };
-        let since = match self.standing() {
-            Standing::Unreachable { since } => Some(since),
-            _ => None,
+        let (unreachable_since, refusing_writes_since) = match standing {
+            Standing::Unreachable { since } => (Some(since), None),
+            Standing::RefusingWrites { since } => (None, Some(since)),
+            Standing::Held | Standing::Lost => (None, None),
         };
         serde_json::json!({
             "node_id": self.node_id,
             "epoch": self.epoch.load(Ordering::SeqCst),
             "state": state,
-            "unreachable_since": since,
+            "unreachable_since": unreachable_since,
+            "refusing_writes_since": refusing_writes_since,
             "fenced_writes": self.fenced_writes(),
             "lease_ms": self.lease_ms.load(Ordering::SeqCst),
         })
@@ -426,6 +436,7 @@ impl Heartbeat {
         self.conn = Some(conn);
         match result {
             Ok(wait) => wait.min(period),
+            Err(error) if error.refuses_writes_for_now() => self.refusing_writes(&error),
             Err(error) => self.unreachable(&error.to_string()),
         }
     }
@@ -517,12 +528,28 @@ impl Heartbeat {
 
     fn unreachable(&mut self, error: &str) -> Duration {
         let mut standing = lock(&self.lease.standing);
-        if *standing == Standing::Held {
+        if matches!(*standing, Standing::Held | Standing::RefusingWrites { .. }) {
             tracing::warn!(
                 error,
                 "the store cannot be reached: no claims; the engines run on until the lease's deadline"
             );
             *standing = Standing::Unreachable {
+                since: crate::store::now_ms(),
+            };
+        }
+        UNREACHABLE_RETRY
+    }
+
+    /// The renewal was refused as a write the store takes none of for now: retried as for a
+    /// store out of reach, and said so.
+    fn refusing_writes(&mut self, error: &crate::store::sql::DbError) -> Duration {
+        let mut standing = lock(&self.lease.standing);
+        if matches!(*standing, Standing::Held | Standing::Unreachable { .. }) {
+            tracing::warn!(
+                %error,
+                "the store refuses writes: no claims; the engines run on until the lease's deadline"
+            );
+            *standing = Standing::RefusingWrites {
                 since: crate::store::now_ms(),
             };
         }

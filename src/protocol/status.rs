@@ -83,7 +83,8 @@ pub struct StatusResult {
     #[serde(default)]
     pub daemons: Vec<DaemonStatus>,
     /// This daemon's lease on a shared store (`{node_id, epoch, state, unreachable_since,
-    /// fenced_writes, lease_ms}`); null on SQLite and with no daemon.
+    /// refusing_writes_since, fenced_writes, lease_ms}`; `state`: `held`, `store
+    /// unreachable`, `store refuses writes` or `lost`); null on SQLite and with no daemon.
     #[serde(default)]
     pub lease: Value,
 }
