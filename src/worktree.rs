@@ -904,7 +904,7 @@ mod tests {
             resume_point: None,
             title: None,
             title_source: None,
-            status: "idle".into(),
+            status: crate::store::sessions::SessionStatus::Idle,
             task: None,
             wave_id: None,
             created_at: 0,

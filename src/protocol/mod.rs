@@ -574,7 +574,7 @@ mod wire_tests {
             resume_point: None,
             title: Some("fix".into()),
             title_source: Some("human".into()),
-            status: "idle".into(),
+            status: crate::store::sessions::SessionStatus::Idle,
             task: None,
             wave_id: None,
             created_at: 1,

@@ -47,7 +47,7 @@ pub struct Session {
     pub title: Option<String>,
     /// `human` or `generated`.
     pub title_source: Option<String>,
-    pub status: String,
+    pub status: sessions::SessionStatus,
     pub task: Option<String>,
     pub wave_id: Option<String>,
     pub created_at: i64,
@@ -88,7 +88,7 @@ impl From<&sessions::Session> for Session {
             resume_point: s.resume_point.clone(),
             title: s.title.clone(),
             title_source: s.title_source.clone(),
-            status: s.status.clone(),
+            status: s.status,
             task: s.task.clone(),
             wave_id: s.wave_id.clone(),
             created_at: s.created_at,

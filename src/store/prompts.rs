@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::daemons::Claim;
 use super::drivers::{driver_claim, DriverClaim};
+use super::sessions::SessionStatus;
 use super::{json_list, now_ms};
 
 /// Where a prompt is in its life.
@@ -275,10 +276,14 @@ pub(crate) fn enqueue(
     }))
 }
 
-fn set_session_status(connection: &Conn, session_id: &str, status: &str) -> sql::Result<()> {
+fn set_session_status(
+    connection: &Conn,
+    session_id: &str,
+    status: SessionStatus,
+) -> sql::Result<()> {
     connection.run_later(
         "UPDATE sessions SET status = ?2 WHERE id = ?1",
-        args![session_id, status],
+        args![session_id, status.as_str()],
     )
 }
 
@@ -409,9 +414,9 @@ fn claim_next_looking(
         return Ok((None, true));
     }
     let idle = match last {
-        Some(PromptStatus::Failed) => "failed",
-        Some(PromptStatus::Done) => "waiting",
-        _ => "idle",
+        Some(PromptStatus::Failed) => SessionStatus::Failed,
+        Some(PromptStatus::Done) => SessionStatus::Waiting,
+        _ => SessionStatus::Idle,
     };
     let taken_here = match claimer {
         Claimer::Daemon(_) => match (&next, asked) {
@@ -455,7 +460,7 @@ fn claim_next_looking(
                 }),
                 _ => None,
             };
-            set_session_status(connection, session_id, "running")?;
+            set_session_status(connection, session_id, SessionStatus::Running)?;
             Ok((Some(head), false))
         }
         None => {
@@ -810,7 +815,7 @@ impl ClaimPass {
                 args![head.id, now_ms(), claim.node_id, claim.epoch],
                 prompt_row,
             )?;
-            set_session_status(connection, &head.session_id, "running")?;
+            set_session_status(connection, &head.session_id, SessionStatus::Running)?;
             *engine_left -= 1;
             self.total_left -= 1;
             self.claimed.extend(prompt);
@@ -1151,7 +1156,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
                         claimed_by = NULL, claim_epoch = NULL WHERE id = ?1",
                 args![rescued.prompt_id, error, now],
             )?;
-            set_session_status(connection, &rescued.session_id, "failed")?;
+            set_session_status(connection, &rescued.session_id, SessionStatus::Failed)?;
             let payload = serde_json::json!({ "error": error, "answer": null });
             telling.push(told(None, EventKind::PromptFailed, payload));
         } else {

@@ -10,6 +10,49 @@ use serde::{Deserialize, Serialize};
 
 use super::now_ms;
 
+/// What a session's row says it is doing (the overview's `SessionState` is read from its
+/// prompts and runs as well). Kept by the ledger with its prompts: `running` when one is
+/// claimed, else what its last prompt left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    /// Nothing ran yet, or its last prompt was cancelled or left queued for another daemon.
+    Idle,
+    /// A prompt of it runs.
+    Running,
+    /// Its last prompt is done: it waits for the next.
+    Waiting,
+    /// Its last prompt failed.
+    Failed,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+            SessionStatus::Waiting => "waiting",
+            SessionStatus::Failed => "failed",
+        }
+    }
+
+    /// The status a row holds; anything else (no corral writes it) reads as idle.
+    pub fn parse(text: &str) -> SessionStatus {
+        match text {
+            "running" => SessionStatus::Running,
+            "waiting" => SessionStatus::Waiting,
+            "failed" => SessionStatus::Failed,
+            _ => SessionStatus::Idle,
+        }
+    }
+}
+
+impl std::fmt::Display for SessionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where a session's worktree is in its life (see docs/worktrees.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -96,7 +139,7 @@ pub struct Session {
     pub title: Option<String>,
     /// `human` or `generated`; a human title is never replaced.
     pub title_source: Option<String>,
-    pub status: String,
+    pub status: SessionStatus,
     pub task: Option<String>,
     pub wave_id: Option<String>,
     pub created_at: i64,
@@ -188,7 +231,7 @@ fn session_row(row: &Row<'_>) -> sql::Result<Session> {
         thread_id: row.get(5)?,
         title: row.get(6)?,
         title_source: row.get(7)?,
-        status: row.get(8)?,
+        status: SessionStatus::parse(&row.get::<String>(8)?),
         task: row.get(9)?,
         wave_id: row.get(10)?,
         created_at: row.get(11)?,
@@ -263,7 +306,7 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
         resume_point: None,
         title: new.title.clone(),
         title_source: new.title.as_ref().map(|_| "human".to_string()),
-        status: "idle".into(),
+        status: SessionStatus::Idle,
         task: new.task.clone(),
         wave_id: new.wave_id.clone(),
         created_at: now_ms(),
@@ -289,7 +332,7 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
             session.thread_id,
             session.title,
             session.title_source,
-            session.status,
+            session.status.as_str(),
             session.task,
             session.wave_id,
             session.created_at,
