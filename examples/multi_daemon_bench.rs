@@ -387,10 +387,10 @@ fn backlog(bins: &Bins, admin: &str) -> Result<()> {
         })?;
     let cpu = Cpu::now(&cluster.daemon_pids()).since(cpu_before);
     let done = wall_ms();
-    let wrong = cluster
-        .db
-        .int("SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running', 'done')", &[])?
-        + store_overlaps(&cluster.db)?;
+    let wrong = cluster.db.int(
+        "SELECT count(*) FROM prompts WHERE status NOT IN ('queued', 'running', 'done')",
+        &[],
+    )? + store_overlaps(&cluster.db)?;
     println!(
         "  sends {} ms ({} ended meanwhile, {queued_then} queued after them); the next {MEASURED} runs: {} ms ({:.0} runs/s); the machine's cores {} ms ({:.1} ms a run); prompts failed or overlapping in the store: {wrong}",
         sent - started,
