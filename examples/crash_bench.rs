@@ -8,11 +8,13 @@
 //! time.
 //!
 //! `cargo build --release && cargo build --release --examples &&
-//! target/release/examples/crash_bench [ROUNDS] [SEED] [--store-url postgres://…]`. It uses
-//! `corral` and `corral-fake-engine` from the directory above its own (target/release). With
-//! a store URL (an empty database, or a corral store) the home's `config` names it and the
-//! store is PostgreSQL's: `integrity_check` is SQLite's, so it is not run, and no SQLite file
-//! may appear beside it.
+//! target/release/examples/crash_bench [ROUNDS] [SEED] [--store-url postgres://…|--postgres
+//! postgres://…/postgres]`. It uses `corral` and `corral-fake-engine` from the directory
+//! above its own (target/release). With a store URL (an empty database, or a corral store)
+//! the home's `config` names it and the store is PostgreSQL's: `integrity_check` is SQLite's,
+//! so it is not run, and no SQLite file may appear beside it. With `--postgres` (a URL of the
+//! server's `postgres` database, whose user may create databases) the loop runs on a fresh
+//! database made there, dropped after.
 
 #[path = "../tests/common/crash_loop.rs"]
 mod crash_loop;
@@ -24,10 +26,12 @@ use common::binaries;
 fn main() {
     let mut positional = Vec::new();
     let mut store_url = None;
+    let mut admin_url: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--store-url" => store_url = Some(args.next().expect("--store-url needs a URL")),
+            "--postgres" => admin_url = Some(args.next().expect("--postgres needs a URL")),
             _ => positional.push(arg),
         }
     }
@@ -40,6 +44,11 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0x5eed);
     let (corral, fake) = binaries();
+    // A fresh database on the given server, dropped after (whatever the figures).
+    let fresh = admin_url.map(|admin| FreshDatabase::create(&admin));
+    if let Some(fresh) = &fresh {
+        store_url = Some(fresh.url.clone());
+    }
     println!(
         "kill -9 loop: {rounds} rounds, seed {seed}, {}, store {}",
         corral.display(),
@@ -88,6 +97,7 @@ fn main() {
         println!("  {line}");
     }
     scan_cost();
+    drop(fresh);
     let clean = figures.lost == 0
         && figures.not_once == 0
         && figures.live_overlaps.is_empty()
@@ -95,6 +105,46 @@ fn main() {
         && figures.left_behind.is_empty()
         && figures.integrity == "ok";
     std::process::exit(if clean { 0 } else { 1 });
+}
+
+/// A database made for this run on the server of `--postgres`, dropped when this is.
+struct FreshDatabase {
+    admin: String,
+    name: String,
+    /// Its URL (the admin URL's, with this database's name).
+    url: String,
+}
+
+impl FreshDatabase {
+    /// Exits 1 with one line when the server refuses.
+    fn create(admin: &str) -> FreshDatabase {
+        let name = format!("corral_crash_{}", uuid::Uuid::new_v4().simple());
+        let Some((base, _)) = admin.rsplit_once('/') else {
+            eprintln!("crash_bench: --postgres {admin}: no database path in the URL");
+            std::process::exit(1);
+        };
+        if let Err(error) = common::postgres_execute(admin, &format!("CREATE DATABASE {name}")) {
+            eprintln!("crash_bench: --postgres: {error}");
+            std::process::exit(1);
+        }
+        FreshDatabase {
+            admin: admin.to_string(),
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if let Err(error) = common::postgres_execute(&self.admin, &drop) {
+            eprintln!(
+                "crash_bench: the database {} was not dropped: {error}",
+                self.name
+            );
+        }
+    }
 }
 
 /// [`crash_loop::run_in`] in a home whose `config` names the PostgreSQL store at `url`.

@@ -30,3 +30,25 @@ pub fn binaries() -> (PathBuf, PathBuf) {
     }
     (corral, fake)
 }
+
+/// Runs `statement` (no parameters) on the PostgreSQL database at `url`, on a runtime of its
+/// own: for the benchmarks that make and drop their databases on a server they are given.
+pub fn postgres_execute(url: &str, statement: &str) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("a runtime: {error}"))?;
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|error| format!("the PostgreSQL server: {error}"))?;
+        let driver = tokio::spawn(connection);
+        let done = client
+            .batch_execute(statement)
+            .await
+            .map_err(|error| format!("{statement}: {error}"));
+        drop(client);
+        let _ = driver.await;
+        done
+    })
+}
