@@ -71,6 +71,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
+
+mod common;
 use serde_json::{json, Value};
 
 /// How often the `/proc` scan looks (plus the scan's own time).
@@ -1578,7 +1580,7 @@ impl Database {
             .rsplit_once('/')
             .ok_or_else(|| anyhow!("CORRAL_BENCH_POSTGRES_URL has no database path"))?;
         let url = format!("{base}/{name}");
-        admin_sql(&runtime, admin, &format!("CREATE DATABASE {name}"))?;
+        admin_sql(admin, &format!("CREATE DATABASE {name}"))?;
         let mut database = Database {
             runtime,
             client: None,
@@ -1647,7 +1649,6 @@ impl Database {
         self.client = None;
         self.dropped = true;
         admin_sql(
-            &self.runtime,
             &self.admin,
             &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
         )
@@ -1655,20 +1656,8 @@ impl Database {
 }
 
 /// Runs `statement` on the admin URL.
-fn admin_sql(runtime: &tokio::runtime::Runtime, admin: &str, statement: &str) -> Result<()> {
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
-            .await
-            .context("the PostgreSQL server of CORRAL_BENCH_POSTGRES_URL")?;
-        let driver = tokio::spawn(connection);
-        client
-            .batch_execute(statement)
-            .await
-            .with_context(|| statement.to_string())?;
-        drop(client);
-        let _ = driver.await;
-        Ok(())
-    })
+fn admin_sql(admin: &str, statement: &str) -> Result<()> {
+    common::postgres_execute(admin, statement).map_err(|error| anyhow!(error))
 }
 
 // ---------------------------------------------------------------------------------------
