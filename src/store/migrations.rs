@@ -368,7 +368,7 @@ CREATE INDEX asks_unanswered ON asks(to_node) WHERE answered_at IS NULL;
         sql: r#"
 -- The oldest queued prompt of each session that has one, kept by the triggers below at every
 -- change of a prompt's status (#14): the daemons' claims walk it in queue order instead of
--- sorting every queued prompt under the write lock (15 ms a claim at 10,000 queued).
+-- sorting every queued prompt under the write lock (13 ms a claim at 10,000 queued).
 CREATE TABLE queue_heads (
     session_id TEXT PRIMARY KEY NOT NULL,
     prompt_id  TEXT NOT NULL,
