@@ -547,19 +547,20 @@ impl Corral {
         let session = self
             .read(|connection| sessions::session(connection, &session_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
-        self.enqueue_on(session, prompt).await
+        self.enqueue_on(session, None, prompt).await
     }
 
-    /// [`Corral::send`] to a session the caller has just read (the daemon's `prompt.send`
-    /// read it to resolve its selector): it is not read again.
+    /// [`Corral::send`] to a session the caller has just read, and its project when read too
+    /// (the daemon's `prompt.send` read both to check the request): they are not read again.
     pub async fn send_to(
         &self,
         session: Session,
+        project: Option<Project>,
         mut prompt: NewPrompt,
     ) -> Result<Enqueued, CorralError> {
         prompt.session_id = session.id.clone();
         let prompt = self.checked_prompt(prompt)?;
-        self.enqueue_on(session, prompt).await
+        self.enqueue_on(session, project, prompt).await
     }
 
     /// The prompt's own checks: its text, and its images (made absolute).
@@ -585,9 +586,11 @@ impl Corral {
         Ok(prompt)
     }
 
+    /// Queues `prompt` on `session`, whose project is `known` when the caller read it.
     async fn enqueue_on(
         &self,
         session: Session,
+        known: Option<Project>,
         prompt: NewPrompt,
     ) -> Result<Enqueued, CorralError> {
         let session_id = session.id.clone();
@@ -601,9 +604,10 @@ impl Corral {
             .engine
             .parse::<EngineKind>()
             .map_err(CorralError::Invalid)?;
-        let project = match &session.project_id {
-            Some(id) => self.read(|connection| projects::project(connection, id))?,
-            None => None,
+        let project = match (&session.project_id, known) {
+            (Some(id), Some(project)) if &project.id == id => Some(project),
+            (Some(id), _) => self.read(|connection| projects::project(connection, id))?,
+            (None, _) => None,
         };
         if let Some(project) = &project {
             refuse_archived_project(project)?;

@@ -190,6 +190,27 @@ pub struct WideningContext<'a> {
     seen_projects: RefCell<Vec<projects::Project>>,
 }
 
+/// The sessions and projects a request's check read ([`WideningContext`]), handed to the
+/// method it lets through: it serves the very rows that were judged instead of reading
+/// them again (a `prompt.send` read its session and project twice each).
+#[derive(Default)]
+pub struct Judged {
+    sessions: Vec<sessions::Session>,
+    projects: Vec<projects::Project>,
+}
+
+impl Judged {
+    /// The session of id `id`, if the check read it.
+    pub fn session(&self, id: &str) -> Option<&sessions::Session> {
+        self.sessions.iter().find(|session| session.id == id)
+    }
+
+    /// The project of id `id`, if the check read it.
+    pub fn project(&self, id: &str) -> Option<&projects::Project> {
+        self.projects.iter().find(|project| project.id == id)
+    }
+}
+
 /// The row of `seen` whose id is `id`, else `read`'s (kept in `seen` for the next ask).
 fn seen_or_read<T: Clone>(
     seen: &RefCell<Vec<T>>,
@@ -243,6 +264,14 @@ impl<'a> WideningContext<'a> {
             caller,
             seen_sessions: RefCell::default(),
             seen_projects: RefCell::default(),
+        }
+    }
+
+    /// The rows read so far, for the method served next.
+    pub fn into_judged(self) -> Judged {
+        Judged {
+            sessions: self.seen_sessions.into_inner(),
+            projects: self.seen_projects.into_inner(),
         }
     }
 

@@ -105,24 +105,43 @@ const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind,
                                isolation, worktrees_dir, setup, repo_root";
 
 fn project_row(row: &Row<'_>) -> sql::Result<Project> {
+    project_at(row, 0)
+}
+
+/// A project read from [`PROJECT_COLUMNS`] at column `first` on.
+fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
+    let at = |column: usize| first + column;
     Ok(Project {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        path: row.get(2)?,
-        engine: row.get(3)?,
-        model: row.get(4)?,
-        full_access: row.get(5)?,
-        kind: row.get(6)?,
-        groups: json_list(row.get(7)?),
-        instructions: row.get(8)?,
-        created_at: row.get(9)?,
-        archived_at: row.get(10)?,
-        keep_background: row.get(11)?,
-        isolation: row.get(12)?,
-        worktrees_dir: row.get(13)?,
-        setup: row.get(14)?,
-        repo_root: row.get(15)?,
+        id: row.get(at(0))?,
+        name: row.get(at(1))?,
+        path: row.get(at(2))?,
+        engine: row.get(at(3))?,
+        model: row.get(at(4))?,
+        full_access: row.get(at(5))?,
+        kind: row.get(at(6))?,
+        groups: json_list(row.get(at(7))?),
+        instructions: row.get(at(8))?,
+        created_at: row.get(at(9))?,
+        archived_at: row.get(at(10))?,
+        keep_background: row.get(at(11))?,
+        isolation: row.get(at(12))?,
+        worktrees_dir: row.get(at(13))?,
+        setup: row.get(at(14))?,
+        repo_root: row.get(at(15))?,
     })
+}
+
+/// [`project_at`] of an outer join's row: `None` where it found no project (a NULL id).
+pub(crate) fn maybe_project_at(row: &Row<'_>, first: usize) -> sql::Result<Option<Project>> {
+    match row.get::<Option<String>>(first)? {
+        Some(_) => project_at(row, first).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The projects' columns, each taken from table alias `alias` (a join's).
+pub(crate) fn project_columns(alias: &str) -> String {
+    sql::qualified(PROJECT_COLUMNS, alias)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -322,6 +341,51 @@ pub fn overlapping_trees(connection: &Conn, project: &Project) -> sql::Result<Ve
         }
     }
     Ok(overlapping)
+}
+
+/// What a run of `project` locks beside its own directory, in one read: the project's
+/// groups that lock (a label-only group holds nothing; a group with no row locks, as
+/// [`execution_groups`] tells the slot manager) and, when the run shares the project's
+/// directory (`shares_tree`), the other projects whose trees overlap it
+/// ([`overlapping_trees`]).
+pub fn locks_beside(
+    connection: &Conn,
+    project: &Project,
+    shares_tree: bool,
+) -> sql::Result<(Vec<String>, Vec<String>)> {
+    // Labels (groups that lock nothing) and candidate trees, told apart by the first column.
+    let rows: Vec<(bool, String)> = connection.rows(
+        "SELECT 1 = 1, name FROM execution_groups WHERE locking = 0 \
+         UNION ALL \
+         SELECT 1 = 0, path FROM projects WHERE ?3 AND id != ?1 \
+            AND (instr(?2, path) = 1 OR instr(path, ?2) = 1)",
+        args![project.id, project.path, shares_tree],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let labels: Vec<&str> = rows
+        .iter()
+        .filter(|(label, _)| *label)
+        .map(|(_, name)| name.as_str())
+        .collect();
+    let locking = project
+        .groups
+        .iter()
+        .filter(|name| !labels.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    let own = std::path::Path::new(&project.path);
+    let mut overlapping: Vec<String> = rows
+        .iter()
+        .filter(|(label, _)| !*label)
+        .map(|(_, path)| path)
+        .filter(|path| {
+            let other = std::path::Path::new(path);
+            own.starts_with(other) || other.starts_with(own)
+        })
+        .cloned()
+        .collect();
+    overlapping.sort();
+    Ok((locking, overlapping))
 }
 
 pub fn projects(connection: &Conn) -> sql::Result<Vec<Project>> {

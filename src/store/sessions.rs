@@ -215,6 +215,11 @@ const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, 
                                compacted_character_count, compacted_at, resume_point, \
                                worktree, branch, base, base_commit, worktree_state";
 
+/// How many columns [`SESSION_COLUMNS`] names: where a join's next table begins.
+fn session_column_count() -> usize {
+    SESSION_COLUMNS.split(',').count()
+}
+
 fn session_row(row: &Row<'_>) -> sql::Result<Session> {
     Ok(Session {
         id: row.get(0)?,
@@ -516,6 +521,30 @@ pub fn session(connection: &Conn, id: &str) -> sql::Result<Option<Session>> {
             &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
             args![id],
             session_row,
+        )
+        .optional()
+}
+
+/// A session and its project (`None`: it has none, or none by that id), in one read.
+pub fn session_and_project(
+    connection: &Conn,
+    id: &str,
+) -> sql::Result<Option<(Session, Option<super::projects::Project>)>> {
+    connection
+        .row(
+            &format!(
+                "SELECT {}, {} FROM sessions s LEFT JOIN projects p ON p.id = s.project_id \
+                 WHERE s.id = ?1",
+                sql::qualified(SESSION_COLUMNS, "s"),
+                super::projects::project_columns("p"),
+            ),
+            args![id],
+            |row| {
+                Ok((
+                    session_row(row)?,
+                    super::projects::maybe_project_at(row, session_column_count())?,
+                ))
+            },
         )
         .optional()
 }

@@ -193,6 +193,17 @@ macro_rules! args {
 }
 pub use crate::args;
 
+/// A list of columns (`"id, name, …"`) with each name taken from table alias `alias`
+/// (`"p.id, p.name, …"`): a row's reader keeps its columns' order, and a join of two tables
+/// reads both rows without naming a column twice.
+pub(crate) fn qualified(columns: &str, alias: &str) -> String {
+    columns
+        .split(',')
+        .map(|column| format!("{alias}.{}", column.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 macro_rules! int_params {
     ($($ty:ty),*) => {$(
         impl Param for $ty {

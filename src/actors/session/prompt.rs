@@ -290,43 +290,28 @@ impl Worker {
 
     /// Reads the session and its project, frames the text, and defers `prompt.started`.
     async fn prepare(&mut self, prompt: Prompt) -> Result<PromptRun, PromptEnd> {
+        // Two round trips (four reads were four on PostgreSQL).
         let read = self.shared.readers.read(|connection| {
-            let session = sessions::session(connection, &self.session_id)?;
-            let project = match session.as_ref().and_then(|s| s.project_id.clone()) {
-                Some(id) => projects::project(connection, &id)?,
-                None => None,
+            let Some((session, Some(project))) =
+                sessions::session_and_project(connection, &self.session_id)?
+            else {
+                return Ok(None);
             };
-            let groups = projects::execution_groups(connection)?;
             // A session in a worktree of its own shares no working tree with anyone.
-            let shares_tree = session.as_ref().is_some_and(|s| s.worktree.is_none());
-            let overlapping = match &project {
-                Some(project) if shares_tree => projects::overlapping_trees(connection, project)?,
-                _ => Vec::new(),
-            };
-            Ok((session, project, groups, overlapping))
+            let shares_tree = session.worktree.is_none();
+            let (locking_groups, overlapping) =
+                projects::locks_beside(connection, &project, shares_tree)?;
+            Ok(Some((session, project, locking_groups, overlapping)))
         });
-        let (session, project, groups, overlapping) = match read {
-            Ok((Some(session), Some(project), groups, overlapping)) => {
-                (session, project, groups, overlapping)
-            }
-            Ok(_) => {
+        let (session, project, locking_groups, overlapping) = match read {
+            Ok(Some(read)) => read,
+            Ok(None) => {
                 return Err(PromptEnd::failed(
                     "the session or its project no longer exists",
                 ))
             }
             Err(error) => return Err(PromptEnd::failed(format!("store: {error}"))),
         };
-        let locking_groups: Vec<String> = project
-            .groups
-            .iter()
-            .filter(|name| {
-                groups
-                    .iter()
-                    .find(|group| &group.name == *name)
-                    .is_none_or(|group| group.locking)
-            })
-            .cloned()
-            .collect();
         let kind: EngineKind = session.engine.parse().map_err(PromptEnd::failed)?;
         // A command's title is its first line, set now: it asks its engine for nothing.
         let ask_title = session.title.is_none() && kind != EngineKind::Command;

@@ -67,6 +67,10 @@ pub struct Caller {
     /// `exec.end` (only such an exec may be ended through the caller).
     pub exec_started: Cell<bool>,
     pub transport: Transport,
+    /// The rows the check of the request being served read ([`origin::Judged`]): set by
+    /// [`serve_checked`] right before the method runs, taken by a method that serves them
+    /// (before its first await, so that no other request of the connection comes between).
+    judged: RefCell<origin::Judged>,
 }
 
 impl Caller {
@@ -78,7 +82,13 @@ impl Caller {
             exec_recorded: Cell::new(false),
             exec_started: Cell::new(false),
             transport,
+            judged: RefCell::default(),
         }
+    }
+
+    /// The rows the request's check read (see [`Caller::judged`]); empty once taken.
+    fn take_judged(&self) -> origin::Judged {
+        self.judged.take()
     }
 
     fn corral(&self) -> &Corral {
@@ -207,8 +217,12 @@ dispatch! {
 /// One served method: its params decoded, a widening request from a run refused, then served.
 async fn serve_checked<M: Serve>(caller: &Caller, params: &Value) -> Result<Value, RpcError> {
     let mut params = decode::<M>(params)?;
-    refuse_widening_from_a_run(caller, M::NAME, &mut params).await?;
-    encode(&M::serve(caller, params).await?)
+    let judged = refuse_widening_from_a_run(caller, M::NAME, &mut params).await?;
+    caller.judged.replace(judged);
+    let served = M::serve(caller, params).await;
+    // Not kept past its request, whether the method took it or not.
+    caller.judged.take();
+    encode(&served?)
 }
 
 fn unknown_method(method: &str) -> RpcError {
@@ -281,13 +295,14 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
     caller: &Caller,
     method: &str,
     params: &mut P,
-) -> Result<(), RpcError> {
+) -> Result<origin::Judged, RpcError> {
     if !P::MAY_WIDEN {
-        return Ok(());
+        return Ok(origin::Judged::default());
     }
     let corral = caller.corral();
-    let Some(worst) = judge(corral, params, None)? else {
-        return Ok(());
+    let (worst, judged) = judge(corral, params, None)?;
+    let Some(worst) = worst else {
+        return Ok(judged);
     };
     let Some(peer) = caller.peer_pid else {
         if caller.transport == Transport::Http {
@@ -302,14 +317,16 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
                 format!("cannot tell who asks (the process behind this connection was not found): {what}"),
             ));
         }
-        return Ok(());
+        return Ok(judged);
     };
     let runs = corral.live_runs().await;
     let Some(origin) = origin::find(peer, &runs) else {
-        return Ok(());
+        return Ok(judged);
     };
-    let Some(what) = judge(corral, params, Some(origin.session_id.as_deref()))? else {
-        return Ok(());
+    // Judged again for that run: the rows of this look are the ones served.
+    let (what, judged) = judge(corral, params, Some(origin.session_id.as_deref()))?;
+    let Some(what) = what else {
+        return Ok(judged);
     };
     let session = origin
         .session_id
@@ -344,13 +361,14 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
 }
 
 /// What `params` would widen, on one read of the store: for the worst caller (`run`:
-/// `None`), or for the run of that session (`Some(None)`: a run of no one session). The
-/// params' selectors are pinned to the ids judged first, so the method serves what was judged.
+/// `None`), or for the run of that session (`Some(None)`: a run of no one session); with
+/// the rows it read. The params' selectors are pinned to the ids judged first, so the method
+/// serves what was judged.
 fn judge<P: origin::Widening>(
     corral: &Corral,
     params: &mut P,
     run: Option<Option<&str>>,
-) -> Result<Option<String>, RpcError> {
+) -> Result<(Option<String>, origin::Judged), RpcError> {
     corral
         .read(|c| {
             let context = match run {
@@ -358,7 +376,8 @@ fn judge<P: origin::Widening>(
                 Some(session) => origin::WideningContext::of_run(c, session),
             };
             params.pin(&context);
-            Ok(params.widens(&context))
+            let widens = params.widens(&context);
+            Ok((widens, context.into_judged()))
         })
         .map_err(store_error)
 }

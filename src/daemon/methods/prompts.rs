@@ -108,11 +108,23 @@ impl Serve for PromptSend {
         if context.is_shutting_down() {
             return Err(RpcError::new(code::BUSY, "the daemon is shutting down"));
         }
-        let session = resolve_session(corral, &p.session)?;
+        // The session and its project as the check read them (judged by id: the selector
+        // was pinned), else read now.
+        let judged = caller.take_judged();
+        let session = match judged.session(&p.session) {
+            Some(session) => session.clone(),
+            None => resolve_session(corral, &p.session)?,
+        };
+        let project = session
+            .project_id
+            .as_deref()
+            .and_then(|id| judged.project(id))
+            .cloned();
         let sender = caller.exec_id.borrow().clone();
         let enqueued = corral
             .send_to(
                 session,
+                project,
                 NewPrompt {
                     // The session's, filled in by `send_to`.
                     session_id: String::new(),
