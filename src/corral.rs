@@ -982,14 +982,8 @@ impl Corral {
         &self,
         session_id: &str,
     ) -> Result<(Session, Option<Project>), CorralError> {
-        let session = self
-            .read(|connection| sessions::session(connection, session_id))?
-            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
-        let project = match &session.project_id {
-            Some(id) => self.read(|connection| projects::project(connection, id))?,
-            None => None,
-        };
-        Ok((session, project))
+        self.read(|connection| sessions::session_and_project(connection, session_id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))
     }
 
     /// A worktree session's project, or the line saying it has none.

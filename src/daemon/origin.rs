@@ -293,9 +293,35 @@ impl<'a> WideningContext<'a> {
         Some((session, project))
     }
 
+    /// A session id not seen yet read with its project, in one statement (what clients
+    /// send is an id), both kept as seen; a selector that is no id reads nothing here.
+    fn read_with_project(&self, id: &str) {
+        let Some(store) = self.store else { return };
+        if self
+            .seen_sessions
+            .borrow()
+            .iter()
+            .any(|session| session.id == id)
+        {
+            return;
+        }
+        let Ok(Some((session, project))) = sessions::session_and_project(store, id) else {
+            return;
+        };
+        if let Some(project) = project {
+            let mut seen = self.seen_projects.borrow_mut();
+            if !seen.iter().any(|known| known.id == project.id) {
+                seen.push(project);
+            }
+        }
+        self.seen_sessions.borrow_mut().push(session);
+    }
+
     /// The session a selector names (an id seen before is not read again).
     fn session_only(&self, selector: &str) -> Option<sessions::Session> {
         let store = self.store?;
+        // Its project comes with it: the rules that ask for a session ask for its project.
+        self.read_with_project(selector.trim());
         seen_or_read(
             &self.seen_sessions,
             selector.trim(),

@@ -22,7 +22,8 @@ pub struct Project {
     pub full_access: bool,
     /// `local` or `remote`; a remote project's engines are always read-only.
     pub kind: String,
-    /// Execution groups this project is in (locking or label-only, see [`ExecutionGroup`]).
+    /// Execution groups this project is in: runs of projects sharing a locking group never
+    /// overlap; a label-only group (`execution_groups.locking = 0`) only names them.
     pub groups: Vec<String>,
     /// House rules added to every prompt the project sends.
     pub instructions: Option<String>,
@@ -91,13 +92,6 @@ impl sql::Get for Isolation {
         text.parse()
             .map_err(|_| format!("{text:?} is not a Isolation"))
     }
-}
-
-/// A named group of projects; runs of projects sharing a locking group never overlap.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecutionGroup {
-    pub name: String,
-    pub locking: bool,
 }
 
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
@@ -318,42 +312,23 @@ pub fn project(connection: &Conn, id: &str) -> sql::Result<Option<Project>> {
         .optional()
 }
 
-/// The other projects whose working trees overlap `project`'s: on the same directory, on
-/// one above it or on one inside it, archived ones included (an archived project's run may
-/// still be ending). A run takes their locks beside its own (`SlotRequest::overlapping`), so
-/// two projects on one working tree never run at once, whichever was added or archived
-/// while the other ran. Paths are stored canonical (`Corral::add_project`), so comparing them
-/// is comparing directories.
-pub fn overlapping_trees(connection: &Conn, project: &Project) -> sql::Result<Vec<String>> {
-    let own = std::path::Path::new(&project.path);
-    // A string prefix either way is necessary for an overlap; components decide.
-    let paths = connection.rows(
-        "SELECT path FROM projects WHERE id != ?1 \
-         AND (instr(?2, path) = 1 OR instr(path, ?2) = 1) ORDER BY path",
-        args![project.id, project.path],
-        |row| row.get::<String>(0),
-    )?;
-    let mut overlapping = Vec::new();
-    for path in paths {
-        let other = std::path::Path::new(&path);
-        if own.starts_with(other) || other.starts_with(own) {
-            overlapping.push(path);
-        }
-    }
-    Ok(overlapping)
-}
-
-/// What a run of `project` locks beside its own directory, in one read: the project's
-/// groups that lock (a label-only group holds nothing; a group with no row locks, as
-/// [`execution_groups`] tells the slot manager) and, when the run shares the project's
-/// directory (`shares_tree`), the other projects whose trees overlap it
-/// ([`overlapping_trees`]).
+/// What a run of `project` locks beside its own directory, in one read:
+///
+/// - the project's groups that lock: a label-only group (`locking = 0`) holds nothing, a
+///   group without a row locks;
+/// - when the run shares the project's directory (`shares_tree`), the other projects whose
+///   working trees overlap it: on the same directory, on one above it or on one inside it,
+///   archived ones included (an archived project's run may still be ending). A run takes
+///   their locks beside its own (`SlotRequest::overlapping`), so two projects on one working
+///   tree never run at once, whichever was added or archived while the other ran. Paths are
+///   stored canonical (`Corral::add_project`), so comparing them is comparing directories.
 pub fn locks_beside(
     connection: &Conn,
     project: &Project,
     shares_tree: bool,
 ) -> sql::Result<(Vec<String>, Vec<String>)> {
-    // Labels (groups that lock nothing) and candidate trees, told apart by the first column.
+    // Labels (groups that lock nothing) and candidate trees, told apart by the first column;
+    // a string prefix either way is necessary for an overlap, components decide.
     let rows: Vec<(bool, String)> = connection.rows(
         "SELECT 1 = 1, name FROM execution_groups WHERE locking = 0 \
          UNION ALL \
@@ -396,15 +371,57 @@ pub fn projects(connection: &Conn) -> sql::Result<Vec<Project>> {
     )
 }
 
-pub fn execution_groups(connection: &Conn) -> sql::Result<Vec<ExecutionGroup>> {
-    connection.rows(
-        "SELECT name, locking FROM execution_groups ORDER BY name",
-        args![],
-        |row| {
-            Ok(ExecutionGroup {
-                name: row.get(0)?,
-                locking: row.get(1)?,
-            })
-        },
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A project of `path` in `groups`, as stored.
+    fn project(id: &str, path: &str, groups: &[&str]) -> Project {
+        Project {
+            id: id.into(),
+            name: id.into(),
+            path: path.into(),
+            groups: groups.iter().map(|group| group.to_string()).collect(),
+            engine: None,
+            model: None,
+            full_access: false,
+            kind: "local".into(),
+            instructions: None,
+            created_at: 1,
+            archived_at: None,
+            keep_background: false,
+            isolation: Isolation::default(),
+            worktrees_dir: None,
+            setup: None,
+            repo_root: None,
+        }
+    }
+
+    #[test]
+    fn a_run_locks_its_locking_groups_and_the_trees_that_overlap_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = rusqlite::Connection::open(dir.path().join("corral.db")).unwrap();
+        super::super::migrations::migrate(&mut db).unwrap();
+        db.execute_batch(
+            "INSERT INTO projects (id, name, path, created_at) VALUES
+               ('me', 'me', '/w/app', 1), ('up', 'up', '/w', 2), ('in', 'in', '/w/app/lib', 3),
+               ('twin', 'twin', '/w/app', 4), ('sibling', 'sibling', '/w/application', 5),
+               ('far', 'far', '/x', 6);
+             UPDATE projects SET archived_at = 9 WHERE id = 'twin';
+             INSERT INTO execution_groups (name, locking, created_at) VALUES
+               ('tv', 1, 1), ('label', 0, 1);",
+        )
+        .unwrap();
+        let conn = Conn::from(db);
+        let me = project("me", "/w/app", &["tv", "label", "unlisted"]);
+        let (locking, overlapping) = locks_beside(&conn, &me, true).unwrap();
+        // A group without a row locks; a label does not.
+        assert_eq!(locking, ["tv", "unlisted"]);
+        // Above, inside and on it (archived too); not a sibling sharing a prefix, not itself.
+        assert_eq!(overlapping, ["/w", "/w/app", "/w/app/lib"]);
+        // A run in a worktree of its own shares no tree: only the groups.
+        let (locking, overlapping) = locks_beside(&conn, &me, false).unwrap();
+        assert_eq!(locking, ["tv", "unlisted"]);
+        assert!(overlapping.is_empty());
+    }
 }
