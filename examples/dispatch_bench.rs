@@ -336,8 +336,12 @@ struct BenchDatabase {
 impl BenchDatabase {
     fn create(home: &Path) -> BenchDatabase {
         use std::os::unix::fs::OpenOptionsExt;
-        let admin = std::env::var("CORRAL_BENCH_POSTGRES_URL")
-            .expect("--store postgres needs CORRAL_BENCH_POSTGRES_URL (an admin URL)");
+        let Ok(admin) = std::env::var("CORRAL_BENCH_POSTGRES_URL") else {
+            eprintln!(
+                "dispatch_bench: --store postgres needs CORRAL_BENCH_POSTGRES_URL (an admin URL to the server's postgres database)"
+            );
+            std::process::exit(2);
+        };
         let name = format!("corral_bench_{}", uuid::Uuid::new_v4().simple());
         admin_sql(&admin, &format!("CREATE DATABASE {name}"));
         let (base, _) = admin.rsplit_once('/').expect("a URL with a database path");
