@@ -373,42 +373,77 @@ fn claim_next_looking(
             )?;
             (runs, next, elsewhere, None)
         }
-        true => connection.row(
-            concat!(
-                "WITH head AS (SELECT prompt_id AS id FROM queue_heads WHERE session_id = ?1), \
-                      busy AS (SELECT EXISTS (SELECT 1 FROM prompts \
-                                              WHERE session_id = ?1 AND status = 'running') AS runs), \
-                      asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS rivals \
-                                  FROM busy) \
-                 SELECT busy.runs, \
-                        EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
-                        CASE WHEN asked.rivals THEN (",
-                held_by_another_session_sql!("?1"),
-                ") END, CASE WHEN asked.rivals THEN (",
-                waits_for_elder_sql!("(SELECT id FROM head)"),
-                ") END, CASE WHEN asked.rivals AND ?3 THEN (",
-                running_everywhere_sql!(),
-                ") END, ",
-                prompt_columns!("p."),
-                " FROM busy CROSS JOIN asked \
-                   LEFT JOIN queue_heads h ON h.session_id = ?1 \
-                   LEFT JOIN prompts p ON p.id = h.prompt_id"
-            ),
-            args![session_id, node, total.is_some()],
-            |row| {
-                let rivals = Rivals {
-                    held: row.get::<Option<bool>>(2)?.unwrap_or(false),
-                    elder_waits: row.get::<Option<bool>>(3)?.unwrap_or(false),
-                    running: row.get(4)?,
-                };
-                Ok((
-                    row.get(0)?,
-                    maybe_prompt_at(row, 5)?,
-                    row.get(1)?,
-                    Some(rivals),
-                ))
-            },
-        )?,
+        true => {
+            // The rivals of a project in no execution group are the sessions sharing its
+            // directory, asked here in a few index lookups: the general question
+            // ([`rivals`]: groups, served projects, every running prompt's locks) is a plan
+            // of some sixty nodes that the server sets up at every run, ~0.3 to 0.6 ms under
+            // the write lock at each end. A project in a group (its row says so now) is
+            // asked that question after.
+            let (runs, next, elsewhere, grouped, lean): (bool, Option<Prompt>, bool, bool, Rivals) =
+                connection.row(
+                    concat!(
+                        "WITH me AS (SELECT s.project_id, s.worktree IS NULL AS shares_tree, \
+                                            EXISTS (SELECT 1 FROM projects sp \
+                                                     WHERE sp.id = s.project_id \
+                                                       AND sp.groups <> '[]') AS grouped \
+                                       FROM sessions s WHERE s.id = ?1), \
+                              head AS (SELECT prompt_id AS id, created_at FROM queue_heads \
+                                        WHERE session_id = ?1), \
+                              busy AS (SELECT EXISTS (SELECT 1 FROM prompts \
+                                                      WHERE session_id = ?1 AND status = 'running') AS runs), \
+                              asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS head \
+                                          FROM busy) \
+                         SELECT busy.runs, \
+                                EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
+                                coalesce((SELECT grouped FROM me), false), \
+                                CASE WHEN asked.head THEN EXISTS ( \
+                                    SELECT 1 FROM me, sessions o JOIN prompts r ON r.session_id = o.id \
+                                     WHERE me.shares_tree AND NOT me.grouped \
+                                       AND o.project_id = me.project_id AND o.id <> ?1 \
+                                       AND o.worktree IS NULL AND r.status = 'running') END, \
+                                CASE WHEN asked.head THEN EXISTS ( \
+                                    SELECT 1 FROM me, head mine, sessions o \
+                                      JOIN queue_heads q ON q.session_id = o.id \
+                                     WHERE me.shares_tree AND NOT me.grouped \
+                                       AND o.project_id = me.project_id AND o.id <> ?1 \
+                                       AND o.worktree IS NULL AND o.archived_at IS NULL \
+                                       AND (q.created_at, q.prompt_id) < (mine.created_at, mine.id) \
+                                       AND NOT EXISTS (SELECT 1 FROM prompts r \
+                                                        WHERE r.session_id = o.id AND r.status = 'running') \
+                                       AND me.project_id = ANY (",
+                        served_projects_sql!(),
+                        ")) END, \
+                                CASE WHEN asked.head AND ?3 THEN (",
+                        running_everywhere_sql!(),
+                        ") END, ",
+                        prompt_columns!("p."),
+                        " FROM busy CROSS JOIN asked \
+                           LEFT JOIN queue_heads h ON h.session_id = ?1 \
+                           LEFT JOIN prompts p ON p.id = h.prompt_id"
+                    ),
+                    args![session_id, node, total.is_some()],
+                    |row| {
+                        let lean = Rivals {
+                            held: row.get::<Option<bool>>(3)?.unwrap_or(false),
+                            elder_waits: row.get::<Option<bool>>(4)?.unwrap_or(false),
+                            running: row.get(5)?,
+                        };
+                        Ok((
+                            row.get(0)?,
+                            maybe_prompt_at(row, 6)?,
+                            row.get(1)?,
+                            row.get(2)?,
+                            lean,
+                        ))
+                    },
+                )?;
+            let asked = match (&next, grouped && !runs) {
+                (Some(head), true) => rivals(connection, session_id, &head.id, total.is_some())?,
+                _ => lean,
+            };
+            (runs, next, elsewhere, Some(asked))
+        }
     };
     if runs {
         return Ok((None, true));
@@ -1006,10 +1041,7 @@ macro_rules! waits_for_elder_sql {
 }
 // The claims' SQL pieces, by path as well, so that `claim_next_looking`, above their
 // definitions, can take them too.
-use {
-    conflicts_sql, held_by_another_session_sql, running_everywhere_sql, running_sessions_sql,
-    served_projects_sql, waits_for_elder_sql,
-};
+use {running_everywhere_sql, served_projects_sql};
 
 /// What stands between a session's head prompt and its claim on a shared store, asked in one
 /// round trip (each question was one, under the write lock). PostgreSQL only.
