@@ -423,6 +423,34 @@ fn a_batch_cut_off_during_its_commit_is_made_again_if_it_did_not_commit() {
     );
 }
 
+// A corral connection plans for a store in memory (`random_page_cost` 1.1: lookups by key
+// over seq scans of small tables), unless someone set the value: here the URL's options.
+#[test]
+fn connections_plan_for_a_store_in_memory_unless_told_otherwise() {
+    use corral::store::postgres::PgConn;
+    use corral::store::sql::{args, Conn};
+    let Some(database) = TestDatabase::create() else {
+        return;
+    };
+    let cost_on = |url: &str| -> String {
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let conn = Conn::from(PgConn::connect(&config, "the test database").unwrap());
+        conn.row(
+            "SELECT current_setting('random_page_cost')",
+            args![],
+            |row| row.get::<String>(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(cost_on(&database.url), "1.1");
+    let separator = if database.url.contains('?') { '&' } else { '?' };
+    let told = format!(
+        "{}{separator}options=-c%20random_page_cost%3D2",
+        database.url
+    );
+    assert_eq!(cost_on(&told), "2");
+}
+
 // What the ledger asks after a cut COMMIT: a write transaction's id, kept when it begins,
 // and the server's word afterwards, from another connection, on whether it committed.
 #[test]
