@@ -530,22 +530,23 @@ pub fn session_and_project(
     connection: &Conn,
     id: &str,
 ) -> sql::Result<Option<(Session, Option<super::projects::Project>)>> {
-    connection
-        .row(
-            &format!(
-                "SELECT {}, {} FROM sessions s LEFT JOIN projects p ON p.id = s.project_id \
-                 WHERE s.id = ?1",
-                sql::qualified(SESSION_COLUMNS, "s"),
-                super::projects::project_columns("p"),
-            ),
-            args![id],
-            |row| {
-                Ok((
-                    session_row(row)?,
-                    super::projects::maybe_project_at(row, session_column_count())?,
-                ))
-            },
+    // Made once: it is asked at every send and every prompt's start.
+    static QUERY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let query = QUERY.get_or_init(|| {
+        format!(
+            "SELECT {}, {} FROM sessions s LEFT JOIN projects p ON p.id = s.project_id \
+             WHERE s.id = ?1",
+            sql::qualified(SESSION_COLUMNS, "s"),
+            super::projects::project_columns("p"),
         )
+    });
+    connection
+        .row(query, args![id], |row| {
+            Ok((
+                session_row(row)?,
+                super::projects::maybe_project_at(row, session_column_count())?,
+            ))
+        })
         .optional()
 }
 
