@@ -357,93 +357,14 @@ fn claim_next_looking(
     // whether its worktree is on another daemon's host (never, without a node to compare);
     // with other daemons live, what stands between that head and its claim too
     // ([`Rivals`]).
-    let (runs, next, worktree_elsewhere, asked) = match shared {
-        false => {
-            let (runs, next, elsewhere): (bool, Option<Prompt>, bool) = connection.row(
-                concat!(
-                    "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
-                            EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), ",
-                    prompt_columns!("p."),
-                    " FROM (SELECT 1) AS one \
-                       LEFT JOIN queue_heads h ON h.session_id = ?1 \
-                       LEFT JOIN prompts p ON p.id = h.prompt_id"
-                ),
-                args![session_id, node],
-                |row| Ok((row.get(0)?, maybe_prompt_at(row, 2)?, row.get(1)?)),
-            )?;
-            (runs, next, elsewhere, None)
-        }
-        true => {
-            // The rivals of a project in no execution group are the sessions sharing its
-            // directory, asked here in a few index lookups: the general question
-            // ([`rivals`]: groups, served projects, every running prompt's locks) is a plan
-            // of some sixty nodes that the server sets up at every run, ~0.3 to 0.6 ms under
-            // the write lock at each end. A project in a group (its row says so now) is
-            // asked that question after.
-            let (runs, next, elsewhere, grouped, lean): (bool, Option<Prompt>, bool, bool, Rivals) =
-                connection.row(
-                    concat!(
-                        "WITH me AS (SELECT s.project_id, s.worktree IS NULL AS shares_tree, \
-                                            EXISTS (SELECT 1 FROM projects sp \
-                                                     WHERE sp.id = s.project_id \
-                                                       AND sp.groups <> '[]') AS grouped \
-                                       FROM sessions s WHERE s.id = ?1), \
-                              head AS (SELECT prompt_id AS id, created_at FROM queue_heads \
-                                        WHERE session_id = ?1), \
-                              busy AS (SELECT EXISTS (SELECT 1 FROM prompts \
-                                                      WHERE session_id = ?1 AND status = 'running') AS runs), \
-                              asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS head \
-                                          FROM busy) \
-                         SELECT busy.runs, \
-                                EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
-                                coalesce((SELECT grouped FROM me), false), \
-                                CASE WHEN asked.head THEN EXISTS ( \
-                                    SELECT 1 FROM me, sessions o JOIN prompts r ON r.session_id = o.id \
-                                     WHERE me.shares_tree AND NOT me.grouped \
-                                       AND o.project_id = me.project_id AND o.id <> ?1 \
-                                       AND o.worktree IS NULL AND r.status = 'running') END, \
-                                CASE WHEN asked.head THEN EXISTS ( \
-                                    SELECT 1 FROM me, head mine, sessions o \
-                                      JOIN queue_heads q ON q.session_id = o.id \
-                                     WHERE me.shares_tree AND NOT me.grouped \
-                                       AND o.project_id = me.project_id AND o.id <> ?1 \
-                                       AND o.worktree IS NULL AND o.archived_at IS NULL \
-                                       AND (q.created_at, q.prompt_id) < (mine.created_at, mine.id) \
-                                       AND NOT EXISTS (SELECT 1 FROM prompts r \
-                                                        WHERE r.session_id = o.id AND r.status = 'running') \
-                                       AND me.project_id = ANY (",
-                        served_projects_sql!(),
-                        ")) END, \
-                                CASE WHEN asked.head AND ?3 THEN (",
-                        running_everywhere_sql!(),
-                        ") END, ",
-                        prompt_columns!("p."),
-                        " FROM busy CROSS JOIN asked \
-                           LEFT JOIN queue_heads h ON h.session_id = ?1 \
-                           LEFT JOIN prompts p ON p.id = h.prompt_id"
-                    ),
-                    args![session_id, node, total.is_some()],
-                    |row| {
-                        let lean = Rivals {
-                            held: row.get::<Option<bool>>(3)?.unwrap_or(false),
-                            elder_waits: row.get::<Option<bool>>(4)?.unwrap_or(false),
-                            running: row.get(5)?,
-                        };
-                        Ok((
-                            row.get(0)?,
-                            maybe_prompt_at(row, 6)?,
-                            row.get(1)?,
-                            row.get(2)?,
-                            lean,
-                        ))
-                    },
-                )?;
-            let asked = match (&next, grouped && !runs) {
-                (Some(head), true) => rivals(connection, session_id, &head.id, total.is_some())?,
-                _ => lean,
-            };
-            (runs, next, elsewhere, Some(asked))
-        }
+    let Look {
+        runs,
+        next,
+        worktree_elsewhere,
+        rivals: asked,
+    } = match shared {
+        false => look_alone(connection, session_id, node)?,
+        true => look_shared(connection, session_id, node, total)?,
     };
     if runs {
         return Ok((None, true));
@@ -503,6 +424,123 @@ fn claim_next_looking(
             Ok((None, false))
         }
     }
+}
+
+/// What [`claim_next_looking`] learns of a session in one statement.
+struct Look {
+    /// A prompt of the session runs.
+    runs: bool,
+    /// Its oldest queued prompt, whole.
+    next: Option<Prompt>,
+    /// Its worktree is on another daemon's host.
+    worktree_elsewhere: bool,
+    /// With other daemons live: what stands between `next` and its claim.
+    rivals: Option<Rivals>,
+}
+
+/// [`Look`] for a daemon alone on its store (or SQLite's): no rivals to ask about.
+fn look_alone(connection: &Conn, session_id: &str, node: Option<&str>) -> sql::Result<Look> {
+    let (runs, next, elsewhere): (bool, Option<Prompt>, bool) = connection.row(
+        concat!(
+            "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
+                    EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), ",
+            prompt_columns!("p."),
+            " FROM (SELECT 1) AS one \
+               LEFT JOIN queue_heads h ON h.session_id = ?1 \
+               LEFT JOIN prompts p ON p.id = h.prompt_id"
+        ),
+        args![session_id, node],
+        |row| Ok((row.get(0)?, maybe_prompt_at(row, 2)?, row.get(1)?)),
+    )?;
+    Ok(Look {
+        runs,
+        next,
+        worktree_elsewhere: elsewhere,
+        rivals: None,
+    })
+}
+
+/// [`Look`] with other daemons live, [`Rivals`] included.
+fn look_shared(
+    connection: &Conn,
+    session_id: &str,
+    node: Option<&str>,
+    total: Option<usize>,
+) -> sql::Result<Look> {
+    // The rivals of a project in no execution group are the sessions sharing its
+    // directory, asked here in a few index lookups: the general question
+    // ([`rivals`]: groups, served projects, every running prompt's locks) is a plan
+    // of some sixty nodes that the server sets up at every run, ~0.3 to 0.6 ms under
+    // the write lock at each end. A project in a group (its row says so now) is
+    // asked that question after.
+    let (runs, next, elsewhere, grouped, lean): (bool, Option<Prompt>, bool, bool, Rivals) =
+        connection.row(
+            concat!(
+                "WITH me AS (SELECT s.project_id, s.worktree IS NULL AS shares_tree, \
+                                    EXISTS (SELECT 1 FROM projects sp \
+                                             WHERE sp.id = s.project_id \
+                                               AND sp.groups <> '[]') AS grouped \
+                               FROM sessions s WHERE s.id = ?1), \
+                      head AS (SELECT prompt_id AS id, created_at FROM queue_heads \
+                                WHERE session_id = ?1), \
+                      busy AS (SELECT EXISTS (SELECT 1 FROM prompts \
+                                              WHERE session_id = ?1 AND status = 'running') AS runs), \
+                      asked AS (SELECT NOT busy.runs AND EXISTS (SELECT 1 FROM head) AS head \
+                                  FROM busy) \
+                 SELECT busy.runs, \
+                        EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
+                        coalesce((SELECT grouped FROM me), false), \
+                        CASE WHEN asked.head THEN EXISTS ( \
+                            SELECT 1 FROM me, sessions o JOIN prompts r ON r.session_id = o.id \
+                             WHERE me.shares_tree AND NOT me.grouped \
+                               AND o.project_id = me.project_id AND o.id <> ?1 \
+                               AND o.worktree IS NULL AND r.status = 'running') END, \
+                        CASE WHEN asked.head THEN EXISTS ( \
+                            SELECT 1 FROM me, head mine, sessions o \
+                              JOIN queue_heads q ON q.session_id = o.id \
+                             WHERE me.shares_tree AND NOT me.grouped \
+                               AND o.project_id = me.project_id AND o.id <> ?1 \
+                               AND o.worktree IS NULL AND o.archived_at IS NULL \
+                               AND (q.created_at, q.prompt_id) < (mine.created_at, mine.id) \
+                               AND NOT EXISTS (SELECT 1 FROM prompts r \
+                                                WHERE r.session_id = o.id AND r.status = 'running') \
+                               AND me.project_id = ANY (",
+                served_projects_sql!(),
+                ")) END, \
+                        CASE WHEN asked.head AND ?3 THEN (",
+                running_everywhere_sql!(),
+                ") END, ",
+                prompt_columns!("p."),
+                " FROM busy CROSS JOIN asked \
+                   LEFT JOIN queue_heads h ON h.session_id = ?1 \
+                   LEFT JOIN prompts p ON p.id = h.prompt_id"
+            ),
+            args![session_id, node, total.is_some()],
+            |row| {
+                let lean = Rivals {
+                    held: row.get::<Option<bool>>(3)?.unwrap_or(false),
+                    elder_waits: row.get::<Option<bool>>(4)?.unwrap_or(false),
+                    running: row.get(5)?,
+                };
+                Ok((
+                    row.get(0)?,
+                    maybe_prompt_at(row, 6)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    lean,
+                ))
+            },
+        )?;
+    let asked = match (&next, grouped && !runs) {
+        (Some(head), true) => rivals(connection, session_id, &head.id, total.is_some())?,
+        _ => lean,
+    };
+    Ok(Look {
+        runs,
+        next,
+        worktree_elsewhere: elsewhere,
+        rivals: Some(asked),
+    })
 }
 
 /// What cancelling a prompt found.
@@ -710,7 +748,9 @@ pub(crate) fn claim_work(
     // something and the projects held are each read once, into an array: a store whose
     // statistics are from when its tables were empty (a new one, before autovacuum's first
     // analyze) planned joins as scans, 40 ms a claim, and each head's running prompt as a
-    // walk of every running prompt.
+    // walk of every running prompt. Its project's groups are a lookup by key too (joined,
+    // the projects were scanned and hashed for every head: 0.25 ms against 0.19–0.22 ms a
+    // page of 16 heads on a store of 200 sessions).
     //
     // With other daemons live, the claims keep the locks (`conflicts_sql!`): the heads of a
     // shared-isolation project a session of which runs are left out here, in one pass over
@@ -752,8 +792,9 @@ pub(crate) fn claim_work(
                    FROM queue_heads q \
                   CROSS JOIN LATERAL ( \
                          SELECT s.engine, s.project_id, s.worktree IS NULL AS shared, \
-                                sp.groups <> '[]' AS grouped \
-                           FROM sessions s JOIN projects sp ON sp.id = s.project_id \
+                                coalesce((SELECT sp.groups <> '[]' FROM projects sp \
+                                           WHERE sp.id = s.project_id), false) AS grouped \
+                           FROM sessions s \
                           WHERE s.id = q.session_id AND s.archived_at IS NULL \
                             AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
                             AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
