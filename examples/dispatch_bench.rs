@@ -40,6 +40,8 @@ use corral::store::{projects, runs};
 use corral::{Corral, CorralOptions};
 use tokio::sync::broadcast;
 
+mod common;
+
 /// Set in the environment for engine mode: the real fake engine to `exec`.
 const REAL_ENGINE: &str = "CORRAL_BENCH_REAL_ENGINE";
 /// Set in the environment for engine mode: where the start stamps go (one file per pid).
@@ -359,26 +361,20 @@ impl BenchDatabase {
 
 impl Drop for BenchDatabase {
     fn drop(&mut self) {
-        admin_sql(
-            &self.admin,
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        );
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if let Err(error) = common::postgres_execute(&self.admin, &drop) {
+            eprintln!(
+                "dispatch_bench: the database {} was not dropped: {error}",
+                self.name
+            );
+        }
     }
 }
 
-/// Runs `statement` on the admin URL, on a runtime of its own.
+/// Runs `statement` on the admin URL; a server that refuses ends the bench in one line.
 fn admin_sql(admin: &str, statement: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
-            .await
-            .expect("the benchmark's PostgreSQL server");
-        let driver = tokio::spawn(connection);
-        client.batch_execute(statement).await.unwrap();
-        drop(client);
-        let _ = driver.await;
-    });
+    if let Err(error) = common::postgres_execute(admin, statement) {
+        eprintln!("dispatch_bench: {error}");
+        std::process::exit(1);
+    }
 }

@@ -544,10 +544,10 @@ impl Corral {
     pub async fn send(&self, prompt: NewPrompt) -> Result<Enqueued, CorralError> {
         let prompt = self.checked_prompt(prompt)?;
         let session_id = prompt.session_id.clone();
-        let session = self
-            .read(|connection| sessions::session(connection, &session_id))?
+        let (session, project) = self
+            .read(|connection| sessions::session_and_project(connection, &session_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
-        self.enqueue_on(session, None, prompt).await
+        self.enqueue_on(session, project, prompt).await
     }
 
     /// [`Corral::send`] to a session the caller has just read, and its project when read too

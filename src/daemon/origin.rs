@@ -322,11 +322,12 @@ impl<'a> WideningContext<'a> {
         let store = self.store?;
         // Its project comes with it: the rules that ask for a session ask for its project.
         self.read_with_project(selector.trim());
+        // Not found by its id there: a title or a prefix.
         seen_or_read(
             &self.seen_sessions,
             selector.trim(),
             |session| &session.id,
-            || super::methods::session_of(store, selector).ok(),
+            || super::methods::session_among_all(store, selector).ok(),
         )
     }
 

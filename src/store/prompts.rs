@@ -1080,8 +1080,8 @@ macro_rules! waits_for_elder_sql {
         )
     };
 }
-// The claims' SQL pieces, by path as well, so that `claim_next_looking`, above their
-// definitions, can take them too.
+// The claims' SQL pieces, by path as well, so that `look_shared`, above their definitions,
+// can take them too.
 use {running_everywhere_sql, served_projects_sql};
 
 /// What stands between a session's head prompt and its claim on a shared store, asked in one

@@ -443,6 +443,15 @@ pub(crate) fn session_of(c: &Store, selector: &str) -> Result<store::sessions::S
     if let Some(session) = read(store::sessions::session(c, selector.trim()))? {
         return Ok(session);
     }
+    session_among_all(c, selector)
+}
+
+/// The session `selector` names by title or id prefix, read on `c` ([`session_of`] once the
+/// selector was found to be no session's id).
+pub(crate) fn session_among_all(
+    c: &Store,
+    selector: &str,
+) -> Result<store::sessions::Session, RpcError> {
     let sessions = read(store::sessions::sessions(c))?;
     select(
         "session",
