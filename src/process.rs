@@ -47,6 +47,25 @@ pub fn is_alive(pid: u32, start: Option<u64>) -> bool {
     stat.state != ZOMBIE && start.is_none_or(|start| stat.starttime == start)
 }
 
+/// What the process that was `pid`, started at `start`, runs now: `Some(None)` while it
+/// lives without a command line to show (a kernel thread, or one between an `exec`'s
+/// teardown and its new program), `None` once it is gone.
+pub fn command_now(pid: u32, start: u64) -> Option<Option<String>> {
+    let pid = i32::try_from(pid).ok().filter(|&pid| pid > 0)?;
+    let process = Process::new(pid).ok()?;
+    let stat = process.stat().ok()?;
+    if stat.state == ZOMBIE || stat.starttime != start {
+        return None;
+    }
+    Some(
+        process
+            .cmdline()
+            .ok()
+            .filter(|argv| !argv.is_empty())
+            .map(|argv| argv.join(" ")),
+    )
+}
+
 /// `/proc/PID/stat` of process `pid`, if it exists (pid 0 and pids beyond `i32` never do).
 fn stat_of(pid: u32) -> Option<procfs::process::Stat> {
     let pid = i32::try_from(pid).ok().filter(|&pid| pid > 0)?;

@@ -14,12 +14,22 @@ pub const STATUS_WAITERS: usize = 20;
 /// What projects with `keep_background` kept after their runs and still lives: `status`
 /// lists them, from the daemon and from the store alike (`cli::local`). On a shared store,
 /// those of `node`'s host, this one (whether a pid lives can only be seen on its host).
+///
+/// Each with the command it runs now: a kept process may `exec` after its run ended (a
+/// shell that becomes the dev server), and what was recorded then is only its past. The
+/// recorded one stands in while the process shows none.
 pub fn kept_alive(c: &Store, node: Option<&str>) -> sql::Result<Vec<KeptProcess>> {
     let kept = processes::kept_processes(c, node)?;
     Ok(kept
         .iter()
-        .filter(|kept| crate::process::is_alive(kept.pid as u32, Some(kept.pid_start as u64)))
-        .map(KeptProcess::from)
+        .filter_map(|kept| {
+            let now = crate::process::command_now(kept.pid as u32, kept.pid_start as u64)?;
+            let mut listed = KeptProcess::from(kept);
+            if let Some(command) = now {
+                listed.command = command;
+            }
+            Some(listed)
+        })
         .collect())
 }
 
