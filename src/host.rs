@@ -37,20 +37,8 @@ fn from(variable: Option<&str>, system: impl FnOnce() -> Option<String>) -> Stri
 
 /// `gethostname(2)`, lossy UTF-8; `None` when it fails.
 fn system_name() -> Option<String> {
-    // HOST_NAME_MAX is 64 on Linux, 255 on the BSDs: one more byte for the terminator.
-    let mut buffer = [0u8; 256];
-    // SAFETY: the pointer and length describe `buffer`, which outlives the call; the kernel
-    // writes at most `len` bytes into it.
-    let status = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
-    if status != 0 {
-        return None;
-    }
-    // A name that fills the buffer may come without its terminator: take it whole then.
-    let end = buffer
-        .iter()
-        .position(|&byte| byte == 0)
-        .unwrap_or(buffer.len());
-    Some(String::from_utf8_lossy(&buffer[..end]).into_owned())
+    let name = nix::unistd::gethostname().ok()?;
+    Some(name.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

@@ -94,12 +94,10 @@ pub fn group_exists(pgid: i32) -> bool {
 }
 
 /// Sends `signal` to every process of group `pgid`. A group already gone is not an error.
-pub fn signal_group(pgid: i32, signal: i32) {
+pub fn signal_group(pgid: i32, signal: Signal) {
     if pgid > 0 {
-        // ESRCH (no such group) is expected and ignored; so is a number that names no signal.
-        if let Ok(signal) = Signal::try_from(signal) {
-            let _ = signal::killpg(Pid::from_raw(pgid), signal);
-        }
+        // ESRCH (no such group) is expected and ignored.
+        let _ = signal::killpg(Pid::from_raw(pgid), signal);
     }
 }
 
@@ -111,13 +109,13 @@ pub async fn end_group(
     pgid: i32,
     grace: Duration,
 ) -> Option<std::process::ExitStatus> {
-    signal_group(pgid, Signal::SIGTERM as i32);
+    signal_group(pgid, Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     let _ = tokio::time::timeout_at(deadline, child.wait()).await;
     while group_exists(pgid) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(STRAGGLER_POLL).await;
     }
-    signal_group(pgid, Signal::SIGKILL as i32);
+    signal_group(pgid, Signal::SIGKILL);
     let status = child.wait().await.ok();
     let reaped_by = tokio::time::Instant::now() + KILL_SETTLE;
     while group_exists(pgid) && tokio::time::Instant::now() < reaped_by {
@@ -417,16 +415,21 @@ pub async fn members_async(marks: &[Mark]) -> Vec<Vec<Member>> {
         queue.waiting.push((marks.to_vec(), sender));
         !std::mem::replace(&mut queue.running, true)
     };
+    if !first {
+        // The thread may be idle, waiting for a lookup.
+        SCAN_WANTED.notify_one();
+    }
     // A plain thread, not the blocking pool: the passes serve every runtime of the process
     // (tests run several), and one that shuts down must not take a queued pass with it.
     if first
         && std::thread::Builder::new()
             .name("corral-scan".into())
-            .spawn(run_scans)
+            .spawn(|| run_scans(SCAN_THREAD_IDLE))
             .is_err()
     {
-        // No thread to be had: this lookup runs the passes itself, on the blocking pool.
-        let _ = tokio::task::spawn_blocking(run_scans).await;
+        // No thread to be had: this lookup runs the passes itself, on the blocking pool,
+        // which it leaves as soon as none is waiting (a runtime's end waits for it).
+        let _ = tokio::task::spawn_blocking(|| run_scans(Duration::ZERO)).await;
     }
     receiver
         .await
@@ -447,8 +450,17 @@ static SCANS: std::sync::Mutex<Scans> = std::sync::Mutex::new(Scans {
     running: false,
 });
 
-/// Runs passes until no lookup waits; each pass answers every lookup queued before it began.
-fn run_scans() {
+/// Wakes the scan thread idle in [`run_scans`] when a lookup is queued.
+static SCAN_WANTED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// How long the scan thread waits for the next lookup before it ends. Runs end every few
+/// milliseconds on a busy daemon: a thread made for each pass cost its creation and teardown
+/// (a stack mapped and unmapped) each time.
+const SCAN_THREAD_IDLE: Duration = Duration::from_secs(10);
+
+/// Runs passes until no lookup has waited for `idle`; each pass answers every lookup queued
+/// before it began.
+fn run_scans(idle: Duration) {
     // A pass that panics must not leave `running` set: no thread would serve the lookups
     // queued after it, and every run's end would wait forever.
     struct Unwinding;
@@ -465,8 +477,11 @@ fn run_scans() {
     let _unwinding = Unwinding;
     loop {
         let batch = {
-            let mut queue = SCANS
+            let queue = SCANS
                 .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (mut queue, _) = SCAN_WANTED
+                .wait_timeout_while(queue, idle, |queue| queue.waiting.is_empty())
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if queue.waiting.is_empty() {
                 queue.running = false;

@@ -259,7 +259,7 @@ fn assert_groups_gone(pids: &[i64]) {
             std::thread::sleep(Duration::from_millis(20));
         }
         if corral::process::group_exists(pid) {
-            corral::process::signal_group(pid, libc::SIGKILL);
+            corral::process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
             panic!("the app-server child's group {pid} outlived corral");
         }
     }

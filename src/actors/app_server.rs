@@ -414,7 +414,7 @@ impl AppServerActor {
             for waiter in actor.waiting.drain(..) {
                 let _ = waiter.send(Err(reason.clone()));
             }
-            process::signal_group(pid as i32, libc::SIGKILL);
+            process::signal_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
         });
         ctx.spawn(receiver.into_actor(self).map(move |answer, actor, _| {
             // The answer of a child that is gone or was given up on says nothing to whoever
@@ -608,7 +608,7 @@ impl Actor for AppServerActor {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         if let Some(live) = &self.child {
-            process::signal_group(live.pid as i32, libc::SIGKILL);
+            process::signal_group(live.pid as i32, nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
@@ -822,7 +822,7 @@ impl Handler<KillChild> for AppServerActor {
                 "killed",
                 json!({ "pid": pid, "reason": "a turn did not end after turn/interrupt" }),
             );
-            process::signal_group(pid as i32, libc::SIGKILL);
+            process::signal_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
@@ -1014,7 +1014,7 @@ impl Handler<StdoutEnded> for AppServerActor {
             return;
         }
         // Without stdout the child is useless: end it, and report once it is gone.
-        process::signal_group(live.pid as i32, libc::SIGTERM);
+        process::signal_group(live.pid as i32, nix::sys::signal::Signal::SIGTERM);
         let generation = message.generation;
         ctx.run_later(DEATH_SETTLE, move |actor, ctx| {
             if actor
@@ -1023,7 +1023,7 @@ impl Handler<StdoutEnded> for AppServerActor {
                 .is_some_and(|live| live.generation == generation)
             {
                 if let Some(live) = &actor.child {
-                    process::signal_group(live.pid as i32, libc::SIGKILL);
+                    process::signal_group(live.pid as i32, nix::sys::signal::Signal::SIGKILL);
                 }
                 actor.report_death(ctx);
             }

@@ -1524,8 +1524,7 @@ mod app_server {
         if let Some(home) = std::env::var_os("CORRAL_HOME").filter(|dir| !dir.is_empty()) {
             return PathBuf::from(home).join("fake-engine");
         }
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
+        let uid = nix::unistd::getuid();
         std::env::temp_dir().join(format!("corral-fake-engine-{uid}"))
     }
 
@@ -2749,7 +2748,10 @@ mod app_server {
         if script.ignore_sigterm {
             // SAFETY: setting a signal's disposition to "ignore" installs no handler code.
             unsafe {
-                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                let _ = nix::sys::signal::signal(
+                    nix::sys::signal::Signal::SIGTERM,
+                    nix::sys::signal::SigHandler::SigIgn,
+                );
             }
         }
         let no_initialize = match std::env::var("CORRAL_FAKE_APP_SERVER") {
@@ -2908,7 +2910,10 @@ fn main() {
     if script.ignore_sigterm {
         // SAFETY: setting a signal's disposition to "ignore" installs no handler code.
         unsafe {
-            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            let _ = nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGTERM,
+                nix::sys::signal::SigHandler::SigIgn,
+            );
         }
     }
     for warning in warnings {

@@ -175,7 +175,7 @@ pub fn install_panic_hook() {
         let group = OWNED_GROUP.load(Ordering::SeqCst);
         if is_closed_pipe(info.payload()) {
             if group > 0 {
-                process::signal_group(group, libc::SIGKILL);
+                process::signal_group(group, nix::sys::signal::Signal::SIGKILL);
             }
             return;
         }
@@ -191,7 +191,7 @@ pub fn install_panic_hook() {
             .unwrap_or_default();
         eprintln!("corral: internal error: {message}{place}");
         if group > 0 {
-            process::signal_group(group, libc::SIGKILL);
+            process::signal_group(group, nix::sys::signal::Signal::SIGKILL);
         }
     }));
 }

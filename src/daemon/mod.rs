@@ -21,7 +21,6 @@ pub mod server;
 pub mod shutdown;
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -426,10 +425,8 @@ fn announce_ready(home: &Path) {
         .append(true)
         .open(home.join(LOG_FILE))
     {
-        // SAFETY: dup2 onto our own stdout; the log file stays open in its place.
-        unsafe {
-            libc::dup2(log.as_raw_fd(), libc::STDOUT_FILENO);
-        }
+        // The log file stays open in stdout's place.
+        let _ = nix::unistd::dup2_stdout(&log);
     }
 }
 
@@ -477,7 +474,7 @@ pub fn spawn_detached(home: &Path, starter: &Starter) -> Result<u32, String> {
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal and group.
     unsafe {
         command.pre_exec(|| {
-            libc::setsid();
+            nix::unistd::setsid()?;
             Ok(())
         });
     }

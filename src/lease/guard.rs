@@ -29,14 +29,17 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{self, SigHandler, Signal};
+use nix::sys::time::TimeSpec;
+use nix::time::ClockId;
 
 use crate::actors::supervisor::RUN_ID_ENV;
 use crate::process::{self, Mark};
@@ -242,20 +245,14 @@ impl Watch {
 
 /// CLOCK_BOOTTIME now, in nanoseconds: monotonic, and counting a suspend.
 fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec it is given, which lives on this stack.
-    // It fails only for an unknown clock or a bad pointer; CLOCK_BOOTTIME exists on Linux
-    // since 2.6.39 (the zero left in `now` would only make deadlines pass early, the safe
-    // side).
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
-    }
-    (now.tv_sec as u64)
+    // It fails only for an unknown clock; CLOCK_BOOTTIME exists on Linux since 2.6.39 (a zero
+    // would only make deadlines pass early, the safe side).
+    let now = ClockId::CLOCK_BOOTTIME
+        .now()
+        .unwrap_or_else(|_| TimeSpec::new(0, 0));
+    (now.tv_sec() as u64)
         .saturating_mul(1_000_000_000)
-        .saturating_add(now.tv_nsec as u64)
+        .saturating_add(now.tv_nsec() as u64)
 }
 
 /// CLOCK_BOOTTIME now, in milliseconds: the clock of `deadline` lines.
@@ -433,7 +430,7 @@ impl Sweep {
             }
             for member in found {
                 if member.pgrp == member.pid {
-                    process::signal_group(member.pgrp, libc::SIGKILL);
+                    process::signal_group(member.pgrp, nix::sys::signal::Signal::SIGKILL);
                 }
                 let _ = signal::kill(nix::unistd::Pid::from_raw(member.pid), Signal::SIGKILL);
                 signalled.insert((member.pid, member.start));
@@ -457,18 +454,12 @@ const SWEEP_LOOK: Duration = Duration::from_millis(5);
 /// Waits until `input` has something to read (a line, its end, an error: `true`), at most
 /// `timeout` ms (`None`: forever; `false` when it ran out).
 fn readable(input: &File, timeout: Option<u64>) -> io::Result<bool> {
-    let mut wanted = libc::pollfd {
-        fd: input.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut wanted = [PollFd::new(input.as_fd(), PollFlags::POLLIN)];
     // poll rounds its timeout up, never down: it cannot wake before the deadline and spin.
-    let timeout = timeout.map_or(-1, |ms| i32::try_from(ms).unwrap_or(i32::MAX));
-    // SAFETY: one pollfd, owned by this frame for the whole call; its fd is open (`input`).
-    let ready = unsafe { libc::poll(&mut wanted, 1, timeout) };
-    if ready < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let timeout = timeout.map_or(PollTimeout::NONE, |ms| {
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+    });
+    let ready = poll(&mut wanted, timeout).map_err(io::Error::from)?;
     Ok(ready > 0)
 }
 
