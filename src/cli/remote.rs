@@ -176,11 +176,6 @@ pub async fn ask_json<M: Method>(
     client.call_json::<M>(params).await.map_err(failure)
 }
 
-/// Calls `method` by name; any error is a failure (exit 1).
-pub async fn call(client: &mut Client, method: &str, params: Value) -> Result<Value, CliError> {
-    client.call_raw(method, params).await.map_err(failure)
-}
-
 /// Prints a method's result as pretty JSON.
 pub fn print_json(value: &Value) {
     super::monitor::print_json(value);

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
 use crate::http::access;
+use crate::protocol::{HttpLoginCode, HttpLoginCodeParams, Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
 pub struct WebArgs {
@@ -30,8 +31,8 @@ pub async fn execute(context: &Context, args: &WebArgs) -> Result<Exit, CliError
     if args.rotate_token {
         access::rotate_token(&context.home).map_err(CliError::failure)?;
     }
-    let status = remote::call(&mut client, "status", json!({ "waiters": 0 })).await?;
-    let http = &status["http"];
+    let status = remote::ask::<Status>(&mut client, &StatusParams { waiters: Some(0) }).await?;
+    let http = &status.http;
     if http.is_null() {
         return Err(CliError::failure(
             "the daemon serves no HTTP (http.listen is off): `corral config set http.listen \
@@ -51,11 +52,8 @@ pub async fn execute(context: &Context, args: &WebArgs) -> Result<Exit, CliError
     if args.open {
         // The browser gets a code good once for a minute, not the token: its argv is
         // readable by every user (/proc/PID/cmdline), and its history keeps the URL.
-        let code = remote::call(&mut client, "http.login_code", json!({})).await?;
-        let code = code["code"]
-            .as_str()
-            .ok_or_else(|| CliError::failure("the daemon gave no login code"))?;
-        open(&format!("{url}login?code={code}"))?;
+        let code = remote::ask::<HttpLoginCode>(&mut client, &HttpLoginCodeParams {}).await?;
+        open(&format!("{url}login?code={}", code.code))?;
     }
     if args.json {
         print_json(&json!({ "url": url, "login_url": login, "listen": http["listen"] }));
