@@ -102,7 +102,7 @@ fn report(label: &str, samples_ns: &[u64]) -> (u64, u64) {
 
 struct Bench {
     corral: Corral,
-    events: broadcast::Receiver<std::sync::Arc<corral::actors::supervisor::Published>>,
+    events: broadcast::Receiver<std::sync::Arc<corral::actors::shared::Published>>,
     stamps: PathBuf,
     projects: tempfile::TempDir,
 }

@@ -35,10 +35,9 @@ use crate::actors::ledger::{
     CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession, EnqueuePrompt,
     ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking, SetSetting,
 };
+use crate::actors::shared::{slot_limits, Published, Shared};
 use crate::actors::slots::SlotsHandle;
-use crate::actors::supervisor::{
-    slot_limits, Boot, CancelRunning, CountWorking, Dispatch, Published, Shared, Supervisor,
-};
+use crate::actors::supervisor::{Boot, CancelRunning, CountWorking, Dispatch, Supervisor};
 use crate::daemon::DaemonLock;
 use crate::engine::EngineKind;
 use crate::events::EventKind;

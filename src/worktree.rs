@@ -32,7 +32,7 @@ use serde_json::json;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
-use crate::actors::supervisor::Shared;
+use crate::actors::shared::Shared;
 use crate::events::EventKind;
 use crate::git::{Checkout, Diff, Git, GitError, Head, Merged};
 use crate::store::events::NewEvent;
@@ -1289,7 +1289,7 @@ mod tests {
 
     /// Waits (at most 30 s) for the first event of `session_id` of `kind` on `events`.
     async fn event_of(
-        events: &mut tokio::sync::broadcast::Receiver<Arc<crate::actors::supervisor::Published>>,
+        events: &mut tokio::sync::broadcast::Receiver<Arc<crate::actors::shared::Published>>,
         session_id: &str,
         kind: &str,
     ) {

@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use corral::actors::relay::{EventRelay, RELAY_PAGE};
-use corral::actors::supervisor::Published;
+use corral::actors::shared::Published;
 use corral::store::listen::{self, Listener, Notice};
 use corral::store::location::{Location, PgUrl};
 use corral::store::postgres::PgConn;

@@ -31,6 +31,10 @@ use crate::process;
 use crate::protocol::RpcError;
 use crate::store::now_ms;
 
+/// Every app-server child carries its project's id in this variable, so that a child whose
+/// pid was never recorded can still be found after a crash.
+pub const APP_SERVER_ENV: &str = "CORRAL_APP_SERVER_PROJECT";
+
 /// More restarts than this within [`RESTART_WINDOW`] and the actor stops restarting.
 pub const MAX_RESTARTS: usize = 5;
 /// The window of the restart-intensity limit.
@@ -327,7 +331,7 @@ impl AppServerActor {
             .stderr(Stdio::piped())
             .env("CORRAL_HOME", &self.home)
             // What it starts carries it too: a daemon that died is found out by it at boot.
-            .env(crate::actors::supervisor::APP_SERVER_ENV, &self.project_id)
+            .env(APP_SERVER_ENV, &self.project_id)
             // One child serves every session of the project: no session's identity belongs
             // in its environment (each thread gets its own, see `session::driver_file`).
             .env_remove("CORRAL_PARENT_EXEC")

@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use super::app_server::{AppServerActor, Call, EnsureRunning};
 use super::ledger::{AnswerAsk, PutAsk, RecordCompaction, TakeAsk};
-use super::supervisor::Shared;
+use super::shared::Shared;
 use crate::corral::CorralError;
 use crate::engine::EngineKind;
 use crate::store::sessions::Session;

@@ -8,7 +8,8 @@
 //! - [`app_server`]: one long-lived `codex app-server` child per project, multiplexed and
 //!   supervised (restart backoff and intensity limit).
 //! - [`session`]: one per session with work; owns its engine children and retry policy.
-//! - [`supervisor`]: the registry of session actors, boot reconciliation, what they share.
+//! - [`supervisor`]: the registry of session actors, boot reconciliation.
+//! - [`shared`]: what the supervisor and the actors it starts share (not an actor).
 
 pub mod app_server;
 pub mod asks;
@@ -16,5 +17,6 @@ pub mod claims;
 pub mod ledger;
 pub mod relay;
 pub mod session;
+pub mod shared;
 pub mod slots;
 pub mod supervisor;

@@ -2,7 +2,7 @@
 //!
 //! With several daemons on one PostgreSQL store, a session runs on one daemon but may be
 //! watched through any: `watch --follow`, `attach`, the socket's `events.subscribe` and the
-//! dashboard all follow [`Shared::events`](crate::actors::supervisor::Shared), which only
+//! dashboard all follow [`Shared::events`](crate::actors::shared::Shared), which only
 //! carries what this daemon stored itself. Each daemon's ledger says, at the commit of a
 //! batch that stored events, which feed numbers they took ([`Notice::Events`], from
 //! [`crate::store::listen`]); the relay reads those events from the store and publishes them
@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 
-use crate::actors::supervisor::Published;
+use crate::actors::shared::Published;
 use crate::store::events;
 use crate::store::listen::Notice;
 use crate::store::ReaderPool;
@@ -45,7 +45,7 @@ pub struct EventRelay {
     published: i64,
     /// The daemon's readers (its own pool: reads here never wait for a session's).
     readers: ReaderPool,
-    /// [`Shared::events`](crate::actors::supervisor::Shared): what the streams follow.
+    /// [`Shared::events`](crate::actors::shared::Shared): what the streams follow.
     events: broadcast::Sender<Arc<Published>>,
 }
 

@@ -31,7 +31,7 @@ use crate::store::sql::{args, Conn};
 use crate::store::{projects, sessions};
 
 /// The variable every engine child carries: its run's id.
-pub const RUN_ID_ENV: &str = crate::actors::supervisor::RUN_ID_ENV;
+pub const RUN_ID_ENV: &str = crate::actors::session::RUN_ID_ENV;
 
 /// The variable a worktree's setup command carries: its session's id.
 const SETUP_ENV: &str = crate::actors::session::SETUP_ENV;

@@ -41,7 +41,7 @@ use nix::sys::signal::{self, SigHandler, Signal};
 use nix::sys::time::TimeSpec;
 use nix::time::ClockId;
 
-use crate::actors::supervisor::RUN_ID_ENV;
+use crate::actors::session::RUN_ID_ENV;
 use crate::process::{self, Mark};
 
 /// The hidden subcommand that makes `corral` the guard (dispatched first in `cli::main`).

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::{event_kind, event_payload, Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::ledger::{KeepProcesses, RunSpawned, SetThread};
-use crate::actors::supervisor::{Shared, RUN_ID_ENV};
+use crate::actors::shared::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
@@ -29,6 +29,10 @@ use crate::process;
 use crate::store::events::NewEvent;
 use crate::store::processes::KeptProcess;
 use crate::store::prompts::Prompt;
+
+/// Every engine child carries its run's id in this variable, so that a child whose pid was
+/// never recorded can still be found after a crash, and what it leaves behind when it ends.
+pub const RUN_ID_ENV: &str = "CORRAL_RUN_ID";
 
 /// How many stderr lines (and notices) a run keeps to explain a failure with no structured
 /// message.

@@ -52,7 +52,7 @@ use super::ledger::{
     AppendEvents, Both, EndRun, Fenced, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
-use super::supervisor::{Published, Shared, Working};
+use super::shared::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::daemons::Claim;
@@ -63,6 +63,7 @@ use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
 pub use app_turn::driver_file;
 pub(crate) use child::guard_mark;
+pub use child::RUN_ID_ENV;
 pub use setup::SETUP_ENV;
 use std::sync::atomic::{AtomicBool, Ordering};
 
