@@ -14,6 +14,7 @@ use crate::actors::ledger::SetThread;
 use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
 use crate::events::EventKind;
 use crate::framing;
+use crate::store::events::NewEvent;
 use crate::store::prompts::Prompt;
 
 /// How long a turn's events may wait to be stored with the next ones.
@@ -97,279 +98,445 @@ impl Worker {
     /// Runs one prompt as a turn of the project's app-server: resume or start the thread,
     /// `turn/start`, follow the thread's notifications until `turn/completed` (or the transport
     /// closes). Cancel is `turn/interrupt` first; a turn that does not end within the grace
-    /// period gets its child restarted.
+    /// period gets its child restarted. Returns the run's outcome and its thread, once known.
     pub(super) async fn run_app_turn(
         &mut self,
         server: &Addr<AppServerActor>,
         turn: AppTurn<'_>,
         settings: &crate::store::settings::Settings,
     ) -> (RunOutcome, Option<String>) {
-        let failed = |message: String, class: Option<FailureClass>| RunOutcome::Finished {
-            verdict: RunVerdict::Failed { message },
-            exit_code: None,
-            signal: None,
-            answer: None,
-            class,
-            retry_after: None,
-            context: Vec::new(),
-            resume_point: None,
+        let server = Server(server);
+        let thread_id = match self.open_thread(&server, &turn).await {
+            Ok(thread_id) => thread_id,
+            Err(failed) => return (failed, None),
         };
-        let call = |method: &str, params: serde_json::Value| {
-            server.send(app_server::Call {
-                method: method.to_string(),
-                params,
-            })
-        };
-        let (generation, pid) = (turn.generation, turn.pid);
-        // The thread: resume the known one, or start one with the project's policy.
-        let thread_id = match turn.thread_id {
-            Some(thread) => match call("thread/resume", json!({ "threadId": thread })).await {
-                Ok(Ok(_)) => thread.to_string(),
-                Ok(Err(error)) => {
-                    let class = engine::app_server::classify_rpc_error(error.code, &error.message);
-                    return (failed(error.message, Some(class)), None);
-                }
-                Err(error) => return (failed(error.to_string(), None), None),
-            },
-            None => {
-                let sandbox = match turn.sandbox {
-                    Sandbox::ReadOnly => "read-only",
-                    Sandbox::WorkspaceWrite => "workspace-write",
-                    Sandbox::FullAccess => "danger-full-access",
-                };
-                // The commands the agent runs in this thread learn their session and where to
-                // read the exec driving the current turn (codex's shell environment policy).
-                let driver_file = driver_file(&self.shared.home, &self.session_id);
-                let mut params = json!({
-                    "cwd": turn.cwd,
-                    "sandbox": sandbox,
-                    "approvalPolicy": "never",
-                    "config": { "shell_environment_policy.set": {
-                        "CORRAL_HOME": self.shared.home.to_string_lossy(),
-                        "CORRAL_SESSION_ID": self.session_id,
-                        "CORRAL_DRIVER_FILE": driver_file.to_string_lossy(),
-                    } },
-                });
-                if let Some(model) = turn.model {
-                    params["model"] = json!(model);
-                }
-                match call("thread/start", params).await {
-                    Ok(Ok(started)) => match started["thread"]["id"].as_str() {
-                        Some(id) => id.to_string(),
-                        None => {
-                            return (
-                                failed("thread/start answered no thread id".into(), None),
-                                None,
-                            )
-                        }
-                    },
-                    Ok(Err(error)) => {
-                        let class =
-                            engine::app_server::classify_rpc_error(error.code, &error.message);
-                        return (failed(error.message, Some(class)), None);
-                    }
-                    Err(error) => return (failed(error.to_string(), None), None),
-                }
-            }
-        };
-        // A new thread is stored the moment it exists, with its event, so that a daemon
-        // killed during this turn resumes it on the rerun; a resumed one is not told again.
-        let mut batch = Vec::new();
         if turn.thread_id.is_none() {
-            let started = self.new_event(
-                turn.prompt,
-                turn.run_id,
-                EventKind::ThreadStarted,
-                json!({ "thread_id": thread_id, "app_server_pid": pid, "generation": generation }),
-            );
-            let set = SetThread {
-                session_id: self.session_id.clone(),
-                thread_id: Some(thread_id.clone()),
-                resume_point: None,
-            };
-            // Not stored (the store stayed locked), the events stay deferred, in order.
-            if let Err(unwritten) = self.write_events(set, vec![started]).await {
-                tracing::error!(error = %unwritten.error, "the app-server thread was not stored yet");
-                // Kept: stored with the prompt's end, which waits out the lock.
-                if let Some(set) = unwritten.write {
-                    self.pending_thread = Some(set);
-                }
-            }
+            self.store_new_thread(&turn, &thread_id).await;
         }
-        let (sender, mut notifications) = app_server::turn_channel();
-        server.do_send(app_server::WatchThread {
+        let (sender, notifications) = app_server::turn_channel();
+        server.0.do_send(app_server::WatchThread {
             thread_id: thread_id.clone(),
             sender,
         });
-        let driver = turn.driver_exec.map(str::to_string);
-        if self.driver_written.as_ref() != Some(&driver) {
-            match write_driver_file(&self.shared.home, &self.session_id, turn.driver_exec) {
-                Ok(()) => self.driver_written = Some(driver),
-                Err(error) => tracing::warn!(%error, "the driver file was not written"),
-            }
-        }
-        let mut input = vec![json!({ "type": "text", "text": turn.text })];
-        let images = if turn.continuing {
-            &[][..]
-        } else {
-            &turn.prompt.images[..]
-        };
-        for image in images {
-            input.push(json!({ "type": "localImage", "path": image }));
-        }
-        let turn_id = match call(
-            "turn/start",
-            json!({ "threadId": thread_id, "input": input }),
-        )
-        .await
-        {
-            Ok(Ok(started)) => started["turn"]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            Ok(Err(error)) => {
-                server.do_send(app_server::UnwatchThread(thread_id.clone()));
-                let class = engine::app_server::classify_rpc_error(error.code, &error.message);
-                return (failed(error.message, Some(class)), Some(thread_id));
-            }
-            Err(error) => return (failed(error.to_string(), None), Some(thread_id)),
-        };
-        let mut answer = None;
-        let deadline = tokio::time::sleep(settings.run_timeout);
-        tokio::pin!(deadline);
-        // Events are stored when a batch is full or has waited FLUSH_AFTER, and at the turn's
-        // end: a quick turn costs one commit, a long one streams with a short delay.
-        let flush = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(flush);
-        let mut flush_armed = false;
-        let mut stop: Option<Stop> = None;
-        let outcome = loop {
-            tokio::select! {
-                _ = &mut flush, if flush_armed => {
-                    flush_armed = false;
-                    if let Err(error) = self.try_store_events(std::mem::take(&mut batch)).await {
-                        // Past `store.lock_timeout_ms`, as a child run is: ended.
-                        let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
-                        break failed(format!("{error}; the turn was interrupted"), Some(FailureClass::Other));
-                    }
-                }
-                next = notifications.recv() => {
-                    let Some(next) = next else {
-                        break failed("the app-server stopped routing this turn".into(), Some(FailureClass::TransportClosed));
-                    };
-                    match next {
-                        app_server::TurnEvent::Notification { method, params } => {
-                            if method == "corral/serverRequest" {
-                                batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::ServerRequest, params.clone()));
-                            } else if method == "error" {
-                                // willRetry: true keeps the turn in progress: an event, not a failure.
-                                batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::Notice, json!({
-                                    "message": params["error"]["message"],
-                                    "will_retry": params["willRetry"],
-                                    "codex_error_info": params["error"]["codexErrorInfo"],
-                                })));
-                            } else {
-                                for event in engine::app_server::notification_events(&method, &params) {
-                                    let event = match event {
-                                        EngineEvent::Message { text } => {
-                                            let (title, visible) = framing::extract_title(&text);
-                                            if let Some(title) = title {
-                                                self.set_title(turn.prompt, Some(turn.run_id), &title, &mut batch).await;
-                                            }
-                                            answer = Some(visible.clone());
-                                            EngineEvent::Message { text: visible }
-                                        }
-                                        other => other,
-                                    };
-                                    batch.push(self.new_event(turn.prompt, turn.run_id, event_kind(&event), event_payload(&event)));
-                                }
-                            }
-                            if method == "turn/completed" && params["turn"]["id"].as_str().is_none_or(|id| id == turn_id) {
-                                let status = params["turn"]["status"].as_str().unwrap_or_default();
-                                let error = &params["turn"]["error"];
-                                break match (status, stop) {
-                                    ("completed", _) => RunOutcome::Finished {
-                                        verdict: RunVerdict::Succeeded,
-                                        exit_code: None,
-                                        signal: None,
-                                        answer: answer.clone(),
-                                        class: None,
-                                        retry_after: None,
-                                        context: Vec::new(),
-                                        resume_point: None,
-                                    },
-                                    // A turn has no process of its own: its exit is the turn's.
-                                    (_, Some(stop)) => RunOutcome::Stopped(stop, Exit::default()),
-                                    ("interrupted", None) => failed("the turn was interrupted".into(), None),
-                                    _ => failed(
-                                        error["message"].as_str().unwrap_or("the turn failed").to_string(),
-                                        Some(engine::app_server::classify_error(error)),
-                                    ),
-                                };
-                            }
-                        }
-                        app_server::TurnEvent::Invalid { line } => {
-                            batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::Raw, json!({ "line": line })));
-                        }
-                        app_server::TurnEvent::Overflowed => {
-                            let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
-                            break failed(
-                                format!(
-                                    "the store stayed locked while {} of the turn's notifications waited: the turn was interrupted",
-                                    app_server::TURN_BACKLOG
-                                ),
-                                Some(FailureClass::Other),
-                            );
-                        }
-                        app_server::TurnEvent::Closed { details } => {
-                            batch.push(self.new_event(turn.prompt, turn.run_id, EventKind::TransportClosed, details.clone()));
-                            break match stop {
-                                Some(stop) => RunOutcome::Stopped(stop, Exit::default()),
-                                None => failed(
-                                    format!("the app-server closed before turn/completed ({})", details["close_source"].as_str().unwrap_or("?")),
-                                    Some(FailureClass::TransportClosed),
-                                ),
-                            };
-                        }
-                    }
-                    if batch.len() >= EVENT_BATCH {
-                        flush_armed = false;
-                        if let Err(error) = self.try_store_events(std::mem::take(&mut batch)).await {
-                            // Past `store.lock_timeout_ms`, as a child run is: ended.
-                        let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
-                        break failed(format!("{error}; the turn was interrupted"), Some(FailureClass::Other));
-                        }
-                    } else if !batch.is_empty() && !flush_armed {
-                        flush_armed = true;
-                        flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_AFTER);
-                    }
-                }
-                stopped = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id), if stop.is_none() => {
-                    stop = Some(stopped);
-                    let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
-                    // The turn has the grace period to end; then its child is restarted.
-                    deadline.as_mut().reset(tokio::time::Instant::now() + settings.cancel_grace);
-                }
-                _ = &mut deadline => {
-                    if let Some(stop) = stop {
-                        // The turn ignored turn/interrupt: restart the child.
-                        server.do_send(app_server::KillChild);
-                        break RunOutcome::Stopped(stop, Exit::default());
-                    }
-                    let _ = call("turn/interrupt", json!({ "threadId": thread_id, "turnId": turn_id })).await;
-                    break RunOutcome::TimedOut(Exit::default());
-                }
+        self.note_driver(turn.driver_exec);
+        let turn_id = match start_turn(&server, &turn, &thread_id).await {
+            Ok(turn_id) => turn_id,
+            Err(failed) => {
+                server
+                    .0
+                    .do_send(app_server::UnwatchThread(thread_id.clone()));
+                return (failed, Some(thread_id));
             }
         };
-        server.do_send(app_server::UnwatchThread(thread_id.clone()));
+        let mut following = Following {
+            thread_id: &thread_id,
+            turn_id: &turn_id,
+            batch: Vec::new(),
+            answer: None,
+            stop: None,
+        };
+        let outcome = self
+            .follow_turn(&server, &turn, &mut following, notifications, settings)
+            .await;
+        server
+            .0
+            .do_send(app_server::UnwatchThread(thread_id.clone()));
+        let mut batch = std::mem::take(&mut following.batch);
         batch.push(self.new_event(
             turn.prompt,
             turn.run_id,
             EventKind::RunExited,
-            json!({ "turn_id": turn_id, "app_server_pid": pid }),
+            json!({ "turn_id": turn_id, "app_server_pid": turn.pid }),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).
         self.deferred.append(&mut batch);
         (outcome, Some(thread_id))
+    }
+
+    /// The turn's thread: the session's, resumed, or a new one started with the project's
+    /// policy.
+    async fn open_thread(
+        &self,
+        server: &Server<'_>,
+        turn: &AppTurn<'_>,
+    ) -> Result<String, RunOutcome> {
+        if let Some(thread) = turn.thread_id {
+            server
+                .call("thread/resume", json!({ "threadId": thread }))
+                .await?;
+            return Ok(thread.to_string());
+        }
+        let sandbox = match turn.sandbox {
+            Sandbox::ReadOnly => "read-only",
+            Sandbox::WorkspaceWrite => "workspace-write",
+            Sandbox::FullAccess => "danger-full-access",
+        };
+        // The commands the agent runs in this thread learn their session and where to read
+        // the exec driving the current turn (codex's shell environment policy).
+        let driver_file = driver_file(&self.shared.home, &self.session_id);
+        let mut params = json!({
+            "cwd": turn.cwd,
+            "sandbox": sandbox,
+            "approvalPolicy": "never",
+            "config": { "shell_environment_policy.set": {
+                "CORRAL_HOME": self.shared.home.to_string_lossy(),
+                "CORRAL_SESSION_ID": self.session_id,
+                "CORRAL_DRIVER_FILE": driver_file.to_string_lossy(),
+            } },
+        });
+        if let Some(model) = turn.model {
+            params["model"] = json!(model);
+        }
+        let started = server.call("thread/start", params).await?;
+        started["thread"]["id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| RunOutcome::failed("thread/start answered no thread id".into()))
+    }
+
+    /// Stores a new thread the moment it exists, with its event, so that a daemon killed
+    /// during this turn resumes it on the rerun (a resumed one is not told again).
+    async fn store_new_thread(&mut self, turn: &AppTurn<'_>, thread_id: &str) {
+        let started = self.new_event(
+            turn.prompt,
+            turn.run_id,
+            EventKind::ThreadStarted,
+            json!({
+                "thread_id": thread_id,
+                "app_server_pid": turn.pid,
+                "generation": turn.generation,
+            }),
+        );
+        let set = SetThread {
+            session_id: self.session_id.clone(),
+            thread_id: Some(thread_id.to_string()),
+            resume_point: None,
+        };
+        // Not stored (the store stayed locked), the events stay deferred, in order.
+        if let Err(unwritten) = self.write_events(set, vec![started]).await {
+            tracing::error!(error = %unwritten.error, "the app-server thread was not stored yet");
+            // Kept: stored with the prompt's end, which waits out the lock.
+            if let Some(set) = unwritten.write {
+                self.pending_thread = Some(set);
+            }
+        }
+    }
+
+    /// Writes the driver file when the exec driving the session's turns changed.
+    fn note_driver(&mut self, driver_exec: Option<&str>) {
+        let driver = driver_exec.map(str::to_string);
+        if self.driver_written.as_ref() == Some(&driver) {
+            return;
+        }
+        match write_driver_file(&self.shared.home, &self.session_id, driver_exec) {
+            Ok(()) => self.driver_written = Some(driver),
+            Err(error) => tracing::warn!(%error, "the driver file was not written"),
+        }
+    }
+
+    /// Follows the turn until it ends: its notifications become events, stored when a batch
+    /// is full or has waited [`FLUSH_AFTER`] (a quick turn costs one commit with the run's
+    /// end, a long one streams with a short delay); a cancel or the shutdown interrupts it,
+    /// and so does its timeout.
+    async fn follow_turn(
+        &mut self,
+        server: &Server<'_>,
+        turn: &AppTurn<'_>,
+        following: &mut Following<'_>,
+        mut notifications: tokio::sync::mpsc::Receiver<app_server::TurnEvent>,
+        settings: &crate::store::settings::Settings,
+    ) -> RunOutcome {
+        let deadline = tokio::time::sleep(settings.run_timeout);
+        tokio::pin!(deadline);
+        let flush = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(flush);
+        let mut flush_armed = false;
+        loop {
+            tokio::select! {
+                _ = &mut flush, if flush_armed => {
+                    flush_armed = false;
+                    if let Some(failed) = self.flush_turn(server, following).await {
+                        return failed;
+                    }
+                }
+                next = notifications.recv() => {
+                    let Some(next) = next else {
+                        return RunOutcome::failed_as(
+                            "the app-server stopped routing this turn".into(),
+                            FailureClass::TransportClosed,
+                        );
+                    };
+                    if let Some(ended) = self.take_turn_event(server, turn, following, next).await {
+                        return ended;
+                    }
+                    if following.batch.len() >= EVENT_BATCH {
+                        flush_armed = false;
+                        if let Some(failed) = self.flush_turn(server, following).await {
+                            return failed;
+                        }
+                    } else if !following.batch.is_empty() && !flush_armed {
+                        flush_armed = true;
+                        flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_AFTER);
+                    }
+                }
+                stopped = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id), if following.stop.is_none() => {
+                    following.stop = Some(stopped);
+                    server.interrupt(following).await;
+                    // The turn has the grace period to end; then its child is restarted.
+                    deadline.as_mut().reset(tokio::time::Instant::now() + settings.cancel_grace);
+                }
+                _ = &mut deadline => {
+                    if let Some(stop) = following.stop {
+                        // The turn ignored turn/interrupt: restart the child.
+                        server.0.do_send(app_server::KillChild);
+                        return RunOutcome::Stopped(stop, Exit::default());
+                    }
+                    server.interrupt(following).await;
+                    return RunOutcome::TimedOut(Exit::default());
+                }
+            }
+        }
+    }
+
+    /// Stores the turn's events now. Past `store.lock_timeout_ms` the turn is interrupted
+    /// and fails, as a child run is ended.
+    async fn flush_turn(
+        &mut self,
+        server: &Server<'_>,
+        following: &mut Following<'_>,
+    ) -> Option<RunOutcome> {
+        let batch = std::mem::take(&mut following.batch);
+        let error = self.try_store_events(batch).await.err()?;
+        server.interrupt(following).await;
+        Some(RunOutcome::failed_as(
+            format!("{error}; the turn was interrupted"),
+            FailureClass::Other,
+        ))
+    }
+
+    /// Takes one of the turn's events: what it says goes on the batch; returns how the run
+    /// ended when this ends it.
+    async fn take_turn_event(
+        &mut self,
+        server: &Server<'_>,
+        turn: &AppTurn<'_>,
+        following: &mut Following<'_>,
+        event: app_server::TurnEvent,
+    ) -> Option<RunOutcome> {
+        match event {
+            app_server::TurnEvent::Notification { method, params } => {
+                self.take_notification(turn, following, &method, &params)
+                    .await;
+                let ours = params["turn"]["id"]
+                    .as_str()
+                    .is_none_or(|id| id == following.turn_id);
+                (method == "turn/completed" && ours).then(|| following.completed(&params["turn"]))
+            }
+            app_server::TurnEvent::Invalid { line } => {
+                let raw = self.new_event(
+                    turn.prompt,
+                    turn.run_id,
+                    EventKind::Raw,
+                    json!({ "line": line }),
+                );
+                following.batch.push(raw);
+                None
+            }
+            app_server::TurnEvent::Overflowed => {
+                server.interrupt(following).await;
+                Some(RunOutcome::failed_as(
+                    format!(
+                        "the store stayed locked while {} of the turn's notifications waited: the turn was interrupted",
+                        app_server::TURN_BACKLOG
+                    ),
+                    FailureClass::Other,
+                ))
+            }
+            app_server::TurnEvent::Closed { details } => {
+                let closed = self.new_event(
+                    turn.prompt,
+                    turn.run_id,
+                    EventKind::TransportClosed,
+                    details.clone(),
+                );
+                following.batch.push(closed);
+                Some(match following.stop {
+                    Some(stop) => RunOutcome::Stopped(stop, Exit::default()),
+                    None => RunOutcome::failed_as(
+                        format!(
+                            "the app-server closed before turn/completed ({})",
+                            details["close_source"].as_str().unwrap_or("?")
+                        ),
+                        FailureClass::TransportClosed,
+                    ),
+                })
+            }
+        }
+    }
+
+    /// One notification of the turn's thread, as events on the batch. The agent's message
+    /// gives the session its title (when it names one) and the prompt its answer.
+    async fn take_notification(
+        &mut self,
+        turn: &AppTurn<'_>,
+        following: &mut Following<'_>,
+        method: &str,
+        params: &serde_json::Value,
+    ) {
+        let (prompt, run_id) = (turn.prompt, turn.run_id);
+        match method {
+            "corral/serverRequest" => {
+                let request =
+                    self.new_event(prompt, run_id, EventKind::ServerRequest, params.clone());
+                following.batch.push(request);
+            }
+            // willRetry: true keeps the turn in progress: an event, not a failure.
+            "error" => {
+                let notice = self.new_event(
+                    prompt,
+                    run_id,
+                    EventKind::Notice,
+                    json!({
+                        "message": params["error"]["message"],
+                        "will_retry": params["willRetry"],
+                        "codex_error_info": params["error"]["codexErrorInfo"],
+                    }),
+                );
+                following.batch.push(notice);
+            }
+            _ => {
+                for event in engine::app_server::notification_events(method, params) {
+                    let event = match event {
+                        EngineEvent::Message { text } => {
+                            let (title, visible) = framing::extract_title(&text);
+                            if let Some(title) = title {
+                                self.set_title(prompt, Some(run_id), &title, &mut following.batch)
+                                    .await;
+                            }
+                            following.answer = Some(visible.clone());
+                            EngineEvent::Message { text: visible }
+                        }
+                        other => other,
+                    };
+                    let event =
+                        self.new_event(prompt, run_id, event_kind(&event), event_payload(&event));
+                    following.batch.push(event);
+                }
+            }
+        }
+    }
+}
+
+/// `turn/start` on the thread: the prompt's text, and its images unless the turn continues a
+/// failed one (the thread has them). Answers the turn's id.
+async fn start_turn(
+    server: &Server<'_>,
+    turn: &AppTurn<'_>,
+    thread_id: &str,
+) -> Result<String, RunOutcome> {
+    let mut input = vec![json!({ "type": "text", "text": turn.text })];
+    if !turn.continuing {
+        for image in &turn.prompt.images {
+            input.push(json!({ "type": "localImage", "path": image }));
+        }
+    }
+    let started = server
+        .call(
+            "turn/start",
+            json!({ "threadId": thread_id, "input": input }),
+        )
+        .await?;
+    Ok(started["turn"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// The project's app-server, as a turn talks to it.
+struct Server<'a>(&'a Addr<AppServerActor>);
+
+impl Server<'_> {
+    /// Sends a request; an error answer (or an app-server gone) is the run's failure, in the
+    /// class the error's code and message say.
+    async fn call(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, RunOutcome> {
+        let call = app_server::Call {
+            method: method.to_string(),
+            params,
+        };
+        match self.0.send(call).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => {
+                let class = engine::app_server::classify_rpc_error(error.code, &error.message);
+                Err(RunOutcome::failed_as(error.message, class))
+            }
+            Err(error) => Err(RunOutcome::failed(error.to_string())),
+        }
+    }
+
+    /// Asks the turn to stop. Its answer does not matter: the turn's end (or its absence)
+    /// says what happened.
+    async fn interrupt(&self, following: &Following<'_>) {
+        let params = json!({ "threadId": following.thread_id, "turnId": following.turn_id });
+        let _ = self.call("turn/interrupt", params).await;
+    }
+}
+
+/// What following a turn keeps between its events.
+struct Following<'t> {
+    thread_id: &'t str,
+    turn_id: &'t str,
+    /// Events not stored yet.
+    batch: Vec<NewEvent>,
+    /// The agent's last message: the prompt's answer.
+    answer: Option<String>,
+    /// Set once the turn was asked to stop (a cancel, the shutdown): its end is then a stop.
+    stop: Option<Stop>,
+}
+
+impl Following<'_> {
+    /// The run's outcome from `turn/completed`'s turn.
+    fn completed(&self, turn: &serde_json::Value) -> RunOutcome {
+        match (turn["status"].as_str().unwrap_or_default(), self.stop) {
+            ("completed", _) => RunOutcome::Finished {
+                verdict: RunVerdict::Succeeded,
+                exit_code: None,
+                signal: None,
+                answer: self.answer.clone(),
+                class: None,
+                retry_after: None,
+                context: Vec::new(),
+                resume_point: None,
+            },
+            // A turn has no process of its own: its exit is the turn's.
+            (_, Some(stop)) => RunOutcome::Stopped(stop, Exit::default()),
+            ("interrupted", None) => RunOutcome::failed("the turn was interrupted".into()),
+            _ => RunOutcome::failed_as(
+                turn["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the turn failed")
+                    .to_string(),
+                engine::app_server::classify_error(&turn["error"]),
+            ),
+        }
+    }
+}
+
+impl RunOutcome {
+    /// A run that failed in `class` before it could end otherwise.
+    fn failed_as(message: String, class: FailureClass) -> RunOutcome {
+        RunOutcome::Finished {
+            verdict: RunVerdict::Failed { message },
+            exit_code: None,
+            signal: None,
+            answer: None,
+            class: Some(class),
+            retry_after: None,
+            context: Vec::new(),
+            resume_point: None,
+        }
     }
 }
