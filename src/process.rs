@@ -23,6 +23,7 @@ use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{self, WaitPidFlag, WaitStatus};
 use nix::unistd::{self, Pid};
 use procfs::process::Process;
+use procfs::{Current, CurrentSI};
 use serde::{Deserialize, Serialize};
 use tokio::process::Child;
 
@@ -279,36 +280,24 @@ impl PidNow {
 fn proc_is_ours() -> bool {
     static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OURS.get_or_init(|| {
-        std::fs::read_link("/proc/self")
-            .is_ok_and(|link| link.as_os_str() == std::process::id().to_string().as_str())
+        Process::myself().is_ok_and(|me| u32::try_from(me.pid) == Ok(std::process::id()))
     })
 }
 
 /// `/proc/stat`'s `processes`: tasks forked since boot.
 fn fork_count() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines()
-        .find_map(|line| line.strip_prefix("processes "))?
-        .trim()
-        .parse()
-        .ok()
+    Some(procfs::KernelStats::current().ok()?.processes)
 }
 
 /// `/proc/loadavg`'s tasks alive and last pid handed out (`0.00 0.01 0.05 1/84 32423`).
 fn read_loadavg() -> Option<(u64, i32)> {
-    let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let mut fields = loadavg.split_whitespace().skip(3);
-    let alive = fields.next()?.split_once('/')?.1.parse().ok()?;
-    let last = fields.next()?.parse().ok()?;
-    Some((alive, last))
+    let load = procfs::LoadAverage::current().ok()?;
+    Some((u64::from(load.max), i32::try_from(load.latest_pid).ok()?))
 }
 
+/// `/proc/sys/kernel/pid_max`.
 fn read_pid_max() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    u64::try_from(procfs::sys::kernel::pid_max().ok()?).ok()
 }
 
 /// A live process found by [`members`].
@@ -787,6 +776,34 @@ mod tests {
             alive,
             pid_max,
         }
+    }
+
+    #[test]
+    fn the_pid_counters_read_from_proc_count_a_spawn() {
+        let before = PidClock::read().expect("this process's /proc");
+        assert!(
+            before.alive > 0 && before.pid_max > RESERVED_PIDS,
+            "{before:?}"
+        );
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let now = PidNow::read().expect("this process's /proc");
+        assert!(
+            now.forks > before.forks,
+            "{} then {}",
+            before.forks,
+            now.forks
+        );
+        let born = Birth::new(pid, before).unwrap();
+        assert!(
+            now.handed_out_since(born, pid as i32),
+            "the child's own pid"
+        );
+        assert!(
+            now.handed_out_since(born, now.last),
+            "the last pid handed out"
+        );
     }
 
     #[test]
