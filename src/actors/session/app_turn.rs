@@ -122,9 +122,7 @@ impl Worker {
         let turn_id = match start_turn(&server, &turn, &thread_id).await {
             Ok(turn_id) => turn_id,
             Err(failed) => {
-                server
-                    .0
-                    .do_send(app_server::UnwatchThread(thread_id.clone()));
+                server.unwatch(&thread_id);
                 return (failed, Some(thread_id));
             }
         };
@@ -138,9 +136,7 @@ impl Worker {
         let outcome = self
             .follow_turn(&server, &turn, &mut following, notifications, settings)
             .await;
-        server
-            .0
-            .do_send(app_server::UnwatchThread(thread_id.clone()));
+        server.unwatch(&thread_id);
         let mut batch = std::mem::take(&mut following.batch);
         batch.push(self.new_event(
             turn.prompt,
@@ -475,6 +471,12 @@ impl Server<'_> {
             }
             Err(error) => Err(RunOutcome::failed(error.to_string())),
         }
+    }
+
+    /// Stops routing the thread's notifications to this turn.
+    fn unwatch(&self, thread_id: &str) {
+        self.0
+            .do_send(app_server::UnwatchThread(thread_id.to_string()));
     }
 
     /// Asks the turn to stop. Its answer does not matter: the turn's end (or its absence)
