@@ -97,37 +97,27 @@ impl Worker {
         };
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
-        let born = clock.and_then(|clock| process::Birth::new(pid, clock));
-        // A test's kill -9 between the run's two commits (its row, then its pid).
-        process::kill_point("run.spawned");
-        let started = self.new_event(
-            prompt,
-            run_id,
-            EventKind::RunStarted,
-            json!({
-                "pid": pid,
-                "engine": kind.as_str(),
-                "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-            }),
-        );
         let pid_start = process::start_time(pid);
+        // What the engine leaves when it exits on its own, to end or keep.
+        let left = Left {
+            pgid,
+            since: pid_start,
+            born: clock.and_then(|clock| process::Birth::new(pid, clock)),
+            run_id: run_id.to_string(),
+            session_id: self.session_id.clone(),
+            project_id: project_id.to_string(),
+            keep: keep_background,
+        };
         // On a shared store the lease guard ends the engine if the lease runs out (or the
         // daemon dies) before the run ends.
         let _guarded = self.shared.lease.as_ref().map(|lease| {
             crate::lease::holder::GuardedRun::new(lease.clone(), run_id, pgid, pid_start)
         });
-        let spawned = RunSpawned {
-            run_id: run_id.to_string(),
-            pid,
-            pid_start,
-        };
         // A store that stays locked past `store.lock_timeout_ms` ends the run at once (the
         // event waits, deferred, for the run's end).
         let mut unstored = self
-            .write_events(spawned, vec![started])
-            .await
-            .err()
-            .map(|unwritten| unwritten.error);
+            .record_spawn(prompt, run_id, argv, kind, pid, pid_start)
+            .await;
 
         let mut lines = read_output(&mut child);
         let mut transcript = Transcript::new(kind, known_thread);
@@ -166,21 +156,7 @@ impl Worker {
                         continue;
                     };
                     let new_thread = self.take_line(prompt, run_id, line, &mut transcript, &mut batch).await;
-                    if let Some(thread_id) = new_thread {
-                        // Stored the moment the engine names it (with its event), so that a
-                        // daemon killed during this run resumes the thread on the rerun.
-                        let set = SetThread { session_id: self.session_id.clone(), thread_id: Some(thread_id), resume_point: None };
-                        if let Err(unwritten) = self.write_events(set, std::mem::take(&mut batch)).await {
-                            tracing::error!(error = %unwritten.error, run_id, "the engine's thread was not stored yet");
-                            // Kept: stored with the prompt's end, which waits out the lock.
-                            if let Some(set) = unwritten.write {
-                                self.pending_thread = Some(set);
-                            }
-                            unstored = Some(unwritten.error);
-                        }
-                    } else if batch.len() >= EVENT_BATCH || lines.is_empty() {
-                        unstored = self.try_store_events(std::mem::take(&mut batch)).await.err();
-                    }
+                    unstored = self.store_lines(run_id, new_thread, &mut batch, lines.is_empty()).await;
                 }
                 exit = child.wait(), if status.is_none() => {
                     match exit {
@@ -194,15 +170,7 @@ impl Worker {
                     }
                     leftovers = Some(Box::pin(end_leftovers(
                         self.shared.clone(),
-                        Left {
-                            pgid,
-                            since: pid_start,
-                            born,
-                            run_id: run_id.to_string(),
-                            session_id: self.session_id.clone(),
-                            project_id: project_id.to_string(),
-                            keep: keep_background,
-                        },
+                        left.clone(),
                         settings.cancel_grace,
                     )));
                 }
@@ -234,12 +202,7 @@ impl Worker {
         let reported = transcript.new_thread();
         let outcome = match stop {
             Some(ended) => {
-                let mark = process::Mark {
-                    group: Some(pgid),
-                    env: Some((RUN_ID_ENV.to_string(), run_id.to_string())),
-                    since: pid_start,
-                    born,
-                };
+                let mark = left.mark();
                 self.end_stopped(prompt, run_id, ended, child, mark, lines, batch, settings)
                     .await
             }
@@ -255,6 +218,72 @@ impl Worker {
             }
         };
         (outcome, reported)
+    }
+
+    /// Records the engine's start: its `run.started` event, and its pid on the run's row.
+    /// Returns why that could not be stored, if it could not (the event then waits, deferred,
+    /// for the run's end).
+    async fn record_spawn(
+        &mut self,
+        prompt: &Prompt,
+        run_id: &str,
+        argv: &[OsString],
+        kind: EngineKind,
+        pid: u32,
+        pid_start: Option<u64>,
+    ) -> Option<crate::actors::ledger::LedgerError> {
+        // A test's kill -9 between the run's two commits (its row, then its pid).
+        process::kill_point("run.spawned");
+        let started = self.new_event(
+            prompt,
+            run_id,
+            EventKind::RunStarted,
+            json!({
+                "pid": pid,
+                "engine": kind.as_str(),
+                "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            }),
+        );
+        let spawned = RunSpawned {
+            run_id: run_id.to_string(),
+            pid,
+            pid_start,
+        };
+        self.write_events(spawned, vec![started])
+            .await
+            .err()
+            .map(|unwritten| unwritten.error)
+    }
+
+    /// Stores what the lines read so far made of `batch`: at once with a thread the engine
+    /// just named (so that a daemon killed during this run resumes it on the rerun), else
+    /// when the batch is full or no line waits. Returns why it could not be stored, if it
+    /// could not.
+    async fn store_lines(
+        &mut self,
+        run_id: &str,
+        new_thread: Option<String>,
+        batch: &mut Vec<NewEvent>,
+        no_line_waits: bool,
+    ) -> Option<crate::actors::ledger::LedgerError> {
+        if let Some(thread_id) = new_thread {
+            let set = SetThread {
+                session_id: self.session_id.clone(),
+                thread_id: Some(thread_id),
+                resume_point: None,
+            };
+            let unwritten = self.write_events(set, std::mem::take(batch)).await.err()?;
+            tracing::error!(error = %unwritten.error, run_id, "the engine's thread was not stored yet");
+            // Kept: stored with the prompt's end, which waits out the lock.
+            if let Some(set) = unwritten.write {
+                self.pending_thread = Some(set);
+            }
+            return Some(unwritten.error);
+        }
+        if batch.len() >= EVENT_BATCH || no_line_waits {
+            return self.try_store_events(std::mem::take(batch)).await.err();
+        }
+        None
     }
 
     /// Turns one output line into events (pushed on `batch`), keeping in `transcript` what
@@ -563,6 +592,7 @@ const STREAM_DRAIN: Duration = Duration::from_millis(200);
 const STREAM_DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// What an engine that exited on its own left behind, to end or keep.
+#[derive(Clone)]
 struct Left {
     pgid: i32,
     /// The engine's start time (see [`process::Mark::since`]).
@@ -577,13 +607,20 @@ struct Left {
 
 /// Ends what the engine left in its group and what carries the run's id (SIGTERM, SIGKILL
 /// after `grace`), or, for a project that keeps them, records them for `status`.
+impl Left {
+    /// The run's processes: its group, and whatever carries its id and was born since.
+    fn mark(&self) -> process::Mark {
+        process::Mark {
+            group: Some(self.pgid),
+            env: Some((RUN_ID_ENV.to_string(), self.run_id.clone())),
+            since: self.since,
+            born: self.born,
+        }
+    }
+}
+
 async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Duration) {
-    let mark = process::Mark {
-        group: Some(left.pgid),
-        env: Some((RUN_ID_ENV.to_string(), left.run_id.clone())),
-        since: left.since,
-        born: left.born,
-    };
+    let mark = left.mark();
     if !left.keep {
         process::end_marked(&[mark], grace, None).await;
         return;
