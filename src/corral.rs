@@ -217,6 +217,11 @@ impl Corral {
                 return Err(CorralError::Store(store::refusal(path, foreign)));
             }
         }
+        // A home of another user's is refused; a loose one is made private (the CLI has said
+        // so already; a library's embedder reads the log).
+        for note in crate::home::secure(&options.home).map_err(CorralError::Invalid)? {
+            tracing::warn!("{note}");
+        }
         let lock = match lock {
             Some(lock) => {
                 let home = options.home.canonicalize().unwrap_or(options.home.clone());
@@ -237,6 +242,12 @@ impl Corral {
         store::location::check_home(&options.home, &location, stored_id(&location)?.as_deref())
             .map_err(CorralError::Store)?;
         let (ledger, _) = LedgerHandle::start_at(&location, true).await?;
+        // The writer checked the file is ours: a store left loose is made private.
+        if let Location::Sqlite(path) = &location {
+            for note in store::make_private(path) {
+                tracing::warn!("{note}");
+            }
+        }
         let readers = ReaderPool::at(&location);
         if let Some(id) = stored_id(&location)? {
             store::location::bind_home(&options.home, &location, &id)

@@ -119,6 +119,11 @@ fn a_socket_path_too_long_is_refused_in_one_line_by_the_daemon_and_by_connect() 
     let base = tempfile::tempdir().unwrap();
     let long_home = base.path().join("h".repeat(110));
     std::fs::create_dir(&long_home).unwrap();
+    std::fs::set_permissions(
+        &long_home,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
     let output = common::corral_in(&long_home, &["daemon"])
         .stdin(Stdio::null())
         .output()

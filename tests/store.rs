@@ -325,7 +325,9 @@ fn a_home_on_a_read_only_filesystem_fails_with_one_line() {
     let mount_point = scratch.path().join("ro");
     std::fs::create_dir(&mount_point).unwrap();
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "ro,size=1m", "none"])
+        // Private, as corral makes a home (a tmpfs's root is 1777 otherwise: refused before
+        // the store is tried).
+        .args(["-t", "tmpfs", "-o", "ro,size=1m,mode=0700", "none"])
         .arg(&mount_point)
         .output();
     match mounted {

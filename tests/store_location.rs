@@ -51,7 +51,7 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn set_get_unset_round_trip_shows_no_password_and_writes_only_the_config() {
-    let home = tempfile::tempdir().unwrap();
+    let home = common::private_dir();
     let home = home.path();
     let config = home.join("config");
 
@@ -108,7 +108,7 @@ fn set_get_unset_round_trip_shows_no_password_and_writes_only_the_config() {
 
 #[test]
 fn the_variable_wins_over_the_file() {
-    let home = tempfile::tempdir().unwrap();
+    let home = common::private_dir();
     let home = home.path();
     ok(home, &["config", "set", "store.url", &url()]);
     let output = corral_in(home, &["config", "get", "store.url", "--json"])
@@ -141,7 +141,7 @@ fn the_variable_wins_over_the_file() {
 
 #[test]
 fn a_malformed_url_is_a_usage_error_in_one_line() {
-    let home = tempfile::tempdir().unwrap();
+    let home = common::private_dir();
     let home = home.path();
     for bad in [
         format!("mysql://root:{SECRET}@db/x"),
@@ -160,7 +160,7 @@ fn a_malformed_url_is_a_usage_error_in_one_line() {
 
 #[test]
 fn an_unsafe_config_is_refused() {
-    let home = tempfile::tempdir().unwrap();
+    let home = common::private_dir();
     let home = home.path();
     let config = home.join("config");
     std::fs::write(&config, "store.url = postgres://corral@127.0.0.1/x\n").unwrap();
@@ -202,11 +202,13 @@ fn an_unsafe_config_is_refused() {
 
 #[test]
 fn a_served_home_keeps_its_store() {
-    let home = tempfile::tempdir().unwrap();
+    let home = common::private_dir();
     let home = home.path();
     // A supervisor holds the home's lock (the daemon writes its pid there).
     let lock = home.join("daemon.lock");
     std::fs::write(&lock, "4242\n").unwrap();
+    // Private, as a daemon makes it (a looser one would be tightened, and said so).
+    std::fs::set_permissions(&lock, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let file = std::fs::File::open(&lock).unwrap();
     let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .map_err(|(_, errno)| errno)

@@ -877,6 +877,13 @@ async fn open(
     if let Some(ledger) = &ledger {
         // A store that refuses writes is told now, not after `store.lock_timeout_ms`.
         ledger.refuse_at_once();
+        // Only now is the file known to be ours (the writer checked its id and version): a
+        // store left loose by an older corral is made private.
+        if let Location::Sqlite(path) = &location {
+            for note in store::make_private(path) {
+                eprintln!("corral: {note}");
+            }
+        }
     }
     Ok(Context {
         home,

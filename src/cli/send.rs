@@ -175,8 +175,13 @@ pub async fn quick(
 /// The home named, when it is a directory whose store's header is plausibly ours; anything
 /// else is the ordinary path's to handle and say.
 fn ready_home(home: Option<&std::path::Path>) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
     let (home, _) = crate::home::locate(home)?;
-    if !std::fs::metadata(&home).is_ok_and(|meta| meta.is_dir()) {
+    // A private directory of the user's; else the ordinary path tightens or refuses it.
+    let private = |meta: std::fs::Metadata| {
+        meta.is_dir() && meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 == 0
+    };
+    if !std::fs::metadata(&home).is_ok_and(private) {
         return None;
     }
     match crate::store::location::locate(&home).ok()? {

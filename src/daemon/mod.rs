@@ -109,7 +109,7 @@ impl DaemonLock {
             path: path.clone(),
             error,
         };
-        let file = std::fs::OpenOptions::new()
+        let file = crate::home::private_file()
             .read(true)
             .write(true)
             .create(true)
@@ -420,7 +420,7 @@ fn watch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
 fn announce_ready(home: &Path) {
     println!("{READY_LINE} {}", std::process::id());
     let _ = std::io::stdout().flush();
-    if let Ok(log) = std::fs::OpenOptions::new()
+    if let Ok(log) = crate::home::private_file()
         .create(true)
         .append(true)
         .open(home.join(LOG_FILE))
@@ -446,7 +446,7 @@ pub fn spawn_detached(home: &Path, starter: &Starter) -> Result<u32, String> {
     use std::os::unix::process::CommandExt;
     let exe =
         std::env::current_exe().map_err(|error| format!("cannot find corral itself: {error}"))?;
-    let log = std::fs::OpenOptions::new()
+    let log = crate::home::private_file()
         .create(true)
         .append(true)
         .open(home.join(LOG_FILE))
@@ -503,7 +503,7 @@ pub fn spawn_detached(home: &Path, starter: &Starter) -> Result<u32, String> {
                 .unwrap_or_else(|| "unknown status".into())
         ));
     }
-    let _ = std::fs::write(home.join(PID_FILE), format!("{pid}\n"));
+    let _ = crate::home::write_private(&home.join(PID_FILE), &format!("{pid}\n"));
     Ok(pid)
 }
 

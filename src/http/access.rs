@@ -61,11 +61,15 @@ pub fn token_path(home: &Path) -> PathBuf {
 }
 
 /// What identifies one version of the token file: a replaced file differs in one of these.
+/// Its owner and mode are part of it: a token made readable by others (a `chmod`, which
+/// changes neither its content nor its mtime) is read again, refused, and no longer honoured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     inode: u64,
     size: u64,
     modified_ns: i128,
+    owner: u32,
+    mode: u32,
 }
 
 impl Stamp {
@@ -74,6 +78,8 @@ impl Stamp {
             inode: metadata.ino(),
             size: metadata.size(),
             modified_ns: metadata.mtime() as i128 * 1_000_000_000 + metadata.mtime_nsec() as i128,
+            owner: metadata.uid(),
+            mode: metadata.mode(),
         }
     }
 }
@@ -502,6 +508,30 @@ mod tests {
         let error = ensure_token(home.path()).unwrap_err();
         assert!(error.contains("symbolic link"), "{error}");
         assert!(rotate_token(home.path()).is_err());
+    }
+
+    /// A token that others became able to read (a `chmod`, which changes neither its content
+    /// nor its mtime) is no longer honoured by a running daemon; made private again, it is.
+    #[test]
+    fn a_running_daemon_stops_honouring_a_token_made_readable_by_others() {
+        let home = tempfile::tempdir().unwrap();
+        let access = Access::open(home.path()).unwrap();
+        let token = ensure_token(home.path()).unwrap();
+        assert!(access.is_token(&token));
+        let chmod = |mode| {
+            std::fs::set_permissions(
+                token_path(home.path()),
+                std::fs::Permissions::from_mode(mode),
+            )
+            .unwrap()
+        };
+        chmod(0o644);
+        assert!(
+            !access.is_token(&token),
+            "honoured while others can read it"
+        );
+        chmod(0o600);
+        assert!(access.is_token(&token));
     }
 
     #[test]

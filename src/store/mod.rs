@@ -384,6 +384,50 @@ pub fn check_connection(connection: &Connection) -> Result<u32, StoreError> {
     }
 }
 
+/// Creates the store's file, empty and 0600, if there is none: SQLite would create it 0644
+/// less the umask, and it gives the `-wal` and `-shm` it creates beside it the main file's
+/// mode, so the whole store is private from its first byte. An empty file is a new store to
+/// SQLite, as the one it would have created.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let cannot = |error: std::io::Error| {
+        StoreError::Io(std::io::Error::new(
+            error.kind(),
+            format!("cannot create {}: {error}", path.display()),
+        ))
+    };
+    match crate::home::private_file()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(file) => file
+            .set_permissions(std::fs::Permissions::from_mode(crate::home::PRIVATE_FILE))
+            .map_err(cannot),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(cannot(error)),
+    }
+}
+
+/// Tightens a store found looser than 0600 (a store made before corral kept its files
+/// private, under umask 022): the file, its `-wal` and `-shm`, each only if it is the user's
+/// own. For a store already found to be ours ([`inspect`]): another program's file is never
+/// touched. Returns a line for each change, for the caller to say.
+pub fn make_private(path: &Path) -> Vec<String> {
+    let mut notes = Vec::new();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        crate::home::tighten(
+            Path::new(&file),
+            crate::home::PRIVATE_FILE,
+            "store file",
+            &mut notes,
+        );
+    }
+    notes
+}
+
 /// Opens a connection SQLite will not write through. Readers never go through the ledger.
 pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     let connection = Connection::open_with_flags(
@@ -425,6 +469,7 @@ pub fn open_writer(path: &Path, create: bool) -> Result<(Connection, u32), Store
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        create_private(path)?;
     }
     let connection = Connection::open_with_flags(path, flags)?;
     connection.busy_timeout(busy_timeout())?;

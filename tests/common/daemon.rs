@@ -54,7 +54,14 @@ impl DaemonHome {
     }
 
     fn directory() -> tempfile::TempDir {
+        // Its user's alone, as corral makes a home (a looser one would be tightened by the
+        // first command, which says so on stderr).
         let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
         std::fs::create_dir(dir.path().join("work")).unwrap();
         dir
     }

@@ -27,11 +27,18 @@ pub struct Home {
     dir: tempfile::TempDir,
 }
 
+/// A temporary directory that is its user's alone (0700), as corral makes a home: one made
+/// looser by the umask would be tightened by the first command, which says so on stderr.
+pub fn private_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
 impl Home {
     pub fn new() -> Self {
-        Home {
-            dir: tempfile::tempdir().expect("a temporary directory"),
-        }
+        Home { dir: private_dir() }
     }
 
     pub fn path(&self) -> &Path {

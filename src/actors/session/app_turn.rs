@@ -50,10 +50,16 @@ pub fn driver_file(home: &Path, session_id: &str) -> PathBuf {
 fn write_driver_file(home: &Path, session_id: &str, exec_id: Option<&str>) -> std::io::Result<()> {
     let path = driver_file(home, session_id);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::home::create_private_dir(dir, false)?;
     }
     let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, exec_id.unwrap_or(""))?;
+    // Private like every file of the home; not fsynced: it only matters while the daemon lives.
+    let mut file = crate::home::private_file()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temporary)?;
+    std::io::Write::write_all(&mut file, exec_id.unwrap_or("").as_bytes())?;
     std::fs::rename(temporary, path)
 }
 
