@@ -82,6 +82,9 @@ event_kinds! {
     MessageDelta => "message.delta",
     /// A tool call or command the agent ran.
     Tool => "tool",
+    /// A tool use the engine refused under the session's permissions (`tool`, `target`,
+    /// `reason`); the prompt's end carries how many (`denied`).
+    ToolDenied => "tool.denied",
     Usage => "usage",
     /// A non-fatal error line of the engine.
     Notice => "notice",

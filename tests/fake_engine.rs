@@ -740,6 +740,40 @@ fn claude_resume_keeps_the_session_id() {
     );
 }
 
+/// As claude: `--permission-mode` is said by the `init` line, an unknown mode is a usage
+/// error, and `--effort` is taken.
+#[test]
+fn claude_permission_mode_and_effort_are_taken_as_claude_takes_them() {
+    let argv = |mode: &str| {
+        let args = [
+            "-p",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+            "--effort",
+            "low",
+            "--permission-mode",
+            mode,
+            "--resume",
+            "S-3",
+            "edit it",
+        ];
+        run(fake(&args))
+    };
+    let output = argv("acceptEdits");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        claude_lines(&output)[0],
+        claude_init("S-3", "fake-model", "acceptEdits")
+    );
+    let refused = argv("yolo");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("invalid mode 'yolo'"),
+        "{refused:?}"
+    );
+}
+
 #[test]
 fn claude_rate_limit_fails_the_first_attempt_only() {
     let output = run(claude("go\n@fake rate-limit=1", Some("S-2")).env("CORRAL_RUN_ATTEMPT", "1"));

@@ -791,6 +791,204 @@ fn opencode_a_providers_retry_after_longer_than_corrals_delay_is_honoured() {
 }
 
 /// The next line of `lines` for which `pick` gives something, within [`DEADLINE`].
+/// The engine's own tool for writing a file, and its arguments.
+fn write_tool(engine: Engine, path: &std::path::Path, content: &str) -> Answer {
+    let path = path.to_str().expect("temporary paths are UTF-8");
+    match engine {
+        Engine::Claude => Answer::tool(
+            "Write",
+            serde_json::json!({ "file_path": path, "content": content }),
+        ),
+        Engine::Opencode => Answer::tool(
+            "write",
+            serde_json::json!({ "filePath": path, "content": content }),
+        ),
+        Engine::Codex => unreachable!("codex writes through apply_patch"),
+    }
+}
+
+impl Mock {
+    /// The next model calls: the tool call, then (with its outcome) a final text.
+    fn tool_then(&self, tool: Answer, text: &str) {
+        match self {
+            Mock::Anthropic(mock) => mock.script([tool, Answer::text(text)]),
+            Mock::Chat(mock) => mock.script([tool, Answer::text(text)]),
+            Mock::Responses(_) => unreachable!("codex writes through apply_patch"),
+        }
+    }
+}
+
+/// One cell of the sandbox on the real CLI: the model writes `path`; the prompt ends done
+/// either way, and the write happened or was refused and told (`tool.denied` with the path,
+/// `denied: 1` on the prompt, and a line of `send --wait`).
+/// How a cell's prompt is sent.
+#[derive(Clone, Copy, PartialEq)]
+enum Sent {
+    /// As it is: the project's sandbox.
+    Plain,
+    /// With `--read-only`.
+    ReadOnly,
+    /// To a remote project (read-only too).
+    Remote,
+}
+
+fn write_cell(rig: &Rig, session: &str, path: &std::path::Path, sent: Sent, allowed: bool) {
+    let read_only = sent != Sent::Plain;
+    rig.mock.tool_then(
+        write_tool(rig.engine(), path, "written\n"),
+        "my turn is over",
+    );
+    let mut args = vec!["send", session, "write it", "--wait"];
+    if sent == Sent::ReadOnly {
+        args.push("--read-only");
+    }
+    let output = rig.run(&args);
+    let story = rig.story(session);
+    assert!(output.status.success(), "{output:?}\n{story}");
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "my turn is over\n",
+        "{story}"
+    );
+    let history = rig.history(session);
+    let prompt = array(&history["prompts"]).last().cloned().unwrap();
+    assert_eq!(prompt["status"], "done", "{story}");
+    let denials: Vec<Value> = rig
+        .events(session)
+        .into_iter()
+        .filter(|event| event["kind"] == "tool.denied" && event["prompt_id"] == prompt["id"])
+        .collect();
+    if allowed {
+        assert_eq!(
+            std::fs::read_to_string(path).ok().as_deref(),
+            Some("written\n"),
+            "{path:?} was to be written: {said}\n{story}"
+        );
+        assert_eq!(prompt["denied"], 0, "{story}");
+        assert!(denials.is_empty(), "{denials:?}\n{story}");
+        assert!(!said.contains("denied"), "{said}");
+    } else {
+        assert!(!path.exists(), "{path:?} was written\n{story}");
+        assert_eq!(prompt["denied"], 1, "{story}");
+        assert_eq!(denials.len(), 1, "{story}");
+        let target = denials[0]["payload"]["target"].as_str();
+        if rig.engine() == Engine::Opencode && read_only {
+            // Read-only takes opencode's write tools away: a call of one comes back without
+            // its arguments (docs/permissions.md), so the denial names the tool only.
+            assert_eq!(denials[0]["payload"]["tool"], "write", "{denials:?}");
+        } else {
+            assert_eq!(target, path.to_str(), "{denials:?}");
+        }
+        assert!(said.contains("denied: 1"), "send --wait says so: {said}");
+        let shown = rig.ok(&["history", session]);
+        assert!(shown.contains("done · denied: 1"), "{shown}");
+    }
+}
+
+/// The sandbox holds on the real CLI (docs/permissions.md), each cell a write the mock
+/// scripts: workspace-write writes inside the working tree and is refused outside it;
+/// read-only (`send --read-only`, as a remote project's every prompt) is refused inside it;
+/// full access writes outside it. Every refusal is told, never a silent success.
+fn the_sandbox_holds_and_every_refusal_is_told(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    let session = rig.session(Some("Sandbox"));
+    let outside = rig.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    write_cell(
+        &rig,
+        &session,
+        &rig.work().join("inside.txt"),
+        Sent::Plain,
+        true,
+    );
+    write_cell(
+        &rig,
+        &session,
+        &outside.join("escaped.txt"),
+        Sent::Plain,
+        false,
+    );
+    write_cell(
+        &rig,
+        &session,
+        &rig.work().join("looked.txt"),
+        Sent::ReadOnly,
+        false,
+    );
+    rig.ok(&["project", "set", "p", "--remote", "true"]);
+    write_cell(
+        &rig,
+        &session,
+        &rig.work().join("remote.txt"),
+        Sent::Remote,
+        false,
+    );
+    rig.ok(&[
+        "project",
+        "set",
+        "p",
+        "--remote",
+        "false",
+        "--full-access",
+        "true",
+    ]);
+    write_cell(
+        &rig,
+        &session,
+        &outside.join("granted.txt"),
+        Sent::Plain,
+        true,
+    );
+    assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
+}
+
+#[test]
+fn claude_the_sandbox_holds_and_every_refusal_is_told() {
+    the_sandbox_holds_and_every_refusal_is_told(Engine::Claude);
+}
+
+#[test]
+fn opencode_the_sandbox_holds_and_every_refusal_is_told() {
+    the_sandbox_holds_and_every_refusal_is_told(Engine::Opencode);
+}
+
+/// The session's reasoning effort reaches the model: claude's `--effort` as the request's
+/// `output_config.effort`, opencode's `--variant` as `reasoning_effort`.
+fn the_sessions_effort_reaches_the_model(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    let session = rig.new_session(&["p", "--title", "Effort", "--effort", "low"]);
+    rig.mock.answer("thought little");
+    assert_eq!(rig.send_wait(&session, "think"), "thought little\n");
+    let bodies: Vec<Value> = match &rig.mock {
+        Mock::Anthropic(mock) => mock.model_calls().iter().map(|call| call.body()).collect(),
+        Mock::Chat(mock) => mock.model_calls().iter().map(|call| call.body()).collect(),
+        Mock::Responses(_) => unreachable!("codex is tests/real_codex.rs's"),
+    };
+    let effort = |body: &Value| match engine {
+        Engine::Claude => body["output_config"]["effort"].clone(),
+        _ => body["reasoning_effort"].clone(),
+    };
+    assert!(!bodies.is_empty(), "{}", rig.mock.log());
+    for body in &bodies {
+        assert_eq!(effort(body), "low", "{body}");
+    }
+}
+
+#[test]
+fn claude_the_sessions_effort_reaches_the_model() {
+    the_sessions_effort_reaches_the_model(Engine::Claude);
+}
+
+#[test]
+fn opencode_the_sessions_effort_reaches_the_model() {
+    the_sessions_effort_reaches_the_model(Engine::Opencode);
+}
+
 fn next_matching<T>(
     lines: &mpsc::Receiver<String>,
     what: &str,

@@ -1541,6 +1541,7 @@ ledger_write!(
         status: prompts::PromptStatus,
         error: Option<String>,
         answer: Option<String>,
+        denied: i64,
         claimer: prompts::ClaimBy,
         announce: bool,
         total: Option<usize>,
@@ -1553,6 +1554,7 @@ ledger_write!(
             this.status,
             this.error.as_deref(),
             this.answer.as_deref(),
+            this.denied,
             this.claimer.as_claimer(),
             this.total,
         )?;

@@ -27,8 +27,9 @@
 //! **claude form**, speaks claude's `stream-json`:
 //!
 //! ```text
-//! corral-fake-engine -p --verbose --output-format stream-json [--model M] [--resume ID]
-//!                    [--resume-session-at UUID] [--dangerously-skip-permissions] [--] [PROMPT]
+//! corral-fake-engine -p --verbose --output-format stream-json [--model M] [--effort E]
+//!                    [--resume ID] [--resume-session-at UUID]
+//!                    [--permission-mode MODE | --dangerously-skip-permissions] [--] [PROMPT]
 //! ```
 //!
 //! In both forms, as in the real CLIs, a missing PROMPT (or `-`) means the prompt is all of
@@ -230,8 +231,9 @@ usage: corral-fake-engine [--model M] [--config K=V]... [--sandbox S] [--ask-for
                           [--dangerously-bypass-approvals-and-sandbox]
                           exec --json --skip-git-repo-check
                           [resume [--image F]... THREAD | [--image F]...] [--] PROMPT
-       corral-fake-engine -p --verbose --output-format stream-json [--model M] [--resume ID]
-                          [--dangerously-skip-permissions] [--] PROMPT
+       corral-fake-engine -p --verbose --output-format stream-json [--model M] [--effort E]
+                          [--resume ID] [--permission-mode MODE | --dangerously-skip-permissions]
+                          [--] PROMPT
        corral-fake-engine [-c K=V]... app-server [--listen stdio://] [-c K=V]...
 Scripted by CORRAL_FAKE_SCRIPT (directives separated by ';' or newlines) and by prompt lines
 '@fake DIRECTIVE'; the attempt number is CORRAL_RUN_ATTEMPT. Directives: answer=TEXT delay=MS
@@ -353,7 +355,8 @@ enum Form {
     Claude {
         resume: Option<String>,
         model: Option<String>,
-        skip_permissions: bool,
+        /// claude's permission mode, as its `init` line says it.
+        permission_mode: String,
     },
     /// `codex app-server`: JSON-RPC on stdin/stdout, scripted per turn.
     AppServer,
@@ -548,7 +551,7 @@ fn parse_app_server(args: &[String]) -> Result<Invocation, String> {
 fn parse_claude(args: &[String]) -> Result<Invocation, String> {
     let (mut print, mut verbose, mut stream_json, mut skip_permissions) =
         (false, false, false, false);
-    let (mut model, mut resume) = (None, None);
+    let (mut model, mut resume, mut mode) = (None, None, None);
     let mut positionals = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -563,6 +566,25 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
             verbose = true;
         } else if take_option(args, &mut i, &["--dangerously-skip-permissions"], false)?.is_some() {
             skip_permissions = true;
+        } else if let Some(Opt::Value(value)) =
+            take_option(args, &mut i, &["--permission-mode"], true)?
+        {
+            // As claude 2.1.197: one of its modes, or a usage error.
+            const MODES: [&str; 6] = [
+                "acceptEdits",
+                "auto",
+                "bypassPermissions",
+                "default",
+                "dontAsk",
+                "plan",
+            ];
+            if !MODES.contains(&value.as_str()) {
+                return Err(format!("--permission-mode: invalid mode '{value}'"));
+            }
+            mode = Some(value);
+        } else if take_option(args, &mut i, &["--effort"], true)?.is_some() {
+            // Accepted; the fake has no model to tell.
+            continue;
         } else if let Some(Opt::Value(format)) =
             take_option(args, &mut i, &["--output-format"], true)?
         {
@@ -602,7 +624,11 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
         form: Form::Claude {
             resume,
             model,
-            skip_permissions,
+            permission_mode: if skip_permissions {
+                "bypassPermissions".to_string()
+            } else {
+                mode.unwrap_or_else(|| "default".to_string())
+            },
         },
         prompt,
     })
@@ -1062,15 +1088,10 @@ impl Claude {
         self.started.elapsed().as_millis() as u64
     }
 
-    fn init(&mut self, skip_permissions: bool) {
+    fn init(&mut self, mode: &str) {
         let cwd = std::env::current_dir()
             .map(|dir| dir.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mode = if skip_permissions {
-            "bypassPermissions"
-        } else {
-            "default"
-        };
         let line = obj! {
             "type" => "system",
             "subtype" => "init",
@@ -1223,7 +1244,7 @@ fn claude(
     prompt: &str,
     resume: Option<&str>,
     model: Option<&str>,
-    skip_permissions: bool,
+    permission_mode: &str,
     attempt: u64,
 ) -> ! {
     let mut claude = Claude {
@@ -1234,7 +1255,7 @@ fn claude(
         model: model.unwrap_or("fake-model").to_string(),
         started: Instant::now(),
     };
-    claude.init(skip_permissions);
+    claude.init(permission_mode);
     spawn_background(script);
     sleep_ms(script.delay_ms);
     if attempt <= script.rate_limit {
@@ -2938,13 +2959,13 @@ fn main() {
         Form::Claude {
             resume,
             model,
-            skip_permissions,
+            permission_mode,
         } => claude(
             &script,
             &invocation.prompt,
             resume.as_deref(),
             model.as_deref(),
-            *skip_permissions,
+            permission_mode,
             attempt,
         ),
         Form::AppServer => unreachable!("app-server mode returned above"),

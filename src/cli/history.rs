@@ -48,8 +48,13 @@ pub async fn execute(context: &Context, args: &HistoryArgs) -> Result<Exit, CliE
     }
     for prompt in &prompts {
         println!();
+        // A prompt done with refusals is not the whole job: it says so beside its status.
+        let denied = match prompt["denied"].as_i64().unwrap_or(0) {
+            0 => String::new(),
+            denied => format!(" · denied: {denied}"),
+        };
         println!(
-            "prompt {}  {}  attempts {}  sent {} UTC",
+            "prompt {}  {}{denied}  attempts {}  sent {} UTC",
             text(prompt, "id"),
             text(prompt, "status"),
             prompt["attempts"].as_i64().unwrap_or(0),

@@ -246,7 +246,24 @@ fn summary(event: &Event) -> String {
     };
     match &event.kind {
         EventKind::PromptStarted => first_line(field("text").unwrap_or("")).to_string(),
-        EventKind::PromptDone => first_line(field("answer").unwrap_or("")).to_string(),
+        EventKind::PromptDone => {
+            let answer = first_line(field("answer").unwrap_or(""));
+            match number("denied").filter(|denied| *denied > 0) {
+                Some(denied) => format!("denied: {denied} · {answer}"),
+                None => answer.to_string(),
+            }
+        }
+        EventKind::ToolDenied => {
+            let mut line = field("tool").unwrap_or("?").to_string();
+            if let Some(target) = field("target") {
+                line.push(' ');
+                line.push_str(target);
+            }
+            if let Some(reason) = field("reason").filter(|reason| !reason.is_empty()) {
+                line.push_str(&format!(" ({reason})"));
+            }
+            line
+        }
         EventKind::PromptFailed | EventKind::PromptCancelled => {
             field("error").unwrap_or("").to_string()
         }

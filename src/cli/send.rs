@@ -278,6 +278,16 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         Some("done") => {
             if !args.json {
                 println!("{}", remote::text(&prompt, "answer").trim_end());
+                // Done, but the engine refused some of what the agent tried: said apart from
+                // the answer, so that a green result is never read as the whole job.
+                if let Some(denied) = prompt["denied"].as_i64().filter(|denied| *denied > 0) {
+                    eprintln!(
+                        "corral: denied: {denied} — the engine refused {} the agent tried \
+                         (`corral watch {}` lists them; `corral project set` widens what it may do)",
+                        if denied == 1 { "one tool use" } else { "tool uses" },
+                        session.id
+                    );
+                }
             }
             Ok(Exit::success())
         }

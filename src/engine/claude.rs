@@ -3,8 +3,9 @@
 //! The argv (measured against Claude Code 2.1.197, `../shared/reference/claude-opencode.md` §1):
 //!
 //! ```text
-//! claude -p --verbose --output-format stream-json [--model M]
-//!        [--resume ID [--resume-session-at UUID]] [--dangerously-skip-permissions] < PROMPT
+//! claude -p --verbose --output-format stream-json [--model M] [--effort E]
+//!        [--resume ID [--resume-session-at UUID]]
+//!        (--permission-mode default|acceptEdits | --dangerously-skip-permissions) < PROMPT
 //! ```
 //!
 //! - The prompt is written to stdin, which is then closed: claude reads it byte for byte there,
@@ -15,13 +16,15 @@
 //!   the last assistant message of the last turn that succeeded, so the model sees the prompt
 //!   once ([`EngineEvent::ResumePoint`] is each assistant line's `uuid`).
 //! - `--verbose` is required: `-p` with `stream-json` refuses to run without it.
-//! - `--dangerously-skip-permissions` only with [`Sandbox::FullAccess`]. Claude has no sandbox
-//!   flag, so read-only and workspace-write both leave claude's default permission mode, in which
-//!   print mode denies the tools that would ask.
+//! - The sandbox is claude's permission mode ([`permission_flags`]): read-only keeps claude's
+//!   `default` mode, in which print mode refuses every write; workspace-write is `acceptEdits`
+//!   (edits inside the working directory); `--dangerously-skip-permissions` only with
+//!   [`Sandbox::FullAccess`]. What claude refused is listed in its `result` line
+//!   (`permission_denials`) and becomes [`EngineEvent::Denied`].
 //! - Claude has no image flag: each image is referenced from the prompt text itself, appended as
 //!   `@/path/to/img.png`, one per line after the prompt text (claude reads `@path` references as
 //!   files to attach). The path is kept as the OS gave it, not re-encoded.
-//! - The reasoning effort has no claude flag and is not passed.
+//! - The session's reasoning effort is `--effort E` (`low`, `medium`, `high`, `xhigh`, `max`).
 //!
 //! - `CLAUDE_CODE_MAX_RETRIES` is [`MAX_RETRIES`] unless set in corral's environment: claude
 //!   retries an API error 10 times by default (up to 32 s apart), and corral's retry policy
@@ -48,6 +51,21 @@ pub struct Claude;
 /// The retries claude makes of its own before it reports an API error (its default: 10).
 pub const MAX_RETRIES: &str = "2";
 
+/// claude's flags for a sandbox (measured on 2.1.197 in print mode, docs/permissions.md):
+/// - read-only: `default`, in which print mode refuses every write and every command that is
+///   not read-only (each refusal listed in `permission_denials`, so reported);
+/// - workspace-write: `acceptEdits`, which allows edits inside the working directory and the
+///   file commands claude recognises there (`touch`, `mkdir`, `rm`, a redirect), and still
+///   refuses writes outside it and other commands (reported);
+/// - full access: `--dangerously-skip-permissions` (as root claude also wants `IS_SANDBOX=1`).
+pub fn permission_flags(sandbox: Sandbox) -> &'static [&'static str] {
+    match sandbox {
+        Sandbox::ReadOnly => &["--permission-mode", "default"],
+        Sandbox::WorkspaceWrite => &["--permission-mode", "acceptEdits"],
+        Sandbox::FullAccess => &["--dangerously-skip-permissions"],
+    }
+}
+
 impl Engine for Claude {
     fn kind(&self) -> EngineKind {
         EngineKind::Claude
@@ -68,6 +86,11 @@ impl Engine for Claude {
             argv.push("--model".into());
             argv.push(model.into());
         }
+        // The request then carries `output_config.effort` (claude's own default: high).
+        if let Some(effort) = non_empty(&spec.reasoning_effort) {
+            argv.push("--effort".into());
+            argv.push(effort.into());
+        }
         if let Some(session_id) = non_empty(&spec.thread_id) {
             argv.push("--resume".into());
             argv.push(session_id.into());
@@ -76,9 +99,7 @@ impl Engine for Claude {
                 argv.push(point.into());
             }
         }
-        if spec.sandbox == Sandbox::FullAccess {
-            argv.push("--dangerously-skip-permissions".into());
-        }
+        argv.extend(permission_flags(spec.sandbox).iter().map(OsString::from));
         argv
     }
 
@@ -215,15 +236,16 @@ fn result(object: &Map<String, Value>) -> Vec<EngineEvent> {
         .get("is_error")
         .and_then(Value::as_bool)
         .unwrap_or(subtype != Some("success"));
+    let mut events = denials(object);
     if is_error {
         let status = object.get("api_error_status").and_then(Value::as_u64);
-        return vec![EngineEvent::TurnFailed {
+        events.push(EngineEvent::TurnFailed {
             message: failure_message(object, subtype),
             class: status.and_then(FailureClass::from_http_status),
             retry_after_ms: None,
-        }];
+        });
+        return events;
     }
-    let mut events = Vec::new();
     // The session id again: a resumed session keeps its id, so this repeats the init's.
     if let Some(session_id) = str_field(object, "session_id") {
         events.push(EngineEvent::ThreadStarted {
@@ -237,6 +259,42 @@ fn result(object: &Map<String, Value>) -> Vec<EngineEvent> {
     }
     events.push(EngineEvent::TurnCompleted);
     events
+}
+
+/// The tool uses claude refused in the turn, as its `result` line lists them
+/// (`permission_denials`: `tool_name`, `tool_use_id`, `tool_input`): the model was told "you
+/// haven't granted it yet" and went on, so without these the turn reads as a plain success.
+fn denials(object: &Map<String, Value>) -> Vec<EngineEvent> {
+    object
+        .get("permission_denials")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|denial| EngineEvent::Denied {
+            tool: denial
+                .get("tool_name")
+                .and_then(Value::as_str)
+                .unwrap_or("tool")
+                .to_string(),
+            target: denial.get("tool_input").and_then(tool_target),
+            reason: None,
+        })
+        .collect()
+}
+
+/// What a claude tool call would touch: its path, command, URL or pattern.
+pub fn tool_target(input: &Value) -> Option<String> {
+    [
+        "file_path",
+        "notebook_path",
+        "path",
+        "command",
+        "url",
+        "pattern",
+    ]
+    .iter()
+    .find_map(|key| input.get(key).and_then(Value::as_str))
+    .map(str::to_string)
 }
 
 /// The words of a failed result: its `result` text, else its `errors`, else its subtype.
@@ -323,6 +381,35 @@ mod tests {
             .collect()
     }
 
+    /// Each refusal in the `result` line is a `Denied` event with what it would have
+    /// touched, before the turn's end: the turn succeeded, but not everything was done.
+    #[test]
+    fn permission_denials_are_told_before_the_turn_ends() {
+        let line = r#"{"type":"result","subtype":"success","is_error":false,"result":"I could not write it.","session_id":"s-1","permission_denials":[{"tool_name":"Write","tool_use_id":"toolu_1","tool_input":{"file_path":"/tmp/x/notes.txt","content":"hi"}},{"tool_name":"Bash","tool_use_id":"toolu_2","tool_input":{"command":"touch made","description":"make"}},{"tool_name":"Mystery","tool_use_id":"toolu_3","tool_input":{}}]}"#;
+        let events = Claude.parse_line(line);
+        let denied: Vec<(String, Option<String>)> = events
+            .iter()
+            .filter_map(|event| match event {
+                EngineEvent::Denied { tool, target, .. } => Some((tool.clone(), target.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            denied,
+            [
+                ("Write".to_string(), Some("/tmp/x/notes.txt".to_string())),
+                ("Bash".to_string(), Some("touch made".to_string())),
+                ("Mystery".to_string(), None),
+            ]
+        );
+        assert_eq!(events.last(), Some(&EngineEvent::TurnCompleted));
+        // A failed turn tells its refusals too.
+        let failed = line.replace(r#""is_error":false"#, r#""is_error":true"#);
+        let events = Claude.parse_line(&failed);
+        assert_eq!(events.len(), 4, "{events:?}");
+        assert!(matches!(events[3], EngineEvent::TurnFailed { .. }));
+    }
+
     #[test]
     fn new_session() {
         assert_eq!(
@@ -333,8 +420,14 @@ mod tests {
                 "--verbose",
                 "--output-format",
                 "stream-json",
+                "--permission-mode",
+                "acceptEdits",
             ]
         );
+        let mut read_only = spec("look");
+        read_only.sandbox = Sandbox::ReadOnly;
+        let argv = strings(Claude.argv(&read_only));
+        assert_eq!(argv[argv.len() - 2..], ["--permission-mode", "default"]);
         // Whatever it starts with: `-v please` as a positional would be claude's --version.
         for prompt in ["say hi", "-v please", "a \"b\"\nünï"] {
             assert_eq!(Claude.stdin(&spec(prompt)).as_deref(), Some(prompt));
@@ -358,6 +451,8 @@ mod tests {
                 "stream-json",
                 "--model",
                 "sonnet",
+                "--effort",
+                "high",
                 "--resume",
                 "session-1",
                 "--dangerously-skip-permissions",
@@ -374,10 +469,10 @@ mod tests {
 
     #[test]
     fn read_only_and_remote_never_skip_permissions() {
-        for sandbox in [
-            Sandbox::for_prompt(false, false, true),
-            Sandbox::for_prompt(true, true, false),
-            Sandbox::WorkspaceWrite,
+        for (sandbox, mode) in [
+            (Sandbox::for_prompt(false, false, true), "default"),
+            (Sandbox::for_prompt(true, true, false), "default"),
+            (Sandbox::WorkspaceWrite, "acceptEdits"),
         ] {
             let mut spec = spec("Answer only");
             spec.sandbox = sandbox;
@@ -389,6 +484,8 @@ mod tests {
                     "--verbose",
                     "--output-format",
                     "stream-json",
+                    "--permission-mode",
+                    mode,
                 ],
                 "{sandbox:?}"
             );
@@ -399,7 +496,7 @@ mod tests {
     fn images_are_referenced_from_the_prompt() {
         let mut spec = spec("Inspect these");
         spec.images = vec!["/data/a.png".into(), "/data/b c.jpg".into()];
-        assert_eq!(Claude.argv(&spec).len(), 5);
+        assert_eq!(Claude.argv(&spec).len(), 7);
         assert_eq!(
             Claude.stdin(&spec).as_deref(),
             Some("Inspect these\n@/data/a.png\n@/data/b c.jpg")

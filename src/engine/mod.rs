@@ -181,6 +181,17 @@ pub enum EngineEvent {
         name: String,
         detail: serde_json::Value,
     },
+    /// A tool use the engine refused under its permissions (claude's `permission_denials`,
+    /// a declined approval, a rejected permission): the tool, and what it would have touched
+    /// (a path, a command) when the engine says. The turn goes on; the prompt's end counts
+    /// these, so that a refused write is never a silent success.
+    Denied {
+        tool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// Token usage of the turn, as the engine reports it.
     Usage {
         usage: serde_json::Value,
@@ -242,6 +253,12 @@ pub trait Engine: Send + Sync {
     /// Variables the child gets unless corral's own environment sets them (a person's
     /// choice wins).
     fn env(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
+    /// Variables this run's child gets whatever the daemon's environment says: where an engine
+    /// reads its permissions from its environment (opencode's `OPENCODE_CONFIG_CONTENT`), the
+    /// sandbox corral chose must win over anything inherited.
+    fn run_env(&self, _spec: &RunSpec) -> Vec<(&'static str, String)> {
         Vec::new()
     }
     /// What a complete run's output ends with, in words for an error (`None`: the engine has

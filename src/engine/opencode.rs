@@ -3,7 +3,7 @@
 //! The argv (measured against opencode 1.18.33, `../shared/reference/claude-opencode.md` §2):
 //!
 //! ```text
-//! opencode run --format json [--model M] [--session ID | --title T] --dir CWD [--file F]… < PROMPT
+//! opencode run --format json [--model M] [--variant E] [--session ID | --title T] --dir CWD [--file F]… < PROMPT
 //! ```
 //!
 //! - The prompt always goes on stdin, then stdin is closed: as positionals, opencode joins the
@@ -12,8 +12,10 @@
 //!   On stdin it arrives byte for byte, whatever its length.
 //! - `--dir` always: a session resumed from another directory hangs for ever.
 //! - `--title` on a new session: otherwise opencode makes a model call of its own to invent one.
-//! - opencode has no sandbox or reasoning-effort flag here: the sandbox and the effort are not
-//!   passed.
+//! - The sandbox is opencode's permission configuration, passed in `OPENCODE_CONFIG_CONTENT`
+//!   ([`Opencode::run_env`]), and `--auto` for full access. A refused tool call is a `tool_use`
+//!   part in error with opencode's words for a refusal: [`EngineEvent::Denied`].
+//! - The session's reasoning effort is `--variant E`.
 //!
 //! The output is one JSON object per line, each naming the session (`sessionID`): `step_start`,
 //! `text`, `tool_use`, `step_finish` and, on failure, one `error` line ([`Opencode::parse_line`]).
@@ -24,7 +26,31 @@ use std::ffi::OsString;
 
 use serde_json::{Map, Value};
 
-use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec};
+use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
+
+/// Where opencode reads a configuration laid over its own files.
+pub const CONFIG_ENV: &str = "OPENCODE_CONFIG_CONTENT";
+
+/// opencode's permission rules for a sandbox (measured on 1.18.33 in `run` mode,
+/// docs/permissions.md). A `deny` takes the tool away or refuses the call, and the turn goes
+/// on; `ask` would be rejected at once *and end the turn* in `run` mode, so corral never leaves
+/// one. `external_directory` is opencode's rule for paths outside the project (its own
+/// default is `ask`): a check of the paths a call names, not a sandbox.
+/// - read-only: no edits, no commands, no fetches, nothing outside;
+/// - workspace-write: nothing outside the project (inside, opencode's own rules);
+/// - full access: `--auto` (argv) approves what would ask.
+fn permission_rules(sandbox: Sandbox) -> Option<Value> {
+    match sandbox {
+        Sandbox::ReadOnly => Some(serde_json::json!({
+            "edit": "deny",
+            "bash": "deny",
+            "webfetch": "deny",
+            "external_directory": "deny",
+        })),
+        Sandbox::WorkspaceWrite => Some(serde_json::json!({ "external_directory": "deny" })),
+        Sandbox::FullAccess => None,
+    }
+}
 
 /// The `opencode` adapter.
 pub struct Opencode;
@@ -44,6 +70,12 @@ impl Engine for Opencode {
         if let Some(model) = non_empty(&spec.model) {
             argv.push("--model".into());
             argv.push(model.into());
+        }
+        // The model's variant: `reasoning_effort` in the request, for a model opencode knows
+        // to reason (others drop it silently).
+        if let Some(effort) = non_empty(&spec.reasoning_effort) {
+            argv.push("--variant".into());
+            argv.push(effort.into());
         }
         match non_empty(&spec.thread_id) {
             Some(session_id) => {
@@ -67,7 +99,25 @@ impl Engine for Opencode {
             argv.push("--file".into());
             argv.push(image.clone().into_os_string());
         }
+        if spec.sandbox == Sandbox::FullAccess {
+            argv.push("--auto".into());
+        }
         argv
+    }
+
+    /// The sandbox's permission rules, laid over any configuration the daemon's own
+    /// `OPENCODE_CONFIG_CONTENT` holds (its other keys kept; its `permission` replaced by
+    /// corral's: what the agent may do is the session's policy, not the environment's).
+    fn run_env(&self, spec: &RunSpec) -> Vec<(&'static str, String)> {
+        let Some(rules) = permission_rules(spec.sandbox) else {
+            return Vec::new();
+        };
+        let mut config = std::env::var(CONFIG_ENV)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Map<String, Value>>(&text).ok())
+            .unwrap_or_default();
+        config.insert("permission".into(), rules);
+        vec![(CONFIG_ENV, Value::Object(config).to_string())]
     }
 
     /// Always on stdin: as positionals, opencode joins the words and wraps any with a space in
@@ -98,10 +148,12 @@ impl Engine for Opencode {
                 }]
             }),
             Some("tool_use" | "tool") => part.map(|part| {
-                vec![EngineEvent::Tool {
+                let mut events = vec![EngineEvent::Tool {
                     name: str_field(part, "tool").unwrap_or("tool").to_string(),
                     detail: Value::Object(part.clone()),
-                }]
+                }];
+                events.extend(denial(part));
+                events
             }),
             Some("step_finish") => part.map(step_finish),
             // An error line fails the run even if its shape is unexpected.
@@ -120,6 +172,62 @@ impl Engine for Opencode {
         };
         events.unwrap_or_else(|| raw(line))
     }
+}
+
+/// A tool call opencode refused under its permission rules: its part ends in error with
+/// opencode's own words for a rule (`deny`) or a rejected request (`ask`, which `run` mode
+/// rejects at once). No other event says so.
+fn denial(part: &Map<String, Value>) -> Option<EngineEvent> {
+    let state = part.get("state")?;
+    if str_field(part, "tool") == Some("invalid") {
+        return taken_away(state);
+    }
+    if state.get("status").and_then(Value::as_str) != Some("error") {
+        return None;
+    }
+    let error = state.get("error").and_then(Value::as_str)?;
+    let refused = [
+        "rule which prevents you from using this specific tool call",
+        "rejected permission to use this specific tool call",
+    ];
+    if !refused.iter().any(|words| error.contains(words)) {
+        return None;
+    }
+    let input = state.get("input");
+    let target = ["filePath", "path", "command", "url", "pattern"]
+        .iter()
+        .find_map(|key| input?.get(key)?.as_str())
+        .map(str::to_string);
+    Some(EngineEvent::Denied {
+        tool: str_field(part, "tool").unwrap_or("tool").to_string(),
+        target,
+        reason: Some(error.lines().next().unwrap_or(error).to_string()),
+    })
+}
+
+/// The tools a `deny` rule takes away from the model altogether (read-only's `edit`, `bash`
+/// and `webfetch`).
+const DENIABLE_TOOLS: &[&str] = &["write", "edit", "multiedit", "patch", "bash", "webfetch"];
+
+/// A call of a tool a `deny` rule took away: opencode answers it as its `invalid` tool,
+/// without the call's arguments, so the denial names the tool but no target.
+fn taken_away(state: &Value) -> Option<EngineEvent> {
+    let input = state.get("input")?;
+    let tool = input.get("tool").and_then(Value::as_str)?;
+    let error = input
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !DENIABLE_TOOLS.contains(&tool) || !error.contains("unavailable tool") {
+        return None;
+    }
+    Some(EngineEvent::Denied {
+        tool: tool.to_string(),
+        target: None,
+        reason: Some(format!(
+            "{tool} is not available under the session's sandbox"
+        )),
+    })
 }
 
 /// A finished step reports its tokens; only reason `stop` ends the turn (`tool-calls` means
@@ -241,6 +349,91 @@ mod tests {
         assert_eq!(Opencode.stdin(&spec).as_deref(), Some("say hi"));
     }
 
+    /// Each sandbox is opencode's permission rules in its environment (never an `ask`,
+    /// which `run` mode rejects by ending the turn), and full access is `--auto`.
+    #[test]
+    fn the_sandbox_is_opencodes_permission_rules() {
+        let rules = |sandbox| {
+            let mut spec = spec("x");
+            spec.sandbox = sandbox;
+            let env = Opencode.run_env(&spec);
+            let auto = strings(Opencode.argv(&spec)).contains(&"--auto".to_string());
+            let rules = env
+                .iter()
+                .find(|(name, _)| *name == CONFIG_ENV)
+                .map(|(_, text)| {
+                    serde_json::from_str::<Value>(text).unwrap()["permission"].clone()
+                });
+            (rules, auto)
+        };
+        let (read_only, auto) = rules(Sandbox::ReadOnly);
+        assert!(!auto);
+        let read_only = read_only.unwrap();
+        for tool in ["edit", "bash", "webfetch", "external_directory"] {
+            assert_eq!(read_only[tool], "deny", "{read_only}");
+        }
+        let (workspace, auto) = rules(Sandbox::WorkspaceWrite);
+        assert!(!auto);
+        assert_eq!(workspace.unwrap(), json!({ "external_directory": "deny" }));
+        assert_eq!(rules(Sandbox::FullAccess), (None, true));
+        for sandbox in [Sandbox::ReadOnly, Sandbox::WorkspaceWrite] {
+            let text = rules(sandbox).0.unwrap().to_string();
+            assert!(!text.contains("ask"), "{text}");
+        }
+    }
+
+    /// A call refused by a rule, or a request `run` mode rejected, is a denial naming its
+    /// target; a tool that merely failed is not.
+    #[test]
+    fn refused_tool_calls_are_denials() {
+        let line = |status: &str, error: &str| {
+            json!({"type": "tool_use", "sessionID": "s", "part": {"type": "tool", "tool": "write",
+                "callID": "c", "state": {"status": status, "input": {"filePath": "/var/tmp/x.txt",
+                "content": "x"}, "error": error}}})
+            .to_string()
+        };
+        let denied = |line: String| -> Vec<EngineEvent> {
+            Opencode
+                .parse_line(&line)
+                .into_iter()
+                .filter(|event| matches!(event, EngineEvent::Denied { .. }))
+                .collect()
+        };
+        let rule = "The user has specified a rule which prevents you from using this specific \
+                    tool call. Here are some of the relevant rules [...]";
+        assert_eq!(
+            denied(line("error", rule)),
+            [EngineEvent::Denied {
+                tool: "write".into(),
+                target: Some("/var/tmp/x.txt".into()),
+                reason: Some(rule.into()),
+            }]
+        );
+        let rejected = "The user rejected permission to use this specific tool call.";
+        assert_eq!(denied(line("error", rejected)).len(), 1);
+        assert!(denied(line("error", "ENOENT: no such file")).is_empty());
+        assert!(denied(line("completed", rule)).is_empty());
+        // A tool the rules took away is answered as opencode's `invalid` tool, without the
+        // call's arguments; a tool no rule takes away (a name the model made up) is not a
+        // denial.
+        let invalid = |tool: &str| {
+            json!({"type": "tool_use", "part": {"type": "tool", "tool": "invalid",
+                "state": {"status": "completed", "input": {"tool": tool, "error":
+                format!("Model tried to call unavailable tool '{tool}'. Available tools: read")},
+                "output": "The arguments provided to the tool are invalid"}}})
+            .to_string()
+        };
+        assert_eq!(
+            denied(invalid("write")),
+            [EngineEvent::Denied {
+                tool: "write".into(),
+                target: None,
+                reason: Some("write is not available under the session's sandbox".into()),
+            }]
+        );
+        assert!(denied(invalid("teleport")).is_empty());
+    }
+
     #[test]
     fn images_are_files_after_the_options() {
         let mut spec = spec("Inspect");
@@ -276,6 +469,8 @@ mod tests {
                 "json",
                 "--model",
                 "mock/mock-model",
+                "--variant",
+                "high",
                 "--session",
                 "ses_dd4e01c14ffevwLggtl2DM0ex0",
                 "--dir",
@@ -289,18 +484,19 @@ mod tests {
     }
 
     #[test]
-    fn the_prompt_goes_on_stdin_as_written_and_the_sandbox_changes_nothing() {
-        for sandbox in [
-            Sandbox::for_prompt(false, false, true),
-            Sandbox::for_prompt(true, true, false),
-            Sandbox::FullAccess,
+    fn the_prompt_goes_on_stdin_as_written_whatever_the_sandbox() {
+        for (sandbox, auto) in [
+            (Sandbox::for_prompt(false, false, true), false),
+            (Sandbox::for_prompt(true, true, false), false),
+            (Sandbox::FullAccess, true),
         ] {
             let mut spec = spec("-v please \"quoted words\"\nünï");
             spec.sandbox = sandbox;
-            assert_eq!(
-                strings(Opencode.argv(&spec)),
-                ["opencode", "run", "--format", "json"]
-            );
+            let mut argv = vec!["opencode", "run", "--format", "json"];
+            if auto {
+                argv.push("--auto");
+            }
+            assert_eq!(strings(Opencode.argv(&spec)), argv);
             assert_eq!(
                 Opencode.stdin(&spec).as_deref(),
                 Some("-v please \"quoted words\"\nünï")

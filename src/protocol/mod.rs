@@ -608,6 +608,7 @@ mod wire_tests {
             started_at: Some(3),
             finished_at: None,
             claim: None,
+            denied: 0,
         }
     }
 

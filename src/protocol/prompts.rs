@@ -32,6 +32,10 @@ pub struct Prompt {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// How many tool uses the engine refused in its runs: a `done` prompt with refusals is
+    /// not the whole job.
+    #[serde(default)]
+    pub denied: i64,
 }
 
 impl From<&prompts::Prompt> for Prompt {
@@ -49,6 +53,7 @@ impl From<&prompts::Prompt> for Prompt {
             created_at: p.created_at,
             started_at: p.started_at,
             finished_at: p.finished_at,
+            denied: p.denied,
         }
     }
 }

@@ -416,6 +416,14 @@ BEGIN
 END;
 "#,
     },
+    Migration {
+        name: "denials",
+        sql: r#"
+-- How many tool uses the engine refused in the prompt's runs (`tool.denied` events): a
+-- prompt done with refusals says so wherever it is shown.
+ALTER TABLE prompts ADD COLUMN denied INTEGER NOT NULL DEFAULT 0;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -434,6 +434,10 @@ CREATE TRIGGER queue_head_on_status AFTER UPDATE OF status ON prompts
     FOR EACH ROW WHEN ((OLD.status = 'queued') <> (NEW.status = 'queued'))
     EXECUTE FUNCTION queue_head_of_prompt();
 "#,
+    // 14: denials
+    r#"
+ALTER TABLE prompts ADD COLUMN denied BIGINT NOT NULL DEFAULT 0;
+"#,
 ];
 
 #[cfg(test)]

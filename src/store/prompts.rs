@@ -75,6 +75,9 @@ pub struct Prompt {
     /// while it waits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<Claim>,
+    /// How many tool uses the engine refused in its runs (`tool.denied`).
+    #[serde(default)]
+    pub denied: i64,
 }
 
 /// SQL: a prompt's columns as [`prompt_row`] reads them, each name after `$table` (`""`, or
@@ -109,7 +112,9 @@ macro_rules! prompt_columns {
             $table,
             "claimed_by, ",
             $table,
-            "claim_epoch"
+            "claim_epoch, ",
+            $table,
+            "denied"
         )
     };
 }
@@ -143,6 +148,7 @@ fn prompt_at(row: &Row<'_>, first: usize) -> sql::Result<Prompt> {
             (Some(node_id), Some(epoch)) => Some(Claim { node_id, epoch }),
             _ => None,
         },
+        denied: row.get(first + 14)?,
     })
 }
 
@@ -248,6 +254,7 @@ pub(crate) fn enqueue(
         started_at: None,
         finished_at: None,
         claim: None,
+        denied: 0,
     };
     connection.run_later(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
@@ -300,21 +307,23 @@ pub(crate) fn finish_and_claim_next(
     status: PromptStatus,
     error: Option<&str>,
     answer: Option<&str>,
+    denied: i64,
     claimer: Claimer<'_>,
     total: Option<usize>,
 ) -> sql::Result<Option<Prompt>> {
     // Nothing of its answer is read: on PostgreSQL it goes in the next question's round trip
     // (the session's, below, which sees it).
     connection.run_later(
-        "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5 \
-         WHERE id = ?1 AND session_id = ?6 AND status IN ('running', 'queued')",
+        "UPDATE prompts SET status = ?2, error = ?3, answer = ?4, finished_at = ?5, \
+         denied = ?7 WHERE id = ?1 AND session_id = ?6 AND status IN ('running', 'queued')",
         args![
             prompt_id,
             status.as_str(),
             error,
             answer,
             now_ms(),
-            session_id
+            session_id,
+            denied
         ],
     )?;
     claim_next(connection, session_id, Some(status), claimer, total)

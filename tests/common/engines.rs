@@ -173,6 +173,9 @@ impl EngineEnv {
                     // corral owns retries: one request per run.
                     ("CLAUDE_CODE_MAX_RETRIES", "0".into()),
                     ("API_TIMEOUT_MS", CLAUDE_API_TIMEOUT_MS.into()),
+                    // Full access as root (CI's user): claude refuses to skip its permissions
+                    // for root unless told it runs in a sandbox, as a person would tell it.
+                    ("IS_SANDBOX", "1".into()),
                 ]);
                 unset.extend([
                     "ANTHROPIC_AUTH_TOKEN",
@@ -198,7 +201,9 @@ impl EngineEnv {
                     // Its background `npm install @opencode-ai/plugin` fails fast, locally.
                     ("npm_config_registry", "http://127.0.0.1:9/".into()),
                 ]);
-                unset.extend(["OPENCODE_CONFIG", "OPENCODE_CONFIG_CONTENT"]);
+                // OPENCODE_CONFIG_CONTENT is corral's to set (the session's permissions), laid
+                // over the tests' own: it is not unset here.
+                unset.extend(["OPENCODE_CONFIG"]);
             }
             Engine::Codex => {
                 let codex_home = root.join("codex-home");
@@ -305,6 +310,8 @@ fn opencode_config(base_url: &str) -> String {
                     "mock-model": {
                         "name": "Mock Model",
                         "limit": { "context": 128000, "output": 4096 },
+                        // A reasoning model: opencode sends `--variant`'s effort only to one.
+                        "reasoning": true,
                     },
                 },
             },

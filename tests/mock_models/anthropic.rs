@@ -113,6 +113,25 @@ fn render(answer: &Answer, body: &Value) -> Vec<u8> {
                 "mock: Number of request tokens has exceeded your per-minute rate limit",
             )
         }
+        Answer::ToolUse { name, input } => {
+            let model = body["model"].as_str().unwrap_or(MODEL);
+            let id = format!("msg_mock_{}", next_id());
+            let tool_id = format!("toolu_mock_{}", next_id());
+            let request_id = [("request-id", format!("req_mock_{}", next_id()))];
+            if body["stream"] == true {
+                http_sse(
+                    &request_id,
+                    &sse_tool_use(name, input, &tool_id, model, &id),
+                )
+            } else {
+                let mut message = json_message("", model, &id);
+                message["content"] = json!([
+                    { "type": "tool_use", "id": tool_id, "name": name, "input": input }
+                ]);
+                message["stop_reason"] = json!("tool_use");
+                http_json(200, &request_id, &message)
+            }
+        }
         Answer::Overloaded => error(529, &[], "overloaded_error", "Overloaded"),
         Answer::ServerError => error(500, &[], "api_error", "mock: Internal server error"),
         Answer::Hang => unreachable!("a hang is served by the core, not rendered"),
@@ -138,9 +157,42 @@ fn json_message(text: &str, model: &str, id: &str) -> Value {
     })
 }
 
-/// The SSE stream of a message answering `text`.
-fn sse_message(text: &str, model: &str, id: &str) -> String {
-    let mut stream = sse_event(&json!({
+/// The SSE stream of a message that calls the tool `name` with `input`: the input streamed as
+/// `input_json_delta` pieces, and `stop_reason: tool_use`.
+fn sse_tool_use(name: &str, input: &Value, tool_id: &str, model: &str, id: &str) -> String {
+    let mut stream = sse_start(model, id);
+    stream.push_str(&sse_event(&json!({
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": { "type": "tool_use", "id": tool_id, "name": name, "input": {} },
+    })));
+    let json = input.to_string();
+    let middle = json.len() / 2;
+    let middle = (middle..json.len())
+        .find(|at| json.is_char_boundary(*at))
+        .unwrap_or(json.len());
+    for piece in [&json[..middle], &json[middle..]] {
+        stream.push_str(&sse_event(&json!({
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": { "type": "input_json_delta", "partial_json": piece },
+        })));
+    }
+    stream.push_str(&sse_event(
+        &json!({ "type": "content_block_stop", "index": 0 }),
+    ));
+    stream.push_str(&sse_event(&json!({
+        "type": "message_delta",
+        "delta": { "stop_reason": "tool_use", "stop_sequence": null },
+        "usage": { "output_tokens": OUTPUT_TOKENS },
+    })));
+    stream.push_str(&sse_event(&json!({ "type": "message_stop" })));
+    stream
+}
+
+/// The stream's first event, `message_start`.
+fn sse_start(model: &str, id: &str) -> String {
+    sse_event(&json!({
         "type": "message_start",
         "message": {
             "id": id,
@@ -157,7 +209,12 @@ fn sse_message(text: &str, model: &str, id: &str) -> String {
                 "cache_read_input_tokens": 0,
             },
         },
-    }));
+    }))
+}
+
+/// The SSE stream of a message answering `text`.
+fn sse_message(text: &str, model: &str, id: &str) -> String {
+    let mut stream = sse_start(model, id);
     stream.push_str(&sse_event(&json!({
         "type": "content_block_start",
         "index": 0,

@@ -144,6 +144,27 @@ fn render(answer: &Answer, body: &Value) -> Vec<u8> {
             "requests",
             Some("rate_limit_exceeded"),
         ),
+        Answer::ToolUse { name, input } => {
+            let model = body["model"].as_str().unwrap_or(MODEL);
+            let id = format!("chatcmpl-mock-{}", next_id());
+            let call_id = format!("call_mock_{}", next_id());
+            if body["stream"] == true {
+                http_sse(&[], &sse_tool_call(name, input, &call_id, model, &id))
+            } else {
+                let mut completion = json_completion("", model, &id);
+                completion["choices"][0]["message"] = json!({
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [{
+                        "id": call_id,
+                        "type": "function",
+                        "function": { "name": name, "arguments": input.to_string() },
+                    }],
+                });
+                completion["choices"][0]["finish_reason"] = json!("tool_calls");
+                http_json(200, &[], &completion)
+            }
+        }
         Answer::Overloaded => error(
             503,
             &[],
@@ -192,22 +213,62 @@ fn json_completion(text: &str, model: &str, id: &str) -> Value {
     })
 }
 
+/// One SSE chunk of a streamed completion.
+fn sse_chunk(
+    id: &str,
+    model: &str,
+    delta: Value,
+    finish_reason: Value,
+    usage: Option<Value>,
+) -> String {
+    let mut chunk = json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created(),
+        "model": model,
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish_reason }],
+    });
+    if let Some(usage) = usage {
+        chunk["usage"] = usage;
+    }
+    sse_data(&chunk.to_string())
+}
+
+/// The SSE chunks of a completion that calls the tool `name` with `input` (its arguments in
+/// two pieces), ending `finish_reason: tool_calls` and `[DONE]`.
+fn sse_tool_call(name: &str, input: &Value, call_id: &str, model: &str, id: &str) -> String {
+    let chunk = |delta, finish_reason, usage| sse_chunk(id, model, delta, finish_reason, usage);
+    let arguments = input.to_string();
+    let middle = (arguments.len() / 2..arguments.len())
+        .find(|at| arguments.is_char_boundary(*at))
+        .unwrap_or(arguments.len());
+    let mut stream = chunk(
+        json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{
+                "index": 0,
+                "id": call_id,
+                "type": "function",
+                "function": { "name": name, "arguments": &arguments[..middle] },
+            }],
+        }),
+        Value::Null,
+        None,
+    );
+    stream.push_str(&chunk(
+        json!({ "tool_calls": [{ "index": 0, "function": { "arguments": &arguments[middle..] } }] }),
+        Value::Null,
+        None,
+    ));
+    stream.push_str(&chunk(json!({}), json!("tool_calls"), Some(usage())));
+    stream.push_str(&sse_data("[DONE]"));
+    stream
+}
+
 /// The SSE chunks of a completion answering `text`, ending with `[DONE]`.
 fn sse_completion(text: &str, model: &str, id: &str) -> String {
-    let created = created();
-    let chunk = |delta: Value, finish_reason: Value, usage: Option<Value>| {
-        let mut chunk = json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish_reason }],
-        });
-        if let Some(usage) = usage {
-            chunk["usage"] = usage;
-        }
-        sse_data(&chunk.to_string())
-    };
+    let chunk = |delta, finish_reason, usage| sse_chunk(id, model, delta, finish_reason, usage);
     let mut stream = chunk(
         json!({ "role": "assistant", "content": "" }),
         Value::Null,

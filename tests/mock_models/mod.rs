@@ -57,11 +57,23 @@ pub enum Answer {
     /// No answer at all: the request is read and the connection held open, silent, until the
     /// mock is dropped, the client hangs up, or [`http::HANG_LIMIT`] has passed.
     Hang,
+    /// The model calls one tool (`name`, with `input` as its arguments) and stops for its
+    /// result: a `tool_use` block (Anthropic) or a `tool_calls` delta (OpenAI). The engine
+    /// then runs the tool, or refuses it, and calls the model again with the outcome.
+    ToolUse { name: String, input: Value },
 }
 
 impl Answer {
     pub fn text(text: impl Into<String>) -> Answer {
         Answer::Text(text.into())
+    }
+
+    /// A call of the tool `name` with `input`.
+    pub fn tool(name: &str, input: Value) -> Answer {
+        Answer::ToolUse {
+            name: name.to_string(),
+            input,
+        }
     }
 
     /// A 429 without any retry hint.
@@ -115,6 +127,7 @@ impl Answer {
             Answer::Overloaded => "overloaded",
             Answer::ServerError => "500",
             Answer::Hang => "hang",
+            Answer::ToolUse { .. } => "tool",
         }
     }
 }

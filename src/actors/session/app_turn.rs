@@ -30,6 +30,8 @@ pub(super) struct AppTurn<'a> {
     pub(super) continuing: bool,
     pub(super) model: Option<&'a str>,
     pub(super) sandbox: Sandbox,
+    /// The session's reasoning effort (`turn/start`'s `effort`).
+    pub(super) effort: Option<&'a str>,
     pub(super) cwd: &'a str,
     /// The exec that drives this turn: the parent of the commands the agent runs in it.
     pub(super) driver_exec: Option<&'a str>,
@@ -418,6 +420,10 @@ impl Worker {
                             following.answer = Some(visible.clone());
                             EngineEvent::Message { text: visible }
                         }
+                        denied @ EngineEvent::Denied { .. } => {
+                            self.denied += 1;
+                            denied
+                        }
                         other => other,
                     };
                     let event =
@@ -442,16 +448,31 @@ async fn start_turn(
             input.push(json!({ "type": "localImage", "path": image }));
         }
     }
-    let started = server
-        .call(
-            "turn/start",
-            json!({ "threadId": thread_id, "input": input }),
-        )
-        .await?;
+    // The turn's own sandbox, whatever the thread was started with: a `--read-only` prompt, or
+    // a project made remote since, on a thread that began writable must not write.
+    let mut params = json!({
+        "threadId": thread_id,
+        "input": input,
+        "sandboxPolicy": sandbox_policy(turn.sandbox),
+    });
+    if let Some(effort) = turn.effort.filter(|effort| !effort.is_empty()) {
+        params["effort"] = json!(effort);
+    }
+    let started = server.call("turn/start", params).await?;
     Ok(started["turn"]["id"]
         .as_str()
         .unwrap_or_default()
         .to_string())
+}
+
+/// `turn/start`'s `sandboxPolicy` for a sandbox (codex 0.171.0's object form; the thread's
+/// own `sandbox` at `thread/start` is its kebab-case name).
+fn sandbox_policy(sandbox: Sandbox) -> serde_json::Value {
+    match sandbox {
+        Sandbox::ReadOnly => json!({ "type": "readOnly" }),
+        Sandbox::WorkspaceWrite => json!({ "type": "workspaceWrite" }),
+        Sandbox::FullAccess => json!({ "type": "dangerFullAccess" }),
+    }
 }
 
 /// The project's app-server, as a turn talks to it.

@@ -57,6 +57,9 @@ pub(super) struct ChildRun<'a> {
     pub(super) argv: &'a [OsString],
     /// Written to the child's stdin, which is then closed (`None`: stdin is /dev/null).
     pub(super) stdin: Option<&'a str>,
+    /// Variables set over everything else ([`engine::Engine::run_env`]: the sandbox, where
+    /// the engine reads it from its environment).
+    pub(super) run_env: &'a [(&'static str, String)],
     pub(super) cwd: &'a str,
     pub(super) environment: ChildEnv<'a>,
     pub(super) kind: EngineKind,
@@ -82,6 +85,7 @@ impl Worker {
             run_id,
             argv,
             stdin,
+            run_env,
             cwd,
             environment,
             kind,
@@ -91,7 +95,7 @@ impl Worker {
         } = run;
         // Read just before the spawn: the run's end then reads only the pids handed out since.
         let clock = process::PidClock::read();
-        let mut child = match spawn(argv, stdin, cwd, &environment, run_id, kind) {
+        let mut child = match spawn(argv, stdin, run_env, cwd, &environment, run_id, kind) {
             Ok(child) => child,
             Err(message) => return (RunOutcome::failed(message), None),
         };
@@ -200,6 +204,7 @@ impl Worker {
             }
         };
         let reported = transcript.new_thread();
+        self.denied += std::mem::take(&mut transcript.denied);
         let outcome = match stop {
             Some(ended) => {
                 let mark = left.mark();
@@ -214,6 +219,7 @@ impl Worker {
                         .await;
                 }
                 let status = status.or_else(|| child.try_wait().ok().flatten());
+                self.denied += transcript.denied;
                 self.end_exited(prompt, run_id, transcript, status, batch)
             }
         };
@@ -341,6 +347,10 @@ impl Worker {
                 }
                 EngineEvent::Notice { ref message } => {
                     keep_last(&mut transcript.notices, message.clone());
+                    event
+                }
+                EngineEvent::Denied { .. } => {
+                    transcript.denied += 1;
                     event
                 }
                 // Kept, not stored: where a later retry may resume from.
@@ -490,6 +500,7 @@ impl Worker {
 fn spawn(
     argv: &[OsString],
     stdin: Option<&str>,
+    run_env: &[(&'static str, String)],
     cwd: &str,
     environment: &ChildEnv<'_>,
     run_id: &str,
@@ -508,6 +519,7 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     environment.apply(&mut command, run_id, kind);
+    command.envs(run_env.iter().map(|(name, value)| (name, value)));
     let mut child = command.spawn().map_err(|error| {
         if error.kind() == std::io::ErrorKind::NotFound {
             format!("engine '{kind}' not found: {}", argv[0].to_string_lossy())
@@ -558,6 +570,8 @@ struct Transcript {
     thread: Option<String>,
     /// Where a later retry may resume from (claude's last good assistant message).
     resume_point: Option<String>,
+    /// Tool uses the engine refused (`tool.denied`), counted into the worker's after the run.
+    denied: u64,
 }
 
 impl Transcript {
@@ -571,6 +585,7 @@ impl Transcript {
             known_thread: known_thread.map(str::to_string),
             thread: known_thread.map(str::to_string),
             resume_point: None,
+            denied: 0,
         }
     }
 

@@ -144,6 +144,7 @@ impl SessionActor {
             deferred: Vec::new(),
             claim: prompt.claim.clone(),
             fenced,
+            denied: 0,
         };
         ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
             actor.working = None;
@@ -231,6 +232,9 @@ struct Worker {
     /// Set once a write was refused by the fence or the lease was lost: the worker stops and
     /// writes, requeues or spills nothing more (another daemon owns the prompt now).
     fenced: Arc<AtomicBool>,
+    /// The tool uses the engine refused in the current prompt's runs (`tool.denied`), told
+    /// with its end (`denied`) so that a refusal is never a silent success.
+    denied: u64,
 }
 
 /// Why the worker stopped waiting for a prompt.
@@ -341,6 +345,7 @@ impl Worker {
         while let Some(prompt) = next {
             let prompt_id = prompt.id.clone();
             self.claim = prompt.claim.clone();
+            self.denied = 0;
             let end = if *self.shutdown.borrow() || self.shared.is_draining() {
                 PromptEnd::stopped(Stop::Shutdown)
             } else {
@@ -379,11 +384,15 @@ impl Worker {
             }
             // The prompt's end is committed before its event is published, so that whoever
             // reacts to the event reads the final state.
+            let mut payload = json!({ "error": end.error, "answer": end.answer });
+            if self.denied > 0 {
+                payload["denied"] = json!(self.denied);
+            }
             let ended = self.session_event(
                 Some(&prompt_id),
                 None,
                 EventKind::prompt_end(end.status),
-                json!({ "error": end.error, "answer": end.answer }),
+                payload,
             );
             let shared_with_others = self
                 .shared
@@ -396,6 +405,7 @@ impl Worker {
                 status: end.status,
                 error: end.error.clone(),
                 answer: end.answer.clone(),
+                denied: self.denied as i64,
                 claimer: match &self.claim {
                     Some(claim) => ClaimBy::Daemon(claim.clone()),
                     None => ClaimBy::Alone,
@@ -769,6 +779,7 @@ fn event_kind(event: &EngineEvent) -> EventKind {
         EngineEvent::MessageDelta { .. } => EventKind::MessageDelta,
         EngineEvent::Message { .. } => EventKind::Message,
         EngineEvent::Tool { .. } => EventKind::Tool,
+        EngineEvent::Denied { .. } => EventKind::ToolDenied,
         EngineEvent::Usage { .. } => EventKind::Usage,
         EngineEvent::Notice { .. } => EventKind::Notice,
         EngineEvent::TurnCompleted => EventKind::TurnCompleted,

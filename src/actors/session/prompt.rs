@@ -232,6 +232,7 @@ impl Worker {
                         continuing: run.continuing,
                         model: spec.model.as_deref(),
                         sandbox: run.sandbox,
+                        effort: spec.reasoning_effort.as_deref(),
                         cwd: &run.cwd,
                         driver_exec: exec_id,
                         generation,
@@ -242,11 +243,13 @@ impl Worker {
                 _ => {
                     let shared = self.shared.clone();
                     let stdin = adapter.stdin(&spec);
+                    let run_env = adapter.run_env(&spec);
                     let child = ChildRun {
                         prompt: &run.prompt,
                         run_id: &run_id,
                         argv: &argv,
                         stdin: stdin.as_deref(),
+                        run_env: &run_env,
                         cwd: &run.cwd,
                         environment: ChildEnv {
                             home: &shared.home,
@@ -700,6 +703,7 @@ mod tests {
                 started_at: None,
                 finished_at: None,
                 claim: None,
+                denied: 0,
             },
             cwd: working_dir(&session, &project)
                 .to_string_lossy()

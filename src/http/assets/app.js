@@ -1353,7 +1353,8 @@
           break;
         }
         case 'slot.granted': text = `slot granted${p.waited_ms ? ` after ${dur(p.waited_ms)}` : ''}`; break;
-        case 'prompt.done': text = 'done'; cls = 'ok'; break;
+        // Done, but with refusals: not the whole job, and said so.
+        case 'prompt.done': text = p.denied ? `done · denied: ${p.denied}` : 'done'; cls = p.denied ? 'bad' : 'ok'; break;
         case 'title.generated': text = `titled “${p.title || ''}”`; break;
         case 'worktree.created': text = `worktree made · ${p.branch || ''} from ${shortSha(p.base_commit)}`; title = p.path || ''; break;
         case 'worktree.removed': text = `worktree removed${p.kept_branch ? ` · ${p.kept_branch} kept` : ''}`; title = p.path || ''; break;
@@ -1372,6 +1373,7 @@
     noteOf(kind, p) {
       switch (kind) {
         case 'prompt.failed': return { cls: 'error', label: 'Failed', detail: p.error || '' };
+        case 'tool.denied': return { cls: 'warn', label: `Denied: ${p.tool || 'tool'}`, detail: [p.target, p.reason].filter(Boolean).join(' — ') };
         case 'turn.failed': return { cls: 'error', label: 'Turn failed', detail: p.message || '' };
         case 'prompt.cancelled': return { cls: 'cancel', label: 'Cancelled', detail: p.error || '' };
         case 'retry.scheduled': return {
