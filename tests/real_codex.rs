@@ -667,3 +667,68 @@ fn app_server_an_unknown_thread_is_a_missing_rollout_then_a_new_thread() {
     });
     assert_groups_gone(&pids);
 }
+
+/// A steer reaches the turn running on the real app-server (codex wants the running turn's
+/// id, `expectedTurnId`, which corral fills in), the session's reasoning effort reaches the
+/// model through `turn/start`'s `effort`, and a steer with no turn running is refused in one
+/// line instead of reaching codex.
+#[test]
+fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model() {
+    let Some(codex) = binary_or_skip(Engine::Codex) else {
+        return;
+    };
+    let pids = actix_test(|| async {
+        let mut rig = Rig::start_with(&codex, APP_SERVER, 0).await;
+        rig.session = rig
+            .corral
+            .open_session(NewSession {
+                project_id: rig.session.project_id.clone().unwrap(),
+                engine: APP_SERVER.into(),
+                reasoning_effort: Some("high".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        rig.mock.script([Answer::Hang]);
+        let mut events = rig.corral.subscribe();
+        let hanging = rig.send("wait for my steer").await;
+        let started = tokio::time::timeout(PROMPT_TIMEOUT, async {
+            loop {
+                let event = events.recv().await.expect("the event stream");
+                if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&hanging) {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(started.is_ok(), "no turn.started: {:#?}", rig.events());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rig.mock.requests().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let request = rig.mock.requests()[0].json();
+        assert_eq!(request["reasoning"]["effort"], "high", "{request}");
+
+        let steered = rig
+            .corral
+            .steer(&rig.session.id, "and mind the tests")
+            .await
+            .unwrap_or_else(|error| panic!("the steer was refused: {error}"));
+        assert!(
+            steered["turnId"].as_str().is_some_and(|id| !id.is_empty()),
+            "codex names the turn it steered: {steered}"
+        );
+
+        rig.corral.cancel(&hanging).await.unwrap();
+        let cancelled = rig.wait(&hanging).await;
+        assert_eq!(cancelled.status, PromptStatus::Cancelled);
+        let error = rig
+            .corral
+            .steer(&rig.session.id, "too late")
+            .await
+            .expect_err("no turn runs: nothing to steer");
+        assert!(error.to_string().contains("no turn is running"), "{error}");
+        app_server_pids(&rig, &[&cancelled])
+    });
+    assert_groups_gone(&pids);
+}

@@ -162,6 +162,9 @@ struct Live {
     /// Threads this child has started or resumed: resuming one again is answered without a
     /// round trip (a session's every turn would otherwise resume its thread first).
     loaded: std::collections::HashSet<String>,
+    /// Each thread's turn in progress (`turn/start`'s answer, `turn/started`), until
+    /// `turn/completed`: what `turn/steer` names as its `expectedTurnId`.
+    running_turns: HashMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -192,6 +195,8 @@ pub struct AppServerActor {
     /// Requests that load a thread when they succeed (`thread/start`: `None`, the id is in the
     /// answer; `thread/resume`: the id asked for).
     loading: HashMap<u64, Option<String>>,
+    /// `turn/start` requests in flight, by id: their thread (the answer names the turn).
+    starting: HashMap<u64, String>,
     turns: HashMap<String, mpsc::Sender<TurnEvent>>,
     /// `EnsureRunning` callers waiting for the handshake.
     waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
@@ -229,6 +234,7 @@ impl AppServerActor {
             next_id: 1,
             pending: HashMap::new(),
             loading: HashMap::new(),
+            starting: HashMap::new(),
             turns: HashMap::new(),
             waiting: Vec::new(),
             restarts: VecDeque::new(),
@@ -388,6 +394,7 @@ impl AppServerActor {
             abandoned: false,
             death: None,
             loaded: std::collections::HashSet::new(),
+            running_turns: HashMap::new(),
         });
         self.remember("spawned", json!({ "pid": pid, "generation": generation }));
         // The handshake: `initialize`, then the `initialized` notification.
@@ -527,6 +534,7 @@ impl AppServerActor {
             });
         }
         self.loading.clear();
+        self.starting.clear();
         for (_, call) in self.pending.drain() {
             let _ = call.send(Err(RpcError::new(
                 -32603,
@@ -749,6 +757,23 @@ impl Handler<Call> for AppServerActor {
                 return Box::pin(async move { Ok(answer) });
             }
         }
+        let mut call = call;
+        if call.method == "turn/steer" && call.params.get("expectedTurnId").is_none() {
+            // codex takes a steer only for the turn it names: the one running on the thread.
+            let thread = call.params["threadId"].as_str().unwrap_or_default();
+            let running = self
+                .child
+                .as_ref()
+                .and_then(|live| live.running_turns.get(thread).cloned());
+            match running {
+                Some(turn) => call.params["expectedTurnId"] = json!(turn),
+                None => {
+                    let message =
+                        format!("no turn is running on thread {thread}: nothing to steer");
+                    return Box::pin(async move { Err(RpcError::new(-32602, message)) });
+                }
+            }
+        }
         let id = self.next_id;
         self.next_id += 1;
         match call.method.as_str() {
@@ -758,6 +783,11 @@ impl Handler<Call> for AppServerActor {
             "thread/resume" => {
                 let thread = call.params["threadId"].as_str().map(str::to_string);
                 self.loading.insert(id, thread);
+            }
+            "turn/start" => {
+                if let Some(thread) = call.params["threadId"].as_str() {
+                    self.starting.insert(id, thread.to_string());
+                }
             }
             _ => {}
         }
@@ -929,6 +959,13 @@ impl Handler<StdoutLine> for AppServerActor {
             }
             (Some(id), None) => {
                 let Some(id) = id.as_u64() else { return };
+                if let (Some(thread), Some(turn), Some(live)) = (
+                    self.starting.remove(&id),
+                    value["result"]["turn"]["id"].as_str(),
+                    self.child.as_mut(),
+                ) {
+                    live.running_turns.insert(thread, turn.to_string());
+                }
                 let loads = self.loading.remove(&id);
                 if let (Some(loads), None) = (loads, value.get("error")) {
                     let thread = loads
@@ -957,6 +994,19 @@ impl Handler<StdoutLine> for AppServerActor {
                     "error" | "turn/completed" | "thread/started"
                 ) {
                     self.remember(&method, params.clone());
+                }
+                if let (Some(thread), Some(live)) = (&thread, self.child.as_mut()) {
+                    match method.as_str() {
+                        "turn/started" => {
+                            if let Some(turn) = params["turn"]["id"].as_str() {
+                                live.running_turns.insert(thread.clone(), turn.to_string());
+                            }
+                        }
+                        "turn/completed" => {
+                            live.running_turns.remove(thread);
+                        }
+                        _ => {}
+                    }
                 }
                 if let Some(thread) = thread {
                     deliver(
