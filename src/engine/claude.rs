@@ -462,7 +462,7 @@ mod tests {
         spec.resume_at = Some("0d97c49c".into());
         let argv = strings(Claude.argv(&spec));
         assert_eq!(
-            argv[7..11],
+            argv[9..13],
             ["--resume", "session-1", "--resume-session-at", "0d97c49c"]
         );
     }
