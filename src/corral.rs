@@ -783,11 +783,28 @@ impl Corral {
             })
             .await?
             .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
-        if let CancelFound::Running { session_id } = &found {
-            self.supervisor.do_send(CancelRunning {
+        match &found {
+            CancelFound::Running { session_id } => self.supervisor.do_send(CancelRunning {
                 session_id: session_id.clone(),
                 prompt_id: prompt_id.to_string(),
-            });
+            }),
+            // No worker ever had it, so none tells its end: told here, so that whoever waits
+            // on it (`send --wait`, `prompt.wait`, the HTTP wait) wakes and lets its driver
+            // claim go. A record that fails leaves the prompt cancelled all the same; a
+            // waiter reads its status again on its next wake.
+            CancelFound::Dequeued { session_id } => {
+                let event = events::NewEvent {
+                    session_id: session_id.clone(),
+                    prompt_id: Some(prompt_id.to_string()),
+                    run_id: None,
+                    kind: crate::events::EventKind::PromptCancelled,
+                    payload: serde_json::json!({ "error": "cancelled while queued", "answer": null }),
+                };
+                if let Err(error) = self.shared.append_events(vec![event]).await {
+                    tracing::error!(%error, prompt_id, "the cancel of a queued prompt was not told");
+                }
+            }
+            CancelFound::Finished { .. } => {}
         }
         Ok(found)
     }

@@ -1004,3 +1004,67 @@ fn the_agents_own_commands_are_recorded_under_the_driver() {
     assert_eq!(via_agent, &json!(1), "via_agent");
     home.stop_daemon();
 }
+
+/// Cancelling a *queued* prompt ends every wait on it: `send --wait` returns at once (exit 1,
+/// saying it was cancelled) and lets its driver claim go, and the HTTP wait answers.
+#[test]
+fn cancelling_a_queued_prompt_ends_every_wait_on_it() {
+    let home = TestHome::new();
+    home.setup_fake();
+    home.config(&[("http.listen", "127.0.0.1:0")]);
+    let session = home.session("q");
+    // The first prompt runs a while; the next ones queue behind it.
+    home.ok(&["send", "q", "@fake delay=20000\nlong"]);
+    let waiting = home
+        .corral(&["send", "q", "queued behind", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued_id = |text: &str| {
+        let history = home.json(&["history", "q", "--json"]);
+        prompts(&history)
+            .into_iter()
+            .find(|prompt| prompt["text"] == text && prompt["status"] == "queued")
+            .and_then(|prompt| prompt["id"].as_str().map(str::to_string))
+    };
+    let mut waited = None;
+    wait_until("the waiting send's prompt is queued", || {
+        waited = queued_id("queued behind");
+        waited.is_some()
+    });
+    let waited = waited.unwrap();
+    wait_until("the waiting send drives the session", || {
+        home.json(&["session", "show", "q", "--json"])["driver"]["exec_id"].is_string()
+    });
+    home.ok(&["send", "q", "also queued"]);
+    let also = queued_id("also queued").expect("queued");
+    let web = home.json(&["web", "--json"]);
+    let listen = web["listen"].as_str().unwrap().to_string();
+    let token = std::fs::read_to_string(home.path().join("http.token")).unwrap();
+    let bearer = format!("Bearer {}", token.trim());
+    let http_wait = std::thread::spawn(move || {
+        common::browser::request(
+            &listen,
+            "GET",
+            &format!("/api/v1/prompts/{also}/wait"),
+            &[("Authorization", &bearer)],
+            None,
+        )
+    });
+
+    home.ok(&["cancel", &waited]);
+    let output = finish(waiting);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr(&output).contains("cancelled"), "{output:?}");
+    let shown = home.json(&["session", "show", &session, "--json"]);
+    assert!(shown["driver"]["exec_id"].is_null(), "released: {shown}");
+
+    let also = queued_id("also queued").expect("still queued");
+    home.ok(&["cancel", &also]);
+    let answered = http_wait.join().unwrap();
+    assert_eq!(answered.status, 200, "{answered:?}");
+    assert_eq!(answered.json()["status"], "cancelled", "{answered:?}");
+    home.ok(&["cancel", "q"]);
+    home.stop_daemon();
+}

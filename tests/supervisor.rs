@@ -239,7 +239,9 @@ fn cancelling_a_queued_prompt_removes_it() {
         assert_eq!(second.prompt.status, PromptStatus::Queued);
         assert_eq!(
             bench.corral.cancel(&second.prompt.id).await.unwrap(),
-            CancelFound::Dequeued
+            CancelFound::Dequeued {
+                session_id: session.id.clone()
+            }
         );
         assert_eq!(
             bench.wait(&first.prompt.id).await.status,

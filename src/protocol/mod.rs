@@ -681,7 +681,9 @@ mod wire_tests {
         };
         same(&kept, &KeptProcess::from(&kept));
         for found in [
-            prompts::CancelFound::Dequeued,
+            prompts::CancelFound::Dequeued {
+                session_id: "ses".into(),
+            },
             prompts::CancelFound::Running {
                 session_id: "ses".into(),
             },

@@ -88,7 +88,7 @@ pub struct Cancelled {
 #[serde(tag = "cancel", rename_all = "snake_case")]
 pub enum CancelFound {
     /// It was queued: it is now cancelled and will never run.
-    Dequeued,
+    Dequeued { session_id: String },
     /// It is running: its session's worker ends it.
     Running { session_id: String },
     /// It had already ended.
@@ -98,7 +98,9 @@ pub enum CancelFound {
 impl From<&prompts::CancelFound> for CancelFound {
     fn from(found: &prompts::CancelFound) -> Self {
         match found {
-            prompts::CancelFound::Dequeued => CancelFound::Dequeued,
+            prompts::CancelFound::Dequeued { session_id } => CancelFound::Dequeued {
+                session_id: session_id.clone(),
+            },
             prompts::CancelFound::Running { session_id } => CancelFound::Running {
                 session_id: session_id.clone(),
             },

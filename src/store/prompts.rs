@@ -557,7 +557,7 @@ fn look_shared(
 #[serde(tag = "cancel", rename_all = "snake_case")]
 pub enum CancelFound {
     /// It was queued: it is now cancelled and will never run.
-    Dequeued,
+    Dequeued { session_id: String },
     /// It is running: its session's worker must end it.
     Running { session_id: String },
     /// It had already ended.
@@ -577,7 +577,9 @@ pub(crate) fn cancel_prompt(
                 "UPDATE prompts SET status = 'cancelled', finished_at = ?2 WHERE id = ?1",
                 args![prompt_id, now_ms()],
             )?;
-            CancelFound::Dequeued
+            CancelFound::Dequeued {
+                session_id: found.session_id,
+            }
         }
         PromptStatus::Running => {
             // Kept on the row: whoever ends or takes the prompt back sees it (`rescue`,
