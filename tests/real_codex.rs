@@ -499,6 +499,27 @@ fn app_server_two_turns_run_on_one_thread_and_one_child() {
             Some(("user", "again"))
         );
         assert_eq!(rig.mock.unused_answers(), 0);
+        // Each turn is told as a run: started by the serving child, exited with its verdict
+        // and the turn's status.
+        let events = rig.events();
+        for prompt in [&first, &second] {
+            let of = |kind: &str| -> Vec<&Event> {
+                events
+                    .iter()
+                    .filter(|event| {
+                        event.kind == kind && event.prompt_id.as_ref() == Some(&prompt.id)
+                    })
+                    .collect()
+            };
+            let started = of("run.started");
+            assert_eq!(started.len(), 1, "{events:#?}");
+            assert_eq!(started[0].payload["pid"], pid);
+            assert_eq!(started[0].payload["engine"], "codex-app-server");
+            let exited = of("run.exited");
+            assert_eq!(exited.len(), 1, "{events:#?}");
+            assert_eq!(exited[0].payload["verdict"], "succeeded", "{:?}", exited[0]);
+            assert_eq!(exited[0].payload["status"], "completed", "{:?}", exited[0]);
+        }
         app_server_pids(&rig, &[&first, &second])
     });
     assert_groups_gone(&pids);
@@ -689,7 +710,10 @@ fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model(
             })
             .await
             .unwrap();
-        rig.mock.script([Answer::Hang]);
+        rig.mock
+            .script([Answer::text("a first answer"), Answer::Hang]);
+        let first = rig.run("first").await;
+        assert_eq!(first.status, PromptStatus::Done, "{}", rig.story(&first));
         let mut events = rig.corral.subscribe();
         let hanging = rig.send("wait for my steer").await;
         let started = tokio::time::timeout(PROMPT_TIMEOUT, async {
@@ -703,11 +727,13 @@ fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model(
         .await;
         assert!(started.is_ok(), "no turn.started: {:#?}", rig.events());
         let deadline = Instant::now() + Duration::from_secs(10);
-        while rig.mock.requests().is_empty() && Instant::now() < deadline {
+        while rig.mock.requests().len() < 2 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let request = rig.mock.requests()[0].json();
-        assert_eq!(request["reasoning"]["effort"], "high", "{request}");
+        for request in rig.mock.requests() {
+            let request = request.json();
+            assert_eq!(request["reasoning"]["effort"], "high", "{request}");
+        }
 
         let steered = rig
             .corral
@@ -722,13 +748,92 @@ fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model(
         rig.corral.cancel(&hanging).await.unwrap();
         let cancelled = rig.wait(&hanging).await;
         assert_eq!(cancelled.status, PromptStatus::Cancelled);
+        let exited: Vec<Event> = rig
+            .events()
+            .into_iter()
+            .filter(|event| {
+                event.kind == "run.exited" && event.prompt_id.as_deref() == Some(&hanging)
+            })
+            .collect();
+        assert_eq!(exited.len(), 1, "{exited:#?}");
+        assert_eq!(exited[0].payload["ended_by"], "cancelled");
+        assert_eq!(exited[0].payload["status"], "interrupted");
+        // The interrupted turn spent nothing new: no usage of it repeats the first turn's.
+        let events = rig.events();
+        let totals = |prompt: &Prompt| -> Vec<serde_json::Value> {
+            usages(&events, prompt)
+                .into_iter()
+                .map(|usage| usage["total"].clone())
+                .collect()
+        };
+        let first_totals = totals(&first);
+        assert!(!first_totals.is_empty(), "{events:#?}");
+        for total in totals(&cancelled) {
+            assert!(!first_totals.contains(&total), "repeated: {total}");
+        }
         let error = rig
             .corral
             .steer(&rig.session.id, "too late")
             .await
             .expect_err("no turn runs: nothing to steer");
         assert!(error.to_string().contains("no turn is running"), "{error}");
-        app_server_pids(&rig, &[&cancelled])
+        app_server_pids(&rig, &[&first, &cancelled])
+    });
+    assert_groups_gone(&pids);
+}
+
+/// A change of `engines.codex-app-server.path` reaches the next turn without a daemon
+/// restart: the idle child of the old path is ended and the next turn runs on a child of the
+/// new one.
+#[test]
+fn app_server_a_new_engine_path_serves_the_next_turn() {
+    let Some(codex) = binary_or_skip(Engine::Codex) else {
+        return;
+    };
+    let pids = actix_test(|| async {
+        let rig = Rig::start_with(&codex, APP_SERVER, 0).await;
+        rig.mock.script([
+            Answer::text("from the old path"),
+            Answer::text("from the new path"),
+        ]);
+        let first = rig.run("one").await;
+        assert_eq!(first.status, PromptStatus::Done, "{}", rig.story(&first));
+        let old_pid = rig.runs(&first.id)[0].pid.unwrap();
+
+        // The new path: a script that leaves a mark, then runs the same codex.
+        let scratch = tempfile::tempdir().unwrap();
+        let mark = scratch.path().join("started");
+        let new_path = scratch.path().join("codex-next");
+        std::fs::write(
+            &new_path,
+            format!(
+                "#!/bin/sh\necho started > {}\nexec {} \"$@\"\n",
+                common::engines::shell_quote(mark.to_str().unwrap()),
+                common::engines::shell_quote(rig._env.wrapper().to_str().unwrap())
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&new_path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        rig.corral
+            .set_setting(
+                "engines.codex-app-server.path",
+                Some(new_path.to_str().unwrap()),
+            )
+            .await
+            .unwrap();
+
+        let second = rig.run("two").await;
+        assert_eq!(second.status, PromptStatus::Done, "{}", rig.story(&second));
+        assert_eq!(second.answer.as_deref(), Some("from the new path"));
+        assert!(mark.exists(), "the next child ran the new path");
+        let new_pid = rig.runs(&second.id)[0].pid.unwrap();
+        assert_ne!(new_pid, old_pid, "a new child serves the next turn");
+        assert!(
+            !corral::process::is_alive(old_pid as u32, None),
+            "the old child ended"
+        );
+        app_server_pids(&rig, &[&first, &second])
     });
     assert_groups_gone(&pids);
 }

@@ -150,6 +150,8 @@ impl AppServerState {
 struct Live {
     pid: u32,
     pid_start: Option<u64>,
+    /// The executable it runs (`engines.codex-app-server.path` when it was started).
+    program: PathBuf,
     generation: u64,
     /// Lines to write to its stdin.
     stdin: mpsc::UnboundedSender<String>,
@@ -197,6 +199,10 @@ pub struct AppServerActor {
     loading: HashMap<u64, Option<String>>,
     /// `turn/start` requests in flight, by id: their thread (the answer names the turn).
     starting: HashMap<u64, String>,
+    /// Each thread's last `thread/tokenUsage/updated` total: an update that repeats it (an
+    /// interrupted turn repeats the previous turn's figures) spent nothing and is not passed
+    /// on, so adding a session's usage events never counts a turn twice.
+    usage_totals: HashMap<String, Value>,
     turns: HashMap<String, mpsc::Sender<TurnEvent>>,
     /// `EnsureRunning` callers waiting for the handshake.
     waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
@@ -235,6 +241,7 @@ impl AppServerActor {
             pending: HashMap::new(),
             loading: HashMap::new(),
             starting: HashMap::new(),
+            usage_totals: HashMap::new(),
             turns: HashMap::new(),
             waiting: Vec::new(),
             restarts: VecDeque::new(),
@@ -388,6 +395,7 @@ impl AppServerActor {
         self.child = Some(Live {
             pid,
             pid_start: process::start_time(pid),
+            program: self.program.clone(),
             generation,
             stdin: stdin_tx,
             initialized: false,
@@ -841,6 +849,48 @@ impl Handler<UnwatchThread> for AppServerActor {
     }
 }
 
+/// The engine's path as the settings say it now (read at every turn): the next child runs
+/// it. A child that runs another path and serves nothing is ended at once (its close says
+/// `program changed`), so that the next turn gets one of the new path without a daemon
+/// restart, and without counting as a crash; a busy one finishes its turns and is replaced
+/// at a later turn's ask.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UseProgram(pub PathBuf);
+
+impl Handler<UseProgram> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, UseProgram(program): UseProgram, _: &mut Context<Self>) {
+        if program != self.program {
+            self.remember(
+                "program_changed",
+                json!({ "from": self.program, "to": program }),
+            );
+            self.program = program;
+        }
+        let idle = self.turns.is_empty() && self.pending.is_empty() && self.waiting.is_empty();
+        let Some(live) = self
+            .child
+            .as_mut()
+            .filter(|live| live.program != self.program && live.death.is_none())
+        else {
+            return;
+        };
+        if !idle || !live.initialized {
+            return;
+        }
+        // Not handed out from now on (`EnsureRunning`, `Serving`); its death is reported as
+        // any other, and the next child starts at once, not as a restart.
+        live.death = Some(Death {
+            source: Some("program changed"),
+            ..Death::default()
+        });
+        self.spawned_here = false;
+        process::signal_group(live.pid as i32, nix::sys::signal::Signal::SIGTERM);
+    }
+}
+
 /// Ends the child's process group (a turn that ignores `turn/interrupt`); the next
 /// `EnsureRunning` starts a new one.
 #[derive(Message)]
@@ -994,6 +1044,15 @@ impl Handler<StdoutLine> for AppServerActor {
                     "error" | "turn/completed" | "thread/started"
                 ) {
                     self.remember(&method, params.clone());
+                }
+                if let (Some(thread), "thread/tokenUsage/updated") = (&thread, method.as_str()) {
+                    let total = &params["tokenUsage"]["total"];
+                    if !total.is_null() {
+                        if self.usage_totals.get(thread) == Some(total) {
+                            return;
+                        }
+                        self.usage_totals.insert(thread.clone(), total.clone());
+                    }
                 }
                 if let (Some(thread), Some(live)) = (&thread, self.child.as_mut()) {
                     match method.as_str() {

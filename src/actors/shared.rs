@@ -194,6 +194,8 @@ impl Shared {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
         if let Some(addr) = servers.get(&project.id).filter(|addr| addr.connected()) {
+            // The path in the settings now: a change reaches the next child.
+            addr.do_send(crate::actors::app_server::UseProgram(program.to_path_buf()));
             return addr.clone();
         }
         let ledger = self.ledger.clone();

@@ -277,10 +277,12 @@ fn summary(event: &Event) -> String {
             if let Some(by) = field("ended_by") {
                 format!("ended: {by}")
             } else {
-                let status = match (number("exit_code"), field("signal")) {
-                    (_, Some(signal)) => format!("signal {signal}"),
-                    (Some(code), None) => format!("exit {code}"),
-                    (None, None) => "exit ?".into(),
+                let status = match (number("exit_code"), field("signal"), field("status")) {
+                    (_, Some(signal), _) => format!("signal {signal}"),
+                    (Some(code), None, _) => format!("exit {code}"),
+                    // An app-server turn has no process of its own: its status says.
+                    (None, None, Some(status)) => format!("turn {status}"),
+                    (None, None, None) => "exit ?".into(),
                 };
                 format!("{}, {status}", field("verdict").unwrap_or("?"))
             }

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
 use crate::actors::ledger::SetThread;
-use crate::engine::{self, EngineEvent, FailureClass, RunVerdict, Sandbox};
+use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict, Sandbox};
 use crate::events::EventKind;
 use crate::framing;
 use crate::store::events::NewEvent;
@@ -134,10 +134,23 @@ impl Worker {
                 return (failed, Some(thread_id));
             }
         };
+        // The run started: a turn of the serving child (its pid), as a child run's start is
+        // told; it rides with the turn's first events.
+        let started = self.new_event(
+            turn.prompt,
+            turn.run_id,
+            EventKind::RunStarted,
+            json!({
+                "pid": turn.pid,
+                "engine": EngineKind::CodexAppServer.as_str(),
+                "thread_id": thread_id,
+                "turn_id": turn_id,
+            }),
+        );
         let mut following = Following {
             thread_id: &thread_id,
             turn_id: &turn_id,
-            batch: Vec::new(),
+            batch: vec![started],
             answer: None,
             stop: None,
         };
@@ -150,7 +163,7 @@ impl Worker {
             turn.prompt,
             turn.run_id,
             EventKind::RunExited,
-            json!({ "turn_id": turn_id, "app_server_pid": turn.pid }),
+            turn_exited(&outcome, &turn_id, turn.pid),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).
         self.deferred.append(&mut batch);
@@ -463,6 +476,34 @@ async fn start_turn(
         .as_str()
         .unwrap_or_default()
         .to_string())
+}
+
+/// `run.exited` of a turn: its verdict (or what ended it) and the turn's status, as a child
+/// run's exit is told; the turn has no process of its own, so no exit code.
+fn turn_exited(outcome: &RunOutcome, turn_id: &str, pid: u32) -> serde_json::Value {
+    let mut payload = json!({ "turn_id": turn_id, "app_server_pid": pid });
+    match outcome {
+        RunOutcome::Finished { verdict, .. } => {
+            let (verdict, status) = match verdict {
+                RunVerdict::Succeeded => ("succeeded", "completed"),
+                RunVerdict::Failed { .. } => ("failed", "failed"),
+            };
+            payload["verdict"] = json!(verdict);
+            payload["status"] = json!(status);
+        }
+        RunOutcome::Stopped(stop, _) => {
+            payload["ended_by"] = json!(match stop {
+                Stop::Cancel => "cancelled",
+                Stop::Shutdown => "daemon shutdown",
+            });
+            payload["status"] = json!("interrupted");
+        }
+        RunOutcome::TimedOut(_) => {
+            payload["ended_by"] = json!("timed out");
+            payload["status"] = json!("interrupted");
+        }
+    }
+    payload
 }
 
 /// `turn/start`'s `sandboxPolicy` for a sandbox (codex 0.171.0's object form; the thread's
