@@ -1643,9 +1643,20 @@ fn app_server_steer_completes_a_hanging_turn() {
     let mut server = app_server(state.path());
     server.initialize();
     let thread = server.start_thread();
-    let no_turn = server.call(
+    // As codex 0.171.0: the turn must be named.
+    let unnamed = server.call(
         "turn/steer",
         json!({"threadId": thread, "input": [{"type": "text", "text": "x"}]}),
+    );
+    assert!(
+        unnamed.raw.contains("missing field `expectedTurnId`"),
+        "{}",
+        unnamed.raw
+    );
+    let no_turn = server.call(
+        "turn/steer",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "x"}],
+               "expectedTurnId": "t"}),
     );
     assert_eq!(
         no_turn.raw,

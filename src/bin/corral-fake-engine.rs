@@ -153,7 +153,7 @@
 //! | `thread/start {cwd?, model?, approvalPolicy?, sandbox?, …}` | `{"thread":{"id":<UUIDv7>,…},"model":…,"modelProvider":"fake",…,"cwd":…,"approvalPolicy":…,"sandbox":…,…}` then the notification `thread/started {thread}`. `cwd`, `model` (default `fake-model`) and `approvalPolicy` (default `on-request`) are echoed as given; `sandbox` `read-only` (the default), `workspace-write` and `danger-full-access` become codex's policy objects (`{"type":"readOnly","networkAccess":false}`, `{"type":"workspaceWrite","writableRoots":[cwd],…}`, `{"type":"dangerFullAccess"}`), anything else is echoed as given. The thread's file keeps the params as given (`startParams`). |
 //! | `thread/resume {threadId, …}` | The thread (same result shape, after a `thread/status/changed {idle}` notification) if its file is in the state dir; settings given override the stored ones. No file: error `no rollout found for thread id <id>`. Open in another live fake: error `thread <id> already has an active writer`. |
 //! | `turn/start {threadId, input}` | `{"turn":{"id":<UUIDv7>,…,"status":"inProgress",…}}`, then the turn's notifications (below). `input` items: `{type:"text",text}`, `{type:"localImage",path}`, `{type:"image",url}` (shown in the userMessage item); the text items, one per line, are the turn's prompt. Refused when the thread has a turn in progress (`thread <id> already has a turn in progress: <turn>`). |
-//! | `turn/steer {threadId, input, expectedTurnId?}` | `{"turnId":<turn>}` (as codex), and the turn in progress answers `steered: <text>` (a `hang` turn then completes). No turn in progress: error `no active turn to steer`; another `expectedTurnId`: error `expected active turn id <x> but found <y>`. |
+//! | `turn/steer {threadId, input, expectedTurnId}` (required, as codex 0.171.0 requires it) | `{"turnId":<turn>}` (as codex), and the turn in progress answers `steered: <text>` (a `hang` turn then completes). No turn in progress: error `no active turn to steer`; another `expectedTurnId`: error `expected active turn id <x> but found <y>`. |
 //! | `turn/interrupt {threadId, turnId}` | `{}`, then the turn ends: `thread/status/changed {idle}`, `turn/completed` with `"status":"interrupted"` (at any pause of the turn: `delay`, `interval`, `hang`, waiting for an approval). With no such turn in progress: `{}` and nothing else. |
 //! | `thread/compact/start {threadId}` | `{}`, then a short turn of its own: `thread/status/changed {active}`, `turn/started`, `item/started` + `item/completed` of `{"type":"contextCompaction","id":…}`, `thread/status/changed {idle}`, `turn/completed` (completed). (No `thread/compacted`: the samples show none.) |
 //! | anything else | error ``Invalid request: unknown variant `<method>` `` |
@@ -2051,11 +2051,12 @@ mod app_server {
         fn turn_steer(&self, id: &J, params: &Value) -> Result<(), Refusal> {
             let thread = string(params, "threadId")?;
             let (_, text) = user_input(params)?;
-            let expected = optional(params, "expectedTurnId")?;
+            // Required, as codex 0.171.0 requires it.
+            let expected = string(params, "expectedTurnId")?;
             let Some((turn, control)) = self.active(thread)? else {
                 return Err("no active turn to steer".into());
             };
-            if let Some(expected) = expected.filter(|expected| *expected != turn) {
+            if expected != turn {
                 return Err(format!("expected active turn id {expected} but found {turn}").into());
             }
             self.wire.respond(id, obj! {"turnId" => &turn});
