@@ -221,8 +221,12 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
             json!({"project": "fa", "instructions": "rm -rf ~"}),
         ),
     ];
-    // Not widening: the project's own engine, a project on the run's own directory, text for
-    // a sandboxed session, a claim without take-over (refused for want of an exec), p kept in
+    // Not widening, but beyond the agent's own session (tests/confinement.rs has the rest).
+    let beyond: Vec<(&str, serde_json::Value)> = vec![
+        ("prompt.send", json!({"session": beside, "text": "hello"})),
+        ("driver.claim", json!({"session": beside})),
+    ];
+    // Not widening: the project's own engine, a project on the run's own directory, p kept in
     // its group, instructions for a sandboxed project.
     let allowed: Vec<(&str, serde_json::Value)> = vec![
         (
@@ -230,8 +234,6 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
             json!({"project": "p", "engine": "fake", "title": "mine"}),
         ),
         ("project.add", json!({"name": "same", "path": work})),
-        ("prompt.send", json!({"session": beside, "text": "hello"})),
-        ("driver.claim", json!({"session": beside})),
         (
             "project.set",
             json!({"project": "p", "groups": ["deploy", "more"]}),
@@ -254,6 +256,9 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
     for (method, params) in &widening {
         call("widening", method, params);
     }
+    for (method, params) in &beyond {
+        call("beyond", method, params);
+    }
     for (method, params) in &allowed {
         call("allowed", method, params);
     }
@@ -262,23 +267,22 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
 
     let (sections, events) = run_as_agent(&home, &session, &script);
     let all = sections.join("== ");
-    assert_eq!(sections.len(), widening.len() + allowed.len() + 2, "{all}");
-    for section in &sections[..widening.len()] {
+    let refusals = widening.len() + beyond.len();
+    assert_eq!(sections.len(), refusals + allowed.len() + 2, "{all}");
+    for section in &sections[..refusals] {
         assert!(
             section.contains(&format!("{REFUSAL}{session})")),
             "not refused: {section}\n--- all:\n{all}"
         );
     }
-    for section in &sections[widening.len()..widening.len() + allowed.len()] {
+    for section in &sections[refusals..refusals + allowed.len()] {
         assert!(
             !section.contains(REFUSAL),
             "refused: {section}\n--- all:\n{all}"
         );
-        if !section.starts_with("allowed driver.claim") {
-            assert!(section.contains("ALLOWED"), "{section}\n--- all:\n{all}");
-        }
+        assert!(section.contains("ALLOWED"), "{section}\n--- all:\n{all}");
     }
-    let invalid = &sections[widening.len() + allowed.len()];
+    let invalid = &sections[refusals + allowed.len()];
     assert!(
         invalid.contains("project.archive takes only project, not full_access"),
         "{invalid}"
@@ -290,7 +294,11 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
         .filter(|event| event["kind"] == "request.refused")
         .filter_map(|event| event["payload"]["method"].as_str())
         .collect();
-    let methods: Vec<&str> = widening.iter().map(|(method, _)| *method).collect();
+    let methods: Vec<&str> = widening
+        .iter()
+        .chain(&beyond)
+        .map(|(method, _)| *method)
+        .collect();
     assert_eq!(refused, methods);
     let projects = home.json(&["project", "list", "--all", "--json"]);
     let names: Vec<&str> = projects

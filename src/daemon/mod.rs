@@ -14,6 +14,7 @@
 //!    `daemon.shutdown_grace_ms`, then end their process groups and requeue them; a second
 //!    signal skips the grace; remove the socket; exit 0.
 
+pub mod confine;
 pub mod events;
 pub mod methods;
 pub mod origin;

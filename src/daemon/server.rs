@@ -685,7 +685,11 @@ async fn handle(
     params: &Value,
 ) -> Result<Value, RpcError> {
     match method {
-        "events.subscribe" => subscribe(connection, params).await,
+        "events.subscribe" => {
+            methods::check_named(params)?;
+            super::confine::confine(&connection.caller, method, params).await?;
+            subscribe(connection, params).await
+        }
         "events.unsubscribe" => {
             let id = params
                 .get("subscription")

@@ -22,6 +22,8 @@ mod overview;
 mod projects;
 mod prompts;
 mod sessions;
+
+pub(crate) use prompts::resolve_prompt;
 mod settings;
 mod status;
 
@@ -91,7 +93,7 @@ impl Caller {
         self.judged.take()
     }
 
-    fn corral(&self) -> &Corral {
+    pub(crate) fn corral(&self) -> &Corral {
         &self.context.corral
     }
 }
@@ -124,6 +126,8 @@ pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value
 /// ([`inspect`]), the others through [`serve`] (which refuses a widening one from a run).
 async fn answer(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
     check_named(params)?;
+    // An agent reaches its own session only (`confine.rs`), whatever the method.
+    super::confine::confine(caller, method, params).await?;
     // Only a read-only method takes a reader: the others (`status` among them) answer while
     // a PostgreSQL server cannot be reached.
     if is_inspect(method) {

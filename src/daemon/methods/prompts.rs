@@ -13,7 +13,7 @@ use crate::store::sql::args;
 use crate::{Corral, CorralError};
 
 /// A prompt by its id or a unique id prefix.
-fn resolve_prompt(corral: &Corral, selector: &str) -> Result<prompts::Prompt, RpcError> {
+pub(crate) fn resolve_prompt(corral: &Corral, selector: &str) -> Result<prompts::Prompt, RpcError> {
     let selector = selector.trim();
     let found = corral
         .read(|c| {

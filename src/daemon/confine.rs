@@ -1,0 +1,201 @@
+//! An agent is confined to its own session.
+//!
+//! A request that comes from inside a supervised run ([`origin::find`]) may read and act on
+//! its own session only: its history, its events, its title, its own prompts. Another
+//! session's or another project's — a `history`, a `cancel`, a `rename`, an `archive`, a
+//! `watch` — and the lists of every session (`session.list`, `status`, `overview`,
+//! `execs.list`) are refused with `NOT_ALLOWED` (-32010) and recorded as a `request.refused`
+//! event of the run's session, as a widening request is ([`super::methods`]). A request
+//! that reaches nothing of anyone's (`exec.start`, `settings.get`, …) is never looked at.
+//!
+//! What each method reaches is one table ([`reach`]); a method it does not name reaches
+//! everything, so a new method is refused to agents until it is placed.
+//!
+//! The peer is matched as for widening (ancestry, process group, `CORRAL_RUN_ID`), so the
+//! same escape stays open, written down in `origin.rs`: a process that left the run's tree,
+//! group and environment before it connected (`setsid -f env -i corral …`). Over HTTP only a
+//! request whose peer was looked up is confined (writes, driver requests): a GET's peer is
+//! not looked up (a pass over `/proc` per read), so an agent that can read the home's
+//! `http.token` can still read over HTTP — under workspace-write claude and opencode may not
+//! read outside their tree, codex may.
+
+use serde_json::{json, Value};
+
+use super::methods::{self, Caller};
+use super::origin;
+use crate::events::EventKind;
+use crate::protocol::{code, RpcError};
+
+/// What a request reaches, as its params name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// Nothing of any session's (or a widening the widening rules judge).
+    Nothing,
+    /// The session a selector names.
+    Session(String),
+    /// The session of the prompt a selector names.
+    Prompt(String),
+    /// `prompt.cancel`'s target: a prompt, else a session.
+    PromptOrSession(String),
+    /// The project a selector names (its sessions, its settings).
+    Project(String),
+    /// Every session (a list, the daemon's status).
+    Everything,
+}
+
+/// What `method` with `params` reaches. A method not named here reaches everything.
+pub fn reach(method: &str, params: &Value) -> Reach {
+    let field = |name: &str| params.get(name).and_then(Value::as_str).map(str::to_string);
+    let named = |name: &str, wrap: fn(String) -> Reach| field(name).map_or(Reach::Everything, wrap);
+    match method {
+        "initialize" | "events.unsubscribe" | "exec.start" | "exec.end" | "settings.get"
+        | "settings.list" | "settings.set" | "project.add" | "group.set" | "shutdown"
+        | "http.login_code" => Reach::Nothing,
+        "session.show" | "history" | "session.rename" | "session.archive" | "session.diff"
+        | "session.merge" | "session.recreate" | "session.steer" | "session.compact"
+        | "prompt.send" | "driver.claim" | "driver.release" | "driver.show" => {
+            named("session", Reach::Session)
+        }
+        "prompt.wait" => named("prompt", Reach::Prompt),
+        "prompt.cancel" => named("target", Reach::PromptOrSession),
+        "project.show" | "project.set" | "project.archive" | "session.new" => {
+            named("project", Reach::Project)
+        }
+        "events.subscribe" => match params.get("session").and_then(Value::as_str) {
+            Some(session) => Reach::Session(session.to_string()),
+            None => Reach::Everything,
+        },
+        _ => Reach::Everything,
+    }
+}
+
+/// Refuses a request from inside a run that reaches beyond the run's own session, and
+/// records the attempt on that session.
+pub async fn confine(caller: &Caller, method: &str, params: &Value) -> Result<(), RpcError> {
+    let reach = reach(method, params);
+    if reach == Reach::Nothing {
+        return Ok(());
+    }
+    let Some(peer) = caller.peer_pid else {
+        return Ok(());
+    };
+    let corral = caller.corral();
+    let runs = corral.live_runs().await;
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let Some(origin) = origin::find(peer, &runs) else {
+        return Ok(());
+    };
+    let Some(why) = beyond(caller, &reach, origin.session_id.as_deref()) else {
+        return Ok(());
+    };
+    let session = origin
+        .session_id
+        .clone()
+        .unwrap_or_else(|| origin.run_id.clone());
+    tracing::warn!(method, why, peer, run = %origin.run_id, "refused a request beyond its run's session");
+    if let Some(session_id) = &origin.session_id {
+        let recorded = corral
+            .record_event(
+                session_id,
+                EventKind::RequestRefused,
+                json!({
+                    "method": method,
+                    "what": why,
+                    "run_id": origin.run_id,
+                    "found_by": origin.found_by,
+                    "peer_pid": peer,
+                }),
+            )
+            .await;
+        if let Err(error) = recorded {
+            tracing::error!(%error, session = session_id, "the refusal was not recorded");
+        }
+    }
+    Err(RpcError::new(
+        code::NOT_ALLOWED,
+        format!("not allowed from inside a supervised run (session {session}): {why}"),
+    )
+    .with_data(json!({ "run_id": origin.run_id, "found_by": origin.found_by })))
+}
+
+/// Why `reach` is beyond the run's session `own` (`None`: a run of no one session, an
+/// app-server child's), if it is. A selector that names nothing is left to the method (it
+/// answers "not found", which says nothing of anyone's).
+fn beyond(caller: &Caller, reach: &Reach, own: Option<&str>) -> Option<String> {
+    let corral = caller.corral();
+    let own_session = own.and_then(|own| methods::resolve_session(corral, own).ok());
+    let reached = match reach {
+        Reach::Nothing => return None,
+        Reach::Everything => {
+            return Some("reading every session (an agent may reach its own session only)".into())
+        }
+        Reach::Session(selector) => methods::resolve_session(corral, selector).ok()?,
+        Reach::Prompt(selector) => prompt_session(caller, selector)?,
+        Reach::PromptOrSession(selector) => prompt_session(caller, selector)
+            .or_else(|| methods::resolve_session(corral, selector).ok())?,
+        Reach::Project(selector) => {
+            let project = methods::resolve_project(corral, selector).ok()?;
+            let own_project = own_session
+                .as_ref()
+                .and_then(|session| session.project_id.as_deref());
+            if own_project == Some(project.id.as_str()) {
+                return None;
+            }
+            return Some(format!(
+                "reaching project {} (an agent may reach its own session only)",
+                project.name
+            ));
+        }
+    };
+    if own_session.as_ref().map(|session| session.id.as_str()) == Some(reached.id.as_str()) {
+        return None;
+    }
+    Some(format!(
+        "reaching session {} (an agent may reach its own session only)",
+        reached.id
+    ))
+}
+
+/// The session of the prompt `selector` names, if it names one.
+fn prompt_session(caller: &Caller, selector: &str) -> Option<crate::store::sessions::Session> {
+    let prompt = methods::resolve_prompt(caller.corral(), selector).ok()?;
+    methods::resolve_session(caller.corral(), &prompt.session_id).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every method the daemon answers is placed in the table on purpose: a new method
+    /// reaches everything (refused to agents) until it is.
+    #[test]
+    fn every_method_is_placed_and_an_unknown_one_reaches_everything() {
+        let placed_everything = [
+            "project.list",
+            "session.list",
+            "execs.list",
+            "status",
+            "overview",
+        ];
+        for method in crate::protocol::METHODS {
+            let reach = reach(
+                method,
+                &json!({ "session": "s", "prompt": "p", "project": "q", "target": "t" }),
+            );
+            if placed_everything.contains(method) {
+                assert_eq!(reach, Reach::Everything, "{method}");
+            } else {
+                assert_ne!(reach, Reach::Everything, "{method} is not placed");
+            }
+        }
+        assert_eq!(reach("some.new_method", &json!({})), Reach::Everything);
+        assert_eq!(
+            reach("history", &json!({ "session": "s1" })),
+            Reach::Session("s1".into())
+        );
+        assert_eq!(reach("history", &json!({})), Reach::Everything);
+        assert_eq!(reach("events.subscribe", &json!({})), Reach::Everything);
+    }
+}

@@ -1,0 +1,165 @@
+//! An agent is confined to its own session (issue 32, item 5): from inside a run it may read
+//! and act on its own session only. Another project's session — its history, its events, its
+//! running prompt, its title, its archive — and the lists of every session are refused in one
+//! line naming the agent's session, recorded as `request.refused`, and change nothing; by
+//! `corral`, by a raw socket client, after `env -i`, after `setsid`.
+//!
+//! The agent is the fake engine's `run=` directive: a shell script it runs inside its run.
+
+mod common;
+
+use common::daemon::{wait_until, DaemonHome};
+use serde_json::{json, Value};
+
+const REFUSAL: &str = "not allowed from inside a supervised run (session ";
+
+/// A JSON-RPC client in Python (a process that is not `corral`): METHOD PARAMS.
+const RPC: &str = r#"import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.path.join(os.environ["CORRAL_HOME"], "corral.sock"))
+f = s.makefile("rw")
+def call(i, method, params):
+    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n")
+    f.flush()
+    while True:
+        answer = json.loads(f.readline())
+        if answer.get("id") == i:
+            return answer
+call(1, "initialize", {"protocol": 1})
+answer = call(2, sys.argv[1], json.loads(sys.argv[2]))
+print(answer.get("error", {}).get("message", "ALLOWED: " + json.dumps(answer)))
+"#;
+
+#[test]
+fn an_agent_reaches_its_own_session_only_by_any_route() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    let agent = home.fake_session(fake, "agent", &[]);
+    // Another project's session, with a prompt running all along.
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    home.add_project("q", &elsewhere, "fake");
+    let other = home.new_session(&["q", "--title", "other"]);
+    home.ok(&["send", "other", "@fake delay=60000\nlong work"]);
+    let running = |home: &DaemonHome| -> Option<String> {
+        let history = home.json(&["history", "other", "--json"]);
+        history["prompts"]
+            .as_array()?
+            .iter()
+            .find(|prompt| prompt["status"] == "running")
+            .and_then(|prompt| prompt["id"].as_str().map(str::to_string))
+    };
+    let mut other_prompt = None;
+    wait_until("the other session's prompt runs", || {
+        other_prompt = running(&home);
+        other_prompt.is_some()
+    });
+    let other_prompt = other_prompt.unwrap();
+
+    let corral = env!("CARGO_BIN_EXE_corral");
+    let rpc = home.path().join("rpc.py");
+    std::fs::write(&rpc, RPC).unwrap();
+    let rpc = rpc.display();
+    let q = |value: Value| value.to_string().replace('\'', r"'\''");
+    let beyond: Vec<String> = vec![
+        format!("'{corral}' history other"),
+        format!("'{corral}' session show other"),
+        format!("'{corral}' session rename other hijacked"),
+        format!("'{corral}' cancel {other_prompt}"),
+        format!("'{corral}' cancel other"),
+        format!("'{corral}' session archive other"),
+        format!("'{corral}' watch other"),
+        format!("'{corral}' status"),
+        format!("'{corral}' session list"),
+        format!("'{corral}' send other 'do my bidding'"),
+        format!(
+            "python3 '{rpc}' history '{}'",
+            q(json!({ "session": other }))
+        ),
+        format!(
+            "python3 '{rpc}' events.subscribe '{}'",
+            q(json!({ "session": other }))
+        ),
+        format!(
+            "python3 '{rpc}' prompt.wait '{}'",
+            q(json!({ "prompt": other_prompt }))
+        ),
+        format!("python3 '{rpc}' project.show '{}'", q(json!({ "project": "q" }))),
+        format!(
+            "env -i PATH=\"$PATH\" CORRAL_HOME=\"$CORRAL_HOME\" '{corral}' session rename other again"
+        ),
+        format!("setsid -w '{corral}' cancel other"),
+        format!(
+            "env -i PATH=\"$PATH\" CORRAL_HOME=\"$CORRAL_HOME\" setsid -w python3 '{rpc}' session.archive '{}'",
+            q(json!({ "session": other }))
+        ),
+    ];
+    // Its own session, its own project: allowed.
+    let own: Vec<String> = vec![
+        format!("'{corral}' history agent --json"),
+        format!("'{corral}' session show agent --json"),
+        format!(
+            "python3 '{rpc}' project.show '{}'",
+            q(json!({ "project": "p" }))
+        ),
+        format!("'{corral}' session rename agent renamed-by-itself --json"),
+    ];
+    let mut script = String::from("set +e\n");
+    for (n, attempt) in beyond.iter().chain(&own).enumerate() {
+        script.push_str(&format!("echo '== attempt {n}'\n{attempt} 2>&1\n"));
+    }
+    script.push_str("echo '== end'\n");
+    let script_path = home.path().join("attempts.sh");
+    std::fs::write(&script_path, script).unwrap();
+    let prompt = format!("@fake run=sh '{}'\ntry", script_path.display());
+    home.ok(&["send", &agent, &prompt, "--wait"]);
+
+    let events: Vec<Value> = home
+        .ok(&["watch", &agent, "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let output = events
+        .iter()
+        .rev()
+        .filter(|event| event["kind"] == "tool")
+        .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
+        .expect("the agent's script ran")
+        .to_string();
+    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
+    for (section, attempt) in sections.iter().zip(&beyond) {
+        assert!(
+            section.contains(&format!("{REFUSAL}{agent})")),
+            "not refused: {attempt}\n{section}\n--- all:\n{output}"
+        );
+        assert!(
+            section.contains("its own session only"),
+            "{attempt}\n{section}"
+        );
+        assert!(!section.contains("ALLOWED"), "{attempt}\n{section}");
+    }
+    for (section, attempt) in sections[beyond.len()..].iter().zip(&own) {
+        assert!(
+            !section.contains(REFUSAL),
+            "refused: {attempt}\n{section}\n--- all:\n{output}"
+        );
+    }
+
+    // Each attempt is recorded on the agent's session; nothing of the other session changed.
+    let refused = events
+        .iter()
+        .filter(|event| event["kind"] == "request.refused")
+        .count();
+    assert_eq!(refused, beyond.len(), "{events:#?}");
+    assert_eq!(running(&home).as_deref(), Some(other_prompt.as_str()));
+    let shown = home.json(&["session", "show", &other, "--json"]);
+    assert_eq!(shown["session"]["title"], "other", "{shown}");
+    assert_ne!(shown["session"]["status"], "archived", "{shown}");
+    let own_title = home.json(&["session", "show", &agent, "--json"])["session"]["title"].clone();
+    assert_eq!(own_title, "renamed-by-itself");
+    // A person still reaches everything.
+    home.ok(&["history", "other"]);
+    home.ok(&["cancel", "other"]);
+    home.stop_daemon();
+}
