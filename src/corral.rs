@@ -809,6 +809,12 @@ impl Corral {
         Ok(found)
     }
 
+    /// Whether any session has a worker running now (a prompt in a run, or waiting for
+    /// one), read without asking the supervisor: from any thread, at no cost.
+    pub fn any_working(&self) -> bool {
+        self.shared.working() > 0
+    }
+
     /// This daemon's node on a shared store (`None` on SQLite).
     pub fn node_id(&self) -> Option<&str> {
         self.shared.node_id()

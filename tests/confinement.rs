@@ -163,3 +163,102 @@ fn an_agent_reaches_its_own_session_only_by_any_route() {
     home.ok(&["cancel", "other"]);
     home.stop_daemon();
 }
+
+/// A client over HTTP (a process that is not `corral`): METHOD PATH [BODY]; the listen address
+/// in `$CORRAL_HOME/listen`, the token in `$CORRAL_HOME/http.token` (an agent that may read
+/// the home may read it: confinement must not rest on the token).
+const HTTP: &str = r#"import json, os, sys, urllib.request, urllib.error
+home = os.environ["CORRAL_HOME"]
+listen = open(os.path.join(home, "listen")).read().strip()
+token = open(os.path.join(home, "http.token")).read().strip()
+body = sys.argv[3].encode() if len(sys.argv) > 3 else None
+request = urllib.request.Request("http://" + listen + sys.argv[2], data=body, method=sys.argv[1])
+request.add_header("Authorization", "Bearer " + token)
+if body is not None:
+    request.add_header("Content-Type", "application/json")
+try:
+    with urllib.request.urlopen(request) as answer:
+        print("ALLOWED", answer.status)
+except urllib.error.HTTPError as error:
+    print(error.code, error.read().decode())
+"#;
+
+#[test]
+fn an_agent_reaches_its_own_session_only_over_http() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    home.config(&[("http.listen", "127.0.0.1:0")]);
+    let agent = home.fake_session(fake, "agent", &[]);
+    // Another project's session (a project's sessions take turns in a plain directory).
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    home.add_project("q", &elsewhere, "fake");
+    let other = home.new_session(&["q", "--title", "other"]);
+    home.ok(&["send", "other", "@fake delay=60000\nlong work"]);
+    let web = home.json(&["web", "--json"]);
+    std::fs::write(home.path().join("listen"), web["listen"].as_str().unwrap()).unwrap();
+    let http = home.path().join("web_client.py");
+    std::fs::write(&http, HTTP).unwrap();
+    let http = http.display();
+    let mut other_prompt = None;
+    wait_until("the other session's prompt runs", || {
+        let history = home.json(&["history", "other", "--json"]);
+        other_prompt = history["prompts"][0]["id"].as_str().map(str::to_string);
+        history["prompts"][0]["status"] == "running"
+    });
+    let other_prompt = other_prompt.unwrap();
+    let beyond = [
+        format!("python3 '{http}' GET '/api/v1/history?session={other}'"),
+        format!("python3 '{http}' GET /api/v1/sessions/{other}"),
+        format!("python3 '{http}' GET /api/v1/sessions/{other}/events"),
+        format!("python3 '{http}' GET /api/v1/status"),
+        format!("python3 '{http}' GET /api/v1/sessions"),
+        format!("python3 '{http}' POST /api/v1/prompts/{other_prompt}/cancel '{{}}'"),
+        format!(r#"python3 '{http}' PATCH /api/v1/sessions/{other} '{{"title":"hijacked"}}'"#),
+    ];
+    let own = [format!(
+        "python3 '{http}' GET '/api/v1/history?session={agent}'"
+    )];
+    let mut script = String::from("set +e\n");
+    for (n, attempt) in beyond.iter().chain(&own).enumerate() {
+        script.push_str(&format!("echo '== attempt {n}'\n{attempt} 2>&1\n"));
+    }
+    script.push_str("echo '== end'\n");
+    let script_path = home.path().join("attempts.sh");
+    std::fs::write(&script_path, script).unwrap();
+    home.ok(&[
+        "send",
+        &agent,
+        &format!("@fake run=sh '{}'\ntry", script_path.display()),
+        "--wait",
+    ]);
+    let events: Vec<Value> = home
+        .ok(&["watch", &agent, "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let output = events
+        .iter()
+        .rev()
+        .filter(|event| event["kind"] == "tool")
+        .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
+        .expect("the agent's script ran")
+        .to_string();
+    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
+    for (section, attempt) in sections.iter().zip(&beyond) {
+        assert!(
+            section.contains(&format!("{REFUSAL}{agent})")),
+            "not refused: {attempt}\n{section}\n--- all:\n{output}"
+        );
+    }
+    for (section, attempt) in sections[beyond.len()..].iter().zip(&own) {
+        assert!(section.contains("ALLOWED 200"), "{attempt}\n{section}");
+    }
+    let shown = home.json(&["session", "show", &other, "--json"]);
+    assert_eq!(shown["session"]["title"], "other", "{shown}");
+    let history = home.json(&["history", "other", "--json"]);
+    assert_eq!(history["prompts"][0]["status"], "running", "{history}");
+    home.ok(&["cancel", "other"]);
+    home.stop_daemon();
+}

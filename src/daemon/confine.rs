@@ -13,11 +13,9 @@
 //!
 //! The peer is matched as for widening (ancestry, process group, `CORRAL_RUN_ID`), so the
 //! same escape stays open, written down in `origin.rs`: a process that left the run's tree,
-//! group and environment before it connected (`setsid -f env -i corral …`). Over HTTP only a
-//! request whose peer was looked up is confined (writes, driver requests): a GET's peer is
-//! not looked up (a pass over `/proc` per read), so an agent that can read the home's
-//! `http.token` can still read over HTTP — under workspace-write claude and opencode may not
-//! read outside their tree, codex may.
+//! group and environment before it connected (`setsid -f env -i corral …`). Over HTTP, and
+//! for the WebSocket of events, a read's peer is looked up only while some session works (a
+//! pass over `/proc` per request): with none working there is no run to come from.
 
 use serde_json::{json, Value};
 
@@ -25,6 +23,7 @@ use super::methods::{self, Caller};
 use super::origin;
 use crate::events::EventKind;
 use crate::protocol::{code, RpcError};
+use crate::Corral;
 
 /// What a request reaches, as its params name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,14 +71,23 @@ pub fn reach(method: &str, params: &Value) -> Reach {
 /// Refuses a request from inside a run that reaches beyond the run's own session, and
 /// records the attempt on that session.
 pub async fn confine(caller: &Caller, method: &str, params: &Value) -> Result<(), RpcError> {
+    confine_peer(caller.corral(), caller.peer_pid, method, params).await
+}
+
+/// [`confine`] for a request whose peer is `peer` (the HTTP WebSocket's, on its worker).
+pub async fn confine_peer(
+    corral: &Corral,
+    peer: Option<i32>,
+    method: &str,
+    params: &Value,
+) -> Result<(), RpcError> {
     let reach = reach(method, params);
     if reach == Reach::Nothing {
         return Ok(());
     }
-    let Some(peer) = caller.peer_pid else {
+    let Some(peer) = peer else {
         return Ok(());
     };
-    let corral = caller.corral();
     let runs = corral.live_runs().await;
     if runs.is_empty() {
         return Ok(());
@@ -87,7 +95,7 @@ pub async fn confine(caller: &Caller, method: &str, params: &Value) -> Result<()
     let Some(origin) = origin::find(peer, &runs) else {
         return Ok(());
     };
-    let Some(why) = beyond(caller, &reach, origin.session_id.as_deref()) else {
+    let Some(why) = beyond(corral, &reach, origin.session_id.as_deref()) else {
         return Ok(());
     };
     let session = origin
@@ -123,8 +131,7 @@ pub async fn confine(caller: &Caller, method: &str, params: &Value) -> Result<()
 /// Why `reach` is beyond the run's session `own` (`None`: a run of no one session, an
 /// app-server child's), if it is. A selector that names nothing is left to the method (it
 /// answers "not found", which says nothing of anyone's).
-fn beyond(caller: &Caller, reach: &Reach, own: Option<&str>) -> Option<String> {
-    let corral = caller.corral();
+fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
     let own_session = own.and_then(|own| methods::resolve_session(corral, own).ok());
     let reached = match reach {
         Reach::Nothing => return None,
@@ -132,8 +139,8 @@ fn beyond(caller: &Caller, reach: &Reach, own: Option<&str>) -> Option<String> {
             return Some("reading every session (an agent may reach its own session only)".into())
         }
         Reach::Session(selector) => methods::resolve_session(corral, selector).ok()?,
-        Reach::Prompt(selector) => prompt_session(caller, selector)?,
-        Reach::PromptOrSession(selector) => prompt_session(caller, selector)
+        Reach::Prompt(selector) => prompt_session(corral, selector)?,
+        Reach::PromptOrSession(selector) => prompt_session(corral, selector)
             .or_else(|| methods::resolve_session(corral, selector).ok())?,
         Reach::Project(selector) => {
             let project = methods::resolve_project(corral, selector).ok()?;
@@ -159,9 +166,9 @@ fn beyond(caller: &Caller, reach: &Reach, own: Option<&str>) -> Option<String> {
 }
 
 /// The session of the prompt `selector` names, if it names one.
-fn prompt_session(caller: &Caller, selector: &str) -> Option<crate::store::sessions::Session> {
-    let prompt = methods::resolve_prompt(caller.corral(), selector).ok()?;
-    methods::resolve_session(caller.corral(), &prompt.session_id).ok()
+fn prompt_session(corral: &Corral, selector: &str) -> Option<crate::store::sessions::Session> {
+    let prompt = methods::resolve_prompt(corral, selector).ok()?;
+    methods::resolve_session(corral, &prompt.session_id).ok()
 }
 
 #[cfg(test)]

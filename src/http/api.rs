@@ -580,15 +580,16 @@ fn exec_of(request: &HttpRequest) -> Result<Option<String>, RpcError> {
 }
 
 /// Whether a request's peer is looked up: what a GET asks never widens, nor speaks for an
-/// exec unless it names one.
-fn needs_peer(route: &Route, method: &str, names_exec: bool) -> bool {
-    route.verb.writes() || method.starts_with("driver.") || names_exec
+/// exec unless it names one; but while any session works, a read may be an agent's reaching
+/// beyond its own session (`daemon::confine`), so every request's peer is looked up then.
+fn needs_peer(route: &Route, method: &str, names_exec: bool, runs_live: bool) -> bool {
+    route.verb.writes() || method.starts_with("driver.") || names_exec || runs_live
 }
 
 /// The process behind the request's TCP peer, looked up now (a pass over /proc). Done when
 /// the request starts, before its body is read: a client that sent its request and closed
 /// is found only while it still holds the socket.
-async fn peer_of(request: &HttpRequest) -> Option<i32> {
+pub(super) async fn peer_of(request: &HttpRequest) -> Option<i32> {
     let peer = request.peer_addr()?;
     let local = request.app_config().local_addr();
     web::block(move || super::peer::pid_of(peer, local))
@@ -660,7 +661,8 @@ async fn rpc(
     // Who asks is looked up first, before the body is read (whether a request widens is
     // known only from its body), and only when it may matter: a write (any may widen), a
     // driver's request, one that speaks for an exec. A read never widens.
-    let peer_pid = if needs_peer(route, method, exec_id.is_some()) {
+    let runs_live = shared.corral.any_working();
+    let peer_pid = if needs_peer(route, method, exec_id.is_some(), runs_live) {
         let found = peer_of(request).await;
         if found.is_none() {
             tracing::info!(
@@ -746,6 +748,16 @@ async fn events_page(route: &Route, request: &HttpRequest) -> HttpResponse {
         .unwrap_or_default()
         .to_string();
     let corral = shared.corral.clone();
+    // An agent reads its own session's events only (`daemon::confine`).
+    if corral.any_working() {
+        let peer = peer_of(request).await;
+        let asked = json!({ "session": selector });
+        if let Err(error) =
+            crate::daemon::confine::confine_peer(&corral, peer, "events.subscribe", &asked).await
+        {
+            return error_response(error);
+        }
+    }
     let read = web::block(move || -> Result<Value, RpcError> {
         let session = methods::resolve_session(&corral, &selector)?;
         let after = i64::try_from(after).unwrap_or(i64::MAX);
@@ -802,15 +814,17 @@ mod tests {
             ]
             .contains(&method);
             if widens {
-                assert!(needs_peer(route, method, false), "{method}");
+                assert!(needs_peer(route, method, false, false), "{method}");
             }
         }
         let status = routes::ROUTES
             .iter()
             .find(|route| route.serve == Serve::Rpc("status"))
             .unwrap();
-        assert!(!needs_peer(status, "status", false));
-        assert!(needs_peer(status, "status", true));
+        assert!(!needs_peer(status, "status", false, false));
+        assert!(needs_peer(status, "status", true, false));
+        // While a session works, a read may be an agent's: its peer is looked up.
+        assert!(needs_peer(status, "status", false, true));
     }
 
     #[test]
