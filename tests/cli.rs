@@ -1068,3 +1068,49 @@ fn cancelling_a_queued_prompt_ends_every_wait_on_it() {
     home.ok(&["cancel", "q"]);
     home.stop_daemon();
 }
+
+/// A refusal is never a silent success, on every surface of the CLI: `send --wait` prints the
+/// answer and says `denied: N` on stderr, `history` shows `done · denied: N` (and `--json` the
+/// count), `watch` shows each `tool.denied` with its target and the end with the count.
+/// (The claude form of the fake engine reports refusals as claude does; the real CLIs are
+/// tests/real_engines.rs's.)
+#[test]
+fn a_prompt_done_with_refusals_says_so_everywhere() {
+    let home = TestHome::new();
+    home.setup_fake();
+    home.config(&[(
+        "engines.claude.path",
+        env!("CARGO_BIN_EXE_corral-fake-engine"),
+    )]);
+    home.add_project("c", &home.work(), "claude");
+    home.new_session(&["c", "--title", "refused"]);
+    let output = home.run(&[
+        "send",
+        "refused",
+        "@fake deny=Write:/elsewhere/a.txt\n@fake deny=Bash:rm -rf build\n@fake answer=Partly done.\ngo",
+        "--wait",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output), "Partly done.\n");
+    let said = stderr(&output);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.starts_with("corral: denied: 2 "), "{said}");
+    let history = home.ok(&["history", "refused"]);
+    assert!(history.contains("done · denied: 2"), "{history}");
+    let json = home.json(&["history", "refused", "--json"]);
+    assert_eq!(json["prompts"][0]["denied"], 2, "{json}");
+    let watch = home.ok(&["watch", "refused"]);
+    assert!(
+        watch.contains("tool.denied Write /elsewhere/a.txt"),
+        "{watch}"
+    );
+    assert!(watch.contains("tool.denied Bash rm -rf build"), "{watch}");
+    assert!(
+        watch.contains("prompt.done denied: 2 · Partly done."),
+        "{watch}"
+    );
+    // A prompt without refusals says nothing of them.
+    let clean = home.run(&["send", "refused", "@fake answer=All done.\nagain", "--wait"]);
+    assert_eq!(stderr(&clean), "", "{clean:?}");
+    home.stop_daemon();
+}

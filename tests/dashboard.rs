@@ -1054,3 +1054,41 @@ fn a_missing_worktree_is_recreated_and_a_kept_one_discarded_from_the_page() {
     );
     git.stop_daemon();
 }
+
+/// A prompt done with refusals says so in the transcript: each refused tool use is a *Denied*
+/// note naming what it would have touched, and the end reads `done · denied: N` (the claude
+/// form of the fake engine reports them as claude does, in `permission_denials`).
+#[test]
+fn a_prompt_done_with_refusals_says_so_in_the_transcript() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, _) = Dashboard::start(&[]);
+    let home = &dashboard.home;
+    home.config(&[("engines.claude.path", FAKE)]);
+    home.add_project("c", &home.work(), "claude");
+    let session = home.new_session(&["c", "--title", "refused"]);
+    let browser = Browser::start("denied", home.path());
+    dashboard.log_in(&browser);
+    dashboard.open(&browser, &format!("#/sessions/{session}"));
+    browser.wait_for("[data-testid=prompt-input]");
+    browser.type_into(
+        "[data-testid=prompt-input]",
+        &typed_lines(&[
+            "@fake deny=Write:/elsewhere/notes.txt",
+            "@fake answer=I could not write it.",
+            "write the notes",
+        ]),
+    );
+    browser.click("[data-testid=prompt-send]");
+    browser.wait_for("[data-testid=event][data-kind='prompt.done']");
+    let denied = browser.text("[data-testid=event][data-kind='tool.denied']");
+    assert!(
+        denied.contains("Denied: Write") && denied.contains("/elsewhere/notes.txt"),
+        "{denied}"
+    );
+    let done = browser.text("[data-testid=event][data-kind='prompt.done']");
+    assert!(done.contains("done · denied: 1"), "{done}");
+    screenshot(&browser, "session-denied");
+    assert_eq!(dashboard.prompts(&session)[0]["denied"], 1);
+}

@@ -100,6 +100,7 @@
 //! | `title=TEXT` | When the prompt contains `corral-title:`, begin the answer with `<!-- corral-title: TEXT -->` and a newline. With the marker but no `title` directive, TEXT is the first 4 words of the prompt's first line. Without the marker there is no title line. |
 //! | `echo-env` | The answer is a JSON object of the variables `CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_PARENT_EXEC`, `CORRAL_RUN_ATTEMPT`, `CLAUDE_CODE_MAX_RETRIES`, `CORRAL_TRACE_ID`, `CORRAL_RUN_ID` and `CORRAL_DAEMON_NOTIFY` (null when unset). |
 //! | `spawn=CMD` | Right after the turn started (before `delay`), start `sh -c CMD` in the background (stdin, stdout and stderr on /dev/null; the engine's process group, directory and environment, `CORRAL_RUN_ID` included) and leave it running, never waited for; print `fake-engine: spawned PID` (the shell's pid) on stderr. `spawn=sleep 30` is an engine that leaves a process in its group, `spawn=setsid sleep 30` one that left the group. Exec forms only. |
+//! | `deny=TOOL:TARGET` | claude form: the final `result` lists a refused tool use in `permission_denials` (`tool_name` TOOL, `tool_input.file_path` TARGET), as claude does when its permission mode refused it. Repeatable. |
 //! | `run=CMD` | Before the progress items, run `sh -c CMD` (stdin closed, stderr merged into stdout, environment and directory inherited) and report it. codex: `item.started` then `item.completed` of type `command_execution` with `command` (CMD), `aggregated_output`, `exit_code` and `status` (`completed` for exit 0, `failed` otherwise, as codex does). claude: an `assistant` line with a `tool_use` of `Bash` and a `user` line with its `tool_result`. |
 //!
 //! `crash`, `partial`, `garbage`, `hang`, `missing-rollout`, `ignore-sigterm` and `echo-env`
@@ -659,6 +660,8 @@ struct Script {
     run: Option<String>,
     /// A command left running in the background (`spawn=CMD`).
     spawn: Option<String>,
+    /// Tool uses the claude form reports as refused (`deny=TOOL:TARGET`).
+    denials: Vec<(String, String)>,
     // app-server mode only:
     will_retry: u64,
     usage_limit: bool,
@@ -726,6 +729,13 @@ impl Script {
             "echo-env" => flag(&mut self.echo_env)?,
             "run" => self.run = Some(text(name, value)?),
             "spawn" => self.spawn = Some(text(name, value)?),
+            "deny" => {
+                let value = text(name, value)?;
+                let (tool, target) = value
+                    .split_once(':')
+                    .ok_or_else(|| format!("directive 'deny' is TOOL:TARGET, not '{value}'"))?;
+                self.denials.push((tool.to_string(), target.to_string()));
+            }
             "will-retry" => self.will_retry = number(name, value)?,
             "usage-limit" => flag(&mut self.usage_limit)?,
             "overloaded" => flag(&mut self.overloaded)?,
@@ -1215,8 +1225,15 @@ impl Claude {
         self.out.line(&result);
     }
 
-    fn result(&self, answer: &str) -> J {
+    fn result(&self, answer: &str, denials: &[(String, String)]) -> J {
         let elapsed = self.elapsed_ms();
+        let denials = J::list(denials.iter().map(|(tool, target)| {
+            obj! {
+                "tool_name" => tool,
+                "tool_use_id" => format!("toolu_fake_{}", Self::uuid()),
+                "tool_input" => obj! { "file_path" => target },
+            }
+        }));
         obj! {
             "type" => "result",
             "subtype" => "success",
@@ -1231,7 +1248,7 @@ impl Claude {
             "total_cost_usd" => 0u64,
             "usage" => Self::usage(100, 10),
             "modelUsage" => obj! {},
-            "permission_denials" => arr![],
+            "permission_denials" => denials,
             "terminal_reason" => "completed",
             "fast_mode_state" => "off",
             "uuid" => Self::uuid(),
@@ -1286,7 +1303,7 @@ fn claude(
         claude.out.crash(&line);
     }
     claude.out.line(&line);
-    let result = claude.result(&answer);
+    let result = claude.result(&answer, &script.denials);
     claude.out.last_line(&result, script.partial);
     exit(script, 0)
 }
