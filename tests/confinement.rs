@@ -8,27 +8,11 @@
 
 mod common;
 
+use common::agent::{python_rpc, run_as_agent, script_of};
 use common::daemon::{wait_until, DaemonHome};
 use serde_json::{json, Value};
 
 const REFUSAL: &str = "not allowed from inside a supervised run (session ";
-
-/// A JSON-RPC client in Python (a process that is not `corral`): METHOD PARAMS.
-const RPC: &str = r#"import json, os, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(os.path.join(os.environ["CORRAL_HOME"], "corral.sock"))
-f = s.makefile("rw")
-def call(i, method, params):
-    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n")
-    f.flush()
-    while True:
-        answer = json.loads(f.readline())
-        if answer.get("id") == i:
-            return answer
-call(1, "initialize", {"protocol": 1})
-answer = call(2, sys.argv[1], json.loads(sys.argv[2]))
-print(answer.get("error", {}).get("message", "ALLOWED: " + json.dumps(answer)))
-"#;
 
 #[test]
 fn an_agent_reaches_its_own_session_only_by_any_route() {
@@ -57,8 +41,7 @@ fn an_agent_reaches_its_own_session_only_by_any_route() {
     let other_prompt = other_prompt.unwrap();
 
     let corral = env!("CARGO_BIN_EXE_corral");
-    let rpc = home.path().join("rpc.py");
-    std::fs::write(&rpc, RPC).unwrap();
+    let rpc = python_rpc(home.path());
     let rpc = rpc.display();
     let q = |value: Value| value.to_string().replace('\'', r"'\''");
     let beyond: Vec<String> = vec![
@@ -104,29 +87,8 @@ fn an_agent_reaches_its_own_session_only_by_any_route() {
         ),
         format!("'{corral}' session rename agent renamed-by-itself --json"),
     ];
-    let mut script = String::from("set +e\n");
-    for (n, attempt) in beyond.iter().chain(&own).enumerate() {
-        script.push_str(&format!("echo '== attempt {n}'\n{attempt} 2>&1\n"));
-    }
-    script.push_str("echo '== end'\n");
-    let script_path = home.path().join("attempts.sh");
-    std::fs::write(&script_path, script).unwrap();
-    let prompt = format!("@fake run=sh '{}'\ntry", script_path.display());
-    home.ok(&["send", &agent, &prompt, "--wait"]);
-
-    let events: Vec<Value> = home
-        .ok(&["watch", &agent, "--json"])
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let output = events
-        .iter()
-        .rev()
-        .filter(|event| event["kind"] == "tool")
-        .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
-        .expect("the agent's script ran")
-        .to_string();
-    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    let (sections, events) = run_as_agent(&home, &agent, &script_of(beyond.iter().chain(&own)));
+    let output = sections.join("== ");
     assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
     for (section, attempt) in sections.iter().zip(&beyond) {
         assert!(
@@ -219,32 +181,8 @@ fn an_agent_reaches_its_own_session_only_over_http() {
     let own = [format!(
         "python3 '{http}' GET '/api/v1/history?session={agent}'"
     )];
-    let mut script = String::from("set +e\n");
-    for (n, attempt) in beyond.iter().chain(&own).enumerate() {
-        script.push_str(&format!("echo '== attempt {n}'\n{attempt} 2>&1\n"));
-    }
-    script.push_str("echo '== end'\n");
-    let script_path = home.path().join("attempts.sh");
-    std::fs::write(&script_path, script).unwrap();
-    home.ok(&[
-        "send",
-        &agent,
-        &format!("@fake run=sh '{}'\ntry", script_path.display()),
-        "--wait",
-    ]);
-    let events: Vec<Value> = home
-        .ok(&["watch", &agent, "--json"])
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let output = events
-        .iter()
-        .rev()
-        .filter(|event| event["kind"] == "tool")
-        .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
-        .expect("the agent's script ran")
-        .to_string();
-    let sections: Vec<&str> = output.split("== ").skip(1).collect();
+    let (sections, _) = run_as_agent(&home, &agent, &script_of(beyond.iter().chain(&own)));
+    let output = sections.join("== ");
     assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
     for (section, attempt) in sections.iter().zip(&beyond) {
         assert!(

@@ -10,29 +10,12 @@ mod common;
 
 use std::path::Path;
 
+use common::agent::{python_rpc, run_as_agent};
 use common::daemon::DaemonHome;
 use common::git::GitHome;
 use serde_json::json;
 
 const REFUSAL: &str = "not allowed from inside a supervised run (session ";
-
-/// A JSON-RPC client in Python (a process that is not `corral`): METHOD PARAMS [HOME].
-const RPC: &str = r#"import json, os, socket, sys
-home = sys.argv[3] if len(sys.argv) > 3 else os.environ["CORRAL_HOME"]
-s = socket.socket(socket.AF_UNIX)
-s.connect(os.path.join(home, "corral.sock"))
-f = s.makefile("rw")
-def call(i, method, params):
-    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n")
-    f.flush()
-    while True:
-        answer = json.loads(f.readline())
-        if answer.get("id") == i:
-            return answer
-call(1, "initialize", {"protocol": 1})
-answer = call(2, sys.argv[1], json.loads(sys.argv[2]))
-print(answer.get("error", {}).get("message", "ALLOWED: " + json.dumps(answer)))
-"#;
 
 /// The agent's script: each widening attempt, then one narrowing request.
 fn attempts(home: &Path, rpc: &Path) -> (String, usize) {
@@ -66,38 +49,11 @@ fn attempts(home: &Path, rpc: &Path) -> (String, usize) {
     (script, widening.len())
 }
 
-/// What the agent's script printed, split at its `== ` lines, and the session's events.
-fn run_as_agent(
-    home: &DaemonHome,
-    session: &str,
-    script: &str,
-) -> (Vec<String>, Vec<serde_json::Value>) {
-    let script_path = home.path().join("attempts.sh");
-    std::fs::write(&script_path, script).unwrap();
-    let prompt = format!("@fake run=sh '{}'\ntry everything", script_path.display());
-    home.ok(&["send", session, &prompt, "--wait"]);
-    let events: Vec<serde_json::Value> = home
-        .ok(&["watch", session, "--json"])
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let output = events
-        .iter()
-        .rev()
-        .filter(|event| event["kind"] == "tool")
-        .find_map(|event| event["payload"]["detail"]["aggregated_output"].as_str())
-        .expect("the agent's command ran")
-        .to_string();
-    let sections = output.split("== ").skip(1).map(str::to_string).collect();
-    (sections, events)
-}
-
 #[test]
 fn an_agent_cannot_widen_its_own_rights_by_any_route() {
     let home = DaemonHome::new();
     let session = home.fake_session(env!("CARGO_BIN_EXE_corral-fake-engine"), "agent", &[]);
-    let rpc = home.path().join("rpc.py");
-    std::fs::write(&rpc, RPC).unwrap();
+    let rpc = python_rpc(home.path());
     let (script, widening) = attempts(home.path(), &rpc);
     // What the agent saw: one refusal line per widening attempt, naming the session.
     let (sections, events) = run_as_agent(&home, &session, &script);
@@ -181,8 +137,7 @@ fn an_agent_cannot_widen_by_a_session_a_project_a_proxy_or_a_take_over() {
     person
         .call("project.set", json!({"project": "p", "groups": ["deploy"]}))
         .expect("a person puts p in a group");
-    let rpc = home.path().join("rpc.py");
-    std::fs::write(&rpc, RPC).unwrap();
+    let rpc = python_rpc(home.path());
 
     let work = home.work().display().to_string();
     let widening: Vec<(&str, serde_json::Value)> = vec![

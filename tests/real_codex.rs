@@ -152,6 +152,28 @@ impl Rig {
             .id
     }
 
+    /// Sends `text`, whose turn the mock leaves hanging: its prompt's id once the turn has
+    /// started and the mock holds the `requests`th request.
+    async fn send_until_it_hangs(&self, text: &str, requests: usize) -> String {
+        let mut events = self.corral.subscribe();
+        let prompt_id = self.send(text).await;
+        let started = tokio::time::timeout(PROMPT_TIMEOUT, async {
+            loop {
+                let event = events.recv().await.expect("the event stream");
+                if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&prompt_id) {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(started.is_ok(), "no turn.started: {:#?}", self.events());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.mock.requests().len() < requests && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        prompt_id
+    }
+
     /// Waits for the prompt's end; on a timeout, fails with what is known.
     async fn wait(&self, prompt_id: &str) -> Prompt {
         let prompt_id = prompt_id.to_string();
@@ -591,23 +613,7 @@ fn app_server_cancel_interrupts_a_hanging_turn_and_the_child_goes_on() {
         let rig = Rig::start_with(&codex, APP_SERVER, 0).await;
         rig.mock
             .script([Answer::Hang, Answer::text("after the interrupt")]);
-        let mut events = rig.corral.subscribe();
-        let hanging = rig.send("wait forever").await;
-        let started = tokio::time::timeout(PROMPT_TIMEOUT, async {
-            loop {
-                let event = events.recv().await.expect("the event stream");
-                if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&hanging) {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(started.is_ok(), "no turn.started: {:#?}", rig.events());
-        // The turn is waiting on the model: the mock holds the request.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while rig.mock.requests().is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let hanging = rig.send_until_it_hangs("wait forever", 1).await;
         assert_eq!(rig.mock.requests().len(), 1);
         let cancel_at = Instant::now();
         rig.corral.cancel(&hanging).await.unwrap();
@@ -714,22 +720,7 @@ fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model(
             .script([Answer::text("a first answer"), Answer::Hang]);
         let first = rig.run("first").await;
         assert_eq!(first.status, PromptStatus::Done, "{}", rig.story(&first));
-        let mut events = rig.corral.subscribe();
-        let hanging = rig.send("wait for my steer").await;
-        let started = tokio::time::timeout(PROMPT_TIMEOUT, async {
-            loop {
-                let event = events.recv().await.expect("the event stream");
-                if event.kind == "turn.started" && event.prompt_id.as_deref() == Some(&hanging) {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(started.is_ok(), "no turn.started: {:#?}", rig.events());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while rig.mock.requests().len() < 2 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let hanging = rig.send_until_it_hangs("wait for my steer", 2).await;
         for request in rig.mock.requests() {
             let request = request.json();
             assert_eq!(request["reasoning"]["effort"], "high", "{request}");

@@ -486,6 +486,12 @@ fn home_at() -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     let home_dir = home.path().join("h");
     std::fs::create_dir(&home_dir).unwrap();
+    // Its user's alone, as corral makes a home (a looser one is tightened, and said so).
+    std::fs::set_permissions(
+        &home_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
     home
 }
 

@@ -17,12 +17,11 @@
 //! for the WebSocket of events, a read's peer is looked up only while some session works (a
 //! pass over `/proc` per request): with none working there is no run to come from.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::methods::{self, Caller};
 use super::origin;
-use crate::events::EventKind;
-use crate::protocol::{code, RpcError};
+use crate::protocol::RpcError;
 use crate::Corral;
 
 /// What a request reaches, as its params name it.
@@ -98,34 +97,8 @@ pub async fn confine_peer(
     let Some(why) = beyond(corral, &reach, origin.session_id.as_deref()) else {
         return Ok(());
     };
-    let session = origin
-        .session_id
-        .clone()
-        .unwrap_or_else(|| origin.run_id.clone());
     tracing::warn!(method, why, peer, run = %origin.run_id, "refused a request beyond its run's session");
-    if let Some(session_id) = &origin.session_id {
-        let recorded = corral
-            .record_event(
-                session_id,
-                EventKind::RequestRefused,
-                json!({
-                    "method": method,
-                    "what": why,
-                    "run_id": origin.run_id,
-                    "found_by": origin.found_by,
-                    "peer_pid": peer,
-                }),
-            )
-            .await;
-        if let Err(error) = recorded {
-            tracing::error!(%error, session = session_id, "the refusal was not recorded");
-        }
-    }
-    Err(RpcError::new(
-        code::NOT_ALLOWED,
-        format!("not allowed from inside a supervised run (session {session}): {why}"),
-    )
-    .with_data(json!({ "run_id": origin.run_id, "found_by": origin.found_by })))
+    Err(origin::refuse(corral, &origin, peer, method, &why).await)
 }
 
 /// Why `reach` is beyond the run's session `own` (`None`: a run of no one session, an
@@ -173,6 +146,8 @@ fn prompt_session(corral: &Corral, selector: &str) -> Option<crate::store::sessi
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     /// Every method the daemon answers is placed in the table on purpose: a new method

@@ -55,6 +55,43 @@ pub struct Origin {
     pub found_by: &'static str,
 }
 
+/// The refusal of a request from inside a run (`NOT_ALLOWED`, naming the run's session and
+/// `what` it would have done), recorded first as a `request.refused` event of that session:
+/// a widening ([`Widening`]) and a reach beyond the session (`confine.rs`) alike. The record
+/// waits out a locked store; the request is refused even when it cannot be made.
+pub async fn refuse(
+    corral: &crate::Corral,
+    origin: &Origin,
+    peer: i32,
+    method: &str,
+    what: &str,
+) -> RpcError {
+    if let Some(session_id) = &origin.session_id {
+        let recorded = corral
+            .record_event(
+                session_id,
+                crate::events::EventKind::RequestRefused,
+                serde_json::json!({
+                    "method": method,
+                    "what": what,
+                    "run_id": origin.run_id,
+                    "found_by": origin.found_by,
+                    "peer_pid": peer,
+                }),
+            )
+            .await;
+        if let Err(error) = recorded {
+            tracing::error!(%error, session = session_id, "the refusal was not recorded");
+        }
+    }
+    let session = origin.session_id.as_deref().unwrap_or(&origin.run_id);
+    RpcError::new(
+        code::NOT_ALLOWED,
+        format!("not allowed from inside a supervised run (session {session}): {what}"),
+    )
+    .with_data(serde_json::json!({ "run_id": origin.run_id, "found_by": origin.found_by }))
+}
+
 /// How far up a process tree [`find`] walks (a deeper tree is not a supervised run's).
 const MAX_DEPTH: usize = 64;
 

@@ -4,6 +4,7 @@
 //! (`store`: a database per test home, the skip rule when there is none).
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod browser;
 pub mod cluster;
 pub mod daemon;

@@ -35,7 +35,6 @@ use serde_json::{json, Value};
 
 use super::origin;
 use super::server::DaemonContext;
-use crate::events::EventKind;
 use crate::protocol::*;
 use crate::store;
 use crate::store::select::Unselected;
@@ -332,36 +331,8 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
     let Some(what) = what else {
         return Ok(judged);
     };
-    let session = origin
-        .session_id
-        .clone()
-        .unwrap_or_else(|| origin.run_id.clone());
     tracing::warn!(method, what, peer, run = %origin.run_id, found_by = origin.found_by, transport = ?caller.transport, "refused a widening request from a supervised run");
-    if let Some(session_id) = &origin.session_id {
-        // Waits out a locked store (the refusal is told after its record); the request is
-        // refused even when the record cannot be made.
-        let recorded = corral
-            .record_event(
-                session_id,
-                EventKind::RequestRefused,
-                json!({
-                    "method": method,
-                    "what": what,
-                    "run_id": origin.run_id,
-                    "found_by": origin.found_by,
-                    "peer_pid": peer,
-                }),
-            )
-            .await;
-        if let Err(error) = recorded {
-            tracing::error!(%error, session = session_id, "the refusal was not recorded");
-        }
-    }
-    Err(RpcError::new(
-        code::NOT_ALLOWED,
-        format!("not allowed from inside a supervised run (session {session}): {what}"),
-    )
-    .with_data(json!({ "run_id": origin.run_id, "found_by": origin.found_by })))
+    Err(origin::refuse(corral, &origin, peer, method, &what).await)
 }
 
 /// What `params` would widen, on one read of the store: for the worst caller (`run`:
