@@ -1206,7 +1206,11 @@ impl Corral {
         let mut runs = self
             .read(|connection| {
                 connection.rows(
-                    "SELECT id, session_id, pid FROM runs WHERE status = 'running' AND pid IS NOT NULL",
+                    // A run whose pid is not stored yet (its engine is being spawned, or has
+                    // just been: the pid is the next commit) is matched by the run id its
+                    // engine carries (pid 0: never by ancestry or group), so an agent's very
+                    // first request is judged as its others.
+                    "SELECT id, session_id, coalesce(pid, 0) FROM runs WHERE status = 'running'",
                     args![],
                     |row| {
                         Ok(crate::daemon::origin::LiveRun {

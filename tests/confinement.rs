@@ -14,31 +14,39 @@ use serde_json::{json, Value};
 
 const REFUSAL: &str = "not allowed from inside a supervised run (session ";
 
-#[test]
-fn an_agent_reaches_its_own_session_only_by_any_route() {
-    let home = DaemonHome::new();
-    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
-    let agent = home.fake_session(fake, "agent", &[]);
-    // Another project's session, with a prompt running all along.
+/// The running prompt of session `other`, if one runs.
+fn running(home: &DaemonHome) -> Option<String> {
+    let history = home.json(&["history", "other", "--json"]);
+    history["prompts"]
+        .as_array()?
+        .iter()
+        .find(|prompt| prompt["status"] == "running")
+        .and_then(|prompt| prompt["id"].as_str().map(str::to_string))
+}
+
+/// Another project's session, `other`, with a prompt running all along (a project's sessions
+/// take turns in a plain directory, so it is not the agent's project): its id and its
+/// prompt's.
+fn another_session_running(home: &DaemonHome) -> (String, String) {
     let elsewhere = home.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
     home.add_project("q", &elsewhere, "fake");
     let other = home.new_session(&["q", "--title", "other"]);
     home.ok(&["send", "other", "@fake delay=60000\nlong work"]);
-    let running = |home: &DaemonHome| -> Option<String> {
-        let history = home.json(&["history", "other", "--json"]);
-        history["prompts"]
-            .as_array()?
-            .iter()
-            .find(|prompt| prompt["status"] == "running")
-            .and_then(|prompt| prompt["id"].as_str().map(str::to_string))
-    };
-    let mut other_prompt = None;
+    let mut prompt = None;
     wait_until("the other session's prompt runs", || {
-        other_prompt = running(&home);
-        other_prompt.is_some()
+        prompt = running(home);
+        prompt.is_some()
     });
-    let other_prompt = other_prompt.unwrap();
+    (other, prompt.unwrap())
+}
+
+#[test]
+fn an_agent_reaches_its_own_session_only_by_any_route() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    let agent = home.fake_session(fake, "agent", &[]);
+    let (other, other_prompt) = another_session_running(&home);
 
     let corral = env!("CARGO_BIN_EXE_corral");
     let rpc = python_rpc(home.path());
@@ -151,24 +159,12 @@ fn an_agent_reaches_its_own_session_only_over_http() {
     let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
     home.config(&[("http.listen", "127.0.0.1:0")]);
     let agent = home.fake_session(fake, "agent", &[]);
-    // Another project's session (a project's sessions take turns in a plain directory).
-    let elsewhere = home.path().join("elsewhere");
-    std::fs::create_dir(&elsewhere).unwrap();
-    home.add_project("q", &elsewhere, "fake");
-    let other = home.new_session(&["q", "--title", "other"]);
-    home.ok(&["send", "other", "@fake delay=60000\nlong work"]);
+    let (other, other_prompt) = another_session_running(&home);
     let web = home.json(&["web", "--json"]);
     std::fs::write(home.path().join("listen"), web["listen"].as_str().unwrap()).unwrap();
     let http = home.path().join("web_client.py");
     std::fs::write(&http, HTTP).unwrap();
     let http = http.display();
-    let mut other_prompt = None;
-    wait_until("the other session's prompt runs", || {
-        let history = home.json(&["history", "other", "--json"]);
-        other_prompt = history["prompts"][0]["id"].as_str().map(str::to_string);
-        history["prompts"][0]["status"] == "running"
-    });
-    let other_prompt = other_prompt.unwrap();
     let beyond = [
         format!("python3 '{http}' GET '/api/v1/history?session={other}'"),
         format!("python3 '{http}' GET /api/v1/sessions/{other}"),
@@ -195,8 +191,7 @@ fn an_agent_reaches_its_own_session_only_over_http() {
     }
     let shown = home.json(&["session", "show", &other, "--json"]);
     assert_eq!(shown["session"]["title"], "other", "{shown}");
-    let history = home.json(&["history", "other", "--json"]);
-    assert_eq!(history["prompts"][0]["status"], "running", "{history}");
+    assert_eq!(running(&home).as_deref(), Some(other_prompt.as_str()));
     home.ok(&["cancel", "other"]);
     home.stop_daemon();
 }

@@ -42,7 +42,8 @@ pub struct LiveRun {
     pub run_id: String,
     /// `None` for an app-server child, which serves many sessions.
     pub session_id: Option<String>,
-    /// The engine's pid, which is also its process group's id.
+    /// The engine's pid, which is also its process group's id (0 while it is not stored yet:
+    /// the run is then found by its id in an environment only).
     pub pid: i32,
 }
 
@@ -103,7 +104,12 @@ pub fn find(peer: i32, runs: &[LiveRun]) -> Option<Origin> {
     if runs.is_empty() {
         return from_a_setup(peer);
     }
-    let by_pid: HashMap<i32, &LiveRun> = runs.iter().map(|run| (run.pid, run)).collect();
+    // A run whose pid is not known yet (0) is found by its run id only.
+    let by_pid: HashMap<i32, &LiveRun> = runs
+        .iter()
+        .filter(|run| run.pid > 0)
+        .map(|run| (run.pid, run))
+        .collect();
     let by_id: HashMap<&str, &LiveRun> =
         runs.iter().map(|run| (run.run_id.as_str(), run)).collect();
     let origin = |run: &LiveRun, found_by| Origin {
@@ -918,12 +924,20 @@ mod tests {
         .unwrap();
         let runs = [run(999_998, "r2")];
         let found = find(child.id() as i32, &runs);
+        // A run whose pid is not stored yet (the engine being spawned) is found the same way,
+        // and its pid 0 matches no process's ancestry or group.
+        let spawning = find(child.id() as i32, &[run(0, "r2")]);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(
             found.map(|o| (o.run_id, o.found_by)),
             Some(("r2".into(), "environment"))
         );
+        assert_eq!(
+            spawning.map(|o| (o.run_id, o.found_by)),
+            Some(("r2".into(), "environment"))
+        );
+        assert_eq!(find(std::process::id() as i32, &[run(0, "r3")]), None);
     }
 
     #[test]
