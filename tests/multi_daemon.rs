@@ -12,7 +12,7 @@
 //! - events: a session's events stream live on another daemon (`corral watch --follow`), and
 //!   the all-sessions feed of a third daemon has every feed number once, in order.
 //!
-//! They run in both passes and need the test cluster (`/work/tools/pg-start.sh`, or `.ci/run`);
+//! They run in both passes and need a PostgreSQL server (`CORRAL_TEST_POSTGRES_URL`; `.ci/run` starts one);
 //! without one they print why they skip, except in CI.
 
 mod common;

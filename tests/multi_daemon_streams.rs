@@ -13,8 +13,8 @@
 //!
 //! Every prompt is sent through A's home (home 0) with no driver claim, so A takes it (a daemon
 //! claims what is sent through it while it has room); each test checks in `runs.node_id` that
-//! the run was A's. Like `tests/multi_daemon.rs` they need the test cluster
-//! (`/work/tools/pg-start.sh`, or `.ci/run`) and skip with a printed reason without one, except
+//! the run was A's. Like `tests/multi_daemon.rs` they need a PostgreSQL server
+//! (`CORRAL_TEST_POSTGRES_URL`; `.ci/run` starts one) and skip with a printed reason without one, except
 //! in CI; the browser test also needs Chromium (the same rule, `browser::available`).
 
 mod common;

@@ -20,7 +20,7 @@
 //! environment `tests/real_engines.rs` runs it in too (`common::engines`): a private
 //! `CODEX_HOME` whose `config.toml` names the mock as the only model provider and turns off
 //! everything that reaches out (analytics, plugin sync, update checks), with codex's own
-//! retries at 0 so that corral owns the retry policy (`../shared/reference/codex.md` §2, §7).
+//! retries at 0 so that corral owns the retry policy.
 //! corral gives engine children its own environment, so `engines.codex.path` points at a
 //! generated wrapper script that sets `CODEX_HOME`, `HOME` and the dummy API key, then execs
 //! the real binary.

@@ -2,7 +2,7 @@
 //!
 //! Tests and `corral demo` run on it instead of a real engine. It speaks the exact output
 //! formats of `codex exec --json`, of `claude -p --output-format stream-json` and the JSON-RPC
-//! protocol of `codex app-server` (as measured on the real CLIs, see `../shared/reference/`),
+//! protocol of `codex app-server` (as measured on the real CLIs; the tests of `tests/fake_engine.rs` pin them),
 //! answers at once, and can be told to stall, rate-limit, conflict on a thread, lose its
 //! rollout, fail, crash or hang. The app-server mode has a section of its own below.
 //!
@@ -136,8 +136,7 @@
 //! # app-server mode
 //!
 //! `corral-fake-engine app-server` speaks codex's `app-server` JSON-RPC over stdin/stdout, one
-//! JSON object per line, shaped like the real codex 0.171.0 messages (samples in
-//! `../shared/reference/codex-0.171.0-samples/appserver_*.txt`): no `"jsonrpc"` field (one on
+//! JSON object per line, shaped like the real codex 0.171.0 messages (as recorded from it): no `"jsonrpc"` field (one on
 //! input is ignored), notifications carry `"emittedAtMs"`, server requests have integer ids
 //! (0, 1, …). Answers are `{"id":N,"result":…}`; refusals are
 //! `{"error":{"code":-32600,"message":…},"id":N}` (`-32603` when the state dir cannot be

@@ -1,8 +1,8 @@
 //! `corral connect SESSION --socket PATH`: serve codex's app-server protocol on a Unix socket,
 //! so that a person's own Codex client can attach to a supervised session's thread.
 //!
-//! The socket speaks what `codex app-server` speaks on stdio (`../shared/reference/codex.md`
-//! §5): one JSON object per line, no `"jsonrpc"` field, `{"id":N,"result":…}` answers,
+//! The socket speaks what `codex app-server` speaks on stdio (codex
+//! 0.171.0): one JSON object per line, no `"jsonrpc"` field, `{"id":N,"result":…}` answers,
 //! `{"error":{…},"id":N}` refusals and notifications with `"emittedAtMs"`. Behind it is the
 //! daemon: each native connection is an exec of its own (a row in the ledger whose parent is
 //! this process's exec, completed when the connection closes), with its own daemon client

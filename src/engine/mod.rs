@@ -6,7 +6,7 @@
 //! - [`Engine::parse_line`] turns one line of the child's stdout into normalized
 //!   [`EngineEvent`]s (a line that is not the engine's JSON becomes [`EngineEvent::Raw`]).
 //!
-//! What the supervisor learns from the engines (see `../shared/reference/`): start them with
+//! What the supervisor learns from the engines (measured on the real CLIs): start them with
 //! stdin closed, judge a run by its last structured line and not by its exit code alone
 //! ([`RunVerdict`]), and classify failures for the retry policy ([`classify_failure`]).
 

@@ -14,7 +14,7 @@
 //!
 //! A session's line carries its branch when it has its own worktree (docs/worktrees.md).
 //!
-//! A session's state (DESIGN.md's words): `active` (a prompt runs), `queued`, `waiting` (its
+//! A session's state: `active` (a prompt runs), `queued`, `waiting` (its
 //! last prompt done — reason: the answer's first line — or cancelled), `failed` (reason: the
 //! error), `finished` (archived), `unknown` (no prompt yet).
 

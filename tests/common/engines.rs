@@ -11,8 +11,7 @@
 //!   would reach beyond loopback (telemetry, updates, plugin installs), turns the engine's own
 //!   retries down (corral owns the retry policy), then execs the real binary with `"$@"`.
 //!   `corral config set engines.<engine>.path WRAPPER` ([`EngineEnv::configure`]) makes corral
-//!   run it. The settings follow `../shared/reference/claude-opencode.md` §1.1, §2.1 and
-//!   `../shared/reference/codex.md` §2.
+//!   run it. The settings are the ones measured to keep each CLI offline and quiet.
 //! - [`engine_slot`] keeps at most [`MAX_ENGINE_TESTS`] such tests running at once in a test
 //!   binary: OpenCode takes ~600 MB and ~2 s of CPU per run, Claude Code ~300 MB.
 

@@ -1,5 +1,5 @@
 //! A loopback mock of the Anthropic Messages API, enough for Claude Code 2.1.197
-//! (`../shared/reference/claude-opencode.md` §1.2). Point `ANTHROPIC_BASE_URL` at
+//! (its requests as measured). Point `ANTHROPIC_BASE_URL` at
 //! [`MockAnthropic::base_url`]; Claude Code appends `/v1/messages?beta=true`.
 //!
 //! - `POST /v1/messages` is a model call, answered from the script: with `"stream": true` an

@@ -1,6 +1,5 @@
 //! A loopback mock of the OpenAI Chat Completions API, enough for OpenCode 1.18.33 through its
-//! bundled `@ai-sdk/openai-compatible` provider (`../shared/reference/claude-opencode.md`
-//! §2). Name [`MockChat::base_url`] as the provider's `baseURL`; it POSTs to
+//! bundled `@ai-sdk/openai-compatible` provider. Name [`MockChat::base_url`] as the provider's `baseURL`; it POSTs to
 //! `{baseURL}/chat/completions`.
 //!
 //! - `POST /v1/chat/completions` with `"stream": true` is answered with

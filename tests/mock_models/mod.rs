@@ -1,5 +1,5 @@
 //! Loopback mock model servers for the tests that drive the real Claude Code and OpenCode CLIs
-//! offline (`tests/real_engines.rs`; `../shared/reference/claude-opencode.md`):
+//! offline (`tests/real_engines.rs`):
 //!
 //! - [`anthropic::MockAnthropic`]: the Anthropic Messages API (`POST /v1/messages`, SSE or
 //!   JSON; `POST /v1/messages/count_tokens`; `GET /v1/models`), for Claude Code.

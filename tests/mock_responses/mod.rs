@@ -2,7 +2,7 @@
 //! real Codex CLI without any network or credentials.
 //!
 //! Codex speaks only the Responses API over HTTP/1.1 and reads the answer as server-sent
-//! events (`../shared/reference/codex.md` §2–3). This mock is just enough of that:
+//! events. This mock is just enough of that:
 //!
 //! - Its HTTP is the core every mock model server of the tests shares
 //!   (`tests/mock_models/http.rs`; a test crate declares `mod mock_models;` beside

@@ -12,8 +12,8 @@
  *   router        hash routes (#/, #/sessions/ID, #/projects, #/settings, #/history)
  *   boot
  *
- * The DOM contract (data-testid names) is in /work/briefs/http_contract.md; the browser tests
- * rely on it.
+ * The DOM contract is its data-testid names: the browser tests (tests/dashboard.rs) rely on
+ * them.
  */
 (() => {
   'use strict';
