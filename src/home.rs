@@ -7,13 +7,13 @@
 //!
 //! A home is private: it holds every prompt, answer and argv. It is the owner's alone (0700),
 //! and every file corral makes in it is 0600 from its creation, whatever the umask. A home
-//! found looser is tightened, saying so once; a home that belongs to another user, or that is
-//! a symbolic link to a directory others can read, is refused (tightening it would change a
-//! directory somebody shares). The store's own files are tightened once they are known to be
-//! ours (`store::make_private`); a home others can write to is refused too (anyone could have
-//! put a store or a config there). The HTTP token is never tightened: a secret others could
-//! read is spent, so the daemon stops honouring it (`http::access`); `config` and `store.id`
-//! are refused by their readers when others could change them.
+//! others can only read is tightened, saying so once. Refused: a home that belongs to another
+//! user, one others can write to (anyone could have put a store or a config there), and a
+//! symbolic link to a directory others can open (tightening it would change a directory
+//! somebody shares). The store's own files are tightened once they are known to be ours
+//! (`store::make_private`). The HTTP token is never tightened: a secret others could read is
+//! spent, so the daemon stops honouring it (`http::access`); `config` and `store.id` are
+//! refused by their readers when others could change them.
 
 use std::ffi::OsString;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -86,8 +86,8 @@ pub fn prepare(dir: &Path, source: &HomeSource) -> Result<(), String> {
     Ok(())
 }
 
-/// Why a home may not be used, if it may not: it belongs to another user, or it is a
-/// symbolic link to a directory that others can open. Reads only.
+/// Why a home may not be used, if it may not: it belongs to another user, others can write
+/// to it, or it is a symbolic link to a directory that others can open. Reads only.
 pub fn refusal(dir: &Path) -> Option<String> {
     let link = std::fs::symlink_metadata(dir)
         .map(|meta| meta.file_type().is_symlink())

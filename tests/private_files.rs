@@ -84,6 +84,16 @@ impl Drop for Scratch {
     }
 }
 
+/// Runs `corral ARGS…` in `home`, which must refuse it: exit 1 and one line on stderr, which
+/// is returned.
+fn refused_in_one_line(home: &Path, args: &[&str]) -> String {
+    let output = common::corral_in(home, args).output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    stderr
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
 }
@@ -225,10 +235,7 @@ fn a_home_of_another_user_is_refused_in_one_line() {
         &["session", "list"],
         &["run", "--", "true"],
     ] {
-        let output = common::corral_in(&theirs, args).output().unwrap();
-        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let stderr = refused_in_one_line(&theirs, args);
         assert!(stderr.contains("not to you"), "{stderr}");
     }
     assert_eq!(mode(&theirs), before);
@@ -247,12 +254,7 @@ fn a_home_linked_to_a_shared_directory_is_refused_in_one_line() {
     std::os::unix::fs::symlink(&shared, &home).unwrap();
     // Writable by everybody (like /tmp): refused, linked or not.
     for dir in [&home, &shared] {
-        let output = common::corral_in(dir, &["monitor", "list"])
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(1), "{output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let stderr = refused_in_one_line(dir, &["monitor", "list"]);
         assert!(
             stderr.contains("written by others") && stderr.contains("1777"),
             "{stderr}"
@@ -261,12 +263,7 @@ fn a_home_linked_to_a_shared_directory_is_refused_in_one_line() {
     // Readable by others: the link is refused (tightening would change a directory somebody
     // may share); the directory itself would be tightened.
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let output = common::corral_in(&home, &["monitor", "list"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1), "{output:?}");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = refused_in_one_line(&home, &["monitor", "list"]);
     assert!(
         stderr.contains("symbolic link") && stderr.contains("0755"),
         "{stderr}"

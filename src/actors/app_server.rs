@@ -750,7 +750,7 @@ pub struct Call {
 impl Handler<Call> for AppServerActor {
     type Result = ResponseFuture<Result<Value, RpcError>>;
 
-    fn handle(&mut self, call: Call, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, mut call: Call, _: &mut Context<Self>) -> Self::Result {
         if call.method == "thread/resume" {
             let thread = call.params["threadId"]
                 .as_str()
@@ -765,7 +765,6 @@ impl Handler<Call> for AppServerActor {
                 return Box::pin(async move { Ok(answer) });
             }
         }
-        let mut call = call;
         if call.method == "turn/steer" && call.params.get("expectedTurnId").is_none() {
             // codex takes a steer only for the turn it names: the one running on the thread.
             let thread = call.params["threadId"].as_str().unwrap_or_default();

@@ -105,7 +105,6 @@ pub async fn confine_peer(
 /// app-server child's), if it is. A selector that names nothing is left to the method (it
 /// answers "not found", which says nothing of anyone's).
 fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
-    let own_session = own.and_then(|own| methods::resolve_session(corral, own).ok());
     let reached = match reach {
         Reach::Nothing => return None,
         Reach::Everything => {
@@ -117,10 +116,10 @@ fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
             .or_else(|| methods::resolve_session(corral, selector).ok())?,
         Reach::Project(selector) => {
             let project = methods::resolve_project(corral, selector).ok()?;
-            let own_project = own_session
-                .as_ref()
-                .and_then(|session| session.project_id.as_deref());
-            if own_project == Some(project.id.as_str()) {
+            let own_project = own
+                .and_then(|own| methods::resolve_session(corral, own).ok())
+                .and_then(|session| session.project_id);
+            if own_project.as_deref() == Some(project.id.as_str()) {
                 return None;
             }
             return Some(format!(
@@ -129,7 +128,7 @@ fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
             ));
         }
     };
-    if own_session.as_ref().map(|session| session.id.as_str()) == Some(reached.id.as_str()) {
+    if own == Some(reached.id.as_str()) {
         return None;
     }
     Some(format!(

@@ -589,13 +589,28 @@ fn needs_peer(route: &Route, method: &str, names_exec: bool, runs_live: bool) ->
 /// The process behind the request's TCP peer, looked up now (a pass over /proc). Done when
 /// the request starts, before its body is read: a client that sent its request and closed
 /// is found only while it still holds the socket.
-pub(super) async fn peer_of(request: &HttpRequest) -> Option<i32> {
+async fn peer_of(request: &HttpRequest) -> Option<i32> {
     let peer = request.peer_addr()?;
     let local = request.app_config().local_addr();
     web::block(move || super::peer::pid_of(peer, local))
         .await
         .ok()
         .flatten()
+}
+
+/// A read of events (a page, the WebSocket) as `events.subscribe` with `params`: while any
+/// session works, the peer is looked up and an agent kept to its own session
+/// (`daemon::confine`).
+pub(super) async fn confine_events(
+    request: &HttpRequest,
+    corral: &crate::Corral,
+    params: &Value,
+) -> Result<(), RpcError> {
+    if !corral.any_working() {
+        return Ok(());
+    }
+    let peer = peer_of(request).await;
+    crate::daemon::confine::confine_peer(corral, peer, "events.subscribe", params).await
 }
 
 /// `X-Corral-Exec` over HTTP names an exec of the store, still running, run by the process
@@ -749,14 +764,8 @@ async fn events_page(route: &Route, request: &HttpRequest) -> HttpResponse {
         .to_string();
     let corral = shared.corral.clone();
     // An agent reads its own session's events only (`daemon::confine`).
-    if corral.any_working() {
-        let peer = peer_of(request).await;
-        let asked = json!({ "session": selector });
-        if let Err(error) =
-            crate::daemon::confine::confine_peer(&corral, peer, "events.subscribe", &asked).await
-        {
-            return error_response(error);
-        }
+    if let Err(error) = confine_events(request, &corral, &json!({ "session": selector })).await {
+        return error_response(error);
     }
     let read = web::block(move || -> Result<Value, RpcError> {
         let session = methods::resolve_session(&corral, &selector)?;

@@ -71,14 +71,9 @@ pub async fn upgrade(route: &Route, request: &HttpRequest, body: web::Payload) -
     let after = i64::try_from(after).unwrap_or(i64::MAX);
     let corral = shared.corral.clone();
     // An agent follows its own session's events only (`daemon::confine`).
-    if corral.any_working() {
-        let peer = super::api::peer_of(request).await;
-        let asked = Value::Object(params.clone());
-        if let Err(error) =
-            crate::daemon::confine::confine_peer(&corral, peer, "events.subscribe", &asked).await
-        {
-            return super::api::error_response(error);
-        }
+    let asked = Value::Object(params.clone());
+    if let Err(error) = super::api::confine_events(request, &corral, &asked).await {
+        return super::api::error_response(error);
     }
     let scope = match params.get("session").and_then(Value::as_str) {
         None => Scope::All,

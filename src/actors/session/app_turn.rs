@@ -492,10 +492,7 @@ fn turn_exited(outcome: &RunOutcome, turn_id: &str, pid: u32) -> serde_json::Val
             payload["status"] = json!(status);
         }
         RunOutcome::Stopped(stop, _) => {
-            payload["ended_by"] = json!(match stop {
-                Stop::Cancel => "cancelled",
-                Stop::Shutdown => "daemon shutdown",
-            });
+            payload["ended_by"] = json!(stop.ended_by());
             payload["status"] = json!("interrupted");
         }
         RunOutcome::TimedOut(_) => {

@@ -397,8 +397,7 @@ impl Worker {
             ));
         }
         let reason = match ended {
-            Ended::Stopped(Stop::Cancel) => "cancelled",
-            Ended::Stopped(Stop::Shutdown) => "daemon shutdown",
+            Ended::Stopped(stop) => stop.ended_by(),
             Ended::TimedOut => "timed out",
             Ended::Unstored(_) => "store unavailable",
             Ended::Lost(_) => "lost",

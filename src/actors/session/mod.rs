@@ -246,6 +246,16 @@ enum Stop {
     Shutdown,
 }
 
+impl Stop {
+    /// What ended the run, as its `run.exited` says (`ended_by`).
+    fn ended_by(self) -> &'static str {
+        match self {
+            Stop::Cancel => "cancelled",
+            Stop::Shutdown => "daemon shutdown",
+        }
+    }
+}
+
 /// How a prompt ended.
 struct PromptEnd {
     status: PromptStatus,

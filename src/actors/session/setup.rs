@@ -248,11 +248,7 @@ impl Worker {
             None if exit.code == Some(0) => None,
             None => Some(setup_failed(&exit, last.as_deref())),
             Some(Ended::Stopped(stop)) => {
-                let by = match stop {
-                    Stop::Cancel => "cancelled",
-                    Stop::Shutdown => "daemon shutdown",
-                };
-                batch.push(self.exited_event(prompt, &exit, Some(by)));
+                batch.push(self.exited_event(prompt, &exit, Some(stop.ended_by())));
                 self.deferred.append(&mut batch);
                 return Err(PromptEnd::stopped(stop));
             }
