@@ -89,6 +89,35 @@ impl From<StoreError> for CorralError {
     }
 }
 
+/// Refuses a policy the engine cannot honour (`ask` where it cannot ask a person), or `full`
+/// without the project's grant, in one line.
+fn refuse_policy(
+    engine: EngineKind,
+    policy: crate::engine::Policy,
+    granted: bool,
+) -> Result<(), CorralError> {
+    use crate::engine::Policy;
+    match policy {
+        Policy::Ask => match engine.cannot_ask() {
+            Some(why) => Err(CorralError::Invalid(format!(
+                "policy 'ask' on {engine}: {why}"
+            ))),
+            None => Ok(()),
+        },
+        Policy::Full if !granted => Err(CorralError::Invalid(
+            "policy 'full' is a project's grant: corral project set PROJECT --policy full".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn full_not_granted(project: &str) -> String {
+    format!(
+        "policy 'full' is a project's grant, and project '{project}' has none: corral project \
+         set {project} --policy full"
+    )
+}
+
 /// How to start a [`Corral`].
 #[derive(Debug, Clone)]
 pub struct CorralOptions {
@@ -352,9 +381,13 @@ impl Corral {
             .map_err(|error| CorralError::Invalid(format!("{}: {error}", path.display())))?
             .to_string_lossy()
             .into_owned();
-        if let Some(engine) = &project.engine {
-            engine.parse::<EngineKind>().map_err(CorralError::Invalid)?;
-        }
+        let kind = project
+            .engine
+            .as_deref()
+            .unwrap_or("codex")
+            .parse::<EngineKind>()
+            .map_err(CorralError::Invalid)?;
+        refuse_policy(kind, project.policy, project.full_access)?;
         let repository = self.worktree_repository(Path::new(&project.path)).await;
         project.isolation = Some(match (project.isolation, &repository) {
             (Some(Isolation::Worktree), Err(why)) => return Err(CorralError::Invalid(why.clone())),
@@ -397,6 +430,15 @@ impl Corral {
         let project = self
             .read(|connection| projects::project(connection, id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))?;
+        let engine = change
+            .engine
+            .as_deref()
+            .or(project.engine.as_deref())
+            .unwrap_or("codex")
+            .parse::<EngineKind>()
+            .map_err(CorralError::Invalid)?;
+        let full = change.full_access.unwrap_or(project.full_access);
+        refuse_policy(engine, change.policy.unwrap_or(project.policy), full)?;
         if change.isolation == Some(Isolation::Worktree) {
             let toplevel = self
                 .worktree_repository(Path::new(&project.path))
@@ -477,6 +519,8 @@ impl Corral {
         if let Some(why) = crate::engine::unsupported(kind, false, model, false, template) {
             return Err(CorralError::Invalid(why));
         }
+        let policy = session.policy.unwrap_or(project.default_policy());
+        refuse_policy(kind, policy, project.full_access)?;
         if project.isolation == Isolation::Worktree {
             return self.open_worktree_session(session, &project).await;
         }
@@ -633,6 +677,20 @@ impl Corral {
             &settings.command_template,
         ) {
             return Err(CorralError::Invalid(why));
+        }
+        if let Some(project) = &project {
+            let policy = crate::engine::Policy::effective(
+                project.default_policy(),
+                project.full_access,
+                session.policy,
+                prompt.policy,
+                prompt.read_only,
+                project.kind == "remote",
+            );
+            refuse_policy(kind, policy, project.full_access)?;
+            if prompt.policy == Some(crate::engine::Policy::Full) && !project.full_access {
+                return Err(CorralError::Invalid(full_not_granted(&project.name)));
+            }
         }
         crate::engine::resolve_program(kind, &settings.engine_paths)
             .map_err(CorralError::Invalid)?;
@@ -1070,6 +1128,7 @@ impl Corral {
             .write(ChangeSession {
                 id: session.id.clone(),
                 title: None,
+                policy: None,
                 archive: true,
             })
             .await?

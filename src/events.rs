@@ -85,6 +85,13 @@ event_kinds! {
     /// A tool use the engine refused under the session's permissions (`tool`, `target`,
     /// `reason`); the prompt's end carries how many (`denied`).
     ToolDenied => "tool.denied",
+    /// Under `ask`, the engine asks a person before a tool use (`approval`: the stored
+    /// request, `corral approvals`); the engine waits for the answer.
+    ApprovalRequested => "approval.requested",
+    /// An approval was answered (`approval`: with its `status`, who answered and why): by a
+    /// person, by a decision the person kept for the session, by `approvals.timeout_s`, or
+    /// as denied because its run ended.
+    ApprovalAnswered => "approval.answered",
     Usage => "usage",
     /// A non-fatal error line of the engine.
     Notice => "notice",

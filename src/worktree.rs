@@ -890,6 +890,7 @@ mod tests {
             worktrees_dir: None,
             setup: None,
             repo_root: repo_root.map(String::from),
+            policy: Default::default(),
         }
     }
 
@@ -920,6 +921,7 @@ mod tests {
                 base_commit: "0".repeat(40),
                 state: WorktreeState::Ready,
             }),
+            policy: Default::default(),
         }
     }
 

@@ -894,7 +894,7 @@ fn the_sandbox_holds_and_every_refusal_is_told(engine: Engine) {
     let Some(rig) = Rig::start(engine) else {
         return;
     };
-    let session = rig.session(Some("Sandbox"));
+    let session = rig.session(Some("Policy"));
     let outside = rig.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
     write_cell(

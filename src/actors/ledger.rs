@@ -47,8 +47,8 @@ use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
-    asks, daemons, drivers, events, listen, migrations, open_writer, processes, projects, prompts,
-    runs, sessions, settings, StoreError,
+    approvals, asks, daemons, drivers, events, listen, migrations, open_writer, processes,
+    projects, prompts, runs, sessions, settings, StoreError,
 };
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the
@@ -1857,9 +1857,60 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Renames (a human title) or archives a session.
-    ChangeSession { id: String, title: Option<String>, archive: bool } -> Option<sessions::Session>,
-    |this, connection| sessions::change_session(connection, &this.id, this.title.as_deref(), this.archive)
+    /// Renames (a human title), sets the policy of (`Some(None)`: back to the project's) or
+    /// archives a session.
+    ChangeSession { id: String, title: Option<String>, policy: Option<Option<crate::engine::Policy>>, archive: bool } -> Option<sessions::Session>,
+    |this, connection| sessions::change_session(connection, &this.id, this.title.as_deref(), this.policy, this.archive)
+);
+
+ledger_write!(
+    /// Stores what an engine asks a person under `ask` (with its `approval.requested`, in
+    /// the worker's events: `Worker::write_events`).
+    PutApproval { approval: approvals::Approval } -> (),
+    |this, connection| approvals::insert(connection, &this.approval)
+);
+
+/// The `approval.answered` event of an approval answered now.
+fn approval_answered(approval: &approvals::Approval) -> events::NewEvent {
+    events::NewEvent {
+        session_id: approval.session_id.clone(),
+        prompt_id: approval.prompt_id.clone(),
+        run_id: approval.run_id.clone(),
+        kind: crate::events::EventKind::ApprovalAnswered,
+        payload: serde_json::json!({ "approval": approval }),
+    }
+}
+
+ledger_write!(
+    /// Answers a pending approval, once, with its `approval.answered`; a second answer is
+    /// told the first ([`approvals::Answered::Before`]) and changes nothing.
+    AnswerApproval { id: String, answer: approvals::Answer } -> (approvals::Answered, Vec<events::Event>),
+    |this, connection| {
+        let answered = approvals::answer(connection, &this.id, &this.answer)?;
+        let told = match &answered {
+            approvals::Answered::Now(approval) => {
+                events::append_events(connection, &[approval_answered(approval)])?
+            }
+            _ => Vec::new(),
+        };
+        Ok::<_, StoreError>((answered, told))
+    }
+);
+
+ledger_write!(
+    /// Denies what a run left pending when it ended (or, `run_id` `None`, what this daemon's
+    /// runs of before left: at boot), each with its `approval.answered`.
+    DenyLeftApprovals { run_id: Option<String>, node_id: Option<String>, reason: String } -> Vec<events::Event>,
+    |this, connection| {
+        let denied = approvals::deny_left(
+            connection,
+            this.run_id.as_deref(),
+            this.node_id.as_deref(),
+            &this.reason,
+        )?;
+        let told: Vec<events::NewEvent> = denied.iter().map(approval_answered).collect();
+        Ok::<_, StoreError>(events::append_events(connection, &told)?)
+    }
 );
 
 ledger_write!(

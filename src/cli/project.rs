@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::engine::Policy;
 use clap::ArgAction;
 use serde_json::Value;
 
@@ -54,9 +55,13 @@ pub struct AddArgs {
     /// The engine's model.
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
-    /// Run its engines without sandbox or approvals.
+    /// Run its engines without sandbox or approvals (the same as --policy full).
     #[arg(long)]
     pub full_access: bool,
+    /// What its agents may do without asking: read-only, workspace-write (the default), ask
+    /// (anything beyond workspace-write waits for `corral approve`), full.
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    pub policy: Option<Policy>,
     /// A remote project: its engines always run read-only.
     #[arg(long)]
     pub remote: bool,
@@ -114,9 +119,12 @@ pub struct SetArgs {
     pub engine: Option<String>,
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
-    /// Run its engines without sandbox or approvals.
+    /// Run its engines without sandbox or approvals (the same as --policy full).
     #[arg(long, value_name = "true|false", action = ArgAction::Set)]
     pub full_access: Option<bool>,
+    /// What its agents may do without asking: read-only, workspace-write, ask, full.
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    pub policy: Option<Policy>,
     /// Remote: its engines always run read-only.
     #[arg(long, value_name = "true|false", action = ArgAction::Set)]
     pub remote: Option<bool>,
@@ -147,6 +155,11 @@ pub struct SetArgs {
 
 /// The values `--isolation` takes (`projects::Isolation`'s words).
 const ISOLATIONS: [&str; 2] = ["worktree", "shared"];
+
+/// A policy's name, as clap takes it (an unknown one is a usage error naming the four).
+pub(crate) fn parse_policy(text: &str) -> Result<Policy, String> {
+    text.parse()
+}
 
 impl ProjectAction {
     /// Whether the subcommand only looks (and so never starts a daemon).
@@ -193,6 +206,7 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         engine: args.engine.clone(),
         model: args.model.clone(),
         full_access: args.full_access,
+        policy: args.policy,
         remote: args.remote,
         groups: args.groups.clone(),
         instructions: args.instructions.clone(),
@@ -275,6 +289,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
     if args.engine.is_none()
         && args.model.is_none()
         && args.full_access.is_none()
+        && args.policy.is_none()
         && args.remote.is_none()
         && groups.is_none()
         && args.instructions.is_none()
@@ -284,7 +299,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.setup.is_none()
     {
         return Err(CliError::usage(
-            "nothing to change: give --engine, --model, --full-access, --remote, --group, \
+            "nothing to change: give --engine, --model, --policy, --full-access, --remote, --group, \
              --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir \
              or --setup",
         ));
@@ -300,6 +315,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         engine: args.engine.clone(),
         model: args.model.clone(),
         full_access: args.full_access,
+        policy: args.policy,
         remote: args.remote,
         groups,
         instructions: args.instructions.clone(),
@@ -353,17 +369,18 @@ fn print(project: &Value, json: bool) {
         print_json(project);
         return;
     }
-    let access = if project["full_access"].as_bool() == Some(true) {
-        "full (no sandbox, no approvals)"
-    } else {
-        "sandboxed"
+    let access = match project["policy"].as_str().unwrap_or("workspace-write") {
+        "full" => "full (no sandbox, no approvals)",
+        "read-only" => "read-only (no writes)",
+        "ask" => "ask (workspace-write; anything beyond waits for `corral approve`)",
+        _ => "workspace-write (edits and commands inside its tree)",
     };
     println!("name:         {}", text(project, "name"));
     println!("id:           {}", text(project, "id"));
     println!("path:         {}", text(project, "path"));
     println!("engine:       {}", text(project, "engine"));
     println!("model:        {}", text(project, "model"));
-    println!("access:       {access}");
+    println!("policy:       {access}");
     println!("kind:         {}", text(project, "kind"));
     println!("groups:       {}", groups(project));
     let isolation = match isolation(project) {

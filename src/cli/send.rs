@@ -66,9 +66,13 @@ pub struct SendArgs {
     /// Wait for the prompt to end and print its answer (this exec drives the session).
     #[arg(long)]
     pub wait: bool,
-    /// The engine may read but not write.
+    /// The engine may read but not write (the same as --policy read-only).
     #[arg(long)]
     pub read_only: bool,
+    /// This prompt's policy over the session's: read-only, workspace-write, ask, full (only
+    /// where the project grants it).
+    #[arg(long, value_name = "POLICY", value_parser = super::project::parse_policy)]
+    pub policy: Option<crate::engine::Policy>,
     /// With --wait: take the session over from a driver that is still live.
     #[arg(long, requires = "wait")]
     pub take_over: bool,
@@ -119,6 +123,7 @@ pub async fn quick(
         text: prepared.text,
         images: prepared.images,
         read_only: args.read_only,
+        policy: args.policy,
         exec: Some(record),
         ..SendParams::default()
     };
@@ -229,6 +234,7 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
             text,
             images,
             read_only: args.read_only,
+            policy: args.policy,
             ..SendParams::default()
         };
         let prompt = tokio::select! {
@@ -256,6 +262,7 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         text,
         images,
         read_only: args.read_only,
+        policy: args.policy,
         generation: Some(generation),
         exec: None,
     };

@@ -60,6 +60,10 @@ pub struct NewArgs {
     /// The reasoning effort passed to the engine.
     #[arg(long, value_name = "EFFORT")]
     pub effort: Option<String>,
+    /// Its policy over the project's: read-only, workspace-write, ask, full (only where the
+    /// project grants it).
+    #[arg(long, value_name = "POLICY", value_parser = super::project::parse_policy)]
+    pub policy: Option<crate::engine::Policy>,
     /// A title (else the agent proposes one with its first answer).
     #[arg(long, value_name = "TITLE")]
     pub title: Option<String>,
@@ -143,6 +147,7 @@ async fn new(context: &Context, new: &NewArgs) -> Result<Exit, CliError> {
         engine: new.engine.clone(),
         model: new.model.clone(),
         reasoning_effort: new.effort.clone(),
+        policy: new.policy,
         title: new.title.clone(),
         task: new.task.clone(),
         wave: new.wave.clone(),

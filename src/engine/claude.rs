@@ -19,7 +19,7 @@
 //! - The sandbox is claude's permission mode ([`permission_flags`]): read-only keeps claude's
 //!   `default` mode, in which print mode refuses every write; workspace-write is `acceptEdits`
 //!   (edits inside the working directory); `--dangerously-skip-permissions` only with
-//!   [`Sandbox::FullAccess`]. What claude refused is listed in its `result` line
+//!   [`Policy::Full`]. What claude refused is listed in its `result` line
 //!   (`permission_denials`) and becomes [`EngineEvent::Denied`].
 //! - Claude has no image flag: each image is referenced from the prompt text itself, appended as
 //!   `@/path/to/img.png`, one per line after the prompt text (claude reads `@path` references as
@@ -42,7 +42,8 @@ use std::ffi::OsString;
 use serde_json::{Map, Value};
 
 use super::{
-    non_empty, raw, str_field, Engine, EngineEvent, EngineKind, FailureClass, RunSpec, Sandbox,
+    non_empty, raw, str_field, Engine, EngineEvent, EngineKind, FailureClass, Policy, Reply,
+    RunSpec,
 };
 
 /// The `claude` adapter.
@@ -58,11 +59,23 @@ pub const MAX_RETRIES: &str = "2";
 ///   file commands claude recognises there (`touch`, `mkdir`, `rm`, a redirect), and still
 ///   refuses writes outside it and other commands (reported);
 /// - full access: `--dangerously-skip-permissions` (as root claude also wants `IS_SANDBOX=1`).
-pub fn permission_flags(sandbox: Sandbox) -> &'static [&'static str] {
-    match sandbox {
-        Sandbox::ReadOnly => &["--permission-mode", "default"],
-        Sandbox::WorkspaceWrite => &["--permission-mode", "acceptEdits"],
-        Sandbox::FullAccess => &["--dangerously-skip-permissions"],
+/// - ask: what workspace-write allows, and whatever claude would refuse there is asked of
+///   corral instead (`--permission-prompt-tool stdio`: a `control_request` `can_use_tool`
+///   on stdout, answered by a `control_response` on stdin, which then takes stream-json
+///   input and stays open for the turn).
+pub fn permission_flags(policy: Policy) -> &'static [&'static str] {
+    match policy {
+        Policy::ReadOnly => &["--permission-mode", "default"],
+        Policy::WorkspaceWrite => &["--permission-mode", "acceptEdits"],
+        Policy::Ask => &[
+            "--permission-mode",
+            "acceptEdits",
+            "--input-format",
+            "stream-json",
+            "--permission-prompt-tool",
+            "stdio",
+        ],
+        Policy::Full => &["--dangerously-skip-permissions"],
     }
 }
 
@@ -99,20 +112,58 @@ impl Engine for Claude {
                 argv.push(point.into());
             }
         }
-        argv.extend(permission_flags(spec.sandbox).iter().map(OsString::from));
+        argv.extend(permission_flags(spec.policy).iter().map(OsString::from));
         argv
     }
 
     /// The prompt goes on stdin, byte for byte: a positional starting with `-` is read as
     /// claude's own flags (`-v please` prints the version and exits 0), and one argv string
     /// cannot hold more than 128 KiB.
+    ///
+    /// Under `ask` stdin carries stream-json instead: the prompt is the first user message
+    /// (its text still byte for byte, inside a JSON string), and the line stays open for the
+    /// answers ([`Claude::reply`]).
     fn stdin(&self, spec: &RunSpec) -> Option<String> {
         let mut prompt = spec.prompt.clone();
         for image in &spec.images {
             prompt.push_str("\n@");
             prompt.push_str(&image.to_string_lossy());
         }
+        if self.converses(spec) {
+            let message = serde_json::json!({
+                "type": "user",
+                "message": { "role": "user", "content": prompt },
+            });
+            return Some(format!("{message}\n"));
+        }
         Some(prompt)
+    }
+
+    fn converses(&self, spec: &RunSpec) -> bool {
+        spec.policy == Policy::Ask
+    }
+
+    /// A `control_response` for the request: `allow` with the tool's input as asked, `deny`
+    /// with the words the model is told, or an error for a request corral does not handle.
+    fn reply(&self, request_id: &str, reply: Reply<'_>) -> Option<String> {
+        let response = match reply {
+            Reply::Allow { input } => serde_json::json!({
+                "subtype": "success",
+                "request_id": request_id,
+                "response": { "behavior": "allow", "updatedInput": input },
+            }),
+            Reply::Deny { message } => serde_json::json!({
+                "subtype": "success",
+                "request_id": request_id,
+                "response": { "behavior": "deny", "message": message },
+            }),
+            Reply::Unsupported { message } => serde_json::json!({
+                "subtype": "error",
+                "request_id": request_id,
+                "error": message,
+            }),
+        };
+        Some(serde_json::json!({ "type": "control_response", "response": response }).to_string())
     }
 
     fn parse_line(&self, line: &str) -> Vec<EngineEvent> {
@@ -149,6 +200,10 @@ impl Engine for Claude {
             }),
             Some("user") => Some(user_blocks(&object)),
             Some("result") => Some(result(&object)),
+            Some("control_request") => Some(control_request(&object)),
+            // Answers to requests corral never makes, and a request claude takes back (the
+            // worker's answer to it is then ignored by claude).
+            Some("control_response") | Some("control_cancel_request") => Some(Vec::new()),
             Some("stream_event") => object.get("event").and_then(stream_event),
             _ => None,
         };
@@ -226,6 +281,42 @@ fn user_blocks(object: &Map<String, Value>) -> Vec<EngineEvent> {
             detail: block.clone(),
         })
         .collect()
+}
+
+/// A `control_request` (under `ask`): `can_use_tool` asks a person before a tool use; any
+/// other request is answered at once as one corral does not handle, and one without an id
+/// cannot be answered at all (kept raw, and claude's own turn decides).
+fn control_request(object: &Map<String, Value>) -> Vec<EngineEvent> {
+    let Some(request_id) = str_field(object, "request_id") else {
+        return vec![EngineEvent::Notice {
+            message: "claude sent a control request without an id: it cannot be answered".into(),
+        }];
+    };
+    let request = object.get("request").and_then(Value::as_object);
+    let subtype = request.and_then(|request| str_field(request, "subtype"));
+    let tool = request.and_then(|request| str_field(request, "tool_name"));
+    match (subtype, tool, request) {
+        (Some("can_use_tool"), Some(tool), Some(request)) => {
+            let input = request.get("input").cloned().unwrap_or(Value::Null);
+            let reason = ["decision_reason", "description", "title"]
+                .iter()
+                .find_map(|key| str_field(request, key))
+                .map(str::to_string);
+            vec![EngineEvent::Asks {
+                request_id: request_id.to_string(),
+                tool: tool.to_string(),
+                target: str_field(request, "blocked_path")
+                    .map(str::to_string)
+                    .or_else(|| tool_target(&input)),
+                reason,
+                input,
+            }]
+        }
+        _ => vec![EngineEvent::AsksUnknown {
+            request_id: request_id.to_string(),
+            what: subtype.unwrap_or("(no subtype)").to_string(),
+        }],
+    }
 }
 
 /// The final `result` line.
@@ -354,7 +445,7 @@ mod tests {
             thread_id: None,
             model: None,
             reasoning_effort: None,
-            sandbox: Sandbox::WorkspaceWrite,
+            policy: Policy::WorkspaceWrite,
             template: Vec::new(),
             ..Default::default()
         }
@@ -425,7 +516,7 @@ mod tests {
             ]
         );
         let mut read_only = spec("look");
-        read_only.sandbox = Sandbox::ReadOnly;
+        read_only.policy = Policy::ReadOnly;
         let argv = strings(Claude.argv(&read_only));
         assert_eq!(argv[argv.len() - 2..], ["--permission-mode", "default"]);
         // Whatever it starts with: `-v please` as a positional would be claude's --version.
@@ -440,7 +531,7 @@ mod tests {
         spec.thread_id = Some("session-1".into());
         spec.model = Some("sonnet".into());
         spec.reasoning_effort = Some("high".into());
-        spec.sandbox = Sandbox::FullAccess;
+        spec.policy = Policy::Full;
         assert_eq!(
             strings(Claude.argv(&spec)),
             [
@@ -470,12 +561,12 @@ mod tests {
     #[test]
     fn read_only_and_remote_never_skip_permissions() {
         for (sandbox, mode) in [
-            (Sandbox::for_prompt(false, false, true), "default"),
-            (Sandbox::for_prompt(true, true, false), "default"),
-            (Sandbox::WorkspaceWrite, "acceptEdits"),
+            (Policy::for_prompt(false, false, true), "default"),
+            (Policy::for_prompt(true, true, false), "default"),
+            (Policy::WorkspaceWrite, "acceptEdits"),
         ] {
             let mut spec = spec("Answer only");
-            spec.sandbox = sandbox;
+            spec.policy = sandbox;
             assert_eq!(
                 strings(Claude.argv(&spec)),
                 [

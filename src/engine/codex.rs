@@ -33,7 +33,7 @@ use std::ffi::OsString;
 use serde_json::Value;
 
 use super::{
-    non_empty, raw, str_field, Engine, EngineEvent, EngineKind, FailureClass, RunSpec, Sandbox,
+    non_empty, raw, str_field, Engine, EngineEvent, EngineKind, FailureClass, Policy, RunSpec,
 };
 
 /// The `codex` adapter.
@@ -90,15 +90,17 @@ pub fn exec_argv(spec: &RunSpec) -> Vec<OsString> {
         argv.push("--config".into());
         argv.push(format!("model_reasoning_effort={}", toml_string(effort)).into());
     }
-    let sandbox: &[&str] = match spec.sandbox {
-        Sandbox::WorkspaceWrite => &[
+    // `ask` is refused for codex exec before a prompt is queued (`EngineKind::cannot_ask`);
+    // one queued before its session's engine changed runs as workspace-write.
+    let sandbox: &[&str] = match spec.policy {
+        Policy::WorkspaceWrite | Policy::Ask => &[
             "--sandbox",
             "workspace-write",
             "--ask-for-approval",
             "never",
         ],
-        Sandbox::ReadOnly => &["--sandbox", "read-only", "--ask-for-approval", "never"],
-        Sandbox::FullAccess => &["--dangerously-bypass-approvals-and-sandbox"],
+        Policy::ReadOnly => &["--sandbox", "read-only", "--ask-for-approval", "never"],
+        Policy::Full => &["--dangerously-bypass-approvals-and-sandbox"],
     };
     argv.extend(sandbox.iter().map(OsString::from));
     argv.extend(["exec", "--json", "--skip-git-repo-check"].map(OsString::from));
@@ -254,7 +256,7 @@ mod tests {
             thread_id: None,
             model: None,
             reasoning_effort: None,
-            sandbox: Sandbox::WorkspaceWrite,
+            policy: Policy::WorkspaceWrite,
             template: Vec::new(),
             ..Default::default()
         }
@@ -357,7 +359,7 @@ mod tests {
     #[test]
     fn full_access_bypasses_the_sandbox() {
         let mut spec = spec("Run task");
-        spec.sandbox = Sandbox::for_prompt(true, false, false);
+        spec.policy = Policy::for_prompt(true, false, false);
         assert_eq!(
             strings(Codex.argv(&spec)),
             [
@@ -388,11 +390,11 @@ mod tests {
         ];
         // A read-only prompt, and a remote project even with full access granted.
         for sandbox in [
-            Sandbox::for_prompt(false, false, true),
-            Sandbox::for_prompt(true, true, false),
+            Policy::for_prompt(false, false, true),
+            Policy::for_prompt(true, true, false),
         ] {
             let mut spec = spec("Answer only");
-            spec.sandbox = sandbox;
+            spec.policy = sandbox;
             assert_eq!(strings(Codex.argv(&spec)), expected);
         }
     }

@@ -54,7 +54,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::engine::{judge, RunVerdict, Sandbox};
+    use crate::engine::{judge, Policy, RunVerdict};
 
     fn spec(template: &[&str], prompt: &str) -> RunSpec {
         RunSpec {
@@ -64,7 +64,7 @@ mod tests {
             thread_id: None,
             model: None,
             reasoning_effort: None,
-            sandbox: Sandbox::WorkspaceWrite,
+            policy: Policy::WorkspaceWrite,
             template: template.iter().map(|element| element.to_string()).collect(),
             ..Default::default()
         }

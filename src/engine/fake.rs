@@ -41,7 +41,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::engine::Sandbox;
+    use crate::engine::Policy;
 
     fn strings(argv: Vec<OsString>) -> Vec<String> {
         argv.into_iter()
@@ -58,7 +58,7 @@ mod tests {
             thread_id: Some("thread-id".into()),
             model: Some("fake-model".into()),
             reasoning_effort: Some("low".into()),
-            sandbox: Sandbox::WorkspaceWrite,
+            policy: Policy::WorkspaceWrite,
             template: Vec::new(),
             ..Default::default()
         };

@@ -103,29 +103,120 @@ impl FromStr for EngineKind {
     }
 }
 
-/// How much the engine may touch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What an agent may do without asking (docs/permissions.md has each engine's mapping).
+/// Declared from the narrowest to the widest: `a < b` means `b` allows more.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
-pub enum Sandbox {
-    /// Read only: read-only prompts, and every prompt of a remote project.
+pub enum Policy {
+    /// Read the tree; no writes, no command that changes anything.
     ReadOnly,
-    /// Write inside the working tree, never ask for approval (the default).
+    /// Edit files inside the session's working tree and run commands there (the default).
     #[default]
     WorkspaceWrite,
-    /// No sandbox, no approvals: only with the project's explicit `full_access`.
-    FullAccess,
+    /// What `workspace-write` allows; anything beyond goes to a person as an approval.
+    Ask,
+    /// No sandbox, no approvals: only by a person's grant to the project.
+    Full,
 }
 
-impl Sandbox {
-    /// The sandbox of a prompt: read-only wins over everything, then a remote project is
-    /// read-only even with full access, then full access is used only when granted.
-    pub fn for_prompt(full_access: bool, remote: bool, read_only: bool) -> Sandbox {
+impl Policy {
+    pub const ALL: [Policy; 4] = [
+        Policy::ReadOnly,
+        Policy::WorkspaceWrite,
+        Policy::Ask,
+        Policy::Full,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::ReadOnly => "read-only",
+            Policy::WorkspaceWrite => "workspace-write",
+            Policy::Ask => "ask",
+            Policy::Full => "full",
+        }
+    }
+
+    /// The policy a prompt runs under. Read-only wins over everything (`send --read-only`,
+    /// a remote project); then the prompt's own policy, the session's, the project's. `full`
+    /// holds only where the project grants it (`granted`): a session or prompt that names it
+    /// without the grant runs `workspace-write` (they are refused when set; this is the rule
+    /// for one set before the grant was taken back).
+    pub fn effective(
+        project: Policy,
+        granted: bool,
+        session: Option<Policy>,
+        prompt: Option<Policy>,
+        read_only: bool,
+        remote: bool,
+    ) -> Policy {
         if read_only || remote {
-            Sandbox::ReadOnly
-        } else if full_access {
-            Sandbox::FullAccess
+            return Policy::ReadOnly;
+        }
+        match prompt.or(session).unwrap_or(project) {
+            Policy::Full if !granted => Policy::WorkspaceWrite,
+            policy => policy,
+        }
+    }
+
+    /// The policy of a prompt under the project's settings alone (no session or prompt
+    /// policy): a project with `full_access` runs `full`.
+    pub fn for_prompt(full_access: bool, remote: bool, read_only: bool) -> Policy {
+        let project = if full_access {
+            Policy::Full
         } else {
-            Sandbox::WorkspaceWrite
+            Policy::WorkspaceWrite
+        };
+        Policy::effective(project, full_access, None, None, read_only, remote)
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        Policy::ALL
+            .into_iter()
+            .find(|policy| policy.as_str() == text)
+            .ok_or_else(|| {
+                format!("unknown policy '{text}' (one of: read-only, workspace-write, ask, full)")
+            })
+    }
+}
+
+impl EngineKind {
+    /// Whether the engine can ask a person mid-turn, so that `ask` can be honoured: claude
+    /// (its stream-json control protocol; the fake engine in claude's form is run as claude). `None`: it can; `Some(why)`: one line saying what
+    /// it can do instead.
+    pub fn cannot_ask(self) -> Option<&'static str> {
+        match self {
+            EngineKind::Claude => None,
+            EngineKind::CodexAppServer => Some(
+                "corral does not route the codex app-server's approval requests to a person \
+                 yet: use claude for 'ask', or choose workspace-write, read-only or full",
+            ),
+            EngineKind::Codex => Some(
+                "codex exec cannot ask a person mid-turn: use the codex-app-server engine for \
+                 'ask', or choose workspace-write, read-only or full",
+            ),
+            EngineKind::Opencode => Some(
+                "opencode's run mode rejects every ask and ends the turn: choose \
+                 workspace-write, read-only or full",
+            ),
+            EngineKind::Command => Some(
+                "a command engine has no tools to ask about: choose workspace-write, read-only \
+                 or full",
+            ),
+            EngineKind::Fake => Some(
+                "the fake engine speaks codex exec, which cannot ask: choose workspace-write, \
+                 read-only or full",
+            ),
         }
     }
 }
@@ -153,7 +244,7 @@ pub struct RunSpec {
     pub title: Option<String>,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
-    pub sandbox: Sandbox,
+    pub policy: Policy,
     /// The argv template of the `command` engine; `{prompt}` is replaced by the prompt.
     pub template: Vec<String>,
 }
@@ -191,6 +282,24 @@ pub enum EngineEvent {
         target: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+    },
+    /// Under `ask`, the engine asks before a tool use and waits for the answer
+    /// ([`Engine::reply`] on its stdin): the tool, what it would touch, why, and its input.
+    Asks {
+        request_id: String,
+        tool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        input: serde_json::Value,
+    },
+    /// The engine asked something corral does not handle (an unknown control request): it
+    /// is answered at once with an error ([`Reply::Unsupported`]), so the engine never waits
+    /// on it.
+    AsksUnknown {
+        request_id: String,
+        what: String,
     },
     /// Token usage of the turn, as the engine reports it.
     Usage {
@@ -261,12 +370,34 @@ pub trait Engine: Send + Sync {
     fn run_env(&self, _spec: &RunSpec) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+    /// Whether this run's stdin stays open after its first input ([`Engine::stdin`]): under
+    /// `ask` the engine asks a person through it, and its answers go there
+    /// ([`Engine::reply`]). The worker closes it after the engine's final line.
+    fn converses(&self, _spec: &RunSpec) -> bool {
+        false
+    }
+    /// The line (without its newline) that answers the engine's request `request_id` on its
+    /// stdin; `None` where the engine cannot be answered.
+    fn reply(&self, _request_id: &str, _reply: Reply<'_>) -> Option<String> {
+        None
+    }
     /// What a complete run's output ends with, in words for an error (`None`: the engine has
     /// no structured output and its exit status decides, as for `command`). A run that exits
     /// without it did not finish its turn, whatever its exit code.
     fn final_line(&self) -> Option<&'static str> {
         None
     }
+}
+
+/// An answer to an engine's request ([`EngineEvent::Asks`], [`EngineEvent::AsksUnknown`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reply<'a> {
+    /// Go ahead, with the tool's input as asked.
+    Allow { input: &'a serde_json::Value },
+    /// Refused, with the words the model is told.
+    Deny { message: &'a str },
+    /// A request corral does not handle.
+    Unsupported { message: &'a str },
 }
 
 /// The executable of an engine: `engines.<name>.path`, else the default program found on
@@ -751,11 +882,11 @@ mod tests {
     #[test]
     fn sandbox_rules() {
         assert_eq!(
-            Sandbox::for_prompt(false, false, false),
-            Sandbox::WorkspaceWrite
+            Policy::for_prompt(false, false, false),
+            Policy::WorkspaceWrite
         );
-        assert_eq!(Sandbox::for_prompt(true, false, false), Sandbox::FullAccess);
-        assert_eq!(Sandbox::for_prompt(true, true, false), Sandbox::ReadOnly);
-        assert_eq!(Sandbox::for_prompt(true, false, true), Sandbox::ReadOnly);
+        assert_eq!(Policy::for_prompt(true, false, false), Policy::Full);
+        assert_eq!(Policy::for_prompt(true, true, false), Policy::ReadOnly);
+        assert_eq!(Policy::for_prompt(true, false, true), Policy::ReadOnly);
     }
 }

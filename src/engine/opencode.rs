@@ -26,7 +26,7 @@ use std::ffi::OsString;
 
 use serde_json::{Map, Value};
 
-use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, RunSpec, Sandbox};
+use super::{non_empty, raw, str_field, Engine, EngineEvent, EngineKind, Policy, RunSpec};
 
 /// Where opencode reads a configuration laid over its own files.
 pub const CONFIG_ENV: &str = "OPENCODE_CONFIG_CONTENT";
@@ -39,16 +39,20 @@ pub const CONFIG_ENV: &str = "OPENCODE_CONFIG_CONTENT";
 /// - read-only: no edits, no commands, no fetches, nothing outside;
 /// - workspace-write: nothing outside the project (inside, opencode's own rules);
 /// - full access: `--auto` (argv) approves what would ask.
-fn permission_rules(sandbox: Sandbox) -> Option<Value> {
-    match sandbox {
-        Sandbox::ReadOnly => Some(serde_json::json!({
+fn permission_rules(policy: Policy) -> Option<Value> {
+    // `ask` is refused for opencode before a prompt is queued (`EngineKind::cannot_ask`); one
+    // queued before its session's engine changed runs as workspace-write.
+    match policy {
+        Policy::ReadOnly => Some(serde_json::json!({
             "edit": "deny",
             "bash": "deny",
             "webfetch": "deny",
             "external_directory": "deny",
         })),
-        Sandbox::WorkspaceWrite => Some(serde_json::json!({ "external_directory": "deny" })),
-        Sandbox::FullAccess => None,
+        Policy::WorkspaceWrite | Policy::Ask => {
+            Some(serde_json::json!({ "external_directory": "deny" }))
+        }
+        Policy::Full => None,
     }
 }
 
@@ -99,7 +103,7 @@ impl Engine for Opencode {
             argv.push("--file".into());
             argv.push(image.clone().into_os_string());
         }
-        if spec.sandbox == Sandbox::FullAccess {
+        if spec.policy == Policy::Full {
             argv.push("--auto".into());
         }
         argv
@@ -109,7 +113,7 @@ impl Engine for Opencode {
     /// `OPENCODE_CONFIG_CONTENT` holds (its other keys kept; its `permission` replaced by
     /// corral's: what the agent may do is the session's policy, not the environment's).
     fn run_env(&self, spec: &RunSpec) -> Vec<(&'static str, String)> {
-        let Some(rules) = permission_rules(spec.sandbox) else {
+        let Some(rules) = permission_rules(spec.policy) else {
             return Vec::new();
         };
         let mut config = std::env::var(CONFIG_ENV)
@@ -315,7 +319,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::{classify_failure, judge, FailureClass, RunVerdict, Sandbox};
+    use crate::engine::{classify_failure, judge, FailureClass, Policy, RunVerdict};
 
     fn spec(prompt: &str) -> RunSpec {
         RunSpec {
@@ -325,7 +329,7 @@ mod tests {
             thread_id: None,
             model: None,
             reasoning_effort: None,
-            sandbox: Sandbox::WorkspaceWrite,
+            policy: Policy::WorkspaceWrite,
             template: Vec::new(),
             ..Default::default()
         }
@@ -355,7 +359,7 @@ mod tests {
     fn the_sandbox_is_opencodes_permission_rules() {
         let rules = |sandbox| {
             let mut spec = spec("x");
-            spec.sandbox = sandbox;
+            spec.policy = sandbox;
             let env = Opencode.run_env(&spec);
             let auto = strings(Opencode.argv(&spec)).contains(&"--auto".to_string());
             let rules = env
@@ -366,17 +370,17 @@ mod tests {
                 });
             (rules, auto)
         };
-        let (read_only, auto) = rules(Sandbox::ReadOnly);
+        let (read_only, auto) = rules(Policy::ReadOnly);
         assert!(!auto);
         let read_only = read_only.unwrap();
         for tool in ["edit", "bash", "webfetch", "external_directory"] {
             assert_eq!(read_only[tool], "deny", "{read_only}");
         }
-        let (workspace, auto) = rules(Sandbox::WorkspaceWrite);
+        let (workspace, auto) = rules(Policy::WorkspaceWrite);
         assert!(!auto);
         assert_eq!(workspace.unwrap(), json!({ "external_directory": "deny" }));
-        assert_eq!(rules(Sandbox::FullAccess), (None, true));
-        for sandbox in [Sandbox::ReadOnly, Sandbox::WorkspaceWrite] {
+        assert_eq!(rules(Policy::Full), (None, true));
+        for sandbox in [Policy::ReadOnly, Policy::WorkspaceWrite] {
             let text = rules(sandbox).0.unwrap().to_string();
             assert!(!text.contains("ask"), "{text}");
         }
@@ -486,12 +490,12 @@ mod tests {
     #[test]
     fn the_prompt_goes_on_stdin_as_written_whatever_the_sandbox() {
         for (sandbox, auto) in [
-            (Sandbox::for_prompt(false, false, true), false),
-            (Sandbox::for_prompt(true, true, false), false),
-            (Sandbox::FullAccess, true),
+            (Policy::for_prompt(false, false, true), false),
+            (Policy::for_prompt(true, true, false), false),
+            (Policy::Full, true),
         ] {
             let mut spec = spec("-v please \"quoted words\"\nünï");
-            spec.sandbox = sandbox;
+            spec.policy = sandbox;
             let mut argv = vec!["opencode", "run", "--format", "json"];
             if auto {
                 argv.push("--auto");

@@ -590,6 +590,7 @@ mod wire_tests {
                 base_commit: "abc".into(),
                 state: sessions::WorktreeState::Removed,
             }),
+            policy: Default::default(),
         }
     }
 
@@ -609,6 +610,7 @@ mod wire_tests {
             finished_at: None,
             claim: None,
             denied: 0,
+            policy: Default::default(),
         }
     }
 
@@ -631,6 +633,7 @@ mod wire_tests {
             worktrees_dir: None,
             setup: Some("npm ci".into()),
             repo_root: Some("/w".into()),
+            policy: Default::default(),
         };
         same(&project, &Project::from(&project));
         same(&session(), &Session::from(&session()));

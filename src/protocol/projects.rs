@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{method, named_params};
+use crate::engine::Policy;
 use crate::store::projects;
 
 method! {
@@ -26,8 +27,12 @@ pub struct Project {
     /// The engine new sessions use unless told otherwise.
     pub engine: Option<String>,
     pub model: Option<String>,
-    /// Engines run without sandbox or approvals.
+    /// Engines run without sandbox or approvals (the policy `full`, a person's grant).
     pub full_access: bool,
+    /// What its sessions' agents may do without asking, unless a session or prompt names
+    /// another: `read-only`, `workspace-write`, `ask` or `full`.
+    #[serde(default)]
+    pub policy: Policy,
     /// `local` or `remote`.
     pub kind: String,
     pub groups: Vec<String>,
@@ -64,6 +69,7 @@ impl From<&projects::Project> for Project {
             engine: p.engine.clone(),
             model: p.model.clone(),
             full_access: p.full_access,
+            policy: p.default_policy(),
             kind: p.kind.clone(),
             groups: p.groups.clone(),
             instructions: p.instructions.clone(),
@@ -89,6 +95,9 @@ pub struct ProjectAddParams {
     pub model: Option<String>,
     #[serde(default)]
     pub full_access: bool,
+    /// `full` is `full_access` (a widening); `ask` only for an engine that can ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
     #[serde(default)]
     pub remote: bool,
     #[serde(default)]
@@ -121,6 +130,10 @@ pub struct ProjectSetParams {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_access: Option<bool>,
+    /// `full` is `full_access: true`, any other `full_access: false` with that policy; a
+    /// wider one than the project has is a widening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -118,6 +118,10 @@ pub struct SendParams {
     pub images: Vec<String>,
     #[serde(default)]
     pub read_only: bool,
+    /// The policy this prompt runs under, over the session's (a wider one is a widening;
+    /// `full` only where the project grants it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::engine::Policy>,
     /// The driver claim the sender holds (`send --wait`, `attach`): refused with
     /// [`code::SUPERSEDED`] once another driver took the session over.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -74,6 +74,9 @@ pub struct Session {
     /// changes", "it has submodules, …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_kept_because: Option<String>,
+    /// Its own policy (null: the project's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::engine::Policy>,
 }
 
 impl From<&sessions::Session> for Session {
@@ -103,6 +106,7 @@ impl From<&sessions::Session> for Session {
             base_commit: s.worktree.as_ref().map(|w| w.base_commit.clone()),
             worktree_state: s.worktree.as_ref().map(worktree_state),
             worktree_kept_because: None,
+            policy: s.policy,
         }
     }
 }
@@ -208,6 +212,10 @@ pub struct SessionNewParams {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// Its policy over the project's (a wider one is a widening; `full` only where the
+    /// project grants it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::engine::Policy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

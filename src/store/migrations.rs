@@ -424,6 +424,39 @@ END;
 ALTER TABLE prompts ADD COLUMN denied INTEGER NOT NULL DEFAULT 0;
 "#,
     },
+    Migration {
+        name: "approvals",
+        sql: r#"
+-- The person in the loop (#32). A policy per project (`full` stays the `full_access` grant),
+-- per session and per prompt (NULL: the wider one's).
+ALTER TABLE projects ADD COLUMN policy TEXT NOT NULL DEFAULT 'workspace-write';
+ALTER TABLE sessions ADD COLUMN policy TEXT;
+ALTER TABLE prompts ADD COLUMN policy TEXT;
+-- What an engine asked a person under `ask`, and how it was answered (once). A decision
+-- given `--for-session` keeps its `pattern`: the session's later requests for that tool
+-- whose target it matches are answered the same way without asking.
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    prompt_id TEXT,
+    run_id TEXT,
+    engine TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    target TEXT,
+    reason TEXT,
+    input TEXT NOT NULL,
+    asked_at INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    answered_at INTEGER,
+    answered_by TEXT,
+    answer_reason TEXT,
+    pattern TEXT,
+    node_id TEXT
+);
+CREATE INDEX approvals_pending ON approvals (asked_at) WHERE status = 'pending';
+CREATE INDEX approvals_by_session ON approvals (session_id, asked_at);
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

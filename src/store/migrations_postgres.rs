@@ -438,6 +438,32 @@ CREATE TRIGGER queue_head_on_status AFTER UPDATE OF status ON prompts
     r#"
 ALTER TABLE prompts ADD COLUMN denied BIGINT NOT NULL DEFAULT 0;
 "#,
+    // 15: approvals
+    r#"
+ALTER TABLE projects ADD COLUMN policy TEXT NOT NULL DEFAULT 'workspace-write';
+ALTER TABLE sessions ADD COLUMN policy TEXT;
+ALTER TABLE prompts ADD COLUMN policy TEXT;
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    prompt_id TEXT,
+    run_id TEXT,
+    engine TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    target TEXT,
+    reason TEXT,
+    input TEXT NOT NULL,
+    asked_at BIGINT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    answered_at BIGINT,
+    answered_by TEXT,
+    answer_reason TEXT,
+    pattern TEXT,
+    node_id TEXT
+);
+CREATE INDEX approvals_pending ON approvals (asked_at) WHERE status = 'pending';
+CREATE INDEX approvals_by_session ON approvals (session_id, asked_at);
+"#,
 ];
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 //! through is confirmed by [`check_connection`] before anything is written. A refused store
 //! is said in one line, [`refusal`].
 
+pub mod approvals;
 pub mod asks;
 pub mod daemons;
 pub mod drivers;

@@ -8,6 +8,7 @@ use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::{json_list, now_ms};
+use crate::engine::Policy;
 
 /// A working directory with settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,8 +19,13 @@ pub struct Project {
     /// The engine new sessions use unless told otherwise.
     pub engine: Option<String>,
     pub model: Option<String>,
-    /// Run engines without sandbox or approvals. Off unless a person turns it on.
+    /// Run engines without sandbox or approvals (the policy `full`). Off unless a person
+    /// grants it.
     pub full_access: bool,
+    /// What its agents may do without asking when it is not granted `full`: `read-only`,
+    /// `workspace-write` (the default) or `ask`. Sessions and prompts may name another.
+    #[serde(default)]
+    pub policy: Policy,
     /// `local` or `remote`; a remote project's engines are always read-only.
     pub kind: String,
     /// Execution groups this project is in: runs of projects sharing a locking group never
@@ -96,7 +102,7 @@ impl sql::Get for Isolation {
 
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
                                instructions, created_at, archived_at, keep_background, \
-                               isolation, worktrees_dir, setup, repo_root";
+                               isolation, worktrees_dir, setup, repo_root, policy";
 
 fn project_row(row: &Row<'_>) -> sql::Result<Project> {
     project_at(row, 0)
@@ -122,7 +128,27 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
         worktrees_dir: row.get(at(13))?,
         setup: row.get(at(14))?,
         repo_root: row.get(at(15))?,
+        policy: row.get(at(16))?,
     })
+}
+
+impl Project {
+    /// The policy its prompts run under unless a session or prompt names another: `full`
+    /// where a person granted it, else its own.
+    pub fn default_policy(&self) -> Policy {
+        if self.full_access {
+            Policy::Full
+        } else {
+            self.policy
+        }
+    }
+}
+
+impl sql::Get for Policy {
+    fn from_value(value: sql::Value) -> Result<Self, String> {
+        let text = String::from_value(value)?;
+        text.parse()
+    }
 }
 
 /// [`project_at`] of an outer join's row: `None` where it found no project (a NULL id).
@@ -161,6 +187,8 @@ pub struct NewProject {
     pub worktrees_dir: Option<String>,
     pub setup: Option<String>,
     pub repo_root: Option<String>,
+    /// See [`Project::policy`] (never `full`: that is `full_access`).
+    pub policy: Policy,
 }
 
 pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result<Project> {
@@ -181,9 +209,10 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         worktrees_dir: new.worktrees_dir.clone(),
         setup: new.setup.clone(),
         repo_root: new.repo_root.clone(),
+        policy: new.policy,
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
         args![
             project.id,
             project.name,
@@ -201,6 +230,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
             project.worktrees_dir,
             project.setup,
             project.repo_root,
+            project.policy.as_str(),
         ],
     )?;
     for group in &project.groups {
@@ -241,6 +271,8 @@ pub struct ProjectChange {
     pub setup: Option<Option<String>>,
     /// The repository's top level, found again when the project turns to worktree isolation.
     pub repo_root: Option<String>,
+    /// See [`Project::policy`] (never `full`: that is `full_access`).
+    pub policy: Option<Policy>,
     pub archive: bool,
 }
 
@@ -262,7 +294,8 @@ pub(crate) fn change_project(
          isolation = COALESCE(?11, isolation), \
          worktrees_dir = CASE WHEN ?12 THEN ?13 ELSE worktrees_dir END, \
          setup = CASE WHEN ?14 THEN ?15 ELSE setup END, \
-         repo_root = COALESCE(?16, repo_root) \
+         repo_root = COALESCE(?16, repo_root), \
+         policy = COALESCE(?17, policy) \
          WHERE id = ?1",
         args![
             id,
@@ -284,6 +317,7 @@ pub(crate) fn change_project(
             change.setup.is_some(),
             change.setup.clone().flatten(),
             change.repo_root,
+            change.policy.map(Policy::as_str),
         ],
     )?;
     if let Some(groups) = &change.groups {
@@ -394,6 +428,7 @@ mod tests {
             worktrees_dir: None,
             setup: None,
             repo_root: None,
+            policy: Default::default(),
         }
     }
 

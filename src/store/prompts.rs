@@ -12,6 +12,7 @@ use super::daemons::Claim;
 use super::drivers::{driver_claim, DriverClaim};
 use super::sessions::SessionStatus;
 use super::{json_list, now_ms};
+use crate::engine::Policy;
 
 /// Where a prompt is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,6 +79,9 @@ pub struct Prompt {
     /// How many tool uses the engine refused in its runs (`tool.denied`).
     #[serde(default)]
     pub denied: i64,
+    /// The policy it runs under, over the session's and the project's (`None`: theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
 }
 
 /// SQL: a prompt's columns as [`prompt_row`] reads them, each name after `$table` (`""`, or
@@ -114,7 +118,9 @@ macro_rules! prompt_columns {
             $table,
             "claim_epoch, ",
             $table,
-            "denied"
+            "denied, ",
+            $table,
+            "policy"
         )
     };
 }
@@ -149,6 +155,7 @@ fn prompt_at(row: &Row<'_>, first: usize) -> sql::Result<Prompt> {
             _ => None,
         },
         denied: row.get(first + 14)?,
+        policy: row.get(first + 15)?,
     })
 }
 
@@ -201,6 +208,8 @@ pub struct NewPrompt {
     pub text: String,
     pub images: Vec<String>,
     pub read_only: bool,
+    /// See [`Prompt::policy`].
+    pub policy: Option<Policy>,
     pub sender_exec_id: Option<String>,
     /// The sender's driver claim generation: the prompt is refused if the claim moved on.
     pub driver_generation: Option<i64>,
@@ -255,10 +264,11 @@ pub(crate) fn enqueue(
         finished_at: None,
         claim: None,
         denied: 0,
+        policy: new.policy,
     };
     connection.run_later(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
-         created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
+         created_at, policy) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)",
         args![
             queued.id,
             queued.session_id,
@@ -267,6 +277,7 @@ pub(crate) fn enqueue(
             queued.read_only,
             new.sender_exec_id,
             queued.created_at,
+            queued.policy.map(Policy::as_str),
         ],
     )?;
     let (started, behind_running) =

@@ -9,6 +9,7 @@ use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::now_ms;
+use crate::engine::Policy;
 
 /// What a session's row says it is doing (the overview's `SessionState` is read from its
 /// prompts and runs as well). Kept by the ledger with its prompts: `running` when one is
@@ -125,6 +126,9 @@ pub struct Session {
     pub engine: String,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
+    /// What its agents may do without asking, over the project's (`None`: the project's).
+    #[serde(default)]
+    pub policy: Option<Policy>,
     /// The engine's own thread/session id, once it has one.
     pub thread_id: Option<String>,
     /// Where in that thread its last successful turn ended, in the engine's own words (claude's
@@ -213,7 +217,7 @@ const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, 
                                title, title_source, status, task, wave_id, created_at, \
                                archived_at, last_event_seq, compacted_message_count, \
                                compacted_character_count, compacted_at, resume_point, \
-                               worktree, branch, base, base_commit, worktree_state";
+                               worktree, branch, base, base_commit, worktree_state, policy";
 
 /// How many columns [`SESSION_COLUMNS`] names: where a join's next table begins.
 fn session_column_count() -> usize {
@@ -241,6 +245,7 @@ fn session_row(row: &Row<'_>) -> sql::Result<Session> {
         compacted_at: row.get(16)?,
         resume_point: row.get(17)?,
         worktree: worktree_row(row, 18)?,
+        policy: row.get(23)?,
     })
 }
 
@@ -271,6 +276,8 @@ pub struct NewSession {
     pub engine: String,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
+    /// See [`Session::policy`].
+    pub policy: Option<Policy>,
     /// A title a person chose (never replaced by a generated one).
     pub title: Option<String>,
     pub task: Option<String>,
@@ -301,6 +308,7 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
         engine: new.engine.clone(),
         model: new.model.clone(),
         reasoning_effort: new.reasoning_effort.clone(),
+        policy: new.policy,
         thread_id: None,
         resume_point: None,
         title: new.title.clone(),
@@ -320,8 +328,8 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
     connection.run(
         "INSERT INTO sessions (id, project_id, engine, model, reasoning_effort, thread_id, title, \
          title_source, status, task, wave_id, created_at, archived_at, last_event_seq, \
-         worktree, branch, base, base_commit, worktree_state, worktree_node) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+         worktree, branch, base, base_commit, worktree_state, worktree_node, policy) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
         args![
             session.id,
             session.project_id,
@@ -343,6 +351,7 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
             worktree.map(|w| &w.base_commit),
             worktree.map(|w| w.state.as_str()),
             worktree.and(new.worktree_node.as_deref()),
+            session.policy.map(Policy::as_str),
         ],
     )?;
     Ok(session)
@@ -409,8 +418,15 @@ pub(crate) fn change_session(
     connection: &Conn,
     id: &str,
     title: Option<&str>,
+    policy: Option<Option<Policy>>,
     archive: bool,
 ) -> sql::Result<Option<Session>> {
+    if let Some(policy) = policy {
+        connection.run(
+            "UPDATE sessions SET policy = ?2 WHERE id = ?1",
+            args![id, policy.map(Policy::as_str)],
+        )?;
+    }
     if let Some(title) = title {
         connection.run(
             "UPDATE sessions SET title = ?2, title_source = 'human' WHERE id = ?1",

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
 use crate::actors::ledger::SetThread;
-use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict, Sandbox};
+use crate::engine::{self, EngineEvent, EngineKind, FailureClass, Policy, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
 use crate::store::events::NewEvent;
@@ -29,7 +29,7 @@ pub(super) struct AppTurn<'a> {
     /// The thread holds the prompt from a failed turn: `text` continues it, without images.
     pub(super) continuing: bool,
     pub(super) model: Option<&'a str>,
-    pub(super) sandbox: Sandbox,
+    pub(super) policy: Policy,
     /// The session's reasoning effort (`turn/start`'s `effort`).
     pub(super) effort: Option<&'a str>,
     pub(super) cwd: &'a str,
@@ -183,10 +183,10 @@ impl Worker {
                 .await?;
             return Ok(thread.to_string());
         }
-        let sandbox = match turn.sandbox {
-            Sandbox::ReadOnly => "read-only",
-            Sandbox::WorkspaceWrite => "workspace-write",
-            Sandbox::FullAccess => "danger-full-access",
+        let sandbox = match turn.policy {
+            Policy::ReadOnly => "read-only",
+            Policy::WorkspaceWrite | Policy::Ask => "workspace-write",
+            Policy::Full => "danger-full-access",
         };
         // The commands the agent runs in this thread learn their session and where to read
         // the exec driving the current turn (codex's shell environment policy).
@@ -466,7 +466,7 @@ async fn start_turn(
     let mut params = json!({
         "threadId": thread_id,
         "input": input,
-        "sandboxPolicy": sandbox_policy(turn.sandbox),
+        "sandboxPolicy": sandbox_policy(turn.policy),
     });
     if let Some(effort) = turn.effort.filter(|effort| !effort.is_empty()) {
         params["effort"] = json!(effort);
@@ -505,11 +505,11 @@ fn turn_exited(outcome: &RunOutcome, turn_id: &str, pid: u32) -> serde_json::Val
 
 /// `turn/start`'s `sandboxPolicy` for a sandbox (codex 0.171.0's object form; the thread's
 /// own `sandbox` at `thread/start` is its kebab-case name).
-fn sandbox_policy(sandbox: Sandbox) -> serde_json::Value {
-    match sandbox {
-        Sandbox::ReadOnly => json!({ "type": "readOnly" }),
-        Sandbox::WorkspaceWrite => json!({ "type": "workspaceWrite" }),
-        Sandbox::FullAccess => json!({ "type": "dangerFullAccess" }),
+fn sandbox_policy(policy: Policy) -> serde_json::Value {
+    match policy {
+        Policy::ReadOnly => json!({ "type": "readOnly" }),
+        Policy::WorkspaceWrite | Policy::Ask => json!({ "type": "workspaceWrite" }),
+        Policy::Full => json!({ "type": "dangerFullAccess" }),
     }
 }
 

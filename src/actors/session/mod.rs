@@ -790,6 +790,10 @@ fn event_kind(event: &EngineEvent) -> EventKind {
         EngineEvent::Message { .. } => EventKind::Message,
         EngineEvent::Tool { .. } => EventKind::Tool,
         EngineEvent::Denied { .. } => EventKind::ToolDenied,
+        // The worker stores a request as its approval (`child.rs`), and answers an unknown
+        // one at once, telling it as a notice.
+        EngineEvent::Asks { .. } => EventKind::ApprovalRequested,
+        EngineEvent::AsksUnknown { .. } => EventKind::Notice,
         EngineEvent::Usage { .. } => EventKind::Usage,
         EngineEvent::Notice { .. } => EventKind::Notice,
         EngineEvent::TurnCompleted => EventKind::TurnCompleted,

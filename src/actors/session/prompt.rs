@@ -21,7 +21,7 @@ use super::retry::{self, Before, Decision, Failure, Policy, Resend, Retries};
 use super::{jitter, Exit, PromptEnd, RunOutcome, Stop, Worker, SLOT_NOTICE};
 use crate::actors::ledger::{SetThread, StartRun};
 use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
-use crate::engine::{self, EngineKind, RunSpec, RunVerdict, Sandbox};
+use crate::engine::{self, EngineKind, RunSpec, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
 use crate::store::projects::Project;
@@ -51,7 +51,7 @@ pub(super) struct PromptRun {
     instructions: Option<String>,
     /// The session has no title: the first prompt asks the agent for one.
     ask_title: bool,
-    sandbox: Sandbox,
+    policy: engine::Policy,
     /// A title for a new conversation, sparing an engine's own title call.
     new_title: Option<String>,
     /// The attempt under way (the prompt's earlier attempts, from before a restart, count).
@@ -132,7 +132,7 @@ impl PromptRun {
                 .clone()
                 .or_else(|| self.project.model.clone()),
             reasoning_effort: self.session.reasoning_effort.clone(),
-            sandbox: self.sandbox,
+            policy: self.policy,
             template: settings.command_template.clone(),
         }
     }
@@ -231,7 +231,7 @@ impl Worker {
                         text: &spec.prompt,
                         continuing: run.continuing,
                         model: spec.model.as_deref(),
-                        sandbox: run.sandbox,
+                        policy: run.policy,
                         effort: spec.reasoning_effort.as_deref(),
                         cwd: &run.cwd,
                         driver_exec: exec_id,
@@ -325,11 +325,26 @@ impl Worker {
                 self.deferred.append(&mut events);
             }
         }
-        let sandbox = Sandbox::for_prompt(
+        let mut policy = engine::Policy::effective(
+            project.default_policy(),
             project.full_access,
-            project.kind == "remote",
+            session.policy,
+            prompt.policy,
             prompt.read_only,
+            project.kind == "remote",
         );
+        // Refused when sent (`Corral::send`); a prompt queued before its session's engine
+        // changed runs as workspace-write, saying so.
+        if let (engine::Policy::Ask, Some(why)) = (policy, kind.cannot_ask()) {
+            policy = engine::Policy::WorkspaceWrite;
+            let notice = self.session_event(
+                Some(&prompt.id),
+                None,
+                EventKind::Notice,
+                json!({ "message": format!("runs as workspace-write: {why}") }),
+            );
+            self.deferred.push(notice);
+        }
         let new_title = session
             .title
             .clone()
@@ -361,7 +376,7 @@ impl Worker {
             instructions: project.instructions.clone(),
             ask_title,
             project,
-            sandbox,
+            policy,
             new_title,
             retries: Retries::default(),
             resume_at: None,
@@ -654,6 +669,7 @@ mod tests {
             worktrees_dir: None,
             setup: None,
             repo_root: repo_root.map(str::to_string),
+            policy: Default::default(),
         }
     }
 
@@ -684,6 +700,7 @@ mod tests {
                 base_commit: "abc".into(),
                 state: WorktreeState::Ready,
             }),
+            policy: Default::default(),
         }
     }
 
@@ -704,6 +721,7 @@ mod tests {
                 finished_at: None,
                 claim: None,
                 denied: 0,
+                policy: Default::default(),
             },
             cwd: working_dir(&session, &project)
                 .to_string_lossy()
@@ -713,7 +731,7 @@ mod tests {
             kind: EngineKind::Command,
             instructions: None,
             ask_title: false,
-            sandbox: Sandbox::WorkspaceWrite,
+            policy: engine::Policy::WorkspaceWrite,
             new_title: None,
             attempt: 0,
             retries: Retries::default(),

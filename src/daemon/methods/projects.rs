@@ -33,6 +33,27 @@ fn isolation(word: Option<&str>) -> Result<Option<projects::Isolation>, RpcError
     .transpose()
 }
 
+/// A project's grant and policy from `full_access` and `policy` as asked: `full` is the
+/// grant; any other policy takes it back. Both given and at odds is refused.
+fn grant(
+    full_access: Option<bool>,
+    policy: Option<crate::engine::Policy>,
+) -> Result<(Option<bool>, Option<crate::engine::Policy>), RpcError> {
+    use crate::engine::Policy;
+    match (full_access, policy) {
+        (Some(false), Some(Policy::Full))
+        | (Some(true), Some(Policy::ReadOnly | Policy::WorkspaceWrite | Policy::Ask)) => {
+            Err(RpcError::new(
+                code::INVALID_PARAMS,
+                "full_access and policy disagree: give one of them",
+            ))
+        }
+        (_, Some(Policy::Full)) => Ok((Some(true), None)),
+        (_, Some(policy)) => Ok((Some(false), Some(policy))),
+        (full_access, None) => Ok((full_access, None)),
+    }
+}
+
 /// A `project.set` value where `""` clears: `Some(None)`.
 fn clearing(value: Option<String>) -> Option<Option<String>> {
     value.map(|value| Some(value).filter(|value| !value.is_empty()))
@@ -41,6 +62,7 @@ fn clearing(value: Option<String>) -> Option<Option<String>> {
 impl Serve for ProjectAdd {
     async fn serve(caller: &Caller, p: ProjectAddParams) -> Result<Project, RpcError> {
         let isolation = isolation(p.isolation.as_deref())?;
+        let (full_access, policy) = grant(Some(p.full_access), p.policy)?;
         let project = caller
             .corral()
             .add_project(NewProject {
@@ -48,7 +70,8 @@ impl Serve for ProjectAdd {
                 path: p.path,
                 engine: p.engine,
                 model: p.model,
-                full_access: p.full_access,
+                full_access: full_access.unwrap_or(false),
+                policy: policy.unwrap_or_default(),
                 remote: p.remote,
                 groups: p.groups,
                 instructions: p.instructions,
@@ -88,10 +111,12 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
             .parse::<crate::engine::EngineKind>()
             .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))?;
     }
+    let (full_access, policy) = grant(p.full_access, p.policy)?;
     let change = projects::ProjectChange {
         engine: p.engine,
         model: p.model,
-        full_access: p.full_access,
+        full_access,
+        policy,
         remote: p.remote,
         groups: p.groups,
         instructions: p.instructions,

@@ -131,6 +131,7 @@ impl Serve for PromptSend {
                     text: p.text,
                     images: p.images,
                     read_only: p.read_only,
+                    policy: p.policy,
                     sender_exec_id: sender,
                     // Checked in the enqueue's own transaction: a take-over cannot slip in
                     // between the check and the queueing.

@@ -83,6 +83,7 @@ impl Serve for SessionNew {
                 engine: p.engine.unwrap_or_default(),
                 model: p.model,
                 reasoning_effort: p.reasoning_effort,
+                policy: p.policy,
                 title: p.title,
                 task: p.task,
                 wave_id,
@@ -174,6 +175,7 @@ async fn rename(
         .write(ChangeSession {
             id: session.id,
             title: Some(title),
+            policy: None,
             archive: false,
         })
         .await?
