@@ -32,12 +32,14 @@ use tokio::sync::broadcast;
 
 use crate::actors::app_server::StopChild;
 use crate::actors::ledger::{
-    CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession, EnqueuePrompt,
+    AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession, EnqueuePrompt,
     ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking, SetSetting,
 };
 use crate::actors::shared::{slot_limits, Published, Shared};
 use crate::actors::slots::SlotsHandle;
-use crate::actors::supervisor::{Boot, CancelRunning, CountWorking, Dispatch, Supervisor};
+use crate::actors::supervisor::{
+    ApprovalAnswered, Boot, CancelRunning, CountWorking, Dispatch, Supervisor,
+};
 use crate::daemon::DaemonLock;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
@@ -49,7 +51,7 @@ use crate::store::sessions::{NewSession, Session, WorktreeState};
 use crate::store::settings::{self, Settings};
 use crate::store::sql::{self, args, Conn};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
-use crate::store::{drivers, events, processes, projects, prompts, sessions};
+use crate::store::{approvals, drivers, events, processes, projects, prompts, sessions};
 use crate::worktree;
 
 /// Errors of the library calls, each one line a user can act on.
@@ -66,6 +68,9 @@ pub enum CorralError {
     /// the same call may succeed later.
     #[error("{0}")]
     Locked(String),
+    /// The approval was answered already: the first answer stands (named in the message).
+    #[error("{0}")]
+    Answered(String),
     /// The sender's driver claim was taken over; this is the claim now.
     #[error("superseded by exec {}", .0.exec_id.as_deref().unwrap_or("(released)"))]
     Superseded(drivers::DriverClaim),
@@ -109,6 +114,26 @@ fn refuse_policy(
         )),
         _ => Ok(()),
     }
+}
+
+/// One line naming an approval's first answer.
+fn answered_already(approval: &approvals::Approval) -> String {
+    let by = match approval.answered_by {
+        Some(approvals::AnsweredBy::Person) => "by a person",
+        Some(approvals::AnsweredBy::SessionRule) => "by a decision kept for the session",
+        Some(approvals::AnsweredBy::Timeout) => "by approvals.timeout_s",
+        Some(approvals::AnsweredBy::RunEnded) => "when its run ended",
+        None => "",
+    };
+    let mut line = format!(
+        "approval {} was {} already {by}",
+        approval.id,
+        approval.status.as_str()
+    );
+    if let Some(reason) = &approval.answer_reason {
+        line.push_str(&format!(" ({reason})"));
+    }
+    line
 }
 
 fn full_not_granted(project: &str) -> String {
@@ -865,6 +890,81 @@ impl Corral {
             CancelFound::Finished { .. } => {}
         }
         Ok(found)
+    }
+
+    /// An approval by its id or a unique prefix of it.
+    pub fn approval(&self, selector: &str) -> Result<approvals::Approval, CorralError> {
+        let selector = selector.trim();
+        if selector.is_empty() {
+            return Err(CorralError::Invalid("an approval id is empty".into()));
+        }
+        let found = self.read(|connection| approvals::by_prefix(connection, selector))?;
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(CorralError::NotFound(format!("no approval '{selector}'"))),
+            _ => Err(CorralError::Invalid(format!(
+                "approval '{selector}' is ambiguous: give more of its id"
+            ))),
+        }
+    }
+
+    /// Answers a pending approval, once: the store records the answer (with its
+    /// `approval.answered`), then the run that waits for it is told. A second answer, or one
+    /// to an approval that ended otherwise (its run ended, its timeout), is refused naming
+    /// the first. `for_session` keeps the decision for the session's later requests of the
+    /// same tool whose target matches `pattern` (default: this target exactly); a pattern
+    /// that would match everything is refused.
+    pub async fn answer_approval(
+        &self,
+        selector: &str,
+        decision: approvals::Decision,
+        reason: Option<String>,
+        for_session: bool,
+        pattern: Option<String>,
+    ) -> Result<approvals::Approval, CorralError> {
+        let approval = self.approval(selector)?;
+        let pattern = match (for_session, pattern) {
+            (false, Some(_)) => {
+                return Err(CorralError::Invalid(
+                    "a pattern is kept only for the session: give --for-session with it".into(),
+                ))
+            }
+            (false, None) => None,
+            (true, Some(pattern)) => {
+                if let Some(why) = approvals::too_broad(&pattern) {
+                    return Err(CorralError::Invalid(why));
+                }
+                Some(pattern)
+            }
+            (true, None) => Some(approval.target.clone().unwrap_or_default()),
+        };
+        if approval.status != approvals::ApprovalStatus::Pending {
+            return Err(CorralError::Answered(answered_already(&approval)));
+        }
+        let write = AnswerApproval {
+            id: approval.id.clone(),
+            answer: approvals::Answer {
+                decision,
+                by: approvals::AnsweredBy::Person,
+                reason: reason.filter(|reason| !reason.trim().is_empty()),
+                pattern,
+            },
+        };
+        let (answered, told) = self.shared.ledger.write(write).await?;
+        self.shared.publish(told);
+        match answered {
+            approvals::Answered::Now(approval) => {
+                self.supervisor.do_send(ApprovalAnswered(approval.clone()));
+                Ok(approval)
+            }
+            approvals::Answered::Before(first) => {
+                Err(CorralError::Answered(answered_already(&first)))
+            }
+            approvals::Answered::NotFound => Err(CorralError::NotFound(format!(
+                "no approval '{}'",
+                approval.id
+            ))),
+        }
     }
 
     /// Whether any session has a worker running now (a prompt in a run, or waiting for

@@ -371,6 +371,13 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Publishes stored events to the daemon's subscribers.
+    pub fn publish(&self, stored: Vec<Event>) {
+        publish(&self.events, stored);
+    }
+}
+
 /// The slot manager's limits under these settings.
 pub(crate) fn slot_limits(settings: &Settings) -> SlotLimits {
     SlotLimits {

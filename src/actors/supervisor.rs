@@ -17,7 +17,9 @@ use actix::prelude::*;
 
 use super::app_server::APP_SERVER_ENV;
 use super::ledger::{CurrentOrNext, Fenced, IngestSpill, Recover};
-use super::session::{CancelPrompt, SessionActor, StartWork, RUN_ID_ENV, SETUP_ENV};
+use super::session::{
+    AnswerRun, CancelPrompt, SessionActor, StartWork, RUN_ID_ENV, SETUP_ENV,
+};
 use super::shared::Shared;
 use crate::process;
 use crate::store::prompts::Prompt;
@@ -87,6 +89,26 @@ impl Handler<CancelRunning> for Supervisor {
         // the prompt's worker, which ends it at once.
         let actor = self.actor(&message.session_id);
         actor.do_send(CancelPrompt(message.prompt_id));
+    }
+}
+
+/// An approval a person answered, for the session's run that waits for it (none: its run
+/// ended, and nothing waits).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ApprovalAnswered(pub crate::store::approvals::Approval);
+
+impl Handler<ApprovalAnswered> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, ApprovalAnswered(approval): ApprovalAnswered, _: &mut Context<Self>) {
+        if let Some(actor) = self
+            .sessions
+            .get(&approval.session_id)
+            .filter(|addr| addr.connected())
+        {
+            actor.do_send(AnswerRun(approval));
+        }
     }
 }
 
@@ -351,8 +373,23 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         })
         .await
         .map_err(|error| error.to_string())?;
+    deny_left_approvals(shared).await;
     forget_dead_kept(shared).await;
     Ok(recovered)
+}
+
+/// What the runs of before left waiting for a person is denied: their engines are gone (a
+/// run that outlives its daemon is not built yet), so no answer could reach them.
+async fn deny_left_approvals(shared: &Shared) {
+    let write = super::ledger::DenyLeftApprovals {
+        run_id: None,
+        node_id: shared.node_id().map(str::to_string),
+        reason: "the daemon restarted, and the engine that asked was ended with it".into(),
+    };
+    match shared.ledger.write(write).await {
+        Ok(told) => shared.publish(told),
+        Err(error) => tracing::warn!(%error, "approvals left by the last daemon were not denied"),
+    }
 }
 
 /// Forgets the kept background processes (`keep_background`) that died since they were kept,

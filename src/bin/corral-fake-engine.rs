@@ -101,6 +101,8 @@
 //! | `echo-env` | The answer is a JSON object of the variables `CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_PARENT_EXEC`, `CORRAL_RUN_ATTEMPT`, `CLAUDE_CODE_MAX_RETRIES`, `CORRAL_TRACE_ID`, `CORRAL_RUN_ID` and `CORRAL_DAEMON_NOTIFY` (null when unset). |
 //! | `spawn=CMD` | Right after the turn started (before `delay`), start `sh -c CMD` in the background (stdin, stdout and stderr on /dev/null; the engine's process group, directory and environment, `CORRAL_RUN_ID` included) and leave it running, never waited for; print `fake-engine: spawned PID` (the shell's pid) on stderr. `spawn=sleep 30` is an engine that leaves a process in its group, `spawn=setsid sleep 30` one that left the group. Exec forms only. |
 //! | `deny=TOOL:TARGET` | claude form: the final `result` lists a refused tool use in `permission_denials` (`tool_name` TOOL, `tool_input.file_path` TARGET), as claude does when its permission mode refused it. Repeatable. |
+//! | `ask=TOOL:TARGET` | claude form: before the progress items, the model calls TOOL (`Write` writes `approved\n` to the path TARGET, `Bash` runs TARGET as a command). Started with `--input-format stream-json --permission-prompt-tool stdio` (claude's `ask`), it first writes `{"type":"control_request","request_id":…,"request":{"subtype":"can_use_tool","tool_name":TOOL,"input":…,"decision_reason":"fake engine asks"}}` and reads stdin until the `control_response` for that id: `allow` runs the tool with the answer's `updatedInput`, `deny` (or stdin closed) refuses it, told to the model as an error `tool_result` with the answer's message and listed in `permission_denials`. Without the prompt tool it is refused at once, as print mode does. Repeatable. |
+//! | `unknown-control` | claude form with the prompt tool: first send a `control_request` of subtype `fake_unknown` and read its `control_response` (an `error` one is expected). |
 //! | `run=CMD` | Before the progress items, run `sh -c CMD` (stdin closed, stderr merged into stdout, environment and directory inherited) and report it. codex: `item.started` then `item.completed` of type `command_execution` with `command` (CMD), `aggregated_output`, `exit_code` and `status` (`completed` for exit 0, `failed` otherwise, as codex does). claude: an `assistant` line with a `tool_use` of `Bash` and a `user` line with its `tool_result`. |
 //!
 //! `crash`, `partial`, `garbage`, `hang`, `missing-rollout`, `ignore-sigterm` and `echo-env`
@@ -357,6 +359,9 @@ enum Form {
         model: Option<String>,
         /// claude's permission mode, as its `init` line says it.
         permission_mode: String,
+        /// `--input-format stream-json --permission-prompt-tool stdio`: stdin carries the
+        /// prompt as a user message and then the answers to `control_request`s.
+        converses: bool,
     },
     /// `codex app-server`: JSON-RPC on stdin/stdout, scripted per turn.
     AppServer,
@@ -552,6 +557,7 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
     let (mut print, mut verbose, mut stream_json, mut skip_permissions) =
         (false, false, false, false);
     let (mut model, mut resume, mut mode) = (None, None, None);
+    let (mut stream_input, mut prompt_tool) = (false, false);
     let mut positionals = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -582,6 +588,21 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
                 return Err(format!("--permission-mode: invalid mode '{value}'"));
             }
             mode = Some(value);
+        } else if let Some(Opt::Value(format)) =
+            take_option(args, &mut i, &["--input-format"], true)?
+        {
+            match format.as_str() {
+                "stream-json" => stream_input = true,
+                "text" => {}
+                other => return Err(format!("unsupported --input-format {other}")),
+            }
+        } else if let Some(Opt::Value(tool)) =
+            take_option(args, &mut i, &["--permission-prompt-tool"], true)?
+        {
+            if tool != "stdio" {
+                return Err(format!("the fake knows only --permission-prompt-tool stdio, not {tool}"));
+            }
+            prompt_tool = true;
         } else if take_option(args, &mut i, &["--effort"], true)?.is_some() {
             // Accepted; the fake has no model to tell.
             continue;
@@ -614,10 +635,16 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
     if !verbose || !stream_json {
         return Err("-p needs --verbose --output-format stream-json".into());
     }
-    // As claude: with no PROMPT, stdin is the prompt.
-    let prompt = match positionals.as_slice() {
-        [prompt] => prompt.clone(),
-        [] => prompt_or_stdin(None)?,
+    if prompt_tool && !stream_input {
+        return Err("--permission-prompt-tool stdio needs --input-format stream-json".into());
+    }
+    // As claude: with no PROMPT, stdin is the prompt (in stream-json, its first user message,
+    // stdin staying open for the answers).
+    let prompt = match (positionals.as_slice(), stream_input) {
+        ([], true) => first_user_message()?,
+        ([prompt], false) => prompt.clone(),
+        ([], false) => prompt_or_stdin(None)?,
+        (_, true) => return Err("--input-format stream-json takes no PROMPT".into()),
         _ => return Err("-p takes at most one PROMPT".into()),
     };
     Ok(Invocation {
@@ -629,9 +656,33 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
             } else {
                 mode.unwrap_or_else(|| "default".to_string())
             },
+            converses: prompt_tool,
         },
         prompt,
     })
+}
+
+/// One line of stdin (`None` at its end).
+fn stdin_line() -> Option<String> {
+    let mut line = String::new();
+    match std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line),
+    }
+}
+
+/// The prompt of stream-json input: the first user message's text.
+fn first_user_message() -> Result<String, String> {
+    let line = stdin_line().ok_or("stdin ended before a user message")?;
+    let message: serde_json::Value =
+        serde_json::from_str(line.trim_end()).map_err(|error| format!("stdin: {error}"))?;
+    if message["type"] != "user" {
+        return Err(format!("stdin: expected a user message, got {}", line.trim_end()));
+    }
+    match message["message"]["content"].as_str() {
+        Some(text) => Ok(text.to_string()),
+        None => Err("stdin: the user message has no text content".into()),
+    }
 }
 
 /// What the directives asked for.
@@ -661,6 +712,9 @@ struct Script {
     spawn: Option<String>,
     /// Tool uses the claude form reports as refused (`deny=TOOL:TARGET`).
     denials: Vec<(String, String)>,
+    /// Tool uses the claude form asks permission for (`ask=TOOL:TARGET`).
+    asks: Vec<(String, String)>,
+    unknown_control: bool,
     // app-server mode only:
     will_retry: u64,
     usage_limit: bool,
@@ -735,6 +789,14 @@ impl Script {
                     .ok_or_else(|| format!("directive 'deny' is TOOL:TARGET, not '{value}'"))?;
                 self.denials.push((tool.to_string(), target.to_string()));
             }
+            "ask" => {
+                let value = text(name, value)?;
+                let (tool, target) = value
+                    .split_once(':')
+                    .ok_or_else(|| format!("directive 'ask' is TOOL:TARGET, not '{value}'"))?;
+                self.asks.push((tool.to_string(), target.to_string()));
+            }
+            "unknown-control" => flag(&mut self.unknown_control)?,
             "will-retry" => self.will_retry = number(name, value)?,
             "usage-limit" => flag(&mut self.usage_limit)?,
             "overloaded" => flag(&mut self.overloaded)?,
@@ -1224,6 +1286,107 @@ impl Claude {
         self.out.line(&result);
     }
 
+    /// A `control_request` of `subtype` with `fields`, then stdin read up to its
+    /// `control_response`: the response (`None`: stdin ended first).
+    fn control(&mut self, subtype: &str, fields: serde_json::Value) -> Option<serde_json::Value> {
+        let request_id = format!("req_fake_{}", Self::token());
+        let mut request = fields;
+        request["subtype"] = subtype.into();
+        let line = obj! {
+            "type" => "control_request",
+            "request_id" => &request_id,
+            "request" => &request,
+        };
+        self.out.line(&line);
+        while let Some(line) = stdin_line() {
+            let Ok(answer) = serde_json::from_str::<serde_json::Value>(line.trim_end()) else {
+                eprintln!("fake-engine: stdin line is not JSON: {}", line.trim_end());
+                continue;
+            };
+            let response = &answer["response"];
+            if answer["type"] == "control_response" && response["request_id"] == request_id.as_str()
+            {
+                return Some(response.clone());
+            }
+            eprintln!("fake-engine: unexpected stdin line: {}", line.trim_end());
+        }
+        None
+    }
+
+    /// The model calls `tool` on `target`, asking first when `converses`. Returns the
+    /// target when the call was refused.
+    fn asked_tool(&mut self, tool: &str, target: &str, converses: bool) -> Option<String> {
+        use serde_json::json;
+        let id = format!("toolu_fake_{}", Self::token());
+        let input = match tool {
+            "Bash" => json!({ "command": target, "description": "Run a command" }),
+            _ => json!({ "file_path": target, "content": "approved\n" }),
+        };
+        let call = self.assistant(arr![obj! {
+            "type" => "tool_use",
+            "id" => &id,
+            "name" => tool,
+            "input" => &input,
+        }]);
+        self.out.line(&call);
+        let answer = if converses {
+            self.control(
+                "can_use_tool",
+                json!({
+                    "tool_name": tool,
+                    "input": input,
+                    "tool_use_id": id,
+                    "decision_reason": "fake engine asks",
+                }),
+            )
+        } else {
+            None
+        };
+        let inner = answer.as_ref().map(|response| &response["response"]);
+        let allowed = inner.is_some_and(|inner| inner["behavior"] == "allow");
+        let (content, is_error) = if allowed {
+            let given = &inner.expect("allowed")["updatedInput"];
+            let input = if given.is_object() { given } else { &input };
+            match tool {
+                "Bash" => {
+                    let command = input["command"].as_str().unwrap_or_default();
+                    let (output, code) = run_command(command, None, &[]);
+                    (output, code != 0)
+                }
+                _ => {
+                    let path = input["file_path"].as_str().unwrap_or_default();
+                    let content = input["content"].as_str().unwrap_or_default();
+                    match std::fs::write(path, content) {
+                        Ok(()) => (format!("File created successfully at: {path}"), false),
+                        Err(error) => (format!("{path}: {error}"), true),
+                    }
+                }
+            }
+        } else {
+            let message = inner
+                .and_then(|inner| inner["message"].as_str())
+                .unwrap_or("Claude requested permissions to use this tool, but you haven't granted it yet.");
+            (message.to_string(), true)
+        };
+        let result = obj! {
+            "type" => "user",
+            "message" => obj! {
+                "role" => "user",
+                "content" => arr![obj! {
+                    "tool_use_id" => &id,
+                    "type" => "tool_result",
+                    "content" => content,
+                    "is_error" => is_error,
+                }],
+            },
+            "parent_tool_use_id" => J::null(),
+            "session_id" => &self.session_id,
+            "uuid" => Self::uuid(),
+        };
+        self.out.line(&result);
+        (!allowed).then(|| target.to_string())
+    }
+
     fn result(&self, answer: &str, denials: &[(String, String)]) -> J {
         let elapsed = self.elapsed_ms();
         let denials = J::list(denials.iter().map(|(tool, target)| {
@@ -1261,6 +1424,7 @@ fn claude(
     resume: Option<&str>,
     model: Option<&str>,
     permission_mode: &str,
+    converses: bool,
     attempt: u64,
 ) -> ! {
     let mut claude = Claude {
@@ -1285,6 +1449,15 @@ fn claude(
     if let Some(command) = &script.run {
         claude.tool(command);
     }
+    if script.unknown_control && converses {
+        claude.control("fake_unknown", serde_json::json!({}));
+    }
+    let mut denials = script.denials.clone();
+    for (tool, target) in &script.asks {
+        if let Some(refused) = claude.asked_tool(tool, target, converses) {
+            denials.push((tool.clone(), refused));
+        }
+    }
     for step in 1..=script.deltas {
         let line = claude.text_line(&format!("step {step}"));
         claude.out.line(&line);
@@ -1302,8 +1475,12 @@ fn claude(
         claude.out.crash(&line);
     }
     claude.out.line(&line);
-    let result = claude.result(&answer, &script.denials);
+    let result = claude.result(&answer, &denials);
     claude.out.last_line(&result, script.partial);
+    // As claude with stream-json input: the process ends when its stdin does.
+    if converses {
+        while stdin_line().is_some() {}
+    }
     exit(script, 0)
 }
 
@@ -2977,12 +3154,14 @@ fn main() {
             resume,
             model,
             permission_mode,
+            converses,
         } => claude(
             &script,
             &invocation.prompt,
             resume.as_deref(),
             model.as_deref(),
             permission_mode,
+            *converses,
             attempt,
         ),
         Form::AppServer => unreachable!("app-server mode returned above"),

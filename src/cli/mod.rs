@@ -36,6 +36,7 @@
 //! that answers, or read the store directly ([`remote::inspect`]). The others start one when
 //! none answers, unless `--no-spawn` or `daemon.autostart = false` says not to.
 
+pub mod approvals;
 pub mod attach;
 pub mod cancel;
 pub mod compact;
@@ -67,6 +68,7 @@ use clap::{Parser, Subcommand};
 
 use crate::actors::ledger::{LedgerError, LedgerHandle};
 use crate::home;
+use crate::store::approvals::Decision;
 use crate::store::exec::Outcome;
 use crate::store::location::Location;
 use crate::store::sql::{self, Conn};
@@ -109,6 +111,12 @@ pub enum Command {
     Send(send::SendArgs),
     /// Cancel a prompt, or everything running or queued on a session.
     Cancel(cancel::CancelArgs),
+    /// What engines asked a person under the policy `ask` and wait for (--all: answered too).
+    Approvals(approvals::ApprovalsArgs),
+    /// Let an engine do what it asked (--for-session: its like from now on).
+    Approve(approvals::AnswerArgs),
+    /// Refuse what an engine asked; the engine is told why (--reason).
+    Deny(approvals::AnswerArgs),
     /// Add text to the turn running on a codex-app-server session.
     Steer(steer::SteerArgs),
     /// Compact a codex-app-server session's thread context.
@@ -220,7 +228,11 @@ impl Command {
     /// reads the store directly when none does, never starting one (see [`remote::inspect`]).
     pub fn inspects(&self) -> bool {
         match self {
-            Command::Monitor(_) | Command::Watch(_) | Command::History(_) | Command::Status(_) => {
+            Command::Monitor(_)
+            | Command::Watch(_)
+            | Command::History(_)
+            | Command::Status(_)
+            | Command::Approvals(_) => {
                 true
             }
             Command::Session(args) => args.action.inspects(),
@@ -790,6 +802,11 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         // `connect` holds claims per native connection: it closes them on SIGINT/SIGTERM.
         Command::Connect(args) => connect::execute(context, args).await,
         Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
+        Command::Approvals(args) => interruptible(approvals::list(context, args)).await,
+        Command::Approve(args) => {
+            interruptible(approvals::answer(context, args, Decision::Approve)).await
+        }
+        Command::Deny(args) => interruptible(approvals::answer(context, args, Decision::Deny)).await,
         Command::Steer(args) => interruptible(steer::execute(context, args)).await,
         Command::Compact(args) => interruptible(compact::execute(context, args)).await,
         Command::Watch(args) => interruptible(watch::execute(context, args)).await,

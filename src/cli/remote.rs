@@ -264,6 +264,34 @@ fn summary(event: &Event) -> String {
             }
             line
         }
+        // `approval.requested Write /src/x (why: …) · corral approve ID` and
+        // `approval.answered approved Write /src/x by person (reason)`.
+        EventKind::ApprovalRequested | EventKind::ApprovalAnswered => {
+            let approval = &payload["approval"];
+            let text = |name: &str| approval.get(name).and_then(Value::as_str);
+            let mut what = text("tool").unwrap_or("?").to_string();
+            if let Some(target) = text("target") {
+                what.push(' ');
+                what.push_str(target);
+            }
+            if event.kind == EventKind::ApprovalRequested {
+                let why = text("reason").map(|why| format!(" (why: {why})")).unwrap_or_default();
+                format!(
+                    "{what}{why} · corral approve|deny {}",
+                    text("id").unwrap_or("?")
+                )
+            } else {
+                let mut line = format!(
+                    "{} {what} by {}",
+                    text("status").unwrap_or("?"),
+                    text("answered_by").unwrap_or("?")
+                );
+                if let Some(reason) = text("answer_reason") {
+                    line.push_str(&format!(" ({reason})"));
+                }
+                line
+            }
+        }
         EventKind::PromptFailed | EventKind::PromptCancelled => {
             field("error").unwrap_or("").to_string()
         }

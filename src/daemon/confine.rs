@@ -55,6 +55,9 @@ pub fn reach(method: &str, params: &Value) -> Reach {
             named("session", Reach::Session)
         }
         "prompt.wait" => named("prompt", Reach::Prompt),
+        // An answer is a person's alone: refused from any run by the widening rules.
+        "approvals.answer" => Reach::Nothing,
+        "approvals.list" => named("session", Reach::Session),
         "prompt.cancel" => named("target", Reach::PromptOrSession),
         "project.show" | "project.set" | "project.archive" | "session.new" => {
             named("project", Reach::Project)

@@ -28,6 +28,7 @@ use procfs::process::Process;
 
 use crate::protocol::*;
 use crate::store::sql::{args, Conn};
+use crate::engine::Policy;
 use crate::store::{projects, sessions};
 
 /// The variable every engine child carries: its run's id.
@@ -455,6 +456,9 @@ impl Widening for ProjectAddParams {
         if self.full_access {
             return Some("adding a project with full access".into());
         }
+        if let Some(policy) = self.policy.filter(|policy| *policy > Policy::WorkspaceWrite) {
+            return Some(format!("adding a project under policy {policy}"));
+        }
         if self.keep_background {
             return Some("adding a project whose runs' background processes outlive them".into());
         }
@@ -496,6 +500,19 @@ impl Widening for ProjectSetParams {
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
         if self.full_access == Some(true) {
             return Some("turning full access on".into());
+        }
+        if let Some(policy) = self.policy {
+            match ctx.project(&self.project) {
+                Some(project) if policy <= project.default_policy() => {}
+                Some(project) => {
+                    return Some(format!(
+                        "widening project {}'s policy from {} to {policy}",
+                        project.name,
+                        project.default_policy()
+                    ))
+                }
+                None => return Some(format!("setting a project's policy to {policy}")),
+            }
         }
         if self.keep_background == Some(true) {
             return Some("letting background processes outlive their runs".into());
@@ -596,6 +613,12 @@ impl Widening for SessionNewParams {
     }
 
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        if let Some(policy) = self.policy {
+            match ctx.project(&self.project) {
+                Some(project) if policy <= project.default_policy() => {}
+                _ => return Some(format!("opening a session under policy {policy}")),
+            }
+        }
         // A project's setup command runs unsandboxed on the tree a new worktree is made from:
         // choosing that tree (a branch or base an agent may have committed to) is the person's.
         if self.branch.is_some() || self.base.is_some() {
@@ -642,6 +665,13 @@ impl Widening for SendParams {
     }
 
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        if let Some(policy) = self.policy {
+            match ctx.session(&self.session) {
+                Some((session, project))
+                    if policy <= session.policy.unwrap_or(project.default_policy()) => {}
+                _ => return Some(format!("sending a prompt under policy {policy}")),
+            }
+        }
         into_unconfined(ctx, &self.session)
     }
 }
@@ -691,6 +721,13 @@ impl Widening for SessionArchiveParams {
             )),
             None => Some(format!("archiving session {}", self.session)),
         }
+    }
+}
+
+impl Widening for ApprovalsAnswerParams {
+    /// Only a person answers what an engine asks: an agent that could would approve itself.
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        Some(format!("answering approval {}", self.approval))
     }
 }
 

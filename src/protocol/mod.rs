@@ -29,6 +29,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+pub mod approvals;
 pub mod drivers;
 pub mod events;
 pub mod execs;
@@ -40,6 +41,7 @@ pub mod sessions;
 pub mod settings;
 pub mod status;
 
+pub use approvals::*;
 pub use drivers::*;
 pub use events::*;
 pub use execs::*;
@@ -113,6 +115,8 @@ pub mod code {
     pub const CLAIMED: i64 = -32009;
     /// The request would widen what an agent may do, and came from inside a supervised run.
     pub const NOT_ALLOWED: i64 = -32010;
+    /// The approval was answered already; the message names the first answer.
+    pub const ANSWERED: i64 = -32012;
     /// The connection is not served: its peer is another uid (or its credentials cannot be
     /// read). Written once, with a null id, then the daemon closes the connection.
     pub const PEER_REFUSED: i64 = -32011;
@@ -446,6 +450,8 @@ methods![
     ExecStart,
     ExecEnd,
     HttpLoginCode,
+    ApprovalsList,
+    ApprovalsAnswer,
 ];
 
 /// The params of a method that takes none (any named params are ignored, as before).

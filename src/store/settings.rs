@@ -138,6 +138,12 @@ pub const KNOWN: &[Known] = &[
         meaning: "wall-clock limit of one engine run, in seconds",
     },
     Known {
+        name: "approvals.timeout_s",
+        default: "",
+        meaning: "deny an approval nobody answered after this many seconds, saying so (empty: \
+                  the engine waits for a person, keeping its slot)",
+    },
+    Known {
         name: STORE_LOCK_TIMEOUT_MS,
         default: "60000",
         meaning: "while another program holds the store's write lock, how long a write waits \
@@ -321,6 +327,8 @@ fn checked(name: &str, value: &str, check: Check) -> Result<String, String> {
             )),
         },
         "run.timeout_s" => count("run.timeout_s"),
+        "approvals.timeout_s" if value.is_empty() => Ok(String::new()),
+        "approvals.timeout_s" => count("approvals.timeout_s"),
         "daemon.shutdown_grace_ms" => match value.parse::<u64>() {
             Ok(ms) if ms <= 3_600_000 => Ok(ms.to_string()),
             _ => Err(format!(
@@ -390,6 +398,8 @@ pub struct Settings {
     pub command_template: Vec<String>,
     pub cancel_grace: Duration,
     pub run_timeout: Duration,
+    /// `approvals.timeout_s`: `None`, an approval waits for a person.
+    pub approval_timeout: Option<Duration>,
     pub daemon_autostart: bool,
     pub shutdown_grace: Duration,
     /// [`STORE_LOCK_TIMEOUT_MS`] (the ledger reads it itself, when the store is locked).
@@ -416,6 +426,7 @@ impl Default for Settings {
             command_template: vec!["sh".into(), "-c".into(), "{prompt}".into()],
             cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
             run_timeout: Duration::from_secs(3600),
+            approval_timeout: None,
             daemon_autostart: true,
             shutdown_grace: Duration::from_secs(10),
             store_lock_timeout: Duration::from_millis(DEFAULT_STORE_LOCK_TIMEOUT_MS),
@@ -457,6 +468,9 @@ impl Settings {
             }
             "run.timeout_s" => {
                 self.run_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
+            }
+            "approvals.timeout_s" => {
+                self.approval_timeout = value.parse().ok().map(Duration::from_secs)
             }
             "daemon.autostart" => self.daemon_autostart = value == "true",
             HTTP_LISTEN => self.http_listen = parse_listen(&value)?,

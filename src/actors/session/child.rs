@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+use super::asking::{stdin_writer, Talk};
 use super::{event_kind, event_payload, Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::ledger::{KeepProcesses, RunSpawned, SetThread};
 use crate::actors::shared::Shared;
@@ -55,8 +56,12 @@ pub(super) struct ChildRun<'a> {
     pub(super) prompt: &'a Prompt,
     pub(super) run_id: &'a str,
     pub(super) argv: &'a [OsString],
-    /// Written to the child's stdin, which is then closed (`None`: stdin is /dev/null).
+    /// Written to the child's stdin, which is then closed (`None`: stdin is /dev/null),
+    /// unless the engine `converses`.
     pub(super) stdin: Option<&'a str>,
+    /// The engine asks a person through its stdin ([`engine::Engine::converses`]): stdin stays
+    /// open for the answers until the engine's final line.
+    pub(super) converses: bool,
     /// Variables set over everything else ([`engine::Engine::run_env`]: the sandbox, where
     /// the engine reads it from its environment).
     pub(super) run_env: &'a [(&'static str, String)],
@@ -85,6 +90,7 @@ impl Worker {
             run_id,
             argv,
             stdin,
+            converses,
             run_env,
             cwd,
             environment,
@@ -95,10 +101,12 @@ impl Worker {
         } = run;
         // Read just before the spawn: the run's end then reads only the pids handed out since.
         let clock = process::PidClock::read();
-        let mut child = match spawn(argv, stdin, run_env, cwd, &environment, run_id, kind) {
-            Ok(child) => child,
-            Err(message) => return (RunOutcome::failed(message), None),
-        };
+        let (mut child, conversation) =
+            match spawn(argv, stdin, converses, run_env, cwd, &environment, run_id, kind) {
+                Ok(spawned) => spawned,
+                Err(message) => return (RunOutcome::failed(message), None),
+            };
+        let mut talk = Talk::new(conversation);
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;
         let pid_start = process::start_time(pid);
@@ -128,6 +136,9 @@ impl Worker {
         let mut batch: Vec<NewEvent> = Vec::new();
         let deadline = tokio::time::sleep(settings.run_timeout);
         tokio::pin!(deadline);
+        // The oldest approval's `approvals.timeout_s`, when one waits and it is set.
+        let approval_timer = tokio::time::sleep(Duration::from_secs(u32::MAX as u64));
+        tokio::pin!(approval_timer);
         let mut streams_open = true;
         let mut status: Option<std::process::ExitStatus> = None;
         // Once the engine has exited: what it left is ended (or kept), then the pipes are
@@ -147,6 +158,10 @@ impl Worker {
                 }
                 break Some(Ended::Unstored(error));
             }
+            let approval_due = talk.next_timeout(settings.approval_timeout);
+            if let Some(due) = approval_due {
+                approval_timer.as_mut().reset(due);
+            }
             // While a write waits for the store, nothing here reads the lines: the readers
             // stop at LINE_BUFFER lines and the engine blocks on its full pipe.
             tokio::select! {
@@ -161,6 +176,34 @@ impl Worker {
                     };
                     let new_thread = self.take_line(prompt, run_id, line, &mut transcript, &mut batch).await;
                     unstored = self.store_lines(run_id, new_thread, &mut batch, lines.is_empty()).await;
+                    for asked in std::mem::take(&mut transcript.asks) {
+                        let refused = self
+                            .ask_person(prompt, run_id, kind, &*transcript.adapter, asked, &mut talk, &mut batch)
+                            .await;
+                        unstored = unstored.or(refused);
+                    }
+                    // The turn is over: an engine that reads its stdin for more exits now.
+                    if transcript.terminal.is_some() {
+                        talk.close();
+                    }
+                }
+                answered = self.answers.recv(), if talk.waits() => {
+                    if let Some(answered) = answered {
+                        self.take_answer(&*transcript.adapter, &mut talk, answered);
+                    }
+                    if let Some(paused) = talk.resume() {
+                        let at = deadline.deadline() + paused;
+                        deadline.as_mut().reset(at);
+                    }
+                }
+                _ = &mut approval_timer, if approval_due.is_some() => {
+                    if let Some(timeout) = settings.approval_timeout {
+                        self.time_out(&*transcript.adapter, &mut talk, timeout).await;
+                    }
+                    if let Some(paused) = talk.resume() {
+                        let at = deadline.deadline() + paused;
+                        deadline.as_mut().reset(at);
+                    }
                 }
                 exit = child.wait(), if status.is_none() => {
                     match exit {
@@ -197,12 +240,20 @@ impl Worker {
                 stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if status.is_none() => {
                     break Some(Ended::Stopped(stop))
                 }
-                _ = &mut deadline, if status.is_none() => break Some(Ended::TimedOut),
+                // A run that waits for a person is not timed out: its clock stands still.
+                _ = &mut deadline, if status.is_none() && !talk.waits() => break Some(Ended::TimedOut),
             }
             if status.is_some() && leftovers_done && !streams_open {
                 break None;
             }
         };
+        let why = match &stop {
+            Some(Ended::Stopped(stop)) => format!("its run was {}", stop.ended_by()),
+            Some(Ended::TimedOut) => "its run timed out".to_string(),
+            Some(_) => "its run failed".to_string(),
+            None => "its engine exited".to_string(),
+        };
+        self.end_asking(run_id, &mut talk, &why).await;
         let reported = transcript.new_thread();
         self.denied += std::mem::take(&mut transcript.denied);
         let outcome = match stop {
@@ -353,6 +404,11 @@ impl Worker {
                     transcript.denied += 1;
                     event
                 }
+                // Stored as approvals by the worker (`asking.rs`), not as plain events.
+                asks @ (EngineEvent::Asks { .. } | EngineEvent::AsksUnknown { .. }) => {
+                    transcript.asks.push(asks);
+                    continue;
+                }
                 // Kept, not stored: where a later retry may resume from.
                 EngineEvent::ResumePoint { id } => {
                     transcript.resume_point = Some(id);
@@ -496,15 +552,17 @@ impl Worker {
 
 /// Spawns a run's engine as the leader of a process group of its own, with stdout and stderr
 /// piped and the prompt (if any) written to its stdin. `Err` is the run's failure message.
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     argv: &[OsString],
     stdin: Option<&str>,
+    converses: bool,
     run_env: &[(&'static str, String)],
     cwd: &str,
     environment: &ChildEnv<'_>,
     run_id: &str,
     kind: EngineKind,
-) -> Result<tokio::process::Child, String> {
+) -> Result<(tokio::process::Child, Option<mpsc::UnboundedSender<String>>), String> {
     let mut command = tokio::process::Command::new(&argv[0]);
     command
         .args(&argv[1..])
@@ -531,6 +589,13 @@ fn spawn(
     })?;
     // The prompt goes in from a task of its own: a child that prints before it has read all
     // of a large prompt must not wait on us while we wait on it.
+    if converses {
+        let conversation = match (stdin, child.stdin.take()) {
+            (Some(text), Some(pipe)) => Some(stdin_writer(pipe, text.to_string())),
+            _ => None,
+        };
+        return Ok((child, conversation));
+    }
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         let text = text.to_string();
         tokio::spawn(async move {
@@ -539,7 +604,7 @@ fn spawn(
             let _ = pipe.shutdown().await;
         });
     }
-    Ok(child)
+    Ok((child, None))
 }
 
 /// Reads the child's stdout and stderr on tasks of their own into one bounded channel of
@@ -571,6 +636,8 @@ struct Transcript {
     resume_point: Option<String>,
     /// Tool uses the engine refused (`tool.denied`), counted into the worker's after the run.
     denied: u64,
+    /// Requests the engine made on the line just read, for the worker to ask a person.
+    asks: Vec<EngineEvent>,
 }
 
 impl Transcript {
@@ -585,6 +652,7 @@ impl Transcript {
             thread: known_thread.map(str::to_string),
             resume_point: None,
             denied: 0,
+            asks: Vec::new(),
         }
     }
 

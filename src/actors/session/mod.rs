@@ -42,6 +42,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 mod app_turn;
+mod asking;
 mod child;
 mod prompt;
 pub mod retry;
@@ -56,6 +57,7 @@ use super::shared::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::daemons::Claim;
+use crate::store::approvals::Approval;
 use crate::store::events::NewEvent;
 use crate::store::prompts::{ClaimBy, PutBack};
 use crate::store::prompts::{Prompt, PromptStatus};
@@ -88,6 +90,8 @@ pub struct SessionActor {
     /// found nothing queued, then a send claimed this one before the worker future ended.
     /// It starts as soon as that future ends.
     pending: Option<Prompt>,
+    /// The running worker's inbox for answered approvals (`AnswerRun`).
+    answers: Option<tokio::sync::mpsc::UnboundedSender<Approval>>,
 }
 
 impl SessionActor {
@@ -98,6 +102,7 @@ impl SessionActor {
             cancel: watch::channel(None).0,
             working: None,
             pending: None,
+            answers: None,
         }
     }
 }
@@ -133,7 +138,11 @@ impl SessionActor {
             }
             _ => self.shared.shutdown_signal(),
         };
+        let (answers, inbox) = tokio::sync::mpsc::unbounded_channel();
+        self.answers = Some(answers);
         let worker = Worker {
+            answers: inbox,
+            session_rules: None,
             session_id: self.session_id.clone(),
             shared: self.shared.clone(),
             cancel: self.cancel.subscribe(),
@@ -190,6 +199,22 @@ fn stop_when_lost(
     stopped
 }
 
+/// An approval a person answered (as the store recorded it), for the run that waits for it.
+/// A worker that does not wait for it (its run ended) drops it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AnswerRun(pub Approval);
+
+impl Handler<AnswerRun> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, AnswerRun(approval): AnswerRun, _: &mut Context<Self>) {
+        if let Some(answers) = &self.answers {
+            let _ = answers.send(approval);
+        }
+    }
+}
+
 /// Ends the running prompt `prompt_id` if this session runs it now.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -235,6 +260,10 @@ struct Worker {
     /// The tool uses the engine refused in the current prompt's runs (`tool.denied`), told
     /// with its end (`denied`) so that a refusal is never a silent success.
     denied: u64,
+    /// Approvals a person answered, from the session actor (`AnswerRun`).
+    answers: tokio::sync::mpsc::UnboundedReceiver<Approval>,
+    /// The decisions a person kept for the session (`asking.rs`), read when first needed.
+    session_rules: Option<Vec<Approval>>,
 }
 
 /// Why the worker stopped waiting for a prompt.

@@ -249,6 +249,7 @@ impl Worker {
                         run_id: &run_id,
                         argv: &argv,
                         stdin: stdin.as_deref(),
+                        converses: adapter.converses(&spec),
                         run_env: &run_env,
                         cwd: &run.cwd,
                         environment: ChildEnv {

@@ -15,6 +15,7 @@
 //! title, or a unique id prefix; a selector that matches several is an error with code
 //! `AMBIGUOUS` whose `data.candidates` lists them.
 
+mod approvals;
 mod drivers;
 mod execs;
 mod http;
@@ -105,6 +106,7 @@ impl From<CorralError> for RpcError {
             CorralError::Invalid(_) => code::INVALID_PARAMS,
             CorralError::Store(_) => code::INTERNAL,
             CorralError::Locked(_) => code::BUSY,
+            CorralError::Answered(_) => code::ANSWERED,
         };
         RpcError::new(code, error.to_string())
     }
@@ -201,7 +203,7 @@ macro_rules! dispatch {
 dispatch! {
     inspect: [
         ProjectList, ProjectShow, SessionList, SessionShow, History, SettingsGet, SettingsList,
-        ExecsList,
+        ExecsList, ApprovalsList,
     ],
     serve: [
         Status, Shutdown,
@@ -214,6 +216,7 @@ dispatch! {
         Overview,
         ExecStart, ExecEnd,
         HttpLoginCode,
+        ApprovalsAnswer,
     ],
 }
 
