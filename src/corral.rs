@@ -32,8 +32,9 @@ use tokio::sync::broadcast;
 
 use crate::actors::app_server::StopChild;
 use crate::actors::ledger::{
-    AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession, EnqueuePrompt,
-    ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking, SetSetting,
+    AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession,
+    EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking,
+    SetSetting,
 };
 use crate::actors::shared::{slot_limits, Published, Shared};
 use crate::actors::slots::SlotsHandle;

@@ -1186,3 +1186,178 @@ fn codex_the_prompt_reaches_the_model_exactly_as_written() {
 fn codex_a_retried_prompt_reaches_the_model_once() {
     a_retried_prompt_reaches_the_model_once(Engine::Codex);
 }
+
+/// Sends `text` (without waiting) and returns the prompt's id.
+fn send_only(rig: &Rig, session: &str, text: &str) -> String {
+    let sent = rig.ok(&["send", session, text]);
+    sent.split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("send prints `ID STATUS`: {sent:?}"))
+        .to_string()
+}
+
+/// The next `approval.requested` of `prompt` in the stream: the approval.
+fn next_approval(lines: &mpsc::Receiver<String>, prompt: &str) -> Value {
+    next_matching(lines, "approval.requested", |event| {
+        (event["kind"] == "approval.requested" && event["prompt_id"] == prompt)
+            .then(|| event["payload"]["approval"].clone())
+    })
+}
+
+/// How `prompt` ended, from the stream: its end event's kind.
+fn prompt_end(lines: &mpsc::Receiver<String>, prompt: &str) -> String {
+    next_matching(lines, "the prompt's end", |event| {
+        let kind = event["kind"].as_str().unwrap_or("");
+        (event["prompt_id"] == prompt
+            && ["prompt.done", "prompt.failed", "prompt.cancelled"].contains(&kind))
+        .then(|| kind.to_string())
+    })
+}
+
+/// Under the policy `ask`, what claude would refuse is asked of a person through its
+/// stream-json control protocol, and the person's answer is what happens: a write outside the
+/// tree waits in `corral approvals` until `corral approve` (then it is written), or `corral
+/// deny --reason` (then it is not, and the refusal is told); a write inside the tree is not
+/// asked about (workspace-write allows it); a command approved `--for-session` runs again
+/// without asking.
+#[test]
+fn claude_under_ask_a_person_answers_what_the_agent_asks() {
+    let Some(rig) = Rig::start(Engine::Claude) else {
+        return;
+    };
+    rig.ok(&["project", "set", "p", "--policy", "ask"]);
+    let session = rig.session(Some("Ask"));
+    let outside = rig.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let (follower, lines) = follow(&rig, &session);
+
+    // Approved: written.
+    let approved = outside.join("approved.txt");
+    rig.mock
+        .tool_then(write_tool(Engine::Claude, &approved, "yes\n"), "wrote it");
+    let prompt = send_only(&rig, &session, "write outside");
+    let asked = next_approval(&lines, &prompt);
+    assert_eq!(asked["tool"], "Write", "{asked}");
+    assert_eq!(asked["target"], approved.to_str().unwrap(), "{asked}");
+    assert_eq!(asked["status"], "pending", "{asked}");
+    assert!(!approved.exists(), "written before anyone answered");
+    let listed = rig.json(&["approvals", "--json"]);
+    assert_eq!(array(&listed).len(), 1, "{listed}");
+    assert_eq!(listed[0]["id"], asked["id"], "{listed}");
+    let id = asked["id"].as_str().unwrap();
+    let said = rig.ok(&["approve", id]);
+    assert!(said.starts_with("approved "), "{said}");
+    assert_eq!(
+        prompt_end(&lines, &prompt),
+        "prompt.done",
+        "{}",
+        rig.story(&session)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&approved).ok().as_deref(),
+        Some("yes\n")
+    );
+    let history = rig.history(&session);
+    assert_eq!(array(&history["prompts"])[0]["denied"], 0, "{history}");
+    // Answered once.
+    let again = rig.run(&["deny", id]);
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    let again = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        again.contains("was approved already by a person"),
+        "{again}"
+    );
+
+    // Denied: not written, and told.
+    let refused = outside.join("refused.txt");
+    rig.mock
+        .tool_then(write_tool(Engine::Claude, &refused, "no\n"), "could not");
+    let prompt = send_only(&rig, &session, "write outside again");
+    let asked = next_approval(&lines, &prompt);
+    rig.ok(&[
+        "deny",
+        asked["id"].as_str().unwrap(),
+        "--reason",
+        "not there",
+    ]);
+    assert_eq!(
+        prompt_end(&lines, &prompt),
+        "prompt.done",
+        "{}",
+        rig.story(&session)
+    );
+    assert!(!refused.exists(), "a denied write happened");
+    // The model was told the person's words.
+    let told = rig.mock.conversations().concat();
+    assert!(
+        told.iter().any(|(_, text)| text.contains("not there")),
+        "{}",
+        rig.mock.log()
+    );
+    let history = rig.history(&session);
+    let ended = array(&history["prompts"])[1].clone();
+    assert_eq!(
+        ended["denied"], 1,
+        "a person's denial is a refusal told: {history}"
+    );
+
+    // Inside the tree: workspace-write allows it, nobody is asked.
+    let inside = rig.work().join("inside.txt");
+    rig.mock
+        .tool_then(write_tool(Engine::Claude, &inside, "in\n"), "inside done");
+    let output = rig.send_wait(&session, "write inside");
+    assert_eq!(output, "inside done\n");
+    assert_eq!(
+        std::fs::read_to_string(&inside).ok().as_deref(),
+        Some("in\n")
+    );
+
+    // A command approved for the session runs again without asking.
+    let ran = outside.join("ran.txt");
+    let command = format!("python3 -c \"open('{}','a').write('ran')\"", ran.display());
+    let bash = || {
+        Answer::tool(
+            "Bash",
+            serde_json::json!({ "command": command, "description": "write a file" }),
+        )
+    };
+    rig.mock.tool_then(bash(), "ran once");
+    let prompt = send_only(&rig, &session, "run it");
+    let asked = next_approval(&lines, &prompt);
+    assert_eq!(asked["tool"], "Bash", "{asked}");
+    assert_eq!(asked["target"], command.as_str(), "{asked}");
+    let said = rig.ok(&["approve", asked["id"].as_str().unwrap(), "--for-session"]);
+    assert!(said.contains("kept for session"), "{said}");
+    assert_eq!(
+        prompt_end(&lines, &prompt),
+        "prompt.done",
+        "{}",
+        rig.story(&session)
+    );
+    rig.mock.tool_then(bash(), "ran twice");
+    let output = rig.send_wait(&session, "run it again");
+    assert_eq!(output, "ran twice\n", "{}", rig.story(&session));
+    assert_eq!(
+        std::fs::read_to_string(&ran).ok().as_deref(),
+        Some("ranran")
+    );
+    let kept: Vec<Value> = rig
+        .events(&session)
+        .into_iter()
+        .filter(|event| event["kind"] == "approval.answered")
+        .map(|event| event["payload"]["approval"].clone())
+        .collect();
+    let by: Vec<&str> = kept
+        .iter()
+        .map(|approval| approval["answered_by"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        by,
+        ["person", "person", "person", "session-rule"],
+        "{kept:#?}"
+    );
+    assert_eq!(array(&rig.json(&["approvals", "--json"])).len(), 0);
+    stop(follower);
+    assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
+    rig.stop_daemon();
+}

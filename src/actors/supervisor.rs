@@ -17,9 +17,7 @@ use actix::prelude::*;
 
 use super::app_server::APP_SERVER_ENV;
 use super::ledger::{CurrentOrNext, Fenced, IngestSpill, Recover};
-use super::session::{
-    AnswerRun, CancelPrompt, SessionActor, StartWork, RUN_ID_ENV, SETUP_ENV,
-};
+use super::session::{AnswerRun, CancelPrompt, SessionActor, StartWork, RUN_ID_ENV, SETUP_ENV};
 use super::shared::Shared;
 use crate::process;
 use crate::store::prompts::Prompt;

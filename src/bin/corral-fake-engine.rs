@@ -600,7 +600,9 @@ fn parse_claude(args: &[String]) -> Result<Invocation, String> {
             take_option(args, &mut i, &["--permission-prompt-tool"], true)?
         {
             if tool != "stdio" {
-                return Err(format!("the fake knows only --permission-prompt-tool stdio, not {tool}"));
+                return Err(format!(
+                    "the fake knows only --permission-prompt-tool stdio, not {tool}"
+                ));
             }
             prompt_tool = true;
         } else if take_option(args, &mut i, &["--effort"], true)?.is_some() {
@@ -677,7 +679,10 @@ fn first_user_message() -> Result<String, String> {
     let message: serde_json::Value =
         serde_json::from_str(line.trim_end()).map_err(|error| format!("stdin: {error}"))?;
     if message["type"] != "user" {
-        return Err(format!("stdin: expected a user message, got {}", line.trim_end()));
+        return Err(format!(
+            "stdin: expected a user message, got {}",
+            line.trim_end()
+        ));
     }
     match message["message"]["content"].as_str() {
         Some(text) => Ok(text.to_string()),
@@ -1363,9 +1368,9 @@ impl Claude {
                 }
             }
         } else {
-            let message = inner
-                .and_then(|inner| inner["message"].as_str())
-                .unwrap_or("Claude requested permissions to use this tool, but you haven't granted it yet.");
+            let message = inner.and_then(|inner| inner["message"].as_str()).unwrap_or(
+                "Claude requested permissions to use this tool, but you haven't granted it yet.",
+            );
             (message.to_string(), true)
         };
         let result = obj! {

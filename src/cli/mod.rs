@@ -232,9 +232,7 @@ impl Command {
             | Command::Watch(_)
             | Command::History(_)
             | Command::Status(_)
-            | Command::Approvals(_) => {
-                true
-            }
+            | Command::Approvals(_) => true,
             Command::Session(args) => args.action.inspects(),
             Command::Project(args) => args.action.inspects(),
             Command::Config(args) => args.action.inspects(),
@@ -806,7 +804,9 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Approve(args) => {
             interruptible(approvals::answer(context, args, Decision::Approve)).await
         }
-        Command::Deny(args) => interruptible(approvals::answer(context, args, Decision::Deny)).await,
+        Command::Deny(args) => {
+            interruptible(approvals::answer(context, args, Decision::Deny)).await
+        }
         Command::Steer(args) => interruptible(steer::execute(context, args)).await,
         Command::Compact(args) => interruptible(compact::execute(context, args)).await,
         Command::Watch(args) => interruptible(watch::execute(context, args)).await,

@@ -275,7 +275,9 @@ fn summary(event: &Event) -> String {
                 what.push_str(target);
             }
             if event.kind == EventKind::ApprovalRequested {
-                let why = text("reason").map(|why| format!(" (why: {why})")).unwrap_or_default();
+                let why = text("reason")
+                    .map(|why| format!(" (why: {why})"))
+                    .unwrap_or_default();
                 format!(
                     "{what}{why} · corral approve|deny {}",
                     text("id").unwrap_or("?")

@@ -26,9 +26,9 @@ use std::collections::HashMap;
 
 use procfs::process::Process;
 
+use crate::engine::Policy;
 use crate::protocol::*;
 use crate::store::sql::{args, Conn};
-use crate::engine::Policy;
 use crate::store::{projects, sessions};
 
 /// The variable every engine child carries: its run's id.
@@ -456,7 +456,10 @@ impl Widening for ProjectAddParams {
         if self.full_access {
             return Some("adding a project with full access".into());
         }
-        if let Some(policy) = self.policy.filter(|policy| *policy > Policy::WorkspaceWrite) {
+        if let Some(policy) = self
+            .policy
+            .filter(|policy| *policy > Policy::WorkspaceWrite)
+        {
             return Some(format!("adding a project under policy {policy}"));
         }
         if self.keep_background {

@@ -255,14 +255,25 @@ impl Worker {
 
     /// A person's answer, as the store recorded it: the engine is told, and a decision kept
     /// for the session answers its later requests alike.
-    pub(super) fn take_answer(&mut self, adapter: &dyn Engine, talk: &mut Talk, answered: Approval) {
+    pub(super) fn take_answer(
+        &mut self,
+        adapter: &dyn Engine,
+        talk: &mut Talk,
+        answered: Approval,
+    ) {
         let Some(waiting) = talk.waiting.remove(&answered.id) else {
             return;
         };
         if answered.pattern.is_some() && answered.answered_by == Some(AnsweredBy::Person) {
             self.session_rules().insert(0, answered.clone());
         }
-        self.reply(adapter, talk, &answered, &waiting.request_id, &waiting.input);
+        self.reply(
+            adapter,
+            talk,
+            &answered,
+            &waiting.request_id,
+            &waiting.input,
+        );
     }
 
     fn reply(

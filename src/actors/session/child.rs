@@ -101,11 +101,19 @@ impl Worker {
         } = run;
         // Read just before the spawn: the run's end then reads only the pids handed out since.
         let clock = process::PidClock::read();
-        let (mut child, conversation) =
-            match spawn(argv, stdin, converses, run_env, cwd, &environment, run_id, kind) {
-                Ok(spawned) => spawned,
-                Err(message) => return (RunOutcome::failed(message), None),
-            };
+        let (mut child, conversation) = match spawn(
+            argv,
+            stdin,
+            converses,
+            run_env,
+            cwd,
+            &environment,
+            run_id,
+            kind,
+        ) {
+            Ok(spawned) => spawned,
+            Err(message) => return (RunOutcome::failed(message), None),
+        };
         let mut talk = Talk::new(conversation);
         let pid = child.id().unwrap_or(0);
         let pgid = pid as i32;

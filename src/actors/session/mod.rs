@@ -56,8 +56,8 @@ use super::ledger::{
 use super::shared::{Published, Shared, Working};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
-use crate::store::daemons::Claim;
 use crate::store::approvals::Approval;
+use crate::store::daemons::Claim;
 use crate::store::events::NewEvent;
 use crate::store::prompts::{ClaimBy, PutBack};
 use crate::store::prompts::{Prompt, PromptStatus};
