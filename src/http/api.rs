@@ -48,7 +48,7 @@ pub fn status_of(error_code: i64) -> StatusCode {
         code::PARSE_ERROR | code::INVALID_REQUEST | code::INVALID_PARAMS => StatusCode::BAD_REQUEST,
         code::VERSION_MISMATCH => StatusCode::BAD_REQUEST,
         code::METHOD_NOT_FOUND | code::NOT_FOUND => StatusCode::NOT_FOUND,
-        code::AMBIGUOUS | code::SUPERSEDED | code::CLAIMED => StatusCode::CONFLICT,
+        code::AMBIGUOUS | code::SUPERSEDED | code::CLAIMED | code::ANSWERED => StatusCode::CONFLICT,
         code::BUSY => StatusCode::SERVICE_UNAVAILABLE,
         code::NOT_ALLOWED | code::PEER_REFUSED => StatusCode::FORBIDDEN,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

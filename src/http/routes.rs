@@ -264,6 +264,16 @@ pub const ROUTES: &[Route] = &[
             q("after", Text),
         ],
     ),
+    with_query(
+        rpc(Get, "/api/v1/approvals", "approvals.list"),
+        &[q("session", Text), q("all", Boolean)],
+    ),
+    // `{decision}` is `approve` or `deny`; the body `{"reason", "for_session", "pattern"}`.
+    with_body(rpc(
+        Post,
+        "/api/v1/approvals/{approval}/{decision}",
+        "approvals.answer",
+    )),
     rpc(Get, "/api/v1/settings", "settings.list"),
     rpc(Get, "/api/v1/settings/{name}", "settings.get"),
     with_body(rpc(Put, "/api/v1/settings/{name}", "settings.set")),
@@ -285,6 +295,7 @@ pub const CAPABILITIES: &[&str] = &[
     "events.all",
     "events.resume",
     "dashboard",
+    "approvals",
 ];
 
 /// The actix-web app: one resource per path, a route per verb; anything else is a JSON 404
