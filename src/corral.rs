@@ -463,8 +463,17 @@ impl Corral {
             .unwrap_or("codex")
             .parse::<EngineKind>()
             .map_err(CorralError::Invalid)?;
+        // The policy the change leaves, as the store makes it (`projects::change_project`).
+        let policy = match (change.full_access, change.policy) {
+            (Some(true), _) => crate::engine::Policy::Full,
+            (_, Some(policy)) => policy,
+            (Some(false), None) if project.policy == crate::engine::Policy::Full => {
+                crate::engine::Policy::WorkspaceWrite
+            }
+            (_, None) => project.policy,
+        };
         let full = change.full_access.unwrap_or(project.full_access);
-        refuse_policy(engine, change.policy.unwrap_or(project.policy), full)?;
+        refuse_policy(engine, policy, full)?;
         if change.isolation == Some(Isolation::Worktree) {
             let toplevel = self
                 .worktree_repository(Path::new(&project.path))

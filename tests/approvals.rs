@@ -434,6 +434,11 @@ fn policies_an_engine_cannot_honour_are_refused() {
     let shown = home.json(&["project", "show", "c", "--json"]);
     assert_eq!(shown["policy"], "full", "{shown}");
     assert_eq!(shown["full_access"], true, "{shown}");
+    // Taking the grant back leaves workspace-write.
+    home.ok(&["project", "set", "c", "--full-access", "false"]);
+    let shown = home.json(&["project", "show", "c", "--json"]);
+    assert_eq!(shown["policy"], "workspace-write", "{shown}");
+    assert_eq!(shown["full_access"], false, "{shown}");
     home.stop_daemon();
 }
 

@@ -69,7 +69,7 @@ impl From<&projects::Project> for Project {
             engine: p.engine.clone(),
             model: p.model.clone(),
             full_access: p.full_access,
-            policy: p.default_policy(),
+            policy: p.policy,
             kind: p.kind.clone(),
             groups: p.groups.clone(),
             instructions: p.instructions.clone(),

@@ -75,7 +75,7 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_kept_because: Option<String>,
     /// Its own policy (null: the project's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub policy: Option<crate::engine::Policy>,
 }
 

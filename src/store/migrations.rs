@@ -427,11 +427,12 @@ ALTER TABLE prompts ADD COLUMN denied INTEGER NOT NULL DEFAULT 0;
     Migration {
         name: "approvals",
         sql: r#"
--- The person in the loop (#32). A policy per project (`full` stays the `full_access` grant),
+-- The person in the loop (#32). A policy per project (`full` goes with the `full_access` grant),
 -- per session and per prompt (NULL: the wider one's).
 ALTER TABLE projects ADD COLUMN policy TEXT NOT NULL DEFAULT 'workspace-write';
 ALTER TABLE sessions ADD COLUMN policy TEXT;
 ALTER TABLE prompts ADD COLUMN policy TEXT;
+UPDATE projects SET policy = 'full' WHERE full_access = 1;
 -- What an engine asked a person under `ask`, and how it was answered (once). A decision
 -- given `--for-session` keeps its `pattern`: the session's later requests for that tool
 -- whose target it matches are answered the same way without asking.

@@ -443,6 +443,7 @@ ALTER TABLE prompts ADD COLUMN denied BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE projects ADD COLUMN policy TEXT NOT NULL DEFAULT 'workspace-write';
 ALTER TABLE sessions ADD COLUMN policy TEXT;
 ALTER TABLE prompts ADD COLUMN policy TEXT;
+UPDATE projects SET policy = 'full' WHERE full_access = 1;
 CREATE TABLE approvals (
     id TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,

@@ -19,11 +19,11 @@ pub struct Project {
     /// The engine new sessions use unless told otherwise.
     pub engine: Option<String>,
     pub model: Option<String>,
-    /// Run engines without sandbox or approvals (the policy `full`). Off unless a person
-    /// grants it.
+    /// Run engines without sandbox or approvals: a person's grant, and then its policy is
+    /// `full` (the two are kept together by every write).
     pub full_access: bool,
-    /// What its agents may do without asking when it is not granted `full`: `read-only`,
-    /// `workspace-write` (the default) or `ask`. Sessions and prompts may name another.
+    /// What its agents may do without asking: `read-only`, `workspace-write` (the default),
+    /// `ask`, or `full` (with `full_access`). Sessions and prompts may name another.
     #[serde(default)]
     pub policy: Policy,
     /// `local` or `remote`; a remote project's engines are always read-only.
@@ -134,12 +134,12 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
 
 impl Project {
     /// The policy its prompts run under unless a session or prompt names another: `full`
-    /// where a person granted it, else its own.
+    /// only where a person granted it.
     pub fn default_policy(&self) -> Policy {
-        if self.full_access {
-            Policy::Full
-        } else {
-            self.policy
+        match (self.full_access, self.policy) {
+            (true, _) => Policy::Full,
+            (false, Policy::Full) => Policy::WorkspaceWrite,
+            (false, policy) => policy,
         }
     }
 }
@@ -187,7 +187,7 @@ pub struct NewProject {
     pub worktrees_dir: Option<String>,
     pub setup: Option<String>,
     pub repo_root: Option<String>,
-    /// See [`Project::policy`] (never `full`: that is `full_access`).
+    /// See [`Project::policy`] (`full` only with `full_access`, which makes it `full`).
     pub policy: Policy,
 }
 
@@ -209,7 +209,11 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         worktrees_dir: new.worktrees_dir.clone(),
         setup: new.setup.clone(),
         repo_root: new.repo_root.clone(),
-        policy: new.policy,
+        policy: match (new.full_access, new.policy) {
+            (true, _) => Policy::Full,
+            (false, Policy::Full) => Policy::WorkspaceWrite,
+            (false, policy) => policy,
+        },
     };
     connection.run(
         &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
@@ -271,7 +275,8 @@ pub struct ProjectChange {
     pub setup: Option<Option<String>>,
     /// The repository's top level, found again when the project turns to worktree isolation.
     pub repo_root: Option<String>,
-    /// See [`Project::policy`] (never `full`: that is `full_access`).
+    /// See [`Project::policy`]: `full` goes with `full_access: Some(true)`; taking the grant
+    /// back leaves `workspace-write` unless another policy is given.
     pub policy: Option<Policy>,
     pub archive: bool,
 }
@@ -295,7 +300,9 @@ pub(crate) fn change_project(
          worktrees_dir = CASE WHEN ?12 THEN ?13 ELSE worktrees_dir END, \
          setup = CASE WHEN ?14 THEN ?15 ELSE setup END, \
          repo_root = COALESCE(?16, repo_root), \
-         policy = COALESCE(?17, policy) \
+         policy = CASE WHEN ?4 = 1 THEN 'full' \
+                       WHEN ?4 = 0 AND COALESCE(?17, policy) = 'full' THEN 'workspace-write' \
+                       ELSE COALESCE(?17, policy) END \
          WHERE id = ?1",
         args![
             id,
