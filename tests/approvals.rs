@@ -463,3 +463,48 @@ fn an_unknown_request_is_answered_at_once() {
     );
     home.stop_daemon();
 }
+
+/// The codex app-server asks too (the fake engine's app-server form, `approval=`): a command
+/// and a file change wait for a person, and the answer reaches the server as codex's decision.
+#[test]
+fn the_app_server_asks_a_person() {
+    let home = home();
+    home.config(&[("engines.codex-app-server.path", FAKE)]);
+    let dir = home.path().join("a");
+    std::fs::create_dir(&dir).unwrap();
+    home.add_project("a", &dir, "codex-app-server");
+    home.ok(&["project", "set", "a", "--policy", "ask"]);
+    home.new_session(&["a", "--title", "server"]);
+    let (watch, lines) = follow(&home, "server");
+    let ran = outside(&home, "ran");
+    home.ok(&[
+        "send",
+        "server",
+        &format!("@fake approval=command\n@fake run=touch {ran}\ngo"),
+    ]);
+    let approval = asked(&lines);
+    assert_eq!(approval["tool"], "commandExecution", "{approval}");
+    assert_eq!(approval["target"], format!("touch {ran}").as_str());
+    assert!(!std::path::Path::new(&ran).exists());
+    home.ok(&["approve", approval["id"].as_str().unwrap()]);
+    assert_eq!(ended(&lines), "prompt.done");
+    assert!(std::path::Path::new(&ran).exists());
+    let history = home.ok(&["history", "server"]);
+    assert!(history.contains("approval: accept"), "{history}");
+
+    home.ok(&["send", "server", "@fake approval=file\ngo"]);
+    let approval = asked(&lines);
+    assert_eq!(approval["tool"], "fileChange", "{approval}");
+    assert!(
+        approval["target"]
+            .as_str()
+            .is_some_and(|target| target.contains("fake-engine.txt")),
+        "the item's path is the target: {approval}"
+    );
+    home.ok(&["deny", approval["id"].as_str().unwrap()]);
+    assert_eq!(ended(&lines), "prompt.done");
+    let history = home.ok(&["history", "server"]);
+    assert!(history.contains("approval: decline"), "{history}");
+    end(watch);
+    home.stop_daemon();
+}

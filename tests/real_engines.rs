@@ -1361,3 +1361,81 @@ fn claude_under_ask_a_person_answers_what_the_agent_asks() {
     assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
     rig.stop_daemon();
 }
+
+/// The codex app-server under `ask`: a command the agent wants to run outside the sandbox
+/// (`exec_command` with `sandbox_permissions: require_escalated`) is an
+/// `item/commandExecution/requestApproval`
+/// of the real codex, routed to a person; `corral approve` runs it, `corral deny` does not.
+#[test]
+fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
+    let Some(rig) = Rig::start(Engine::Codex) else {
+        return;
+    };
+    let Mock::Responses(mock) = &rig.mock else {
+        unreachable!("codex talks to the Responses mock");
+    };
+    let wrapper = rig.env.wrapper().to_str().unwrap().to_string();
+    rig.home
+        .config(&[("engines.codex-app-server.path", wrapper.as_str())]);
+    rig.ok(&[
+        "project",
+        "set",
+        "p",
+        "--engine",
+        "codex-app-server",
+        "--policy",
+        "ask",
+    ]);
+    let session = rig.new_session(&["p", "--title", "Ask"]);
+    let outside = rig.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let (follower, lines) = follow(&rig, &session);
+    let escalated = |path: &std::path::Path| mock_responses::Answer::Call {
+        name: "exec_command".into(),
+        arguments: serde_json::json!({
+            "cmd": format!("touch {}", path.display()),
+            "sandbox_permissions": "require_escalated",
+            "justification": "write outside the tree",
+        }),
+    };
+
+    let approved = outside.join("approved.txt");
+    mock.script([escalated(&approved), mock_responses::Answer::text("ran it")]);
+    let prompt = send_only(&rig, &session, "touch it");
+    let asked = next_approval(&lines, &prompt);
+    assert_eq!(asked["tool"], "commandExecution", "{asked}");
+    let target = asked["target"].as_str().unwrap_or_default();
+    assert!(
+        target.contains(approved.to_str().unwrap()),
+        "the command is the target: {asked}"
+    );
+    assert_eq!(asked["reason"], "write outside the tree", "{asked}");
+    assert!(!approved.exists(), "ran before anyone answered");
+    rig.ok(&["approve", asked["id"].as_str().unwrap()]);
+    assert_eq!(
+        prompt_end(&lines, &prompt),
+        "prompt.done",
+        "{}",
+        rig.story(&session)
+    );
+    assert!(approved.exists(), "{}", rig.story(&session));
+
+    let refused = outside.join("refused.txt");
+    mock.script([
+        escalated(&refused),
+        mock_responses::Answer::text("could not"),
+    ]);
+    let prompt = send_only(&rig, &session, "touch the other");
+    let asked = next_approval(&lines, &prompt);
+    rig.ok(&["deny", asked["id"].as_str().unwrap(), "--reason", "no"]);
+    assert_eq!(
+        prompt_end(&lines, &prompt),
+        "prompt.done",
+        "{}",
+        rig.story(&session)
+    );
+    assert!(!refused.exists(), "a denied command ran");
+    stop(follower);
+    assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
+    rig.stop_daemon();
+}

@@ -68,6 +68,13 @@ pub enum TurnEvent {
     Invalid { line: String },
     /// The transport closed before the turn completed.
     Closed { details: Value },
+    /// An approval request of the server for a turn that asks a person (its thread was
+    /// watched with `asks`): the turn answers it ([`Respond`]).
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
     /// The turn stopped reading (its worker waits for a store another program locks) while
     /// [`TURN_BACKLOG`] notifications waited: its thread is routed no more. The last event.
     Overflowed,
@@ -204,6 +211,9 @@ pub struct AppServerActor {
     /// on, so adding a session's usage events never counts a turn twice.
     usage_totals: HashMap<String, Value>,
     turns: HashMap<String, mpsc::Sender<TurnEvent>>,
+    /// The watched threads whose turn asks a person (policy `ask`): their approval requests
+    /// go to the turn, not answered here.
+    asking: std::collections::HashSet<String>,
     /// `EnsureRunning` callers waiting for the handshake.
     waiting: Vec<oneshot::Sender<Result<(u64, u32), String>>>,
     restarts: VecDeque<Instant>,
@@ -243,6 +253,7 @@ impl AppServerActor {
             starting: HashMap::new(),
             usage_totals: HashMap::new(),
             turns: HashMap::new(),
+            asking: std::collections::HashSet::new(),
             waiting: Vec::new(),
             restarts: VecDeque::new(),
             spawned_here: false,
@@ -471,8 +482,28 @@ impl AppServerActor {
         self.changed();
     }
 
-    /// A server request: approvals by the project's policy, anything else refused.
+    /// A server request: an approval request of a turn that asks a person goes to that turn;
+    /// other approvals are answered by the project's policy, anything else refused.
     fn answer_server_request(&mut self, id: Value, method: &str, params: &Value) {
+        let thread = params["threadId"].as_str().unwrap_or_default().to_string();
+        if self.asking.contains(&thread)
+            && matches!(
+                method,
+                "item/commandExecution/requestApproval" | "item/fileChange/requestApproval"
+            )
+        {
+            self.remember(
+                "server_request",
+                json!({ "method": method, "answer": "asked a person" }),
+            );
+            let event = TurnEvent::Request {
+                id,
+                method: method.to_string(),
+                params: params.clone(),
+            };
+            deliver(&mut self.turns, &thread, event);
+            return;
+        }
         let decision = if self.full_access {
             "accept"
         } else {
@@ -819,6 +850,8 @@ pub struct WatchThread {
     pub thread_id: String,
     /// From [`turn_channel`].
     pub sender: mpsc::Sender<TurnEvent>,
+    /// The turn asks a person (policy `ask`): its approval requests are routed to it.
+    pub asks: bool,
 }
 
 impl Handler<WatchThread> for AppServerActor {
@@ -831,7 +864,38 @@ impl Handler<WatchThread> for AppServerActor {
             });
             return;
         }
+        if watch.asks {
+            self.asking.insert(watch.thread_id.clone());
+        } else {
+            self.asking.remove(&watch.thread_id);
+        }
         self.turns.insert(watch.thread_id, watch.sender);
+    }
+}
+
+/// A turn's answer to a server request ([`TurnEvent::Request`]): one JSON-RPC response line,
+/// written to the child that asked (a child restarted since never gets it).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Respond {
+    pub line: String,
+    pub generation: u64,
+}
+
+impl Handler<Respond> for AppServerActor {
+    type Result = ();
+
+    fn handle(&mut self, respond: Respond, _: &mut Context<Self>) {
+        let Ok(response) = serde_json::from_str::<Value>(&respond.line) else {
+            return;
+        };
+        if self
+            .child
+            .as_ref()
+            .is_some_and(|live| live.generation == respond.generation)
+        {
+            self.write(&response);
+        }
     }
 }
 
@@ -844,6 +908,7 @@ impl Handler<UnwatchThread> for AppServerActor {
     type Result = ();
 
     fn handle(&mut self, UnwatchThread(thread): UnwatchThread, _: &mut Context<Self>) {
+        self.asking.remove(&thread);
         self.turns.remove(&thread);
     }
 }

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 
 use serde_json::Value;
 
-use super::{Engine, EngineEvent, EngineKind, FailureClass, RunSpec};
+use super::{Engine, EngineEvent, EngineKind, FailureClass, Reply, RunSpec};
 
 /// The adapter. Its `parse_line` is unused: the actor routes whole JSON-RPC messages.
 pub struct AppServer;
@@ -27,6 +27,66 @@ impl Engine for AppServer {
             line: line.to_string(),
         }]
     }
+
+    /// The JSON-RPC response to the server's request `request_id` (its id as JSON text):
+    /// `accept` or `decline` for an approval request (codex 0.171.0's
+    /// `CommandExecutionApprovalDecision` / `FileChangeApprovalDecision`), an error for one
+    /// corral does not handle.
+    fn reply(&self, request_id: &str, reply: Reply<'_>) -> Option<String> {
+        let id: Value = serde_json::from_str(request_id).ok()?;
+        let answer = match reply {
+            Reply::Allow { .. } => {
+                serde_json::json!({ "id": id, "result": { "decision": "accept" } })
+            }
+            Reply::Deny { .. } => {
+                serde_json::json!({ "id": id, "result": { "decision": "decline" } })
+            }
+            Reply::Unsupported { message } => serde_json::json!({
+                "id": id,
+                "error": { "code": -32601, "message": message },
+            }),
+        };
+        Some(answer.to_string())
+    }
+}
+
+/// What an approval request of the server asks, as corral stores it: the tool (the item's
+/// kind), its target (the command; for a file change, the paths its `item/started` named,
+/// `paths`) and the stated reason. `None`: not an approval request.
+pub fn approval_request(
+    request_id: &Value,
+    method: &str,
+    params: &Value,
+    paths: Option<&str>,
+) -> Option<EngineEvent> {
+    let tool = match method {
+        "item/commandExecution/requestApproval" => "commandExecution",
+        "item/fileChange/requestApproval" => "fileChange",
+        _ => return None,
+    };
+    let target = match tool {
+        "commandExecution" => params["command"].as_str().map(str::to_string),
+        _ => paths
+            .map(str::to_string)
+            .or_else(|| params["grantRoot"].as_str().map(str::to_string)),
+    };
+    Some(EngineEvent::Asks {
+        request_id: request_id.to_string(),
+        tool: tool.to_string(),
+        target,
+        reason: params["reason"].as_str().map(str::to_string),
+        input: params.clone(),
+    })
+}
+
+/// The paths a `fileChange` item's `item/started` names (its approval request names none).
+pub fn file_change_paths(item: &Value) -> Option<String> {
+    let paths: Vec<&str> = item["changes"]
+        .as_array()?
+        .iter()
+        .filter_map(|change| change["path"].as_str())
+        .collect();
+    (!paths.is_empty()).then(|| paths.join(", "))
 }
 
 /// The events one server notification carries, for the session's event stream.

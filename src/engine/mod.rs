@@ -192,15 +192,12 @@ impl FromStr for Policy {
 
 impl EngineKind {
     /// Whether the engine can ask a person mid-turn, so that `ask` can be honoured: claude
-    /// (its stream-json control protocol; the fake engine in claude's form is run as claude). `None`: it can; `Some(why)`: one line saying what
+    /// (its stream-json control protocol; the fake engine in claude's form is run as claude)
+    /// and the codex app-server (its approval requests under `approvalPolicy: on-request`). `None`: it can; `Some(why)`: one line saying what
     /// it can do instead.
     pub fn cannot_ask(self) -> Option<&'static str> {
         match self {
-            EngineKind::Claude => None,
-            EngineKind::CodexAppServer => Some(
-                "corral does not route the codex app-server's approval requests to a person \
-                 yet: use claude for 'ask', or choose workspace-write, read-only or full",
-            ),
+            EngineKind::Claude | EngineKind::CodexAppServer => None,
             EngineKind::Codex => Some(
                 "codex exec cannot ask a person mid-turn: use the codex-app-server engine for \
                  'ask', or choose workspace-write, read-only or full",

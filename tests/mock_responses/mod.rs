@@ -48,6 +48,11 @@ pub enum Answer {
     RateLimited { retry_after_s: Option<u64> },
     /// HTTP 500 with an OpenAI-style `server_error` body.
     ServerError,
+    /// A completed turn whose output is one call of the tool `name` with these arguments
+    /// (`response.output_item.done` of a `function_call`): codex runs the tool and calls the
+    /// model again with its output. (Not every test binary that includes the mock calls.)
+    #[allow(dead_code)]
+    Call { name: String, arguments: Value },
     /// No answer at all: the request is read and the connection held open, silent, until the
     /// mock is dropped, codex hangs up, or [`HANG_LIMIT`] has passed; then it is closed
     /// without a response.
@@ -199,6 +204,7 @@ fn render(answer: &Answer, id: u64) -> Vec<u8> {
             )
         }
         Answer::Hang => unreachable!("a hang is served by the core, not rendered"),
+        Answer::Call { name, arguments } => http_sse(&[], &sse_call_turn(name, arguments, id)),
         Answer::ServerError => http_json(
             500,
             &[],
@@ -209,6 +215,42 @@ fn render(answer: &Answer, id: u64) -> Vec<u8> {
 
 fn error_body(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
+}
+
+/// The SSE stream of a completed turn calling tool `name` with `arguments`.
+fn sse_call_turn(name: &str, arguments: &Value, id: u64) -> String {
+    let response_id = format!("resp_mock_{id}");
+    let item = json!({
+        "id": format!("fc_mock_{id}"),
+        "type": "function_call",
+        "status": "completed",
+        "name": name,
+        "call_id": format!("call_mock_{id}"),
+        "arguments": arguments.to_string(),
+    });
+    let mut stream = sse_event(&json!({
+        "type": "response.created",
+        "response": { "id": response_id },
+    }));
+    stream.push_str(&sse_event(&json!({
+        "type": "response.output_item.done",
+        "output_index": 0,
+        "item": item,
+    })));
+    stream.push_str(&sse_event(&json!({
+        "type": "response.completed",
+        "response": {
+            "id": response_id,
+            "usage": {
+                "input_tokens": INPUT_TOKENS,
+                "input_tokens_details": { "cached_tokens": 0 },
+                "output_tokens": OUTPUT_TOKENS,
+                "output_tokens_details": { "reasoning_tokens": 0 },
+                "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
+            },
+        },
+    })));
+    stream
 }
 
 /// The SSE stream of a completed turn answering `text`.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde_json::json;
 
+use super::asking::Talk;
 use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerActor};
 use crate::actors::ledger::SetThread;
@@ -125,6 +126,7 @@ impl Worker {
         server.0.do_send(app_server::WatchThread {
             thread_id: thread_id.clone(),
             sender,
+            asks: turn.policy == Policy::Ask,
         });
         self.note_driver(turn.driver_exec);
         let turn_id = match start_turn(&server, &turn, &thread_id).await {
@@ -153,10 +155,34 @@ impl Worker {
             batch: vec![started],
             answer: None,
             stop: None,
+            asks: Vec::new(),
+            file_paths: std::collections::HashMap::new(),
         };
+        // A person's answers go to the child that asked, as JSON-RPC responses.
+        let (answers, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (actor, generation) = (server.0.clone(), turn.generation);
+        tokio::spawn(async move {
+            while let Some(line) = outgoing.recv().await {
+                actor.do_send(app_server::Respond { line, generation });
+            }
+        });
+        let mut talk = Talk::new(Some(answers));
         let outcome = self
-            .follow_turn(&server, &turn, &mut following, notifications, settings)
+            .follow_turn(
+                &server,
+                &turn,
+                &mut following,
+                &mut talk,
+                notifications,
+                settings,
+            )
             .await;
+        let why = match &outcome {
+            RunOutcome::Stopped(stop, _) => format!("its turn was {}", stop.ended_by()),
+            RunOutcome::TimedOut(_) => "its turn timed out".to_string(),
+            RunOutcome::Finished { .. } => "its turn ended".to_string(),
+        };
+        self.end_asking(turn.run_id, &mut talk, &why).await;
         server.unwatch(&thread_id);
         let mut batch = std::mem::take(&mut following.batch);
         batch.push(self.new_event(
@@ -194,7 +220,7 @@ impl Worker {
         let mut params = json!({
             "cwd": turn.cwd,
             "sandbox": sandbox,
-            "approvalPolicy": "never",
+            "approvalPolicy": approval_policy(turn.policy),
             "config": { "shell_environment_policy.set": {
                 "CORRAL_HOME": self.shared.home.to_string_lossy(),
                 "CORRAL_SESSION_ID": self.session_id,
@@ -260,16 +286,43 @@ impl Worker {
         server: &Server<'_>,
         turn: &AppTurn<'_>,
         following: &mut Following<'_>,
+        talk: &mut Talk,
         mut notifications: tokio::sync::mpsc::Receiver<app_server::TurnEvent>,
         settings: &crate::store::settings::Settings,
     ) -> RunOutcome {
         let deadline = tokio::time::sleep(settings.run_timeout);
         tokio::pin!(deadline);
+        // The oldest approval's `approvals.timeout_s`, when one waits and it is set.
+        let approval_timer = tokio::time::sleep(Duration::from_secs(u32::MAX as u64));
+        tokio::pin!(approval_timer);
+        let adapter = engine::app_server::AppServer;
         let flush = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(flush);
         let mut flush_armed = false;
         loop {
+            let approval_due = talk.next_timeout(settings.approval_timeout);
+            if let Some(due) = approval_due {
+                approval_timer.as_mut().reset(due);
+            }
             tokio::select! {
+                answered = self.answers.recv(), if talk.waits() => {
+                    if let Some(answered) = answered {
+                        self.take_answer(&adapter, talk, answered);
+                    }
+                    if let Some(paused) = talk.resume() {
+                        let at = deadline.deadline() + paused;
+                        deadline.as_mut().reset(at);
+                    }
+                }
+                _ = &mut approval_timer, if approval_due.is_some() => {
+                    if let Some(timeout) = settings.approval_timeout {
+                        self.time_out(&adapter, talk, timeout).await;
+                    }
+                    if let Some(paused) = talk.resume() {
+                        let at = deadline.deadline() + paused;
+                        deadline.as_mut().reset(at);
+                    }
+                }
                 _ = &mut flush, if flush_armed => {
                     flush_armed = false;
                     if let Some(failed) = self.flush_turn(server, following).await {
@@ -285,6 +338,19 @@ impl Worker {
                     };
                     if let Some(ended) = self.take_turn_event(server, turn, following, next).await {
                         return ended;
+                    }
+                    for asked in std::mem::take(&mut following.asks) {
+                        let kind = EngineKind::CodexAppServer;
+                        if let Some(error) = self
+                            .ask_person(turn.prompt, turn.run_id, kind, &adapter, asked, talk, &mut following.batch)
+                            .await
+                        {
+                            server.interrupt(following).await;
+                            return RunOutcome::failed_as(
+                                format!("{error}; the turn was interrupted"),
+                                FailureClass::Other,
+                            );
+                        }
                     }
                     if following.batch.len() >= EVENT_BATCH {
                         flush_armed = false;
@@ -302,7 +368,9 @@ impl Worker {
                     // The turn has the grace period to end; then its child is restarted.
                     deadline.as_mut().reset(tokio::time::Instant::now() + settings.cancel_grace);
                 }
-                _ = &mut deadline => {
+                // A turn that waits for a person is not timed out (its clock stands still);
+                // a stopping one has its grace period all the same.
+                _ = &mut deadline, if following.stop.is_some() || !talk.waits() => {
                     if let Some(stop) = following.stop {
                         // The turn ignored turn/interrupt: restart the child.
                         server.0.do_send(app_server::KillChild);
@@ -348,6 +416,16 @@ impl Worker {
                     .as_str()
                     .is_none_or(|id| id == following.turn_id);
                 (method == "turn/completed" && ours).then(|| following.completed(&params["turn"]))
+            }
+            app_server::TurnEvent::Request { id, method, params } => {
+                let item = params["itemId"].as_str().unwrap_or_default();
+                let paths = following.file_paths.get(item).map(String::as_str);
+                if let Some(asked) =
+                    engine::app_server::approval_request(&id, &method, &params, paths)
+                {
+                    following.asks.push(asked);
+                }
+                None
             }
             app_server::TurnEvent::Invalid { line } => {
                 let raw = self.new_event(
@@ -402,6 +480,14 @@ impl Worker {
     ) {
         let (prompt, run_id) = (turn.prompt, turn.run_id);
         match method {
+            "item/started" if params["item"]["type"] == "fileChange" => {
+                if let (Some(item), Some(paths)) = (
+                    params["item"]["id"].as_str(),
+                    engine::app_server::file_change_paths(&params["item"]),
+                ) {
+                    following.file_paths.insert(item.to_string(), paths);
+                }
+            }
             "corral/serverRequest" => {
                 let request =
                     self.new_event(prompt, run_id, EventKind::ServerRequest, params.clone());
@@ -467,6 +553,7 @@ async fn start_turn(
         "threadId": thread_id,
         "input": input,
         "sandboxPolicy": sandbox_policy(turn.policy),
+        "approvalPolicy": approval_policy(turn.policy),
     });
     if let Some(effort) = turn.effort.filter(|effort| !effort.is_empty()) {
         params["effort"] = json!(effort);
@@ -510,6 +597,15 @@ fn sandbox_policy(policy: Policy) -> serde_json::Value {
         Policy::ReadOnly => json!({ "type": "readOnly" }),
         Policy::WorkspaceWrite | Policy::Ask => json!({ "type": "workspaceWrite" }),
         Policy::Full => json!({ "type": "dangerFullAccess" }),
+    }
+}
+
+/// codex's `approvalPolicy` for a policy: under `ask` codex asks (corral routes each request
+/// to a person); otherwise it never asks, and refuses what its sandbox does not allow.
+fn approval_policy(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Ask => "on-request",
+        _ => "never",
     }
 }
 
@@ -562,6 +658,10 @@ struct Following<'t> {
     answer: Option<String>,
     /// Set once the turn was asked to stop (a cancel, the shutdown): its end is then a stop.
     stop: Option<Stop>,
+    /// Approval requests the server made, for the worker to ask a person (`asking.rs`).
+    asks: Vec<EngineEvent>,
+    /// The paths each `fileChange` item names (its approval request names none).
+    file_paths: std::collections::HashMap<String, String>,
 }
 
 impl Following<'_> {
