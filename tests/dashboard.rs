@@ -1092,3 +1092,75 @@ fn a_prompt_done_with_refusals_says_so_in_the_transcript() {
     screenshot(&browser, "session-denied");
     assert_eq!(dashboard.prompts(&session)[0]["denied"], 1);
 }
+
+/// The person in the loop on the page: a request of an agent under `ask` shows as *Needs you*
+/// in the header (a count, linking to its session), sorts its session first on the overview
+/// as `needs-you`, and waits in the transcript with Approve / Deny; a click answers it, the
+/// engine goes on, and the count goes back to nothing.
+#[test]
+fn a_person_approves_what_the_agent_asks_from_the_page() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, _) = Dashboard::start(&["quiet"]);
+    let home = &dashboard.home;
+    home.config(&[("engines.claude.path", FAKE)]);
+    let claude = home.path().join("c");
+    std::fs::create_dir(&claude).unwrap();
+    home.add_project("c", &claude, "claude");
+    home.ok(&["project", "set", "c", "--policy", "ask"]);
+    let session = home.new_session(&["c", "--title", "asks"]);
+    let outside = home.path().join("approved.txt");
+    let browser = Browser::start("approvals", home.path());
+    dashboard.log_in(&browser);
+    browser.wait_for("[data-testid=nav-overview]");
+    home.ok(&[
+        "send",
+        "asks",
+        &format!(
+            "@fake ask=Write:{}\n@fake answer=Written.\nwrite it",
+            outside.display()
+        ),
+    ]);
+    // The header counts it, on whatever page.
+    browser.wait_until(
+        "the header shows one request",
+        "document.querySelector('[data-testid=needs-you]')?.hidden === false && \
+         document.querySelector('[data-testid=needs-you-count]').textContent === '1'",
+    );
+    // The overview puts the session that needs a person first.
+    browser.wait_until(
+        "the session needs you, first",
+        "document.querySelector('[data-testid=session-row]')?.dataset.state === 'needs-you' && \
+         document.querySelector('[data-testid=session-row]').textContent.includes('asks')",
+    );
+    screenshot(&browser, "overview-needs-you");
+    browser.click("[data-testid=needs-you]");
+    browser.wait_until(
+        "the link leads to the session",
+        &format!(
+            "location.hash === {} && document.querySelector('[data-testid=approval]')",
+            js_string(&format!("#/sessions/{session}"))
+        ),
+    );
+    browser.wait_for("[data-testid=approval] [data-testid=approve]");
+    let card = browser.text("[data-testid=approval]");
+    assert!(
+        card.contains("Needs you") && card.contains(&format!("Write {}", outside.display())),
+        "{card}"
+    );
+    assert!(card.contains("why: fake engine asks"), "{card}");
+    screenshot(&browser, "session-needs-you");
+    assert!(!outside.exists());
+    browser.click("[data-testid=approval] [data-testid=approve]");
+    browser.wait_for("[data-testid=event][data-kind='prompt.done']");
+    browser.wait_for_text("[data-testid=approval-status]", "approved · by a person");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "approved\n");
+    browser.wait_until(
+        "the header count is gone",
+        "document.querySelector('[data-testid=needs-you]')?.hidden === true",
+    );
+    let answered = home.json(&["approvals", "--all", "--json"]);
+    assert_eq!(answered[0]["status"], "approved", "{answered}");
+    assert_eq!(answered[0]["answered_by"], "person", "{answered}");
+}

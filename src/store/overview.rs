@@ -14,7 +14,8 @@
 //!
 //! A session's line carries its branch when it has its own worktree (docs/worktrees.md).
 //!
-//! A session's state: `active` (a prompt runs), `queued`, `waiting` (its
+//! A session's state: `needs-you` (an approval waits for a person's answer), `active` (a
+//! prompt runs), `queued`, `waiting` (its
 //! last prompt done — reason: the answer's first line — or cancelled), `failed` (reason: the
 //! error), `finished` (archived), `unknown` (no prompt yet).
 
@@ -36,6 +37,9 @@ pub const RECENT: usize = 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionState {
+    /// An engine waits for a person's answer (an approval).
+    #[serde(rename = "needs-you")]
+    NeedsYou,
     Active,
     Queued,
     Waiting,
@@ -47,6 +51,7 @@ pub enum SessionState {
 impl SessionState {
     pub fn as_str(self) -> &'static str {
         match self {
+            SessionState::NeedsYou => "needs-you",
             SessionState::Active => "active",
             SessionState::Queued => "queued",
             SessionState::Waiting => "waiting",
@@ -90,6 +95,10 @@ pub struct SessionItem {
     /// from an older daemon's answer.
     #[serde(default)]
     pub branch: Option<String>,
+    /// Requests of its agent waiting for a person's answer (approvals); absent from an older
+    /// daemon's answer.
+    #[serde(default)]
+    pub approvals: i64,
 }
 
 /// A run whose engine lives.
@@ -194,7 +203,8 @@ pub fn sessions(connection: &Conn) -> sql::Result<Vec<SessionItem>> {
         ", (SELECT count(*) FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued'), \
            (SELECT q.id FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued' \
             ORDER BY q.created_at, q.id LIMIT 1), \
-           ended.prompt_id, ended.status, ended.head, s.branch \
+           ended.prompt_id, ended.status, ended.head, s.branch, \
+           (SELECT count(*) FROM approvals a WHERE a.session_id = s.id AND a.status = 'pending') \
          FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
@@ -222,8 +232,16 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     let ended: Option<String> = row.get(12)?;
     let ended_status: Option<String> = row.get(13)?;
     let head = || reason(row.get::<Option<String>>(14));
+    let approvals: i64 = row.get(16)?;
     let (state, reason) = if archived_at.is_some() {
         (SessionState::Finished, "completion is recorded".to_string())
+    } else if approvals > 0 {
+        (
+            SessionState::NeedsYou,
+            format!(
+                "{approvals} request(s) of the agent wait for your answer: corral approvals --session {id}"
+            ),
+        )
     } else if running.is_some() {
         (
             SessionState::Active,
@@ -249,6 +267,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
         }
     };
     let next_action = match state {
+        SessionState::NeedsYou => format!("corral approvals --session {id}"),
         SessionState::Active | SessionState::Queued => format!("corral watch {id}"),
         SessionState::Waiting => format!("corral attach {id}"),
         _ => format!("corral history {id}"),
@@ -270,6 +289,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
         queued,
         full_access: row.get(6)?,
         branch: row.get(15)?,
+        approvals,
         id,
     })
 }

@@ -144,9 +144,10 @@
   const oneLine = (text) => String(text === null || text === undefined ? '' : text).replace(/\s*\n\s*/g, ' ⏎ ');
   const plural = (n, word, many) => `${n} ${n === 1 ? word : (many || word + 's')}`;
 
-  const STATES = ['active', 'queued', 'waiting', 'failed', 'unknown', 'finished'];
+  const STATES = ['needs-you', 'active', 'queued', 'waiting', 'failed', 'unknown', 'finished'];
   const STATE_RANK = Object.fromEntries(STATES.map((s, i) => [s, i]));
   const STATE_HELP = {
+    'needs-you': 'the agent asked you something and waits for your answer',
     active: 'a prompt runs',
     queued: 'prompts wait their turn',
     waiting: 'done; waits for you',
@@ -431,6 +432,24 @@
     return () => globalListeners.delete(fn);
   }
 
+  /** The header's *Needs you*: how many requests of agents wait for a person, kept by the
+   * daemon-wide feed (read again on each approval event, and after a reconnect). */
+  let needsYouRead = null;
+  function refreshNeedsYou() {
+    if (needsYouRead) return;
+    needsYouRead = GET('/api/v1/approvals').then((pending) => {
+      const link = $('[data-testid="needs-you"]');
+      const n = Array.isArray(pending) ? pending.length : 0;
+      setText($('[data-testid="needs-you-count"]'), String(n));
+      link.hidden = n === 0;
+      // The oldest request's session: where a click takes the person.
+      if (n) link.setAttribute('href', `#/sessions/${enc(pending[0].session_id)}`);
+    }, () => { /* an older daemon, or the page is leaving: the count stays */ }).finally(() => { needsYouRead = null; });
+  }
+  onGlobal((event) => {
+    if (!event || /^approval\./.test(event.kind)) refreshNeedsYou();
+  });
+
   // ---------------------------------------------------------------- ui bits
   /** Everything a page set up, undone when the page is left. */
   class Scope {
@@ -523,7 +542,7 @@
 
   // ---------------------------------------------------------------- overview
   /** Kinds after which the overview is read again (queued counts, slots, runs move). */
-  const OVERVIEW_REFRESH_KINDS = /^(prompt\.|run\.|slot\.|app_server\.)/;
+  const OVERVIEW_REFRESH_KINDS = /^(prompt\.|run\.|slot\.|app_server\.|approval\.)/;
 
   function pageOverview(main, scope, params) {
     document.title = 'Overview · corral';
@@ -911,6 +930,12 @@
         case 'slot.waiting':
           item.reason = `waits for ${describeBlocker(p.held_by)}`;
           break;
+        case 'approval.requested': {
+          const a = p.approval || {};
+          item.state = 'needs-you';
+          item.reason = `${a.tool || 'a tool'}${a.target ? ` ${a.target}` : ''} waits for your answer`;
+          break;
+        }
         case 'retry.scheduled':
           item.reason = `retry ${p.retry ?? ''}${p.retries ? `/${p.retries}` : ''} (${p.reason || 'failure'}) in ${dur(p.delay_ms)}`;
           break;
@@ -1144,6 +1169,8 @@
       if (kind === 'message.delta') return this.delta(box, ev, p);
       if (kind === 'message') return this.message(box, ev, p);
       if (kind === 'tool') return this.tool(box, ev, p);
+      if (kind === 'approval.requested') return this.approval(box, ev, p.approval || {});
+      if (kind === 'approval.answered') return this.answered(box, ev, p.approval || {});
       if (LOG_KINDS.has(kind)) return this.log(box, ev, kind === 'raw' ? (p.line ?? pretty(p)) : p.line, kind === 'setup.output' ? 'setup output' : 'engine output');
       if (kind === 'prompt.done') {
         this.endStream(ev);
@@ -1164,6 +1191,52 @@
       }
       // A kind this page does not know: shown as it is.
       box.appendChild(this.base(ev, 'ev-generic', h('details', null, h('summary', null, h('span', { class: 'mono' }, kind)), h('div', { class: 'tbody' }, h('pre', null, pretty(p))))));
+    }
+    /** What the engine asks a person: the request, with Approve / Deny while it waits. */
+    approval(box, ev, a) {
+      const actions = h('div', { class: 'approval-actions' });
+      const status = h('span', { class: 'approval-status', testid: 'approval-status' }, 'waits for you');
+      const card = this.base(ev, 'ev-approval waiting',
+        h('div', { class: 'approval-head' }, h('span', { class: 'label' }, 'Needs you'), h('span', { class: 'mono' }, `${a.tool || 'tool'}${a.target ? ` ${a.target}` : ''}`)),
+        a.reason ? h('div', { class: 'approval-why' }, `why: ${a.reason}`) : null,
+        h('div', { class: 'approval-foot' }, status, actions));
+      card.dataset.approval = a.id || '';
+      card.setAttribute('data-testid', 'approval');
+      const answer = (decision) => async () => {
+        for (const b of actions.querySelectorAll('button')) b.disabled = true;
+        try {
+          const done = await api('POST', `/api/v1/approvals/${enc(a.id)}/${decision}`, {});
+          this.settle(card, done);
+        } catch (error) {
+          toast(error.message || String(error), 'error');
+          for (const b of actions.querySelectorAll('button')) b.disabled = false;
+        }
+      };
+      if (a.status === 'pending') {
+        fill(actions,
+          h('button', { class: 'primary', type: 'button', testid: 'approve', on: { click: answer('approve') } }, 'Approve'),
+          h('button', { class: 'danger', type: 'button', testid: 'deny', on: { click: answer('deny') } }, 'Deny'));
+      }
+      this.approvals = this.approvals || new Map();
+      this.approvals.set(a.id, card);
+      box.appendChild(card);
+    }
+    /** An answer: the request's card says it; one answered without asking gets a note. */
+    answered(box, ev, a) {
+      const card = this.approvals && this.approvals.get(a.id);
+      if (card) return this.settle(card, a);
+      const by = a.answered_by === 'session-rule' ? 'kept for the session' : (a.answered_by || '');
+      box.appendChild(this.base(ev, `ev-note ${a.status === 'approved' ? '' : 'warn'}`, h('span', { class: 'label' }, a.status === 'approved' ? 'Approved' : 'Denied'),
+        h('span', { class: 'detail' }, [`${a.tool || 'tool'}${a.target ? ` ${a.target}` : ''}`, by, a.answer_reason].filter(Boolean).join(' — '))));
+    }
+    settle(card, a) {
+      if (!a || a.status === 'pending') return;
+      card.classList.remove('waiting');
+      card.classList.add(a.status === 'approved' ? 'approved' : 'denied');
+      const status = card.querySelector('[data-testid="approval-status"]');
+      const by = { person: 'by a person', 'session-rule': 'by a decision kept for the session', timeout: 'nobody answered in time', 'run-ended': 'its run ended' }[a.answered_by] || '';
+      setText(status, [a.status, by, a.answer_reason].filter(Boolean).join(' · '));
+      fill(card.querySelector('.approval-actions'));
     }
     user(box, ev, p) {
       const images = Array.isArray(p.images) ? p.images : [];
@@ -2454,6 +2527,8 @@
     window.addEventListener('hashchange', route);
     route();
     updateLive();
+    startGlobalFeed();
+    refreshNeedsYou();
     // The theme stored with the other settings wins over this browser's copy.
     GET(`/api/v1/settings/${enc('ui.theme')}`).then((s) => {
       const value = s && (s.value ?? s.default);
