@@ -508,3 +508,120 @@ fn the_app_server_asks_a_person() {
     end(watch);
     home.stop_daemon();
 }
+
+/// `send --wait` on a terminal asks the person there: `y` approves, and the answer comes;
+/// without a terminal it says how to answer, and waits for `corral approve`.
+#[test]
+fn send_wait_asks_at_the_terminal() {
+    use std::io::Write;
+    let home = home();
+    home.new_session(&["c", "--title", "asks"]);
+    let first = outside(&home, "first.txt");
+    let common::pty::Pair {
+        mut master,
+        slave,
+        output,
+    } = common::pty::open(Some((30, 200)));
+    let mut child = home
+        .corral(&[
+            "send",
+            "asks",
+            &format!("@fake ask=Write:{first}\n@fake answer=Wrote it.\ngo"),
+            "--wait",
+        ])
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::piped())
+        .env("TERM", "xterm")
+        .spawn()
+        .unwrap();
+    drop(slave);
+    let mut shown = Vec::new();
+    let deadline = std::time::Instant::now() + common::daemon::DEADLINE;
+    while !String::from_utf8_lossy(&shown).contains("approve? [y]es") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match output.recv_timeout(left) {
+            Ok(bytes) => shown.extend(bytes),
+            Err(_) => panic!(
+                "never asked; the terminal showed {:?}",
+                String::from_utf8_lossy(&shown)
+            ),
+        }
+    }
+    let shown_text = String::from_utf8_lossy(&shown).into_owned();
+    assert!(
+        shown_text.contains(&format!(
+            "the agent asks: Write {first} (why: fake engine asks)"
+        )),
+        "{shown_text}"
+    );
+    master.write_all(b"y\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut answer).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(answer, "Wrote it.\n");
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), "approved\n");
+
+    // No terminal: told how to answer, and the answer may come from elsewhere.
+    let second = outside(&home, "second.txt");
+    let mut child = home
+        .corral(&[
+            "send",
+            "asks",
+            &format!("@fake ask=Write:{second}\n@fake answer=Denied, then.\ngo"),
+            "--wait",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stderr.take().unwrap());
+    let id = match next_line(&lines, |line| {
+        line.strip_prefix("corral: it waits: corral approve ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+    }) {
+        Ok((id, _)) => id,
+        Err(seen) => panic!("not told how to answer: {seen:?}"),
+    };
+    home.ok(&["deny", &id, "--reason", "not that one"]);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "Denied, then.\n");
+    assert!(!std::path::Path::new(&second).exists());
+    home.stop_daemon();
+}
+
+/// `attach` prints what the engine asks and takes `/approve` or `/deny REASON` on its input.
+#[test]
+fn attach_answers_with_a_typed_line() {
+    use std::io::Write;
+    let home = home();
+    home.new_session(&["c", "--title", "asks"]);
+    let target = outside(&home, "attached.txt");
+    let mut child = home
+        .corral(&["attach", "asks"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines_of(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "@fake ask=Write:{target}").unwrap();
+    if let Err(seen) = next_line(&stdout, |line| {
+        line.contains("approval.requested Write").then_some(())
+    }) {
+        panic!("the request was not shown: {seen:?}");
+    }
+    writeln!(stdin, "/approve").unwrap();
+    if let Err(seen) = next_line(&stdout, |line| line.contains("prompt.done").then_some(())) {
+        panic!("the prompt did not end: {seen:?}");
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "approved\n");
+    home.stop_daemon();
+}

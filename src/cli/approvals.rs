@@ -131,3 +131,155 @@ fn print_one(approval: &Approval) {
         println!("    answer: {}", remote::one_line(answer));
     }
 }
+
+/// A person at a terminal answering what the engine asks while `send --wait` or `attach`
+/// follows a session: each request is printed on stderr; when stdin is a terminal the person
+/// is asked there (`y` approve, `n` deny, `s` approve for the session, empty: leave it for
+/// later), else told how to answer (`corral approve|deny ID`).
+pub struct TerminalAsker {
+    /// Requests waiting, oldest first: the first is the one asked about.
+    waiting: std::collections::VecDeque<Approval>,
+    /// Lines typed on stdin (read on a thread of its own once the first request comes).
+    lines: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+    terminal: bool,
+}
+
+impl TerminalAsker {
+    pub fn new() -> TerminalAsker {
+        use std::io::IsTerminal;
+        TerminalAsker {
+            waiting: std::collections::VecDeque::new(),
+            lines: None,
+            terminal: std::io::stdin().is_terminal(),
+        }
+    }
+
+    /// Whether a request waits for a line typed on this terminal.
+    pub fn asks(&self) -> bool {
+        self.terminal && !self.waiting.is_empty()
+    }
+
+    /// An `approval.requested` or `approval.answered` event of the followed prompt.
+    pub fn take(&mut self, event: &crate::store::events::Event) {
+        let Ok(approval) = serde_json::from_value::<Approval>(event.payload["approval"].clone())
+        else {
+            return;
+        };
+        if event.kind == crate::events::EventKind::ApprovalRequested {
+            eprintln!(
+                "corral: the agent asks: {}{}",
+                what(&approval),
+                approval
+                    .reason
+                    .as_deref()
+                    .map(|why| format!(" (why: {})", remote::one_line(why)))
+                    .unwrap_or_default()
+            );
+            let first = self.waiting.is_empty();
+            self.waiting.push_back(approval);
+            if first {
+                self.prompt();
+            }
+            return;
+        }
+        // Answered: by this terminal (said already), or elsewhere.
+        let Some(at) = self
+            .waiting
+            .iter()
+            .position(|known| known.id == approval.id)
+        else {
+            return;
+        };
+        self.waiting.remove(at);
+        eprintln!(
+            "corral: {} {} ({})",
+            approval.status.as_str(),
+            what(&approval),
+            approval.answered_by.map(|by| by.as_str()).unwrap_or("?")
+        );
+        if at == 0 {
+            self.prompt();
+        }
+    }
+
+    fn prompt(&mut self) {
+        let Some(first) = self.waiting.front() else {
+            return;
+        };
+        if !self.terminal {
+            eprintln!(
+                "corral: it waits: corral approve {id} | corral deny {id} [--reason TEXT]",
+                id = first.id
+            );
+            return;
+        }
+        if self.lines.is_none() {
+            let (sender, lines) = tokio::sync::mpsc::unbounded_channel();
+            std::thread::spawn(move || {
+                for line in std::io::BufRead::lines(std::io::stdin().lock()) {
+                    let Ok(line) = line else { return };
+                    if sender.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+            self.lines = Some(lines);
+        }
+        eprint!("corral: approve? [y]es, [n]o, [s]: yes for the session, enter: later > ");
+    }
+
+    /// The next line typed (pending for ever once stdin ended).
+    pub async fn line(&mut self) -> String {
+        match self.lines.as_mut() {
+            Some(lines) => match lines.recv().await {
+                Some(line) => line,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// What a typed line answers: the params of `approvals.answer`, or `None` (left for later,
+    /// or not understood: asked again).
+    pub fn answer(&mut self, line: &str) -> Option<ApprovalsAnswerParams> {
+        let first = self.waiting.front()?;
+        let (decision, for_session) = match line.trim().to_lowercase().as_str() {
+            "y" | "yes" => (Decision::Approve, false),
+            "n" | "no" => (Decision::Deny, false),
+            "s" | "session" => (Decision::Approve, true),
+            "" => {
+                eprintln!(
+                    "corral: left for later: corral approve {id} | corral deny {id}",
+                    id = first.id
+                );
+                let later = self.waiting.pop_front();
+                self.waiting.extend(later);
+                if self.waiting.len() > 1 {
+                    self.prompt();
+                } else {
+                    // Only this one: not asked again until another comes.
+                    self.terminal = false;
+                }
+                return None;
+            }
+            other => {
+                eprintln!("corral: '{other}' is not y, n, s or empty");
+                self.prompt();
+                return None;
+            }
+        };
+        Some(ApprovalsAnswerParams {
+            approval: first.id.clone(),
+            decision,
+            reason: (decision == Decision::Deny).then(|| "denied at the terminal".to_string()),
+            for_session,
+            pattern: None,
+        })
+    }
+}
+
+impl Default for TerminalAsker {
+    fn default() -> Self {
+        TerminalAsker::new()
+    }
+}

@@ -9,11 +9,17 @@
 //! and attach reads on. On a terminal, a status line on stderr says what a prompt waits for (a slot, a
 //! retry, its app-server) while it waits (see [`super::progress`]); every line attach prints
 //! clears it first.
+//!
+//! What the engine asks a person under the policy `ask` is printed as it comes; while one
+//! waits, the line `/approve`, `/session` (approve for the rest of the session) or `/deny
+//! [REASON]` answers the oldest (any other line is a prompt, as always).
 
 use std::collections::HashSet;
 use std::io::Write;
 
-use crate::protocol::{PromptSend, SendParams};
+use crate::events::EventKind;
+use crate::protocol::{ApprovalsAnswer, ApprovalsAnswerParams, PromptSend, SendParams};
+use crate::store::approvals::Decision;
 use tokio::sync::mpsc;
 
 use super::progress::StatusLine;
@@ -73,6 +79,8 @@ async fn drive(
     let mut pending: HashSet<String> = HashSet::new();
     // The session runs one prompt at a time: its events tell what that one waits for.
     let mut status = StatusLine::stderr();
+    // Requests of the engine waiting for a person, oldest first.
+    let mut asked: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     loop {
         if !input_open && pending.is_empty() {
             return Ok(Exit::success());
@@ -82,6 +90,22 @@ async fn drive(
                 Some(Ok(line)) => {
                     let text = line.trim();
                     if text.is_empty() {
+                        continue;
+                    }
+                    if let (Some(answer), Some(oldest)) = (typed_answer(text), asked.front()) {
+                        let (decision, for_session, reason) = answer;
+                        let params = ApprovalsAnswerParams {
+                            approval: oldest.clone(),
+                            decision,
+                            reason,
+                            for_session,
+                            pattern: None,
+                        };
+                        let said = match client.call::<ApprovalsAnswer>(&params).await {
+                            Ok(answered) => format!("corral: {} {}", answered.status.as_str(), answered.id),
+                            Err(error) => format!("corral: {}", remote::one_line(&error.to_string())),
+                        };
+                        status.print(|| eprintln!("{said}"));
                         continue;
                     }
                     // Too long for one request line: said, and the next line is read.
@@ -131,9 +155,34 @@ async fn drive(
                         pending.remove(prompt);
                     }
                 }
+                if let Some(id) = event.payload["approval"]["id"].as_str() {
+                    match event.kind {
+                        EventKind::ApprovalRequested => {
+                            asked.push_back(id.to_string());
+                            status.print(|| {
+                                eprintln!("corral: it waits for you: /approve, /session (yes for the session) or /deny [REASON]")
+                            });
+                        }
+                        EventKind::ApprovalAnswered => asked.retain(|known| known != id),
+                        _ => {}
+                    }
+                }
             }
             () = status.tick() => {}
         }
+    }
+}
+
+/// A typed answer to the oldest request: (decision, for the session, reason), or `None`
+/// for a line that is a prompt.
+fn typed_answer(line: &str) -> Option<(Decision, bool, Option<String>)> {
+    let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let reason = Some(rest.trim().to_string()).filter(|reason| !reason.is_empty());
+    match word {
+        "/approve" => Some((Decision::Approve, false, None)),
+        "/session" => Some((Decision::Approve, true, None)),
+        "/deny" => Some((Decision::Deny, false, reason)),
+        _ => None,
     }
 }
 

@@ -21,7 +21,7 @@ use super::{CliError, Context, Exit};
 use crate::client::{Client, ClientError};
 use crate::events::EventKind;
 use crate::protocol::{
-    ClaimParams, DriverClaim, PromptSelector, PromptSend, PromptWait, SendParams,
+    ApprovalsAnswer, ClaimParams, DriverClaim, PromptSelector, PromptSend, PromptWait, SendParams,
 };
 
 /// What a send carries, read once: the prompt's text (its words joined by spaces, or with `-`
@@ -344,10 +344,21 @@ async fn send_and_follow(
     let prompt_id = remote::ask::<PromptSend>(client, &params).await?.id;
     // Dropped on every way out (an error, an interrupt), which clears it.
     let mut status = StatusLine::stderr();
+    // What the engine asks a person is asked here too (on a terminal).
+    let mut asker = super::approvals::TerminalAsker::new();
     loop {
         let event = tokio::select! {
             event = events.next() => event,
             () = status.tick() => continue,
+            line = asker.line(), if asker.asks() => {
+                if let Some(answer) = asker.answer(&line) {
+                    // A refusal (answered elsewhere first, say) is said; the prompt goes on.
+                    if let Err(error) = remote::ask::<ApprovalsAnswer>(client, &answer).await {
+                        eprintln!("corral: {}", error.message.unwrap_or_default());
+                    }
+                }
+                continue;
+            }
         };
         let event = event.map_err(|error| {
             let reason = error.message.unwrap_or_default();
@@ -362,6 +373,10 @@ async fn send_and_follow(
         status.observe(&event);
         match &event.kind {
             kind if kind.ends_prompt() => break,
+            EventKind::ApprovalRequested | EventKind::ApprovalAnswered => {
+                status.clear();
+                asker.take(&event);
+            }
             EventKind::PromptRequeued => {
                 return Err(CliError::failure(format!(
                     "the daemon is stopping; prompt {prompt_id} is queued again and runs when a \
