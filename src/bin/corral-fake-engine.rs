@@ -101,7 +101,7 @@
 //! | `echo-env` | The answer is a JSON object of the variables `CORRAL_HOME`, `CORRAL_SESSION_ID`, `CORRAL_PARENT_EXEC`, `CORRAL_RUN_ATTEMPT`, `CLAUDE_CODE_MAX_RETRIES`, `CORRAL_TRACE_ID`, `CORRAL_RUN_ID` and `CORRAL_DAEMON_NOTIFY` (null when unset). |
 //! | `spawn=CMD` | Right after the turn started (before `delay`), start `sh -c CMD` in the background (stdin, stdout and stderr on /dev/null; the engine's process group, directory and environment, `CORRAL_RUN_ID` included) and leave it running, never waited for; print `fake-engine: spawned PID` (the shell's pid) on stderr. `spawn=sleep 30` is an engine that leaves a process in its group, `spawn=setsid sleep 30` one that left the group. Exec forms only. |
 //! | `deny=TOOL:TARGET` | claude form: the final `result` lists a refused tool use in `permission_denials` (`tool_name` TOOL, `tool_input.file_path` TARGET), as claude does when its permission mode refused it. Repeatable. |
-//! | `ask=TOOL:TARGET` | claude form: before the progress items, the model calls TOOL (`Write` writes `approved\n` to the path TARGET, `Bash` runs TARGET as a command). Started with `--input-format stream-json --permission-prompt-tool stdio` (claude's `ask`), it first writes `{"type":"control_request","request_id":…,"request":{"subtype":"can_use_tool","tool_name":TOOL,"input":…,"decision_reason":"fake engine asks"}}` and reads stdin until the `control_response` for that id: `allow` runs the tool with the answer's `updatedInput`, `deny` (or stdin closed) refuses it, told to the model as an error `tool_result` with the answer's message and listed in `permission_denials`. Without the prompt tool it is refused at once, as print mode does. Repeatable. |
+//! | `ask=TOOL:TARGET` | claude form: before the progress items, the model calls TOOL (`Write` writes `approved\n` to the path TARGET, `Bash` runs TARGET as a command). Started with `--input-format stream-json --permission-prompt-tool stdio` (claude's `ask`), it first writes `{"type":"control_request","request_id":…,"request":{"subtype":"can_use_tool","tool_name":TOOL,"input":…,"decision_reason":"fake engine asks"}}` (the input carries `fake_asked_at_us`, when it asked, and the tool's result `fake_ran_at_us`, when the tool ran, in microseconds since the epoch) and reads stdin until the `control_response` for that id: `allow` runs the tool with the answer's `updatedInput`, `deny` (or stdin closed) refuses it, told to the model as an error `tool_result` with the answer's message and listed in `permission_denials`. Without the prompt tool it is refused at once, as print mode does. Repeatable. |
 //! | `unknown-control` | claude form with the prompt tool: first send a `control_request` of subtype `fake_unknown` and read its `control_response` (an `error` one is expected). |
 //! | `run=CMD` | Before the progress items, run `sh -c CMD` (stdin closed, stderr merged into stdout, environment and directory inherited) and report it. codex: `item.started` then `item.completed` of type `command_execution` with `command` (CMD), `aggregated_output`, `exit_code` and `status` (`completed` for exit 0, `failed` otherwise, as codex does). claude: an `assistant` line with a `tool_use` of `Bash` and a `user` line with its `tool_result`. |
 //!
@@ -1323,10 +1323,17 @@ impl Claude {
     fn asked_tool(&mut self, tool: &str, target: &str, converses: bool) -> Option<String> {
         use serde_json::json;
         let id = format!("toolu_fake_{}", Self::token());
-        let input = match tool {
+        let mut input = match tool {
             "Bash" => json!({ "command": target, "description": "Run a command" }),
             _ => json!({ "file_path": target, "content": "approved\n" }),
         };
+        // When it asked, for `examples/approval_bench.rs` (microseconds since the epoch).
+        if converses {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            input["fake_asked_at_us"] = (now.as_micros() as u64).into();
+        }
         let call = self.assistant(arr![obj! {
             "type" => "tool_use",
             "id" => &id,
@@ -1373,6 +1380,11 @@ impl Claude {
             );
             (message.to_string(), true)
         };
+        // When the tool ran, for `examples/approval_bench.rs` (microseconds since the epoch).
+        let ran_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
         let result = obj! {
             "type" => "user",
             "message" => obj! {
@@ -1382,6 +1394,7 @@ impl Claude {
                     "type" => "tool_result",
                     "content" => content,
                     "is_error" => is_error,
+                    "fake_ran_at_us" => ran_at,
                 }],
             },
             "parent_tool_use_id" => J::null(),

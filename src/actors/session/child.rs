@@ -183,16 +183,17 @@ impl Worker {
                         continue;
                     };
                     let new_thread = self.take_line(prompt, run_id, line, &mut transcript, &mut batch).await;
+                    // The turn is over: an engine that reads its stdin for more exits now
+                    // (before this line's events are stored: its exit need not wait for that).
+                    if transcript.terminal.is_some() {
+                        talk.close();
+                    }
                     unstored = self.store_lines(run_id, new_thread, &mut batch, lines.is_empty()).await;
                     for asked in std::mem::take(&mut transcript.asks) {
                         let refused = self
                             .ask_person(prompt, run_id, kind, &*transcript.adapter, asked, &mut talk, &mut batch)
                             .await;
                         unstored = unstored.or(refused);
-                    }
-                    // The turn is over: an engine that reads its stdin for more exits now.
-                    if transcript.terminal.is_some() {
-                        talk.close();
                     }
                 }
                 answered = self.answers.recv(), if talk.waits() => {
