@@ -1114,3 +1114,81 @@ fn a_prompt_done_with_refusals_says_so_everywhere() {
     assert_eq!(stderr(&clean), "", "{clean:?}");
     home.stop_daemon();
 }
+
+/// Honest states (issue 32, item 8), one vocabulary computed by the daemon: a session blocked
+/// on its project's lock is `waiting-for-slot` saying what holds it, one in a rate limit's
+/// backoff is `backing-off` until a time, a new one is `idle` with no prompt yet, an answered
+/// one `idle` too; `monitor`, `overview`, `session show` and the HTTP API say the same.
+#[test]
+fn every_surface_says_the_same_honest_state() {
+    let home = TestHome::new();
+    home.setup_fake();
+    home.config(&[("retry.rate_limit_delays", "30")]);
+    home.session("holder");
+    home.session("blocked");
+    let fresh = home.session("fresh");
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    home.add_project("q", &elsewhere, "fake");
+    home.ok(&["send", "holder", "@fake hang\nhold the lock"]);
+    home.ok(&["send", "blocked", "wait for it"]);
+    home.ok(&[
+        "send",
+        &home.new_session(&["q", "--title", "backoff"]),
+        "@fake rate-limit=5\nslow down",
+    ]);
+    let state_of = |title: &str| -> Value {
+        let overview = home.json(&["monitor", "--json"]);
+        overview["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["title"] == title)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {title} in {overview}"))
+    };
+    wait_until("the blocked session waits for the lock", || {
+        state_of("blocked")["state"] == "waiting-for-slot"
+    });
+    let blocked = state_of("blocked");
+    assert_eq!(
+        blocked["reason"], "waits for a fake slot: project p locked by session \"holder\"",
+        "{blocked}"
+    );
+    assert_eq!(state_of("holder")["state"], "working");
+    wait_until("the limited session backs off", || {
+        state_of("backoff")["state"] == "backing-off"
+    });
+    let backoff = state_of("backoff");
+    assert_eq!(backoff["reason"], "rate limit: retry 1/1", "{backoff}");
+    let until = backoff["until"].as_i64().expect("until when");
+    assert!(
+        until > backoff["last_activity_at"].as_i64().unwrap(),
+        "{backoff}"
+    );
+    let fresh_state = state_of("fresh");
+    assert_eq!(fresh_state["state"], "idle");
+    assert_eq!(fresh_state["reason"], "no prompt yet");
+    // The same word on `session show` and its text, and in the table.
+    let shown = home.json(&["session", "show", "blocked", "--json"]);
+    assert_eq!(shown["state"]["state"], "waiting-for-slot", "{shown}");
+    let text = home.ok(&["session", "show", &fresh]);
+    assert!(text.contains("state:     idle · no prompt yet"), "{text}");
+    let table = home.ok(&["monitor"]);
+    assert!(
+        table
+            .lines()
+            .any(|line| line.contains("backing-off") && line.contains("rate limit: retry 1/1")),
+        "{table}"
+    );
+    home.ok(&["cancel", "backoff"]);
+    home.ok(&["cancel", "holder"]);
+    wait_until("the blocked one ran and answered", || {
+        state_of("blocked")["state"] == "idle"
+    });
+    assert!(state_of("blocked")["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("answered: fake answer"));
+    home.stop_daemon();
+}

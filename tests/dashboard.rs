@@ -249,19 +249,19 @@ fn the_web_url_logs_in_and_the_overview_lists_every_session() {
     let browser = Browser::start("overview", home.path());
     dashboard.log_in(&browser);
     browser.wait_until(
-        "the four sessions are listed, the busy one active",
+        "the four sessions are listed, the busy one working",
         &format!(
             "document.querySelectorAll('[data-testid=session-row]').length === 4 && \
              document.querySelector('[data-testid=session-row][data-session-id={}]')\
-             ?.dataset.state === 'active'",
+             ?.dataset.state === 'working'",
             js_string(&ids[3])
         ),
     );
     let expected = [
-        (&ids[0], "unknown"),
-        (&ids[1], "waiting"),
+        (&ids[0], "idle"),
+        (&ids[1], "idle"),
         (&ids[2], "failed"),
-        (&ids[3], "active"),
+        (&ids[3], "working"),
     ];
     for (id, state) in expected {
         let row = format!(
@@ -434,10 +434,10 @@ fn a_hanging_prompt_is_cancelled_from_the_page() {
     });
     browser.click("[data-testid=nav-overview]");
     browser.wait_until(
-        "the overview shows the session waiting",
+        "the overview shows the session idle",
         &format!(
             "document.querySelector('[data-testid=session-row][data-session-id={}]')\
-             ?.dataset.state === 'waiting'",
+             ?.dataset.state === 'idle'",
             js_string(session)
         ),
     );

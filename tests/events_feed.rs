@@ -404,8 +404,8 @@ fn migration_8_numbers_an_older_stores_events_and_a_kill_in_the_middle_leaves_it
     assert_eq!(
         reasons,
         [
-            ("s1", "waiting", "the old answer"),
-            ("s2", "waiting", "fake answer: more")
+            ("s1", "idle", "answered: the old answer"),
+            ("s2", "idle", "answered: fake answer: more")
         ]
     );
     assert_eq!(
@@ -452,11 +452,11 @@ fn overview_and_execs_list_through_the_socket() {
             .unwrap_or_else(|| panic!("{id} not in {overview}"))
     };
     for (id, state) in [
-        (&waiting, "waiting"),
+        (&waiting, "idle"),
         (&failed, "failed"),
-        (&unknown, "unknown"),
-        (&finished, "finished"),
-        (&active, "active"),
+        (&unknown, "idle"),
+        (&finished, "archived"),
+        (&active, "working"),
     ] {
         assert_eq!(by_id(id)["state"], state, "{}", by_id(id));
     }
@@ -468,7 +468,7 @@ fn overview_and_execs_list_through_the_socket() {
     assert!(by_id(&waiting)["reason"]
         .as_str()
         .unwrap()
-        .starts_with("fake answer: "));
+        .starts_with("answered: fake answer: "));
     assert!(by_id(&failed)["reason"]
         .as_str()
         .unwrap()

@@ -395,8 +395,8 @@ more', 1, 2);
     for (id, state, reason, action) in [
         (
             "s-waiting",
-            "waiting",
-            "Review the API",
+            "idle",
+            "answered: Review the API",
             "corral attach s-waiting",
         ),
         (
@@ -407,20 +407,20 @@ more', 1, 2);
         ),
         (
             "s-unknown",
-            "unknown",
-            "No current provider observation",
-            "corral history s-unknown",
+            "idle",
+            "no prompt yet",
+            "corral attach s-unknown",
         ),
         (
             "s-active",
-            "active",
+            "working",
             "running: long job",
             "corral watch s-active",
         ),
         (
             "s-finished",
-            "finished",
-            "completion is recorded",
+            "archived",
+            "archived",
             "corral history s-finished",
         ),
     ] {

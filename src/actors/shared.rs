@@ -415,6 +415,14 @@ async fn announce(
         let blockers = slots.blockers(sessions).await.unwrap_or_default();
         for (announcement, blocker) in batch.iter_mut().zip(blockers) {
             if let Some(waiting) = announcement.events.last_mut() {
+                // In words too: the session's reason while it waits (`store::phases`).
+                if let Some(blocker) = &blocker {
+                    let project = waiting.payload["project"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .to_string();
+                    waiting.payload["why"] = blocker.describe(&project).into();
+                }
                 waiting.payload["held_by"] = serde_json::to_value(blocker).unwrap_or_default();
             }
         }

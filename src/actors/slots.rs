@@ -217,6 +217,105 @@ pub enum Blocker {
     },
 }
 
+/// How many holders a blocker's words name before "and N more".
+const NAMED_HOLDERS: usize = 3;
+
+/// The most characters of a session's title a blocker's words keep.
+const LABEL_CHARS: usize = 40;
+
+impl SlotOwner {
+    /// `"Fix the client"` (its title), or the session's short id when it has none.
+    fn name(&self) -> String {
+        let label = self
+            .label
+            .as_deref()
+            .map(|label| label.split_whitespace().collect::<Vec<_>>().join(" "));
+        match label {
+            Some(label) if !label.is_empty() => {
+                let mut short: String = label.chars().take(LABEL_CHARS).collect();
+                if label.chars().count() > LABEL_CHARS {
+                    short.pop();
+                    short.push('…');
+                }
+                format!("\"{short}\"")
+            }
+            _ => self
+                .session
+                .chars()
+                .take(crate::store::select::SHORT_ID)
+                .collect(),
+        }
+    }
+
+    /// `session "Fix the client"`.
+    fn described(&self) -> String {
+        format!("session {}", self.name())
+    }
+}
+
+/// `session "a"`, `sessions "a", "b" and 2 more`; empty when none is known.
+fn holders_named(owners: &[SlotOwner]) -> String {
+    let named: Vec<String> = owners
+        .iter()
+        .take(NAMED_HOLDERS)
+        .map(SlotOwner::name)
+        .collect();
+    let more = owners.len().saturating_sub(NAMED_HOLDERS);
+    match (named.len(), more) {
+        (0, _) => String::new(),
+        (1, _) => format!("session {}", named[0]),
+        (_, 0) => format!("sessions {}", named.join(", ")),
+        (_, more) => format!("sessions {} and {more} more", named.join(", ")),
+    }
+}
+
+impl Blocker {
+    /// Why a request waits, in words: the status line's, the `slot.waiting` line's and a
+    /// waiting session's reason. `project` is the waiting prompt's project name (a blocker
+    /// names projects by id).
+    pub fn describe(&self, project: &str) -> String {
+        let by = |holder: &Option<SlotOwner>| match holder {
+            Some(holder) => format!(" by {}", holder.described()),
+            None => String::new(),
+        };
+        let held = |holders: &[SlotOwner]| match holders_named(holders) {
+            held if held.is_empty() => String::new(),
+            held => format!(", held by {held}"),
+        };
+        match self {
+            Blocker::ProjectLock { holder, .. } => {
+                format!("project {project} locked{}", by(holder))
+            }
+            Blocker::GroupLock { group, holder } => format!("group {group} locked{}", by(holder)),
+            Blocker::EngineLimit { engine, limit, .. } if *limit == 0 => {
+                format!("{engine} paused (slots.{engine} = 0)")
+            }
+            Blocker::EngineLimit {
+                engine,
+                limit,
+                holders,
+                ..
+            } => format!("{engine} limit {limit} reached{}", held(holders)),
+            Blocker::TotalLimit { limit, holders, .. } => {
+                format!("total limit {limit} reached{}", held(holders))
+            }
+            Blocker::Queue { holder, claim } => {
+                let ahead = match holder {
+                    Some(holder) => holder.described(),
+                    None => "an earlier session".to_string(),
+                };
+                let needs = match claim {
+                    Claim::Project { .. } => format!("project {project}"),
+                    Claim::Group { group } => format!("group {group}"),
+                    Claim::Engine { engine } => format!("the last {engine} permit"),
+                    Claim::Total => "the last permit of slots.total".to_string(),
+                };
+                format!("queued behind {ahead}, first in line for {needs}")
+            }
+        }
+    }
+}
+
 /// What an earlier waiter claims that a later one needs ([`Blocker::Queue`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

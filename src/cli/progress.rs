@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::remote::{cut, one_line, SHORT_ID};
-use crate::actors::slots::{Blocker, Claim, SlotOwner};
+use super::remote::{cut, one_line};
+use crate::actors::slots::Blocker;
 use crate::events::EventKind;
 use crate::store::events::Event;
 
@@ -38,11 +38,7 @@ use crate::store::events::Event;
 /// the line on a terminal by them.
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
-/// How many holders a line names before it says `and N more`.
-const NAMED_HOLDERS: usize = 3;
-
-/// How many characters of a session's title or of a reason a line shows.
-const LABEL_CHARS: usize = 40;
+/// How many characters of a reason a line shows.
 const REASON_CHARS: usize = 80;
 
 // ---------------------------------------------------------------------------------------------
@@ -246,71 +242,10 @@ fn countdown(until: Instant, now: Instant) -> String {
     format!("in {}", seconds(left.as_millis().div_ceil(1000) as u64))
 }
 
-/// `"Fix the client"` (its title), or the session's short id when it has none.
-fn name(owner: &SlotOwner) -> String {
-    match owner.label.as_deref().map(one_line) {
-        Some(label) if !label.is_empty() => format!("\"{}\"", cut(&label, LABEL_CHARS)),
-        _ => owner.session.chars().take(SHORT_ID).collect(),
-    }
-}
-
-/// `session "Fix the client"`.
-fn session(owner: &SlotOwner) -> String {
-    format!("session {}", name(owner))
-}
-
-/// `session "a"`, `sessions "a", "b" and 2 more`; empty when none is known.
-fn sessions(owners: &[SlotOwner]) -> String {
-    let named: Vec<String> = owners.iter().take(NAMED_HOLDERS).map(name).collect();
-    let more = owners.len().saturating_sub(NAMED_HOLDERS);
-    match (named.len(), more) {
-        (0, _) => String::new(),
-        (1, _) => format!("session {}", named[0]),
-        (_, 0) => format!("sessions {}", named.join(", ")),
-        (_, more) => format!("sessions {} and {more} more", named.join(", ")),
-    }
-}
-
-/// Why a request waits, in words. `project` is the waiting prompt's project name (a blocker
-/// names projects by id).
+/// Why a request waits, in words: [`Blocker::describe`] (the daemon stores the same words as
+/// a waiting session's reason).
 pub fn why(blocker: &Blocker, project: &str) -> String {
-    let by = |holder: &Option<SlotOwner>| match holder {
-        Some(holder) => format!(" by {}", session(holder)),
-        None => String::new(),
-    };
-    let held = |holders: &[SlotOwner]| match sessions(holders) {
-        held if held.is_empty() => String::new(),
-        held => format!(", held by {held}"),
-    };
-    match blocker {
-        Blocker::ProjectLock { holder, .. } => format!("project {project} locked{}", by(holder)),
-        Blocker::GroupLock { group, holder } => format!("group {group} locked{}", by(holder)),
-        Blocker::EngineLimit { engine, limit, .. } if *limit == 0 => {
-            format!("{engine} paused (slots.{engine} = 0)")
-        }
-        Blocker::EngineLimit {
-            engine,
-            limit,
-            holders,
-            ..
-        } => format!("{engine} limit {limit} reached{}", held(holders)),
-        Blocker::TotalLimit { limit, holders, .. } => {
-            format!("total limit {limit} reached{}", held(holders))
-        }
-        Blocker::Queue { holder, claim } => {
-            let ahead = match holder {
-                Some(holder) => session(holder),
-                None => "an earlier session".to_string(),
-            };
-            let needs = match claim {
-                Claim::Project { .. } => format!("project {project}"),
-                Claim::Group { group } => format!("group {group}"),
-                Claim::Engine { engine } => format!("the last {engine} permit"),
-                Claim::Total => "the last permit of slots.total".to_string(),
-            };
-            format!("queued behind {ahead}, first in line for {needs}")
-        }
-    }
+    blocker.describe(project)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -436,6 +371,7 @@ impl Drop for StatusLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actors::slots::{Claim, SlotOwner};
     use serde_json::json;
 
     fn at(wait: &mut Wait, kind: &str, payload: Value, now: Instant) {

@@ -276,6 +276,16 @@ fn print_shown(context: &Context, shown: &Value) {
     };
     println!("id:        {}", text(session, "id"));
     println!("title:     {title}");
+    // The daemon's word for where it stands, as every surface shows it.
+    if let Some(state) = shown["state"]["state"].as_str() {
+        println!(
+            "state:     {state} · {}",
+            one_line(text(&shown["state"], "reason"))
+        );
+    }
+    if let Some(policy) = session["policy"].as_str() {
+        println!("policy:    {policy}");
+    }
     println!("project:   {}", text(session, "project_id"));
     println!("engine:    {}", text(session, "engine"));
     println!("model:     {}", text(session, "model"));

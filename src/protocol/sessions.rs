@@ -356,6 +356,10 @@ pub struct SessionShowResult {
     pub session: SessionDetail,
     pub prompts: Vec<Prompt>,
     pub driver: Option<Claim>,
+    /// Its state, reason and `until` as the overview computes them (the one vocabulary);
+    /// absent from an older daemon's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::store::overview::SessionItem>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -88,6 +88,9 @@ pub(crate) fn append_events_at(
             Dialect::Sqlite => number_one_by_one(connection, &run, feed_seq)?,
             Dialect::Postgres => number_at_once(connection, &run, feed_seq)?,
         };
+        for (event, at) in &run {
+            super::phases::follow(connection, event, *at)?;
+        }
         for (index, (event, at)) in run.into_iter().enumerate() {
             feed_seq += 1;
             numbered.push(Event {

@@ -458,6 +458,17 @@ CREATE INDEX approvals_pending ON approvals (asked_at) WHERE status = 'pending';
 CREATE INDEX approvals_by_session ON approvals (session_id, asked_at);
 "#,
     },
+    Migration {
+        name: "phases",
+        sql: r#"
+-- Where a running prompt stands (#32, honest states): working, waiting for a slot (and what
+-- holds it), backing off (until when). Kept by the events that say it (`store::phases`), so
+-- the overview reads one row per session, not the events.
+ALTER TABLE prompts ADD COLUMN phase TEXT;
+ALTER TABLE prompts ADD COLUMN phase_reason TEXT;
+ALTER TABLE prompts ADD COLUMN phase_until INTEGER;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

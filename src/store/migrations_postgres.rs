@@ -465,6 +465,12 @@ CREATE TABLE approvals (
 CREATE INDEX approvals_pending ON approvals (asked_at) WHERE status = 'pending';
 CREATE INDEX approvals_by_session ON approvals (session_id, asked_at);
 "#,
+    // 16: phases
+    r#"
+ALTER TABLE prompts ADD COLUMN phase TEXT;
+ALTER TABLE prompts ADD COLUMN phase_reason TEXT;
+ALTER TABLE prompts ADD COLUMN phase_until BIGINT;
+"#,
 ];
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub mod location;
 pub mod migrations;
 pub mod migrations_postgres;
 pub mod overview;
+pub mod phases;
 pub mod postgres;
 pub mod processes;
 pub mod projects;

@@ -14,15 +14,16 @@
 //!
 //! A session's line carries its branch when it has its own worktree (docs/worktrees.md).
 //!
-//! A session's state: `needs-you` (an approval waits for a person's answer), `active` (a
-//! prompt runs), `queued`, `waiting` (its
-//! last prompt done — reason: the answer's first line — or cancelled), `failed` (reason: the
-//! error), `finished` (archived), `unknown` (no prompt yet).
+//! A session's state ([`SessionState`], computed here only): `needs-you` (an approval waits
+//! for a person's answer), `working` (an engine runs), `waiting-for-slot` (reason: what holds
+//! it), `backing-off` (a retry's delay; `until`), `queued`, `idle` (answered, cancelled, or
+//! nothing sent yet), `failed` (reason: the error), `archived`. A running prompt's phase is
+//! its row's (`store::phases`), so one statement still reads every session.
 
 use std::fmt;
 use std::path::Path;
 
-use crate::store::sql::{self, args, Conn, Row};
+use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::exec::{self, Cursor, Exec, ExecFilter, ExecPage, OutcomeFilter};
@@ -33,32 +34,63 @@ use crate::process;
 /// How many recent commands an overview carries.
 pub const RECENT: usize = 10;
 
-/// Where a session is, in one word.
+/// Where a session is, in one word: the one vocabulary of every surface (the CLI's tables,
+/// `overview`, `session.show`, the HTTP API, the dashboard), computed here and nowhere else.
+/// Declared in the order a person should look at them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum SessionState {
     /// An engine waits for a person's answer (an approval).
-    #[serde(rename = "needs-you")]
     NeedsYou,
-    Active,
+    /// An engine runs a prompt.
+    Working,
+    /// A prompt waits for a slot (the reason says what holds it).
+    WaitingForSlot,
+    /// A failed run waits before its retry (`until`).
+    BackingOff,
+    /// Prompts wait their turn, none running.
     Queued,
-    Waiting,
+    /// Answered (or nothing sent yet): it waits for a prompt.
+    Idle,
+    /// Its last prompt failed.
     Failed,
-    Finished,
-    Unknown,
+    Archived,
 }
 
 impl SessionState {
+    pub const ALL: [SessionState; 8] = [
+        SessionState::NeedsYou,
+        SessionState::Working,
+        SessionState::WaitingForSlot,
+        SessionState::BackingOff,
+        SessionState::Queued,
+        SessionState::Idle,
+        SessionState::Failed,
+        SessionState::Archived,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SessionState::NeedsYou => "needs-you",
-            SessionState::Active => "active",
+            SessionState::Working => "working",
+            SessionState::WaitingForSlot => "waiting-for-slot",
+            SessionState::BackingOff => "backing-off",
             SessionState::Queued => "queued",
-            SessionState::Waiting => "waiting",
+            SessionState::Idle => "idle",
             SessionState::Failed => "failed",
-            SessionState::Finished => "finished",
-            SessionState::Unknown => "unknown",
+            SessionState::Archived => "archived",
         }
+    }
+
+    /// Whether a prompt of it is under way (running, or waiting for a slot or a retry).
+    pub fn is_busy(self) -> bool {
+        matches!(
+            self,
+            SessionState::NeedsYou
+                | SessionState::Working
+                | SessionState::WaitingForSlot
+                | SessionState::BackingOff
+        )
     }
 }
 
@@ -99,6 +131,10 @@ pub struct SessionItem {
     /// daemon's answer.
     #[serde(default)]
     pub approvals: i64,
+    /// Until when it backs off (`backing-off`; the dashboard counts down), or when its
+    /// app-server is tried again.
+    #[serde(default)]
+    pub until: Option<i64>,
 }
 
 /// A run whose engine lives.
@@ -196,23 +232,7 @@ macro_rules! head {
 /// prompts' for this: the reason is in them). No long column (a prompt's text, an answer, an
 /// event's payload) is read, nor any row that holds one, but the running prompt's.
 pub fn sessions(connection: &Conn) -> sql::Result<Vec<SessionItem>> {
-    let sql = concat!(
-        "SELECT s.id, s.title, p.name, s.engine, s.created_at, s.archived_at, \
-                coalesce(p.full_access, 0), s.last_event_at, running.id, ",
-        head!("running.text"),
-        ", (SELECT count(*) FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued'), \
-           (SELECT q.id FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued' \
-            ORDER BY q.created_at, q.id LIMIT 1), \
-           ended.prompt_id, ended.status, ended.head, s.branch, \
-           (SELECT count(*) FROM approvals a WHERE a.session_id = s.id AND a.status = 'pending') \
-         FROM sessions s \
-         LEFT JOIN projects p ON p.id = s.project_id \
-         LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
-         LEFT JOIN prompt_ends ended ON ended.prompt_id = \
-           (SELECT f.prompt_id FROM prompt_ends f WHERE f.session_id = s.id \
-            ORDER BY f.finished_at DESC NULLS LAST, f.created_at DESC, f.prompt_id DESC LIMIT 1)"
-    );
-    let mut items = connection.rows(sql, args![], |row| {
+    let mut items = connection.rows(SESSIONS, args![], |row| {
         Ok((row.get::<i64>(4)?, session_item(row)?))
     })?;
     // Sorted here, not by SQL: no index orders sessions by creation, and a sorter would carry
@@ -220,6 +240,36 @@ pub fn sessions(connection: &Conn) -> sql::Result<Vec<SessionItem>> {
     items.sort_unstable_by(|(a_at, a), (b_at, b)| (a_at, &a.id).cmp(&(b_at, &b.id)));
     Ok(items.into_iter().map(|(_, item)| item).collect())
 }
+
+/// One session with its state, as [`sessions`] reads each (`session.show`'s `state`).
+pub fn session(connection: &Conn, id: &str) -> sql::Result<Option<SessionItem>> {
+    connection
+        .row(
+            &format!("{SESSIONS} WHERE s.id = ?1"),
+            args![id],
+            session_item,
+        )
+        .optional()
+}
+
+/// The statement of [`sessions`]: every session's line, its state's facts joined in.
+const SESSIONS: &str = concat!(
+    "SELECT s.id, s.title, p.name, s.engine, s.created_at, s.archived_at, \
+                coalesce(p.full_access, 0), s.last_event_at, running.id, ",
+    head!("running.text"),
+    ", (SELECT count(*) FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued'), \
+           (SELECT q.id FROM prompts q WHERE q.session_id = s.id AND q.status = 'queued' \
+            ORDER BY q.created_at, q.id LIMIT 1), \
+           ended.prompt_id, ended.status, ended.head, s.branch, \
+           (SELECT count(*) FROM approvals a WHERE a.session_id = s.id AND a.status = 'pending'), \
+           running.phase, running.phase_reason, running.phase_until \
+         FROM sessions s \
+         LEFT JOIN projects p ON p.id = s.project_id \
+         LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
+         LEFT JOIN prompt_ends ended ON ended.prompt_id = \
+           (SELECT f.prompt_id FROM prompt_ends f WHERE f.session_id = s.id \
+            ORDER BY f.finished_at DESC NULLS LAST, f.created_at DESC, f.prompt_id DESC LIMIT 1)"
+);
 
 fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     let id: String = row.get(0)?;
@@ -233,20 +283,38 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     let ended_status: Option<String> = row.get(13)?;
     let head = || reason(row.get::<Option<String>>(14));
     let approvals: i64 = row.get(16)?;
+    let phase = row
+        .get::<Option<String>>(17)?
+        .and_then(|phase| super::phases::Phase::parse(&phase));
+    let phase_reason: Option<String> = row.get(18)?;
+    let mut until: Option<i64> = None;
     let (state, reason) = if archived_at.is_some() {
-        (SessionState::Finished, "completion is recorded".to_string())
+        (SessionState::Archived, "archived".to_string())
     } else if approvals > 0 {
         (
             SessionState::NeedsYou,
             format!(
-                "{approvals} request(s) of the agent wait for your answer: corral approvals --session {id}"
+                "{approvals} request(s) of its agent wait for your answer: corral approvals \
+                 --session {id}"
             ),
         )
     } else if running.is_some() {
-        (
-            SessionState::Active,
-            format!("running: {}", reason(row.get(9))?),
-        )
+        use super::phases::Phase;
+        match phase {
+            Some(phase @ (Phase::WaitingForSlot | Phase::BackingOff)) => {
+                until = row.get(19)?;
+                let state = if phase == Phase::BackingOff {
+                    SessionState::BackingOff
+                } else {
+                    SessionState::WaitingForSlot
+                };
+                (state, phase_reason.unwrap_or_default())
+            }
+            _ => (
+                SessionState::Working,
+                format!("running: {}", reason(row.get(9))?),
+            ),
+        }
     } else if queued > 0 {
         (SessionState::Queued, format!("{queued} prompt(s) queued"))
     } else {
@@ -258,19 +326,19 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
                     .unwrap_or_else(|| "failed".into()),
             ),
             // The person stopped it: the session waits for what they do next.
-            Some("cancelled") => (SessionState::Waiting, format!("cancelled: {}", head()?)),
-            Some(_) => (SessionState::Waiting, head()?),
-            None => (
-                SessionState::Unknown,
-                "No current provider observation".to_string(),
-            ),
+            Some("cancelled") => (SessionState::Idle, format!("cancelled: {}", head()?)),
+            Some(_) => (SessionState::Idle, format!("answered: {}", head()?)),
+            None => (SessionState::Idle, "no prompt yet".to_string()),
         }
     };
     let next_action = match state {
         SessionState::NeedsYou => format!("corral approvals --session {id}"),
-        SessionState::Active | SessionState::Queued => format!("corral watch {id}"),
-        SessionState::Waiting => format!("corral attach {id}"),
-        _ => format!("corral history {id}"),
+        SessionState::Working
+        | SessionState::WaitingForSlot
+        | SessionState::BackingOff
+        | SessionState::Queued => format!("corral watch {id}"),
+        SessionState::Idle => format!("corral attach {id}"),
+        SessionState::Failed | SessionState::Archived => format!("corral history {id}"),
     };
     let last_activity_at = [Some(created_at), archived_at, last_event_at]
         .into_iter()
@@ -290,6 +358,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
         full_access: row.get(6)?,
         branch: row.get(15)?,
         approvals,
+        until,
         id,
     })
 }
@@ -444,11 +513,11 @@ mod tests {
 
     #[test]
     fn states_pad_in_tables() {
-        assert_eq!(format!("{:<8}|", SessionState::Active), "active  |");
-        assert_eq!(
-            serde_json::to_value(SessionState::Finished).unwrap(),
-            "finished"
-        );
+        assert_eq!(format!("{:<8}|", SessionState::Idle), "idle    |");
+        for state in SessionState::ALL {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+        assert_eq!(SessionState::WaitingForSlot.as_str(), "waiting-for-slot");
     }
 
     /// A store with sessions in every state, read by the one query.
@@ -462,7 +531,9 @@ mod tests {
             "INSERT INTO projects (id, name, path, full_access, created_at) VALUES ('p', 'proj', '/', 1, 1);
              INSERT INTO sessions (id, project_id, engine, created_at) VALUES
                ('s1', 'p', 'fake', 1), ('s2', NULL, 'fake', 2), ('s3', 'p', 'fake', 3),
-               ('s4', 'p', 'fake', 4), ('s5', 'p', 'fake', 5), ('s6', 'p', 'fake', 6);
+               ('s4', 'p', 'fake', 4), ('s5', 'p', 'fake', 5), ('s6', 'p', 'fake', 6),
+               ('s7', 'p', 'fake', 7), ('s8', 'p', 'fake', 8), ('s9', 'p', 'fake', 9),
+               ('s10', 'p', 'fake', 10);
              UPDATE sessions SET archived_at = 60 WHERE id = 's6';
              UPDATE sessions SET worktree = '/w/s3', branch = 'corral/s3-00000003', base = 'HEAD',
                base_commit = 'abc', worktree_state = 'ready' WHERE id = 's3';
@@ -474,7 +545,16 @@ mod tests {
                ('c1', 's3', 'x', 'done', 14, 20, 'old answer', NULL),
                ('c2', 's3', 'x', 'done', 15, 21, '  \n new answer \n', NULL),
                ('d1', 's4', 'x', 'failed', 16, 22, NULL, 'it broke'),
-               ('e1', 's5', 'stop me', 'cancelled', 17, 23, NULL, NULL);
+               ('e1', 's5', 'stop me', 'cancelled', 17, 23, NULL, NULL),
+               ('f1', 's7', 'locked out', 'running', 18, NULL, NULL, NULL),
+               ('g1', 's8', 'limited', 'running', 19, NULL, NULL, NULL),
+               ('h1', 's9', 'asks', 'running', 20, NULL, NULL, NULL);
+             UPDATE prompts SET phase = 'waiting-for-slot',
+               phase_reason = 'waits for a fake slot: project proj locked by session a' WHERE id = 'f1';
+             UPDATE prompts SET phase = 'backing-off', phase_reason = 'rate limit: retry 1/3',
+               phase_until = 5000 WHERE id = 'g1';
+             INSERT INTO approvals (id, session_id, engine, tool, input, asked_at) VALUES
+               ('ap', 's9', 'claude', 'Write', '{}', 30);
              UPDATE sessions SET last_event_seq = 1, last_event_at = 99 WHERE id = 's3';
              INSERT INTO events (session_id, seq, at, kind, payload) VALUES ('s3', 1, 99, 'message', '{}');",
         )
@@ -497,14 +577,32 @@ mod tests {
         assert_eq!(
             states,
             [
-                ("s1", Active, "running: first", Some("a1"), 1),
+                ("s1", Working, "running: first", Some("a1"), 1),
                 ("s2", Queued, "2 prompt(s) queued", Some("b1"), 2),
-                ("s3", Waiting, "new answer", Some("c2"), 0),
+                ("s3", Idle, "answered: new answer", Some("c2"), 0),
                 ("s4", Failed, "it broke", Some("d1"), 0),
-                ("s5", Waiting, "cancelled: stop me", Some("e1"), 0),
-                ("s6", Finished, "completion is recorded", None, 0),
+                ("s5", Idle, "cancelled: stop me", Some("e1"), 0),
+                ("s6", Archived, "archived", None, 0),
+                (
+                    "s7",
+                    WaitingForSlot,
+                    "waits for a fake slot: project proj locked by session a",
+                    Some("f1"),
+                    0
+                ),
+                ("s8", BackingOff, "rate limit: retry 1/3", Some("g1"), 0),
+                (
+                    "s9",
+                    NeedsYou,
+                    "1 request(s) of its agent wait for your answer: corral approvals --session s9",
+                    Some("h1"),
+                    0
+                ),
+                ("s10", Idle, "no prompt yet", None, 0),
             ]
         );
+        assert_eq!(items[7].until, Some(5000));
+        assert_eq!(items[8].approvals, 1);
         assert_eq!(items[2].last_activity_at, 99);
         assert_eq!(items[5].last_activity_at, 60);
         assert!(items[0].full_access && !items[1].full_access);

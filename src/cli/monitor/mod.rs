@@ -129,7 +129,7 @@ pub fn print_overview(overview: &Overview) {
         // A BRANCH column only when a session has its own worktree.
         let branches = BranchColumn::of(overview.items.iter().map(|item| item.branch.as_deref()));
         println!(
-            "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  {}REASON",
+            "{:<width$}  {:<12}  {:<8}  {:<16}  {:<30}  {}REASON",
             "ID",
             "PROJECT",
             "ENGINE",
@@ -147,7 +147,7 @@ pub fn print_overview(overview: &Overview) {
                 .take(60)
                 .collect();
             println!(
-                "{:<width$}  {:<12}  {:<8}  {:<8}  {:<30}  {}{}",
+                "{:<width$}  {:<12}  {:<8}  {:<16}  {:<30}  {}{}",
                 short.get(&item.id),
                 item.project.as_deref().unwrap_or("-"),
                 item.engine,

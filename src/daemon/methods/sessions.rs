@@ -35,10 +35,12 @@ impl Inspect for SessionShow {
         let session = session_of(c, &p.session)?;
         let prompts = read(prompts::prompts_of(c, &session.id))?;
         let driver = read(drivers::driver_claim(c, &session.id))?;
+        let state = read(crate::store::overview::session(c, &session.id))?;
         Ok(SessionShowResult {
             session: SessionDetail::new(&session, &prompts),
             prompts: prompts.iter().map(Prompt::from).collect(),
             driver: driver.as_ref().map(Claim::from),
+            state,
         })
     }
 }

@@ -144,16 +144,18 @@
   const oneLine = (text) => String(text === null || text === undefined ? '' : text).replace(/\s*\n\s*/g, ' ⏎ ');
   const plural = (n, word, many) => `${n} ${n === 1 ? word : (many || word + 's')}`;
 
-  const STATES = ['needs-you', 'active', 'queued', 'waiting', 'failed', 'unknown', 'finished'];
+  // The daemon's words for a session (store/overview.rs computes them; this page never does).
+  const STATES = ['needs-you', 'working', 'waiting-for-slot', 'backing-off', 'queued', 'idle', 'failed', 'archived'];
   const STATE_RANK = Object.fromEntries(STATES.map((s, i) => [s, i]));
   const STATE_HELP = {
     'needs-you': 'the agent asked you something and waits for your answer',
-    active: 'a prompt runs',
+    working: 'an engine runs a prompt',
+    'waiting-for-slot': 'a prompt waits for a slot (the reason says what holds it)',
+    'backing-off': 'a failed run waits before its retry',
     queued: 'prompts wait their turn',
-    waiting: 'done; waits for you',
+    idle: 'answered; waits for a prompt',
     failed: 'the last prompt failed',
-    finished: 'archived',
-    unknown: 'no prompt yet',
+    archived: 'archived',
   };
   /** A badge: colour from data-state, and the word itself. */
   function stateBadge(state, props = {}) {
@@ -164,22 +166,11 @@
     return h('span', { class: 'badge warn-full', testid: 'full-access-warning', title: 'Engines of this project run without sandbox or approvals' }, 'full access');
   }
 
-  /** A session's state from its record and prompts, as `corral monitor` computes it. */
-  function sessionState(session, prompts) {
-    const running = prompts.find((p) => p.status === 'running');
-    const queued = prompts.filter((p) => p.status === 'queued').length;
-    let last = null;
-    for (const p of prompts) {
-      if (!['done', 'failed', 'cancelled'].includes(p.status)) continue;
-      if (!last || (p.finished_at || 0) > (last.finished_at || 0) || ((p.finished_at || 0) === (last.finished_at || 0) && p.created_at > last.created_at)) last = p;
-    }
-    if (session.archived_at) return { state: 'finished', reason: 'completion is recorded' };
-    if (running) return { state: 'active', reason: `running: ${firstLine(running.text)}` };
-    if (queued) return { state: 'queued', reason: `${queued} prompt(s) queued` };
-    if (!last) return { state: 'unknown', reason: 'No current provider observation' };
-    if (last.status === 'failed') return { state: 'failed', reason: last.error || 'failed' };
-    if (last.status === 'cancelled') return { state: 'waiting', reason: `cancelled: ${firstLine(last.text)}` };
-    return { state: 'waiting', reason: firstLine(last.answer || '') };
+  /** `reason`, with a countdown to `until` when there is one (backing off). */
+  function reasonText(reason, until, now = Date.now()) {
+    if (!until) return reason || '';
+    const left = Math.max(0, until - now);
+    return `${reason || ''} · ${left ? `next try in ${Math.ceil(left / 1000)} s` : 'trying again'}`;
   }
 
   /** What a slot waiter waits for (a `held_by` / `blocker`), in words. */
@@ -508,6 +499,8 @@
     const now = Date.now();
     for (const el of document.querySelectorAll('[data-elapsed]')) setText(el, clock(now - Number(el.dataset.elapsed)));
     if (tick % 5 === 0) for (const el of document.querySelectorAll('[data-ago]')) setText(el, ago(Number(el.dataset.ago), now));
+    // A session backing off counts down to its next try.
+    for (const el of document.querySelectorAll('[data-until]')) setText(el, oneLine(reasonText(el.dataset.reason, Number(el.dataset.until), now)));
   }, 1000);
   const elapsedEl = (since, props = {}) => h('span', Object.assign({ class: 'elapsed', data: { elapsed: since }, title: `since ${fmtFull(since)}` }, props), clock(Date.now() - since));
   const agoEl = (ms) => (ms ? h('span', { data: { ago: ms }, title: fmtFull(ms) }, ago(ms)) : h('span', { class: 'faint' }, '—'));
@@ -542,7 +535,9 @@
 
   // ---------------------------------------------------------------- overview
   /** Kinds after which the overview is read again (queued counts, slots, runs move). */
-  const OVERVIEW_REFRESH_KINDS = /^(prompt\.|run\.|slot\.|app_server\.|approval\.)/;
+  const OVERVIEW_REFRESH_KINDS = /^(prompt\.|run\.|slot\.|app_server\.|approval\.|retry\.)/;
+  /** The events after which a session's state may read differently. */
+  const STATE_KINDS = OVERVIEW_REFRESH_KINDS;
 
   function pageOverview(main, scope, params) {
     document.title = 'Overview · corral';
@@ -682,7 +677,8 @@
       row.tr.dataset.state = item.state;
       c.state.dataset.state = item.state;
       c.state.textContent = item.state;
-      c.reason.textContent = oneLine(item.reason);
+      c.reason.textContent = oneLine(reasonText(item.reason, item.until));
+      if (item.until) { c.reason.dataset.until = String(item.until); c.reason.dataset.reason = item.reason; }
       c.next.textContent = item.next_action || '';
       if (item.last_activity_at) {
         c.last.dataset.ago = String(item.last_activity_at);
@@ -707,7 +703,11 @@
         setText(c.state, item.state);
         c.state.removeAttribute('title');
       }
-      if (old.reason !== item.reason) { setText(c.reason, oneLine(item.reason)); c.reason.removeAttribute('title'); }
+      if (old.reason !== item.reason || old.until !== item.until) {
+        setText(c.reason, oneLine(reasonText(item.reason, item.until)));
+        c.reason.removeAttribute('title');
+        if (item.until) { c.reason.dataset.until = String(item.until); c.reason.dataset.reason = item.reason; } else delete c.reason.dataset.until;
+      }
       if (old.next_action !== item.next_action) setText(c.next, item.next_action || '');
       if (old.last_activity_at !== item.last_activity_at) {
         if (item.last_activity_at) {
@@ -822,9 +822,9 @@
       renderRuns(ov.runs || []);
       renderGaps(ov.gaps || []);
       renderRecent(ov.recent || []);
-      const working = sessions.filter((s) => s.state === 'active').length;
+      const working = sessions.filter((s) => s.state === 'working').length;
       const waiting = ov.slots && typeof ov.slots.waiting_count === 'number' ? ov.slots.waiting_count : (ov.slots && ov.slots.waiting ? ov.slots.waiting.length : 0);
-      setText(subEl, `${plural(sessions.length, 'session')} · ${working} active · ${plural((ov.runs || []).length, 'run')} now · ${waiting} waiting for a slot`);
+      setText(subEl, `${plural(sessions.length, 'session')} · ${working} working · ${plural((ov.runs || []).length, 'run')} now · ${waiting} waiting for a slot`);
       // For benchmarks: when the first overview is in the page (performance.getEntriesByName).
       if (first && performance.mark) {
         performance.mark('corral:overview-rendered');
@@ -906,39 +906,9 @@
       const item = Object.assign({}, row.item);
       const p = ev.payload || {};
       if (ev.at) item.last_activity_at = Math.max(item.last_activity_at || 0, ev.at);
+      // Only what an event says outright; the state and its reason are the daemon's, read
+      // again below (OVERVIEW_REFRESH_KINDS).
       switch (ev.kind) {
-        case 'prompt.started':
-          item.state = 'active';
-          item.reason = `running: ${firstLine(p.text)}`;
-          item.current_prompt_id = ev.prompt_id;
-          break;
-        case 'prompt.done':
-          item.state = item.queued ? 'queued' : 'waiting';
-          item.reason = item.queued ? `${item.queued} prompt(s) queued` : firstLine(p.answer || '');
-          item.current_prompt_id = null;
-          break;
-        case 'prompt.failed':
-          item.state = item.queued ? 'queued' : 'failed';
-          item.reason = p.error || 'failed';
-          item.current_prompt_id = null;
-          break;
-        case 'prompt.cancelled':
-          item.state = item.queued ? 'queued' : 'waiting';
-          item.reason = 'cancelled';
-          item.current_prompt_id = null;
-          break;
-        case 'slot.waiting':
-          item.reason = `waits for ${describeBlocker(p.held_by)}`;
-          break;
-        case 'approval.requested': {
-          const a = p.approval || {};
-          item.state = 'needs-you';
-          item.reason = `${a.tool || 'a tool'}${a.target ? ` ${a.target}` : ''} waits for your answer`;
-          break;
-        }
-        case 'retry.scheduled':
-          item.reason = `retry ${p.retry ?? ''}${p.retries ? `/${p.retries}` : ''} (${p.reason || 'failure'}) in ${dur(p.delay_ms)}`;
-          break;
         case 'title.generated':
           if (p.title) item.title = p.title;
           break;
@@ -1736,7 +1706,7 @@
       if (!titleEl.isConnected && !$('.rename-form', titleWrap)) titleWrap.prepend(titleEl);
       setText(titleEl, s.title || '(untitled)');
       document.title = `${s.title || shortId(s.id)} · corral`;
-      const st = sessionState(s, S.prompts);
+      const st = S.state || { state: s.archived_at ? 'archived' : 'idle', reason: '' };
       fill(stateSlot, stateBadge(st.state, { testid: 'session-state' }));
       fill(metaEl, stateSlot,
         h('span', null, 'project ', S.project ? h('strong', null, S.project.name) : shortId(s.project_id)),
@@ -1745,7 +1715,7 @@
         s.model ? h('span', null, 'model ', h('strong', null, s.model)) : null,
         s.branch ? h('span', { testid: 'session-branch' }, 'branch ', h('strong', { class: 'mono' }, s.branch)) : null,
         s.worktree_state === 'missing' ? h('span', { class: 'badge amber', title: WORKTREE_HELP.missing }, '⚠ worktree missing') : null,
-        h('span', { class: 'reason', title: st.reason }, oneLine(st.reason).slice(0, 160)));
+        h('span', { class: 'reason', title: st.reason, data: st.until ? { until: st.until, reason: st.reason } : {} }, oneLine(reasonText(st.reason, st.until)).slice(0, 160)));
       const steerable = STEERABLE.has(s.engine);
       steerBtn.hidden = !steerable;
       compactBtn.hidden = !steerable;
@@ -1814,6 +1784,7 @@
       const shown = await GET(`/api/v1/sessions/${enc(S.id || selector)}`);
       if (!scope.alive) return;
       S.session = shown.session;
+      S.state = shown.state || null;
       S.prompts = shown.prompts || [];
       const running = S.prompts.find((p) => p.status === 'running');
       S.running = running ? running.id : null;
@@ -1840,8 +1811,9 @@
         const known = S.prompts.find((p) => p.id === ev.prompt_id);
         if (known) known.status = ev.kind === 'prompt.started' ? 'running' : ev.kind === 'prompt.done' ? 'done' : ev.kind === 'prompt.failed' ? 'failed' : ev.kind === 'prompt.cancelled' ? 'cancelled' : 'queued';
         renderHead();
-        if (ev.kind !== 'prompt.started' || !known) soon('session');
       }
+      // The state is the daemon's: read again when an event may have moved it.
+      if (STATE_KINDS.test(ev.kind)) soon('session');
       if (ev.kind.startsWith('run.') || ev.kind === 'retry.scheduled') soon('runs');
       // A worktree's state moves with these (and `missing` is read, not sent): read it again.
       if (ev.kind.startsWith('worktree.') || ev.kind === 'setup.exited' || ev.kind === 'prompt.failed') soon('session');
@@ -2546,5 +2518,5 @@
   else boot();
 
   // For tests with node (pure logic only; nothing here runs outside a browser otherwise).
-  if (typeof window !== 'undefined') window.corralDashboard = { sessionState, describeBlocker, argvLine, dur, clock, ago, firstLine };
+  if (typeof window !== 'undefined') window.corralDashboard = { reasonText, describeBlocker, argvLine, dur, clock, ago, firstLine };
 })();
