@@ -714,14 +714,7 @@ impl Corral {
             return Err(CorralError::Invalid(why));
         }
         if let Some(project) = &project {
-            let policy = crate::engine::Policy::effective(
-                project.default_policy(),
-                project.full_access,
-                session.policy,
-                prompt.policy,
-                prompt.read_only,
-                project.kind == "remote",
-            );
+            let policy = project.policy_for(session.policy, prompt.policy, prompt.read_only);
             refuse_policy(kind, policy, project.full_access)?;
             if prompt.policy == Some(crate::engine::Policy::Full) && !project.full_access {
                 return Err(CorralError::Invalid(full_not_granted(&project.name)));

@@ -1273,22 +1273,34 @@ impl Claude {
         }]);
         self.out.line(&call);
         let (output, code) = run_command(command, None, &[]);
-        let result = obj! {
-            "type" => "user",
-            "message" => obj! {
-                "role" => "user",
-                "content" => arr![obj! {
-                    "tool_use_id" => &id,
-                    "type" => "tool_result",
-                    "content" => output,
-                    "is_error" => code != 0,
-                }],
+        let result = self.tool_result(&id, &output, code != 0, None);
+        self.out.line(&result);
+    }
+
+    /// The `user` line carrying a tool's result (with when it ran, for the asking form).
+    fn tool_result(&self, id: &str, content: &str, is_error: bool, ran_at: Option<u64>) -> J {
+        let block = match ran_at {
+            Some(ran_at) => obj! {
+                "tool_use_id" => id,
+                "type" => "tool_result",
+                "content" => content,
+                "is_error" => is_error,
+                "fake_ran_at_us" => ran_at,
             },
+            None => obj! {
+                "tool_use_id" => id,
+                "type" => "tool_result",
+                "content" => content,
+                "is_error" => is_error,
+            },
+        };
+        obj! {
+            "type" => "user",
+            "message" => obj! { "role" => "user", "content" => arr![block] },
             "parent_tool_use_id" => J::null(),
             "session_id" => &self.session_id,
             "uuid" => Self::uuid(),
-        };
-        self.out.line(&result);
+        }
     }
 
     /// A `control_request` of `subtype` with `fields`, then stdin read up to its
@@ -1385,22 +1397,7 @@ impl Claude {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_micros() as u64;
-        let result = obj! {
-            "type" => "user",
-            "message" => obj! {
-                "role" => "user",
-                "content" => arr![obj! {
-                    "tool_use_id" => &id,
-                    "type" => "tool_result",
-                    "content" => content,
-                    "is_error" => is_error,
-                    "fake_ran_at_us" => ran_at,
-                }],
-            },
-            "parent_tool_use_id" => J::null(),
-            "session_id" => &self.session_id,
-            "uuid" => Self::uuid(),
-        };
+        let result = self.tool_result(&id, &content, is_error, Some(ran_at));
         self.out.line(&result);
         (!allowed).then(|| target.to_string())
     }

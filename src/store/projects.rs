@@ -135,6 +135,24 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
 impl Project {
     /// The policy its prompts run under unless a session or prompt names another: `full`
     /// only where a person granted it.
+    /// The policy a prompt of this project runs under: its own, else its session's, else the
+    /// project's (see [`Policy::effective`]).
+    pub fn policy_for(
+        &self,
+        session: Option<Policy>,
+        prompt: Option<Policy>,
+        read_only: bool,
+    ) -> Policy {
+        Policy::effective(
+            self.default_policy(),
+            self.full_access,
+            session,
+            prompt,
+            read_only,
+            self.kind == "remote",
+        )
+    }
+
     pub fn default_policy(&self) -> Policy {
         match (self.full_access, self.policy) {
             (true, _) => Policy::Full,

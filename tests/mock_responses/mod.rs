@@ -237,7 +237,13 @@ fn sse_call_turn(name: &str, arguments: &Value, id: u64) -> String {
         "output_index": 0,
         "item": item,
     })));
-    stream.push_str(&sse_event(&json!({
+    stream.push_str(&sse_completed(&response_id));
+    stream
+}
+
+/// The `response.completed` event of a turn, with the usage every answer reports.
+fn sse_completed(response_id: &str) -> String {
+    sse_event(&json!({
         "type": "response.completed",
         "response": {
             "id": response_id,
@@ -249,8 +255,7 @@ fn sse_call_turn(name: &str, arguments: &Value, id: u64) -> String {
                 "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
             },
         },
-    })));
-    stream
+    }))
 }
 
 /// The SSE stream of a completed turn answering `text`.
@@ -294,19 +299,7 @@ fn sse_text_turn(text: &str, id: u64) -> String {
             "content": [{ "type": "output_text", "text": text, "annotations": [] }],
         },
     })));
-    stream.push_str(&sse_event(&json!({
-        "type": "response.completed",
-        "response": {
-            "id": response_id,
-            "usage": {
-                "input_tokens": INPUT_TOKENS,
-                "input_tokens_details": { "cached_tokens": 0 },
-                "output_tokens": OUTPUT_TOKENS,
-                "output_tokens_details": { "reasoning_tokens": 0 },
-                "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
-            },
-        },
-    })));
+    stream.push_str(&sse_completed(&response_id));
     stream
 }
 

@@ -326,14 +326,7 @@ impl Worker {
                 self.deferred.append(&mut events);
             }
         }
-        let mut policy = engine::Policy::effective(
-            project.default_policy(),
-            project.full_access,
-            session.policy,
-            prompt.policy,
-            prompt.read_only,
-            project.kind == "remote",
-        );
+        let mut policy = project.policy_for(session.policy, prompt.policy, prompt.read_only);
         // Refused when sent (`Corral::send`); a prompt queued before its session's engine
         // changed runs as workspace-write, saying so.
         if let (engine::Policy::Ask, Some(why)) = (policy, kind.cannot_ask()) {
