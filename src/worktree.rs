@@ -891,6 +891,7 @@ mod tests {
             setup: None,
             repo_root: repo_root.map(String::from),
             policy: Default::default(),
+            agents_scope: Default::default(),
         }
     }
 

@@ -505,6 +505,10 @@ fn the_app_server_asks_a_person() {
     assert_eq!(ended(&lines), "prompt.done");
     let history = home.ok(&["history", "server"]);
     assert!(history.contains("approval: decline"), "{history}");
+    // The declined change is a refusal told, as every engine's are.
+    assert!(history.contains("done · denied: 1"), "{history}");
+    let events = home.ok(&["watch", "server"]);
+    assert!(events.contains("tool.denied fileChange"), "{events}");
     end(watch);
     home.stop_daemon();
 }

@@ -195,3 +195,47 @@ fn an_agent_reaches_its_own_session_only_over_http() {
     home.ok(&["cancel", "other"]);
     home.stop_daemon();
 }
+
+/// `agents.scope = project`, a person's grant: a project's agents reach each other's sessions
+/// (another project's stay refused), and no agent can grant it.
+#[test]
+fn a_person_may_let_a_projects_agents_reach_each_other() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    let agent = home.fake_session(fake, "agent", &[]);
+    let sibling = home.new_session(&["p", "--title", "sibling"]);
+    another_session_running(&home);
+    let corral = env!("CARGO_BIN_EXE_corral");
+    let refused_before = format!("'{corral}' history sibling");
+    let (sections, _) = run_as_agent(&home, &agent, &script_of([&refused_before]));
+    assert!(sections[0].contains(REFUSAL), "{sections:?}");
+    // The agent cannot grant itself the scope.
+    let grant = format!("'{corral}' project set p --agents-scope project");
+    let (sections, _) = run_as_agent(&home, &agent, &script_of([&grant]));
+    assert!(
+        sections[0].contains("letting a project's agents reach each other's sessions"),
+        "{sections:?}"
+    );
+    // A person grants it.
+    home.ok(&["project", "set", "p", "--agents-scope", "project"]);
+    let shown = home.ok(&["project", "show", "p"]);
+    assert!(
+        shown.contains("reach every session of this project"),
+        "{shown}"
+    );
+    let attempts = [
+        format!("'{corral}' history sibling --json"),
+        format!("'{corral}' history other"),
+    ];
+    let (sections, _) = run_as_agent(&home, &agent, &script_of(&attempts));
+    assert!(
+        !sections[0].contains(REFUSAL) && sections[0].contains(&sibling),
+        "its project's session is reachable now: {sections:?}"
+    );
+    assert!(
+        sections[1].contains(&format!("{REFUSAL}{agent})")),
+        "another project's is not: {sections:?}"
+    );
+    home.ok(&["cancel", "other"]);
+    home.stop_daemon();
+}

@@ -548,7 +548,7 @@ new MutationObserver(note).observe(document.body, { subtree: true, childList: tr
 /// B's dashboard shows a session A runs: its page (open before the prompt was sent, through A)
 /// streams A's output in, each progress line before the answer and the first a second before
 /// the prompt's end, then the end; the overview shows the session active while A runs another
-/// prompt of it, and waiting once that one is cancelled through B.
+/// prompt of it, and idle once that one is cancelled through B.
 #[test]
 fn the_dashboard_on_b_shows_a_session_running_on_a() {
     if !browser::available() {
@@ -647,7 +647,7 @@ fn the_dashboard_on_b_shows_a_session_running_on_a() {
         .collect();
     assert!(order.windows(2).all(|pair| pair[0] < pair[1]), "{order:?}");
 
-    // The overview: active while A runs a prompt of the session, waiting once it is cancelled
+    // The overview: working while A runs a prompt of the session, idle once it is cancelled
     // (through B, which does not run it).
     browser.goto(&format!("{base}/#/"));
     let row = format!(
@@ -657,9 +657,9 @@ fn the_dashboard_on_b_shows_a_session_running_on_a() {
     browser.wait_for(&row);
     let hanging = cluster.send(0, &session, "@fake hang\nkeep going");
     browser.wait_until(
-        "the overview shows the session active",
+        "the overview shows the session working",
         &format!(
-            "document.querySelector({})?.dataset.state === 'active'",
+            "document.querySelector({})?.dataset.state === 'working'",
             js_string(&row)
         ),
     );
@@ -673,7 +673,7 @@ fn the_dashboard_on_b_shows_a_session_running_on_a() {
     browser.wait_until(
         "the overview shows the session waiting",
         &format!(
-            "document.querySelector({})?.dataset.state === 'waiting'",
+            "document.querySelector({})?.dataset.state === 'idle'",
             js_string(&row)
         ),
     );

@@ -1435,6 +1435,10 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
         rig.story(&session)
     );
     assert!(!refused.exists(), "a denied command ran");
+    // codex's declined item is a refusal told.
+    let history = rig.history(&session);
+    let last = array(&history["prompts"]).last().cloned().unwrap();
+    assert_eq!(last["denied"], 1, "{}", rig.story(&session));
     stop(follower);
     assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
     rig.stop_daemon();

@@ -125,6 +125,10 @@ pub struct SetArgs {
     /// What its agents may do without asking: read-only, workspace-write, ask, full.
     #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
     pub policy: Option<Policy>,
+    /// Which sessions its agents may reach through the daemon: `session` (their own, the
+    /// default) or `project` (every session of this project).
+    #[arg(long, value_name = "session|project", value_parser = ["session", "project"])]
+    pub agents_scope: Option<String>,
     /// Remote: its engines always run read-only.
     #[arg(long, value_name = "true|false", action = ArgAction::Set)]
     pub remote: Option<bool>,
@@ -290,6 +294,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.model.is_none()
         && args.full_access.is_none()
         && args.policy.is_none()
+        && args.agents_scope.is_none()
         && args.remote.is_none()
         && groups.is_none()
         && args.instructions.is_none()
@@ -299,7 +304,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.setup.is_none()
     {
         return Err(CliError::usage(
-            "nothing to change: give --engine, --model, --policy, --full-access, --remote, --group, \
+            "nothing to change: give --engine, --model, --policy, --agents-scope, --full-access, --remote, --group, \
              --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir \
              or --setup",
         ));
@@ -316,6 +321,10 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         model: args.model.clone(),
         full_access: args.full_access,
         policy: args.policy,
+        agents_scope: args
+            .agents_scope
+            .as_deref()
+            .and_then(|scope| scope.parse().ok()),
         remote: args.remote,
         groups,
         instructions: args.instructions.clone(),
@@ -402,6 +411,11 @@ fn print(project: &Value, json: bool) {
         "ended with their runs"
     };
     println!("background:   {background}");
+    let agents = match project["agents_scope"].as_str() {
+        Some("project") => "reach every session of this project",
+        _ => "reach their own session only",
+    };
+    println!("agents:       {agents}");
     println!("created:      {} UTC", time(project, "created_at"));
     println!("archived:     {}", time(project, "archived_at"));
 }

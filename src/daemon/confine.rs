@@ -22,6 +22,7 @@ use serde_json::Value;
 use super::methods::{self, Caller};
 use super::origin;
 use crate::protocol::RpcError;
+use crate::store::projects;
 use crate::Corral;
 
 /// What a request reaches, as its params name it.
@@ -133,6 +134,18 @@ fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
     };
     if own == Some(reached.id.as_str()) {
         return None;
+    }
+    // A person may let a project's agents reach each other's sessions (`agents.scope`).
+    if let (Some(own), Some(project_id)) = (own, reached.project_id.as_deref()) {
+        let own_project = methods::resolve_session(corral, own)
+            .ok()
+            .and_then(|session| session.project_id);
+        let shared = own_project.as_deref() == Some(project_id)
+            && methods::resolve_project(corral, project_id)
+                .is_ok_and(|project| project.agents_scope == projects::AgentsScope::Project);
+        if shared {
+            return None;
+        }
     }
     Some(format!(
         "reaching session {} (an agent may reach its own session only)",

@@ -504,6 +504,9 @@ impl Widening for ProjectSetParams {
         if self.full_access == Some(true) {
             return Some("turning full access on".into());
         }
+        if self.agents_scope == Some(projects::AgentsScope::Project) {
+            return Some("letting a project's agents reach each other's sessions".into());
+        }
         if let Some(policy) = self.policy {
             match ctx.project(&self.project) {
                 Some(project) if policy <= project.default_policy() => {}

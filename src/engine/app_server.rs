@@ -107,10 +107,25 @@ pub fn notification_events(method: &str, params: &Value) -> Vec<EngineEvent> {
                     text: text(&item["text"]),
                 }],
                 Some("userMessage") => vec![],
-                Some(kind) => vec![EngineEvent::Tool {
-                    name: kind.to_string(),
-                    detail: item.clone(),
-                }],
+                Some(kind) => {
+                    let mut events = vec![EngineEvent::Tool {
+                        name: kind.to_string(),
+                        detail: item.clone(),
+                    }];
+                    // A command or change that was not approved (a person's or codex's own
+                    // decline): a refusal, told as claude's are.
+                    if item["status"] == "declined" {
+                        events.push(EngineEvent::Denied {
+                            tool: kind.to_string(),
+                            target: item["command"]
+                                .as_str()
+                                .map(str::to_string)
+                                .or_else(|| file_change_paths(item)),
+                            reason: Some("declined".into()),
+                        });
+                    }
+                    events
+                }
                 None => vec![],
             }
         }

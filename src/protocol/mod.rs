@@ -640,6 +640,7 @@ mod wire_tests {
             setup: Some("npm ci".into()),
             repo_root: Some("/w".into()),
             policy: Default::default(),
+            agents_scope: Default::default(),
         };
         same(&project, &Project::from(&project));
         same(&session(), &Session::from(&session()));

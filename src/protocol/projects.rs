@@ -33,6 +33,9 @@ pub struct Project {
     /// another: `read-only`, `workspace-write`, `ask` or `full`.
     #[serde(default)]
     pub policy: Policy,
+    /// Which sessions its agents may reach: `session` (their own) or `project`.
+    #[serde(default)]
+    pub agents_scope: projects::AgentsScope,
     /// `local` or `remote`.
     pub kind: String,
     pub groups: Vec<String>,
@@ -70,6 +73,7 @@ impl From<&projects::Project> for Project {
             model: p.model.clone(),
             full_access: p.full_access,
             policy: p.policy,
+            agents_scope: p.agents_scope,
             kind: p.kind.clone(),
             groups: p.groups.clone(),
             instructions: p.instructions.clone(),
@@ -134,6 +138,9 @@ pub struct ProjectSetParams {
     /// wider one than the project has is a widening.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// `project` lets its agents reach every session of the project (a widening).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_scope: Option<projects::AgentsScope>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

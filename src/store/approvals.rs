@@ -240,15 +240,26 @@ pub(crate) fn deny_left(
     node_id: Option<&str>,
     reason: &str,
 ) -> sql::Result<Vec<Approval>> {
-    let left: Vec<Approval> = connection.rows(
-        &format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
-             AND (?1 IS NULL OR run_id = ?1) AND node_id IS NOT DISTINCT FROM ?2 \
-             ORDER BY asked_at, id"
-        ),
-        args![run_id, node_id],
-        approval_row,
-    )?;
+    // Two statements, not `?1 IS NULL OR …`: PostgreSQL cannot type a parameter that is only
+    // compared with NULL.
+    let left: Vec<Approval> = match run_id {
+        Some(run_id) => connection.rows(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
+                 AND run_id = ?1 AND node_id IS NOT DISTINCT FROM ?2 ORDER BY asked_at, id"
+            ),
+            args![run_id, node_id],
+            approval_row,
+        )?,
+        None => connection.rows(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
+                 AND node_id IS NOT DISTINCT FROM ?1 ORDER BY asked_at, id"
+            ),
+            args![node_id],
+            approval_row,
+        )?,
+    };
     let denial = Answer {
         decision: Decision::Deny,
         by: AnsweredBy::RunEnded,
@@ -291,14 +302,24 @@ pub fn by_prefix(connection: &Conn, prefix: &str) -> sql::Result<Vec<Approval>> 
 
 /// The pending approvals, oldest first (of one session, or of all).
 pub fn pending(connection: &Conn, session_id: Option<&str>) -> sql::Result<Vec<Approval>> {
-    connection.rows(
-        &format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
-             AND (?1 IS NULL OR session_id = ?1) ORDER BY asked_at, id"
+    match session_id {
+        Some(session_id) => connection.rows(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
+                 AND session_id = ?1 ORDER BY asked_at, id"
+            ),
+            args![session_id],
+            approval_row,
         ),
-        args![session_id],
-        approval_row,
-    )
+        None => connection.rows(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
+                 ORDER BY asked_at, id"
+            ),
+            args![],
+            approval_row,
+        ),
+    }
 }
 
 /// The last `limit` approvals, answered or not, newest first (of one session, or of all).
@@ -307,14 +328,23 @@ pub fn recent(
     session_id: Option<&str>,
     limit: i64,
 ) -> sql::Result<Vec<Approval>> {
-    connection.rows(
-        &format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE (?1 IS NULL OR session_id = ?1) \
-             ORDER BY asked_at DESC, id DESC LIMIT ?2"
+    match session_id {
+        Some(session_id) => connection.rows(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = ?1 \
+                 ORDER BY asked_at DESC, id DESC LIMIT ?2"
+            ),
+            args![session_id, limit],
+            approval_row,
         ),
-        args![session_id, limit],
-        approval_row,
-    )
+        None => connection.rows(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals ORDER BY asked_at DESC, id DESC LIMIT ?1"
+            ),
+            args![limit],
+            approval_row,
+        ),
+    }
 }
 
 /// The decisions a person kept for the session (`--for-session`), newest first: the first

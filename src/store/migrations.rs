@@ -469,6 +469,14 @@ ALTER TABLE prompts ADD COLUMN phase_reason TEXT;
 ALTER TABLE prompts ADD COLUMN phase_until INTEGER;
 "#,
     },
+    Migration {
+        name: "agents_scope",
+        sql: r#"
+-- Which sessions a project's agents may reach through the daemon (#32): their own, or
+-- every session of the project (`project set --agents-scope project`, a person's widening).
+ALTER TABLE projects ADD COLUMN agents_scope TEXT NOT NULL DEFAULT 'session';
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

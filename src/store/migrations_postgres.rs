@@ -471,6 +471,10 @@ ALTER TABLE prompts ADD COLUMN phase TEXT;
 ALTER TABLE prompts ADD COLUMN phase_reason TEXT;
 ALTER TABLE prompts ADD COLUMN phase_until BIGINT;
 "#,
+    // 17: agents_scope
+    r#"
+ALTER TABLE projects ADD COLUMN agents_scope TEXT NOT NULL DEFAULT 'session';
+"#,
 ];
 
 #[cfg(test)]

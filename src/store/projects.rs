@@ -22,6 +22,10 @@ pub struct Project {
     /// Run engines without sandbox or approvals: a person's grant, and then its policy is
     /// `full` (the two are kept together by every write).
     pub full_access: bool,
+    /// Which sessions its agents may reach through the daemon: their own (the default), or
+    /// every session of this project (`agents.scope = project`, a person's widening).
+    #[serde(default)]
+    pub agents_scope: AgentsScope,
     /// What its agents may do without asking: `read-only`, `workspace-write` (the default),
     /// `ask`, or `full` (with `full_access`). Sessions and prompts may name another.
     #[serde(default)]
@@ -102,7 +106,7 @@ impl sql::Get for Isolation {
 
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
                                instructions, created_at, archived_at, keep_background, \
-                               isolation, worktrees_dir, setup, repo_root, policy";
+                               isolation, worktrees_dir, setup, repo_root, policy, agents_scope";
 
 fn project_row(row: &Row<'_>) -> sql::Result<Project> {
     project_at(row, 0)
@@ -129,7 +133,47 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
         setup: row.get(at(14))?,
         repo_root: row.get(at(15))?,
         policy: row.get(at(16))?,
+        agents_scope: row.get(at(17))?,
     })
+}
+
+/// Which sessions a project's agents may reach through the daemon (`daemon/confine.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentsScope {
+    /// Its own session only.
+    #[default]
+    Session,
+    /// Every session of its project.
+    Project,
+}
+
+impl AgentsScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentsScope::Session => "session",
+            AgentsScope::Project => "project",
+        }
+    }
+}
+
+impl std::str::FromStr for AgentsScope {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "session" => Ok(AgentsScope::Session),
+            "project" => Ok(AgentsScope::Project),
+            other => Err(format!(
+                "unknown agents scope '{other}' (one of: session, project)"
+            )),
+        }
+    }
+}
+
+impl sql::Get for AgentsScope {
+    fn from_value(value: sql::Value) -> Result<Self, String> {
+        String::from_value(value)?.parse()
+    }
 }
 
 impl Project {
@@ -227,6 +271,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         worktrees_dir: new.worktrees_dir.clone(),
         setup: new.setup.clone(),
         repo_root: new.repo_root.clone(),
+        agents_scope: AgentsScope::Session,
         policy: match (new.full_access, new.policy) {
             (true, _) => Policy::Full,
             (false, Policy::Full) => Policy::WorkspaceWrite,
@@ -234,7 +279,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         },
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
         args![
             project.id,
             project.name,
@@ -253,6 +298,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
             project.setup,
             project.repo_root,
             project.policy.as_str(),
+            project.agents_scope.as_str(),
         ],
     )?;
     for group in &project.groups {
@@ -296,6 +342,8 @@ pub struct ProjectChange {
     /// See [`Project::policy`]: `full` goes with `full_access: Some(true)`; taking the grant
     /// back leaves `workspace-write` unless another policy is given.
     pub policy: Option<Policy>,
+    /// See [`Project::agents_scope`].
+    pub agents_scope: Option<AgentsScope>,
     pub archive: bool,
 }
 
@@ -320,7 +368,8 @@ pub(crate) fn change_project(
          repo_root = COALESCE(?16, repo_root), \
          policy = CASE WHEN ?4 = 1 THEN 'full' \
                        WHEN ?4 = 0 AND COALESCE(?17, policy) = 'full' THEN 'workspace-write' \
-                       ELSE COALESCE(?17, policy) END \
+                       ELSE COALESCE(?17, policy) END, \
+         agents_scope = COALESCE(?18, agents_scope) \
          WHERE id = ?1",
         args![
             id,
@@ -343,6 +392,7 @@ pub(crate) fn change_project(
             change.setup.clone().flatten(),
             change.repo_root,
             change.policy.map(Policy::as_str),
+            change.agents_scope.map(AgentsScope::as_str),
         ],
     )?;
     if let Some(groups) = &change.groups {
@@ -454,6 +504,7 @@ mod tests {
             setup: None,
             repo_root: None,
             policy: Default::default(),
+            agents_scope: Default::default(),
         }
     }
 

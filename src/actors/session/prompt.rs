@@ -664,6 +664,7 @@ mod tests {
             setup: None,
             repo_root: repo_root.map(str::to_string),
             policy: Default::default(),
+            agents_scope: Default::default(),
         }
     }
 

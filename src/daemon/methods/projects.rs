@@ -117,6 +117,7 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
         model: p.model,
         full_access,
         policy,
+        agents_scope: p.agents_scope,
         remote: p.remote,
         groups: p.groups,
         instructions: p.instructions,
