@@ -1443,3 +1443,63 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
     assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
     rig.stop_daemon();
 }
+
+/// codex exec's sandbox holds on the real CLI (docs/permissions.md), each cell a command the
+/// mock scripts (`exec_command` with `touch`): workspace-write writes inside the tree and not
+/// outside it (a directory outside the tree and outside /tmp, which codex keeps writable);
+/// read-only (`send --read-only`) writes nothing; full access writes outside. codex runs the
+/// command in its sandbox and only the model is told it failed (`Read-only file system`):
+/// nothing in `exec --json` says so, so these refusals cannot be told as `tool.denied` yet.
+#[test]
+fn codex_exec_the_sandbox_holds() {
+    let Some(rig) = Rig::start(Engine::Codex) else {
+        return;
+    };
+    let Mock::Responses(mock) = &rig.mock else {
+        unreachable!("codex talks to the Responses mock");
+    };
+    let session = rig.session(Some("Sandbox"));
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let cell = |path: &std::path::Path, read_only: bool, written: bool| {
+        mock.script([
+            mock_responses::Answer::Call {
+                name: "exec_command".into(),
+                arguments: serde_json::json!({ "cmd": format!("touch {}", path.display()) }),
+            },
+            mock_responses::Answer::text("my turn is over"),
+        ]);
+        let mut args = vec!["send", &session, "touch it", "--wait"];
+        if read_only {
+            args.push("--read-only");
+        }
+        let output = rig.run(&args);
+        assert!(
+            output.status.success(),
+            "{output:?}\n{}",
+            rig.story(&session)
+        );
+        assert_eq!(
+            path.exists(),
+            written,
+            "{path:?} (read-only: {read_only})\n{}",
+            rig.story(&session)
+        );
+        // What codex told the model: the command ran in its sandbox, and failed when refused.
+        let told = mock
+            .requests()
+            .iter()
+            .rfind(|request| request.path == "/v1/responses")
+            .map(|request| request.json()["input"].to_string())
+            .unwrap_or_default();
+        if !written {
+            assert!(told.contains("Read-only file system"), "{told}");
+        }
+    };
+    cell(&rig.work().join("inside.txt"), false, true);
+    cell(&outside.path().join("escaped.txt"), false, false);
+    cell(&rig.work().join("looked.txt"), true, false);
+    rig.ok(&["project", "set", "p", "--full-access", "true"]);
+    cell(&outside.path().join("granted.txt"), false, true);
+    assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
+    rig.stop_daemon();
+}
