@@ -1459,7 +1459,18 @@ fn codex_exec_the_sandbox_holds() {
         unreachable!("codex talks to the Responses mock");
     };
     let session = rig.session(Some("Sandbox"));
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // codex's workspace-write keeps /tmp (and $TMPDIR) writable: the directory outside the
+    // tree must be outside them too — the build's own temporary directory, else $HOME.
+    let temporary = [std::path::PathBuf::from("/tmp"), std::env::temp_dir()];
+    let base = [
+        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        std::env::var_os("HOME").map(std::path::PathBuf::from),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|dir| !temporary.iter().any(|tmp| dir.starts_with(tmp)))
+    .expect("a writable directory outside /tmp: the target directory or $HOME");
+    let outside = tempfile::tempdir_in(base).unwrap();
     let cell = |path: &std::path::Path, read_only: bool, written: bool| {
         mock.script([
             mock_responses::Answer::Call {
