@@ -1145,13 +1145,17 @@ impl Ledger {
             checkpointer
                 .send(Checkpoint)
                 .into_actor(self)
-                .map(|ran, ledger, _| {
+                .map(|ran, ledger, ctx| {
                     ledger.checkpointing = false;
                     if matches!(ran, Ok(true)) {
                         ledger.checkpointed.send_modify(|done| *done += 1);
                     } else {
                         ledger.checkpointer_failed = true;
                         ledger.writer.do_send(AutoCheckpoint);
+                    }
+                    // An idle truncation put off while this checkpoint ran is due again.
+                    if !ledger.committing && ledger.pending.is_empty() {
+                        ledger.arm_idle_checkpoint(ctx);
                     }
                 }),
         );
@@ -1166,9 +1170,14 @@ impl Ledger {
         self.idle =
             Some(ctx.run_later(IDLE_CHECKPOINT, |ledger, ctx| {
                 ledger.idle = None;
-                // A commit in flight arms the timer again when it ends. A short process (fewer
-                // commits than one checkpoint's worth) leaves the WAL to the next opener.
-                if ledger.committing || ledger.stats.commits < CHECKPOINT_EVERY {
+                // A commit in flight arms the timer again when it ends, and so does a passive
+                // checkpoint (the truncation, which never waits, would find the checkpoint lock
+                // taken and leave the WAL long). A short process (fewer commits than one
+                // checkpoint's worth) leaves the WAL to the next opener.
+                if ledger.committing
+                    || ledger.checkpointing
+                    || ledger.stats.commits < CHECKPOINT_EVERY
+                {
                     return;
                 }
                 ledger.committing = true;
