@@ -1439,28 +1439,51 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
     let history = rig.history(&session);
     let last = array(&history["prompts"]).last().cloned().unwrap();
     assert_eq!(last["denied"], 1, "{}", rig.story(&session));
+
+    // A file write outside the tree (codex's `apply_patch`; outside /tmp too, which codex
+    // keeps writable) is a fileChange request, its target the file.
+    let beyond = outside_tmp();
+    let patched = beyond.path().join("patched.txt");
+    mock.script([
+        mock_responses::Answer::Custom {
+            name: "apply_patch".into(),
+            input: format!(
+                "*** Begin Patch\n*** Add File: {}\n+patched\n*** End Patch\n",
+                patched.display()
+            ),
+        },
+        mock_responses::Answer::text("patched it"),
+    ]);
+    let prompt = send_only(&rig, &session, "patch it");
+    let asked = next_approval(&lines, &prompt);
+    assert_eq!(asked["tool"], "fileChange", "{asked}");
+    assert!(
+        asked["target"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(patched.to_str().unwrap()),
+        "the file is the target: {asked}"
+    );
+    assert!(!patched.exists(), "written before anyone answered");
+    rig.ok(&["approve", asked["id"].as_str().unwrap()]);
+    assert_eq!(
+        prompt_end(&lines, &prompt),
+        "prompt.done",
+        "{}",
+        rig.story(&session)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&patched).ok().as_deref(),
+        Some("patched\n")
+    );
     stop(follower);
     assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
     rig.stop_daemon();
 }
 
-/// codex exec's sandbox holds on the real CLI (docs/permissions.md), each cell a command the
-/// mock scripts (`exec_command` with `touch`): workspace-write writes inside the tree and not
-/// outside it (a directory outside the tree and outside /tmp, which codex keeps writable);
-/// read-only (`send --read-only`) writes nothing; full access writes outside. codex runs the
-/// command in its sandbox and only the model is told it failed (`Read-only file system`):
-/// nothing in `exec --json` says so, so these refusals cannot be told as `tool.denied` yet.
-#[test]
-fn codex_exec_the_sandbox_holds() {
-    let Some(rig) = Rig::start(Engine::Codex) else {
-        return;
-    };
-    let Mock::Responses(mock) = &rig.mock else {
-        unreachable!("codex talks to the Responses mock");
-    };
-    let session = rig.session(Some("Sandbox"));
-    // codex's workspace-write keeps /tmp (and $TMPDIR) writable: the directory outside the
-    // tree must be outside them too — the build's own temporary directory, else $HOME.
+/// A directory outside the tree that codex's workspace-write does not keep writable: it
+/// keeps /tmp (and $TMPDIR) writable, so the build's own temporary directory, else $HOME.
+fn outside_tmp() -> tempfile::TempDir {
     let temporary = [std::path::PathBuf::from("/tmp"), std::env::temp_dir()];
     let base = [
         Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
@@ -1470,15 +1493,47 @@ fn codex_exec_the_sandbox_holds() {
     .flatten()
     .find(|dir| !temporary.iter().any(|tmp| dir.starts_with(tmp)))
     .expect("a writable directory outside /tmp: the target directory or $HOME");
-    let outside = tempfile::tempdir_in(base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+/// codex's sandbox holds on the real CLI (docs/permissions.md), through `codex exec` and
+/// through the app-server alike, each cell a command the mock scripts (`exec_command` with
+/// `touch`): workspace-write writes inside the tree and not outside it (a directory outside
+/// the tree and outside /tmp, which codex keeps writable); read-only (`send --read-only`)
+/// writes nothing; full access writes outside. codex runs the command in its sandbox and
+/// only the model is told it failed (`Read-only file system`).
+fn codex_the_sandbox_holds(engine: &str) {
+    let Some(rig) = Rig::start(Engine::Codex) else {
+        return;
+    };
+    let Mock::Responses(mock) = &rig.mock else {
+        unreachable!("codex talks to the Responses mock");
+    };
+    if engine == "codex-app-server" {
+        let wrapper = rig.env.wrapper().to_str().unwrap().to_string();
+        rig.home
+            .config(&[("engines.codex-app-server.path", wrapper.as_str())]);
+    }
+    rig.ok(&["project", "set", "p", "--engine", engine]);
+    let session = rig.new_session(&["p", "--title", "Sandbox"]);
+    let outside = outside_tmp();
+    // A cell: a command (`touch`) or a file write (`apply_patch`, codex's edit tool).
     let cell = |path: &std::path::Path, read_only: bool, written: bool| {
-        mock.script([
+        let call = if path.extension().is_some_and(|extension| extension == "patched") {
+            mock_responses::Answer::Custom {
+                name: "apply_patch".into(),
+                input: format!(
+                    "*** Begin Patch\n*** Add File: {}\n+patched\n*** End Patch\n",
+                    path.display()
+                ),
+            }
+        } else {
             mock_responses::Answer::Call {
                 name: "exec_command".into(),
                 arguments: serde_json::json!({ "cmd": format!("touch {}", path.display()) }),
-            },
-            mock_responses::Answer::text("my turn is over"),
-        ]);
+            }
+        };
+        mock.script([call, mock_responses::Answer::text("my turn is over")]);
         let mut args = vec!["send", &session, "touch it", "--wait"];
         if read_only {
             args.push("--read-only");
@@ -1507,10 +1562,26 @@ fn codex_exec_the_sandbox_holds() {
         }
     };
     cell(&rig.work().join("inside.txt"), false, true);
+    cell(&rig.work().join("inside.patched"), false, true);
     cell(&outside.path().join("escaped.txt"), false, false);
+    cell(&outside.path().join("escaped.patched"), false, false);
     cell(&rig.work().join("looked.txt"), true, false);
+    cell(&rig.work().join("looked.patched"), true, false);
     rig.ok(&["project", "set", "p", "--full-access", "true"]);
     cell(&outside.path().join("granted.txt"), false, true);
+    cell(&outside.path().join("granted.patched"), false, true);
     assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
     rig.stop_daemon();
+}
+
+/// Nothing in `codex exec --json` says that a command was refused: these refusals reach only
+/// the model, so they cannot be told as `tool.denied` (docs/permissions.md).
+#[test]
+fn codex_exec_the_sandbox_holds() {
+    codex_the_sandbox_holds("codex");
+}
+
+#[test]
+fn codex_app_server_the_sandbox_holds() {
+    codex_the_sandbox_holds("codex-app-server");
 }

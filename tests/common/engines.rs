@@ -93,6 +93,7 @@ const CODEX_MODELS_JSON: &str = r#"{"models": [{
   "truncation_policy": {"mode": "tokens", "limit": 10000},
   "supported_reasoning_levels": [],
   "shell_type": "shell_command",
+  "apply_patch_tool_type": "freeform",
   "visibility": "list",
   "supported_in_api": true,
   "priority": 1,

@@ -53,6 +53,10 @@ pub enum Answer {
     /// model again with its output. (Not every test binary that includes the mock calls.)
     #[allow(dead_code)]
     Call { name: String, arguments: Value },
+    /// A call of a freeform tool (`response.output_item.done` of a `custom_tool_call`, its
+    /// `input` raw text): codex's `apply_patch` is one.
+    #[allow(dead_code)]
+    Custom { name: String, input: String },
     /// No answer at all: the request is read and the connection held open, silent, until the
     /// mock is dropped, codex hangs up, or [`HANG_LIMIT`] has passed; then it is closed
     /// without a response.
@@ -204,7 +208,34 @@ fn render(answer: &Answer, id: u64) -> Vec<u8> {
             )
         }
         Answer::Hang => unreachable!("a hang is served by the core, not rendered"),
-        Answer::Call { name, arguments } => http_sse(&[], &sse_call_turn(name, arguments, id)),
+        Answer::Call { name, arguments } => http_sse(
+            &[],
+            &sse_call_turn(
+                json!({
+                    "id": format!("fc_mock_{id}"),
+                    "type": "function_call",
+                    "status": "completed",
+                    "name": name,
+                    "call_id": format!("call_mock_{id}"),
+                    "arguments": arguments.to_string(),
+                }),
+                id,
+            ),
+        ),
+        Answer::Custom { name, input } => http_sse(
+            &[],
+            &sse_call_turn(
+                json!({
+                    "id": format!("ctc_mock_{id}"),
+                    "type": "custom_tool_call",
+                    "status": "completed",
+                    "name": name,
+                    "call_id": format!("call_mock_{id}"),
+                    "input": input,
+                }),
+                id,
+            ),
+        ),
         Answer::ServerError => http_json(
             500,
             &[],
@@ -217,17 +248,9 @@ fn error_body(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
 }
 
-/// The SSE stream of a completed turn calling tool `name` with `arguments`.
-fn sse_call_turn(name: &str, arguments: &Value, id: u64) -> String {
+/// The SSE stream of a completed turn whose one output `item` calls a tool.
+fn sse_call_turn(item: Value, id: u64) -> String {
     let response_id = format!("resp_mock_{id}");
-    let item = json!({
-        "id": format!("fc_mock_{id}"),
-        "type": "function_call",
-        "status": "completed",
-        "name": name,
-        "call_id": format!("call_mock_{id}"),
-        "arguments": arguments.to_string(),
-    });
     let mut stream = sse_event(&json!({
         "type": "response.created",
         "response": { "id": response_id },
