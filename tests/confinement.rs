@@ -2,13 +2,14 @@
 //! and act on its own session only. Another project's session — its history, its events, its
 //! running prompt, its title, its archive — and the lists of every session are refused in one
 //! line naming the agent's session, recorded as `request.refused`, and change nothing; by
-//! `corral`, by a raw socket client, after `env -i`, after `setsid`.
+//! `corral`, by a raw socket client, after `env -i`, after `setsid`, and by a process the agent
+//! detached from its run (`setsid -f env -i`), which also ends with the run.
 //!
 //! The agent is the fake engine's `run=` directive: a shell script it runs inside its run.
 
 mod common;
 
-use common::agent::{python_rpc, run_as_agent, script_of};
+use common::agent::{detached, python_rpc, run_as_agent, script_of};
 use common::daemon::{wait_until, DaemonHome};
 use serde_json::{json, Value};
 
@@ -83,6 +84,12 @@ fn an_agent_reaches_its_own_session_only_by_any_route() {
         format!(
             "env -i PATH=\"$PATH\" CORRAL_HOME=\"$CORRAL_HOME\" setsid -w python3 '{rpc}' session.archive '{}'",
             q(json!({ "session": other }))
+        ),
+        // Detached from the run (its group, its session, its environment, its parent): the
+        // shim adopted it, so it is still found by its ancestry.
+        detached(
+            &format!("'{corral}' cancel other"),
+            &home.path().join("escape.fifo"),
         ),
     ];
     // Its own session, its own project: allowed.
@@ -237,5 +244,35 @@ fn a_person_may_let_a_projects_agents_reach_each_other() {
         "another project's is not: {sections:?}"
     );
     home.ok(&["cancel", "other"]);
+    home.stop_daemon();
+}
+
+/// A process the agent detached from its run (`setsid -f env -i`: out of its group, its
+/// session and its environment, its parent gone) is still the run's: it ends with the run,
+/// killed by the run's shim, where before it lived on under init, out of anyone's sight.
+#[test]
+fn what_an_agent_detaches_ends_with_its_run() {
+    let home = DaemonHome::new();
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    let agent = home.fake_session(fake, "agent", &[]);
+    let started = detached(
+        "echo \"pid $$\"; exec sleep 600",
+        &home.path().join("detach.fifo"),
+    );
+    // The fifo's reader would wait for the sleep's end: the shell prints its pid, then execs
+    // into a sleep that keeps the fifo open, so the agent reads one line only.
+    let started = started.replace("&& cat ", "&& head -n 1 ");
+    let (sections, _) = run_as_agent(&home, &agent, &script_of([&started]));
+    let pid: i32 = sections[0]
+        .lines()
+        .find_map(|line| line.strip_prefix("pid "))
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the detached process said its pid: {sections:?}"));
+    // The run has ended (`send --wait` returned): the sleep ended before it did.
+    let command = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&command).contains("sleep"),
+        "the detached process outlived its run: pid {pid}"
+    );
     home.stop_daemon();
 }

@@ -1382,3 +1382,45 @@ fn the_database_going_away_keeps_runs_under_the_lease() {
         cluster.status(0)["lease"]["state"] == "held"
     });
 }
+
+/// An approval answered through another daemon than the one whose run asked reaches that run
+/// (the store tells every daemon, `p:<approval id>` on `corral_work`): the engine, the fake
+/// engine's claude form under `ask` on A, writes once B's person approves.
+#[test]
+fn an_approval_answered_on_another_daemon_reaches_the_run_that_asked() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let fake = env!("CARGO_BIN_EXE_corral-fake-engine");
+    cluster.ok(0, &["config", "set", "engines.claude.path", fake]);
+    let dir = cluster.dir().join("c");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    cluster.ok(0, &["project", "add", "c", dir, "--engine", "claude"]);
+    cluster.ok(0, &["project", "set", "c", "--policy", "ask"]);
+    let session = cluster.session_of("c", "asks");
+    let target = cluster.dir().join("approved.txt");
+    let prompt = cluster.send(
+        0,
+        &session,
+        &format!("@fake ask=Write:{}\ngo", target.display()),
+    );
+    let (_, node, _) = running_run(&cluster, &prompt);
+    let mut pending = Value::Null;
+    cluster.wait_for("the approval is asked", Duration::from_secs(30), || {
+        pending = cluster.json(1, &["approvals", "--json"]);
+        pending.as_array().is_some_and(|listed| !listed.is_empty())
+    });
+    let id = pending[0]["id"].as_str().unwrap().to_string();
+    // Answered on the daemon that does not run it.
+    let runs_here = cluster.home_of_node(&node).expect("the run's daemon");
+    let other = 1 - runs_here;
+    cluster.ok(other, &["approve", &id]);
+    cluster.wait_for("the prompt is done", Duration::from_secs(30), || {
+        cluster.prompt_status(&prompt) == "done"
+    });
+    assert_eq!(
+        std::fs::read_to_string(&target).ok().as_deref(),
+        Some("approved\n")
+    );
+}

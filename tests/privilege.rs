@@ -2,7 +2,8 @@
 //!
 //! The agent is the fake engine's `run=` directive: a shell script it runs inside its run
 //! tries every widening request — through `corral`, directly on the socket, after `env -i`
-//! (no `CORRAL_*` left), after `setsid` (a session and group of its own), and both — and
+//! (no `CORRAL_*` left), after `setsid` (a session and group of its own), both, and detached
+//! from the run (`setsid -f env -i`: its parent gone too) — and
 //! each is refused with one line naming the session, recorded as a `request.refused` event,
 //! and changes nothing. Narrowing (full access off) is allowed; the daemon keeps serving.
 
@@ -10,7 +11,7 @@ mod common;
 
 use std::path::Path;
 
-use common::agent::{python_rpc, run_as_agent};
+use common::agent::{detached, python_rpc, run_as_agent};
 use common::daemon::DaemonHome;
 use common::git::GitHome;
 use serde_json::json;
@@ -37,6 +38,11 @@ fn attempts(home: &Path, rpc: &Path) -> (String, usize) {
         format!("setsid -w '{corral}' project set p --full-access true"),
         format!(
             r#"env -i PATH="$PATH" setsid -w python3 '{rpc}' project.set '{{"project":"p","remote":false}}' '{home}'"#
+        ),
+        // Detached from the run: the run's shim adopted it.
+        detached(
+            &format!("'{corral}' project set p --full-access true"),
+            &Path::new(&*home.to_string()).join("escape.fifo"),
         ),
     ];
     let mut script = String::from("set +e\n");

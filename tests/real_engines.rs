@@ -832,12 +832,41 @@ enum Sent {
     Remote,
 }
 
+/// The engine's shell tool running `touch PATH`.
+fn touch_tool(engine: Engine, path: &std::path::Path) -> Answer {
+    let command = format!("touch {}", path.display());
+    let input = serde_json::json!({ "command": command, "description": "make a file" });
+    match engine {
+        Engine::Claude => Answer::tool("Bash", input),
+        Engine::Opencode => Answer::tool("bash", input),
+        Engine::Codex => unreachable!("codex's cells are codex_the_sandbox_holds"),
+    }
+}
+
 fn write_cell(rig: &Rig, session: &str, path: &std::path::Path, sent: Sent, allowed: bool) {
+    tool_cell(rig, session, path, sent, allowed, false);
+}
+
+/// [`write_cell`] through the engine's shell (`touch`).
+fn shell_cell(rig: &Rig, session: &str, path: &std::path::Path, sent: Sent, allowed: bool) {
+    tool_cell(rig, session, path, sent, allowed, true);
+}
+
+fn tool_cell(
+    rig: &Rig,
+    session: &str,
+    path: &std::path::Path,
+    sent: Sent,
+    allowed: bool,
+    shell: bool,
+) {
     let read_only = sent != Sent::Plain;
-    rig.mock.tool_then(
-        write_tool(rig.engine(), path, "written\n"),
-        "my turn is over",
-    );
+    let (tool, content) = if shell {
+        (touch_tool(rig.engine(), path), "")
+    } else {
+        (write_tool(rig.engine(), path, "written\n"), "written\n")
+    };
+    rig.mock.tool_then(tool, "my turn is over");
     let mut args = vec!["send", session, "write it", "--wait"];
     if sent == Sent::ReadOnly {
         args.push("--read-only");
@@ -862,7 +891,7 @@ fn write_cell(rig: &Rig, session: &str, path: &std::path::Path, sent: Sent, allo
     if allowed {
         assert_eq!(
             std::fs::read_to_string(path).ok().as_deref(),
-            Some("written\n"),
+            Some(content),
             "{path:?} was to be written: {said}\n{story}"
         );
         assert_eq!(prompt["denied"], 0, "{story}");
@@ -876,7 +905,12 @@ fn write_cell(rig: &Rig, session: &str, path: &std::path::Path, sent: Sent, allo
         if rig.engine() == Engine::Opencode && read_only {
             // Read-only takes opencode's write tools away: a call of one comes back without
             // its arguments (docs/permissions.md), so the denial names the tool only.
-            assert_eq!(denials[0]["payload"]["tool"], "write", "{denials:?}");
+            let tool = if shell { "bash" } else { "write" };
+            assert_eq!(denials[0]["payload"]["tool"], tool, "{denials:?}");
+        } else if shell {
+            // The command is the target.
+            let target = target.unwrap_or_default();
+            assert!(target.contains(path.to_str().unwrap()), "{denials:?}");
         } else {
             assert_eq!(target, path.to_str(), "{denials:?}");
         }
@@ -886,8 +920,9 @@ fn write_cell(rig: &Rig, session: &str, path: &std::path::Path, sent: Sent, allo
     }
 }
 
-/// The sandbox holds on the real CLI (docs/permissions.md), each cell a write the mock
-/// scripts: workspace-write writes inside the working tree and is refused outside it;
+/// The sandbox holds on the real CLI (docs/permissions.md), each cell a write or a shell
+/// command (`touch`) the mock scripts: workspace-write writes inside the working tree and is
+/// refused outside it;
 /// read-only (`send --read-only`, as a remote project's every prompt) is refused inside it;
 /// full access writes outside it. Every refusal is told, never a silent success.
 fn the_sandbox_holds_and_every_refusal_is_told(engine: Engine) {
@@ -911,10 +946,32 @@ fn the_sandbox_holds_and_every_refusal_is_told(engine: Engine) {
         Sent::Plain,
         false,
     );
+    // A shell command: in the tree it runs; naming a path outside it, it is refused.
+    shell_cell(
+        &rig,
+        &session,
+        &rig.work().join("touched.txt"),
+        Sent::Plain,
+        true,
+    );
+    shell_cell(
+        &rig,
+        &session,
+        &outside.join("touched.txt"),
+        Sent::Plain,
+        false,
+    );
     write_cell(
         &rig,
         &session,
         &rig.work().join("looked.txt"),
+        Sent::ReadOnly,
+        false,
+    );
+    shell_cell(
+        &rig,
+        &session,
+        &rig.work().join("looked-touched.txt"),
         Sent::ReadOnly,
         false,
     );
@@ -939,6 +996,13 @@ fn the_sandbox_holds_and_every_refusal_is_told(engine: Engine) {
         &rig,
         &session,
         &outside.join("granted.txt"),
+        Sent::Plain,
+        true,
+    );
+    shell_cell(
+        &rig,
+        &session,
+        &outside.join("granted-touched.txt"),
         Sent::Plain,
         true,
     );
@@ -1519,7 +1583,10 @@ fn codex_the_sandbox_holds(engine: &str) {
     let outside = outside_tmp();
     // A cell: a command (`touch`) or a file write (`apply_patch`, codex's edit tool).
     let cell = |path: &std::path::Path, read_only: bool, written: bool| {
-        let call = if path.extension().is_some_and(|extension| extension == "patched") {
+        let call = if path
+            .extension()
+            .is_some_and(|extension| extension == "patched")
+        {
             mock_responses::Answer::Custom {
                 name: "apply_patch".into(),
                 input: format!(

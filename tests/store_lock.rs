@@ -162,7 +162,22 @@ fn streaming(steps: usize) -> String {
 }
 
 /// The engine's pid of the session's running run, once its row has it.
+/// The engine of the session's running run: the child of the run's recorded process, its
+/// shim (`corral-shim`).
 fn engine_pid(home: &DaemonHome, session: &str) -> i32 {
+    let shim = run_pid(home, session);
+    let mut engine = None;
+    wait_until("the shim's engine runs", || {
+        engine = std::fs::read_to_string(format!("/proc/{shim}/task/{shim}/children"))
+            .ok()
+            .and_then(|children| children.split_whitespace().next()?.parse().ok());
+        engine.is_some()
+    });
+    engine.expect("an engine")
+}
+
+/// The session's running run's recorded pid.
+fn run_pid(home: &DaemonHome, session: &str) -> i32 {
     let mut pid = None;
     wait_until("the run's pid is stored", || {
         pid = home

@@ -345,11 +345,11 @@ impl AppServerActor {
         self.spawned_here = true;
         let generation = self.generation;
         self.status = ServerStatus::Starting;
-        let mut command = tokio::process::Command::new(&self.program);
+        // Under the shim, a missing program is the shim's failure: told here first, as before.
+        let mut command = process::shim::command(&self.program);
         command
             .arg("app-server")
             .current_dir(&self.cwd)
-            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -364,7 +364,10 @@ impl AppServerActor {
             .env_remove(process::KILL_AT_ENV)
             .env("RUST_BACKTRACE", "0");
         crate::actors::session::guard_mark(&mut command, self.guard_mark.as_deref());
-        let mut child = match command.spawn() {
+        let spawned = crate::engine::check_executable(&self.program)
+            .map_err(std::io::Error::other)
+            .and_then(|()| command.spawn());
+        let mut child = match spawned {
             Ok(child) => child,
             Err(error) => {
                 let reason = format!(

@@ -20,10 +20,12 @@ use actix::Addr;
 use tokio::sync::{mpsc, Notify};
 
 use super::asks;
-use super::ledger::{ClaimWork, Rescue, ANSWER_NOTICE, ASK_NOTICE, CANCEL_NOTICE, SETTINGS_NOTICE};
+use super::ledger::{
+    ClaimWork, Rescue, ANSWER_NOTICE, APPROVAL_NOTICE, ASK_NOTICE, CANCEL_NOTICE, SETTINGS_NOTICE,
+};
 use super::relay::EventRelay;
 use super::shared::{Published, Shared};
-use super::supervisor::{CancelRunning, Dispatch, Supervisor};
+use super::supervisor::{ApprovalAnswered, CancelRunning, Dispatch, Supervisor};
 use crate::lease::holder::Wanted;
 use crate::store::listen::{Listener, Notice};
 use crate::store::location::PgUrl;
@@ -79,6 +81,9 @@ pub fn start(
                 cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
             }
             Notice::Work(payload) if payload == SETTINGS_NOTICE => reload_settings(&shared),
+            Notice::Work(payload) if payload.starts_with(APPROVAL_NOTICE) => {
+                approval_answered(&shared, &supervisor, &payload[APPROVAL_NOTICE.len()..])
+            }
             Notice::Work(payload) if payload.starts_with(ASK_NOTICE) => {
                 asks::answer_if_here(&shared, &payload[ASK_NOTICE.len()..])
             }
@@ -93,6 +98,7 @@ pub fn start(
                     // an ask or its answer.
                     reload_settings(&shared);
                     cancel_asked_here(&shared, &supervisor);
+                    approvals_answered_here(&shared, &supervisor);
                     asks::answer_unanswered(&shared);
                 }
                 if let (Notice::Daemons(node_id), Some(lease)) = (&notice, &shared.lease) {
@@ -148,6 +154,40 @@ fn cancel_if_here(shared: &Shared, supervisor: &Addr<Supervisor>, ids: &str) {
             session_id: session_id.to_string(),
             prompt_id: prompt_id.to_string(),
         });
+    }
+}
+
+/// A person answered approval `id` on some daemon (this one too): the supervisor hands it
+/// to the run that waits for it, if that run is here (a run takes an answer once).
+fn approval_answered(shared: &Shared, supervisor: &Addr<Supervisor>, id: &str) {
+    match shared
+        .readers
+        .read(|c| crate::store::approvals::approval(c, id))
+    {
+        Ok(Some(approval)) => supervisor.do_send(ApprovalAnswered(approval)),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(%error, approval = id, "an answered approval could not be read")
+        }
+    }
+}
+
+/// Hands the runs here every answer given to them, for when an answer's notice may have been
+/// missed.
+fn approvals_answered_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
+    let Some(lease) = &shared.lease else {
+        return;
+    };
+    let answered = shared
+        .readers
+        .read(|c| crate::store::approvals::answered_for_live_runs(c, &lease.node_id));
+    match answered {
+        Ok(answered) => {
+            for approval in answered {
+                supervisor.do_send(ApprovalAnswered(approval));
+            }
+        }
+        Err(error) => tracing::warn!(%error, "the answered approvals could not be read"),
     }
 }
 

@@ -1599,6 +1599,10 @@ ledger_write!(
 /// `c:<session id>:<prompt id>`.
 pub const CANCEL_NOTICE: &str = "c:";
 
+/// The start of a `corral_work` notice that a person answered an approval, for the daemon
+/// whose run waits for it: `p:<approval id>`.
+pub const APPROVAL_NOTICE: &str = "p:";
+
 ledger_write!(
     /// The prompts the sessions' workers run now: for each session, the running one or the
     /// next queued one. One transaction for all (a boot with thousands of sessions waiting
@@ -1892,12 +1896,17 @@ fn approval_answered(approval: &approvals::Approval) -> events::NewEvent {
 
 ledger_write!(
     /// Answers a pending approval, once, with its `approval.answered`; a second answer is
-    /// told the first ([`approvals::Answered::Before`]) and changes nothing.
+    /// told the first ([`approvals::Answered::Before`]) and changes nothing. On a shared store
+    /// the daemons are told ([`APPROVAL_NOTICE`]): the run that asked may be another's.
     AnswerApproval { id: String, answer: approvals::Answer } -> (approvals::Answered, Vec<events::Event>),
     |this, connection| {
         let answered = approvals::answer(connection, &this.id, &this.answer)?;
         let told = match &answered {
             approvals::Answered::Now(approval) => {
+                if connection.dialect() == Dialect::Postgres {
+                    let payload = format!("{APPROVAL_NOTICE}{}", approval.id);
+                    listen::notify(connection, listen::WORK, &payload)?;
+                }
                 events::append_events(connection, &[approval_answered(approval)])?
             }
             _ => Vec::new(),

@@ -4,22 +4,25 @@
 //! do (see [`Widening`]) is refused when it comes from inside a run. The daemon learns the
 //! peer's pid from SO_PEERCRED when the connection is accepted, and [`find`] matches that
 //! process against the daemon's live runs (each run's engine leads a process group of its
-//! own; a codex app-server child serves its project's turns):
+//! own; a codex app-server child serves its project's turns; each runs under its shim, whose
+//! pid is the one recorded):
 //!
-//! 1. **ancestry**: the peer, its parent, and so on up to pid 1, is a run's engine (or an
-//!    app-server child) — whatever the peer did to its environment, process group or session
-//!    (`env -i`, `setsid`), it stays a descendant;
+//! 1. **ancestry**: the peer, its parent, and so on up to pid 1, is a run's shim (or an
+//!    app-server child's) — whatever the peer did to its environment, process group or session
+//!    (`env -i`, `setsid`), it stays a descendant, and a process that double-forks to leave
+//!    the tree is adopted by the shim (`process::shim`, the child subreaper of its engine);
 //! 2. **process group**: the peer is in a run's group (a process that was reparented when its
 //!    parent exited, but never left the group);
 //! 3. **environment**: the peer or one of its ancestors carries a live run's `CORRAL_RUN_ID`.
 //!
-//! What it cannot catch, written down on purpose: a process that left the run's tree *and*
-//! group *and* environment — it double-forked (reparented to init or a subreaper), called
-//! `setsid`, and dropped `CORRAL_RUN_ID` — before connecting, or a process the agent asked
-//! something outside corral to start (a cron job, a user service). Such an escape needs the
-//! agent to run arbitrary processes outside its sandbox: an agent that can do that already
-//! has the user's rights (full access is the user's own choice), and corral does not claim
-//! to contain it.
+//! What it cannot catch, written down on purpose: a process the agent asked something outside
+//! corral to start (`systemd-run --user`, a cron or `at` job, a user service, a line added to
+//! a shell's startup file), which is no descendant of the run, and, in a program embedding
+//! corral without a `corral-shim`, a process that left the run's tree *and* group *and*
+//! environment. Such an escape needs the agent to reach those programs from its sandbox; an
+//! agent that can already has the user's rights, and corral does not claim to contain it. A
+//! per-user secret proving "a person's client" was weighed and not built: an agent runs as
+//! the same user and may read whatever the person's client can (docs/permissions.md).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

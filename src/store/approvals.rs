@@ -289,6 +289,26 @@ pub fn approval(connection: &Conn, id: &str) -> sql::Result<Option<Approval>> {
 }
 
 /// The approvals whose id starts with `prefix` (at most 2: enough to tell a unique one).
+/// The answered approvals of the runs daemon `node_id` runs now: what it routes again to
+/// its runs when notices may have been missed (a run takes an answer once; the others are
+/// not waited for).
+pub fn answered_for_live_runs(connection: &Conn, node_id: &str) -> sql::Result<Vec<Approval>> {
+    let columns = APPROVAL_COLUMNS
+        .split(", ")
+        .map(|column| format!("approvals.{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    connection.rows(
+        &format!(
+            "SELECT {columns} FROM approvals JOIN runs ON runs.id = approvals.run_id \
+             WHERE approvals.status <> 'pending' AND runs.ended_at IS NULL \
+             AND runs.node_id = ?1 ORDER BY approvals.answered_at, approvals.id"
+        ),
+        args![node_id],
+        approval_row,
+    )
+}
+
 pub fn by_prefix(connection: &Conn, prefix: &str) -> sql::Result<Vec<Approval>> {
     connection.rows(
         &format!(

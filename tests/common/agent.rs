@@ -67,3 +67,15 @@ pub fn script_of<'a>(attempts: impl IntoIterator<Item = &'a String>) -> String {
     script.push_str("echo '== end'\n");
     script
 }
+
+/// `command` (a shell command line) as an agent that detaches it from its run would start it:
+/// `setsid -f` (a double fork into a session and group of its own, its parent gone at once)
+/// and `env -i` (no `CORRAL_*` left but the home). The agent reads what it printed through the
+/// fifo `fifo` (made here), which also waits for its end.
+pub fn detached(command: &str, fifo: &Path) -> String {
+    let fifo = fifo.display();
+    let command = command.replace('\'', r"'\''");
+    format!(
+        "rm -f '{fifo}'; mkfifo '{fifo}' && setsid -f env -i PATH=\"$PATH\" CORRAL_HOME=\"$CORRAL_HOME\" sh -c '{{ {command}; }} > \"$0\" 2>&1' '{fifo}' && cat '{fifo}'"
+    )
+}

@@ -559,7 +559,8 @@ impl Worker {
     }
 }
 
-/// Spawns a run's engine as the leader of a process group of its own, with stdout and stderr
+/// Spawns a run's engine under its shim (`process::shim`), the leader of a process group of
+/// their own, with stdout and stderr
 /// piped and the prompt (if any) written to its stdin. `Err` is the run's failure message.
 #[allow(clippy::too_many_arguments)]
 fn spawn(
@@ -572,11 +573,10 @@ fn spawn(
     run_id: &str,
     kind: EngineKind,
 ) -> Result<(tokio::process::Child, Option<mpsc::UnboundedSender<String>>), String> {
-    let mut command = tokio::process::Command::new(&argv[0]);
+    let mut command = process::shim::command(&argv[0]);
     command
         .args(&argv[1..])
         .current_dir(cwd)
-        .process_group(0)
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

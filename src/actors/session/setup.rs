@@ -275,12 +275,11 @@ impl Worker {
     /// `sh -c command` in `cwd`: a process group of its own, stdin closed, stdout and stderr
     /// piped, the session's environment and [`SETUP_ENV`], SIGKILL when the daemon dies.
     fn spawn_setup(&self, command: &str, cwd: &Path) -> std::io::Result<tokio::process::Child> {
-        let mut shell = tokio::process::Command::new("sh");
+        let mut shell = crate::process::shim::command("sh");
         shell
             .arg("-c")
             .arg(command)
             .current_dir(cwd)
-            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

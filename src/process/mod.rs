@@ -15,6 +15,8 @@
 //! command `corral run` starts from a terminal's foreground: [`Foreground`] lends it the
 //! terminal, as a shell does, so that it can read it (and Ctrl-C and Ctrl-Z reach it).
 
+pub mod shim;
+
 use std::ffi::OsStr;
 use std::io::IsTerminal;
 use std::time::Duration;
