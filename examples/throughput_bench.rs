@@ -15,7 +15,8 @@
 //! the place of `-`; the fake engine reads either form the same way, as codex does. Writing
 //! stdin is part of what corral is charged for. A short xargs warm-up comes first.
 //!
-//! Run: `cargo build --release && cargo run --release --example throughput_bench [RUNS [DELAY_MS [SLOTS [PROJECTS]]]]`
+//! Run: `cargo build --release && cargo run --release --example throughput_bench [RUNS [DELAY_MS [SLOTS [PROJECTS]]]] [--no-shim]`
+//! (`--no-shim`: without the shim every engine runs under, for what it costs)
 //! (defaults 500 50 8 32). Goal: corral's wall time ≤ 1.10 × xargs'.
 
 use corral::args;
@@ -33,6 +34,7 @@ use tokio::sync::broadcast::error::RecvError;
 fn arg(index: usize, default: usize) -> usize {
     std::env::args()
         .nth(index)
+        .filter(|arg| arg != "--no-shim")
         .map(|arg| arg.parse().expect("arguments are numbers"))
         .unwrap_or(default)
 }
@@ -89,6 +91,11 @@ fn main() {
         "{} is missing: build it first with cargo build --release",
         fake.display()
     );
+    // The engines run under the shim, as a daemon's do; `--no-shim` measures them without it
+    // (what an embedding program without `corral-shim` gets), for what the shim costs.
+    if !std::env::args().any(|arg| arg == "--no-shim") {
+        std::env::set_var("CORRAL_SHIM", fake.with_file_name("corral-shim"));
+    }
     let fake_text = fake.to_str().unwrap().to_string();
     let prompt = format!("@fake delay={delay_ms}\nwork");
     // What corral builds for a new thread of the fake engine, less its last argument `-` (the

@@ -819,3 +819,33 @@ fn an_output_line_longer_than_the_bound_is_cut_and_the_run_goes_on() {
                 .is_some_and(|m| m.contains("was cut"))));
     });
 }
+
+/// The shim ends as its engine did, so the daemon reads the engine's end from its own child:
+/// the same exit code, or death by the same signal; an engine that cannot start is one line
+/// on stderr and 127; no program is a usage error.
+#[test]
+fn the_shim_ends_as_its_engine_did() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command;
+    let shim = env!("CARGO_BIN_EXE_corral-shim");
+    let exited = Command::new(shim)
+        .args(["sh", "-c", "exit 3"])
+        .status()
+        .unwrap();
+    assert_eq!(exited.code(), Some(3));
+    let killed = Command::new(shim)
+        .args(["sh", "-c", "kill -TERM $$"])
+        .status()
+        .unwrap();
+    assert_eq!(killed.signal(), Some(libc::SIGTERM), "{killed:?}");
+    let missing = Command::new(shim)
+        .arg("/nonexistent/engine")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("/nonexistent/engine"), "{said}");
+    let bare = Command::new(shim).output().unwrap();
+    assert_eq!(bare.status.code(), Some(2));
+}

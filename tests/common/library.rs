@@ -33,6 +33,9 @@ pub struct Library {
 impl Library {
     /// Starts a supervisor on `home` (on the store of the test pass) and applies `settings`.
     pub async fn start_in(home: tempfile::TempDir, settings: &[(&str, &str)]) -> Library {
+        // The engines run under the shim, as the daemon's do (this test binary has none
+        // beside it). Every test of the binary sets the same value.
+        std::env::set_var("CORRAL_SHIM", env!("CARGO_BIN_EXE_corral-shim"));
         let database = super::store::for_home(home.path());
         let corral = Corral::start(CorralOptions::new(home.path()))
             .await
