@@ -221,7 +221,7 @@ fn refuse_archived_project(project: &Project) -> Result<(), CorralError> {
 /// this binary when it is corral. A program embedding the library elsewhere names it, or runs
 /// without a guard (its engines then outlive it if it is killed: said in one log line).
 fn guard_program() -> Option<PathBuf> {
-    if let Some(program) = std::env::var_os("CORRAL_GUARD_PROGRAM").filter(|p| !p.is_empty()) {
+    if let Some(program) = std::env::var_os(crate::env::GUARD_PROGRAM).filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(program));
     }
     let exe = std::env::current_exe().ok()?;

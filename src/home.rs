@@ -48,7 +48,7 @@ pub fn locate(flag: Option<&Path>) -> Option<(PathBuf, HomeSource)> {
     if let Some(dir) = flag.filter(|dir| !dir.as_os_str().is_empty()) {
         return Some((dir.to_path_buf(), HomeSource::Explicit));
     }
-    if let Some(dir) = std::env::var_os("CORRAL_HOME").filter(|dir| !dir.is_empty()) {
+    if let Some(dir) = std::env::var_os(crate::env::HOME).filter(|dir| !dir.is_empty()) {
         return Some((PathBuf::from(dir), HomeSource::Explicit));
     }
     let state = std::env::var_os("XDG_STATE_HOME")

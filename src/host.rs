@@ -10,9 +10,6 @@
 
 use std::sync::OnceLock;
 
-/// The variable that overrides the system's host name.
-pub const ENV_HOST: &str = "CORRAL_HOST";
-
 /// The name when neither the variable nor the system gives one.
 const FALLBACK: &str = "localhost";
 
@@ -21,7 +18,7 @@ const FALLBACK: &str = "localhost";
 pub fn name() -> &'static str {
     static NAME: OnceLock<String> = OnceLock::new();
     NAME.get_or_init(|| {
-        let chosen = std::env::var(ENV_HOST).ok();
+        let chosen = std::env::var(crate::env::HOST).ok();
         from(chosen.as_deref(), system_name)
     })
 }

@@ -15,6 +15,7 @@ pub mod client;
 mod corral;
 pub mod daemon;
 pub mod engine;
+pub mod env;
 pub mod events;
 pub mod framing;
 pub mod git;

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corral::lease::guard::{Guard, GUARDED_ENV};
+use corral::env::LEASE_GUARD as GUARDED_ENV;
+use corral::lease::guard::Guard;
 
 const RUN_ID_ENV: &str = "CORRAL_RUN_ID";
 

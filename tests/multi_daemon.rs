@@ -1165,7 +1165,7 @@ fn an_engine_not_yet_listed_with_the_guard_ends_with_its_daemon() {
     cluster.home(0).stop_daemon();
     let started = cluster
         .command(0, &["daemon", "--detach"])
-        .env(corral::process::KILL_AT_ENV, "run.spawned")
+        .env(corral::env::TEST_KILL_AT, "run.spawned")
         .output()
         .expect("corral daemon --detach");
     assert!(started.status.success(), "{started:?}");

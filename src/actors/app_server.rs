@@ -31,10 +31,6 @@ use crate::process;
 use crate::protocol::RpcError;
 use crate::store::now_ms;
 
-/// Every app-server child carries its project's id in this variable, so that a child whose
-/// pid was never recorded can still be found after a crash.
-pub const APP_SERVER_ENV: &str = "CORRAL_APP_SERVER_PROJECT";
-
 /// More restarts than this within [`RESTART_WINDOW`] and the actor stops restarting.
 pub const MAX_RESTARTS: usize = 5;
 /// The window of the restart-intensity limit.
@@ -48,7 +44,7 @@ pub const RECENT_EVENTS: usize = 50;
 const INIT_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn init_timeout() -> Duration {
-    std::env::var("CORRAL_APP_SERVER_INIT_TIMEOUT_MS")
+    std::env::var(crate::env::APP_SERVER_INIT_TIMEOUT_MS)
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map(Duration::from_millis)
@@ -264,7 +260,7 @@ impl AppServerActor {
         }
     }
 
-    /// Its children carry the lease guard's `mark` (see [`crate::lease::guard::GUARDED_ENV`]).
+    /// Its children carry the lease guard's `mark` (see [`crate::env::LEASE_GUARD`]).
     pub fn guarded_by(mut self, mark: Option<&str>) -> Self {
         self.guard_mark = mark.map(str::to_string);
         self
@@ -353,15 +349,15 @@ impl AppServerActor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .env("CORRAL_HOME", &self.home)
+            .env(crate::env::HOME, &self.home)
             // What it starts carries it too: a daemon that died is found out by it at boot.
-            .env(APP_SERVER_ENV, &self.project_id)
+            .env(crate::env::APP_SERVER_PROJECT, &self.project_id)
             // One child serves every session of the project: no session's identity belongs
             // in its environment (each thread gets its own, see `session::driver_file`).
-            .env_remove("CORRAL_PARENT_EXEC")
-            .env_remove("CORRAL_SESSION_ID")
-            .env_remove("CORRAL_TRACE_ID")
-            .env_remove(process::KILL_AT_ENV)
+            .env_remove(crate::env::PARENT_EXEC)
+            .env_remove(crate::env::SESSION_ID)
+            .env_remove(crate::env::TRACE_ID)
+            .env_remove(crate::env::TEST_KILL_AT)
             .env("RUST_BACKTRACE", "0");
         crate::actors::session::guard_mark(&mut command, self.guard_mark.as_deref());
         let spawned = crate::engine::check_executable(&self.program)

@@ -15,9 +15,8 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::app_server::APP_SERVER_ENV;
 use super::ledger::{CurrentOrNext, Fenced, IngestSpill, Recover};
-use super::session::{AnswerRun, CancelPrompt, SessionActor, StartWork, RUN_ID_ENV, SETUP_ENV};
+use super::session::{AnswerRun, CancelPrompt, SessionActor, StartWork};
 use super::shared::Shared;
 use crate::process;
 use crate::store::prompts::Prompt;
@@ -309,7 +308,7 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
             process::Mark::of_leader(
                 run.pid.map(|pid| pid as i32),
                 run.pid_start.map(|start| start as u64),
-                RUN_ID_ENV,
+                crate::env::RUN_ID,
                 &run.id,
             )
         })
@@ -325,7 +324,7 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         marks.push(process::Mark::of_leader(
             pid.map(|pid| pid as i32),
             start,
-            APP_SERVER_ENV,
+            crate::env::APP_SERVER_PROJECT,
             &project.id,
         ));
     }
@@ -334,7 +333,7 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
     // places in `gone_at` are read below.
     marks.extend(setting_up.iter().map(|session_id| process::Mark {
         group: None,
-        env: Some((SETUP_ENV.to_string(), session_id.clone())),
+        env: Some((crate::env::SETUP_SESSION.to_string(), session_id.clone())),
         since: None,
         born: None,
     }));

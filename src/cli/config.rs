@@ -164,7 +164,7 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
                     location::STORE_URL,
                     text(&store, "shown"),
                     format!("({})", text(&store, "source")),
-                    location::STORE_URL_ENV
+                    crate::env::STORE_URL
                 );
             }
         }
@@ -382,7 +382,7 @@ fn store_json(home: &Path) -> Result<Value, CliError> {
     let (location, source) =
         location::locate_with_source(home).map_err(|error| CliError::failure(error.to_string()))?;
     let source_name = match source {
-        Source::Env => location::STORE_URL_ENV.to_string(),
+        Source::Env => crate::env::STORE_URL.to_string(),
         Source::File => location::config_path(home).display().to_string(),
         Source::Default => "default".to_string(),
     };
@@ -410,10 +410,10 @@ fn store_json(home: &Path) -> Result<Value, CliError> {
 
 /// The note that `CORRAL_STORE_URL` is set, and so wins over what `HOME/config` says.
 fn overridden(home: &Path) -> Option<String> {
-    std::env::var_os(location::STORE_URL_ENV).filter(|value| !value.is_empty())?;
+    std::env::var_os(crate::env::STORE_URL).filter(|value| !value.is_empty())?;
     Some(format!(
         "{} is set and wins over {} in {}",
-        location::STORE_URL_ENV,
+        crate::env::STORE_URL,
         location::STORE_URL,
         location::config_path(home).display()
     ))

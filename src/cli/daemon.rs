@@ -51,7 +51,7 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
 /// The daemon logs to stderr (which `--detach` sends to HOME/daemon.log): refused peers,
 /// restarts, shutdowns. `CORRAL_LOG` sets the level (error, warn, info, debug, trace).
 fn init_logging() {
-    let level = std::env::var("CORRAL_LOG")
+    let level = std::env::var(crate::env::LOG)
         .ok()
         .and_then(|level| level.parse::<tracing::Level>().ok())
         .unwrap_or(tracing::Level::INFO);

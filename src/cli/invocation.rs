@@ -12,13 +12,6 @@ use crate::store::now_ms;
 
 use super::{CliError, Exit};
 
-/// The exec id a corral-started child inherits as its parent.
-pub const ENV_PARENT_EXEC: &str = "CORRAL_PARENT_EXEC";
-/// The session an agent's own `corral` calls are made for (set by session actors).
-pub const ENV_SESSION_ID: &str = "CORRAL_SESSION_ID";
-/// The trace an exec tree shares; the root exec's id.
-pub const ENV_TRACE_ID: &str = "CORRAL_TRACE_ID";
-
 /// The process group of the child `corral run` owns now (0: none), so that a panic still ends
 /// it before the process goes.
 pub static OWNED_GROUP: AtomicI32 = AtomicI32::new(0);
@@ -36,13 +29,9 @@ pub struct Invocation {
     started_at: i64,
 }
 
-/// Set for the commands an app-server's agent runs: the file holding the exec that drives the
-/// session's current turn (the long-lived engine's environment cannot carry it).
-pub const ENV_DRIVER_FILE: &str = "CORRAL_DRIVER_FILE";
-
-/// The parent named by [`ENV_DRIVER_FILE`], if any.
+/// The parent named by [`crate::env::DRIVER_FILE`], if any.
 fn driver_from_file() -> Option<String> {
-    let path = env_value(ENV_DRIVER_FILE)?;
+    let path = env_value(crate::env::DRIVER_FILE)?;
     let exec = std::fs::read_to_string(path).ok()?;
     Some(exec.trim().to_string()).filter(|exec| !exec.is_empty())
 }
@@ -57,10 +46,10 @@ impl Invocation {
         let id = uuid::Uuid::now_v7().to_string();
         let cwd = std::env::current_dir().ok();
         Invocation {
-            trace_id: env_value(ENV_TRACE_ID).unwrap_or_else(|| id.clone()),
+            trace_id: env_value(crate::env::TRACE_ID).unwrap_or_else(|| id.clone()),
             id,
-            parent_exec_id: env_value(ENV_PARENT_EXEC).or_else(driver_from_file),
-            caller_session_id: env_value(ENV_SESSION_ID),
+            parent_exec_id: env_value(crate::env::PARENT_EXEC).or_else(driver_from_file),
+            caller_session_id: env_value(crate::env::SESSION_ID),
             argv: argv
                 .into_iter()
                 .map(|arg| arg.to_string_lossy().into_owned())
@@ -126,8 +115,8 @@ impl Invocation {
     /// as children of this one, in the same trace.
     pub fn child_env(&self) -> [(&'static str, &str); 2] {
         [
-            (ENV_PARENT_EXEC, self.id.as_str()),
-            (ENV_TRACE_ID, self.trace_id.as_str()),
+            (crate::env::PARENT_EXEC, self.id.as_str()),
+            (crate::env::TRACE_ID, self.trace_id.as_str()),
         ]
     }
 }

@@ -97,7 +97,7 @@ pub fn spawn(home: &Path, invocation: &Invocation, args: &RunArgs) -> Result<Run
         .args(&args.command[1..])
         .process_group(0)
         .envs(invocation.child_env())
-        .env("CORRAL_HOME", home);
+        .env(crate::env::HOME, home);
     let child = command.spawn().map_err(|error| CliError {
         code: CANNOT_START,
         message: Some(format!(

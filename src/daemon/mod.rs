@@ -46,11 +46,8 @@ pub const LOG_FILE: &str = "daemon.log";
 /// `sun_path` holds 108 bytes on Linux, the last one a NUL.
 pub const MAX_SOCKET_PATH: usize = crate::socket::MAX_PATH;
 
-/// The line a daemon started with [`READY_ENV`] prints on stdout once it serves.
+/// The line a daemon started with [`crate::env::DAEMON_NOTIFY`] prints on stdout once it serves.
 pub const READY_LINE: &str = "corral daemon ready";
-/// Set by `corral daemon --detach` for its child: print [`READY_LINE`], then send stdout to
-/// the log file.
-pub const READY_ENV: &str = "CORRAL_DAEMON_NOTIFY";
 
 /// The socket path of a home.
 pub fn socket_path(home: &Path) -> PathBuf {
@@ -189,7 +186,7 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let signals = watch_signals()?;
     // Ready once boot has ended what a dead daemon left and closed its runs: the resumed
     // prompts' workers start in steps while the daemon serves (`supervisor::resume`).
-    if std::env::var_os(READY_ENV).is_some() {
+    if std::env::var_os(crate::env::DAEMON_NOTIFY).is_some() {
         announce_ready(&home);
     }
     tracing::info!(
@@ -235,7 +232,7 @@ fn since_exec_ms() -> Option<u64> {
 /// descriptors for its store and its engines' pipes however many clients come. A client over
 /// the limit is told so and closed.
 pub fn connection_limit() -> usize {
-    if let Some(limit) = std::env::var("CORRAL_MAX_CONNECTIONS")
+    if let Some(limit) = std::env::var(crate::env::MAX_CONNECTIONS)
         .ok()
         .and_then(|limit| limit.parse().ok())
     {
@@ -457,14 +454,14 @@ pub fn spawn_detached(home: &Path, starter: &Starter) -> Result<u32, String> {
         .arg("--home")
         .arg(home)
         .arg("daemon")
-        .env(READY_ENV, "1")
+        .env(crate::env::DAEMON_NOTIFY, "1")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log);
     // Its parent is the starter, not whatever the starter's own environment names.
     let inherit = [
-        (crate::cli::invocation::ENV_PARENT_EXEC, &starter.exec_id),
-        (crate::cli::invocation::ENV_TRACE_ID, &starter.trace_id),
+        (crate::env::PARENT_EXEC, &starter.exec_id),
+        (crate::env::TRACE_ID, &starter.trace_id),
     ];
     for (name, value) in inherit {
         match value {

@@ -34,12 +34,6 @@ use crate::protocol::*;
 use crate::store::sql::{args, Conn};
 use crate::store::{projects, sessions};
 
-/// The variable every engine child carries: its run's id.
-pub const RUN_ID_ENV: &str = crate::actors::session::RUN_ID_ENV;
-
-/// The variable a worktree's setup command carries: its session's id.
-const SETUP_ENV: &str = crate::actors::session::SETUP_ENV;
-
 /// A live run as [`find`] matches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveRun {
@@ -162,11 +156,11 @@ fn from_a_setup(peer: i32) -> Option<Origin> {
     let mut pid = peer;
     for _ in 0..MAX_DEPTH {
         let process = Process::new(pid).ok()?;
-        if let Some(session) = process
-            .environ()
-            .ok()
-            .and_then(|environment| environment.get(std::ffi::OsStr::new(SETUP_ENV)).cloned())
-        {
+        if let Some(session) = process.environ().ok().and_then(|environment| {
+            environment
+                .get(std::ffi::OsStr::new(crate::env::SETUP_SESSION))
+                .cloned()
+        }) {
             let session = session.to_string_lossy().into_owned();
             return Some(Origin {
                 run_id: format!("setup of session {session}"),
@@ -187,7 +181,7 @@ fn from_a_setup(peer: i32) -> Option<Origin> {
 fn run_id_in_environment(process: &Process) -> Option<String> {
     let environment = process.environ().ok()?;
     environment
-        .get(std::ffi::OsStr::new(RUN_ID_ENV))
+        .get(std::ffi::OsStr::new(crate::env::RUN_ID))
         .map(|value| value.to_string_lossy().into_owned())
 }
 
@@ -957,7 +951,7 @@ mod tests {
         // a process execs, its `/proc/PID/environ` can read empty).
         let mut child = Command::new("sh")
             .args(["-c", "echo ready; read _"])
-            .env(RUN_ID_ENV, "r2")
+            .env(crate::env::RUN_ID, "r2")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -991,7 +985,7 @@ mod tests {
         // A grandchild of a shell that carries the setup's mark, with no live run at all.
         let mut child = Command::new("sh")
             .args(["-c", "sh -c 'echo ready; read _'"])
-            .env(SETUP_ENV, "s1")
+            .env(crate::env::SETUP_SESSION, "s1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

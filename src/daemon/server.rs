@@ -174,7 +174,7 @@ impl Outbound {
 }
 
 fn handshake_timeout() -> Duration {
-    std::env::var("CORRAL_HANDSHAKE_TIMEOUT_MS")
+    std::env::var(crate::env::HANDSHAKE_TIMEOUT_MS)
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map(Duration::from_millis)

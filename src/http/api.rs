@@ -412,7 +412,7 @@ pub const MAX_BYTES_IN_FLIGHT: usize = 64 << 20;
 pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn body_timeout() -> std::time::Duration {
-    std::env::var("CORRAL_HTTP_BODY_TIMEOUT_MS")
+    std::env::var(crate::env::HTTP_BODY_TIMEOUT_MS)
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map_or(BODY_TIMEOUT, std::time::Duration::from_millis)

@@ -9,7 +9,7 @@
 //! closes (the daemon is gone), and when the lease deadline the daemon last wrote passes.
 //!
 //! What it ends: each run listed with it (its group, and what carries its id), and every
-//! process that carries the guard's mark ([`GUARDED_ENV`]), which the daemon gives each child
+//! process that carries the guard's mark ([`crate::env::LEASE_GUARD`]), which the daemon gives each child
 //! it starts: an engine spawned but not listed yet (a kill -9 between the two), and the
 //! children no run lists, a codex app-server's and a worktree setup command's. A clean
 //! shutdown that ended its runs clears the list, and then nothing is swept either.
@@ -41,7 +41,6 @@ use nix::sys::signal::{self, SigHandler, Signal};
 use nix::sys::time::TimeSpec;
 use nix::time::ClockId;
 
-use crate::actors::session::RUN_ID_ENV;
 use crate::process::{self, Mark};
 
 /// The hidden subcommand that makes `corral` the guard (dispatched first in `cli::main`).
@@ -52,11 +51,6 @@ const MAX_LINE: usize = 4096;
 
 /// How the guard's log lines start (its stderr is the daemon's).
 const LOG: &str = "corral lease guard";
-
-/// The variable every child a guarded daemon starts carries, set to its guard's mark (a
-/// UUID, one per guard): the guard ends whatever carries it, wherever it went, when it ends
-/// the daemon's runs. It is inherited, so an agent's own children carry it too.
-pub const GUARDED_ENV: &str = "CORRAL_LEASE_GUARD";
 
 /// One line of the daemon's pipe to its guard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,7 +391,7 @@ impl Sweep {
     fn mark(&self) -> Option<Mark> {
         Some(Mark {
             group: None,
-            env: Some((GUARDED_ENV.to_string(), self.mark.clone()?)),
+            env: Some((crate::env::LEASE_GUARD.to_string(), self.mark.clone()?)),
             since: self.since,
             born: None,
         })
@@ -478,7 +472,7 @@ fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, watch: &Watch, ending: 
     let marks: Vec<Mark> = ending
         .runs
         .iter()
-        .map(|run| Mark::of_leader(Some(run.pgid), run.start, RUN_ID_ENV, &run.run_id))
+        .map(|run| Mark::of_leader(Some(run.pgid), run.start, crate::env::RUN_ID, &run.run_id))
         .collect();
     runtime.block_on(process::end_marked(&marks, Duration::ZERO, None));
     if ending.sweep {
@@ -498,7 +492,7 @@ pub struct Guard {
     inner: Mutex<Inner>,
     /// The guard's pid (for logs and tests).
     pid: u32,
-    /// What every child of the daemon carries in [`GUARDED_ENV`].
+    /// What every child of the daemon carries in [`crate::env::LEASE_GUARD`].
     mark: String,
 }
 
@@ -522,13 +516,13 @@ impl Guard {
             .arg(&mark)
             // A daemon started from inside another daemon's run carries that guard's mark:
             // this guard is not that run's (its children are, as they are that run's).
-            .env_remove(GUARDED_ENV)
+            .env_remove(crate::env::LEASE_GUARD)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             // A daemon started from inside a run carries that run's id: its guard must not
             // count as one of that run's processes.
-            .env_remove(RUN_ID_ENV)
+            .env_remove(crate::env::RUN_ID)
             // Holds no directory of anyone's (a worktree to remove, a mount).
             .current_dir("/");
         // SAFETY: setsid is async-signal-safe; the child is no group leader, so it succeeds.
@@ -561,7 +555,7 @@ impl Guard {
         self.pid
     }
 
-    /// The value of [`GUARDED_ENV`] in every child the daemon starts.
+    /// The value of [`crate::env::LEASE_GUARD`] in every child the daemon starts.
     pub fn mark(&self) -> &str {
         &self.mark
     }

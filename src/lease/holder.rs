@@ -287,7 +287,7 @@ impl Lease {
         }
     }
 
-    /// The value of [`super::guard::GUARDED_ENV`] for every child this daemon starts (its
+    /// The value of [`crate::env::LEASE_GUARD`] for every child this daemon starts (its
     /// guard ends what carries it); `None` without a guard.
     pub fn child_mark(&self) -> Option<&str> {
         self.guard.as_ref().map(Guard::mark)

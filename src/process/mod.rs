@@ -595,21 +595,12 @@ pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Set (comma-separated point names) only by tests: a corral process that reaches one of
-/// these points of its work kills itself with SIGKILL there, as a `kill -9` at that exact
-/// moment would. The points: `boot.found` (a new supervisor found the dead one's leftovers),
-/// `boot.signalled` (it sent them SIGTERM), `boot.ended` (they are gone, nothing committed),
-/// `boot.committed` (their runs closed, no prompt dispatched yet), `run.spawned` (an engine
-/// child spawned, its pid not recorded), `migration` (a schema step applied, not committed),
-/// `send.written` (a `corral send` wrote its request, no answer read).
-pub const KILL_AT_ENV: &str = "CORRAL_TEST_KILL_AT";
-
-/// Kills this process with SIGKILL if [`KILL_AT_ENV`] names `point` (a test's kill -9 at a
+/// Kills this process with SIGKILL if [`crate::env::TEST_KILL_AT`] names `point` (a test's kill -9 at a
 /// moment random timing cannot hit). Costs one look at a cached value otherwise.
 pub fn kill_point(point: &str) {
     static POINTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let points = POINTS.get_or_init(|| {
-        std::env::var(KILL_AT_ENV)
+        std::env::var(crate::env::TEST_KILL_AT)
             .map(|points| {
                 points
                     .split(',')

@@ -37,16 +37,9 @@ use nix::unistd::{self, Pid};
 /// The shim's binary, installed beside `corral`.
 pub const PROGRAM: &str = "corral-shim";
 
-/// Names the shim's binary for a program that embeds corral (beside the running binary
-/// otherwise).
-pub const PROGRAM_ENV: &str = "CORRAL_SHIM";
-
 /// The variables whose value marks a run's processes (the shim's own value of each, as the
 /// daemon gave it): a process carrying one is the daemon's to end, wherever it went.
-const MARKS: [&str; 2] = [
-    crate::actors::session::RUN_ID_ENV,
-    crate::actors::session::SETUP_ENV,
-];
+const MARKS: [&str; 2] = [crate::env::RUN_ID, crate::env::SETUP_SESSION];
 
 /// How many times the shim lists and kills what it adopted before it gives up (each round
 /// kills one generation: a killed process's children are adopted in turn).
@@ -248,7 +241,7 @@ pub fn program() -> Option<&'static PathBuf> {
     static PROGRAM_PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
     PROGRAM_PATH
         .get_or_init(|| {
-            let found = std::env::var_os(PROGRAM_ENV)
+            let found = std::env::var_os(crate::env::SHIM)
                 .filter(|path| !path.is_empty())
                 .map(PathBuf::from)
                 .or_else(|| {
@@ -257,7 +250,8 @@ pub fn program() -> Option<&'static PathBuf> {
                 });
             if found.is_none() {
                 tracing::warn!(
-                    "no {PROGRAM} beside this program (set {PROGRAM_ENV}): engines run without a shim, and a process an agent detaches from its run is neither attributed to it nor ended with it"
+                    "no {PROGRAM} beside this program (set {}): engines run without a shim, and a process an agent detaches from its run is neither attributed to it nor ended with it",
+                    crate::env::SHIM
                 );
             }
             found

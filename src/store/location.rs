@@ -1,7 +1,7 @@
 //! Where the store is: a SQLite file in the home, or a PostgreSQL database named by a URL.
 //!
 //! [`locate`] decides, in this order:
-//! 1. `CORRAL_STORE_URL` ([`STORE_URL_ENV`]) when it is set and not empty;
+//! 1. `CORRAL_STORE_URL` ([`crate::env::STORE_URL`]) when it is set and not empty;
 //! 2. `store.url` in `HOME/config` ([`HomeConfig`]);
 //! 3. else the SQLite file `HOME/corral.db` ([`super::store_path`]).
 //!
@@ -34,8 +34,6 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-/// The environment variable that names the store; it wins over `HOME/config`.
-pub const STORE_URL_ENV: &str = "CORRAL_STORE_URL";
 /// The key of the store's URL in `HOME/config`.
 pub const STORE_URL: &str = "store.url";
 /// The file name of the home's configuration.
@@ -148,7 +146,7 @@ pub fn locate(home: &Path) -> Result<Location, LocationError> {
 
 /// [`locate`], and where the answer came from.
 pub fn locate_with_source(home: &Path) -> Result<(Location, Source), LocationError> {
-    let env = std::env::var_os(STORE_URL_ENV).filter(|value| !value.is_empty());
+    let env = std::env::var_os(crate::env::STORE_URL).filter(|value| !value.is_empty());
     locate_from(
         home,
         env.as_deref()
@@ -161,7 +159,7 @@ pub fn locate_with_source(home: &Path) -> Result<(Location, Source), LocationErr
 /// process's environment).
 fn locate_from(home: &Path, env: Option<&str>) -> Result<(Location, Source), LocationError> {
     if let Some(text) = env {
-        let url = PgUrl::parse_as(text, STORE_URL_ENV)?;
+        let url = PgUrl::parse_as(text, crate::env::STORE_URL)?;
         return Ok((Location::Postgres(url), Source::Env));
     }
     let config = HomeConfig::load(home)?;

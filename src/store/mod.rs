@@ -298,7 +298,7 @@ fn seconds(duration: Duration) -> String {
 
 /// The busy timeout in effect (see [`DEFAULT_BUSY_TIMEOUT`]).
 pub fn busy_timeout() -> Duration {
-    std::env::var("CORRAL_BUSY_TIMEOUT_MS")
+    std::env::var(crate::env::BUSY_TIMEOUT_MS)
         .ok()
         .and_then(|value| value.parse().ok())
         .map(Duration::from_millis)

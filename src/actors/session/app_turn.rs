@@ -222,9 +222,9 @@ impl Worker {
             "sandbox": sandbox,
             "approvalPolicy": approval_policy(turn.policy),
             "config": { "shell_environment_policy.set": {
-                "CORRAL_HOME": self.shared.home.to_string_lossy(),
-                "CORRAL_SESSION_ID": self.session_id,
-                "CORRAL_DRIVER_FILE": driver_file.to_string_lossy(),
+                crate::env::HOME: self.shared.home.to_string_lossy(),
+                crate::env::SESSION_ID: self.session_id,
+                crate::env::DRIVER_FILE: driver_file.to_string_lossy(),
             } },
         });
         if let Some(model) = turn.model {

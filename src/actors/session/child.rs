@@ -31,10 +31,6 @@ use crate::store::events::NewEvent;
 use crate::store::processes::KeptProcess;
 use crate::store::prompts::Prompt;
 
-/// Every engine child carries its run's id in this variable, so that a child whose pid was
-/// never recorded can still be found after a crash, and what it leaves behind when it ends.
-pub const RUN_ID_ENV: &str = "CORRAL_RUN_ID";
-
 /// How many stderr lines (and notices) a run keeps to explain a failure with no structured
 /// message.
 const STDERR_TAIL: usize = 20;
@@ -703,7 +699,7 @@ impl Left {
     fn mark(&self) -> process::Mark {
         process::Mark {
             group: Some(self.pgid),
-            env: Some((RUN_ID_ENV.to_string(), self.run_id.clone())),
+            env: Some((crate::env::RUN_ID.to_string(), self.run_id.clone())),
             since: self.since,
             born: self.born,
         }
@@ -847,9 +843,9 @@ pub(super) struct ChildEnv<'a> {
 /// removed from every child (a child that kept `CORRAL_DAEMON_NOTIFY` and started a daemon
 /// would write the readiness notice meant for the one that started ours).
 const DAEMON_ONLY: &[&str] = &[
-    crate::daemon::READY_ENV,
-    "CORRAL_APP_SERVER_INIT_TIMEOUT_MS",
-    process::KILL_AT_ENV,
+    crate::env::DAEMON_NOTIFY,
+    crate::env::APP_SERVER_INIT_TIMEOUT_MS,
+    crate::env::TEST_KILL_AT,
 ];
 
 impl ChildEnv<'_> {
@@ -861,8 +857,8 @@ impl ChildEnv<'_> {
     fn apply(&self, command: &mut tokio::process::Command, run_id: &str, kind: EngineKind) {
         self.apply_common(command);
         command
-            .env("CORRAL_RUN_ATTEMPT", self.attempt.to_string())
-            .env(RUN_ID_ENV, run_id);
+            .env(crate::env::RUN_ATTEMPT, self.attempt.to_string())
+            .env(crate::env::RUN_ID, run_id);
         for (name, value) in kind.adapter().env() {
             if std::env::var_os(name).is_none() {
                 command.env(name, value);
@@ -878,19 +874,19 @@ impl ChildEnv<'_> {
             command.env_remove(name);
         }
         command
-            .env_remove(RUN_ID_ENV)
-            .env_remove("CORRAL_RUN_ATTEMPT")
-            .env("CORRAL_HOME", self.home)
-            .env("CORRAL_SESSION_ID", self.session_id)
+            .env_remove(crate::env::RUN_ID)
+            .env_remove(crate::env::RUN_ATTEMPT)
+            .env(crate::env::HOME, self.home)
+            .env(crate::env::SESSION_ID, self.session_id)
             // Engines' own backtraces are noise in a supervised run's error message.
             .env("RUST_BACKTRACE", "0");
         match self.exec_id {
-            Some(exec_id) => command.env("CORRAL_PARENT_EXEC", exec_id),
-            None => command.env_remove("CORRAL_PARENT_EXEC"),
+            Some(exec_id) => command.env(crate::env::PARENT_EXEC, exec_id),
+            None => command.env_remove(crate::env::PARENT_EXEC),
         };
         match self.trace_id {
-            Some(trace_id) => command.env(crate::cli::invocation::ENV_TRACE_ID, trace_id),
-            None => command.env_remove(crate::cli::invocation::ENV_TRACE_ID),
+            Some(trace_id) => command.env(crate::env::TRACE_ID, trace_id),
+            None => command.env_remove(crate::env::TRACE_ID),
         };
         guard_mark(command, self.guard_mark);
     }
@@ -975,7 +971,7 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::S
 /// one's run must not hand that one's mark on).
 pub(crate) fn guard_mark(command: &mut tokio::process::Command, mark: Option<&str>) {
     match mark {
-        Some(mark) => command.env(crate::lease::guard::GUARDED_ENV, mark),
-        None => command.env_remove(crate::lease::guard::GUARDED_ENV),
+        Some(mark) => command.env(crate::env::LEASE_GUARD, mark),
+        None => command.env_remove(crate::env::LEASE_GUARD),
     };
 }

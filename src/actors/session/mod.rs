@@ -65,8 +65,6 @@ use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
 pub use app_turn::driver_file;
 pub(crate) use child::guard_mark;
-pub use child::RUN_ID_ENV;
-pub use setup::SETUP_ENV;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that

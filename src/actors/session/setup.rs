@@ -10,13 +10,13 @@
 //!
 //! The setup command is not a run (no row, no slot: it installs, the engine has not started):
 //! it is a child of the session like an engine, in a process group of its own, with the
-//! session's environment (`ChildEnv::apply_common`) and [`SETUP_ENV`] naming the session; its
+//! session's environment (`ChildEnv::apply_common`) and [`crate::env::SETUP_SESSION`] naming the session; its
 //! lines are the session's `setup.output` events between `setup.started` and `setup.exited`,
 //! stored in batches as an engine's are. A cancel, the daemon's shutdown or `run.timeout_s`
 //! end its group and whatever carries its mark (SIGTERM, SIGKILL after `cancel.grace_ms`), and
 //! so does its own exit (what it started in the background ends with it). A daemon killed -9
 //! meanwhile: the shell gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`), and what it started
-//! is ended by the next boot's reconciliation, found by [`SETUP_ENV`] for each session whose
+//! is ended by the next boot's reconciliation, found by [`crate::env::SETUP_SESSION`] for each session whose
 //! worktree is still `setup` (no pid is stored: a setup is no run); the prompt, resumed at
 //! boot, then runs the setup again.
 
@@ -35,9 +35,6 @@ use crate::store::events::NewEvent;
 use crate::store::projects::Project;
 use crate::store::prompts::Prompt;
 use crate::store::sessions::{Session, WorktreeState};
-
-/// The variable every process of a worktree's setup carries: the session's id.
-pub const SETUP_ENV: &str = "CORRAL_SETUP_SESSION";
 
 /// How long the setup's pipes may stay open once it has exited and its group was ended (a
 /// process that left the group with them open must not hold the prompt).
@@ -184,7 +181,10 @@ impl Worker {
         let pid = child.id().unwrap_or(0);
         let mark = process::Mark {
             group: Some(pid as i32),
-            env: Some((SETUP_ENV.to_string(), self.session_id.clone())),
+            env: Some((
+                crate::env::SETUP_SESSION.to_string(),
+                self.session_id.clone(),
+            )),
             since: process::start_time(pid),
             born: None,
         };
@@ -273,7 +273,7 @@ impl Worker {
     }
 
     /// `sh -c command` in `cwd`: a process group of its own, stdin closed, stdout and stderr
-    /// piped, the session's environment and [`SETUP_ENV`], SIGKILL when the daemon dies.
+    /// piped, the session's environment and [`crate::env::SETUP_SESSION`], SIGKILL when the daemon dies.
     fn spawn_setup(&self, command: &str, cwd: &Path) -> std::io::Result<tokio::process::Child> {
         let mut shell = crate::process::shim::command("sh");
         shell
@@ -292,7 +292,7 @@ impl Worker {
             guard_mark: self.shared.guard_mark(),
         };
         environment.apply_common(&mut shell);
-        shell.env(SETUP_ENV, &self.session_id);
+        shell.env(crate::env::SETUP_SESSION, &self.session_id);
         crate::process::dies_with_this_process(&mut shell);
         shell.spawn()
     }
