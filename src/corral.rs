@@ -41,9 +41,10 @@ use crate::actors::slots::SlotsHandle;
 use crate::actors::supervisor::{
     ApprovalAnswered, Boot, CancelRunning, CountWorking, Dispatch, Supervisor,
 };
-use crate::daemon::DaemonLock;
+use crate::actors::worktree;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
+use crate::home::DaemonLock;
 use crate::store::location::Location;
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
 use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, Prompt};
@@ -53,7 +54,6 @@ use crate::store::settings::{self, Settings};
 use crate::store::sql::{self, args, Conn};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
 use crate::store::{approvals, drivers, events, processes, projects, prompts, sessions};
-use crate::worktree;
 
 /// Errors of the library calls, each one line a user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +83,18 @@ impl From<LedgerError> for CorralError {
             return CorralError::Locked(error.to_string());
         }
         CorralError::Store(error.to_string())
+    }
+}
+
+impl From<crate::actors::asks::AskError> for CorralError {
+    fn from(error: crate::actors::asks::AskError) -> Self {
+        use crate::actors::asks::AskError;
+        match error {
+            AskError::NotFound(message) => CorralError::NotFound(message),
+            AskError::Invalid(message) => CorralError::Invalid(message),
+            AskError::Store(message) => CorralError::Store(message),
+            AskError::Locked(message) => CorralError::Locked(message),
+        }
     }
 }
 
@@ -1070,7 +1082,7 @@ impl Corral {
         session_id: &str,
         text: &str,
     ) -> Result<serde_json::Value, CorralError> {
-        crate::actors::asks::steer(&self.shared, session_id, text).await
+        Ok(crate::actors::asks::steer(&self.shared, session_id, text).await?)
     }
 
     /// Compacts a codex-app-server session's thread context (`thread/compact/start`) and
@@ -1079,7 +1091,7 @@ impl Corral {
     /// new one) and the answer says so. On a shared store the daemon that ran the session
     /// last, whose host holds the thread, does it.
     pub async fn compact(&self, session_id: &str) -> Result<serde_json::Value, CorralError> {
-        crate::actors::asks::compact(&self.shared, session_id).await
+        Ok(crate::actors::asks::compact(&self.shared, session_id).await?)
     }
 
     /// The app-server children: live ones first, then what the store remembers of others.
@@ -1169,7 +1181,7 @@ impl Corral {
 }
 
 /// A worktree session's operations: `session.archive`, `session.diff`, `session.merge`,
-/// `session.recreate` (the git work is [`crate::worktree`]'s).
+/// `session.recreate` (the git work is [`crate::actors::worktree`]'s).
 impl Corral {
     /// A session and its project, or `NotFound`.
     fn session_and_project(
@@ -1364,7 +1376,7 @@ impl Corral {
 
     /// The runs whose engines live now, as origins of requests are matched against them
     /// (`daemon::origin`): each child run's engine, and each project's app-server child.
-    pub async fn live_runs(&self) -> Vec<crate::daemon::origin::LiveRun> {
+    pub async fn live_runs(&self) -> Vec<crate::process::LiveRun> {
         let mut runs = self
             .read(|connection| {
                 connection.rows(
@@ -1375,7 +1387,7 @@ impl Corral {
                     "SELECT id, session_id, coalesce(pid, 0) FROM runs WHERE status = 'running'",
                     args![],
                     |row| {
-                        Ok(crate::daemon::origin::LiveRun {
+                        Ok(crate::process::LiveRun {
                             run_id: row.get(0)?,
                             session_id: Some(row.get(1)?),
                             pid: row.get(2)?,
@@ -1389,7 +1401,7 @@ impl Corral {
                 .as_i64()
                 .filter(|_| state["status"] != "stopped")
             {
-                runs.push(crate::daemon::origin::LiveRun {
+                runs.push(crate::process::LiveRun {
                     run_id: format!("app-server of project {}", state["project_id"]),
                     session_id: None,
                     pid: pid as i32,

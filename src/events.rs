@@ -10,8 +10,6 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::store::prompts::PromptStatus;
-
 macro_rules! event_kinds {
     ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
         /// What a session event says happened.
@@ -129,20 +127,6 @@ impl EventKind {
             self,
             EventKind::PromptDone | EventKind::PromptFailed | EventKind::PromptCancelled
         )
-    }
-}
-
-impl EventKind {
-    /// The event that tells a prompt ended with `status` (`prompt.done` …).
-    pub fn prompt_end(status: PromptStatus) -> EventKind {
-        match status {
-            PromptStatus::Done => EventKind::PromptDone,
-            PromptStatus::Failed => EventKind::PromptFailed,
-            PromptStatus::Cancelled => EventKind::PromptCancelled,
-            // Not an end: only the worker's bookkeeping ever passes these.
-            PromptStatus::Queued => EventKind::PromptRequeued,
-            PromptStatus::Running => EventKind::PromptStarted,
-        }
     }
 }
 

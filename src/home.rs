@@ -342,3 +342,91 @@ mod tests {
         assert!(opened.is_err(), "never through a link");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The home's lock.
+
+/// The lock's file name in the home.
+pub const LOCK_FILE: &str = "daemon.lock";
+
+/// The exclusive lock of a home's supervisor: one per home, whether it is a daemon or a
+/// program embedding corral (`Corral::start` takes it, or is handed the daemon's). The daemon
+/// takes it before it touches the socket and hands it to the supervisor it starts, which
+/// holds it as long as it lives; the lock file names the holder's pid.
+pub struct DaemonLock {
+    /// The lock file, locked (`flock`, exclusive): dropping it unlocks (the lock also goes
+    /// with the descriptor when the process exits).
+    _file: nix::fcntl::Flock<std::fs::File>,
+    /// The home, as the lock was taken for it (canonical when it could be made so).
+    home: PathBuf,
+}
+
+/// Why the home's lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another supervisor holds it; `pid` is what the lock file says (`None`: unreadable).
+    #[error(
+        "{} is already served by a corral supervisor: pid {} holds {} (a corral daemon, or a \
+         program embedding corral); stop it, or use another home",
+        .home.display(),
+        .pid.map(|pid| pid.to_string()).unwrap_or_else(|| "?".into()),
+        .path.display()
+    )]
+    Held {
+        home: PathBuf,
+        path: PathBuf,
+        pid: Option<u32>,
+    },
+    #[error("cannot lock {}: {error}", .path.display())]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl DaemonLock {
+    /// Takes the lock, or says who holds it.
+    pub fn acquire(home: &Path) -> Result<DaemonLock, String> {
+        Self::try_acquire(home).map_err(|error| error.to_string())
+    }
+
+    /// Takes the lock, or says who holds it (with the holder's pid as the lock file says).
+    pub fn try_acquire(home: &Path) -> Result<DaemonLock, LockError> {
+        let path = home.join(LOCK_FILE);
+        let io = |error| LockError::Io {
+            path: path.clone(),
+            error,
+        };
+        let file = private_file()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        let mut file =
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(locked) => locked,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    return Err(LockError::Held {
+                        home: home.to_path_buf(),
+                        path,
+                        pid: holder.trim().parse().ok(),
+                    });
+                }
+                Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
+            };
+        use std::io::Write;
+        file.set_len(0)
+            .and_then(|_| writeln!(file, "{}", std::process::id()))
+            .map_err(io)?;
+        let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+        Ok(DaemonLock { _file: file, home })
+    }
+
+    /// The home this lock is for.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+}

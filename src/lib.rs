@@ -1,17 +1,25 @@
 //! corral: a local supervisor for coding-agent CLIs.
 //!
-//! Map of the crate (see ARCHITECTURE.md for the whole picture):
-//! - [`store`]: the SQLite file, its migrations, and the exec ledger's model and SQL;
-//! - [`actors`]: the actix actors; today the [`actors::ledger`], the only writer of the store;
-//! - [`cli`]: the `corral` command line, one file per command;
-//! - [`events`]: the kinds of a session's events, shared by their emitters and readers;
-//! - [`http`]: the daemon's HTTP API, WebSocket and dashboard;
-//! - [`process`]: process groups and pid identity; [`repo`]: git top-level discovery;
-//!   [`home`]: where corral keeps its state.
+//! Map of the crate, lowest layer first (a module names only the ones above it in this list;
+//! `tidy::layers_point_one_way` keeps it so; ARCHITECTURE.md has the whole picture):
+//! - leaves: [`clock`], [`engine`] (one adapter per engine CLI behind a small trait),
+//!   [`events`] (the kinds of a session's events), [`env`] (every `CORRAL_*` variable),
+//!   [`process`] (process groups, pid identity, the shim every engine runs under), [`home`]
+//!   (where corral keeps its state, and its lock), [`framing`], [`socket`], [`host`], [`git`],
+//!   [`repo`];
+//! - [`store`]: the SQLite or PostgreSQL store, its migrations, the ledger's model and SQL;
+//! - [`lease`]: a daemon's lease on a shared store;
+//! - [`protocol`]: the JSON-RPC methods and the types both sides share;
+//! - [`actors`]: the actix actors (ledger, slots, supervisor, sessions, app-server) and the
+//!   session's worktree;
+//! - [`Corral`]: the library's front, what a program embedding corral calls;
+//! - [`daemon`]: the socket server, its method handlers and the HTTP API and dashboard;
+//! - [`client`]: the protocol's client; [`cli`]: the `corral` command line.
 
 pub mod actors;
 pub mod cli;
 pub mod client;
+pub mod clock;
 mod corral;
 pub mod daemon;
 pub mod engine;
@@ -21,13 +29,14 @@ pub mod framing;
 pub mod git;
 pub mod home;
 pub mod host;
-pub mod http;
 pub mod lease;
 pub mod process;
 pub mod protocol;
 pub mod repo;
 pub mod socket;
 pub mod store;
-pub mod worktree;
 
 pub use corral::{Corral, CorralError, CorralOptions};
+
+#[cfg(test)]
+mod tidy;

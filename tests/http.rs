@@ -1,4 +1,4 @@
-//! The daemon's HTTP API (src/http/, docs/http.md) through the built binary: a daemon in a
+//! The daemon's HTTP API (src/daemon/http/, docs/http.md) through the built binary: a daemon in a
 //! temporary home on the fake engine, spoken to over loopback TCP by a small HTTP/1.1 client
 //! written here (every byte it sends is the test's) and tungstenite for the WebSocket.
 //!

@@ -28,10 +28,42 @@ use tokio::sync::oneshot;
 use super::app_server::{AppServerActor, Call, EnsureRunning};
 use super::ledger::{AnswerAsk, PutAsk, RecordCompaction, TakeAsk};
 use super::shared::Shared;
-use crate::corral::CorralError;
 use crate::engine::EngineKind;
 use crate::store::sessions::Session;
 use crate::store::{asks, daemons, projects, prompts, runs, sessions, sql};
+
+/// Why a steer or a compact was not done, here or on the daemon asked: the library's
+/// `CorralError` takes each variant as its own.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Store(String),
+    /// The store could not take a write in time; the same call may succeed later.
+    #[error("{0}")]
+    Locked(String),
+}
+
+impl From<crate::actors::ledger::LedgerError> for AskError {
+    fn from(error: crate::actors::ledger::LedgerError) -> Self {
+        if error.is_transient() {
+            return AskError::Locked(error.to_string());
+        }
+        AskError::Store(error.to_string())
+    }
+}
+
+impl From<crate::store::StoreError> for AskError {
+    fn from(error: crate::store::StoreError) -> Self {
+        if error.is_transient() {
+            return AskError::Locked(error.to_string());
+        }
+        AskError::Store(error.to_string())
+    }
+}
 
 /// How long an ask waits for the asked daemon's answer.
 pub const ASK_PATIENCE: Duration = Duration::from_secs(15);
@@ -56,23 +88,23 @@ enum Answer {
 }
 
 impl Answer {
-    fn of(result: Result<Value, CorralError>) -> Answer {
+    fn of(result: Result<Value, AskError>) -> Answer {
         match result {
             Ok(result) => Answer::Done { result },
-            Err(CorralError::NotFound(message)) => Answer::NotFound { message },
-            Err(CorralError::Invalid(message)) => Answer::Invalid { message },
+            Err(AskError::NotFound(message)) => Answer::NotFound { message },
+            Err(AskError::Invalid(message)) => Answer::Invalid { message },
             Err(error) => Answer::Failed {
                 message: error.to_string(),
             },
         }
     }
 
-    fn into_result(self) -> Result<Value, CorralError> {
+    fn into_result(self) -> Result<Value, AskError> {
         match self {
             Answer::Done { result } => Ok(result),
-            Answer::NotFound { message } => Err(CorralError::NotFound(message)),
-            Answer::Invalid { message } => Err(CorralError::Invalid(message)),
-            Answer::Failed { message } => Err(CorralError::Store(message)),
+            Answer::NotFound { message } => Err(AskError::NotFound(message)),
+            Answer::Invalid { message } => Err(AskError::Invalid(message)),
+            Answer::Failed { message } => Err(AskError::Store(message)),
         }
     }
 }
@@ -111,17 +143,14 @@ impl Waiting {
     }
 }
 
-fn read<T>(
-    shared: &Shared,
-    read: impl FnMut(&sql::Conn) -> sql::Result<T>,
-) -> Result<T, CorralError> {
+fn read<T>(shared: &Shared, read: impl FnMut(&sql::Conn) -> sql::Result<T>) -> Result<T, AskError> {
     Ok(shared.readers.read(read)?)
 }
 
 /// `turn/steer` on the session's running turn, on the daemon that runs it.
-pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Value, CorralError> {
+pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Value, AskError> {
     if text.trim().is_empty() {
-        return Err(CorralError::Invalid("the steering text is empty".into()));
+        return Err(AskError::Invalid("the steering text is empty".into()));
     }
     let elsewhere = match &shared.lease {
         Some(lease) => read(shared, |c| prompts::busy_prompt(c, session_id))?
@@ -142,7 +171,7 @@ pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Valu
 }
 
 /// Compacts the session's thread on the daemon that ran it last (its host holds the thread).
-pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, CorralError> {
+pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, AskError> {
     let ask = Ask::Compact {
         session_id: session_id.to_string(),
     };
@@ -161,23 +190,23 @@ pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, CorralE
         .find(|daemon| daemon.node_id == node);
     match daemon {
         Some(daemon) if daemon.is_live() => ask_of(shared, &node, &ask).await,
-        Some(daemon) => Err(CorralError::Invalid(format!(
+        Some(daemon) => Err(AskError::Invalid(format!(
             "the session's thread is on host {} (the daemon of {}), which is not running: \
              compact it once that daemon runs",
             daemon.host, daemon.home
         ))),
-        None => Err(CorralError::Invalid(format!(
+        None => Err(AskError::Invalid(format!(
             "the session's thread is with daemon node {node}, which this store does not know"
         ))),
     }
 }
 
 /// Asks daemon `node` and waits for its answer, [`ASK_PATIENCE`] at most.
-async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, CorralError> {
+async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, AskError> {
     let lease = shared
         .lease
         .as_ref()
-        .ok_or_else(|| CorralError::Invalid("no other daemon to ask".into()))?;
+        .ok_or_else(|| AskError::Invalid("no other daemon to ask".into()))?;
     let id = uuid::Uuid::now_v7().to_string();
     let request = serde_json::to_string(ask).expect("an ask is JSON");
     let told = shared.asks.add(&id);
@@ -211,9 +240,9 @@ async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, CorralE
     let _ = shared.ledger.write(TakeAsk { id: id.clone() }).await;
     match answer {
         Some(answer) => serde_json::from_str::<Answer>(&answer)
-            .map_err(|error| CorralError::Store(format!("the answer of daemon {node}: {error}")))?
+            .map_err(|error| AskError::Store(format!("the answer of daemon {node}: {error}")))?
             .into_result(),
-        None => Err(CorralError::Store(format!(
+        None => Err(AskError::Store(format!(
             "the daemon that holds the session's thread (node {node}) did not answer within {} s",
             ASK_PATIENCE.as_secs()
         ))),
@@ -267,7 +296,7 @@ pub fn answer_unanswered(shared: &Arc<Shared>) {
 async fn answer(shared: &Shared, row: asks::AskRow) {
     let result = match serde_json::from_str::<Ask>(&row.request) {
         Ok(ask) => serve_here(shared, ask).await,
-        Err(error) => Err(CorralError::Invalid(format!(
+        Err(error) => Err(AskError::Invalid(format!(
             "an ask this daemon cannot read: {error}"
         ))),
     };
@@ -284,7 +313,7 @@ async fn answer(shared: &Shared, row: asks::AskRow) {
     }
 }
 
-async fn serve_here(shared: &Shared, ask: Ask) -> Result<Value, CorralError> {
+async fn serve_here(shared: &Shared, ask: Ask) -> Result<Value, AskError> {
     match ask {
         Ask::Steer { session_id, text } => steer_here(shared, &session_id, &text).await,
         Ask::Compact { session_id } => compact_here(shared, &session_id).await,
@@ -295,50 +324,50 @@ async fn serve_here(shared: &Shared, ask: Ask) -> Result<Value, CorralError> {
 async fn session_app_server(
     shared: &Shared,
     session_id: &str,
-) -> Result<(Session, actix::Addr<AppServerActor>), CorralError> {
+) -> Result<(Session, actix::Addr<AppServerActor>), AskError> {
     let session = read(shared, |c| sessions::session(c, session_id))?
-        .ok_or_else(|| CorralError::NotFound(format!("no session '{session_id}'")))?;
+        .ok_or_else(|| AskError::NotFound(format!("no session '{session_id}'")))?;
     if session.engine != EngineKind::CodexAppServer.as_str() {
-        return Err(CorralError::Invalid(format!(
+        return Err(AskError::Invalid(format!(
             "session '{session_id}' runs on {}; only codex-app-server sessions can do this",
             session.engine
         )));
     }
     let project_id = session.project_id.clone().unwrap_or_default();
     let project = read(shared, |c| projects::project(c, &project_id))?
-        .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
+        .ok_or_else(|| AskError::NotFound(format!("no project '{project_id}'")))?;
     let program =
         crate::engine::resolve_program(EngineKind::CodexAppServer, &shared.settings().engine_paths)
-            .map_err(CorralError::Invalid)?;
+            .map_err(AskError::Invalid)?;
     let server = shared.app_server(&project, &program);
     server
         .send(EnsureRunning)
         .await
-        .map_err(|error| CorralError::Store(error.to_string()))?
-        .map_err(CorralError::Invalid)?;
+        .map_err(|error| AskError::Store(error.to_string()))?
+        .map_err(AskError::Invalid)?;
     Ok((session, server))
 }
 
-async fn steer_here(shared: &Shared, session_id: &str, text: &str) -> Result<Value, CorralError> {
+async fn steer_here(shared: &Shared, session_id: &str, text: &str) -> Result<Value, AskError> {
     let (session, server) = session_app_server(shared, session_id).await?;
     let thread = session
         .thread_id
-        .ok_or_else(|| CorralError::Invalid("the session has no thread yet".into()))?;
+        .ok_or_else(|| AskError::Invalid("the session has no thread yet".into()))?;
     server
         .send(Call {
             method: "turn/steer".into(),
             params: json!({ "threadId": thread, "input": [{ "type": "text", "text": text }] }),
         })
         .await
-        .map_err(|error| CorralError::Store(error.to_string()))?
-        .map_err(|error| CorralError::Invalid(error.message))
+        .map_err(|error| AskError::Store(error.to_string()))?
+        .map_err(|error| AskError::Invalid(error.message))
 }
 
-async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, CorralError> {
+async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, AskError> {
     let (session, server) = session_app_server(shared, session_id).await?;
     let prompts = read(shared, |c| prompts::prompts_of(c, &session.id))?;
     if prompts.iter().any(|p| !p.status.is_final()) {
-        return Err(CorralError::Invalid(
+        return Err(AskError::Invalid(
             "the session has a prompt running or queued; compact it when it is idle".into(),
         ));
     }
@@ -355,7 +384,7 @@ async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, Corral
         })
         .sum();
     let Some(thread) = session.thread_id.clone() else {
-        return Err(CorralError::Invalid(
+        return Err(AskError::Invalid(
             "the session has no thread to compact".into(),
         ));
     };
@@ -367,17 +396,17 @@ async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, Corral
     };
     let resumed = call("thread/resume", json!({ "threadId": thread }))
         .await
-        .map_err(|error| CorralError::Store(error.to_string()))?;
+        .map_err(|error| AskError::Store(error.to_string()))?;
     let answer = match resumed {
         Ok(_) => call("thread/compact/start", json!({ "threadId": thread }))
             .await
-            .map_err(|error| CorralError::Store(error.to_string()))?,
+            .map_err(|error| AskError::Store(error.to_string()))?,
         Err(error) => Err(error),
     };
     let reset = match answer {
         Ok(_) => false,
         Err(error) if error.message.contains("no rollout found") => true,
-        Err(error) => return Err(CorralError::Invalid(error.message)),
+        Err(error) => return Err(AskError::Invalid(error.message)),
     };
     let recorded = shared
         .ledger

@@ -10,6 +10,8 @@
 //! - [`session`]: one per session with work; owns its engine children and retry policy.
 //! - [`supervisor`]: the registry of session actors, boot reconciliation.
 //! - [`shared`]: what the supervisor and the actors it starts share (not an actor).
+//! - [`worktree`]: a session's git worktree, made, merged and removed for its session actor
+//!   (not an actor: the session's work, writing through the ledger).
 
 pub mod app_server;
 pub mod asks;
@@ -20,3 +22,4 @@ pub mod session;
 pub mod shared;
 pub mod slots;
 pub mod supervisor;
+pub mod worktree;

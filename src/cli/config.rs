@@ -426,7 +426,7 @@ fn overridden(home: &Path) -> Option<String> {
 /// written here (no daemon ever ran: there is none to refuse).
 fn refuse_while_served(home: &Path) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, CliError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = home.join(crate::daemon::LOCK_FILE);
+    let path = home.join(crate::home::LOCK_FILE);
     let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
     let file = match std::fs::OpenOptions::new()
         .read(true)

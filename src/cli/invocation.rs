@@ -79,7 +79,7 @@ impl Invocation {
     }
 
     fn row(&self, completion: Option<ExecCompletion>) -> NewExec {
-        NewExec::from_record(self.record(), completion)
+        self.record().into_new_exec(completion)
     }
 
     /// Writes the exec's start. `Ok(false)` when there is no ledger to write to.

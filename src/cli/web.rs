@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
-use crate::http::access;
+use crate::daemon::http::access;
 use crate::protocol::{HttpLoginCode, HttpLoginCodeParams, Status, StatusParams};
 
 #[derive(Debug, clap::Args)]

@@ -16,6 +16,7 @@
 
 pub mod confine;
 pub mod events;
+pub mod http;
 pub mod methods;
 pub mod origin;
 pub mod server;
@@ -34,10 +35,6 @@ use tokio::sync::mpsc;
 
 use crate::{Corral, CorralOptions};
 
-/// The socket's file name in the home.
-pub const SOCKET_FILE: &str = "corral.sock";
-/// The lock's file name in the home.
-pub const LOCK_FILE: &str = "daemon.lock";
 /// Where a detached daemon writes its pid.
 pub const PID_FILE: &str = "daemon.pid";
 /// Where a detached daemon's stdout and stderr go.
@@ -49,6 +46,9 @@ pub const MAX_SOCKET_PATH: usize = crate::socket::MAX_PATH;
 /// The line a daemon started with [`crate::env::DAEMON_NOTIFY`] prints on stdout once it serves.
 pub const READY_LINE: &str = "corral daemon ready";
 
+/// The socket's file name in the home.
+pub const SOCKET_FILE: &str = "corral.sock";
+
 /// The socket path of a home.
 pub fn socket_path(home: &Path) -> PathBuf {
     home.join(SOCKET_FILE)
@@ -57,87 +57,6 @@ pub fn socket_path(home: &Path) -> PathBuf {
 /// Checks that a socket path fits in `sun_path`.
 pub fn check_socket_path(path: &Path) -> Result<(), String> {
     crate::socket::check_path(path).map_err(|error| format!("{error} (use a shorter CORRAL_HOME)"))
-}
-
-/// The exclusive lock of a home's supervisor: one per home, whether it is a daemon or a
-/// program embedding corral (`Corral::start` takes it, or is handed the daemon's). The daemon
-/// takes it before it touches the socket and hands it to the supervisor it starts, which
-/// holds it as long as it lives; the lock file names the holder's pid.
-pub struct DaemonLock {
-    /// The lock file, locked (`flock`, exclusive): dropping it unlocks (the lock also goes
-    /// with the descriptor when the process exits).
-    _file: nix::fcntl::Flock<std::fs::File>,
-    /// The home, as the lock was taken for it (canonical when it could be made so).
-    home: PathBuf,
-}
-
-/// Why the home's lock was not taken.
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    /// Another supervisor holds it; `pid` is what the lock file says (`None`: unreadable).
-    #[error(
-        "{} is already served by a corral supervisor: pid {} holds {} (a corral daemon, or a \
-         program embedding corral); stop it, or use another home",
-        .home.display(),
-        .pid.map(|pid| pid.to_string()).unwrap_or_else(|| "?".into()),
-        .path.display()
-    )]
-    Held {
-        home: PathBuf,
-        path: PathBuf,
-        pid: Option<u32>,
-    },
-    #[error("cannot lock {}: {error}", .path.display())]
-    Io {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-}
-
-impl DaemonLock {
-    /// Takes the lock, or says who holds it.
-    pub fn acquire(home: &Path) -> Result<DaemonLock, String> {
-        Self::try_acquire(home).map_err(|error| error.to_string())
-    }
-
-    /// Takes the lock, or says who holds it (with the holder's pid as the lock file says).
-    pub fn try_acquire(home: &Path) -> Result<DaemonLock, LockError> {
-        let path = home.join(LOCK_FILE);
-        let io = |error| LockError::Io {
-            path: path.clone(),
-            error,
-        };
-        let file = crate::home::private_file()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
-        let mut file =
-            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-                Ok(locked) => locked,
-                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
-                    return Err(LockError::Held {
-                        home: home.to_path_buf(),
-                        path,
-                        pid: holder.trim().parse().ok(),
-                    });
-                }
-                Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
-            };
-        file.set_len(0)
-            .and_then(|_| writeln!(file, "{}", std::process::id()))
-            .map_err(io)?;
-        let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
-        Ok(DaemonLock { _file: file, home })
-    }
-
-    /// The home this lock is for.
-    pub fn home(&self) -> &Path {
-        &self.home
-    }
 }
 
 /// What the daemon needs to start.
@@ -153,7 +72,7 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let home = options.home;
     let socket = socket_path(&home);
     check_socket_path(&socket)?;
-    let lock = DaemonLock::acquire(&home)?;
+    let lock = crate::home::DaemonLock::acquire(&home)?;
     // We hold the lock: whatever socket file is there belongs to a dead daemon.
     match std::fs::remove_file(&socket) {
         Ok(()) => tracing::info!(path = %socket.display(), "replaced a stale socket"),
@@ -199,7 +118,7 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let started = Instant::now();
     let context = Rc::new(server::DaemonContext::new(corral.clone(), home.clone()));
     // The HTTP API (`http.listen`); a failure to serve it leaves the socket serving.
-    let http = crate::http::start(context.clone());
+    let http = crate::daemon::http::start(context.clone());
     let outcome = serve_until_signal(listener, context.clone(), signals, &corral).await;
     http.stopped().await;
     let _ = std::fs::remove_file(&socket);

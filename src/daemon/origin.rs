@@ -34,16 +34,7 @@ use crate::protocol::*;
 use crate::store::sql::{args, Conn};
 use crate::store::{projects, sessions};
 
-/// A live run as [`find`] matches it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveRun {
-    pub run_id: String,
-    /// `None` for an app-server child, which serves many sessions.
-    pub session_id: Option<String>,
-    /// The engine's pid, which is also its process group's id (0 while it is not stored yet:
-    /// the run is then found by its id in an environment only).
-    pub pid: i32,
-}
+pub use crate::process::LiveRun;
 
 /// Which live run a request came from, and how that was found.
 #[derive(Debug, Clone, PartialEq, Eq)]

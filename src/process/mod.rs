@@ -509,7 +509,7 @@ pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>
     loop {
         let scan: Vec<Mark> = looked_for.iter().map(|(_, mark)| mark.clone()).collect();
         let found = members_async(&scan).await;
-        let now = crate::store::now_ms();
+        let now = crate::clock::now_ms();
         let mut left = vec![false; marks.len()];
         for ((owner, _), members) in looked_for.iter().zip(&found) {
             left[*owner] |= !members.is_empty();
@@ -562,7 +562,7 @@ pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>
         }
         tokio::time::sleep(STRAGGLER_POLL).await;
     }
-    let now = crate::store::now_ms();
+    let now = crate::clock::now_ms();
     gone_at.into_iter().map(|at| at.unwrap_or(now)).collect()
 }
 
@@ -704,6 +704,18 @@ fn set_terminal_foreground(pgid: Pid) {
     }
     let _ = unistd::tcsetpgrp(std::io::stdin(), pgid);
     let _ = signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&previous), None);
+}
+
+/// A live run as the daemon's origin rules (`daemon/origin.rs`) match a request's peer
+/// against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveRun {
+    pub run_id: String,
+    /// `None` for an app-server child, which serves many sessions.
+    pub session_id: Option<String>,
+    /// The pid of the run's shim, which leads its process group (0 while it is not stored
+    /// yet: the run is then found by its id in an environment only).
+    pub pid: i32,
 }
 
 /// Whether child `pid` has stopped (Ctrl-Z, SIGTTIN, …) since this was last asked. Only stops
@@ -1008,7 +1020,7 @@ mod tests {
             "CORRAL_RUN_ID",
             "run-stubborn",
         );
-        let signalled = crate::store::now_ms();
+        let signalled = crate::clock::now_ms();
         let gone = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

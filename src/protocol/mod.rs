@@ -39,6 +39,7 @@ pub mod projects;
 pub mod prompts;
 pub mod sessions;
 pub mod settings;
+pub mod slots;
 pub mod status;
 
 pub use approvals::*;

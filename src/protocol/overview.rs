@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{method, named_params, NoParams, Run};
-use crate::actors::slots::SlotSummary;
+use crate::protocol::slots::SlotSummary;
 use crate::store::exec;
 pub use crate::store::overview::{RunNow, SessionItem, SessionState};
 

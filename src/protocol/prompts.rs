@@ -169,6 +169,29 @@ pub struct ExecRecord {
 }
 
 impl ExecRecord {
+    /// The row of an exec as its process describes itself (`cli::invocation` builds one for
+    /// its own store write, the daemon from what a client sent): an exec made for a session
+    /// was made by its agent, not by a person.
+    pub fn into_new_exec(
+        self,
+        completion: Option<crate::store::exec::ExecCompletion>,
+    ) -> crate::store::exec::NewExec {
+        crate::store::exec::NewExec {
+            via_agent: self.caller_session_id.is_some(),
+            id: self.id,
+            trace_id: self.trace_id,
+            parent_exec_id: self.parent_exec_id,
+            caller_session_id: self.caller_session_id,
+            argv: self.argv,
+            cwd: self.cwd,
+            repo: self.repo,
+            pid: self.pid,
+            pid_start: self.pid_start,
+            started_at: self.started_at,
+            completion,
+        }
+    }
+
     /// Checks the record's sizes and fields; the client checks before it sends (a record that
     /// fails here is written by the client itself), the daemon before it writes.
     pub fn check(&self) -> Result<(), String> {

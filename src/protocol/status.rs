@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{method, named_params};
-use crate::actors::slots::SlotSummary;
+use crate::protocol::slots::SlotSummary;
 use crate::store::processes;
 
 method! {

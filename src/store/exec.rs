@@ -170,31 +170,6 @@ pub struct NewExec {
     pub completion: Option<ExecCompletion>,
 }
 
-impl NewExec {
-    /// The row of an exec as its process describes itself (`cli::invocation` builds one for
-    /// its own store write, the daemon from what a client sent): an exec made for a session
-    /// was made by its agent, not by a person.
-    pub fn from_record(
-        record: crate::protocol::ExecRecord,
-        completion: Option<ExecCompletion>,
-    ) -> NewExec {
-        NewExec {
-            via_agent: record.caller_session_id.is_some(),
-            id: record.id,
-            trace_id: record.trace_id,
-            parent_exec_id: record.parent_exec_id,
-            caller_session_id: record.caller_session_id,
-            argv: record.argv,
-            cwd: record.cwd,
-            repo: record.repo,
-            pid: record.pid,
-            pid_start: record.pid_start,
-            started_at: record.started_at,
-            completion,
-        }
-    }
-}
-
 /// How an exec ended, written when it ends.
 #[derive(Debug, Clone)]
 pub struct ExecCompletion {

@@ -662,10 +662,4 @@ fn json_list(text: String) -> Vec<String> {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
-/// Milliseconds since the Unix epoch: the unit of every time column.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;

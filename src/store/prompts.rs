@@ -26,6 +26,19 @@ pub enum PromptStatus {
 }
 
 impl PromptStatus {
+    /// The event that tells a prompt ended with this status (`prompt.done` …).
+    pub fn end_event(self) -> crate::events::EventKind {
+        use crate::events::EventKind;
+        match self {
+            PromptStatus::Done => EventKind::PromptDone,
+            PromptStatus::Failed => EventKind::PromptFailed,
+            PromptStatus::Cancelled => EventKind::PromptCancelled,
+            // Not an end: only the worker's bookkeeping ever passes these.
+            PromptStatus::Queued => EventKind::PromptRequeued,
+            PromptStatus::Running => EventKind::PromptStarted,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             PromptStatus::Queued => "queued",

@@ -42,7 +42,7 @@ const STORE_LEASE_RANGE: std::ops::RangeInclusive<u64> = 500..=600_000;
 /// The range of [`STORE_LOCK_TIMEOUT_MS`]: a second (one attempt of the writer's) to an hour.
 const STORE_LOCK_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
 
-/// Where the daemon serves its HTTP API and dashboard (`src/http/`), read when it starts.
+/// Where the daemon serves its HTTP API and dashboard (`src/daemon/http/`), read when it starts.
 pub const HTTP_LISTEN: &str = "http.listen";
 
 /// The dashboard's theme preference, stored for the page (the daemon does not read it).

@@ -425,12 +425,7 @@ impl Worker {
             if self.denied > 0 {
                 payload["denied"] = json!(self.denied);
             }
-            let ended = self.session_event(
-                Some(&prompt_id),
-                None,
-                EventKind::prompt_end(end.status),
-                payload,
-            );
+            let ended = self.session_event(Some(&prompt_id), None, end.status.end_event(), payload);
             let shared_with_others = self
                 .shared
                 .lease

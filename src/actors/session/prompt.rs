@@ -21,6 +21,7 @@ use super::retry::{self, Before, Decision, Failure, Policy, Resend, Retries};
 use super::{jitter, Exit, PromptEnd, RunOutcome, Stop, Worker, SLOT_NOTICE};
 use crate::actors::ledger::{SetThread, StartRun};
 use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
+use crate::actors::worktree;
 use crate::engine::{self, EngineKind, RunSpec, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
@@ -30,7 +31,6 @@ use crate::store::runs::RunEnd;
 use crate::store::sessions::Session;
 use crate::store::settings::Settings;
 use crate::store::{projects, runs, sessions};
-use crate::worktree;
 
 /// What a prompt's attempts share: read once when it starts, moved on by each retry.
 pub(super) struct PromptRun {
@@ -641,9 +641,9 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::actors::worktree::working_dir;
     use crate::store::projects::Isolation;
     use crate::store::sessions::{SessionWorktree, WorktreeState};
-    use crate::worktree::working_dir;
 
     fn project(path: &str, repo_root: Option<&str>) -> Project {
         Project {

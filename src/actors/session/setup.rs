@@ -87,7 +87,7 @@ impl Worker {
         }
         let ready = match project.setup.as_deref().filter(|c| !c.trim().is_empty()) {
             Some(command) => {
-                let cwd = crate::worktree::working_dir(current, project);
+                let cwd = crate::actors::worktree::working_dir(current, project);
                 self.run_setup(prompt, command, &cwd).await?
             }
             // The project's setup was cleared since the worktree was made: nothing to run.
@@ -112,7 +112,7 @@ impl Worker {
             .git()
             .await
             .map_err(|error| PromptEnd::failed(error.to_string()))?;
-        let make = crate::worktree::make(&git, &self.shared, session, project);
+        let make = crate::actors::worktree::make(&git, &self.shared, session, project);
         tokio::select! {
             made = make => made.map_err(|error| PromptEnd::failed(error.to_string())),
             stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {

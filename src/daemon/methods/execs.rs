@@ -4,7 +4,7 @@
 use super::{Caller, Serve};
 use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::protocol::*;
-use crate::store::exec::{ExecCompletion, NewExec};
+use crate::store::exec::ExecCompletion;
 
 /// Checks an exec the caller asks the daemon to record: its sizes, that it is the exec the
 /// connection's `initialize` named, run by the process connected, and that the connection
@@ -46,7 +46,7 @@ impl Serve for ExecStart {
         let id = record.id.clone();
         caller
             .corral()
-            .write(RecordExec(NewExec::from_record(record, None)))
+            .write(RecordExec(record.into_new_exec(None)))
             .await
             .map_err(|error| not_recorded(&id, error))?;
         caller.exec_started.set(true);

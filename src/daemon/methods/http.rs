@@ -15,20 +15,20 @@ impl Serve for HttpLoginCode {
         _p: HttpLoginCodeParams,
     ) -> Result<HttpLoginCodeResult, RpcError> {
         if !matches!(
-            crate::http::status(),
-            crate::http::HttpStatus::Serving { .. }
+            crate::daemon::http::status(),
+            crate::daemon::http::HttpStatus::Serving { .. }
         ) {
             return Err(RpcError::new(
                 code::NOT_FOUND,
                 "the daemon serves no HTTP (see `corral status`): no login code to give",
             ));
         }
-        let code = crate::http::access::new_login_code().map_err(|error| {
+        let code = crate::daemon::http::access::new_login_code().map_err(|error| {
             RpcError::new(code::INTERNAL, format!("cannot make a login code: {error}"))
         })?;
         Ok(HttpLoginCodeResult {
             code,
-            expires_in_ms: crate::http::access::LOGIN_CODE_LIFE.as_millis() as u64,
+            expires_in_ms: crate::daemon::http::access::LOGIN_CODE_LIFE.as_millis() as u64,
         })
     }
 }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::{answer, resolve_session, select, store_error, Caller, Serve};
 use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::protocol::*;
-use crate::store::exec::{ExecCompletion, NewExec, Outcome};
+use crate::store::exec::{ExecCompletion, Outcome};
 use crate::store::prompts;
 use crate::store::prompts::NewPrompt;
 use crate::store::sql::args;
@@ -57,7 +57,7 @@ pub(super) async fn send_recording(
 ) -> Result<Value, RpcError> {
     let corral = caller.corral();
     let id = record.id.clone();
-    let start = corral.write(RecordExec(NewExec::from_record(record, None)));
+    let start = corral.write(RecordExec(record.into_new_exec(None)));
     let (started, answered) = tokio::join!(start, answer(caller, PromptSend::NAME, params_value));
     if let Err(error) = started {
         tracing::warn!(%error, exec = id, "a client's exec was not recorded");

@@ -1,0 +1,147 @@
+//! Tidy tests: rules of the code's shape that no compiler checks, read from the source files
+//! themselves (ARCHITECTURE.md, "Invariants").
+//!
+//! [`LAYERS`] is the order of the top-level modules: a module may name (`crate::…`) only the
+//! modules before it. Leaves first (they name nothing of the crate, or only other leaves),
+//! then the store, the lease, the protocol, the actors, the library's front (`corral`), the
+//! daemon (the socket and HTTP), the protocol client, and the command line last. So the core
+//! never reaches up into a front end, and no two modules need each other.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The top-level modules, lowest first.
+const LAYERS: &[&str] = &[
+    // Leaves.
+    "clock", "engine", "events", "env", "process", "home", "framing", "socket", "host", "git",
+    "repo", // The core.
+    "store", "lease", "protocol", "actors",
+    // The library's front, then the front ends.
+    "corral", "daemon", "client", "cli",
+];
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The code of a file that the crate builds outside tests: comments and the test module
+/// (`#[cfg(test)]` followed by `mod`, at the end of a file by this crate's habit) left out.
+fn code(text: &str) -> String {
+    let mut kept = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]")
+            && lines
+                .peek()
+                .is_some_and(|next| next.trim_start().starts_with("mod "))
+        {
+            break;
+        }
+        let line = match line.find("//") {
+            // A `//` inside a string literal is rare in paths; cutting there loses no path.
+            Some(at) => &line[..at],
+            None => line,
+        };
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    kept
+}
+
+/// The top-level modules `code` names: `crate::NAME`, and each name of a `crate::{…}` list.
+fn named(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(list) = rest.strip_prefix('{') {
+            let end = list.find('}').unwrap_or(list.len());
+            for item in list[..end].split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    found.insert(name);
+                }
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            found.insert(name);
+        }
+    }
+    found
+}
+
+/// The top-level module a file under `src/` belongs to (`None` for `lib.rs`, this file, and
+/// the binaries, which may name anything).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(src).ok()?;
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    match first {
+        "lib.rs" | "tidy.rs" | "bin" => None,
+        name => Some(name.trim_end_matches(".rs").to_string()),
+    }
+}
+
+#[test]
+fn layers_point_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let rank = |name: &str| LAYERS.iter().position(|layer| *layer == name);
+    let mut unplaced = BTreeSet::new();
+    let mut upward = Vec::new();
+    for file in sources(&src) {
+        let Some(module) = module_of(&src, &file) else {
+            continue;
+        };
+        let Some(own) = rank(&module) else {
+            unplaced.insert(module);
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        for name in named(&code(&text)) {
+            if let Some(theirs) = rank(&name) {
+                if theirs > own {
+                    upward.push(format!(
+                        "{} names crate::{name} ({module} is below {name})",
+                        file.strip_prefix(&src).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        unplaced.is_empty(),
+        "top-level modules missing from LAYERS (place each in the order): {unplaced:?}"
+    );
+    upward.sort();
+    assert!(
+        upward.is_empty(),
+        "imports that climb back up the layers:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_finds_what_a_file_names() {
+    let text = "use crate::store::prompts;\nuse crate::{events, home::private_file};\n\
+                // crate::cli in a comment\nfn f() { crate::process::now(); }\n\
+                #[cfg(test)]\nmod tests {\n    use crate::daemon;\n}\n";
+    let names: Vec<String> = named(&code(text)).into_iter().collect();
+    assert_eq!(names, ["events", "home", "process", "store"]);
+}
