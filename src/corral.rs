@@ -27,10 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use tokio::sync::broadcast;
 
-use crate::actors::app_server::StopChild;
 use crate::actors::ledger::{
     AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession,
     EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking,
@@ -38,9 +36,7 @@ use crate::actors::ledger::{
 };
 use crate::actors::shared::{slot_limits, Published, Shared};
 use crate::actors::slots::SlotsHandle;
-use crate::actors::supervisor::{
-    ApprovalAnswered, Boot, CancelRunning, CountWorking, Dispatch, Supervisor,
-};
+use crate::actors::supervisor::SupervisorHandle;
 use crate::actors::worktree;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
@@ -205,7 +201,7 @@ impl CorralOptions {
 #[derive(Clone)]
 pub struct Corral {
     shared: Arc<Shared>,
-    supervisor: Addr<Supervisor>,
+    supervisor: SupervisorHandle,
     /// What boot reconciliation found.
     recovered: Arc<Recovered>,
     /// The home's lock (`HOME/daemon.lock`), held while any handle lives: one supervisor
@@ -348,12 +344,8 @@ impl Corral {
             options.exec_id,
             lease.as_ref().map(|(lease, _)| lease.clone()),
         ));
-        let supervisor = Supervisor::new(shared.clone()).start();
-        let recovered = supervisor
-            .send(Boot)
-            .await
-            .map_err(|error| CorralError::Store(error.to_string()))?
-            .map_err(CorralError::Store)?;
+        let supervisor = SupervisorHandle::start(shared.clone());
+        let recovered = supervisor.boot().await.map_err(CorralError::Store)?;
         // Worktrees a killed supervisor left half-made are finished (or left for the first
         // prompt to report).
         if shared.lease.is_none() {
@@ -751,7 +743,7 @@ impl Corral {
             .await?
             .map_err(CorralError::Superseded)?;
         if let Some(started) = enqueued.started.clone() {
-            self.supervisor.do_send(Dispatch(started));
+            self.supervisor.dispatch(started);
         } else if let (Some(_), Some(project)) = (&self.shared.lease, &project) {
             self.tell_if_unserved(&enqueued.prompt, project, &session)
                 .await;
@@ -882,10 +874,9 @@ impl Corral {
             .await?
             .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
         match &found {
-            CancelFound::Running { session_id } => self.supervisor.do_send(CancelRunning {
-                session_id: session_id.clone(),
-                prompt_id: prompt_id.to_string(),
-            }),
+            CancelFound::Running { session_id } => self
+                .supervisor
+                .cancel_running(session_id.clone(), prompt_id.to_string()),
             // No worker ever had it, so none tells its end: told here, so that whoever waits
             // on it (`send --wait`, `prompt.wait`, the HTTP wait) wakes and lets its driver
             // claim go. A record that fails leaves the prompt cancelled all the same; a
@@ -969,7 +960,7 @@ impl Corral {
         self.shared.publish(told);
         match answered {
             approvals::Answered::Now(approval) => {
-                self.supervisor.do_send(ApprovalAnswered(approval.clone()));
+                self.supervisor.approval_answered(approval.clone());
                 Ok(approval)
             }
             approvals::Answered::Before(first) => {
@@ -1099,7 +1090,7 @@ impl Corral {
     pub async fn app_servers(&self) -> Vec<serde_json::Value> {
         let mut states = Vec::new();
         for actor in self.shared.app_server_actors() {
-            if let Ok(state) = actor.send(crate::actors::app_server::Snapshot).await {
+            if let Some(state) = actor.snapshot().await {
                 states.push(state.to_json(self.node_id()));
             }
         }
@@ -1115,7 +1106,7 @@ impl Corral {
 
     /// How many sessions have a worker running now.
     pub async fn working(&self) -> usize {
-        self.supervisor.send(CountWorking).await.unwrap_or(0)
+        self.supervisor.count_working().await
     }
 
     /// Stops the supervisor's work: running prompts may finish for `grace`; then every child
@@ -1156,7 +1147,7 @@ impl Corral {
     async fn stop_app_servers(&self) {
         let grace = self.settings().cancel_grace;
         for server in self.shared.app_server_actors() {
-            let Ok(state) = server.send(StopChild { grace }).await else {
+            let Some(state) = server.stop_child(grace).await else {
                 continue;
             };
             let write = SaveAppServer {

@@ -704,10 +704,101 @@ async fn read_stderr(pipe: impl AsyncRead + Unpin, generation: u64, actor: Addr<
 // ---------------------------------------------------------------------------------------------
 // Messages.
 
+/// The cloneable way to reach a project's app-server actor ([`Shared::app_server`] starts
+/// it). Needs a running actix system. Once the actor is gone (it stops only with the
+/// daemon) every call answers as if its child were not running.
+///
+/// [`Shared::app_server`]: super::shared::Shared::app_server
+#[derive(Clone)]
+pub struct AppServerHandle(Addr<AppServerActor>);
+
+impl AppServerHandle {
+    /// Starts `actor`.
+    pub fn start(actor: AppServerActor) -> AppServerHandle {
+        AppServerHandle(actor.start())
+    }
+
+    /// Whether the actor still runs.
+    pub fn connected(&self) -> bool {
+        self.0.connected()
+    }
+
+    /// Starts the child unless it runs or is starting, and waits until it serves: its
+    /// generation and pid, or why it does not run.
+    pub async fn ensure_running(&self) -> Result<(u64, u32), String> {
+        self.0
+            .send(EnsureRunning)
+            .await
+            .unwrap_or_else(|error| Err(error.to_string()))
+    }
+
+    /// The child's generation and pid if it serves now.
+    pub async fn serving(&self) -> Option<(u64, u32)> {
+        self.0.send(Serving).await.ok().flatten()
+    }
+
+    /// How long until a child that hit its restart limit may be started again.
+    pub async fn retry_after(&self) -> Option<Duration> {
+        self.0.send(RetryAfter).await.ok().flatten()
+    }
+
+    /// A JSON-RPC request to the child: its result, or its error.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let call = Call {
+            method: method.to_string(),
+            params,
+        };
+        self.0
+            .send(call)
+            .await
+            .unwrap_or_else(|error| Err(RpcError::new(-32603, error.to_string())))
+    }
+
+    /// Routes thread `thread_id`'s notifications (and, with `asks`, its approval requests) to
+    /// `sender`.
+    pub fn watch_thread(&self, thread_id: String, sender: mpsc::Sender<TurnEvent>, asks: bool) {
+        self.0.do_send(WatchThread {
+            thread_id,
+            sender,
+            asks,
+        });
+    }
+
+    /// Stops routing thread `thread_id`'s notifications.
+    pub fn unwatch_thread(&self, thread_id: String) {
+        self.0.do_send(UnwatchThread(thread_id));
+    }
+
+    /// Answers a request of the child of `generation` (a newer child never gets it).
+    pub fn respond(&self, line: String, generation: u64) {
+        self.0.do_send(Respond { line, generation });
+    }
+
+    /// The engine path the next child starts from.
+    pub fn use_program(&self, program: PathBuf) {
+        self.0.do_send(UseProgram(program));
+    }
+
+    /// Kills the child's process group (it is restarted on demand).
+    pub fn kill_child(&self) {
+        self.0.do_send(KillChild);
+    }
+
+    /// Stops the child (SIGTERM, SIGKILL after `grace`): its state once it is gone.
+    pub async fn stop_child(&self, grace: Duration) -> Option<AppServerState> {
+        self.0.send(StopChild { grace }).await.ok()
+    }
+
+    /// The actor's state, for `status`.
+    pub async fn snapshot(&self) -> Option<AppServerState> {
+        self.0.send(Snapshot).await.ok()
+    }
+}
+
 /// Starts the child if it is not running; answers `(generation, pid)` once it serves.
 #[derive(Message)]
 #[rtype(result = "Result<(u64, u32), String>")]
-pub struct EnsureRunning;
+struct EnsureRunning;
 
 impl Handler<EnsureRunning> for AppServerActor {
     type Result = ResponseFuture<Result<(u64, u32), String>>;
@@ -737,7 +828,7 @@ impl Handler<EnsureRunning> for AppServerActor {
 /// waits for a (re)start with the slot.
 #[derive(Message)]
 #[rtype(result = "Option<(u64, u32)>")]
-pub struct Serving;
+struct Serving;
 
 impl Handler<Serving> for AppServerActor {
     type Result = Option<(u64, u32)>;
@@ -754,7 +845,7 @@ impl Handler<Serving> for AppServerActor {
 /// allowed again. `None` when it is not in that state.
 #[derive(Message)]
 #[rtype(result = "Option<Duration>")]
-pub struct RetryAfter;
+struct RetryAfter;
 
 impl Handler<RetryAfter> for AppServerActor {
     type Result = Option<Duration>;
@@ -772,7 +863,7 @@ impl Handler<RetryAfter> for AppServerActor {
 /// Sends a request and answers with its result (or its error object).
 #[derive(Message)]
 #[rtype(result = "Result<Value, RpcError>")]
-pub struct Call {
+struct Call {
     pub method: String,
     pub params: Value,
 }
@@ -845,7 +936,7 @@ impl Handler<Call> for AppServerActor {
 /// Routes a thread's notifications to a turn (replacing any earlier watcher of the thread).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct WatchThread {
+struct WatchThread {
     pub thread_id: String,
     /// From [`turn_channel`].
     pub sender: mpsc::Sender<TurnEvent>,
@@ -876,7 +967,7 @@ impl Handler<WatchThread> for AppServerActor {
 /// written to the child that asked (a child restarted since never gets it).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Respond {
+struct Respond {
     pub line: String,
     pub generation: u64,
 }
@@ -901,7 +992,7 @@ impl Handler<Respond> for AppServerActor {
 /// Stops routing a thread's notifications.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct UnwatchThread(pub String);
+struct UnwatchThread(String);
 
 impl Handler<UnwatchThread> for AppServerActor {
     type Result = ();
@@ -919,7 +1010,7 @@ impl Handler<UnwatchThread> for AppServerActor {
 /// at a later turn's ask.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct UseProgram(pub PathBuf);
+struct UseProgram(PathBuf);
 
 impl Handler<UseProgram> for AppServerActor {
     type Result = ();
@@ -958,7 +1049,7 @@ impl Handler<UseProgram> for AppServerActor {
 /// `EnsureRunning` starts a new one.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct KillChild;
+struct KillChild;
 
 impl Handler<KillChild> for AppServerActor {
     type Result = ();
@@ -980,7 +1071,7 @@ impl Handler<KillChild> for AppServerActor {
 /// take a child stopped with its daemon for one that died with it.
 #[derive(Message)]
 #[rtype(result = "AppServerState")]
-pub struct StopChild {
+struct StopChild {
     pub grace: Duration,
 }
 
@@ -1023,7 +1114,7 @@ impl Handler<StopChild> for AppServerActor {
 /// The state for `status`.
 #[derive(Message)]
 #[rtype(result = "AppServerState")]
-pub struct Snapshot;
+struct Snapshot;
 
 impl Handler<Snapshot> for AppServerActor {
     type Result = MessageResult<Snapshot>;

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::app_server::{AppServerActor, Call, EnsureRunning};
+use super::app_server::AppServerHandle;
 use super::ledger::{AnswerAsk, PutAsk, RecordCompaction, TakeAsk};
 use super::shared::Shared;
 use crate::engine::EngineKind;
@@ -324,7 +324,7 @@ async fn serve_here(shared: &Shared, ask: Ask) -> Result<Value, AskError> {
 async fn session_app_server(
     shared: &Shared,
     session_id: &str,
-) -> Result<(Session, actix::Addr<AppServerActor>), AskError> {
+) -> Result<(Session, AppServerHandle), AskError> {
     let session = read(shared, |c| sessions::session(c, session_id))?
         .ok_or_else(|| AskError::NotFound(format!("no session '{session_id}'")))?;
     if session.engine != EngineKind::CodexAppServer.as_str() {
@@ -340,11 +340,7 @@ async fn session_app_server(
         crate::engine::resolve_program(EngineKind::CodexAppServer, &shared.settings().engine_paths)
             .map_err(AskError::Invalid)?;
     let server = shared.app_server(&project, &program);
-    server
-        .send(EnsureRunning)
-        .await
-        .map_err(|error| AskError::Store(error.to_string()))?
-        .map_err(AskError::Invalid)?;
+    server.ensure_running().await.map_err(AskError::Invalid)?;
     Ok((session, server))
 }
 
@@ -353,13 +349,10 @@ async fn steer_here(shared: &Shared, session_id: &str, text: &str) -> Result<Val
     let thread = session
         .thread_id
         .ok_or_else(|| AskError::Invalid("the session has no thread yet".into()))?;
+    let params = json!({ "threadId": thread, "input": [{ "type": "text", "text": text }] });
     server
-        .send(Call {
-            method: "turn/steer".into(),
-            params: json!({ "threadId": thread, "input": [{ "type": "text", "text": text }] }),
-        })
+        .call("turn/steer", params)
         .await
-        .map_err(|error| AskError::Store(error.to_string()))?
         .map_err(|error| AskError::Invalid(error.message))
 }
 
@@ -388,19 +381,15 @@ async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, AskErr
             "the session has no thread to compact".into(),
         ));
     };
-    let call = |method: &str, params: Value| {
-        server.send(Call {
-            method: method.into(),
-            params,
-        })
-    };
-    let resumed = call("thread/resume", json!({ "threadId": thread }))
-        .await
-        .map_err(|error| AskError::Store(error.to_string()))?;
+    let resumed = server
+        .call("thread/resume", json!({ "threadId": thread }))
+        .await;
     let answer = match resumed {
-        Ok(_) => call("thread/compact/start", json!({ "threadId": thread }))
-            .await
-            .map_err(|error| AskError::Store(error.to_string()))?,
+        Ok(_) => {
+            server
+                .call("thread/compact/start", json!({ "threadId": thread }))
+                .await
+        }
         Err(error) => Err(error),
     };
     let reset = match answer {

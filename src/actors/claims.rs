@@ -16,7 +16,6 @@
 
 use std::sync::Arc;
 
-use actix::Addr;
 use tokio::sync::{mpsc, Notify};
 
 use super::asks;
@@ -25,7 +24,7 @@ use super::ledger::{
 };
 use super::relay::EventRelay;
 use super::shared::{Published, Shared};
-use super::supervisor::{ApprovalAnswered, CancelRunning, Dispatch, Supervisor};
+use super::supervisor::SupervisorHandle;
 use crate::lease::holder::Wanted;
 use crate::store::listen::{Listener, Notice};
 use crate::store::location::PgUrl;
@@ -36,7 +35,7 @@ use crate::store::settings::DEFAULT_SLOTS_PER_ENGINE;
 /// events. Returns the listener, which stops them when dropped.
 pub fn start(
     shared: Arc<Shared>,
-    supervisor: Addr<Supervisor>,
+    supervisor: SupervisorHandle,
     url: &PgUrl,
     mut wanted: mpsc::UnboundedReceiver<Wanted>,
 ) -> Listener {
@@ -135,7 +134,7 @@ fn answered_here(shared: &Shared, payload: &str) {
 
 /// A cancel asked on any daemon (`<session id>:<prompt id>`): ended here if this daemon runs
 /// the prompt.
-fn cancel_if_here(shared: &Shared, supervisor: &Addr<Supervisor>, ids: &str) {
+fn cancel_if_here(shared: &Shared, supervisor: &SupervisorHandle, ids: &str) {
     let Some((session_id, prompt_id)) = ids.split_once(':') else {
         return;
     };
@@ -150,21 +149,18 @@ fn cancel_if_here(shared: &Shared, supervisor: &Addr<Supervisor>, ids: &str) {
         .and_then(|prompt| prompt.claim)
         .is_some_and(|claim| claim.node_id == lease.node_id);
     if here {
-        supervisor.do_send(CancelRunning {
-            session_id: session_id.to_string(),
-            prompt_id: prompt_id.to_string(),
-        });
+        supervisor.cancel_running(session_id.to_string(), prompt_id.to_string());
     }
 }
 
 /// A person answered approval `id` on some daemon (this one too): the supervisor hands it
 /// to the run that waits for it, if that run is here (a run takes an answer once).
-fn approval_answered(shared: &Shared, supervisor: &Addr<Supervisor>, id: &str) {
+fn approval_answered(shared: &Shared, supervisor: &SupervisorHandle, id: &str) {
     match shared
         .readers
         .read(|c| crate::store::approvals::approval(c, id))
     {
-        Ok(Some(approval)) => supervisor.do_send(ApprovalAnswered(approval)),
+        Ok(Some(approval)) => supervisor.approval_answered(approval),
         Ok(None) => {}
         Err(error) => {
             tracing::warn!(%error, approval = id, "an answered approval could not be read")
@@ -174,7 +170,7 @@ fn approval_answered(shared: &Shared, supervisor: &Addr<Supervisor>, id: &str) {
 
 /// Hands the runs here every answer given to them, for when an answer's notice may have been
 /// missed.
-fn approvals_answered_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
+fn approvals_answered_here(shared: &Shared, supervisor: &SupervisorHandle) {
     let Some(lease) = &shared.lease else {
         return;
     };
@@ -184,7 +180,7 @@ fn approvals_answered_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
     match answered {
         Ok(answered) => {
             for approval in answered {
-                supervisor.do_send(ApprovalAnswered(approval));
+                supervisor.approval_answered(approval);
             }
         }
         Err(error) => tracing::warn!(%error, "the answered approvals could not be read"),
@@ -193,7 +189,7 @@ fn approvals_answered_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
 
 /// Ends the prompts running here whose cancel was asked (kept on their rows), for when a
 /// cancel's notice may have been missed.
-fn cancel_asked_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
+fn cancel_asked_here(shared: &Shared, supervisor: &SupervisorHandle) {
     let Some(lease) = &shared.lease else {
         return;
     };
@@ -203,10 +199,7 @@ fn cancel_asked_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
     match asked {
         Ok(asked) => {
             for (session_id, prompt_id) in asked {
-                supervisor.do_send(CancelRunning {
-                    session_id,
-                    prompt_id,
-                });
+                supervisor.cancel_running(session_id, prompt_id);
             }
         }
         Err(error) => tracing::warn!(%error, "the cancels asked could not be read"),
@@ -214,7 +207,7 @@ fn cancel_asked_here(shared: &Shared, supervisor: &Addr<Supervisor>) {
 }
 
 /// Claims whenever woken, rescues when asked, until the daemon drains.
-async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: Arc<Notify>) {
+async fn claim_loop(shared: Arc<Shared>, supervisor: SupervisorHandle, rescue: Arc<Notify>) {
     let Some(lease) = shared.lease.clone() else {
         return;
     };
@@ -298,7 +291,7 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: Addr<Supervisor>, rescue: A
         match shared.ledger.write(claim).await {
             Ok(prompts) => {
                 for prompt in prompts {
-                    supervisor.do_send(Dispatch(prompt));
+                    supervisor.dispatch(prompt);
                 }
             }
             Err(error) => {

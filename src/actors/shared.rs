@@ -14,10 +14,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use actix::prelude::*;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use super::app_server::{AppServerActor, AppServerState};
+use super::app_server::{AppServerActor, AppServerHandle, AppServerState};
 use super::ledger::{AppendEvents, LedgerError, LedgerHandle, SaveAppServer, Unwritten};
 use super::slots::{SlotLimits, SlotsHandle};
 use crate::store::events::{Event, NewEvent};
@@ -43,7 +42,7 @@ pub struct Shared {
     /// Set when a shutdown begins: running prompts may finish, but no new one starts.
     draining: std::sync::atomic::AtomicBool,
     /// The app-server child of each project that uses one, started on first use.
-    app_servers: std::sync::Mutex<HashMap<String, Addr<AppServerActor>>>,
+    app_servers: std::sync::Mutex<HashMap<String, AppServerHandle>>,
     /// How many session actors have a worker running now, kept by the workers themselves
     /// ([`Shared::begin_work`]): `status` and the shutdown read it without asking every
     /// session actor (2,000 of them at a large boot), and the shutdown is woken when it
@@ -188,15 +187,15 @@ impl Shared {
 
     /// The app-server actor of a project, started on first use. Its state changes are kept
     /// in the store.
-    pub fn app_server(&self, project: &Project, program: &std::path::Path) -> Addr<AppServerActor> {
+    pub fn app_server(&self, project: &Project, program: &std::path::Path) -> AppServerHandle {
         let mut servers = self
             .app_servers
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(addr) = servers.get(&project.id).filter(|addr| addr.connected()) {
+        if let Some(server) = servers.get(&project.id).filter(|server| server.connected()) {
             // The path in the settings now: a change reaches the next child.
-            addr.do_send(crate::actors::app_server::UseProgram(program.to_path_buf()));
-            return addr.clone();
+            server.use_program(program.to_path_buf());
+            return server.clone();
         }
         let ledger = self.ledger.clone();
         let project_id = project.id.clone();
@@ -227,13 +226,11 @@ impl Shared {
             states,
             self.shutdown_signal(),
         ));
-        let addr = actor
-            .on_change(move |state: AppServerState| {
-                latest.send_replace(Some(state));
-            })
-            .start();
-        servers.insert(project.id.clone(), addr.clone());
-        addr
+        let server = AppServerHandle::start(actor.on_change(move |state: AppServerState| {
+            latest.send_replace(Some(state));
+        }));
+        servers.insert(project.id.clone(), server.clone());
+        server
     }
 
     /// This daemon's node on a shared store (`None` on SQLite).
@@ -247,7 +244,7 @@ impl Shared {
     }
 
     /// The live app-server actors (for `status`).
-    pub fn app_server_actors(&self) -> Vec<Addr<AppServerActor>> {
+    pub fn app_server_actors(&self) -> Vec<AppServerHandle> {
         self.app_servers
             .lock()
             .map(|servers| servers.values().cloned().collect())

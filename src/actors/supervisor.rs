@@ -23,14 +23,14 @@ use crate::store::prompts::Prompt;
 use crate::store::runs::Recovered;
 use crate::store::{processes, projects, runs, sessions};
 
-/// The supervisor actor. Private: see `crate::Corral`.
-pub struct Supervisor {
+/// The supervisor actor, reached through its [`SupervisorHandle`].
+struct Supervisor {
     shared: Arc<Shared>,
     sessions: HashMap<String, Addr<SessionActor>>,
 }
 
 impl Supervisor {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    fn new(shared: Arc<Shared>) -> Self {
         Supervisor {
             shared,
             sessions: HashMap::new(),
@@ -55,10 +55,51 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 }
 
+/// The cloneable way to reach the supervisor. Needs a running actix system.
+#[derive(Clone)]
+pub struct SupervisorHandle(Addr<Supervisor>);
+
+impl SupervisorHandle {
+    /// Starts the supervisor of the actors that share `shared`; nothing runs before
+    /// [`boot`](Self::boot).
+    pub fn start(shared: Arc<Shared>) -> SupervisorHandle {
+        SupervisorHandle(Supervisor::new(shared).start())
+    }
+
+    /// Reconciles what a previous supervisor left, then resumes its sessions' work (see
+    /// [`Boot`]).
+    pub async fn boot(&self) -> Result<Recovered, String> {
+        self.0.send(Boot).await.map_err(|error| error.to_string())?
+    }
+
+    /// Hands `prompt`, `running` in the store, to its session's worker.
+    pub fn dispatch(&self, prompt: Prompt) {
+        self.0.do_send(Dispatch(prompt));
+    }
+
+    /// Ends prompt `prompt_id` if session `session_id` runs it here now.
+    pub fn cancel_running(&self, session_id: String, prompt_id: String) {
+        self.0.do_send(CancelRunning {
+            session_id,
+            prompt_id,
+        });
+    }
+
+    /// Hands an approval a person answered to the run that waits for it, if it runs here.
+    pub fn approval_answered(&self, approval: crate::store::approvals::Approval) {
+        self.0.do_send(ApprovalAnswered(approval));
+    }
+
+    /// How many session actors have a worker running now (0 once the supervisor is gone).
+    pub async fn count_working(&self) -> usize {
+        self.0.send(CountWorking).await.unwrap_or(0)
+    }
+}
+
 /// Starts (or hands to) the session's worker a prompt that is `running` in the store.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Dispatch(pub Prompt);
+struct Dispatch(Prompt);
 
 impl Handler<Dispatch> for Supervisor {
     type Result = ();
@@ -72,9 +113,9 @@ impl Handler<Dispatch> for Supervisor {
 /// Ends a running prompt of a session.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct CancelRunning {
-    pub session_id: String,
-    pub prompt_id: String,
+struct CancelRunning {
+    session_id: String,
+    prompt_id: String,
 }
 
 impl Handler<CancelRunning> for Supervisor {
@@ -93,7 +134,7 @@ impl Handler<CancelRunning> for Supervisor {
 /// ended, and nothing waits).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ApprovalAnswered(pub crate::store::approvals::Approval);
+struct ApprovalAnswered(crate::store::approvals::Approval);
 
 impl Handler<ApprovalAnswered> for Supervisor {
     type Result = ();
@@ -109,24 +150,11 @@ impl Handler<ApprovalAnswered> for Supervisor {
     }
 }
 
-/// How many session actors exist (for status and tests).
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub struct CountSessions;
-
-impl Handler<CountSessions> for Supervisor {
-    type Result = usize;
-
-    fn handle(&mut self, _: CountSessions, _: &mut Context<Self>) -> usize {
-        self.sessions.len()
-    }
-}
-
 /// How many session actors have a worker running now: the count the workers keep
 /// ([`Shared::working`]), so asking costs the same for 2 sessions or 2,000.
 #[derive(Message)]
 #[rtype(result = "usize")]
-pub struct CountWorking;
+struct CountWorking;
 
 impl Handler<CountWorking> for Supervisor {
     type Result = usize;
@@ -147,7 +175,7 @@ impl Handler<CountWorking> for Supervisor {
 /// of theirs runs before their last process is gone.
 #[derive(Message)]
 #[rtype(result = "Result<Recovered, String>")]
-pub struct Boot;
+struct Boot;
 
 impl Handler<Boot> for Supervisor {
     type Result = ResponseActFuture<Self, Result<Recovered, String>>;
@@ -188,7 +216,7 @@ impl Handler<Boot> for Supervisor {
             .into_actor(self)
             .map(|result, _, ctx| {
                 let (recovered, prompts) = result?;
-                actix::spawn(resume(ctx.address(), prompts));
+                actix::spawn(resume(SupervisorHandle(ctx.address()), prompts));
                 Ok(recovered)
             }),
         )
@@ -204,11 +232,11 @@ const RESUME_STEP: usize = 64;
 /// slot asked for) cost about 25 µs, so 2,000 of them at once would keep the daemon from
 /// answering anyone for 50 ms; in steps, a request waits for one step at most at each of
 /// its turns. The boot's answer (and with it the daemon's readiness) does not wait for them.
-async fn resume(supervisor: Addr<Supervisor>, prompts: Vec<Prompt>) {
+async fn resume(supervisor: SupervisorHandle, prompts: Vec<Prompt>) {
     let mut prompts = prompts.into_iter().peekable();
     while prompts.peek().is_some() {
         for prompt in prompts.by_ref().take(RESUME_STEP) {
-            supervisor.do_send(Dispatch(prompt));
+            supervisor.dispatch(prompt);
         }
         tokio::task::yield_now().await;
     }

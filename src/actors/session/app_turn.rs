@@ -5,12 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use actix::prelude::*;
 use serde_json::json;
 
 use super::asking::Talk;
 use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
-use crate::actors::app_server::{self, AppServerActor};
+use crate::actors::app_server::{self, AppServerHandle};
 use crate::actors::ledger::SetThread;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, Policy, RunVerdict};
 use crate::events::EventKind;
@@ -72,17 +71,16 @@ impl Worker {
     /// are allowed again, or it is cancelled.
     pub(super) async fn wait_app_server(
         &mut self,
-        server: &Addr<AppServerActor>,
+        server: &AppServerHandle,
         prompt_id: &str,
     ) -> Result<(), PromptEnd> {
         let mut announced = false;
         loop {
-            let reason = match server.send(app_server::EnsureRunning).await {
-                Ok(Ok(_)) => return Ok(()),
-                Ok(Err(reason)) => reason,
-                Err(error) => return Err(PromptEnd::failed(error.to_string())),
+            let reason = match server.ensure_running().await {
+                Ok(_) => return Ok(()),
+                Err(reason) => reason,
             };
-            let Ok(Some(wait)) = server.send(app_server::RetryAfter).await else {
+            let Some(wait) = server.retry_after().await else {
                 return Err(PromptEnd::failed(reason));
             };
             if !announced {
@@ -110,7 +108,7 @@ impl Worker {
     /// period gets its child restarted. Returns the run's outcome and its thread, once known.
     pub(super) async fn run_app_turn(
         &mut self,
-        server: &Addr<AppServerActor>,
+        server: &AppServerHandle,
         turn: AppTurn<'_>,
         settings: &crate::store::settings::Settings,
     ) -> (RunOutcome, Option<String>) {
@@ -123,11 +121,9 @@ impl Worker {
             self.store_new_thread(&turn, &thread_id).await;
         }
         let (sender, notifications) = app_server::turn_channel();
-        server.0.do_send(app_server::WatchThread {
-            thread_id: thread_id.clone(),
-            sender,
-            asks: turn.policy == Policy::Ask,
-        });
+        server
+            .0
+            .watch_thread(thread_id.clone(), sender, turn.policy == Policy::Ask);
         self.note_driver(turn.driver_exec);
         let turn_id = match start_turn(&server, &turn, &thread_id).await {
             Ok(turn_id) => turn_id,
@@ -163,7 +159,7 @@ impl Worker {
         let (actor, generation) = (server.0.clone(), turn.generation);
         tokio::spawn(async move {
             while let Some(line) = outgoing.recv().await {
-                actor.do_send(app_server::Respond { line, generation });
+                actor.respond(line, generation);
             }
         });
         let mut talk = Talk::new(Some(answers));
@@ -373,7 +369,7 @@ impl Worker {
                 _ = &mut deadline, if following.stop.is_some() || !talk.waits() => {
                     if let Some(stop) = following.stop {
                         // The turn ignored turn/interrupt: restart the child.
-                        server.0.do_send(app_server::KillChild);
+                        server.0.kill_child();
                         return RunOutcome::Stopped(stop, Exit::default());
                     }
                     server.interrupt(following).await;
@@ -610,7 +606,7 @@ fn approval_policy(policy: Policy) -> &'static str {
 }
 
 /// The project's app-server, as a turn talks to it.
-struct Server<'a>(&'a Addr<AppServerActor>);
+struct Server<'a>(&'a AppServerHandle);
 
 impl Server<'_> {
     /// Sends a request; an error answer (or an app-server gone) is the run's failure, in the
@@ -620,24 +616,15 @@ impl Server<'_> {
         method: &str,
         params: serde_json::Value,
     ) -> Result<serde_json::Value, RunOutcome> {
-        let call = app_server::Call {
-            method: method.to_string(),
-            params,
-        };
-        match self.0.send(call).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => {
-                let class = engine::app_server::classify_rpc_error(error.code, &error.message);
-                Err(RunOutcome::failed_as(error.message, class))
-            }
-            Err(error) => Err(RunOutcome::failed(error.to_string())),
-        }
+        self.0.call(method, params).await.map_err(|error| {
+            let class = engine::app_server::classify_rpc_error(error.code, &error.message);
+            RunOutcome::failed_as(error.message, class)
+        })
     }
 
     /// Stops routing the thread's notifications to this turn.
     fn unwatch(&self, thread_id: &str) {
-        self.0
-            .do_send(app_server::UnwatchThread(thread_id.to_string()));
+        self.0.unwatch_thread(thread_id.to_string());
     }
 
     /// Asks the turn to stop. Its answer does not matter: the turn's end (or its absence)

@@ -48,7 +48,6 @@ mod prompt;
 pub mod retry;
 mod setup;
 
-use super::app_server;
 use super::ledger::{
     AppendEvents, Both, EndRun, Fenced, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::app_server;
 use super::app_turn::AppTurn;
 use super::child::{ChildEnv, ChildRun};
 use super::retry::{self, Before, Decision, Failure, Policy, Resend, Retries};
@@ -198,15 +197,14 @@ impl Worker {
             // An app-server's child is asked again now that the slot is held: it may have been
             // restarted (or lost) during the wait.
             let serving = match &server {
-                Some(server) => match server.send(app_server::Serving).await {
-                    Ok(Some(serving)) => Some(serving),
+                Some(server) => match server.serving().await {
+                    Some(serving) => Some(serving),
                     // Lost since: wait for it again (a restart, maybe), without the slot.
-                    Ok(None) => {
+                    None => {
                         drop(slot);
                         run.attempt -= 1;
                         continue;
                     }
-                    Err(error) => return PromptEnd::failed(error.to_string()),
                 },
                 None => None,
             };
