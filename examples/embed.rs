@@ -4,10 +4,7 @@
 //! Run: `cargo build && cargo run --example embed` (the fake engine binary must be built: it
 //! is found beside this example's directory, in `target/<profile>/corral-fake-engine`).
 
-use corral::store::projects::NewProject;
-use corral::store::prompts::NewPrompt;
-use corral::store::sessions::NewSession;
-use corral::{Corral, CorralOptions};
+use corral::{Corral, CorralOptions, NewProject, NewPrompt, NewSession};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // target/<profile>/examples/embed → target/<profile>/corral-fake-engine

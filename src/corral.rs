@@ -1,27 +1,6 @@
 //! [`Corral`]: the supervisor as a library. It starts the actors inside the caller's actix
 //! system and offers typed calls: add a project, open a session, send a prompt, cancel it,
-//! follow the events, change a setting.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), corral::CorralError> {
-//! use corral::{Corral, CorralOptions};
-//! use corral::store::projects::NewProject;
-//! use corral::store::prompts::NewPrompt;
-//! use corral::store::sessions::NewSession;
-//! let corral = Corral::start(CorralOptions::new("/tmp/corral-home")).await?;
-//! let project = corral
-//!     .add_project(NewProject { name: "demo".into(), path: "/tmp".into(), ..Default::default() })
-//!     .await?;
-//! let session = corral
-//!     .open_session(NewSession { project_id: project.id, engine: "fake".into(), ..Default::default() })
-//!     .await?;
-//! let sent = corral
-//!     .send(NewPrompt { session_id: session.id, text: "say hi".into(), ..Default::default() })
-//!     .await?;
-//! let done = corral.wait_prompt(&sent.prompt.id).await?;
-//! println!("{:?}: {:?}", done.status, done.answer);
-//! # Ok(()) }
-//! ```
+//! follow the events, change a setting (the crate's documentation shows it at work).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

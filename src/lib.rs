@@ -15,6 +15,51 @@
 //! - [`Corral`]: the library's front, what a program embedding corral calls;
 //! - [`daemon`]: the socket server, its method handlers and the HTTP API and dashboard;
 //! - [`client`]: the protocol's client; [`cli`]: the `corral` command line.
+//!
+//! # Embedding
+//!
+//! [`Corral`] is the supervisor as a library: it starts the actors inside the caller's actix
+//! system and offers typed calls — add a project, open a session, send a prompt, wait for it,
+//! follow the events, change a setting. The types those calls take and give are re-exported
+//! here. A prompt on the `command` engine (any program; by default `sh -c PROMPT`):
+//!
+//! ```
+//! use corral::{Corral, CorralOptions, NewProject, NewPrompt, NewSession, PromptStatus};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let home = tempfile::tempdir()?;
+//! let work = tempfile::tempdir()?;
+//! actix::System::new().block_on(async {
+//!     let corral = Corral::start(CorralOptions::new(home.path())).await?;
+//!     let project = corral
+//!         .add_project(NewProject {
+//!             name: "demo".into(),
+//!             path: work.path().to_string_lossy().into_owned(),
+//!             engine: Some("command".into()),
+//!             ..Default::default()
+//!         })
+//!         .await?;
+//!     let session = corral
+//!         .open_session(NewSession {
+//!             project_id: project.id,
+//!             engine: "command".into(),
+//!             ..Default::default()
+//!         })
+//!         .await?;
+//!     let sent = corral
+//!         .send(NewPrompt {
+//!             session_id: session.id,
+//!             text: "echo hello".into(),
+//!             ..Default::default()
+//!         })
+//!         .await?;
+//!     let done = corral.wait_prompt(&sent.prompt.id).await?;
+//!     assert_eq!(done.status, PromptStatus::Done);
+//!     assert_eq!(done.answer.as_deref(), Some("hello"));
+//!     Ok::<_, Box<dyn std::error::Error>>(())
+//! })
+//! # }
+//! ```
 
 pub mod actors;
 pub mod cli;
@@ -37,6 +82,11 @@ pub mod socket;
 pub mod store;
 
 pub use corral::{Corral, CorralError, CorralOptions};
+pub use events::EventKind;
+pub use store::events::Event;
+pub use store::projects::{NewProject, Project};
+pub use store::prompts::{NewPrompt, Prompt, PromptStatus};
+pub use store::sessions::{NewSession, Session};
 
 #[cfg(test)]
 mod tidy;

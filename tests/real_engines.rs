@@ -1509,13 +1509,7 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
     let beyond = outside_tmp();
     let patched = beyond.path().join("patched.txt");
     mock.script([
-        mock_responses::Answer::Custom {
-            name: "apply_patch".into(),
-            input: format!(
-                "*** Begin Patch\n*** Add File: {}\n+patched\n*** End Patch\n",
-                patched.display()
-            ),
-        },
+        add_file_patch(&patched),
         mock_responses::Answer::text("patched it"),
     ]);
     let prompt = send_only(&rig, &session, "patch it");
@@ -1543,6 +1537,17 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
     stop(follower);
     assert_eq!(rig.mock.unused_answers(), 0, "{}", rig.mock.log());
     rig.stop_daemon();
+}
+
+/// codex's `apply_patch` (its file edit, a freeform tool) adding file `path` with `patched`.
+fn add_file_patch(path: &std::path::Path) -> mock_responses::Answer {
+    mock_responses::Answer::Custom {
+        name: "apply_patch".into(),
+        input: format!(
+            "*** Begin Patch\n*** Add File: {}\n+patched\n*** End Patch\n",
+            path.display()
+        ),
+    }
 }
 
 /// A directory outside the tree that codex's workspace-write does not keep writable: it
@@ -1587,13 +1592,7 @@ fn codex_the_sandbox_holds(engine: &str) {
             .extension()
             .is_some_and(|extension| extension == "patched")
         {
-            mock_responses::Answer::Custom {
-                name: "apply_patch".into(),
-                input: format!(
-                    "*** Begin Patch\n*** Add File: {}\n+patched\n*** End Patch\n",
-                    path.display()
-                ),
-            }
+            add_file_patch(path)
         } else {
             mock_responses::Answer::Call {
                 name: "exec_command".into(),

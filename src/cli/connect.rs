@@ -84,7 +84,7 @@ pub async fn execute(context: &Context, args: &ConnectArgs) -> Result<Exit, CliE
         shown.display()
     );
     let cwd = std::env::current_dir().ok();
-    let shared = Rc::new(Shared {
+    let shared = Rc::new(ServedSession {
         context: copy_context(context, &context.invocation.id),
         selector: args.session.clone(),
         session_id: session.id.clone(),
@@ -188,7 +188,7 @@ fn same_user(stream: &UnixStream) -> bool {
 }
 
 /// What every connection shares.
-struct Shared {
+struct ServedSession {
     /// This process's context (its exec id is the parent of the connections' execs).
     context: Context,
     /// The session as the user named it (the connections' recorded argv).
@@ -216,7 +216,7 @@ fn copy_context(context: &Context, exec_id: &str) -> Context {
 /// One native connection, from accept to close: its exec row, its daemon client, the
 /// protocol, and on every way out the claim released and the exec completed.
 async fn connection(
-    shared: Rc<Shared>,
+    shared: Rc<ServedSession>,
     number: u64,
     stream: UnixStream,
     mut stopped: watch::Receiver<bool>,
@@ -294,7 +294,7 @@ async fn connection(
 }
 
 /// The exec row of native connection `number`.
-fn connection_exec(shared: &Shared, exec_id: &str, number: u64) -> NewExec {
+fn connection_exec(shared: &ServedSession, exec_id: &str, number: u64) -> NewExec {
     let pid = std::process::id();
     NewExec {
         id: exec_id.to_string(),
@@ -320,7 +320,7 @@ fn connection_exec(shared: &Shared, exec_id: &str, number: u64) -> NewExec {
 
 /// Releases whatever claim `exec_id` holds on the session, on a fresh daemon connection (the
 /// connection's own client may have been cut mid-call).
-async fn release(shared: &Shared, exec_id: &str) {
+async fn release(shared: &ServedSession, exec_id: &str) {
     let Ok(mut client) = Client::connect(&shared.context.home, Some(exec_id)).await else {
         return;
     };
@@ -410,7 +410,7 @@ struct ThreadInfo {
 
 /// A native connection past its daemon handshake.
 struct Native {
-    shared: Rc<Shared>,
+    shared: Rc<ServedSession>,
     /// The context as this connection's exec.
     context: Context,
     exec_id: String,

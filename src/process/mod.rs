@@ -739,15 +739,19 @@ pub fn dies_with_this_process(command: &mut tokio::process::Command) {
     let parent = unistd::getpid();
     // SAFETY: the hook calls only prctl and getppid, async-signal-safe, between fork and exec.
     unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            // Dead between fork and prctl: no signal will ever come.
-            if unistd::getppid() != parent {
-                return Err(std::io::Error::other("corral is gone"));
-            }
-            Ok(())
-        });
+        command.pre_exec(move || dies_with(parent));
     }
+}
+
+/// Between fork and exec: makes this child die (SIGKILL) with `parent`, or fails if `parent`
+/// is gone already. Calls only prctl and getppid, which are async-signal-safe.
+pub(crate) fn dies_with(parent: Pid) -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    // Dead between fork and prctl: no signal will ever come.
+    if unistd::getppid() != parent {
+        return Err(std::io::Error::other("the parent is gone"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

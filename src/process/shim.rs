@@ -85,15 +85,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let shim = unistd::getpid();
     let mut command = std::process::Command::new(program);
     command.args(rest);
-    // SAFETY: prctl and getppid are async-signal-safe, as the time between fork and exec needs.
+    // SAFETY: `dies_with` is async-signal-safe, as the time between fork and exec needs.
     unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            if unistd::getppid() != shim {
-                return Err(std::io::Error::other("the shim is gone"));
-            }
-            Ok(())
-        });
+        command.pre_exec(move || super::dies_with(shim));
     }
     let engine = match command.spawn() {
         Ok(child) => Pid::from_raw(child.id() as i32),

@@ -211,28 +211,18 @@ fn render(answer: &Answer, id: u64) -> Vec<u8> {
         Answer::Call { name, arguments } => http_sse(
             &[],
             &sse_call_turn(
-                json!({
-                    "id": format!("fc_mock_{id}"),
-                    "type": "function_call",
-                    "status": "completed",
-                    "name": name,
-                    "call_id": format!("call_mock_{id}"),
-                    "arguments": arguments.to_string(),
-                }),
+                "function_call",
+                name,
+                ("arguments", Value::String(arguments.to_string())),
                 id,
             ),
         ),
         Answer::Custom { name, input } => http_sse(
             &[],
             &sse_call_turn(
-                json!({
-                    "id": format!("ctc_mock_{id}"),
-                    "type": "custom_tool_call",
-                    "status": "completed",
-                    "name": name,
-                    "call_id": format!("call_mock_{id}"),
-                    "input": input,
-                }),
+                "custom_tool_call",
+                name,
+                ("input", Value::String(input.clone())),
                 id,
             ),
         ),
@@ -248,9 +238,18 @@ fn error_body(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
 }
 
-/// The SSE stream of a completed turn whose one output `item` calls a tool.
-fn sse_call_turn(item: Value, id: u64) -> String {
+/// The SSE stream of a completed turn whose one output item calls tool `name`: a `kind`
+/// item (`function_call`, `custom_tool_call`) carrying its input as `field`.
+fn sse_call_turn(kind: &str, name: &str, field: (&str, Value), id: u64) -> String {
     let response_id = format!("resp_mock_{id}");
+    let mut item = json!({
+        "id": format!("call_item_mock_{id}"),
+        "type": kind,
+        "status": "completed",
+        "name": name,
+        "call_id": format!("call_mock_{id}"),
+    });
+    item[field.0] = field.1;
     let mut stream = sse_event(&json!({
         "type": "response.created",
         "response": { "id": response_id },

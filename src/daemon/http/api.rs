@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::access::{self, Authenticated};
 use super::routes::{self, Kind, Route, Serve};
-use super::{Shared, MAX_BODY};
+use super::{HttpContext, MAX_BODY};
 use crate::daemon::methods;
 use crate::protocol::{code, RpcError, MAX_EXEC_ID};
 use crate::store::events;
@@ -90,14 +90,14 @@ fn unauthenticated() -> HttpResponse {
     )
 }
 
-pub(super) fn shared(request: &HttpRequest) -> &Shared {
+pub(super) fn shared(request: &HttpRequest) -> &HttpContext {
     request
-        .app_data::<web::Data<Shared>>()
+        .app_data::<web::Data<HttpContext>>()
         .expect("the app carries its shared state")
 }
 
 /// Host must name this server (DNS rebinding): `None` when it does.
-fn check_host(request: &HttpRequest, shared: &Shared) -> Option<HttpResponse> {
+fn check_host(request: &HttpRequest, shared: &HttpContext) -> Option<HttpResponse> {
     let host = request
         .headers()
         .get(header::HOST)
@@ -235,7 +235,7 @@ fn html(status: StatusCode, body: String) -> HttpResponse {
 }
 
 /// `GET /`: the page for a logged-in browser, else to the login.
-fn index(request: &HttpRequest, shared: &Shared) -> HttpResponse {
+fn index(request: &HttpRequest, shared: &HttpContext) -> HttpResponse {
     let csrf = access::cookie_value(request.headers(), access::COOKIE)
         .and_then(|cookie| shared.access.login_of(&cookie));
     match csrf {
@@ -246,7 +246,7 @@ fn index(request: &HttpRequest, shared: &Shared) -> HttpResponse {
 
 /// `GET /login?code=C` or `GET /login?token=T`: a live code (spent now) or the token logs the browser in (the cookie) and goes to the page;
 /// anything else is the login page, 401.
-fn login(request: &HttpRequest, shared: &Shared) -> HttpResponse {
+fn login(request: &HttpRequest, shared: &HttpContext) -> HttpResponse {
     let pairs = query_pairs(request.query_string()).unwrap_or_default();
     let given = |wanted: &str| {
         pairs
@@ -538,7 +538,7 @@ async fn params_of(
 pub(super) fn check_access(
     route: &Route,
     request: &HttpRequest,
-    shared: &Shared,
+    shared: &HttpContext,
 ) -> Option<HttpResponse> {
     match shared.access.authenticate(request.headers()) {
         None => Some(unauthenticated()),
@@ -616,7 +616,11 @@ pub(super) async fn confine_events(
 /// `X-Corral-Exec` over HTTP names an exec of the store, still running, run by the process
 /// that sends the request: anything else is refused (a request cannot speak for an exec that
 /// is not its own).
-async fn check_exec(shared: &Shared, exec_id: &str, peer_pid: Option<i32>) -> Result<(), RpcError> {
+async fn check_exec(
+    shared: &HttpContext,
+    exec_id: &str,
+    peer_pid: Option<i32>,
+) -> Result<(), RpcError> {
     let corral = shared.corral.clone();
     let id = exec_id.to_string();
     let row = web::block(move || {

@@ -164,7 +164,7 @@ impl HttpStatus {
 }
 
 /// What every worker shares.
-pub struct Shared {
+pub struct HttpContext {
     pub bridge: Bridge,
     pub access: access::Access,
     pub corral: Corral,
@@ -248,7 +248,7 @@ fn bind(
         .local_addr()
         .map_err(|error| format!("cannot read the address listened on: {error}"))?;
     let (calls, received) = mpsc::channel(BRIDGE_QUEUE);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(HttpContext {
         bridge: Bridge { calls },
         access,
         corral: context.corral.clone(),

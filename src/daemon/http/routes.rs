@@ -11,7 +11,7 @@
 use actix_web::{web, App};
 use serde_json::{json, Value};
 
-use super::{api, Shared};
+use super::{api, HttpContext};
 use crate::protocol::PROTOCOL_VERSION;
 
 /// An HTTP method a route answers.
@@ -301,7 +301,7 @@ pub const CAPABILITIES: &[&str] = &[
 /// The actix-web app: one resource per path, a route per verb; anything else is a JSON 404
 /// (or 405 on a known path).
 pub fn app(
-    shared: web::Data<Shared>,
+    shared: web::Data<HttpContext>,
 ) -> App<
     impl actix_web::dev::ServiceFactory<
         actix_web::dev::ServiceRequest,
