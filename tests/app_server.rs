@@ -8,8 +8,10 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use common::library::{actix_test, Library};
+use corral::engine::FailureClass;
 use corral::store::projects::{NewProject, Project};
 use corral::store::prompts::PromptStatus;
+use corral::store::runs::RunStatus;
 use corral::store::sessions::{NewSession, Session};
 use corral::store::{events, prompts};
 use corral::{Corral, CorralOptions};
@@ -145,7 +147,10 @@ fn failed_turns_are_classified_by_codex_error_info() {
         assert_eq!(limited.status, PromptStatus::Done, "{limited:?}");
         let runs = bench.runs(&limited.id);
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0].failure_class.as_deref(), Some("rate_limit"));
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("rate_limit")
+        );
 
         let usage = bench.run(&session, "@fake usage-limit\nwork").await;
         assert_eq!(usage.status, PromptStatus::Failed);
@@ -169,7 +174,10 @@ fn failed_turns_are_classified_by_codex_error_info() {
         assert_eq!(overloaded.status, PromptStatus::Failed);
         let runs = bench.runs(&overloaded.id);
         assert_eq!(runs.len(), 3, "two backoffs, then fail");
-        assert_eq!(runs[0].failure_class.as_deref(), Some("overloaded"));
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("overloaded")
+        );
 
         // A conversation under way holds the failed turn's prompt: the retry continues it
         // rather than sending the prompt a second time.
@@ -193,7 +201,10 @@ fn a_missing_rollout_starts_a_new_thread_and_replays() {
         assert_eq!(done.status, PromptStatus::Done, "{done:?}");
         let runs = bench.runs(&done.id);
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0].failure_class.as_deref(), Some("missing_rollout"));
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("missing_rollout")
+        );
         let thread = bench.session_now(&session).thread_id.unwrap();
         assert_ne!(thread, "00000000-0000-4000-8000-000000000000");
     });
@@ -209,7 +220,7 @@ fn a_transport_loss_fails_the_turn_with_its_details_and_the_child_restarts() {
         let runs = bench.runs(&lost.id);
         assert_eq!(runs.len(), 1, "a transport loss is not retried");
         assert_eq!(
-            runs[0].failure_class.as_deref(),
+            runs[0].failure_class.map(FailureClass::as_str),
             Some("transport_closed_before_turn_completed")
         );
         let closed = bench
@@ -528,7 +539,7 @@ fn a_last_line_without_a_newline_still_completes_the_turn() {
         assert_eq!(done.answer.as_deref(), Some("the last line had no newline"));
         let runs = bench.runs(&done.id);
         assert_eq!(runs.len(), 1, "{runs:?}");
-        assert_eq!(runs[0].status, "succeeded", "{runs:?}");
+        assert_eq!(runs[0].status, RunStatus::Succeeded, "{runs:?}");
         assert_eq!(runs[0].failure_class, None, "not a transport failure");
         let kinds: Vec<String> = bench
             .events_of(&done)
@@ -557,7 +568,7 @@ fn a_close_before_completion_fails_only_that_turn() {
         let runs = bench.runs(&lost.id);
         assert_eq!(runs.len(), 1, "{runs:?}");
         assert_eq!(
-            runs[0].failure_class.as_deref(),
+            runs[0].failure_class.map(FailureClass::as_str),
             Some("transport_closed_before_turn_completed")
         );
         assert!(bench
@@ -573,7 +584,7 @@ fn a_close_before_completion_fails_only_that_turn() {
             assert_eq!(now.status, PromptStatus::Done, "{now:?}");
             let runs = bench.runs(&earlier.id);
             assert_eq!(runs.len(), 1, "{runs:?}");
-            assert_eq!(runs[0].status, "succeeded", "{runs:?}");
+            assert_eq!(runs[0].status, RunStatus::Succeeded, "{runs:?}");
             assert_eq!(runs[0].pid, bench.runs(&lost.id)[0].pid, "the same child");
             assert!(
                 bench
@@ -606,7 +617,7 @@ fn garbage_on_stdout_is_a_raw_event_and_the_turn_completes() {
             raw.iter().any(|line| line.contains("this is not JSON")),
             "{raw:?}"
         );
-        assert_eq!(bench.runs(&done.id)[0].status, "succeeded");
+        assert_eq!(bench.runs(&done.id)[0].status, RunStatus::Succeeded);
     });
 }
 
@@ -734,7 +745,7 @@ fn a_thread_another_child_holds_is_a_writer_conflict_retried_on_the_same_thread(
         assert_eq!(runs.len(), 3, "two retries, then fail: {runs:?}");
         assert!(runs
             .iter()
-            .all(|run| run.failure_class.as_deref() == Some("writer_conflict")));
+            .all(|run| run.failure_class.map(FailureClass::as_str) == Some("writer_conflict")));
         assert!(runs
             .iter()
             .all(|run| run.thread_id.as_deref() == Some(held.as_str())));

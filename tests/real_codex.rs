@@ -33,10 +33,11 @@ mod mock_responses;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use corral::engine::FailureClass;
 use corral::store::events::Event;
 use corral::store::projects::NewProject;
 use corral::store::prompts::{NewPrompt, Prompt, PromptStatus};
-use corral::store::runs::Run;
+use corral::store::runs::{Run, RunStatus};
 use corral::store::sessions::{NewSession, Session};
 use corral::store::{events, runs, sessions};
 use corral::{Corral, CorralOptions};
@@ -415,8 +416,11 @@ fn a_rate_limit_codex_gives_up_on_is_retried_by_corral() {
         assert_eq!(prompt.answer.as_deref(), Some("recovered"));
         let runs = rig.runs(&prompt.id);
         assert_eq!(runs.len(), 2, "{}", rig.story(&prompt));
-        assert_eq!(runs[0].status, "failed");
-        assert_eq!(runs[0].failure_class.as_deref(), Some("rate_limit"));
+        assert_eq!(runs[0].status, RunStatus::Failed);
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("rate_limit")
+        );
         assert_eq!(
             runs[0].retry_decision.as_deref(),
             Some("retry after 200 ms")
@@ -426,7 +430,7 @@ fn a_rate_limit_codex_gives_up_on_is_retried_by_corral() {
             Some("exceeded retry limit, last status: 429 Too Many Requests"),
             "codex's own message for a 429 it does not retry"
         );
-        assert_eq!(runs[1].status, "succeeded");
+        assert_eq!(runs[1].status, RunStatus::Succeeded);
         assert!(
             elapsed >= Duration::from_millis(200),
             "the retry waited the configured delay ({elapsed:?})"
@@ -573,7 +577,7 @@ fn app_server_a_rate_limit_codex_retries_itself_is_one_run() {
             "codex retried, not corral: {}",
             rig.story(&prompt)
         );
-        assert_eq!(runs[0].status, "succeeded");
+        assert_eq!(runs[0].status, RunStatus::Succeeded);
         assert_eq!(prompt.attempts, 1);
         let notices: Vec<serde_json::Value> = rig
             .events()
@@ -671,14 +675,14 @@ fn app_server_an_unknown_thread_is_a_missing_rollout_then_a_new_thread() {
         assert_eq!(prompt.answer.as_deref(), Some("in a new thread"));
         let runs = rig.runs(&prompt.id);
         assert_eq!(runs.len(), 2, "{}", rig.story(&prompt));
-        assert_eq!(runs[0].status, "failed");
+        assert_eq!(runs[0].status, RunStatus::Failed);
         assert_eq!(
-            runs[0].failure_class.as_deref(),
+            runs[0].failure_class.map(FailureClass::as_str),
             Some("missing_rollout"),
             "{}",
             rig.story(&prompt)
         );
-        assert_eq!(runs[1].status, "succeeded");
+        assert_eq!(runs[1].status, RunStatus::Succeeded);
         assert_eq!(
             runs[0].pid, runs[1].pid,
             "the child was not restarted for it"

@@ -7,10 +7,11 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use common::library::{actix_test, Library};
+use corral::engine::FailureClass;
 use corral::store::events::Event;
 use corral::store::projects::{NewProject, Project};
 use corral::store::prompts::{CancelFound, NewPrompt, PromptStatus};
-use corral::store::runs::Run;
+use corral::store::runs::{Run, RunStatus};
 use corral::store::sessions::{NewSession, Session};
 use corral::store::{prompts, runs};
 use corral::{Corral, CorralOptions};
@@ -115,9 +116,12 @@ fn a_rate_limit_is_retried_after_the_configured_delays() {
         assert_eq!(done.status, PromptStatus::Done, "{done:?}");
         let runs = bench.runs(&done.id);
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0].failure_class.as_deref(), Some("rate_limit"));
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("rate_limit")
+        );
         assert_eq!(runs[0].retry_decision.as_deref(), Some("retry after 50 ms"));
-        assert_eq!(runs[1].status, "succeeded");
+        assert_eq!(runs[1].status, RunStatus::Succeeded);
         let retry = bench
             .events(&session)
             .into_iter()
@@ -154,7 +158,10 @@ fn a_writer_conflict_retries_the_same_thread() {
         assert!(runs
             .iter()
             .all(|run| run.thread_id.as_deref() == Some(thread.as_str())));
-        assert_eq!(runs[0].failure_class.as_deref(), Some("writer_conflict"));
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("writer_conflict")
+        );
     });
 }
 
@@ -173,7 +180,10 @@ fn a_missing_rollout_replays_the_prompt_in_a_new_thread() {
         let runs = bench.runs(&done.id);
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].thread_id.as_deref(), Some(lost.as_str()));
-        assert_eq!(runs[0].failure_class.as_deref(), Some("missing_rollout"));
+        assert_eq!(
+            runs[0].failure_class.map(FailureClass::as_str),
+            Some("missing_rollout")
+        );
         assert_eq!(runs[1].thread_id, None, "replayed in a new thread");
         assert!(!runs[1].argv.contains(&"resume".to_string()));
         let now = bench.session_now(&session).thread_id.unwrap();
@@ -286,7 +296,7 @@ fn cancelling_a_running_prompt_ends_a_child_that_ignores_sigterm() {
         let cancelled = bench.wait(&sent.prompt.id).await;
         assert_eq!(cancelled.status, PromptStatus::Cancelled);
         let runs = bench.runs(&sent.prompt.id);
-        assert_eq!(runs[0].status, "cancelled");
+        assert_eq!(runs[0].status, RunStatus::Cancelled);
         assert!(process_gone(runs[0].pid.unwrap()), "the engine survived");
     });
 }
@@ -695,7 +705,9 @@ fn a_claude_session_runs_on_the_claude_format() {
         let limited = bench.run(&session, "@fake rate-limit=1\nwork").await;
         assert_eq!(limited.status, PromptStatus::Done);
         assert_eq!(
-            bench.runs(&limited.id)[0].failure_class.as_deref(),
+            bench.runs(&limited.id)[0]
+                .failure_class
+                .map(FailureClass::as_str),
             Some("rate_limit")
         );
         // Claude's own retries are turned down: corral's policy does the waiting.
@@ -790,9 +802,9 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
         assert_eq!(done.status, PromptStatus::Done, "{done:?}");
         let runs = corral.read(|c| runs::runs_of(c, &prompt_id)).unwrap();
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0].status, "interrupted");
+        assert_eq!(runs[0].status, RunStatus::Interrupted);
         assert_eq!(runs[0].retry_decision.as_deref(), Some("requeued"));
-        assert_eq!(runs[1].status, "succeeded");
+        assert_eq!(runs[1].status, RunStatus::Succeeded);
     });
 }
 

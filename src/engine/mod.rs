@@ -596,6 +596,20 @@ impl FailureClass {
             FailureClass::Other => "other",
         }
     }
+
+    /// The class [`as_str`](Self::as_str) names (as the store keeps it).
+    pub fn parse(text: &str) -> Option<FailureClass> {
+        [
+            FailureClass::RateLimit,
+            FailureClass::WriterConflict,
+            FailureClass::MissingRollout,
+            FailureClass::Overloaded,
+            FailureClass::TransportClosed,
+            FailureClass::Other,
+        ]
+        .into_iter()
+        .find(|class| class.as_str() == text)
+    }
 }
 
 impl FailureClass {

@@ -663,7 +663,7 @@ mod wire_tests {
             ended_at: None,
             exit_code: Some(0),
             signal: None,
-            status: "succeeded".into(),
+            status: crate::store::runs::RunStatus::Succeeded,
             failure_class: None,
             retry_decision: None,
             error: None,

@@ -169,8 +169,7 @@ pub struct Run {
     pub ended_at: Option<i64>,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
-    /// `running`, `succeeded`, `failed`, `cancelled`, `interrupted`.
-    pub status: String,
+    pub status: runs::RunStatus,
     pub failure_class: Option<String>,
     pub retry_decision: Option<String>,
     pub error: Option<String>,
@@ -194,8 +193,8 @@ impl From<&runs::Run> for Run {
             ended_at: r.ended_at,
             exit_code: r.exit_code,
             signal: r.signal.clone(),
-            status: r.status.clone(),
-            failure_class: r.failure_class.clone(),
+            status: r.status,
+            failure_class: r.failure_class.map(|class| class.as_str().to_string()),
             retry_decision: r.retry_decision.clone(),
             error: r.error.clone(),
         }

@@ -10,7 +10,44 @@ use serde::{Deserialize, Serialize};
 use super::drivers::{engine_started, engine_started_sql};
 use super::events::{append_events, NewEvent};
 use super::{json_list, now_ms};
+use crate::engine::FailureClass;
 use crate::events::EventKind;
+
+/// Where a run is in its life (`runs.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// Ended by a daemon's end (its processes gone at boot, or a shutdown): run again.
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Running,
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+}
 
 /// One engine child started for a prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,9 +67,9 @@ pub struct Run {
     pub ended_at: Option<i64>,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
-    /// `running`, `succeeded`, `failed`, `cancelled`, `interrupted`.
-    pub status: String,
-    pub failure_class: Option<String>,
+    pub status: RunStatus,
+    /// Why it failed, as the retry policy saw it.
+    pub failure_class: Option<FailureClass>,
     pub retry_decision: Option<String>,
     pub error: Option<String>,
     /// The node of the daemon that ran it (shared store): where its pid means something.
@@ -45,6 +82,10 @@ const RUN_COLUMNS: &str = "id, prompt_id, session_id, attempt, engine, argv, thr
                            failure_class, retry_decision, error, node_id";
 
 fn run_row(row: &Row<'_>) -> sql::Result<Run> {
+    // The table's CHECK keeps the status one of ours; a class this binary does not know (a
+    // newer one's) reads as `other`.
+    let status: String = row.get(15)?;
+    let class: Option<String> = row.get(16)?;
     Ok(Run {
         id: row.get(0)?,
         prompt_id: row.get(1)?,
@@ -61,8 +102,9 @@ fn run_row(row: &Row<'_>) -> sql::Result<Run> {
         ended_at: row.get(12)?,
         exit_code: row.get(13)?,
         signal: row.get(14)?,
-        status: row.get(15)?,
-        failure_class: row.get(16)?,
+        status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+        failure_class: class
+            .map(|class| FailureClass::parse(&class).unwrap_or(FailureClass::Other)),
         retry_decision: row.get(17)?,
         error: row.get(18)?,
         node_id: row.get(19)?,
@@ -179,7 +221,7 @@ pub(crate) fn run_spawned(
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunEnd {
     pub run_id: String,
     /// When the child was gone (taken before its slot is released, so that the runs of a
@@ -187,9 +229,9 @@ pub struct RunEnd {
     pub ended_at: Option<i64>,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
-    /// `succeeded`, `failed`, `cancelled`, `interrupted`.
-    pub status: String,
-    pub failure_class: Option<String>,
+    /// Never `running`.
+    pub status: RunStatus,
+    pub failure_class: Option<FailureClass>,
     pub retry_decision: Option<String>,
     pub error: Option<String>,
 }
@@ -203,8 +245,8 @@ pub(crate) fn end_run(connection: &Conn, end: &RunEnd) -> sql::Result<()> {
             end.ended_at.unwrap_or_else(now_ms),
             end.exit_code,
             end.signal,
-            end.status,
-            end.failure_class,
+            end.status.as_str(),
+            end.failure_class.map(FailureClass::as_str),
             end.retry_decision,
             end.error,
         ],

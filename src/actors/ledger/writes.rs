@@ -595,4 +595,3 @@ impl<W: LedgerWrite> LedgerWrite for Option<W> {
             .transpose()
     }
 }
-

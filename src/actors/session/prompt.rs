@@ -21,12 +21,12 @@ use super::{jitter, Exit, PromptEnd, RunOutcome, Stop, Worker, SLOT_NOTICE};
 use crate::actors::ledger::{SetThread, StartRun};
 use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
 use crate::actors::worktree;
-use crate::engine::{self, EngineKind, RunSpec, RunVerdict};
+use crate::engine::{self, EngineKind, FailureClass, RunSpec, RunVerdict};
 use crate::events::EventKind;
 use crate::framing;
 use crate::store::projects::Project;
 use crate::store::prompts::{Prompt, PromptStatus};
-use crate::store::runs::RunEnd;
+use crate::store::runs::{RunEnd, RunStatus};
 use crate::store::sessions::Session;
 use crate::store::settings::Settings;
 use crate::store::{projects, runs, sessions};
@@ -138,13 +138,13 @@ impl PromptRun {
 }
 
 /// A run's end with its exit and nothing failed yet.
-fn run_end(run_id: &str, ended_at: i64, exit: &Exit, status: &str) -> RunEnd {
+fn run_end(run_id: &str, ended_at: i64, exit: &Exit, status: RunStatus) -> RunEnd {
     RunEnd {
         run_id: run_id.to_string(),
         ended_at: Some(ended_at),
         exit_code: exit.code,
         signal: exit.signal.clone(),
-        status: status.to_string(),
+        status,
         failure_class: None,
         retry_decision: None,
         error: None,
@@ -478,12 +478,12 @@ impl Worker {
     ) -> Result<Duration, PromptEnd> {
         let (exit, message, class, retry_after, context) = match outcome {
             RunOutcome::Stopped(Stop::Cancel, exit) => {
-                self.end_run(run_end(run_id, ended_at, &exit, "cancelled"))
+                self.end_run(run_end(run_id, ended_at, &exit, RunStatus::Cancelled))
                     .await;
                 return Err(PromptEnd::stopped(Stop::Cancel));
             }
             RunOutcome::Stopped(Stop::Shutdown, exit) => {
-                let mut end = run_end(run_id, ended_at, &exit, "interrupted");
+                let mut end = run_end(run_id, ended_at, &exit, RunStatus::Interrupted);
                 end.retry_decision = Some("requeued".into());
                 self.end_run(end).await;
                 return Err(PromptEnd::stopped(Stop::Shutdown));
@@ -493,8 +493,8 @@ impl Worker {
                     "the engine ran longer than run.timeout_s ({} s) and was ended",
                     settings.run_timeout.as_secs()
                 );
-                let mut end = run_end(run_id, ended_at, &exit, "failed");
-                end.failure_class = Some("other".into());
+                let mut end = run_end(run_id, ended_at, &exit, RunStatus::Failed);
+                end.failure_class = Some(FailureClass::Other);
                 end.retry_decision = Some("fail".into());
                 end.error = Some(message.clone());
                 self.end_run(end).await;
@@ -523,7 +523,7 @@ impl Worker {
                                 resume_point: Some(point),
                             });
                         }
-                        self.end_run(run_end(run_id, ended_at, &exit, "succeeded"))
+                        self.end_run(run_end(run_id, ended_at, &exit, RunStatus::Succeeded))
                             .await;
                         return Err(PromptEnd {
                             status: PromptStatus::Done,
@@ -549,8 +549,8 @@ impl Worker {
         let decision = run
             .retries
             .decide(&policy, &Failure { class, retry_after }, jitter());
-        let mut end = run_end(run_id, ended_at, &exit, "failed");
-        end.failure_class = Some(class.as_str().into());
+        let mut end = run_end(run_id, ended_at, &exit, RunStatus::Failed);
+        end.failure_class = Some(class);
         end.retry_decision = Some(decision.describe());
         end.error = Some(message.clone());
         self.end_run(end).await;
