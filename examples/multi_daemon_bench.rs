@@ -42,7 +42,7 @@
 //! **The live check.** Every daemon's engines get `CORRAL_FAKE_LIVE_CHECK=<cluster>/live`: each
 //! fake engine takes `flock`s the kernel holds until it exits, on its session's file and on
 //! the first free numbered slot of all engines and of its home's, and logs what it took
-//! (`src/bin/corral-fake-engine.rs`, "Live check"). From the log, exactly and with no polling:
+//! (`src/bin/corral-fake-engine/main.rs`, "Live check"). From the log, exactly and with no polling:
 //! the most engines alive at once in all and per daemon, and every session whose engine
 //! started while another of it was alive. The throughput scenario reads it; failover and fence
 //! also need when a killed daemon's engines were last seen, which the `/proc` scan tells.
