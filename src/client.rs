@@ -55,7 +55,7 @@ pub fn decode<T: DeserializeOwned>(method: &str, answer: Value) -> Result<T, Cli
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// No daemon listens for this home.
-    #[error("no daemon answers at {0} (start one with `corral daemon --detach`)")]
+    #[error("no daemon answers at {0} (start one with `corral daemon start`)")]
     NoDaemon(String),
     /// The daemon answered with an error object.
     #[error("{0}")]

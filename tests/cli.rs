@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use serde_json::{json, Value};
 
 use common::daemon::{
-    finish, lines_of, next_line, processes_of, wait_for, wait_until, DaemonHome, DEADLINE,
+    alive, finish, lines_of, next_line, processes_of, wait_for, wait_until, DaemonHome, DEADLINE,
 };
 use common::{stderr, stdout};
 
@@ -1191,4 +1191,102 @@ fn every_surface_says_the_same_honest_state() {
         .unwrap()
         .starts_with("answered: fake answer"));
     home.stop_daemon();
+}
+
+/// The daemon's front door (issue 34, item 4): `daemon status` says whether one serves the
+/// home (exit 3 when none); `start` starts one, once; `stop` says what happens to a running
+/// prompt (back at the head of its queue), returns once the daemon is gone, and the prompt
+/// runs again under the next daemon; `restart` serves from a new process; `stop --now`.
+#[test]
+fn the_daemon_starts_stops_restarts_and_says_so() {
+    let home = DaemonHome::new();
+    let session = home.fake_session(
+        env!("CARGO_BIN_EXE_corral-fake-engine"),
+        "front",
+        &[
+            ("daemon.shutdown_grace_ms", "300"),
+            ("cancel.grace_ms", "300"),
+        ],
+    );
+    // Making the session started one.
+    if let Some(pid) = home.daemon_pid().filter(|&pid| alive(pid)) {
+        let stopped = home.ok(&["daemon", "stop"]);
+        assert_eq!(stopped, format!("corral daemon stopped (pid {pid})\n"));
+    }
+    let none = home.run(&["daemon", "status"]);
+    assert_eq!(none.status.code(), Some(3), "{none:?}");
+    assert!(stdout(&none).contains("no daemon runs for"), "{none:?}");
+    let stopped = home.ok(&["daemon", "stop"]);
+    assert!(stopped.starts_with("no daemon runs for"), "{stopped}");
+
+    let started = home.ok(&["daemon", "start"]);
+    assert!(
+        started.starts_with("corral daemon started (pid "),
+        "{started}"
+    );
+    let pid = home.daemon_pid().expect("the daemon's pid file");
+    let again = home.ok(&["daemon", "start"]);
+    assert_eq!(again, format!("corral daemon already runs (pid {pid})\n"));
+    let runs = home.ok(&["daemon", "status"]);
+    assert!(
+        runs.starts_with(&format!("corral daemon runs: pid {pid}, version ")),
+        "{runs}"
+    );
+
+    // A prompt that runs while the daemon stops goes back to its queue, and runs again.
+    let sent = home.ok(&["send", &session, "@fake delay=60000\nlong", "--json"]);
+    let prompt: Value = serde_json::from_str(&sent).unwrap();
+    let prompt = prompt["id"].as_str().unwrap().to_string();
+    wait_until("the prompt runs", || {
+        home.json(&["history", &session, "--json"])["prompts"][0]["status"] == "running"
+    });
+    let output = home.run(&["daemon", "stop"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        format!("corral daemon stopped (pid {pid})\n")
+    );
+    assert!(
+        stderr(&output).contains(
+            "1 session works: its prompt goes back to the head of its queue if it has not ended within 300 ms"
+        ),
+        "{output:?}"
+    );
+    assert!(!alive(pid), "stop returned before the daemon was gone");
+    let gone = home.run(&["daemon", "status"]);
+    assert_eq!(gone.status.code(), Some(3), "{gone:?}");
+    assert_eq!(
+        home.json(&["history", &session, "--json"])["prompts"][0]["status"],
+        "queued"
+    );
+
+    // Restarted: a new process serves, and the prompt runs again.
+    home.ok(&["daemon", "start"]);
+    let first = home.daemon_pid().unwrap();
+    let restarted = home.ok(&["daemon", "restart"]);
+    assert!(
+        restarted.starts_with(&format!(
+            "corral daemon stopped (pid {first})\ncorral daemon started (pid "
+        )),
+        "{restarted}"
+    );
+    let second = home.daemon_pid().unwrap();
+    assert_ne!(first, second);
+    assert!(!alive(first));
+    wait_until("the prompt runs again", || {
+        home.json(&["history", &session, "--json"])["prompts"][0]["status"] == "running"
+    });
+    let history = home.json(&["history", &session, "--json"]);
+    assert_eq!(history["prompts"][0]["id"], prompt.as_str(), "{history}");
+
+    let now = home.run(&["daemon", "stop", "--now"]);
+    assert_eq!(
+        stdout(&now),
+        format!("corral daemon stopped (pid {second})\n")
+    );
+    assert!(
+        stderr(&now).contains("goes back to the head of its queue at once"),
+        "{now:?}"
+    );
+    assert!(!alive(second));
 }

@@ -1,7 +1,19 @@
-//! `corral daemon [--detach]`: runs the supervisor as a service on the home's socket.
+//! `corral daemon`: runs the supervisor as a service on the home's socket, in the foreground
+//! or `--detach`ed, and its front door: `start`, `stop [--now]`, `restart`, `status`.
+//!
+//! `stop` asks the daemon to shut down as SIGTERM does (it starts no new prompt, gives the
+//! running ones `daemon.shutdown_grace_ms` to end, puts what has not ended back at the head
+//! of its session's queue, and exits; `--now` skips the grace) and waits for its process to be gone, woken by the kernel (a pidfd),
+//! not by looking again. `restart` is `stop` then `start`: the binary on disk serves next, so
+//! an upgrade is `cargo install` then `corral daemon restart`. Each says what it did in one
+//! line; `status` exits 3 when no daemon serves the home, as `corral status` does.
+
+use std::time::Duration;
 
 use super::{CliError, Context, Exit};
+use crate::client::{Client, ClientError};
 use crate::daemon::{self, DaemonOptions};
+use crate::protocol::status::{Shutdown, ShutdownParams, Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
 pub struct DaemonArgs {
@@ -9,11 +21,44 @@ pub struct DaemonArgs {
     /// HOME/daemon.pid) and return once it serves.
     #[arg(long)]
     pub detach: bool,
+    #[command(subcommand)]
+    pub action: Option<DaemonAction>,
 }
+
+#[derive(Debug, clap::Subcommand)]
+pub enum DaemonAction {
+    /// Start a daemon in the background (as `--detach`); says so when one serves already.
+    Start,
+    /// Stop the home's daemon and wait until it is gone: a running prompt gets the shutdown
+    /// grace to end, then goes back to the head of its queue and runs again when a daemon
+    /// serves the home.
+    Stop {
+        /// Skip the grace running prompts get to end (`daemon.shutdown_grace_ms`).
+        #[arg(long)]
+        now: bool,
+    },
+    /// Stop the daemon, then start one from the binary on disk (an upgrade).
+    Restart,
+    /// Whether a daemon serves the home: its pid, version and socket (exit 3 when none).
+    Status,
+}
+
+/// How long `stop` waits for the daemon's process past its shutdown grace.
+const STOP_PATIENCE: Duration = Duration::from_secs(30);
 
 pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliError> {
     if context.ledger.is_none() {
         return Err(CliError::silent(1));
+    }
+    match &args.action {
+        Some(DaemonAction::Start) => return start(context).await,
+        Some(DaemonAction::Stop { now }) => return stop(context, *now).await,
+        Some(DaemonAction::Restart) => {
+            stop(context, false).await?;
+            return start(context).await;
+        }
+        Some(DaemonAction::Status) => return status(context).await,
+        None => {}
     }
     if args.detach {
         let home = context.home.clone();
@@ -60,4 +105,125 @@ fn init_logging() {
         .with_max_level(level)
         .with_ansi(false)
         .try_init();
+}
+
+/// The home's daemon as this exec, or `None` when none answers.
+async fn running(context: &Context) -> Result<Option<Client>, CliError> {
+    match Client::connect(&context.home, Some(&context.invocation.id)).await {
+        Ok(client) => Ok(Some(client)),
+        Err(ClientError::NoDaemon(_)) => Ok(None),
+        Err(error) => Err(super::remote::failure(error)),
+    }
+}
+
+/// What `initialize` said of the daemon: its pid and version.
+fn pid_and_version(client: &Client) -> (i32, String) {
+    let pid = client.daemon["daemon_pid"].as_i64().unwrap_or(0) as i32;
+    let version = client.daemon["corral_version"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string();
+    (pid, version)
+}
+
+async fn start(context: &Context) -> Result<Exit, CliError> {
+    if let Some(client) = running(context).await? {
+        let (pid, _) = pid_and_version(&client);
+        println!("corral daemon already runs (pid {pid})");
+        return Ok(Exit::success());
+    }
+    let home = context.home.clone();
+    let starter = daemon::Starter {
+        exec_id: Some(context.invocation.id.clone()),
+        trace_id: Some(context.invocation.trace_id.clone()),
+    };
+    let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&home, &starter))
+        .await
+        .map_err(|error| CliError::failure(error.to_string()))?
+        .map_err(CliError::failure)?;
+    println!(
+        "corral daemon started (pid {pid}), socket {}",
+        daemon::socket_path(&context.home).display()
+    );
+    Ok(Exit::success())
+}
+
+async fn stop(context: &Context, now: bool) -> Result<Exit, CliError> {
+    let Some(mut client) = running(context).await? else {
+        println!("no daemon runs for {}", context.home.display());
+        return Ok(Exit::success());
+    };
+    let (pid, _) = pid_and_version(&client);
+    // Each session that works has one prompt running or waiting for its slot.
+    let working = client
+        .call::<Status>(&StatusParams { waiters: Some(0) })
+        .await
+        .map(|status| status.working)
+        .unwrap_or(0);
+    // A second ask skips the grace, as a second SIGTERM does.
+    let asks = if now { 2 } else { 1 };
+    for _ in 0..asks {
+        client
+            .call::<Shutdown>(&ShutdownParams {})
+            .await
+            .map_err(super::remote::failure)?;
+    }
+    drop(client);
+    let grace = if now {
+        Duration::ZERO
+    } else {
+        context
+            .reader()
+            .ok()
+            .and_then(|connection| crate::store::settings::Settings::load(&connection).ok())
+            .map_or(Duration::from_secs(10), |settings| settings.shutdown_grace)
+    };
+    let when = if grace.is_zero() {
+        "at once".to_string()
+    } else {
+        format!("if it has not ended within {}", grace_words(grace))
+    };
+    match working {
+        0 => {}
+        1 => eprintln!(
+            "corral: 1 session works: its prompt goes back to the head of its queue {when}, to run again when a daemon serves this home"
+        ),
+        n => eprintln!(
+            "corral: {n} sessions work: each prompt goes back to the head of its queue {when}, to run again when a daemon serves this home"
+        ),
+    }
+    let gone =
+        tokio::task::spawn_blocking(move || crate::process::wait_gone(pid, grace + STOP_PATIENCE))
+            .await
+            .map_err(|error| CliError::failure(error.to_string()))?;
+    if !gone {
+        return Err(CliError::failure(format!(
+            "the daemon (pid {pid}) is still stopping after {} s; `corral daemon stop --now` ends its runs at once",
+            (grace + STOP_PATIENCE).as_secs()
+        )));
+    }
+    println!("corral daemon stopped (pid {pid})");
+    Ok(Exit::success())
+}
+
+async fn status(context: &Context) -> Result<Exit, CliError> {
+    let Some(client) = running(context).await? else {
+        println!("{}", super::remote::no_daemon_line(context));
+        return Ok(Exit::code(super::remote::NO_DAEMON));
+    };
+    let (pid, version) = pid_and_version(&client);
+    println!(
+        "corral daemon runs: pid {pid}, version {version}, socket {}",
+        daemon::socket_path(&context.home).display()
+    );
+    Ok(Exit::success())
+}
+
+/// `10 s`, `1.5 s`, `300 ms`.
+fn grace_words(grace: Duration) -> String {
+    if grace < Duration::from_secs(1) {
+        format!("{} ms", grace.as_millis())
+    } else {
+        format!("{} s", grace.as_secs_f64())
+    }
 }

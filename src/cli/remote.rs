@@ -37,7 +37,7 @@ pub const NO_DAEMON: i32 = 3;
 /// The line that says no daemon serves `context`'s home.
 pub fn no_daemon_line(context: &Context) -> String {
     format!(
-        "no daemon runs for {} (start one with `corral daemon --detach`)",
+        "no daemon runs for {} (start one with `corral daemon start`)",
         context.home.display()
     )
 }

@@ -718,6 +718,39 @@ pub struct LiveRun {
     pub pid: i32,
 }
 
+/// Waits until process `pid` is gone (its exit, not its reaping), `limit` at most, woken by
+/// the kernel through a pidfd rather than by looking again; `false` if it still runs. A pid
+/// that names no process is gone.
+pub fn wait_gone(pid: i32, limit: Duration) -> bool {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // ESRCH: no such process. Anything else (an old kernel): its /proc entry says.
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            || !is_alive(pid as u32, None);
+    }
+    // SAFETY: a descriptor pidfd_open just returned, owned here alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout =
+            nix::poll::PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+                .unwrap_or(nix::poll::PollTimeout::MAX);
+        let mut fds = [nix::poll::PollFd::new(
+            fd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(0) => return false,
+            Ok(_) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return !is_alive(pid as u32, None),
+        }
+    }
+}
+
 /// Whether child `pid` has stopped (Ctrl-Z, SIGTTIN, …) since this was last asked. Only stops
 /// are consumed: the child's exit stays for whoever waits for it.
 pub fn child_stopped(pid: u32) -> bool {
