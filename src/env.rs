@@ -46,6 +46,10 @@ pub const DRIVER_FILE: &str = "CORRAL_DRIVER_FILE";
 /// The pipe a detached daemon says it is ready on (removed from every child).
 pub const DAEMON_NOTIFY: &str = "CORRAL_DAEMON_NOTIFY";
 
+/// systemd's readiness socket (`Type=notify`): the daemon says `READY=1` and `STOPPING=1`
+/// there, and no child of it inherits it.
+pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
+
 // ---------------------------------------------------------------------------------------------
 // Knobs for tests and benchmarks.
 

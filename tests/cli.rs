@@ -1290,3 +1290,61 @@ fn the_daemon_starts_stops_restarts_and_says_so() {
     );
     assert!(!alive(second));
 }
+
+/// Under systemd (`Type=notify`, docs/corral.service) the daemon says `READY=1` (with its
+/// pid) once it serves, and `STOPPING=1` when asked to stop; its engines never inherit the
+/// socket. The unit file itself passes `systemd-analyze verify` where that tool is installed.
+#[test]
+fn the_daemon_tells_systemd_it_is_ready_and_then_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let home = DaemonHome::new();
+    let notify_dir = tempfile::tempdir().unwrap();
+    let notify_path = notify_dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut daemon = home
+        .corral(&["daemon"])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buffer = [0u8; 256];
+    let size = notify.recv(&mut buffer).expect("READY=1 within a minute");
+    let ready = String::from_utf8_lossy(&buffer[..size]).into_owned();
+    assert_eq!(ready, format!("READY=1\nMAINPID={}", daemon.id()));
+    // Serving: a client is answered.
+    assert!(home
+        .ok(&["daemon", "status"])
+        .starts_with("corral daemon runs"));
+    common::daemon::kill(daemon.id() as i32, libc::SIGTERM);
+    let size = notify
+        .recv(&mut buffer)
+        .expect("STOPPING=1 within a minute");
+    assert_eq!(&buffer[..size], b"STOPPING=1");
+    assert!(wait_for(&mut daemon).success());
+
+    let Some(analyze) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("systemd-analyze"))
+        .find(|path| path.is_file())
+    else {
+        eprintln!("skipped: systemd-analyze is not installed, the unit file is not verified");
+        return;
+    };
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/corral.service"))
+        .unwrap()
+        .replace("%h/.cargo/bin/corral", env!("CARGO_BIN_EXE_corral"));
+    let unit_path = notify_dir.path().join("corral.service");
+    std::fs::write(&unit_path, unit).unwrap();
+    let verified = std::process::Command::new(analyze)
+        .args(["verify", "--man=no"])
+        .arg(&unit_path)
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success() && verified.stderr.is_empty(),
+        "{verified:?}"
+    );
+}

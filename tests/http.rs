@@ -1646,3 +1646,34 @@ fn the_worktree_routes_over_http() {
     git.sha(&repo, &format!("refs/heads/{branch}"));
     git.stop_daemon();
 }
+
+/// The port a daemon chose (no `http.listen` port set) is kept in the home: a restarted
+/// daemon serves the same URL, so an open page reconnects by itself. Taken meanwhile by
+/// another program, the next daemon chooses another, and keeps that one.
+#[test]
+fn a_restarted_daemon_serves_the_same_port() {
+    let home = DaemonHome::new();
+    home.start_daemon();
+    let listen = |home: &DaemonHome| {
+        let status = home.json(&["status", "--json"]);
+        status["http"]["listen"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{status}"))
+            .to_string()
+    };
+    let first = listen(&home);
+    let kept = std::fs::read_to_string(home.path().join("http.port")).unwrap();
+    assert_eq!(first.rsplit(':').next(), Some(kept.trim()));
+    home.ok(&["daemon", "restart"]);
+    assert_eq!(listen(&home), first);
+
+    home.ok(&["daemon", "stop"]);
+    let taken = std::net::TcpListener::bind(&first).expect("the port is free again");
+    home.ok(&["daemon", "start"]);
+    let second = listen(&home);
+    assert_ne!(second, first);
+    drop(taken);
+    home.ok(&["daemon", "restart"]);
+    assert_eq!(listen(&home), second);
+    home.stop_daemon();
+}

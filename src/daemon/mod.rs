@@ -119,6 +119,7 @@ pub async fn run(options: DaemonOptions) -> Result<(), String> {
     let context = Rc::new(server::DaemonContext::new(corral.clone(), home.clone()));
     // The HTTP API (`http.listen`); a failure to serve it leaves the socket serving.
     let http = crate::daemon::http::start(context.clone());
+    service_manager(&context);
     let outcome = serve_until_signal(listener, context.clone(), signals, &corral).await;
     http.stopped().await;
     let _ = std::fs::remove_file(&socket);
@@ -331,6 +332,39 @@ fn watch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
         }
     });
     Ok(receiver)
+}
+
+/// Tells a service manager that waits for it (systemd's `Type=notify`, `NOTIFY_SOCKET`) that
+/// the daemon serves (`READY=1`), and later that it stops (`STOPPING=1`).
+fn service_manager(context: &Rc<server::DaemonContext>) {
+    if std::env::var_os(crate::env::NOTIFY_SOCKET).is_none() {
+        return;
+    }
+    sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
+    let shutdown = context.shutdown.clone();
+    actix::spawn(async move {
+        shutdown.reached(Phase::Draining).await;
+        sd_notify("STOPPING=1");
+    });
+}
+
+/// One datagram to `NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace).
+fn sd_notify(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os(crate::env::NOTIFY_SOCKET) else {
+        return;
+    };
+    let sent = UnixDatagram::unbound().and_then(|socket| {
+        let address = match target.to_str().and_then(|name| name.strip_prefix('@')) {
+            Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
+            None => SocketAddr::from_pathname(&target)?,
+        };
+        socket.send_to_addr(state.as_bytes(), &address)
+    });
+    if let Err(error) = sent {
+        tracing::warn!(%error, "the service manager was not told {state:?}");
+    }
 }
 
 /// Tells the `--detach` parent that the socket serves, then sends stdout to the log.

@@ -844,6 +844,7 @@ pub(super) struct ChildEnv<'a> {
 /// would write the readiness notice meant for the one that started ours).
 const DAEMON_ONLY: &[&str] = &[
     crate::env::DAEMON_NOTIFY,
+    crate::env::NOTIFY_SOCKET,
     crate::env::APP_SERVER_INIT_TIMEOUT_MS,
     crate::env::TEST_KILL_AT,
 ];

@@ -215,6 +215,9 @@ impl Serving {
     }
 }
 
+/// Where the port a daemon chose is kept for the next one (`HOME/http.port`).
+pub const PORT_FILE: &str = "http.port";
+
 fn start_serving(context: Rc<DaemonContext>) -> (HttpStatus, Option<tokio::task::JoinHandle<()>>) {
     let Some(address) = context.corral.settings().http_listen else {
         return (HttpStatus::Off, None);
@@ -242,11 +245,28 @@ fn bind(
     address: SocketAddr,
 ) -> Result<(actix_web::dev::ServerHandle, SocketAddr), String> {
     let access = access::Access::open(&context.home)?;
-    let listener = std::net::TcpListener::bind(address)
-        .map_err(|error| format!("cannot listen on {address} (http.listen): {error}"))?;
+    // No port set (`:0`): the one a daemon of this home chose before, while it is free, so that
+    // a restarted daemon serves the same URL and an open page reconnects by itself.
+    let chosen = context.home.join(PORT_FILE);
+    let remembered = (address.port() == 0)
+        .then(|| std::fs::read_to_string(&chosen).ok())
+        .flatten()
+        .and_then(|port| port.trim().parse::<u16>().ok())
+        .filter(|&port| port != 0);
+    let listener = match remembered {
+        Some(port) => std::net::TcpListener::bind(SocketAddr::new(address.ip(), port))
+            .or_else(|_| std::net::TcpListener::bind(address)),
+        None => std::net::TcpListener::bind(address),
+    }
+    .map_err(|error| format!("cannot listen on {address} (http.listen): {error}"))?;
     let listen = listener
         .local_addr()
         .map_err(|error| format!("cannot read the address listened on: {error}"))?;
+    if address.port() == 0 && remembered != Some(listen.port()) {
+        if let Err(error) = crate::home::write_private(&chosen, &format!("{}\n", listen.port())) {
+            tracing::warn!(%error, "http: the port chosen was not kept for the next daemon");
+        }
+    }
     let (calls, received) = mpsc::channel(BRIDGE_QUEUE);
     let shared = Arc::new(HttpContext {
         bridge: Bridge { calls },
