@@ -1348,3 +1348,40 @@ fn the_daemon_tells_systemd_it_is_ready_and_then_stopping() {
         "{verified:?}"
     );
 }
+
+/// `CORRAL_LOG` filters the daemon's log per module, as `RUST_LOG` is written: here the
+/// daemon's own lines at info and nothing else below warn; a value that does not parse is
+/// said once, and info stands.
+#[test]
+fn the_daemons_log_is_filtered_per_module() {
+    let run = |filter: &str| {
+        let home = DaemonHome::new();
+        let mut daemon = home
+            .corral(&["daemon"])
+            .env("CORRAL_LOG", filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = lines_of(daemon.stderr.take().unwrap());
+        let (ready, mut log) = next_line(&lines, |line| {
+            line.contains("corral::daemon: ready")
+                .then(|| line.to_string())
+        })
+        .unwrap_or_else(|seen| panic!("no ready line: {seen:#?}"));
+        log.push(ready);
+        home.ok(&["daemon", "stop"]);
+        assert!(wait_for(&mut daemon).success());
+        // To the end of its stderr: the daemon is gone.
+        log.extend(lines.iter());
+        log.join("\n")
+    };
+    let log = run("corral::daemon=info,warn");
+    assert!(log.contains("daemon stopped"), "{log}");
+    assert!(!log.contains("boot reconciled"), "{log}");
+    let log = run("info");
+    assert!(log.contains("daemon stopped"), "{log}");
+    let log = run("corral=notalevel");
+    assert!(log.contains("CORRAL_LOG was not understood"), "{log}");
+    assert!(log.contains("daemon stopped"), "{log}");
+}

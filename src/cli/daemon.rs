@@ -96,15 +96,35 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
 /// The daemon logs to stderr (which `--detach` sends to HOME/daemon.log): refused peers,
 /// restarts, shutdowns. `CORRAL_LOG` sets the level (error, warn, info, debug, trace).
 fn init_logging() {
-    let level = std::env::var(crate::env::LOG)
-        .ok()
-        .and_then(|level| level.parse::<tracing::Level>().ok())
-        .unwrap_or(tracing::Level::INFO);
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_ansi(false)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // `info`, or per module as `RUST_LOG` is written: `corral::actors=debug,info`. What does
+    // not parse is said once, and `info` stands.
+    let given = std::env::var(crate::env::LOG).ok();
+    let filter = given
+        .as_deref()
+        .map(str::parse::<tracing_subscriber::filter::Targets>)
+        .transpose();
+    let (filter, refused) = match filter {
+        Ok(Some(filter)) => (filter, None),
+        Ok(None) => (default_filter(), None),
+        Err(error) => (default_filter(), Some(error)),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false),
+        )
+        .with(filter)
         .try_init();
+    if let Some(error) = refused {
+        tracing::warn!(%error, value = given.as_deref().unwrap_or(""), "CORRAL_LOG was not understood; logging at info");
+    }
+}
+
+fn default_filter() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
 }
 
 /// The home's daemon as this exec, or `None` when none answers.
