@@ -296,7 +296,7 @@ pub async fn connect_or_spawn(
                     .map_err(|error| ClientError::Spawn(error.to_string()))?;
             match spawned {
                 Ok(pid) => {
-                    eprintln!("corral: no daemon answered at {path}; started one (pid {pid})")
+                    say!("corral: no daemon answered at {path}; started one (pid {pid})")
                 }
                 // Another client may have started one at the same moment: its daemon won the
                 // lock, and ours stood down. Connect to the winner.

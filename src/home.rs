@@ -81,7 +81,7 @@ pub fn prepare(dir: &Path, source: &HomeSource) -> Result<(), String> {
         Err(error) => return Err(format!("home {}: {error}", dir.display())),
     }
     for note in secure(dir)? {
-        eprintln!("corral: {note}");
+        say!("corral: {note}");
     }
     Ok(())
 }

@@ -61,6 +61,15 @@
 //! # }
 //! ```
 
+/// `eprintln!` that never panics: a line corral cannot write to its stderr (a full disk, a
+/// closed pipe) is dropped rather than a crash. Every module below uses it (textual scope).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod actors;
 pub mod cli;
 pub mod client;

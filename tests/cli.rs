@@ -1385,3 +1385,36 @@ fn the_daemons_log_is_filtered_per_module() {
     assert!(log.contains("CORRAL_LOG was not understood"), "{log}");
     assert!(log.contains("daemon stopped"), "{log}");
 }
+
+/// A line corral cannot write (stderr on a full disk: `/dev/full`) is dropped, never a crash:
+/// a daemon whose home gets tightened (a note on stderr) serves all the same and stops when
+/// asked.
+#[test]
+fn a_full_stderr_does_not_take_the_daemon_down() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = DaemonHome::new();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut daemon = home
+        .corral(&["daemon"])
+        .stdout(Stdio::null())
+        .stderr(full)
+        .spawn()
+        .unwrap();
+    // The daemon alone touches the home until it serves (another command would tighten
+    // the home first, and say so on its own stderr).
+    let socket = home.path().join("corral.sock");
+    wait_until("the daemon serves or ends", || {
+        socket.exists() || matches!(daemon.try_wait(), Ok(Some(_)))
+    });
+    assert_eq!(daemon.try_wait().unwrap(), None, "the daemon ended");
+    assert!(home
+        .ok(&["daemon", "status"])
+        .starts_with("corral daemon runs"));
+    let stopped = home.ok(&["daemon", "stop"]);
+    assert!(stopped.starts_with("corral daemon stopped"), "{stopped}");
+    assert!(wait_for(&mut daemon).success());
+}

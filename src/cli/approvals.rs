@@ -166,7 +166,7 @@ impl TerminalAsker {
             return;
         };
         if event.kind == crate::events::EventKind::ApprovalRequested {
-            eprintln!(
+            say!(
                 "corral: the agent asks: {}{}",
                 what(&approval),
                 approval
@@ -191,7 +191,7 @@ impl TerminalAsker {
             return;
         };
         self.waiting.remove(at);
-        eprintln!(
+        say!(
             "corral: {} {} ({})",
             approval.status.as_str(),
             what(&approval),
@@ -207,7 +207,7 @@ impl TerminalAsker {
             return;
         };
         if !self.terminal {
-            eprintln!(
+            say!(
                 "corral: it waits: corral approve {id} | corral deny {id} [--reason TEXT]",
                 id = first.id
             );
@@ -248,7 +248,7 @@ impl TerminalAsker {
             "n" | "no" => (Decision::Deny, false),
             "s" | "session" => (Decision::Approve, true),
             "" => {
-                eprintln!(
+                say!(
                     "corral: left for later: corral approve {id} | corral deny {id}",
                     id = first.id
                 );
@@ -263,7 +263,7 @@ impl TerminalAsker {
                 return None;
             }
             other => {
-                eprintln!("corral: '{other}' is not y, n, s or empty");
+                say!("corral: '{other}' is not y, n, s or empty");
                 self.prompt();
                 return None;
             }

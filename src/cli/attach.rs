@@ -68,7 +68,7 @@ async fn drive(
     generation: i64,
 ) -> Result<Exit, CliError> {
     let mut events = EventStream::open(context, &session.id, session.last_event_seq).await?;
-    eprintln!(
+    say!(
         "corral: attached to session {} as its driver (generation {generation}); one prompt \
          per line, end of input (Ctrl-D) to detach",
         session.id
@@ -105,12 +105,12 @@ async fn drive(
                             Ok(answered) => format!("corral: {} {}", answered.status.as_str(), answered.id),
                             Err(error) => format!("corral: {}", remote::one_line(&error.to_string())),
                         };
-                        status.print(|| eprintln!("{said}"));
+                        status.print(|| say!("{said}"));
                         continue;
                     }
                     // Too long for one request line: said, and the next line is read.
                     if let Err(why) = crate::protocol::check_prompt_size(text) {
-                        status.print(|| eprintln!("corral: {why}"));
+                        status.print(|| say!("corral: {why}"));
                         continue;
                     }
                     let params = SendParams {
@@ -122,7 +122,7 @@ async fn drive(
                     match client.call::<PromptSend>(&params).await {
                         Ok(prompt) => {
                             status.print(|| {
-                                eprintln!("corral: sent {} ({})", prompt.id, prompt.status.as_str())
+                                say!("corral: sent {} ({})", prompt.id, prompt.status.as_str())
                             });
                             pending.insert(prompt.id);
                         }
@@ -133,7 +133,7 @@ async fn drive(
                         // nothing; a broken connection ends the attach.
                         Err(error) if remote::rpc_error(&error).is_some() => {
                             status.print(|| {
-                                eprintln!("corral: {}", remote::one_line(&error.to_string()))
+                                say!("corral: {}", remote::one_line(&error.to_string()))
                             });
                         }
                         Err(error) => return Err(remote::failure(error)),
@@ -160,7 +160,7 @@ async fn drive(
                         EventKind::ApprovalRequested => {
                             asked.push_back(id.to_string());
                             status.print(|| {
-                                eprintln!("corral: it waits for you: /approve, /session (yes for the session) or /deny [REASON]")
+                                say!("corral: it waits for you: /approve, /session (yes for the session) or /deny [REASON]")
                             });
                         }
                         EventKind::ApprovalAnswered => asked.retain(|known| known != id),

@@ -296,7 +296,7 @@ pub fn run_location(flag: Option<&Path>, action: &ConfigAction) -> i32 {
         Ok(exit) => exit.code,
         Err(error) => {
             if let Some(message) = &error.message {
-                eprintln!("corral: {message}");
+                say!("corral: {message}");
             }
             error.code
         }
@@ -316,7 +316,7 @@ pub fn execute_location(home: &Path, action: &ConfigAction) -> Result<Exit, CliE
                 println!("{}", text(&store, "shown"));
             }
             if let Some(note) = overridden(home) {
-                eprintln!("corral: {note}");
+                say!("corral: {note}");
             }
         }
         ConfigAction::Set(set) => {
@@ -341,7 +341,7 @@ pub fn execute_location(home: &Path, action: &ConfigAction) -> Result<Exit, CliE
                 println!("{} = {url}", set.name);
             }
             if let Some(note) = overridden(home) {
-                eprintln!("corral: {note}");
+                say!("corral: {note}");
             }
         }
         ConfigAction::Unset(unset) => {
@@ -363,7 +363,7 @@ pub fn execute_location(home: &Path, action: &ConfigAction) -> Result<Exit, CliE
                 println!("{} unset (default: sqlite {default})", unset.name);
             }
             if let Some(note) = overridden(home) {
-                eprintln!("corral: {note}");
+                say!("corral: {note}");
             }
         }
         ConfigAction::List(_) => {

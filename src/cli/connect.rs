@@ -111,7 +111,7 @@ pub async fn execute(context: &Context, args: &ConnectArgs) -> Result<Exit, CliE
                     )));
                 }
                 Err(error) => {
-                    eprintln!("corral: accepting on {}: {error}", shown.display());
+                    say!("corral: accepting on {}: {error}", shown.display());
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
             },
@@ -126,7 +126,7 @@ pub async fn execute(context: &Context, args: &ConnectArgs) -> Result<Exit, CliE
         }
     };
     if tokio::time::timeout(CLOSE_GRACE, closing).await.is_err() {
-        eprintln!("corral: some native connections did not close in time");
+        say!("corral: some native connections did not close in time");
     }
     let still_ours = std::fs::symlink_metadata(&args.socket)
         .map(|meta| Some((meta.dev(), meta.ino())) == identity)
@@ -181,7 +181,7 @@ fn same_user(stream: &UnixStream) -> bool {
     match crate::socket::check_peer(stream) {
         Ok(_) => true,
         Err(refusal) => {
-            eprintln!("corral: refused native {refusal}");
+            say!("corral: refused native {refusal}");
             false
         }
     }
@@ -229,7 +229,7 @@ async fn connection(
         {
             Ok(()) => true,
             Err(error) => {
-                eprintln!("corral: native connection {number}: cannot record its exec: {error}");
+                say!("corral: native connection {number}: cannot record its exec: {error}");
                 return;
             }
         },
@@ -263,7 +263,7 @@ async fn connection(
             drop(native);
         }
         Err(error) => {
-            eprintln!(
+            say!(
                 "corral: native connection {number}: {}",
                 error.message.unwrap_or_default()
             );
@@ -287,7 +287,7 @@ async fn connection(
                 })
                 .await
             {
-                eprintln!("corral: native connection {number}: cannot complete its exec: {error}");
+                say!("corral: native connection {number}: cannot complete its exec: {error}");
             }
         }
     }
@@ -467,7 +467,7 @@ impl Native {
                         written
                     }
                     Err(error) => {
-                        eprintln!(
+                        say!(
                             "corral: a native connection's event stream ended: {}",
                             error.message.unwrap_or_default()
                         );

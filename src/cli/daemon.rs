@@ -205,10 +205,10 @@ async fn stop(context: &Context, now: bool) -> Result<Exit, CliError> {
     };
     match working {
         0 => {}
-        1 => eprintln!(
+        1 => say!(
             "corral: 1 session works: its prompt goes back to the head of its queue {when}, to run again when a daemon serves this home"
         ),
-        n => eprintln!(
+        n => say!(
             "corral: {n} sessions work: each prompt goes back to the head of its queue {when}, to run again when a daemon serves this home"
         ),
     }

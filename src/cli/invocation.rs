@@ -178,7 +178,7 @@ pub fn install_panic_hook() {
             .location()
             .map(|at| format!(" at {}:{}", at.file(), at.line()))
             .unwrap_or_default();
-        eprintln!("corral: internal error: {message}{place}");
+        say!("corral: internal error: {message}{place}");
         if group > 0 {
             process::signal_group(group, nix::sys::signal::Signal::SIGKILL);
         }

@@ -480,7 +480,7 @@ async fn early(error: clap::Error, argv: Vec<OsString>, store: Option<EarlyStore
     };
     let path = store::shown_path(&store.location);
     if let Compatibility::Incompatible(foreign) = store.compatibility {
-        eprintln!("{}", store::refusal(&path, foreign));
+        say!("{}", store::refusal(&path, foreign));
         return code;
     }
     let invocation = Invocation::capture(argv);
@@ -491,7 +491,7 @@ async fn early(error: clap::Error, argv: Vec<OsString>, store: Option<EarlyStore
         }
         Some(Err(error)) => {
             if let Some(StoreError::Incompatible(foreign)) = error.store_error() {
-                eprintln!("{}", store::refusal(&path, *foreign));
+                say!("{}", store::refusal(&path, *foreign));
             }
         }
         _ => {}
@@ -580,7 +580,7 @@ async fn run_parsed(cli: Cli, invocation: Invocation, store: Option<EarlyStore>)
             .await
         {
             let reason = error.message.unwrap_or_default();
-            eprintln!("corral: could not record the end of this command: {reason}");
+            say!("corral: could not record the end of this command: {reason}");
         }
     }
     exit.code
@@ -681,7 +681,7 @@ async fn run_first(cli: Cli, invocation: Invocation, store: Option<EarlyStore>) 
             }
         } else if let Err(error) = context.invocation.record_end(Some(ledger), &exit).await {
             let reason = error.message.unwrap_or_default();
-            eprintln!("corral: could not record the end of this command: {reason}");
+            say!("corral: could not record the end of this command: {reason}");
         }
     }
     exit.code
@@ -840,7 +840,7 @@ async fn interruptible(
 /// Prints a failure's line and gives its exit code.
 fn report(error: CliError) -> i32 {
     if let Some(message) = error.message {
-        eprintln!("corral: {message}");
+        say!("corral: {message}");
     }
     error.code
 }
@@ -889,7 +889,7 @@ async fn open(
         },
     };
     let ledger = ledger
-        .map_err(|foreign| eprintln!("{}", store::refusal(&store_path, foreign)))
+        .map_err(|foreign| say!("{}", store::refusal(&store_path, foreign)))
         .ok();
     if let Some(ledger) = &ledger {
         // A store that refuses writes is told now, not after `store.lock_timeout_ms`.
@@ -898,7 +898,7 @@ async fn open(
         // store left loose by an older corral is made private.
         if let Location::Sqlite(path) = &location {
             for note in store::make_private(path) {
-                eprintln!("corral: {note}");
+                say!("corral: {note}");
             }
         }
     }

@@ -223,7 +223,7 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
     let project = remote::ask_json::<ProjectAdd>(&mut client, &params).await?;
     if args.isolation.is_none() {
         if let Some(note) = shared_note(&project, crate::repo::toplevel(&args.path).is_some()) {
-            eprintln!("{note}");
+            say!("{note}");
         }
     }
     if args.json {

@@ -587,7 +587,7 @@ pub async fn release(client: &mut Client, session_id: &str, generation: i64) {
         generation,
     };
     if let Err(error) = client.call::<DriverRelease>(&params).await {
-        eprintln!(
+        say!(
             "corral: could not release the driver claim: {}",
             one_line(&error.to_string())
         );

@@ -136,7 +136,7 @@ pub async fn quick(
                 return Quick::Ordinary(invocation)
             }
             Err(error) => {
-                eprintln!(
+                say!(
                     "corral: {}",
                     remote::failure(error).message.unwrap_or_default()
                 );
@@ -149,7 +149,7 @@ pub async fn quick(
             let code = match print_sent(args.json, &prompt) {
                 Ok(()) => 0,
                 Err(error) => {
-                    eprintln!("corral: writing the answer: {error}");
+                    say!("corral: writing the answer: {error}");
                     1
                 }
             };
@@ -165,7 +165,7 @@ pub async fn quick(
                     .and_then(|data| data.get("exec_recorded"))
                     .and_then(Value::as_bool)
                     == Some(true);
-            eprintln!(
+            say!(
                 "corral: {}",
                 remote::failure(error).message.unwrap_or_default()
             );
@@ -288,7 +288,7 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
                 // Done, but the engine refused some of what the agent tried: said apart from
                 // the answer, so that a green result is never read as the whole job.
                 if let Some(denied) = prompt["denied"].as_i64().filter(|denied| *denied > 0) {
-                    eprintln!(
+                    say!(
                         "corral: denied: {denied} — the engine refused {} the agent tried \
                          (`corral watch {}` lists them; `corral project set` widens what it may do)",
                         if denied == 1 { "one tool use" } else { "tool uses" },
@@ -354,7 +354,7 @@ async fn send_and_follow(
                 if let Some(answer) = asker.answer(&line) {
                     // A refusal (answered elsewhere first, say) is said; the prompt goes on.
                     if let Err(error) = remote::ask::<ApprovalsAnswer>(client, &answer).await {
-                        eprintln!("corral: {}", error.message.unwrap_or_default());
+                        say!("corral: {}", error.message.unwrap_or_default());
                     }
                 }
                 continue;

@@ -288,7 +288,7 @@ pub fn main() -> i32 {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("{LOG}: no runtime: {error}");
+            say!("{LOG}: no runtime: {error}");
             return 1;
         }
     };
@@ -297,7 +297,7 @@ pub fn main() -> i32 {
     let mut input = match io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => File::from(fd),
         Err(error) => {
-            eprintln!("{LOG}: no stdin: {error}");
+            say!("{LOG}: no stdin: {error}");
             return 1;
         }
     };
@@ -322,7 +322,7 @@ pub fn main() -> i32 {
             Ok(false) => continue,
             Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
             Err(error) => {
-                eprintln!("{LOG}: cannot wait for the daemon's pipe: {error}");
+                say!("{LOG}: cannot wait for the daemon's pipe: {error}");
                 break;
             }
         }
@@ -332,7 +332,7 @@ pub fn main() -> i32 {
             Ok(read) => read,
             Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
             Err(error) => {
-                eprintln!("{LOG}: cannot read the daemon's pipe: {error}");
+                say!("{LOG}: cannot read the daemon's pipe: {error}");
                 break;
             }
         };
@@ -354,11 +354,11 @@ pub fn main() -> i32 {
                         "the lease deadline has passed",
                     );
                 }
-                None => eprintln!("{LOG}: ignored a line that is none of ours: {text:?}"),
+                None => say!("{LOG}: ignored a line that is none of ours: {text:?}"),
             }
         }
         if pending.len() > MAX_LINE {
-            eprintln!("{LOG}: ignored a line longer than {MAX_LINE} bytes");
+            say!("{LOG}: ignored a line longer than {MAX_LINE} bytes");
             pending.clear();
             overlong = true;
         }
@@ -380,7 +380,7 @@ impl Sweep {
     fn of_this_guard() -> Sweep {
         let mark = std::env::args().nth(2).filter(|mark| is_word(mark));
         if mark.is_none() {
-            eprintln!("{LOG}: started without a mark: only listed runs are ended");
+            say!("{LOG}: started without a mark: only listed runs are ended");
         }
         Sweep {
             mark,
@@ -466,7 +466,7 @@ fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, watch: &Watch, ending: 
     }
     let ids: Vec<&str> = ending.runs.iter().map(|run| run.run_id.as_str()).collect();
     if !ids.is_empty() {
-        eprintln!("{LOG}: {why}: ending run(s) {}", ids.join(", "));
+        say!("{LOG}: {why}: ending run(s) {}", ids.join(", "));
     }
     // The marks are made now, not when listed: the leader's identity is checked at the end.
     let marks: Vec<Mark> = ending
@@ -478,7 +478,7 @@ fn end(runtime: &tokio::runtime::Runtime, sweep: &Sweep, watch: &Watch, ending: 
     if ending.sweep {
         let swept = sweep.run(watch);
         if swept > 0 {
-            eprintln!("{LOG}: {why}: ended {swept} other process(es) of the daemon's children");
+            say!("{LOG}: {why}: ended {swept} other process(es) of the daemon's children");
         }
     }
 }

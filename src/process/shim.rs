@@ -62,11 +62,11 @@ enum End {
 /// (a signal is re-raised instead).
 pub fn main(args: Vec<OsString>) -> i32 {
     let Some((program, rest)) = args.split_first() else {
-        eprintln!("usage: {PROGRAM} PROGRAM [ARGS…]");
+        say!("usage: {PROGRAM} PROGRAM [ARGS…]");
         return 2;
     };
     if let Err(error) = nix::sys::prctl::set_child_subreaper(true) {
-        eprintln!("{PROGRAM}: cannot adopt what the engine leaves: {error}");
+        say!("{PROGRAM}: cannot adopt what the engine leaves: {error}");
         return 126;
     }
     // Not SA_RESTART: a signal interrupts the wait, and the shim ends what it adopted.
@@ -78,7 +78,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic.
         if let Err(error) = unsafe { signal::sigaction(signal, &ending) } {
-            eprintln!("{PROGRAM}: cannot handle {signal}: {error}");
+            say!("{PROGRAM}: cannot handle {signal}: {error}");
             return 126;
         }
     }
@@ -92,7 +92,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let engine = match command.spawn() {
         Ok(child) => Pid::from_raw(child.id() as i32),
         Err(error) => {
-            eprintln!(
+            say!(
                 "{PROGRAM}: the engine could not start ({}): {error}",
                 program.to_string_lossy()
             );

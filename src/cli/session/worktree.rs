@@ -72,7 +72,7 @@ pub async fn archive(context: &Context, args: &ArchiveArgs) -> Result<Exit, CliE
     let session = remote::ask_json::<SessionArchive>(&mut client, &params).await?;
     // A kept worktree is said on stderr even with --json: the person must not miss it.
     if let Some(note) = kept_note(&session, &args.session) {
-        eprintln!("{note}");
+        say!("{note}");
     }
     if args.json {
         print_json(&session);
