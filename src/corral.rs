@@ -418,13 +418,16 @@ impl Corral {
                 .into_iter()
                 .any(|known| known.name == project.name))
         })?;
+        let name = project.name.clone();
+        let taken = || CorralError::Invalid(format!("a project named '{name}' exists already"));
         if exists {
-            return Err(CorralError::Invalid(format!(
-                "a project named '{}' exists already",
-                project.name
-            )));
+            return Err(taken());
         }
-        Ok(self.shared.ledger.write(CreateProject { project }).await?)
+        self.shared
+            .ledger
+            .write(CreateProject { project })
+            .await?
+            .ok_or_else(taken)
     }
 
     /// Changes a project's settings (or archives it). Worktree isolation is refused, with

@@ -1418,3 +1418,41 @@ fn a_full_stderr_does_not_take_the_daemon_down() {
     assert!(stopped.starts_with("corral daemon stopped"), "{stopped}");
     assert!(wait_for(&mut daemon).success());
 }
+
+/// Two `project add` of one name at once: one adds it, the other is told it exists already
+/// (in one line, exit 1), never a constraint's words; ten times over.
+#[test]
+fn two_adds_of_one_project_name_at_once_are_told_it_exists() {
+    let home = DaemonHome::new();
+    home.start_daemon();
+    for round in 0..10 {
+        let name = format!("twin{round}");
+        let work = home.work();
+        let work = work.to_str().unwrap();
+        let both: Vec<Child> = (0..2)
+            .map(|_| {
+                home.corral(&["project", "add", &name, work])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outputs: Vec<Output> = both.into_iter().map(finish).collect();
+        let added = outputs
+            .iter()
+            .filter(|output| output.status.success())
+            .count();
+        assert_eq!(added, 1, "{outputs:?}");
+        let refused = outputs
+            .iter()
+            .find(|output| !output.status.success())
+            .unwrap();
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        assert_eq!(
+            stderr(refused),
+            format!("corral: a project named '{name}' exists already\n")
+        );
+    }
+    home.stop_daemon();
+}

@@ -253,6 +253,23 @@ pub struct NewProject {
     pub policy: Policy,
 }
 
+/// [`insert_project`], unless a project of that name exists: then `None` (read in the
+/// write's transaction, so two adds of one name at once are told so).
+pub(crate) fn insert_project_unless_named(
+    connection: &Conn,
+    project: &NewProject,
+) -> sql::Result<Option<Project>> {
+    let taken = connection.opt_row(
+        "SELECT 1 FROM projects WHERE name = ?1",
+        args![project.name],
+        |_| Ok(()),
+    )?;
+    match taken {
+        Some(()) => Ok(None),
+        None => insert_project(connection, project).map(Some),
+    }
+}
+
 pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result<Project> {
     let project = Project {
         id: uuid::Uuid::now_v7().to_string(),

@@ -76,9 +76,11 @@ macro_rules! ledger_write {
 }
 
 ledger_write!(
-    /// Creates a project (and registers its execution groups as locking ones if new).
-    CreateProject { project: projects::NewProject } -> projects::Project,
-    |this, connection| projects::insert_project(connection, &this.project)
+    /// Creates a project (and registers its execution groups as locking ones if new); `None`
+    /// when one of that name exists already (looked for under the write lock, so that two
+    /// adds of one name at once are told so, not a constraint's words).
+    CreateProject { project: projects::NewProject } -> Option<projects::Project>,
+    |this, connection| projects::insert_project_unless_named(connection, &this.project)
 );
 
 ledger_write!(
