@@ -437,7 +437,13 @@ fn send_and_attach_refuse_a_prompt_too_long_for_one_line() {
 
     let input = format!("{long}\nhello\n");
     let attached = output_with_stdin(home.corral(&["attach", "s"]), &input, finish);
-    assert_eq!(attached.status.code(), Some(0), "{attached:?}");
+    // Not every prompt it was given succeeded: exit 1, saying so.
+    assert_eq!(attached.status.code(), Some(1), "{attached:?}");
+    assert!(
+        stderr(&attached)
+            .ends_with("corral: not every prompt succeeded: 1 refused, 0 failed or cancelled\n"),
+        "{attached:?}"
+    );
     let said = stderr(&attached);
     let refusals: Vec<&str> = said
         .lines()
@@ -861,5 +867,24 @@ fn the_daemon_records_only_an_exec_its_peer_could_record() {
         [("exe-c".to_string(), Some(1), Some("failed".to_string()))]
     );
     assert_eq!(store.value("SELECT count(*) FROM prompts"), 0);
+    home.stop_daemon();
+}
+
+/// `attach` exits 1 when a prompt it sent failed, saying how many did (and 0 when all
+/// succeeded).
+#[test]
+fn attach_says_when_a_prompt_it_sent_failed() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    let all_done = output_with_stdin(home.corral(&["attach", "s"]), "hello\n", finish);
+    assert_eq!(all_done.status.code(), Some(0), "{all_done:?}");
+    let input = "@fake fail=it broke\nhello again\n";
+    let attached = output_with_stdin(home.corral(&["attach", "s"]), input, finish);
+    assert_eq!(attached.status.code(), Some(1), "{attached:?}");
+    assert!(
+        stderr(&attached)
+            .ends_with("corral: not every prompt succeeded: 0 refused, 1 failed or cancelled\n"),
+        "{attached:?}"
+    );
     home.stop_daemon();
 }

@@ -3,7 +3,8 @@
 //! It claims the session's driver (refused while another live exec drives, unless
 //! `--take-over`), prints the session's events live (`#SEQ KIND summary`), and sends each
 //! line read from stdin as a prompt with the claim's generation. At the end of its input it
-//! waits for the prompts it sent to end, releases the claim and exits 0. When another exec
+//! waits for the prompts it sent to end, releases the claim and exits 0, or 1 with one line
+//! saying how many were refused and how many failed or were cancelled. When another exec
 //! took the session over, the next send is refused with `superseded by exec …`: attach says so
 //! and exits 1. A line too long for the protocol is refused with one line naming the limit,
 //! and attach reads on. On a terminal, a status line on stderr says what a prompt waits for (a slot, a
@@ -81,8 +82,15 @@ async fn drive(
     let mut status = StatusLine::stderr();
     // Requests of the engine waiting for a person, oldest first.
     let mut asked: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    // Prompts refused when sent, and sent ones that failed or were cancelled.
+    let (mut refused, mut failed) = (0usize, 0usize);
     loop {
         if !input_open && pending.is_empty() {
+            if refused + failed > 0 {
+                return Err(CliError::failure(format!(
+                    "not every prompt succeeded: {refused} refused, {failed} failed or cancelled"
+                )));
+            }
             return Ok(Exit::success());
         }
         tokio::select! {
@@ -111,6 +119,7 @@ async fn drive(
                     // Too long for one request line: said, and the next line is read.
                     if let Err(why) = crate::protocol::check_prompt_size(text) {
                         status.print(|| say!("corral: {why}"));
+                        refused += 1;
                         continue;
                     }
                     let params = SendParams {
@@ -135,6 +144,7 @@ async fn drive(
                             status.print(|| {
                                 say!("corral: {}", remote::one_line(&error.to_string()))
                             });
+                            refused += 1;
                         }
                         Err(error) => return Err(remote::failure(error)),
                     }
@@ -152,7 +162,9 @@ async fn drive(
                 });
                 if event.kind.ends_prompt() {
                     if let Some(prompt) = &event.prompt_id {
-                        pending.remove(prompt);
+                        if pending.remove(prompt) && event.kind != EventKind::PromptDone {
+                            failed += 1;
+                        }
                     }
                 }
                 if let Some(id) = event.payload["approval"]["id"].as_str() {
