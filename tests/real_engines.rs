@@ -1278,6 +1278,23 @@ fn prompt_end(lines: &mpsc::Receiver<String>, prompt: &str) -> String {
     })
 }
 
+/// A person approves `asked`; the prompt then ends done.
+fn approved_and_done(
+    rig: &Rig,
+    session: &str,
+    lines: &mpsc::Receiver<String>,
+    prompt: &str,
+    asked: &Value,
+) {
+    rig.ok(&["approve", asked["id"].as_str().unwrap()]);
+    assert_eq!(
+        prompt_end(lines, prompt),
+        "prompt.done",
+        "{}",
+        rig.story(session)
+    );
+}
+
 /// Under the policy `ask`, what claude would refuse is asked of a person through its
 /// stream-json control protocol, and the person's answer is what happens: a write outside the
 /// tree waits in `corral approvals` until `corral approve` (then it is written), or `corral
@@ -1475,13 +1492,7 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
     );
     assert_eq!(asked["reason"], "write outside the tree", "{asked}");
     assert!(!approved.exists(), "ran before anyone answered");
-    rig.ok(&["approve", asked["id"].as_str().unwrap()]);
-    assert_eq!(
-        prompt_end(&lines, &prompt),
-        "prompt.done",
-        "{}",
-        rig.story(&session)
-    );
+    approved_and_done(&rig, &session, &lines, &prompt, &asked);
     assert!(approved.exists(), "{}", rig.story(&session));
 
     let refused = outside.join("refused.txt");
@@ -1523,13 +1534,7 @@ fn codex_app_server_under_ask_a_person_answers_what_the_agent_asks() {
         "the file is the target: {asked}"
     );
     assert!(!patched.exists(), "written before anyone answered");
-    rig.ok(&["approve", asked["id"].as_str().unwrap()]);
-    assert_eq!(
-        prompt_end(&lines, &prompt),
-        "prompt.done",
-        "{}",
-        rig.story(&session)
-    );
+    approved_and_done(&rig, &session, &lines, &prompt, &asked);
     assert_eq!(
         std::fs::read_to_string(&patched).ok().as_deref(),
         Some("patched\n")

@@ -61,21 +61,7 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
         None => {}
     }
     if args.detach {
-        let home = context.home.clone();
-        // The daemon's exec is a child of this one.
-        let starter = daemon::Starter {
-            exec_id: Some(context.invocation.id.clone()),
-            trace_id: Some(context.invocation.trace_id.clone()),
-        };
-        let pid = tokio::task::spawn_blocking(move || daemon::spawn_detached(&home, &starter))
-            .await
-            .map_err(|error| CliError::failure(error.to_string()))?
-            .map_err(CliError::failure)?;
-        println!(
-            "corral daemon started (pid {pid}), socket {}",
-            daemon::socket_path(&context.home).display()
-        );
-        return Ok(Exit::success());
+        return detach(context).await;
     }
     init_logging();
     let served = daemon::run(DaemonOptions {
@@ -152,6 +138,12 @@ async fn start(context: &Context) -> Result<Exit, CliError> {
         println!("corral daemon already runs (pid {pid})");
         return Ok(Exit::success());
     }
+    detach(context).await
+}
+
+/// A daemon in the background, started from this exec (its parent), once it serves; a home
+/// served already refuses it, naming the pid that serves.
+async fn detach(context: &Context) -> Result<Exit, CliError> {
     let home = context.home.clone();
     let starter = daemon::Starter {
         exec_id: Some(context.invocation.id.clone()),
