@@ -54,3 +54,24 @@ fn the_demo_shows_limits_groups_retries_cancellation_and_the_ledger() {
         "{kept} was not removed"
     );
 }
+
+/// `cargo run --release -- demo` on a fresh clone builds `corral` alone: with no
+/// `corral-fake-engine` beside it (nor on PATH), the demo runs corral itself as the fake
+/// engine, through a link of that name, and the show is the same.
+#[test]
+fn the_demo_runs_with_corral_alone() {
+    let alone = tempfile::tempdir().unwrap();
+    let corral = alone.path().join("corral");
+    std::fs::copy(env!("CARGO_BIN_EXE_corral"), &corral).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let output = Command::new(&corral)
+        .arg("demo")
+        .env("CORRAL_HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains("all 5 prompts ended"), "{stdout}");
+    assert!(stdout.contains("agent ran:"), "{stdout}");
+}

@@ -17,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::monitor::{build_overview, print_overview};
 use super::{CliError, Context, Exit};
+use crate::engine::EngineKind;
 use crate::events::EventKind;
 use crate::store::events::Event;
 use crate::store::projects::NewProject;
@@ -94,6 +95,17 @@ pub async fn execute(context: &Context, args: &DemoArgs) -> Result<Exit, CliErro
     let corral_binary = std::env::current_exe()
         .map(|path| path.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "corral".into());
+    // No `corral-fake-engine` beside this binary or on PATH (`cargo run -- demo` builds
+    // corral alone): corral is the fake engine too, run through a link of that name.
+    if crate::engine::resolve_program(EngineKind::Fake, &corral.settings().engine_paths).is_err() {
+        let link = home.path().join(EngineKind::Fake.default_program());
+        std::os::unix::fs::symlink(&corral_binary, &link)
+            .map_err(|error| CliError::failure(format!("demo: {error}")))?;
+        corral
+            .set_setting("engines.fake.path", Some(&link.to_string_lossy()))
+            .await
+            .map_err(fail)?;
+    }
     println!("corral demo — home {}", home.path().display());
     println!("  slots.fake = 2; api and web share the execution group 'deploy'\n");
 

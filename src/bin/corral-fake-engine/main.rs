@@ -1030,7 +1030,7 @@ mod claude;
 mod codex;
 mod live_check;
 
-fn main() {
+pub(crate) fn main() {
     let args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|arg| arg.to_string_lossy().into_owned())
