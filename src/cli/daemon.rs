@@ -3,8 +3,8 @@
 //!
 //! `stop` asks the daemon to shut down as SIGTERM does (it starts no new prompt, gives the
 //! running ones `daemon.shutdown_grace_ms` to end, puts what has not ended back at the head
-//! of its session's queue, and exits; `--now` skips the grace) and waits for its process to be gone, woken by the kernel (a pidfd),
-//! not by looking again. `restart` is `stop` then `start`: the binary on disk serves next, so
+//! of its session's queue, and exits; `--now` skips the grace) and waits for its process to
+//! be gone, woken by the kernel (a pidfd), not by looking again. `restart` is `stop` then `start`: the binary on disk serves next, so
 //! an upgrade is `cargo install` then `corral daemon restart`. Each says what it did in one
 //! line; `status` exits 3 when no daemon serves the home, as `corral status` does.
 
@@ -80,7 +80,8 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
 }
 
 /// The daemon logs to stderr (which `--detach` sends to HOME/daemon.log): refused peers,
-/// restarts, shutdowns. `CORRAL_LOG` sets the level (error, warn, info, debug, trace).
+/// restarts, shutdowns. `CORRAL_LOG` filters it as `RUST_LOG` is written: a level (error,
+/// warn, info, debug, trace), or levels per module (`corral::actors=debug,info`).
 fn init_logging() {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;

@@ -9,9 +9,11 @@
 //! after the grace) and says when each mark's last process was gone. [`kill_point`] is the
 //! tests' kill -9 at a named moment.
 //!
-//! Every child corral starts is the leader of its own process group, so that ending it ends
-//! everything it started (a shell's children, an engine's tool calls) and a terminal's Ctrl-C
-//! reaches corral, which decides, rather than the child directly. The one exception is a
+//! Every child corral starts is the leader of its own process group (an engine, an app-server
+//! child or a setup command through its [`shim`], which leads the group and adopts what the
+//! child detaches), so that ending it ends everything it started (a shell's children, an
+//! engine's tool calls) and a terminal's Ctrl-C reaches corral, which decides, rather than
+//! the child directly. The one exception is a
 //! command `corral run` starts from a terminal's foreground: [`Foreground`] lends it the
 //! terminal, as a shell does, so that it can read it (and Ctrl-C and Ctrl-Z reach it).
 
