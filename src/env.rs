@@ -55,8 +55,6 @@ pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 
 /// A named moment at which the process kills itself with SIGKILL (`process::kill_point`).
 pub const TEST_KILL_AT: &str = "CORRAL_TEST_KILL_AT";
-/// How long an app-server child may take to answer `initialize`.
-pub const APP_SERVER_INIT_TIMEOUT_MS: &str = "CORRAL_APP_SERVER_INIT_TIMEOUT_MS";
 /// How long a socket client may take to say `initialize`.
 pub const HANDSHAKE_TIMEOUT_MS: &str = "CORRAL_HANDSHAKE_TIMEOUT_MS";
 /// How many socket connections the daemon serves at once.

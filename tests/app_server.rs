@@ -651,8 +651,6 @@ fn stray_and_duplicate_responses_neither_crash_nor_restart_the_child() {
 
 #[test]
 fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
-    // Read by the supervisor when it spawns a child; the same value for every test here.
-    std::env::set_var("CORRAL_APP_SERVER_INIT_TIMEOUT_MS", "300");
     actix_test(|| async {
         let bench = Bench::start().await;
         let wrapper = bench.projects.path().join("no-initialize.sh");
@@ -670,6 +668,11 @@ fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
                 "engines.codex-app-server.path",
                 Some(wrapper.to_str().unwrap()),
             )
+            .await
+            .unwrap();
+        bench
+            .corral
+            .set_setting("app_server.init_timeout_ms", Some("300"))
             .await
             .unwrap();
         let session = bench.session(&bench.project("p", false).await).await;

@@ -39,17 +39,6 @@ pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
 const RESTART_BACKOFF: Duration = Duration::from_millis(100);
 /// How many recent events the actor keeps for `status` (and the store).
 pub const RECENT_EVENTS: usize = 50;
-/// How long a new child may take to answer `initialize` before it is killed (and the attempt
-/// counts toward the restart limit). `CORRAL_APP_SERVER_INIT_TIMEOUT_MS` overrides it.
-const INIT_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn init_timeout() -> Duration {
-    std::env::var(crate::env::APP_SERVER_INIT_TIMEOUT_MS)
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(INIT_TIMEOUT)
-}
 
 /// How long after one half of a death (stdout end, exit) the other is awaited before the
 /// turns are told with what is known.
@@ -189,6 +178,9 @@ pub struct AppServerActor {
     cwd: String,
     home: PathBuf,
     full_access: bool,
+    /// How long a new child may take to answer `initialize` before it is killed (the attempt
+    /// counts toward the restart limit): the `app_server.init_timeout_ms` setting.
+    init_timeout: Duration,
     /// The lease guard's mark its children carry (shared store): no run lists the child, so
     /// this is how the guard finds it when the daemon dies.
     guard_mark: Option<String>,
@@ -239,6 +231,7 @@ impl AppServerActor {
             cwd,
             home,
             full_access,
+            init_timeout: Duration::from_secs(20),
             guard_mark: None,
             child: None,
             generation: 0,
@@ -258,6 +251,12 @@ impl AppServerActor {
             recent: VecDeque::new(),
             on_change: None,
         }
+    }
+
+    /// A new child not answering `initialize` within `timeout` is killed.
+    pub fn init_timeout(mut self, timeout: Duration) -> Self {
+        self.init_timeout = timeout;
+        self
     }
 
     /// Its children carry the lease guard's `mark` (see [`crate::env::LEASE_GUARD`]).
@@ -425,7 +424,7 @@ impl AppServerActor {
             "method": "initialize",
             "params": { "clientInfo": { "name": "corral", "title": "corral", "version": env!("CARGO_PKG_VERSION") } }
         }));
-        let timeout = init_timeout();
+        let timeout = self.init_timeout;
         ctx.run_later(timeout, move |actor, _| {
             let Some(live) = actor.child.as_mut().filter(|live| live.generation == generation) else {
                 return;

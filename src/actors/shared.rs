@@ -213,6 +213,7 @@ impl Shared {
             self.home.clone(),
             project.full_access && project.kind != "remote",
         )
+        .init_timeout(self.settings().app_server_init_timeout)
         .guarded_by(self.guard_mark());
         let actor = match &stored {
             Some(stored) => actor.resume_from(stored),

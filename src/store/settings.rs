@@ -33,6 +33,10 @@ pub const DEFAULT_STORE_LOCK_TIMEOUT_MS: u64 = 60_000;
 /// daemon takes its prompts over and runs them again.
 pub const STORE_LEASE_MS: &str = "store.lease_ms";
 
+/// How long a new codex app-server child may take to answer `initialize` before it is killed
+/// (and the attempt counts toward the restart limit).
+pub const APP_SERVER_INIT_TIMEOUT_MS: &str = "app_server.init_timeout_ms";
+
 /// The default of [`STORE_LEASE_MS`]: renewed every 5 s, a dead daemon's work moves in 15 s.
 pub const DEFAULT_STORE_LEASE_MS: u64 = 15_000;
 
@@ -154,6 +158,12 @@ pub const KNOWN: &[Known] = &[
         default: "15000",
         meaning: "on a shared PostgreSQL store, how long a daemon's lease lasts unrenewed \
                   (renewed every third of it); past it, another daemon reruns its prompts",
+    },
+    Known {
+        name: APP_SERVER_INIT_TIMEOUT_MS,
+        default: "20000",
+        meaning: "how long a codex app-server child may take to answer initialize before it \
+                  is killed (the attempt counts toward its restart limit)",
     },
     Known {
         name: "daemon.autostart",
@@ -347,6 +357,12 @@ fn checked(name: &str, value: &str, check: Check) -> Result<String, String> {
                 "{name} must be 500..=600000 milliseconds, not '{value}'"
             )),
         },
+        APP_SERVER_INIT_TIMEOUT_MS => match value.parse::<u64>() {
+            Ok(ms) if (100..=600_000).contains(&ms) => Ok(ms.to_string()),
+            _ => Err(format!(
+                "{name} must be 100..=600000 milliseconds, not '{value}'"
+            )),
+        },
         HTTP_LISTEN => {
             parse_listen(value)?;
             Ok(value.to_string())
@@ -406,6 +422,8 @@ pub struct Settings {
     pub store_lock_timeout: Duration,
     /// [`STORE_LEASE_MS`].
     pub store_lease: Duration,
+    /// [`APP_SERVER_INIT_TIMEOUT_MS`].
+    pub app_server_init_timeout: Duration,
     /// [`HTTP_LISTEN`]: `None` is off.
     pub http_listen: Option<std::net::SocketAddr>,
     /// [`WORKTREES_DIR`]: `None` is `HOME/worktrees`.
@@ -431,6 +449,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(10),
             store_lock_timeout: Duration::from_millis(DEFAULT_STORE_LOCK_TIMEOUT_MS),
             store_lease: Duration::from_millis(DEFAULT_STORE_LEASE_MS),
+            app_server_init_timeout: Duration::from_secs(20),
             http_listen: parse_listen(DEFAULT_HTTP_LISTEN).expect("valid default"),
             worktrees_dir: None,
         }
@@ -479,6 +498,10 @@ impl Settings {
             }
             STORE_LOCK_TIMEOUT_MS => {
                 self.store_lock_timeout =
+                    Duration::from_millis(value.parse().map_err(|_| "number")?)
+            }
+            APP_SERVER_INIT_TIMEOUT_MS => {
+                self.app_server_init_timeout =
                     Duration::from_millis(value.parse().map_err(|_| "number")?)
             }
             STORE_LEASE_MS => {

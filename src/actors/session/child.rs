@@ -845,7 +845,6 @@ pub(super) struct ChildEnv<'a> {
 const DAEMON_ONLY: &[&str] = &[
     crate::env::DAEMON_NOTIFY,
     crate::env::NOTIFY_SOCKET,
-    crate::env::APP_SERVER_INIT_TIMEOUT_MS,
     crate::env::TEST_KILL_AT,
 ];
 
