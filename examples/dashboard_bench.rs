@@ -1,6 +1,6 @@
 //! The dashboard's costs (issue 12, Performance), measured on a daemon of the release build
 //! and through a real browser (headless Chromium over WebDriver, the harness of
-//! `tests/common/browser.rs`).
+//! `tests/it/common/browser.rs`).
 //!
 //! A daemon starts on a temporary home (`corral daemon --detach`) with the fake engine and
 //! SESSIONS sessions (default 1,000) spread over 8 projects; each gets one prompt, so that the
@@ -32,7 +32,7 @@
 mod common;
 
 #[allow(dead_code)]
-#[path = "../tests/common/browser.rs"]
+#[path = "../tests/it/common/browser.rs"]
 mod browser;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,6 +1,6 @@
 //! corral's overhead around a real engine run (issue 9, Performance): Claude Code, OpenCode and
 //! Codex, each offline against its loopback mock model server (the tests' `mock_models/` and
-//! `mock_responses/`, in the private environment `tests/common/engines.rs` builds).
+//! `mock_responses/`, in the private environment `tests/it/common/engines.rs` builds).
 //!
 //! Per engine, one daemon home and project; then RUNS pairs, interleaved (the order inside a
 //! pair alternates), after one warm-up pair:
@@ -40,15 +40,15 @@
 //! binary is not found is skipped, saying why.
 
 #[allow(dead_code)]
-#[path = "../tests/common/daemon.rs"]
+#[path = "../tests/it/common/daemon.rs"]
 mod daemon;
 #[allow(dead_code)]
-#[path = "../tests/common/engines.rs"]
+#[path = "../tests/it/common/engines.rs"]
 mod engines;
-#[path = "../tests/mock_models/mod.rs"]
+#[path = "../tests/it/mock_models/mod.rs"]
 mod mock_models;
 #[allow(dead_code)]
-#[path = "../tests/mock_responses/mod.rs"]
+#[path = "../tests/it/mock_responses/mod.rs"]
 mod mock_responses;
 
 use std::ffi::OsString;
@@ -76,8 +76,8 @@ const PROMPT: &str = "say pong";
 const ANSWER: &str = "pong";
 
 /// `corral ARGS…` with `home` as its home, run from the home, with no corral variable
-/// inherited (`tests/common/daemon.rs` calls it as `super::corral_in`; the tests' version in
-/// `tests/common/mod.rs` names the binary with `env!("CARGO_BIN_EXE_corral")`, which an
+/// inherited (`tests/it/common/daemon.rs` calls it as `super::corral_in`; the tests' version in
+/// `tests/it/common/mod.rs` names the binary with `env!("CARGO_BIN_EXE_corral")`, which an
 /// example does not have).
 pub fn corral_in(home: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(corral_binary());

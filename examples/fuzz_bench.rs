@@ -45,7 +45,7 @@
 //! first, prints inputs, inputs/s, panics and invalid answers, every finding, and exits 1 if
 //! there is any; `--verbose` also prints the first input and answer of every variant of a
 //! finding. `fuzz_bench --replay FILE` writes FILE's lines on one connection (after the same
-//! setup) and prints the answers and what the checks say of them. `tests/fuzz.rs` runs this
+//! setup) and prints the answers and what the checks say of them. `tests/it/fuzz.rs` runs this
 //! module for a few seconds; `docs/benchmarks.md` has the figures.
 
 use std::cell::Cell;

@@ -38,9 +38,9 @@ use serde_json::{json, Value};
 
 // The store of the test pass for each home (a PostgreSQL database of its own under
 // CORRAL_TEST_STORE=postgres) and the reader of either store; this file's own helpers stand in
-// for the rest of tests/common.
+// for the rest of tests/it/common.
 #[allow(dead_code)]
-#[path = "common/store.rs"]
+#[path = "it/common/store.rs"]
 mod store;
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");

@@ -2,9 +2,9 @@
 //! `project.show`, `session.list`, `session.show`, `history`, `settings.get`,
 //! `settings.list`, and a session's stored events. They are the daemon's own read-only methods
 //! (`daemon::methods::inspect`), run on one read-only connection, so the result is the one
-//! the daemon gives (the commands print either the same way; `tests/home_safety.rs` compares
+//! the daemon gives (the commands print either the same way; `tests/it/home_safety.rs` compares
 //! them). `status --json` gets the daemon's `status` shape, filled with what the store can
-//! say (`tests/status_local.rs` compares the two).
+//! say (`tests/it/status_local.rs` compares the two).
 //!
 //! The connection is [`Context::reader`]'s: it exists only once the store passed the check
 //! every command takes (`store::inspect`, then the ledger's `check_connection`), so a file

@@ -34,7 +34,7 @@ use crate::events::EventKind;
 use crate::store::events::Event;
 
 /// The spinner's frames; it moves on at each redraw (once a second while a wait goes on).
-/// Braille characters, which nothing else corral prints contains: tests/status_line.rs finds
+/// Braille characters, which nothing else corral prints contains: tests/it/status_line.rs finds
 /// the line on a terminal by them.
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 

@@ -1,5 +1,5 @@
 //! `codex app-server`: one long-lived child per project speaking JSON-RPC over stdio (as
-//! measured on codex 0.171.0; `tests/real_codex.rs` keeps it true). The child itself is owned by the app-server actor
+//! measured on codex 0.171.0; `tests/it/real_codex.rs` keeps it true). The child itself is owned by the app-server actor
 //! (`crate::actors::app_server`); this file holds what is engine knowledge rather than
 //! process management: the argv, how notifications become normalized events, and how a
 //! failed turn's `codexErrorInfo` maps to the retry policy's classes.

@@ -1,6 +1,6 @@
 //! The `claude` engine: Anthropic's Claude Code CLI in print mode with streamed JSON output.
 //!
-//! The argv (measured against Claude Code 2.1.197; `tests/real_engines.rs` keeps it true):
+//! The argv (measured against Claude Code 2.1.197; `tests/it/real_engines.rs` keeps it true):
 //!
 //! ```text
 //! claude -p --verbose --output-format stream-json [--model M] [--effort E]

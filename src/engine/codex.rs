@@ -1,6 +1,6 @@
 //! The `codex` engine: OpenAI's Codex CLI, one turn per process with `codex exec --json`.
 //!
-//! The argv (measured against codex-cli 0.171.0; `tests/real_codex.rs` keeps it true):
+//! The argv (measured against codex-cli 0.171.0; `tests/it/real_codex.rs` keeps it true):
 //!
 //! ```text
 //! codex [--model M] [--config model_reasoning_effort="E"] SANDBOX

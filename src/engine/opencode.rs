@@ -1,6 +1,6 @@
 //! The `opencode` engine: the OpenCode CLI, one turn per process with `opencode run`.
 //!
-//! The argv (measured against opencode 1.18.33; `tests/real_engines.rs` keeps it true):
+//! The argv (measured against opencode 1.18.33; `tests/it/real_engines.rs` keeps it true):
 //!
 //! ```text
 //! opencode run --format json [--model M] [--variant E] [--session ID | --title T] --dir CWD [--file F]… < PROMPT

@@ -2,7 +2,7 @@
 //!
 //! Tests and `corral demo` run on it instead of a real engine. It speaks the exact output
 //! formats of `codex exec --json`, of `claude -p --output-format stream-json` and the JSON-RPC
-//! protocol of `codex app-server` (as measured on the real CLIs; the tests of `tests/fake_engine.rs` pin them),
+//! protocol of `codex app-server` (as measured on the real CLIs; the tests of `tests/it/fake_engine.rs` pin them),
 //! answers at once, and can be told to stall, rate-limit, conflict on a thread, lose its
 //! rollout, fail, crash or hang. The app-server mode has a section of its own below.
 //!

@@ -12,7 +12,7 @@
  *   router        hash routes (#/, #/sessions/ID, #/projects, #/settings, #/history)
  *   boot
  *
- * The DOM contract is its data-testid names: the browser tests (tests/dashboard.rs) rely on
+ * The DOM contract is its data-testid names: the browser tests (tests/it/dashboard.rs) rely on
  * them.
  */
 (() => {
