@@ -327,7 +327,7 @@ impl Corral {
         let recovered = supervisor.boot().await.map_err(CorralError::Store)?;
         // Worktrees a killed supervisor left half-made are finished (or left for the first
         // prompt to report).
-        if shared.lease.is_none() {
+        if !shared.coordination.shares_store() {
             // On a shared store a worktree being made may be another daemon's, now.
             actix::spawn(worktree::finish_creating(shared.clone()));
         }
@@ -590,11 +590,7 @@ impl Corral {
         session.id = Some(id.clone());
         session.worktree = Some(planned);
         // On a shared store the worktree is this host's: its prompts run here only.
-        session.worktree_node = self
-            .shared
-            .lease
-            .as_ref()
-            .map(|lease| lease.node_id.clone());
+        session.worktree_node = self.shared.coordination.node_id().map(str::to_string);
         let opened = self.shared.ledger.write(CreateSession { session }).await?;
         let error = match worktree::make(&git, &self.shared, &opened, project).await {
             Ok(made) => return Ok(made),
@@ -714,19 +710,19 @@ impl Corral {
             .write(EnqueuePrompt {
                 claimer: self.claimer_for(project.as_ref(), &session),
                 // Across daemons; a daemon alone on its store queues for the total itself.
-                total: settings.slots_total.filter(|_| {
-                    self.shared
-                        .lease
-                        .as_ref()
-                        .is_some_and(|lease| !lease.alone())
-                }),
+                total: settings
+                    .slots_total
+                    .filter(|_| self.shared.coordination.with_others()),
                 prompt,
             })
             .await?
             .map_err(CorralError::Superseded)?;
         if let Some(started) = enqueued.started.clone() {
             self.supervisor.dispatch(started);
-        } else if let (Some(_), Some(project)) = (&self.shared.lease, &project) {
+        } else if let Some(project) = project
+            .as_ref()
+            .filter(|_| self.shared.coordination.shares_store())
+        {
             self.tell_if_unserved(&enqueued.prompt, project, &session)
                 .await;
         }
@@ -780,7 +776,7 @@ impl Corral {
 
     /// Why a session whose worktree another daemon made waits: that daemon holds no lease.
     fn worktree_unserved(&self, session_id: &str) -> Option<String> {
-        let lease = self.shared.lease.as_ref()?;
+        let this_node = self.shared.coordination.node_id()?;
         let (node, host) = self
             .read(|c| sessions::worktree_node(c, session_id))
             .ok()??;
@@ -789,7 +785,7 @@ impl Corral {
             .ok()?
             .into_iter()
             .any(|daemon| daemon.node_id == node && daemon.is_live());
-        (node != lease.node_id && !live).then(|| {
+        (node != this_node && !live).then(|| {
             format!(
                 "its worktree is on host {} (daemon {node}), whose daemon holds no lease: the prompt waits for it",
                 host.as_deref().unwrap_or("unknown")
@@ -800,13 +796,13 @@ impl Corral {
     /// Refuses to touch a worktree another daemon's host has (a shared store): its directory
     /// is there, so that daemon archives, diffs, merges and makes it again.
     fn refuse_worktree_elsewhere(&self, session: &Session, doing: &str) -> Result<(), CorralError> {
-        let Some(lease) = &self.shared.lease else {
+        if !self.shared.coordination.shares_store() {
             return Ok(());
-        };
+        }
         let Some((node, host)) = self.read(|c| sessions::worktree_node(c, &session.id))? else {
             return Ok(());
         };
-        if node == lease.node_id {
+        if !self.shared.coordination.is_elsewhere(&node) {
             return Ok(());
         }
         Err(CorralError::Invalid(format!(
@@ -820,28 +816,28 @@ impl Corral {
     /// only when it serves the project (its path is a directory on this host), its lease
     /// holds and it has room for another run; else it stays queued for a daemon that can.
     fn claimer_for(&self, project: Option<&Project>, session: &sessions::Session) -> ClaimBy {
-        let Some(lease) = &self.shared.lease else {
-            return ClaimBy::Alone;
+        let serves = || project.is_none_or(|project| Path::new(&project.path).is_dir());
+        let has_room = || {
+            let settings = self.settings();
+            let limit = settings
+                .slots
+                .get(&session.engine)
+                .copied()
+                .unwrap_or(crate::store::settings::DEFAULT_SLOTS_PER_ENGINE)
+                .min(settings.slots_total.unwrap_or(usize::MAX));
+            self.shared.life.working() < limit
         };
-        let serves = project.is_none_or(|project| Path::new(&project.path).is_dir());
-        let settings = self.settings();
-        let limit = settings
-            .slots
-            .get(&session.engine)
-            .copied()
-            .unwrap_or(crate::store::settings::DEFAULT_SLOTS_PER_ENGINE)
-            .min(settings.slots_total.unwrap_or(usize::MAX));
-        // Alone on the store, it takes what it serves as a SQLite store's daemon does.
-        if lease.holds() && serves && (lease.alone() || self.shared.working() < limit) {
-            ClaimBy::Daemon(lease.claim())
-        } else {
-            ClaimBy::Nobody
-        }
+        self.shared
+            .coordination
+            .claimer_for_send(&serves, &has_room)
     }
 
     /// This daemon's lease on a shared store (`None` on SQLite).
     pub fn lease(&self) -> Option<&Arc<crate::lease::holder::Lease>> {
-        self.shared.lease.as_ref()
+        self.shared
+            .coordination
+            .among_others()
+            .map(|others| &others.lease)
     }
 
     /// Cancels a prompt: a queued one is removed at once; a running one is ended (its child's
@@ -958,12 +954,12 @@ impl Corral {
     /// Whether any session has a worker running now (a prompt in a run, or waiting for
     /// one), read without asking the supervisor: from any thread, at no cost.
     pub fn any_working(&self) -> bool {
-        self.shared.working() > 0
+        self.shared.life.working() > 0
     }
 
     /// This daemon's node on a shared store (`None` on SQLite).
     pub fn node_id(&self) -> Option<&str> {
-        self.shared.node_id()
+        self.shared.coordination.node_id()
     }
 
     /// Every event stored from now on, of every session (filter by `session_id`). A receiver
@@ -1096,12 +1092,16 @@ impl Corral {
     /// prompt requeued (it runs again, first, at the next start). Returns once every worker
     /// stopped (or after a bounded wait). Queued prompts stay queued.
     pub async fn shutdown(&self, grace: Duration) {
-        self.shared.begin_drain();
-        let mut working = self.shared.watch_working();
+        self.shared.life.begin_drain();
+        let mut working = self.shared.life.watch_working();
         let finish_by = tokio::time::Instant::now() + grace;
         // Woken as each worker ends: draining, a worker ends with its running prompt.
         let _ = tokio::time::timeout_at(finish_by, working.wait_for(|&count| count == 0)).await;
-        self.shared.begin_shutdown();
+        self.shared.life.begin_shutdown();
+        // A write waiting for a store another program locks comes back now, unapplied (after
+        // the signal, so whoever gets it back sees the shutdown): its worker keeps its events
+        // in the spill journal before the daemon exits.
+        self.shared.ledger.stop_waiting();
         let stop_by =
             tokio::time::Instant::now() + self.settings().cancel_grace + Duration::from_secs(5);
         let _ = tokio::time::timeout_at(stop_by, working.wait_for(|&count| count == 0)).await;
@@ -1110,13 +1110,9 @@ impl Corral {
         // out before taking them. Not while a worker still runs (stuck in a write): then
         // the lease runs out by itself, and the guard ends what is still listed when this
         // process exits.
-        if let Some(lease) = self
-            .shared
-            .lease
-            .clone()
-            .filter(|_| self.shared.working() == 0)
-        {
-            let released = tokio::task::spawn_blocking(move || lease.release()).await;
+        if self.shared.coordination.shares_store() && self.shared.life.working() == 0 {
+            let shared = self.shared.clone();
+            let released = tokio::task::spawn_blocking(move || shared.coordination.release()).await;
             if let Err(error) = released {
                 tracing::warn!(%error, "the lease was not given up; it runs out by itself");
             }

@@ -152,13 +152,14 @@ pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Valu
     if text.trim().is_empty() {
         return Err(AskError::Invalid("the steering text is empty".into()));
     }
-    let elsewhere = match &shared.lease {
-        Some(lease) => read(shared, |c| prompts::busy_prompt(c, session_id))?
+    let elsewhere = if shared.coordination.shares_store() {
+        read(shared, |c| prompts::busy_prompt(c, session_id))?
             .filter(|prompt| prompt.status == prompts::PromptStatus::Running)
             .and_then(|prompt| prompt.claim)
             .map(|claim| claim.node_id)
-            .filter(|node| *node != lease.node_id),
-        None => None,
+            .filter(|node| shared.coordination.is_elsewhere(node))
+    } else {
+        None
     };
     let ask = Ask::Steer {
         session_id: session_id.to_string(),
@@ -175,13 +176,13 @@ pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, AskErro
     let ask = Ask::Compact {
         session_id: session_id.to_string(),
     };
-    let Some(lease) = &shared.lease else {
+    if !shared.coordination.shares_store() {
         return serve_here(shared, ask).await;
-    };
+    }
     let last = read(shared, |c| runs::runs_of_session(c, session_id))?
         .pop()
         .and_then(|run| run.node_id)
-        .filter(|node| *node != lease.node_id);
+        .filter(|node| shared.coordination.is_elsewhere(node));
     let Some(node) = last else {
         return serve_here(shared, ask).await;
     };
@@ -203,24 +204,24 @@ pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, AskErro
 
 /// Asks daemon `node` and waits for its answer, [`ASK_PATIENCE`] at most.
 async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, AskError> {
-    let lease = shared
-        .lease
-        .as_ref()
+    let others = shared
+        .coordination
+        .among_others()
         .ok_or_else(|| AskError::Invalid("no other daemon to ask".into()))?;
     let id = uuid::Uuid::now_v7().to_string();
     let request = serde_json::to_string(ask).expect("an ask is JSON");
-    let told = shared.asks.add(&id);
+    let told = others.asks.add(&id);
     let put = shared
         .ledger
         .write(PutAsk {
             id: id.clone(),
             to_node: node.to_string(),
-            from_node: lease.node_id.clone(),
+            from_node: others.lease.node_id.clone(),
             request,
         })
         .await;
     if let Err(error) = put {
-        shared.asks.remove(&id);
+        others.asks.remove(&id);
         return Err(error.into());
     }
     let deadline = tokio::time::Instant::now() + ASK_PATIENCE;
@@ -232,10 +233,10 @@ async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, AskErro
             (Some(answer), _) => break Some(answer),
             (None, Err(_elapsed)) => break None,
             // Woken to look again (the listener reconnected), and nothing yet: wait on.
-            (None, Ok(_)) => told = shared.asks.add(&id),
+            (None, Ok(_)) => told = others.asks.add(&id),
         }
     };
-    shared.asks.remove(&id);
+    others.asks.remove(&id);
     // Taken whatever came of it: an answer given after this finds no row.
     let _ = shared.ledger.write(TakeAsk { id: id.clone() }).await;
     match answer {
@@ -252,8 +253,7 @@ async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, AskErro
 /// The ask id of a notice's `<node>:<id>`, when the node is this daemon's.
 pub fn addressed_here<'a>(shared: &Shared, payload: &'a str) -> Option<&'a str> {
     let (node, id) = payload.split_once(':')?;
-    let lease = shared.lease.as_ref()?;
-    (lease.node_id == node).then_some(id)
+    (shared.coordination.node_id()? == node).then_some(id)
 }
 
 /// An ask notice (`<node>:<id>`): answered if it is this daemon's.
@@ -275,11 +275,11 @@ pub fn answer_if_here(shared: &Arc<Shared>, payload: &str) {
 /// Answers every ask of this daemon not answered yet (its listener reconnected: notices may
 /// have been missed), and has its own asks look at their rows.
 pub fn answer_unanswered(shared: &Arc<Shared>) {
-    shared.asks.look_again();
-    let Some(lease) = &shared.lease else {
+    let Some(others) = shared.coordination.among_others() else {
         return;
     };
-    let node = lease.node_id.clone();
+    others.asks.look_again();
+    let node = others.lease.node_id.clone();
     let shared = shared.clone();
     actix::spawn(async move {
         match read(&shared, |c| asks::unanswered(c, &node)) {

@@ -4,7 +4,7 @@
 //! ```text
 //!  NOTIFY corral_work (a prompt queued elsewhere, a rescue) ─┐   (a setting changed: put in
 //!                                                              │    effect here, then claim)
-//!  a prompt ended here (a slot is free) ─────────────────────┼─► Shared::claim_wanted ─► ClaimWork ─► Dispatch
+//!  a prompt ended here (a slot is free) ─────────────────────┼─► wake_claimer ──────► ClaimWork ─► Dispatch
 //!  the heartbeat: registered again, projects served changed ─┘        (as room allows: per engine, in all)
 //!  the heartbeat: another lease ran out ─► Rescue ─► ClaimWork
 //! ```
@@ -47,7 +47,7 @@ pub fn start(
         actix::spawn(async move {
             while let Some(wish) = wanted.recv().await {
                 match wish {
-                    Wanted::Claim => shared.claim_wanted.notify_one(),
+                    Wanted::Claim => shared.coordination.wake_claimer(),
                     Wanted::Rescue => rescue.notify_one(),
                 }
             }
@@ -56,9 +56,9 @@ pub fn start(
     // The store's notices: other daemons' events are published here; work wakes the claimer.
     let (listener, notices) = Listener::start(url);
     let node_id = shared
-        .lease
-        .as_ref()
-        .map(|lease| lease.node_id.clone())
+        .coordination
+        .node_id()
+        .map(str::to_string)
         .unwrap_or_default();
     let start_at = shared
         .readers
@@ -89,7 +89,7 @@ pub fn start(
             Notice::Work(payload) if payload.starts_with(ANSWER_NOTICE) => {
                 answered_here(&shared, &payload[ANSWER_NOTICE.len()..])
             }
-            Notice::Work(_) => shared.claim_wanted.notify_one(),
+            Notice::Work(_) => shared.coordination.wake_claimer(),
             // A daemon came or went, or notices may have been missed: look at everything.
             Notice::Daemons(_) | Notice::Reconnected => {
                 if matches!(notice, Notice::Reconnected) {
@@ -100,11 +100,13 @@ pub fn start(
                     approvals_answered_here(&shared, &supervisor);
                     asks::answer_unanswered(&shared);
                 }
-                if let (Notice::Daemons(node_id), Some(lease)) = (&notice, &shared.lease) {
-                    lease.other_registered(node_id);
+                if let (Notice::Daemons(node_id), Some(others)) =
+                    (&notice, shared.coordination.among_others())
+                {
+                    others.lease.other_registered(node_id);
                 }
                 rescue.notify_one();
-                shared.claim_wanted.notify_one();
+                shared.coordination.wake_claimer();
             }
             Notice::Events { .. } => {}
         }));
@@ -121,14 +123,16 @@ fn reload_settings(shared: &Arc<Shared>) {
         if let Err(error) = shared.reload_settings().await {
             tracing::warn!(%error, "the settings changed in the store could not be read");
         }
-        shared.claim_wanted.notify_one();
+        shared.coordination.wake_claimer();
     });
 }
 
 /// An answer notice (`<asker's node>:<ask id>`): wakes the ask if it is this daemon's.
 fn answered_here(shared: &Shared, payload: &str) {
     if let Some(id) = asks::addressed_here(shared, payload) {
-        shared.asks.answered(id);
+        if let Some(others) = shared.coordination.among_others() {
+            others.asks.answered(id);
+        }
     }
 }
 
@@ -138,7 +142,7 @@ fn cancel_if_here(shared: &Shared, supervisor: &SupervisorHandle, ids: &str) {
     let Some((session_id, prompt_id)) = ids.split_once(':') else {
         return;
     };
-    let Some(lease) = &shared.lease else {
+    let Some(this_node) = shared.coordination.node_id() else {
         return;
     };
     let here = shared
@@ -147,7 +151,7 @@ fn cancel_if_here(shared: &Shared, supervisor: &SupervisorHandle, ids: &str) {
         .ok()
         .flatten()
         .and_then(|prompt| prompt.claim)
-        .is_some_and(|claim| claim.node_id == lease.node_id);
+        .is_some_and(|claim| claim.node_id == this_node);
     if here {
         supervisor.cancel_running(session_id.to_string(), prompt_id.to_string());
     }
@@ -171,12 +175,12 @@ fn approval_answered(shared: &Shared, supervisor: &SupervisorHandle, id: &str) {
 /// Hands the runs here every answer given to them, for when an answer's notice may have been
 /// missed.
 fn approvals_answered_here(shared: &Shared, supervisor: &SupervisorHandle) {
-    let Some(lease) = &shared.lease else {
+    let Some(this_node) = shared.coordination.node_id() else {
         return;
     };
     let answered = shared
         .readers
-        .read(|c| crate::store::approvals::answered_for_live_runs(c, &lease.node_id));
+        .read(|c| crate::store::approvals::answered_for_live_runs(c, this_node));
     match answered {
         Ok(answered) => {
             for approval in answered {
@@ -190,12 +194,12 @@ fn approvals_answered_here(shared: &Shared, supervisor: &SupervisorHandle) {
 /// Ends the prompts running here whose cancel was asked (kept on their rows), for when a
 /// cancel's notice may have been missed.
 fn cancel_asked_here(shared: &Shared, supervisor: &SupervisorHandle) {
-    let Some(lease) = &shared.lease else {
+    let Some(this_node) = shared.coordination.node_id() else {
         return;
     };
     let asked = shared
         .readers
-        .read(|c| crate::store::prompts::cancels_asked(c, &lease.node_id));
+        .read(|c| crate::store::prompts::cancels_asked(c, this_node));
     match asked {
         Ok(asked) => {
             for (session_id, prompt_id) in asked {
@@ -208,17 +212,18 @@ fn cancel_asked_here(shared: &Shared, supervisor: &SupervisorHandle) {
 
 /// Claims whenever woken, rescues when asked, until the daemon drains.
 async fn claim_loop(shared: Arc<Shared>, supervisor: SupervisorHandle, rescue: Arc<Notify>) {
-    let Some(lease) = shared.lease.clone() else {
+    let Some(others) = shared.coordination.among_others() else {
         return;
     };
-    let mut shutdown = shared.shutdown_signal();
+    let lease = &others.lease;
+    let mut shutdown = shared.life.shutdown_signal();
     loop {
         let rescuing = tokio::select! {
-            _ = shared.claim_wanted.notified() => false,
+            _ = others.claim_wanted.notified() => false,
             _ = rescue.notified() => true,
             _ = shutdown.changed() => return,
         };
-        if shared.is_draining() || *shutdown.borrow() {
+        if shared.life.is_draining() || *shutdown.borrow() {
             return;
         }
         if !lease.holds() {
@@ -236,7 +241,7 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: SupervisorHandle, rescue: A
             .unwrap_or(DEFAULT_SLOTS_PER_ENGINE)
             .max(DEFAULT_SLOTS_PER_ENGINE)
             .min(settings.slots_total.unwrap_or(usize::MAX));
-        if !rescuing && !lease.alone() && shared.working() >= capacity {
+        if !rescuing && !lease.alone() && shared.life.working() >= capacity {
             continue;
         }
         if rescuing {

@@ -9,14 +9,18 @@
 //!   supervised (restart backoff and intensity limit).
 //! - [`session`]: one per session with work; owns its engine children and retry policy.
 //! - [`supervisor`]: the registry of session actors, boot reconciliation.
-//! - [`shared`]: what the supervisor and the actors it starts share (not an actor).
+//! - [`shared`]: what the supervisor and the actors it starts share (not an actor), with its
+//!   parts [`life`] (running, draining, shut down; the working count) and [`coordination`]
+//!   (alone on the store, or among other daemons under a lease).
 //! - [`worktree`]: a session's git worktree, made, merged and removed for its session actor
 //!   (not an actor: the session's work, writing through the ledger).
 
 pub mod app_server;
 pub mod asks;
 pub mod claims;
+pub mod coordination;
 pub mod ledger;
+pub mod life;
 pub mod relay;
 pub mod session;
 pub mod shared;

@@ -1,8 +1,9 @@
 //! What the supervisor, the session actors, the claimer and the ask waiter share
 //! ([`Shared`]): the ledger's and the slot manager's handles, the readers, the settings, the
-//! event broadcast, the shutdown and drain signals, the working count, the app-server
-//! children and, on a shared store, the lease. Kept apart from the supervisor so that the
-//! actors it starts depend on what they share, not on the supervisor.
+//! event broadcast and the app-server children, with the life cycle ([`Life`]) and the
+//! coordination with other daemons ([`Coordination`]) as parts of their own. Kept apart from
+//! the supervisor so that the actors it starts depend on what they share, not on the
+//! supervisor.
 //!
 //! What it writes for others never drops for a store another program locks: the events no
 //! session's worker tells ([`Shared::append_events`]), the slot waits announced together
@@ -17,14 +18,19 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::app_server::{AppServerActor, AppServerHandle, AppServerState};
+use super::coordination::{Alone, AmongOthers, Coordination};
 use super::ledger::{AppendEvents, LedgerError, LedgerHandle, SaveAppServer, Unwritten};
+use super::life::Life;
 use super::slots::{SlotLimits, SlotsHandle};
 use crate::store::events::{Event, NewEvent};
 use crate::store::projects::Project;
 use crate::store::settings::{Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::{processes, ReaderPool};
 
-/// What the supervisor and every session actor share.
+/// What the supervisor and every session actor share: the handles of the ledger and the slot
+/// manager, the readers, the settings, the event broadcast, and two parts with names of
+/// their own: the life cycle ([`Life`]) and the coordination with other daemons
+/// ([`Coordination`]).
 pub struct Shared {
     /// `CORRAL_HOME`, given to every engine child.
     pub home: PathBuf,
@@ -37,41 +43,17 @@ pub struct Shared {
     pub events: broadcast::Sender<Arc<Published>>,
     /// The exec hosting this supervisor: the default parent of the agents' own commands.
     pub exec_id: Option<String>,
-    /// Set once when the daemon shuts down: workers requeue their prompt and stop.
-    shutdown: watch::Sender<bool>,
-    /// Set when a shutdown begins: running prompts may finish, but no new one starts.
-    draining: std::sync::atomic::AtomicBool,
+    /// Running, draining, shut down; and how many workers run.
+    pub life: Life,
+    /// Alone on the store, or among other daemons under a lease.
+    pub coordination: Box<dyn Coordination>,
     /// The app-server child of each project that uses one, started on first use.
     app_servers: std::sync::Mutex<HashMap<String, AppServerHandle>>,
-    /// How many session actors have a worker running now, kept by the workers themselves
-    /// ([`Shared::begin_work`]): `status` and the shutdown read it without asking every
-    /// session actor (2,000 of them at a large boot), and the shutdown is woken when it
-    /// changes (a worker that ends by spilling its events stores no event to wake it).
-    working: Arc<watch::Sender<usize>>,
     /// The announcer of slot waits ([`Shared::announce_waiting`]), started on first use.
     announcer: std::sync::OnceLock<mpsc::UnboundedSender<Announcement>>,
     /// The `git` worktree isolation uses ([`Shared::git`]): found once, looked for again
     /// after a failure (git installed while the daemon runs).
     git: tokio::sync::Mutex<Option<crate::git::Git>>,
-    /// On a shared (PostgreSQL) store, this daemon's lease: the claim its prompts are taken
-    /// under, the fence its workers' writes carry. `None` on SQLite (one daemon, no lease).
-    pub lease: Option<Arc<crate::lease::holder::Lease>>,
-    /// Woken when queued prompts may be claimable here (shared store): a prompt queued
-    /// elsewhere, a slot freed, a rescue; the claimer (`actors::claims`) takes what fits.
-    pub claim_wanted: tokio::sync::Notify,
-    /// The asks of other daemons this one waits on (steer, compact: `actors::asks`).
-    pub asks: super::asks::Waiting,
-}
-
-/// A session's worker counted in [`Shared::working`] for as long as this lives: dropped when
-/// the worker future ends, or with its actor.
-#[derive(Debug)]
-pub struct Working(Arc<watch::Sender<usize>>);
-
-impl Drop for Working {
-    fn drop(&mut self) {
-        self.0.send_modify(|working| *working -= 1);
-    }
 }
 
 /// An event as published to subscribers: the stored event, and its JSON text made once for
@@ -110,6 +92,7 @@ impl std::ops::Deref for Published {
 pub const EVENT_CHANNEL: usize = 16_384;
 
 impl Shared {
+    /// `lease`: this daemon's on a shared store (`None`: the store's only daemon).
     pub fn new(
         home: PathBuf,
         ledger: LedgerHandle,
@@ -119,10 +102,11 @@ impl Shared {
         exec_id: Option<String>,
         lease: Option<Arc<crate::lease::holder::Lease>>,
     ) -> Self {
-        let working = Arc::new(watch::channel(0).0);
-        if let Some(lease) = &lease {
-            lease.count_running(working.subscribe());
-        }
+        let life = Life::default();
+        let coordination: Box<dyn Coordination> = match lease {
+            Some(lease) => Box::new(AmongOthers::new(lease, life.watch_working())),
+            None => Box::new(Alone),
+        };
         Shared {
             home,
             ledger,
@@ -131,24 +115,11 @@ impl Shared {
             settings: RwLock::new(Arc::new(settings)),
             events: broadcast::channel(EVENT_CHANNEL).0,
             exec_id,
-            shutdown: watch::channel(false).0,
-            draining: std::sync::atomic::AtomicBool::new(false),
+            life,
+            coordination,
             app_servers: std::sync::Mutex::new(HashMap::new()),
-            working,
             announcer: std::sync::OnceLock::new(),
             git: tokio::sync::Mutex::new(None),
-            lease,
-            claim_wanted: tokio::sync::Notify::new(),
-            asks: super::asks::Waiting::default(),
-        }
-    }
-
-    /// Who takes the next prompt in a write that could start one: this daemon under its
-    /// claim (shared store), or as the store's only daemon (SQLite).
-    pub fn claimer(&self) -> crate::store::prompts::ClaimBy {
-        match &self.lease {
-            Some(lease) => crate::store::prompts::ClaimBy::Daemon(lease.claim()),
-            None => crate::store::prompts::ClaimBy::Alone,
         }
     }
 
@@ -162,27 +133,6 @@ impl Shared {
         let git = crate::git::Git::detect().await?;
         *found = Some(git.clone());
         Ok(git)
-    }
-
-    /// Counts a session's worker as working until the returned guard is dropped.
-    pub fn begin_work(&self) -> Working {
-        self.working.send_modify(|working| *working += 1);
-        Working(self.working.clone())
-    }
-
-    /// How many session actors have a worker running now.
-    pub fn working(&self) -> usize {
-        *self.working.borrow()
-    }
-
-    /// [`Shared::working`], seen as it changes.
-    pub fn watch_working(&self) -> watch::Receiver<usize> {
-        self.working.subscribe()
-    }
-
-    /// A receiver that turns true when the supervisor shuts down.
-    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
     }
 
     /// The app-server actor of a project, started on first use. Its state changes are kept
@@ -214,7 +164,7 @@ impl Shared {
             project.full_access && project.kind != "remote",
         )
         .init_timeout(self.settings().app_server_init_timeout)
-        .guarded_by(self.guard_mark());
+        .guarded_by(self.coordination.guard_mark());
         let actor = match &stored {
             Some(stored) => actor.resume_from(stored),
             None => actor,
@@ -223,9 +173,9 @@ impl Shared {
         actix::spawn(keep_app_server_state(
             ledger,
             project_id,
-            self.node_id().map(str::to_string),
+            self.coordination.node_id().map(str::to_string),
             states,
-            self.shutdown_signal(),
+            self.life.shutdown_signal(),
         ));
         let server = AppServerHandle::start(actor.on_change(move |state: AppServerState| {
             latest.send_replace(Some(state));
@@ -234,41 +184,12 @@ impl Shared {
         server
     }
 
-    /// This daemon's node on a shared store (`None` on SQLite).
-    pub fn node_id(&self) -> Option<&str> {
-        self.lease.as_ref().map(|lease| lease.node_id.as_str())
-    }
-
-    /// The lease guard's mark every child of this daemon carries (shared store only).
-    pub fn guard_mark(&self) -> Option<&str> {
-        self.lease.as_ref().and_then(|lease| lease.child_mark())
-    }
-
     /// The live app-server actors (for `status`).
     pub fn app_server_actors(&self) -> Vec<AppServerHandle> {
         self.app_servers
             .lock()
             .map(|servers| servers.values().cloned().collect())
             .unwrap_or_default()
-    }
-
-    /// No new prompt starts from now on (running ones go on).
-    pub fn begin_drain(&self) {
-        self.draining
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Tells every worker to stop: running children are ended and their prompts requeued.
-    pub fn begin_shutdown(&self) {
-        self.shutdown.send_replace(true);
-        // A write waiting for a store another program locks comes back now, unapplied (after
-        // the signal, so whoever gets it back sees the shutdown): its worker keeps its events
-        // in the spill journal before the daemon exits.
-        self.ledger.stop_waiting();
     }
 
     /// The settings in effect now.
@@ -295,9 +216,7 @@ impl Shared {
     }
 
     pub fn replace_settings(&self, settings: Settings) {
-        if let Some(lease) = &self.lease {
-            lease.set_length(settings.store_lease);
-        }
+        self.coordination.set_lease_length(settings.store_lease);
         if let Ok(mut current) = self.settings.write() {
             *current = Arc::new(settings);
         }
@@ -359,7 +278,7 @@ impl Shared {
                 Err(Unwritten {
                     error,
                     write: Some(kept),
-                }) if error.is_transient() && !*self.shutdown.borrow() => {
+                }) if error.is_transient() && !self.life.is_shut_down() => {
                     tracing::warn!(%error, "events kept: trying their write again");
                     write = kept;
                 }

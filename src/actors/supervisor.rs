@@ -151,7 +151,7 @@ impl Handler<ApprovalAnswered> for Supervisor {
 }
 
 /// How many session actors have a worker running now: the count the workers keep
-/// ([`Shared::working`]), so asking costs the same for 2 sessions or 2,000.
+/// ([`Life::working`](super::life::Life::working)), so asking costs the same for 2 sessions or 2,000.
 #[derive(Message)]
 #[rtype(result = "usize")]
 struct CountWorking;
@@ -160,7 +160,7 @@ impl Handler<CountWorking> for Supervisor {
     type Result = usize;
 
     fn handle(&mut self, _: CountWorking, _: &mut Context<Self>) -> usize {
-        self.shared.working()
+        self.shared.life.working()
     }
 }
 
@@ -196,15 +196,15 @@ impl Handler<Boot> for Supervisor {
                 let prompts = shared
                     .ledger
                     .write(Fenced {
-                        claim: shared.lease.as_ref().map(|lease| lease.claim()),
+                        claim: shared.coordination.fence(),
                         write: CurrentOrNext {
                             session_ids: recovered.sessions.clone(),
-                            claimer: shared.claimer(),
+                            claimer: shared.coordination.claimer(),
                         },
                     })
                     .await
                     .map_err(|error| error.to_string())?;
-                shared.claim_wanted.notify_one();
+                shared.coordination.wake_claimer();
                 tracing::info!(
                     reconcile_ms = reconciled.as_millis() as u64,
                     claim_ms = (begun.elapsed() - reconciled).as_millis() as u64,
@@ -295,11 +295,11 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
     // them; they are left alone there (a setup shell dies with its daemon, see
     // `process::dies_with_this_process`).
     let node_id = shared
-        .lease
-        .as_ref()
-        .map(|lease| lease.node_id.clone())
+        .coordination
+        .node_id()
+        .map(str::to_string)
         .unwrap_or_default();
-    let alone = shared.lease.is_none();
+    let alone = !shared.coordination.shares_store();
     let read = shared.readers.read(|connection| {
         Ok((
             runs::leftover_runs(connection, &node_id)?,
@@ -408,7 +408,7 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
 async fn deny_left_approvals(shared: &Shared) {
     let write = super::ledger::DenyLeftApprovals {
         run_id: None,
-        node_id: shared.node_id().map(str::to_string),
+        node_id: shared.coordination.node_id().map(str::to_string),
         reason: "the daemon restarted, and the engine that asked was ended with it".into(),
     };
     match shared.ledger.write(write).await {
@@ -422,7 +422,7 @@ async fn deny_left_approvals(shared: &Shared) {
 /// outlived its run on purpose. On a shared store only this host's are looked at (a pid of
 /// another host's means nothing here).
 async fn forget_dead_kept(shared: &Shared) {
-    let node = shared.node_id();
+    let node = shared.coordination.node_id();
     let forget: Vec<(i64, i64)> = shared
         .readers
         .read(|connection| processes::kept_processes(connection, node))

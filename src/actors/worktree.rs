@@ -380,7 +380,7 @@ pub async fn finish_creating(shared: Arc<Shared>) {
         Ok(git) => git,
         Err(error) => return tracing::warn!(%error, "worktrees left creating stay so"),
     };
-    let this_node = shared.lease.as_ref().map(|lease| lease.node_id.clone());
+    let this_node = shared.coordination.node_id().map(str::to_string);
     for session in left {
         // On a shared store, another daemon's host has (or is making) that worktree.
         let node = shared

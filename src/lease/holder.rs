@@ -62,7 +62,7 @@ pub enum Standing {
     Lost,
 }
 
-/// The lease, shared by the supervisor's parts (`Shared::lease`).
+/// The lease, shared by the supervisor's parts (`actors::coordination::AmongOthers`).
 pub struct Lease {
     pub node_id: String,
     epoch: AtomicI64,
@@ -270,7 +270,7 @@ impl Lease {
         self.lost.subscribe()
     }
 
-    /// The count of prompts this daemon runs (`Shared::working`), told to the others at
+    /// The count of prompts this daemon runs (`Life::working`), told to the others at
     /// each renewal.
     pub fn count_running(&self, running: tokio::sync::watch::Receiver<usize>) {
         let _ = self.running.set(running);

@@ -205,7 +205,7 @@ impl Worker {
             answered_by: None,
             answer_reason: None,
             pattern: None,
-            node_id: self.shared.node_id().map(str::to_string),
+            node_id: self.shared.coordination.node_id().map(str::to_string),
         };
         if let Some(rule) = &rule {
             approval.status = rule.status;
@@ -352,7 +352,7 @@ impl Worker {
         }
         let write = DenyLeftApprovals {
             run_id: Some(run_id.to_string()),
-            node_id: self.shared.node_id().map(str::to_string),
+            node_id: self.shared.coordination.node_id().map(str::to_string),
             reason: why.to_string(),
         };
         match self.shared.ledger.write(write).await {

@@ -126,9 +126,7 @@ impl Worker {
         };
         // On a shared store the lease guard ends the engine if the lease runs out (or the
         // daemon dies) before the run ends.
-        let _guarded = self.shared.lease.as_ref().map(|lease| {
-            crate::lease::holder::GuardedRun::new(lease.clone(), run_id, pgid, pid_start)
-        });
+        let _guarded = self.shared.coordination.guard_run(run_id, pgid, pid_start);
         // A store that stays locked past `store.lock_timeout_ms` ends the run at once (the
         // event waits, deferred, for the run's end).
         let mut unstored = self
@@ -713,10 +711,8 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
         return;
     }
     let found = process::members_async(&[mark]).await;
-    if let Some(lease) = &shared.lease {
-        for member in found.iter().flatten() {
-            lease.kept(member.pid, member.start);
-        }
+    for member in found.iter().flatten() {
+        shared.coordination.keep(member.pid, member.start);
     }
     let kept_at = crate::store::now_ms();
     let kept: Vec<KeptProcess> = found
@@ -730,13 +726,15 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
             project_id: Some(left.project_id.clone()),
             command: member.command,
             kept_at,
-            node_id: shared.node_id().map(str::to_string),
+            node_id: shared.coordination.node_id().map(str::to_string),
         })
         .collect();
     // The ones recorded before and gone since are forgotten in the same write.
     let forget: Vec<(i64, i64)> = shared
         .readers
-        .read(|connection| crate::store::processes::kept_processes(connection, shared.node_id()))
+        .read(|connection| {
+            crate::store::processes::kept_processes(connection, shared.coordination.node_id())
+        })
         .unwrap_or_default()
         .into_iter()
         .filter(|process| !process::is_alive(process.pid as u32, Some(process.pid_start as u64)))
@@ -748,7 +746,7 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
     let write = KeepProcesses { kept, forget };
     if let Err(error) = shared
         .ledger
-        .write_until_stored(write, &shared.shutdown_signal())
+        .write_until_stored(write, &shared.life.shutdown_signal())
         .await
     {
         tracing::error!(%error, "the kept processes were not recorded");

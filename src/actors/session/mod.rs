@@ -52,7 +52,8 @@ use super::ledger::{
     AppendEvents, Both, EndRun, Fenced, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
-use super::shared::{Published, Shared, Working};
+use super::life::Working;
+use super::shared::{Published, Shared};
 use crate::engine::{EngineEvent, FailureClass, RunVerdict};
 use crate::events::EventKind;
 use crate::store::approvals::Approval;
@@ -127,14 +128,13 @@ impl Handler<StartWork> for SessionActor {
 
 impl SessionActor {
     fn start_worker(&mut self, prompt: Prompt, ctx: &mut Context<Self>) {
-        self.working = Some(self.shared.begin_work());
+        self.working = Some(self.shared.life.begin_work());
         let fenced = Arc::new(AtomicBool::new(false));
-        let shutdown = match (&self.shared.lease, &prompt.claim) {
-            (Some(lease), Some(claim)) => {
-                stop_when_lost(self.shared.shutdown_signal(), lease, claim.epoch, &fenced)
-            }
-            _ => self.shared.shutdown_signal(),
-        };
+        let shutdown = self.shared.coordination.stop_signal(
+            self.shared.life.shutdown_signal(),
+            prompt.claim.as_ref(),
+            &fenced,
+        );
         let (answers, inbox) = tokio::sync::mpsc::unbounded_channel();
         self.answers = Some(answers);
         let worker = Worker {
@@ -159,41 +159,6 @@ impl SessionActor {
             }
         }));
     }
-}
-
-/// The worker's stop signal on a shared store: the daemon's shutdown, or the loss of the lease
-/// its prompts are claimed under (`epoch` or older), which also sets `fenced`. The worker then
-/// ends its engine as at a shutdown, but writes nothing more about its prompt: another daemon
-/// may run it now.
-fn stop_when_lost(
-    mut shutdown: watch::Receiver<bool>,
-    lease: &crate::lease::holder::Lease,
-    epoch: i64,
-    fenced: &Arc<AtomicBool>,
-) -> watch::Receiver<bool> {
-    let (stop, stopped) = watch::channel(false);
-    let mut lost = lease.lost();
-    let fenced = fenced.clone();
-    actix::spawn(async move {
-        loop {
-            if *shutdown.borrow_and_update() {
-                stop.send_replace(true);
-                return;
-            }
-            if *lost.borrow_and_update() >= epoch {
-                fenced.store(true, Ordering::SeqCst);
-                stop.send_replace(true);
-                return;
-            }
-            tokio::select! {
-                changed = shutdown.changed() => if changed.is_err() { return },
-                changed = lost.changed() => if changed.is_err() { return },
-                // The worker is gone: nobody listens any more.
-                _ = stop.closed() => return,
-            }
-        }
-    });
-    stopped
 }
 
 /// An approval a person answered (as the store recorded it), for the run that waits for it.
@@ -382,7 +347,7 @@ impl Worker {
             let prompt_id = prompt.id.clone();
             self.claim = prompt.claim.clone();
             self.denied = 0;
-            let end = if *self.shutdown.borrow() || self.shared.is_draining() {
+            let end = if *self.shutdown.borrow() || self.shared.life.is_draining() {
                 PromptEnd::stopped(Stop::Shutdown)
             } else {
                 self.run_prompt(prompt).await
@@ -425,11 +390,7 @@ impl Worker {
                 payload["denied"] = json!(self.denied);
             }
             let ended = self.session_event(Some(&prompt_id), None, end.status.end_event(), payload);
-            let shared_with_others = self
-                .shared
-                .lease
-                .as_ref()
-                .is_some_and(|lease| !lease.alone());
+            let shared_with_others = self.shared.coordination.with_others();
             let finish = FinishPrompt {
                 prompt_id: prompt_id.clone(),
                 session_id: self.session_id.clone(),
@@ -458,7 +419,7 @@ impl Worker {
                 .map(|((_, next), _)| next);
             if shared_with_others && !matches!(finished, Ok(Some(_))) {
                 // A slot is free here: another session's queued prompt may take it.
-                self.shared.claim_wanted.notify_one();
+                self.shared.coordination.wake_claimer();
             }
             next = match finished {
                 Ok(next) => next,
@@ -495,9 +456,7 @@ impl Worker {
     fn note_fenced(&self, error: &LedgerError) {
         if error.store_error().is_some_and(|error| error.is_fenced()) {
             self.fenced.store(true, Ordering::SeqCst);
-            if let (Some(lease), Some(claim)) = (&self.shared.lease, &self.claim) {
-                lease.fenced(claim.epoch);
-            }
+            self.shared.coordination.fenced(self.claim.as_ref());
         }
     }
 

@@ -256,7 +256,7 @@ impl Worker {
                             exec_id,
                             trace_id,
                             attempt: run.attempt,
-                            guard_mark: shared.guard_mark(),
+                            guard_mark: shared.coordination.guard_mark(),
                         },
                         kind: run.kind,
                         known_thread: run.thread_id.as_deref(),
@@ -616,7 +616,7 @@ impl Worker {
                     let stored = self
                         .shared
                         .ledger
-                        .write_until_stored(self.fence(set), &self.shared.shutdown_signal())
+                        .write_until_stored(self.fence(set), &self.shared.life.shutdown_signal())
                         .await;
                     if let Err(error) = stored {
                         tracing::error!(%error, "the retry's thread was not stored");

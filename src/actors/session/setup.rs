@@ -289,7 +289,7 @@ impl Worker {
             exec_id: self.shared.exec_id.as_deref(),
             trace_id: None,
             attempt: 0,
-            guard_mark: self.shared.guard_mark(),
+            guard_mark: self.shared.coordination.guard_mark(),
         };
         environment.apply_common(&mut shell);
         shell.env(crate::env::SETUP_SESSION, &self.session_id);
