@@ -252,7 +252,7 @@ impl Rig {
             .corral
             .open_session(NewSession {
                 project_id: project.to_string(),
-                engine: ENGINE.into(),
+                engine: Some(ENGINE.parse().expect("a known engine")),
                 // A title keeps corral from asking for one in the first answer.
                 title: Some("bench".into()),
                 ..Default::default()

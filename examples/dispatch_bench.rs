@@ -139,7 +139,7 @@ impl Bench {
         self.corral
             .open_session(NewSession {
                 project_id: project.id.clone(),
-                engine: "fake".into(),
+                engine: Some(corral::engine::EngineKind::Fake),
                 title: Some("dispatch bench".into()),
                 ..Default::default()
             })

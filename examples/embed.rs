@@ -4,7 +4,7 @@
 //! Run: `cargo build && cargo run --example embed` (the fake engine binary must be built: it
 //! is found beside this example's directory, in `target/<profile>/corral-fake-engine`).
 
-use corral::{Corral, CorralOptions, NewProject, NewPrompt, NewSession};
+use corral::{Corral, CorralOptions, EngineKind, NewProject, NewPrompt, NewSession};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // target/<profile>/examples/embed → target/<profile>/corral-fake-engine
@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let session = corral
             .open_session(NewSession {
                 project_id: project.id,
-                engine: "fake".into(),
+                engine: Some(EngineKind::Fake),
                 ..Default::default()
             })
             .await?;

@@ -126,7 +126,7 @@ fn main() {
             let session = corral
                 .open_session(NewSession {
                     project_id: project.id,
-                    engine: "fake".into(),
+                    engine: Some(corral::engine::EngineKind::Fake),
                     title: Some(format!("events {index}")),
                     ..Default::default()
                 })

@@ -149,7 +149,7 @@ fn main() {
             let session = corral
                 .open_session(NewSession {
                     project_id: project_ids[index % projects].clone(),
-                    engine: "fake".into(),
+                    engine: Some(corral::engine::EngineKind::Fake),
                     title: Some(format!("throughput {index}")),
                     ..Default::default()
                 })

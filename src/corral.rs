@@ -390,12 +390,7 @@ impl Corral {
             .map_err(|error| CorralError::Invalid(format!("{}: {error}", path.display())))?
             .to_string_lossy()
             .into_owned();
-        let kind = project
-            .engine
-            .as_deref()
-            .unwrap_or("codex")
-            .parse::<EngineKind>()
-            .map_err(CorralError::Invalid)?;
+        let kind = project.engine.unwrap_or_default();
         refuse_policy(kind, project.policy, project.full_access)?;
         let repository = self.worktree_repository(Path::new(&project.path)).await;
         project.isolation = Some(match (project.isolation, &repository) {
@@ -442,13 +437,7 @@ impl Corral {
         let project = self
             .read(|connection| projects::project(connection, id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))?;
-        let engine = change
-            .engine
-            .as_deref()
-            .or(project.engine.as_deref())
-            .unwrap_or("codex")
-            .parse::<EngineKind>()
-            .map_err(CorralError::Invalid)?;
+        let engine = change.engine.or(project.engine).unwrap_or_default();
         // The policy the change leaves, as the store makes it (`projects::change_project`).
         let policy = match (change.full_access, change.policy) {
             (Some(true), _) => crate::engine::Policy::Full,
@@ -528,13 +517,8 @@ impl Corral {
             .read(|connection| projects::project(connection, &project_id))?
             .ok_or_else(|| CorralError::NotFound(format!("no project '{project_id}'")))?;
         refuse_archived_project(&project)?;
-        if session.engine.is_empty() {
-            session.engine = project.engine.clone().unwrap_or_else(|| "codex".into());
-        }
-        let kind = session
-            .engine
-            .parse::<EngineKind>()
-            .map_err(CorralError::Invalid)?;
+        let kind = session.engine.or(project.engine).unwrap_or_default();
+        session.engine = Some(kind);
         let template = &self.settings().command_template;
         let model = session.model.as_deref().or(project.model.as_deref());
         if let Some(why) = crate::engine::unsupported(kind, false, model, false, template) {
@@ -671,10 +655,7 @@ impl Corral {
             )));
         }
         // What the engine cannot do is said now, not found out by the run.
-        let kind = session
-            .engine
-            .parse::<EngineKind>()
-            .map_err(CorralError::Invalid)?;
+        let kind = session.engine;
         let project = match (&session.project_id, known) {
             (Some(id), Some(project)) if &project.id == id => Some(project),
             (Some(id), _) => self.read(|connection| projects::project(connection, id))?,
@@ -821,7 +802,7 @@ impl Corral {
             let settings = self.settings();
             let limit = settings
                 .slots
-                .get(&session.engine)
+                .get(session.engine.as_str())
                 .copied()
                 .unwrap_or(crate::store::settings::DEFAULT_SLOTS_PER_ENGINE)
                 .min(settings.slots_total.unwrap_or(usize::MAX));

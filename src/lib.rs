@@ -24,7 +24,7 @@
 //! here. A prompt on the `command` engine (any program; by default `sh -c PROMPT`):
 //!
 //! ```
-//! use corral::{Corral, CorralOptions, NewProject, NewPrompt, NewSession, PromptStatus};
+//! use corral::{Corral, CorralOptions, EngineKind, NewProject, NewPrompt, NewSession, PromptStatus};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let home = tempfile::tempdir()?;
@@ -35,15 +35,14 @@
 //!         .add_project(NewProject {
 //!             name: "demo".into(),
 //!             path: work.path().to_string_lossy().into_owned(),
-//!             engine: Some("command".into()),
+//!             engine: Some(EngineKind::Command),
 //!             ..Default::default()
 //!         })
 //!         .await?;
 //!     let session = corral
 //!         .open_session(NewSession {
 //!             project_id: project.id,
-//!             engine: "command".into(),
-//!             ..Default::default()
+//!             ..Default::default() // the project's engine
 //!         })
 //!         .await?;
 //!     let sent = corral
@@ -91,6 +90,7 @@ pub mod socket;
 pub mod store;
 
 pub use corral::{Corral, CorralError, CorralOptions};
+pub use engine::EngineKind;
 pub use events::EventKind;
 pub use store::events::Event;
 pub use store::projects::{NewProject, Project};

@@ -327,7 +327,7 @@ async fn session_app_server(
 ) -> Result<(Session, AppServerHandle), AskError> {
     let session = read(shared, |c| sessions::session(c, session_id))?
         .ok_or_else(|| AskError::NotFound(format!("no session '{session_id}'")))?;
-    if session.engine != EngineKind::CodexAppServer.as_str() {
+    if session.engine != EngineKind::CodexAppServer {
         return Err(AskError::Invalid(format!(
             "session '{session_id}' runs on {}; only codex-app-server sessions can do this",
             session.engine

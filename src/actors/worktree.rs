@@ -899,7 +899,7 @@ mod tests {
         sessions::Session {
             id: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
             project_id: Some("p".into()),
-            engine: "fake".into(),
+            engine: crate::engine::EngineKind::Fake,
             model: None,
             reasoning_effort: None,
             thread_id: None,
@@ -1337,7 +1337,7 @@ mod tests {
             let session = corral
                 .open_session(NewSession {
                     project_id: project.id.clone(),
-                    engine: "command".into(),
+                    engine: Some(crate::engine::EngineKind::Command),
                     ..Default::default()
                 })
                 .await
@@ -1401,7 +1401,7 @@ mod tests {
                 .write(crate::actors::ledger::CreateSession {
                     session: NewSession {
                         project_id: project.id.clone(),
-                        engine: "command".into(),
+                        engine: Some(crate::engine::EngineKind::Command),
                         id: Some(id),
                         worktree: Some(planned),
                         ..Default::default()

@@ -130,7 +130,7 @@ pub async fn execute(context: &Context, args: &DemoArgs) -> Result<Exit, CliErro
         let session = corral
             .open_session(NewSession {
                 project_id: project.id,
-                engine: "fake".into(),
+                engine: Some(crate::engine::EngineKind::Fake),
                 ..Default::default()
             })
             .await

@@ -256,7 +256,7 @@ mod tests {
                 .add_project(NewProject {
                     name: "p".into(),
                     path: work.path().to_string_lossy().into_owned(),
-                    engine: Some("fake".into()),
+                    engine: Some(crate::engine::EngineKind::Fake),
                     ..Default::default()
                 })
                 .await
@@ -266,7 +266,7 @@ mod tests {
                 let session = corral
                     .open_session(NewSession {
                         project_id: project.id.clone(),
-                        engine: "fake".into(),
+                        engine: Some(crate::engine::EngineKind::Fake),
                         ..Default::default()
                     })
                     .await

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use procfs::process::Process;
 
-use crate::engine::Policy;
+use crate::engine::{EngineKind, Policy};
 use crate::protocol::*;
 use crate::store::sql::{args, Conn};
 use crate::store::{projects, sessions};
@@ -418,12 +418,12 @@ impl<'a> WideningContext<'a> {
 /// remote: a remote project's engines are always read-only), or its engine is `command`
 /// (any program, never sandboxed).
 fn unconfined(session: &sessions::Session, project: &projects::Project) -> bool {
-    (project.full_access && project.kind != "remote") || session.engine == "command"
+    (project.full_access && project.kind != "remote") || session.engine == EngineKind::Command
 }
 
 /// The engine a project's new sessions get when none is given (`Corral::open_session`).
-fn project_engine(project: &projects::Project) -> &str {
-    project.engine.as_deref().unwrap_or("codex")
+fn project_engine(project: &projects::Project) -> EngineKind {
+    project.engine.unwrap_or_default()
 }
 
 /// Whether two paths are the same directory (symlinks resolved); a path that does not
@@ -526,7 +526,7 @@ impl Widening for ProjectSetParams {
             return Some("making a project's sessions share its working tree".into());
         }
         if let Some(engine) = &self.engine {
-            if project().and_then(|p| p.engine) != Some(engine.clone()) {
+            if project().and_then(|p| p.engine).map(EngineKind::as_str) != Some(engine.as_str()) {
                 return Some("changing a project's engine".into());
             }
         }
@@ -626,7 +626,7 @@ impl Widening for SessionNewParams {
         }
         let engine = self.engine.as_deref().filter(|engine| !engine.is_empty())?;
         match ctx.project(&self.project) {
-            Some(project) if project_engine(&project) == engine => None,
+            Some(project) if project_engine(&project).as_str() == engine => None,
             Some(project) => Some(format!(
                 "choosing engine {engine} for a session of project {} (its engine is {})",
                 project.name,

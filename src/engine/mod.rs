@@ -23,10 +23,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// The engines corral knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The engines corral knows. The default is the engine of a project that names none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EngineKind {
+    #[default]
     Codex,
     Claude,
     Opencode,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{method, named_params};
-use crate::engine::Policy;
+use crate::engine::{EngineKind, Policy};
 use crate::store::projects;
 
 method! {
@@ -25,7 +25,7 @@ pub struct Project {
     pub name: String,
     pub path: String,
     /// The engine new sessions use unless told otherwise.
-    pub engine: Option<String>,
+    pub engine: Option<EngineKind>,
     pub model: Option<String>,
     /// Engines run without sandbox or approvals (the policy `full`, a person's grant).
     pub full_access: bool,
@@ -69,7 +69,7 @@ impl From<&projects::Project> for Project {
             id: p.id.clone(),
             name: p.name.clone(),
             path: p.path.clone(),
-            engine: p.engine.clone(),
+            engine: p.engine,
             model: p.model.clone(),
             full_access: p.full_access,
             policy: p.policy,

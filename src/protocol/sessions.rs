@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{method, named_params, Claim, Prompt};
+use crate::engine::EngineKind;
 use crate::store::prompts::PromptStatus;
 use crate::store::{prompts, runs, sessions};
 
@@ -37,7 +38,7 @@ method! {
 pub struct Session {
     pub id: String,
     pub project_id: Option<String>,
-    pub engine: String,
+    pub engine: EngineKind,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
     /// The engine's own thread/session id, once it has one.
@@ -84,7 +85,7 @@ impl From<&sessions::Session> for Session {
         Session {
             id: s.id.clone(),
             project_id: s.project_id.clone(),
-            engine: s.engine.clone(),
+            engine: s.engine,
             model: s.model.clone(),
             reasoning_effort: s.reasoning_effort.clone(),
             thread_id: s.thread_id.clone(),
@@ -158,7 +159,7 @@ pub struct Run {
     pub prompt_id: String,
     pub session_id: String,
     pub attempt: i64,
-    pub engine: String,
+    pub engine: EngineKind,
     pub argv: Vec<String>,
     pub thread_id: Option<String>,
     pub exec_id: Option<String>,
@@ -182,7 +183,7 @@ impl From<&runs::Run> for Run {
             prompt_id: r.prompt_id.clone(),
             session_id: r.session_id.clone(),
             attempt: r.attempt,
-            engine: r.engine.clone(),
+            engine: r.engine,
             argv: r.argv.clone(),
             thread_id: r.thread_id.clone(),
             exec_id: r.exec_id.clone(),

@@ -12,6 +12,7 @@
 //! answers later requests with, without asking. Written by the ledger actor; read by the
 //! daemon's methods and the CLI.
 
+use crate::engine::EngineKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -94,7 +95,7 @@ pub struct Approval {
     pub session_id: String,
     pub prompt_id: Option<String>,
     pub run_id: Option<String>,
-    pub engine: String,
+    pub engine: EngineKind,
     /// The tool the agent wants to use (`Write`, `Bash`, `commandExecution`, `fileChange`).
     pub tool: String,
     /// What it would touch: a path, a command, a URL (when the engine says).

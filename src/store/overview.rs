@@ -20,6 +20,7 @@
 //! nothing sent yet), `failed` (reason: the error), `archived`. A running prompt's phase is
 //! its row's (`store::phases`), so one statement still reads every session.
 
+use crate::engine::EngineKind;
 use std::fmt;
 use std::path::Path;
 
@@ -108,7 +109,7 @@ pub struct SessionItem {
     pub title: Option<String>,
     /// Its project's name.
     pub project: Option<String>,
-    pub engine: String,
+    pub engine: EngineKind,
     pub state: SessionState,
     /// Why it is in that state, in one line.
     pub reason: String,
@@ -143,7 +144,7 @@ pub struct RunNow {
     pub id: String,
     pub session_id: String,
     pub prompt_id: String,
-    pub engine: String,
+    pub engine: EngineKind,
     pub started_at: i64,
     pub pid: Option<i64>,
 }
@@ -154,7 +155,7 @@ impl From<&Run> for RunNow {
             id: run.id.clone(),
             session_id: run.session_id.clone(),
             prompt_id: run.prompt_id.clone(),
-            engine: run.engine.clone(),
+            engine: run.engine,
             started_at: run.started_at,
             pid: run.pid,
         }

@@ -8,7 +8,7 @@ use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::{json_list, now_ms};
-use crate::engine::Policy;
+use crate::engine::{EngineKind, Policy};
 
 /// A working directory with settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,7 +17,7 @@ pub struct Project {
     pub name: String,
     pub path: String,
     /// The engine new sessions use unless told otherwise.
-    pub engine: Option<String>,
+    pub engine: Option<EngineKind>,
     pub model: Option<String>,
     /// Run engines without sandbox or approvals: a person's grant, and then its policy is
     /// `full` (the two are kept together by every write).
@@ -206,6 +206,18 @@ impl Project {
     }
 }
 
+impl sql::Get for EngineKind {
+    fn from_value(value: sql::Value) -> Result<Self, String> {
+        String::from_value(value)?.parse()
+    }
+}
+
+impl sql::Param for EngineKind {
+    fn arg(&self) -> sql::Arg<'_> {
+        sql::Arg::Text(self.as_str())
+    }
+}
+
 impl sql::Get for Policy {
     fn from_value(value: sql::Value) -> Result<Self, String> {
         let text = String::from_value(value)?;
@@ -234,7 +246,7 @@ pub(crate) fn project_columns(alias: &str) -> String {
 pub struct NewProject {
     pub name: String,
     pub path: String,
-    pub engine: Option<String>,
+    pub engine: Option<EngineKind>,
     pub model: Option<String>,
     pub full_access: bool,
     pub remote: bool,
@@ -275,7 +287,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         id: uuid::Uuid::now_v7().to_string(),
         name: new.name.clone(),
         path: new.path.clone(),
-        engine: new.engine.clone(),
+        engine: new.engine,
         model: new.model.clone(),
         full_access: new.full_access,
         kind: if new.remote { "remote" } else { "local" }.to_string(),
@@ -342,7 +354,7 @@ pub(crate) fn set_group_locking(connection: &Conn, name: &str, locking: bool) ->
 /// Updates a project's settings; `None` fields stay as they are.
 #[derive(Debug, Clone, Default)]
 pub struct ProjectChange {
-    pub engine: Option<String>,
+    pub engine: Option<EngineKind>,
     pub model: Option<String>,
     pub full_access: Option<bool>,
     pub remote: Option<bool>,

@@ -12,7 +12,7 @@ use super::daemons::Claim;
 use super::drivers::{driver_claim, DriverClaim};
 use super::sessions::SessionStatus;
 use super::{json_list, now_ms};
-use crate::engine::Policy;
+use crate::engine::{EngineKind, Policy};
 
 /// Where a prompt is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -908,7 +908,7 @@ impl ClaimPass {
                 return Ok(false);
             }
             // Every engine's room was counted up front: a head of another is not claimed.
-            let Some(engine_left) = self.left.get_mut(&head.engine) else {
+            let Some(engine_left) = self.left.get_mut(head.engine.as_str()) else {
                 continue;
             };
             if *engine_left <= 0
@@ -948,7 +948,7 @@ impl ClaimPass {
 struct Head {
     id: String,
     session_id: String,
-    engine: String,
+    engine: EngineKind,
     project_id: String,
     /// The session has no worktree: it takes its project's one directory.
     shared: bool,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::drivers::{engine_started, engine_started_sql};
 use super::events::{append_events, NewEvent};
 use super::{json_list, now_ms};
-use crate::engine::FailureClass;
+use crate::engine::{EngineKind, FailureClass};
 use crate::events::EventKind;
 
 /// Where a run is in its life (`runs.status`).
@@ -56,7 +56,7 @@ pub struct Run {
     pub prompt_id: String,
     pub session_id: String,
     pub attempt: i64,
-    pub engine: String,
+    pub engine: EngineKind,
     pub argv: Vec<String>,
     pub thread_id: Option<String>,
     pub exec_id: Option<String>,
@@ -121,7 +121,7 @@ pub struct NewRun {
     pub prompt_id: String,
     pub session_id: String,
     pub attempt: i64,
-    pub engine: String,
+    pub engine: EngineKind,
     pub argv: Vec<String>,
     pub thread_id: Option<String>,
     pub exec_id: Option<String>,

@@ -9,7 +9,7 @@ use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::now_ms;
-use crate::engine::Policy;
+use crate::engine::{EngineKind, Policy};
 
 /// What a session's row says it is doing (the overview's `SessionState` is read from its
 /// prompts and runs as well). Kept by the ledger with its prompts: `running` when one is
@@ -123,7 +123,7 @@ pub struct SessionWorktree {
 pub struct Session {
     pub id: String,
     pub project_id: Option<String>,
-    pub engine: String,
+    pub engine: EngineKind,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
     /// What its agents may do without asking, over the project's (`None`: the project's).
@@ -273,7 +273,8 @@ fn worktree_row(row: &Row<'_>, first: usize) -> sql::Result<Option<SessionWorktr
 #[derive(Debug, Clone, Default)]
 pub struct NewSession {
     pub project_id: String,
-    pub engine: String,
+    /// `None`: the project's engine.
+    pub engine: Option<EngineKind>,
     pub model: Option<String>,
     pub reasoning_effort: Option<String>,
     /// See [`Session::policy`].
@@ -305,7 +306,8 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         project_id: Some(new.project_id.clone()),
-        engine: new.engine.clone(),
+        // Resolved from the project by `Corral::open_session`.
+        engine: new.engine.unwrap_or_default(),
         model: new.model.clone(),
         reasoning_effort: new.reasoning_effort.clone(),
         policy: new.policy,

@@ -311,7 +311,7 @@ fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
             .corral
             .open_session(NewSession {
                 project_id: other.id.clone(),
-                engine: "fake".into(),
+                engine: Some(corral::engine::EngineKind::Fake),
                 ..Default::default()
             })
             .await

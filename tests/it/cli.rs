@@ -517,6 +517,38 @@ fn a_nul_in_a_prompt_or_an_answer_is_kept_as_a_replacement_character() {
     home.stop_daemon();
 }
 
+/// An engine corral does not know is refused where its name is read, in one line naming the
+/// known ones, by `project add`, `project set` and `session new` alike; nothing is stored.
+#[test]
+fn an_unknown_engine_is_refused_with_the_known_ones_and_nothing_is_stored() {
+    let home = TestHome::new();
+    home.start_daemon();
+    let work = home.work();
+    std::fs::create_dir_all(&work).unwrap();
+    let dir = work.to_str().unwrap();
+    for refused in [
+        home.fails(&["project", "add", "p", dir, "--engine", "gpt"], 1),
+        {
+            home.add_project("p", &work, "fake");
+            home.fails(&["project", "set", "p", "--engine", "gpt"], 1)
+        },
+        home.fails(&["session", "new", "p", "--engine", "gpt"], 1),
+    ] {
+        assert!(refused.contains("unknown engine 'gpt'"), "{refused}");
+        assert!(
+            refused.contains("codex") && refused.contains("fake"),
+            "{refused}"
+        );
+        assert_eq!(refused.lines().count(), 1, "{refused}");
+    }
+    let projects = home.json(&["project", "list", "--json"]);
+    assert_eq!(projects.as_array().unwrap().len(), 1, "{projects}");
+    assert_eq!(projects[0]["engine"], "fake", "{projects}");
+    let sessions = home.json(&["session", "list", "--json"]);
+    assert_eq!(sessions.as_array().unwrap().len(), 0, "{sessions}");
+    home.stop_daemon();
+}
+
 #[test]
 fn config_refuses_unknown_names_and_bad_values_with_exit_2() {
     let home = TestHome::new();

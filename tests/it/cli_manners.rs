@@ -484,7 +484,7 @@ fn the_library_refuses_a_prompt_too_long_for_one_line() {
         let project = library
             .add_project(NewProject {
                 name: "p".into(),
-                engine: Some("fake".into()),
+                engine: Some(corral::engine::EngineKind::Fake),
                 ..Default::default()
             })
             .await;

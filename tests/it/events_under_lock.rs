@@ -59,7 +59,7 @@ async fn library_on(engine: &str) -> (Library, String) {
     let project = library
         .add_project(NewProject {
             name: "p".into(),
-            engine: Some(engine.into()),
+            engine: Some(engine.parse().expect("a known engine")),
             ..Default::default()
         })
         .await;

@@ -116,7 +116,7 @@ impl Rig {
         let session = corral
             .open_session(NewSession {
                 project_id: project.id,
-                engine: engine.into(),
+                engine: Some(engine.parse().expect("a known engine")),
                 ..Default::default()
             })
             .await
@@ -713,7 +713,7 @@ fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model(
             .corral
             .open_session(NewSession {
                 project_id: rig.session.project_id.clone().unwrap(),
-                engine: APP_SERVER.into(),
+                engine: Some(APP_SERVER.parse().expect("a known engine")),
                 reasoning_effort: Some("high".into()),
                 ..Default::default()
             })

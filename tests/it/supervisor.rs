@@ -467,18 +467,10 @@ fn bad_input_is_refused_before_anything_is_stored() {
             "image not found: /nonexistent/a.png"
         );
         assert_eq!(count(), 0);
-        let engine = bench
-            .corral
-            .open_session(NewSession {
-                project_id: project.id.clone(),
-                engine: "gpt".into(),
-                ..Default::default()
-            })
-            .await;
-        assert!(engine
-            .unwrap_err()
-            .to_string()
-            .contains("unknown engine 'gpt'"));
+        // The library takes an engine typed: an unknown name is refused where it is read
+        // (the protocol's params, the CLI), in these words.
+        let engine = "gpt".parse::<corral::engine::EngineKind>();
+        assert!(engine.unwrap_err().contains("unknown engine 'gpt'"));
         let path = bench
             .corral
             .add_project(NewProject {
@@ -645,7 +637,7 @@ fn the_engine_environment_titles_and_instructions() {
             .corral
             .open_session(NewSession {
                 project_id: project.id.clone(),
-                engine: "fake".into(),
+                engine: Some(corral::engine::EngineKind::Fake),
                 title: Some("Chosen by a person".into()),
                 ..Default::default()
             })
@@ -679,7 +671,7 @@ fn the_engine_environment_titles_and_instructions() {
             .corral
             .open_session(NewSession {
                 project_id: project.id.clone(),
-                engine: "fake".into(),
+                engine: Some(corral::engine::EngineKind::Fake),
                 title: Some("Another".into()),
                 ..Default::default()
             })
@@ -757,7 +749,7 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
         let session = corral
             .open_session(NewSession {
                 project_id: project.id,
-                engine: "fake".into(),
+                engine: Some(corral::engine::EngineKind::Fake),
                 ..Default::default()
             })
             .await

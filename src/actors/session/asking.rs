@@ -194,7 +194,7 @@ impl Worker {
             session_id: self.session_id.clone(),
             prompt_id: Some(prompt.id.clone()),
             run_id: Some(run_id.to_string()),
-            engine: kind.as_str().to_string(),
+            engine: kind,
             tool,
             target,
             reason,

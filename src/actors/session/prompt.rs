@@ -314,7 +314,7 @@ impl Worker {
             }
             Err(error) => return Err(PromptEnd::failed(format!("store: {error}"))),
         };
-        let kind: EngineKind = session.engine.parse().map_err(PromptEnd::failed)?;
+        let kind = session.engine;
         // A command's title is its first line, set now: it asks its engine for nothing.
         let ask_title = session.title.is_none() && kind != EngineKind::Command;
         if kind == EngineKind::Command && session.title.is_none() {
@@ -448,7 +448,7 @@ impl Worker {
             prompt_id: run.prompt.id.clone(),
             session_id: self.session_id.clone(),
             attempt: run.attempt,
-            engine: run.kind.as_str().to_string(),
+            engine: run.kind,
             argv: argv
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
@@ -670,7 +670,7 @@ mod tests {
         Session {
             id: "0190-s1".into(),
             project_id: Some("p1".into()),
-            engine: "command".into(),
+            engine: crate::engine::EngineKind::Command,
             model: None,
             reasoning_effort: None,
             thread_id: None,

@@ -276,6 +276,17 @@ fn store_error(error: CorralError) -> RpcError {
 }
 
 /// A person's title: not empty, at most [`MAX_TITLE`] characters.
+/// A wire engine name (empty or absent: none named, the project's); an unknown one is
+/// invalid params naming the known ones.
+fn engine(name: Option<&str>) -> Result<Option<crate::engine::EngineKind>, RpcError> {
+    name.filter(|name| !name.is_empty())
+        .map(|name| {
+            name.parse()
+                .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))
+        })
+        .transpose()
+}
+
 fn check_title(title: &str) -> Result<(), RpcError> {
     if title.is_empty() {
         return Err(RpcError::new(code::INVALID_PARAMS, "the title is empty"));

@@ -1,7 +1,7 @@
 //! Projects and lock groups: `project.list`, `project.show`, `project.add`, `project.set`,
 //! `project.archive`, `group.set`.
 
-use super::{project_of, read, resolve_project, Caller, Inspect, Serve};
+use super::{engine, project_of, read, resolve_project, Caller, Inspect, Serve};
 use crate::protocol::*;
 use crate::store::projects;
 use crate::store::projects::NewProject;
@@ -68,7 +68,7 @@ impl Serve for ProjectAdd {
             .add_project(NewProject {
                 name: p.name,
                 path: p.path,
-                engine: p.engine,
+                engine: engine(p.engine.as_deref())?,
                 model: p.model,
                 full_access: full_access.unwrap_or(false),
                 policy: policy.unwrap_or_default(),
@@ -106,14 +106,9 @@ impl Serve for ProjectArchive {
 async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<Project, RpcError> {
     let corral = caller.corral();
     let project = resolve_project(corral, &p.project)?;
-    if let Some(engine) = &p.engine {
-        engine
-            .parse::<crate::engine::EngineKind>()
-            .map_err(|error| RpcError::new(code::INVALID_PARAMS, error))?;
-    }
     let (full_access, policy) = grant(p.full_access, p.policy)?;
     let change = projects::ProjectChange {
-        engine: p.engine,
+        engine: engine(p.engine.as_deref())?,
         model: p.model,
         full_access,
         policy,

@@ -82,7 +82,7 @@ impl Serve for SessionNew {
         let session = corral
             .open_session(NewSession {
                 project_id: project.id,
-                engine: p.engine.unwrap_or_default(),
+                engine: super::engine(p.engine.as_deref())?,
                 model: p.model,
                 reasoning_effort: p.reasoning_effort,
                 policy: p.policy,

@@ -69,7 +69,7 @@ impl Library {
         self.corral
             .open_session(NewSession {
                 project_id: project.id.clone(),
-                engine: engine.into(),
+                engine: Some(engine.parse().expect("a known engine")),
                 ..Default::default()
             })
             .await
