@@ -186,6 +186,7 @@ fn scan_cost() {
             env: Some(("CORRAL_RUN_ID".into(), "no-such-run".into())),
             since,
             born: None,
+            spawned_here: false,
         };
         let mut times: Vec<std::time::Duration> = (0..200)
             .map(|_| {

@@ -364,6 +364,7 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         env: Some((crate::env::SETUP_SESSION.to_string(), session_id.clone())),
         since: None,
         born: None,
+        spawned_here: false,
     }));
     process::kill_point("boot.found");
     let grace = shared.settings().cancel_grace;

@@ -394,6 +394,7 @@ impl Sweep {
             env: Some((crate::env::LEASE_GUARD.to_string(), self.mark.clone()?)),
             since: self.since,
             born: None,
+            spawned_here: false,
         })
     }
 

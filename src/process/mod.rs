@@ -19,6 +19,7 @@
 
 pub mod shim;
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -154,6 +155,11 @@ pub struct Mark {
     /// spawn: every process of the mark was forked after it, so a pass reads only the pids
     /// handed out since (see [`Birth`]) instead of every process's `stat`.
     pub born: Option<Birth>,
+    /// The run was started by this process, so its processes were born in this process's
+    /// session (or made sessions of their own since): a pass then skips reading the
+    /// environments of sessions older than the run (see `Sessions`). Not so for a run another
+    /// process started (a previous daemon's, the lease guard's daemon's).
+    pub spawned_here: bool,
 }
 
 impl Mark {
@@ -173,6 +179,7 @@ impl Mark {
             env: Some((name.to_string(), value.to_string())),
             since: start,
             born: None,
+            spawned_here: false,
         }
     }
 
@@ -337,6 +344,7 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
     let ours = std::process::id() as i32;
     let uid = unistd::getuid().as_raw();
     let by_env = marks.iter().any(|mark| mark.env.is_some());
+    let mut sessions = Sessions::new(marks);
     for pid in pids {
         if pid == ours || !marks.iter().any(|mark| mark.may_hold(pid, now.as_ref())) {
             continue;
@@ -354,7 +362,10 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
             && marks.iter().any(|mark| {
                 mark.env.is_some() && mark.since.is_none_or(|since| stat.starttime >= since)
             });
-        let environment = if wanted && process.uid().is_ok_and(|owner| owner == uid) {
+        let environment = if wanted
+            && process.uid().is_ok_and(|owner| owner == uid)
+            && !sessions.older_than_every_run(stat.session)
+        {
             process.environ().ok()
         } else {
             None
@@ -384,6 +395,53 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
         }
     }
     found
+}
+
+/// Which sessions no run of the marks can have a process in, when this process started every
+/// one of them ([`Mark::spawned_here`]), so that their processes' environments need not be
+/// read (the costly part of a pass: the kernel copies another
+/// process's memory). A process is born in its parent's session and leaves it only by
+/// `setsid`, which makes a new session led by itself; so a process carrying a run's variable
+/// is in this daemon's session, or in a session led by a process started since the run
+/// began, or one whose leader is gone. A session led by a live process older than every
+/// marked run — another daemon's, a person's shell — holds none of them. (Several daemons on
+/// one host each read only their own processes' environments, not each other's engines'.)
+struct Sessions {
+    /// This process's session: always looked in.
+    ours: Option<i32>,
+    /// The oldest start time of the runs looked for by environment; `None`: some run's is not
+    /// known, or was not started by this process, so every session is looked in.
+    since: Option<u64>,
+    /// Sessions already judged: whether the leader is alive and older than `since`.
+    judged: HashMap<i32, bool>,
+}
+
+impl Sessions {
+    fn new(marks: &[Mark]) -> Self {
+        // Only when every run looked for by environment was started here.
+        let since = marks
+            .iter()
+            .filter(|mark| mark.env.is_some())
+            .map(|mark| mark.since.filter(|_| mark.spawned_here))
+            .try_fold(u64::MAX, |oldest, since| Some(oldest.min(since?)));
+        Sessions {
+            ours: unistd::getsid(None).ok().map(|session| session.as_raw()),
+            since,
+            judged: HashMap::new(),
+        }
+    }
+
+    fn older_than_every_run(&mut self, session: i32) -> bool {
+        let Some(since) = self.since else {
+            return false;
+        };
+        if session <= 1 || Some(session) == self.ours {
+            return false;
+        }
+        *self.judged.entry(session).or_insert_with(|| {
+            stat_of(session as u32).is_some_and(|leader| leader.starttime < since)
+        })
+    }
 }
 
 /// A process's command line for people (`[name]` when it has none, as `ps` shows it).
@@ -555,6 +613,7 @@ pub async fn end_marked(marks: &[Mark], grace: Duration, mut point: Option<&str>
                     env: None,
                     since,
                     born,
+                    spawned_here: false,
                 };
                 looked_for.push((owner, mark));
             }
@@ -576,6 +635,7 @@ pub async fn end_orphan_group(pgid: i32, grace: Duration) {
         env: None,
         since: None,
         born: None,
+        spawned_here: false,
     };
     end_marked(&[mark], grace, None).await;
 }
@@ -589,6 +649,7 @@ pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
         env: Some((name.to_string(), value.to_string())),
         since: None,
         born: None,
+        spawned_here: false,
     };
     members(&[mark])
         .into_iter()
@@ -991,6 +1052,7 @@ mod tests {
             env: Some(("CORRAL_RUN_ID".into(), "another-run".into())),
             since: None,
             born: None,
+            spawned_here: false,
         };
         assert!(members(&[other])[0].is_empty());
 
@@ -1010,6 +1072,90 @@ mod tests {
             "something of the run is left"
         );
         assert!(!is_alive(setsid as u32, None));
+    }
+
+    /// For a run started here, environments are read only in sessions its processes can be
+    /// in: a process carrying the run's variable in a session led by a process older than the
+    /// run (another daemon's, a shell's) is not looked at — no process of the run can enter
+    /// such a session — while one that made a session of its own after the run began is
+    /// found. A run another process started is looked for everywhere.
+    #[test]
+    fn a_session_led_by_a_process_older_than_the_run_is_not_read() {
+        let mut old = Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                "read _; CORRAL_RUN_ID=run-s sleep 30 & echo $!; wait",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Start times count in clock ticks (10 ms): the run begins well after that session.
+        std::thread::sleep(Duration::from_millis(60));
+        let mut leader = Command::new("sleep").arg("30").spawn().unwrap();
+        let since = stat_of(leader.id()).unwrap().starttime;
+        std::thread::sleep(Duration::from_millis(30));
+        std::io::Write::write_all(old.stdin.as_mut().unwrap(), b"go\n").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(old.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let in_old: i32 = line.trim().parse().unwrap();
+        let mut young = Command::new("setsid")
+            .args(["sleep", "30"])
+            .env("CORRAL_RUN_ID", "run-s")
+            .spawn()
+            .unwrap();
+        let young_pid = young.id() as i32;
+        // setsid exec's sleep once its session is made.
+        let made = std::time::Instant::now();
+        while stat_of(young_pid as u32).is_none_or(|stat| stat.session != young_pid)
+            && made.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mark = Mark {
+            group: None,
+            env: Some(("CORRAL_RUN_ID".into(), "run-s".into())),
+            since: Some(since),
+            born: None,
+            spawned_here: true,
+        };
+        let found: Vec<i32> = members(std::slice::from_ref(&mark))
+            .remove(0)
+            .iter()
+            .map(|m| m.pid)
+            .collect();
+        // A run another process started may have processes in any session: all are read.
+        let elsewhere = Mark {
+            spawned_here: false,
+            ..mark
+        };
+        let found_elsewhere: Vec<i32> = members(&[elsewhere])
+            .remove(0)
+            .iter()
+            .map(|m| m.pid)
+            .collect();
+        for pid in [in_old, young_pid, old.id() as i32] {
+            let _ = signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _ = leader.kill();
+        let _ = leader.wait();
+        let _ = young.wait();
+        let _ = old.wait();
+        assert!(
+            found.contains(&young_pid),
+            "a young session is read: {found:?}"
+        );
+        assert!(
+            !found.contains(&in_old),
+            "an older session is not: {found:?}"
+        );
+        assert!(
+            found_elsewhere.contains(&in_old) && found_elsewhere.contains(&young_pid),
+            "{found_elsewhere:?}"
+        );
     }
 
     #[test]
@@ -1090,6 +1236,7 @@ mod tests {
                 env: Some(("CORRAL_RUN_ID".into(), "run-shared-none".into())),
                 since: None,
                 born: None,
+                spawned_here: false,
             },
         ];
         let found = tokio::runtime::Builder::new_current_thread()

@@ -700,6 +700,7 @@ impl Left {
             env: Some((crate::env::RUN_ID.to_string(), self.run_id.clone())),
             since: self.since,
             born: self.born,
+            spawned_here: true,
         }
     }
 }

@@ -187,6 +187,7 @@ impl Worker {
             )),
             since: process::start_time(pid),
             born: None,
+            spawned_here: true,
         };
         let mut lines = read_output(&mut child);
         let mut batch: Vec<NewEvent> = Vec::new();
