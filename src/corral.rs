@@ -418,11 +418,14 @@ impl Corral {
         if exists {
             return Err(taken());
         }
-        self.shared
+        let created = self
+            .shared
             .ledger
             .write(CreateProject { project })
             .await?
-            .ok_or_else(taken)
+            .ok_or_else(taken)?;
+        self.shared.coordination.projects_changed();
+        Ok(created)
     }
 
     /// Changes a project's settings (or archives it). Worktree isolation is refused, with
@@ -463,14 +466,17 @@ impl Corral {
         change.setup = change
             .setup
             .map(|setup| setup.filter(|setup| !setup.trim().is_empty()));
-        self.shared
+        let changed = self
+            .shared
             .ledger
             .write(ChangeProject {
                 id: id.to_string(),
                 change,
             })
             .await?
-            .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))
+            .ok_or_else(|| CorralError::NotFound(format!("no project '{id}'")))?;
+        self.shared.coordination.projects_changed();
+        Ok(changed)
     }
 
     /// The top level of the git repository holding `path`, when worktree isolation can work

@@ -281,11 +281,16 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: SupervisorHandle, rescue: A
                 total: settings.slots_total,
             },
         };
-        // Read now, not at the last renewal: a project added a moment ago is served at once.
-        let serves = shared
-            .readers
-            .read(crate::lease::holder::served_projects)
-            .unwrap_or_else(|_| lease.serves().to_vec());
+        // A project added here a moment ago is served at once; the rest as of the last
+        // renewal (which wakes this when the list changed).
+        let serves = others
+            .served_projects(|| {
+                shared
+                    .readers
+                    .read(crate::lease::holder::served_projects)
+                    .ok()
+            })
+            .to_vec();
         let claim = lease.claim();
         let epoch = claim.epoch;
         let claim = ClaimWork {

@@ -16,7 +16,7 @@
 //! [`Coordination::among_others`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -86,6 +86,10 @@ pub trait Coordination: Send + Sync {
     /// Queued prompts may be claimable here now (a slot freed, a prompt queued elsewhere).
     fn wake_claimer(&self);
 
+    /// A project was added or changed here: the projects this daemon serves are read anew
+    /// at the next claim.
+    fn projects_changed(&self);
+
     /// Gives the lease up at a clean stop (blocking: it connects to the store).
     fn release(&self);
 
@@ -146,6 +150,8 @@ impl Coordination for Alone {
 
     fn wake_claimer(&self) {}
 
+    fn projects_changed(&self) {}
+
     fn release(&self) {}
 
     fn among_others(&self) -> Option<&AmongOthers> {
@@ -161,6 +167,47 @@ pub struct AmongOthers {
     pub claim_wanted: Notify,
     /// The asks of other daemons this one waits on (steer, compact: `actors::asks`).
     pub asks: asks::Waiting,
+    /// The projects served here as the claimer last took them.
+    served: Mutex<Served>,
+}
+
+/// The projects a daemon serves (their paths are directories on its host), kept between
+/// claims: read from the store and the file system at every claim, they cost a shared-store
+/// prompt a query and a `stat` per project each time. The heartbeat reads them at each
+/// renewal anyway, and a project written here says so; only then is the list taken anew.
+struct Served {
+    /// The renewal's list this one was taken beside (a new renewal's is a new `Arc`).
+    renewal: Arc<Vec<String>>,
+    list: Arc<Vec<String>>,
+    /// A project was written here since: read the list at the next claim.
+    stale: bool,
+}
+
+impl Served {
+    fn new(renewal: Arc<Vec<String>>) -> Self {
+        Served {
+            list: renewal.clone(),
+            renewal,
+            stale: true,
+        }
+    }
+
+    /// The list for a claim, beside the lease's last `renewal`.
+    fn take(
+        &mut self,
+        renewal: Arc<Vec<String>>,
+        read: impl FnOnce() -> Option<Vec<String>>,
+    ) -> Arc<Vec<String>> {
+        if self.stale {
+            self.list = read().map_or_else(|| renewal.clone(), Arc::new);
+            self.stale = false;
+            self.renewal = renewal;
+        } else if !Arc::ptr_eq(&self.renewal, &renewal) {
+            self.list = renewal.clone();
+            self.renewal = renewal;
+        }
+        self.list.clone()
+    }
 }
 
 impl AmongOthers {
@@ -169,10 +216,21 @@ impl AmongOthers {
     pub fn new(lease: Arc<Lease>, running: watch::Receiver<usize>) -> Self {
         lease.count_running(running);
         AmongOthers {
+            served: Mutex::new(Served::new(lease.serves())),
             lease,
             claim_wanted: Notify::new(),
             asks: asks::Waiting::default(),
         }
+    }
+
+    /// The projects served here, for a claim: the last renewal's list, unless a project was
+    /// written here since it, when `read` reads them now (the last renewal's list if it
+    /// cannot).
+    pub fn served_projects(&self, read: impl FnOnce() -> Option<Vec<String>>) -> Arc<Vec<String>> {
+        self.served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(self.lease.serves(), read)
     }
 }
 
@@ -266,11 +324,65 @@ impl Coordination for AmongOthers {
         self.claim_wanted.notify_one();
     }
 
+    fn projects_changed(&self) {
+        self.served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stale = true;
+    }
+
     fn release(&self) {
         self.lease.release();
     }
 
     fn among_others(&self) -> Option<&AmongOthers> {
         Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(ids: &[&str]) -> Arc<Vec<String>> {
+        Arc::new(ids.iter().map(|id| id.to_string()).collect())
+    }
+
+    #[test]
+    fn the_served_projects_are_read_only_after_a_write_here_and_follow_each_renewal() {
+        let first = list(&["a"]);
+        let mut served = Served::new(first.clone());
+        let mut reads = 0;
+        let mut read = |ids: &[&str]| {
+            reads += 1;
+            Some(ids.iter().map(|id| id.to_string()).collect::<Vec<_>>())
+        };
+        // The first claim reads them: nothing was taken yet.
+        assert_eq!(
+            *served.take(first.clone(), || read(&["a", "b"])),
+            ["a", "b"]
+        );
+        // Then the same renewal: kept, not read.
+        assert_eq!(*served.take(first.clone(), || read(&["x"])), ["a", "b"]);
+        // A new renewal's list is taken as it is.
+        let second = list(&["a", "b", "c"]);
+        assert_eq!(
+            *served.take(second.clone(), || read(&["x"])),
+            ["a", "b", "c"]
+        );
+        // A project written here: read again at the next claim, and once only.
+        served.stale = true;
+        assert_eq!(
+            *served.take(second.clone(), || read(&["a", "b", "c", "d"])),
+            ["a", "b", "c", "d"]
+        );
+        assert_eq!(
+            *served.take(second.clone(), || read(&["x"])),
+            ["a", "b", "c", "d"]
+        );
+        // A read that fails falls back to the renewal's list.
+        served.stale = true;
+        assert_eq!(*served.take(second, || None), ["a", "b", "c"]);
+        assert_eq!(reads, 2);
     }
 }
