@@ -30,20 +30,26 @@ use crate::store::sql::{self, args, Conn};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
 use crate::store::{approvals, drivers, events, processes, projects, prompts, sessions};
 
+/// What went wrong below a library call, kept whole (its `source()` chain, and its type for a
+/// `downcast_ref`), or a message where nothing below failed.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors of the library calls, each one line a user can act on.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CorralError {
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
-    #[error("{0}")]
-    Store(String),
+    /// The store failed (or the supervisor stopped): the cause says how.
+    #[error(transparent)]
+    Store(Cause),
     /// The store could not take the write for `store.lock_timeout_ms` (another writer held
     /// its lock, its server could not be reached or refused writes): nothing was written, and
     /// the same call may succeed later.
-    #[error("{0}")]
-    Locked(String),
+    #[error(transparent)]
+    Locked(Cause),
     /// The approval was answered already: the first answer stands (named in the message).
     #[error("{0}")]
     Answered(String),
@@ -55,9 +61,9 @@ pub enum CorralError {
 impl From<LedgerError> for CorralError {
     fn from(error: LedgerError) -> Self {
         if error.is_transient() {
-            return CorralError::Locked(error.to_string());
+            return CorralError::Locked(error.into());
         }
-        CorralError::Store(error.to_string())
+        CorralError::Store(error.into())
     }
 }
 
@@ -67,8 +73,8 @@ impl From<crate::actors::asks::AskError> for CorralError {
         match error {
             AskError::NotFound(message) => CorralError::NotFound(message),
             AskError::Invalid(message) => CorralError::Invalid(message),
-            AskError::Store(message) => CorralError::Store(message),
-            AskError::Locked(message) => CorralError::Locked(message),
+            AskError::Store(message) => CorralError::Store(message.into()),
+            AskError::Locked(message) => CorralError::Locked(message.into()),
         }
     }
 }
@@ -76,9 +82,9 @@ impl From<crate::actors::asks::AskError> for CorralError {
 impl From<StoreError> for CorralError {
     fn from(error: StoreError) -> Self {
         if error.is_transient() {
-            return CorralError::Locked(error.to_string());
+            return CorralError::Locked(error.into());
         }
-        CorralError::Store(error.to_string())
+        CorralError::Store(error.into())
     }
 }
 
@@ -250,13 +256,13 @@ impl Corral {
     ) -> Result<Corral, CorralError> {
         // The home's config names the store (`HOME/config`, `CORRAL_STORE_URL`), else the file.
         let location = store::location::locate(&options.home)
-            .map_err(|error| CorralError::Store(error.to_string()))?;
+            .map_err(|error| CorralError::Store(error.into()))?;
         // Before the lock: a foreign store gets nothing, not even a lock file beside it. (A
         // PostgreSQL database is checked by the ledger's first connection, with nothing but
         // reads, before anything is written.)
         if let (false, Location::Sqlite(path)) = (options.store_checked, &location) {
             if let Compatibility::Incompatible(foreign) = store::inspect(path)? {
-                return Err(CorralError::Store(store::refusal(path, foreign)));
+                return Err(CorralError::Store(store::refusal(path, foreign).into()));
             }
         }
         // A home of another user's is refused; a loose one is made private (the CLI has said
@@ -277,12 +283,12 @@ impl Corral {
                 lock
             }
             None => DaemonLock::try_acquire(&options.home)
-                .map_err(|error| CorralError::Store(error.to_string()))?,
+                .map_err(|error| CorralError::Store(error.into()))?,
         };
         // A home serves one store: its daemon is refused another database before anything is
         // written there (the check reads only).
         store::location::check_home(&options.home, &location, stored_id(&location)?.as_deref())
-            .map_err(CorralError::Store)?;
+            .map_err(|error| CorralError::Store(error.into()))?;
         let (ledger, _) = LedgerHandle::start_at(&location, true).await?;
         // The writer checked the file is ours: a store left loose is made private.
         if let Location::Sqlite(path) = &location {
@@ -293,7 +299,7 @@ impl Corral {
         let readers = ReaderPool::at(&location);
         if let Some(id) = stored_id(&location)? {
             store::location::bind_home(&options.home, &location, &id)
-                .map_err(CorralError::Store)?;
+                .map_err(|error| CorralError::Store(error.into()))?;
         }
         let settings = readers.read(Settings::load)?;
         let slots = SlotsHandle::start(slot_limits(&settings));
@@ -307,8 +313,8 @@ impl Corral {
                     crate::lease::holder::Lease::start(&url, &at, guard_program(), length)
                 })
                 .await
-                .map_err(|error| CorralError::Store(error.to_string()))?
-                .map_err(CorralError::Store)?;
+                .map_err(|error| CorralError::Store(error.into()))?
+                .map_err(|error| CorralError::Store(error.into()))?;
                 ledger.set_node(&started.0.node_id);
                 Some(started)
             }
@@ -324,7 +330,10 @@ impl Corral {
             lease.as_ref().map(|(lease, _)| lease.clone()),
         ));
         let supervisor = SupervisorHandle::start(shared.clone());
-        let recovered = supervisor.boot().await.map_err(CorralError::Store)?;
+        let recovered = supervisor
+            .boot()
+            .await
+            .map_err(|error| CorralError::Store(error.into()))?;
         // Worktrees a killed supervisor left half-made are finished (or left for the first
         // prompt to report).
         if !shared.coordination.shares_store() {
@@ -1003,7 +1012,7 @@ impl Corral {
         self.shared
             .reload_settings()
             .await
-            .map_err(|error| CorralError::Store(error.to_string()))
+            .map_err(|error| CorralError::Store(error.into()))
     }
 
     /// The settings in effect.
@@ -1365,5 +1374,30 @@ impl Corral {
             }
         }
         runs
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    /// A store's error reaches the caller whole: its words, its type (for `downcast_ref`),
+    /// and whether it is worth trying again.
+    #[test]
+    fn a_store_error_keeps_its_cause() {
+        let locked = CorralError::from(StoreError::Locked(PathBuf::from("/tmp/corral.db")));
+        assert_eq!(
+            locked.to_string(),
+            "the store at /tmp/corral.db is locked by another writer"
+        );
+        let CorralError::Locked(cause) = locked else {
+            panic!("a locked store is worth trying again: {locked:?}");
+        };
+        assert!(matches!(
+            cause.downcast_ref::<StoreError>(),
+            Some(StoreError::Locked(_))
+        ));
+        let message = CorralError::Store("the supervisor stopped".into());
+        assert_eq!(message.to_string(), "the supervisor stopped");
     }
 }

@@ -14,6 +14,7 @@ macro_rules! event_kinds {
     ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
         /// What a session event says happened.
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum EventKind {
             $($(#[$doc])* $variant,)*
             /// A kind this build does not know, kept by its name.

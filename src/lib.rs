@@ -89,7 +89,7 @@ pub mod repo;
 pub mod socket;
 pub mod store;
 
-pub use corral::{Corral, CorralError, CorralOptions};
+pub use corral::{Cause, Corral, CorralError, CorralOptions};
 pub use engine::EngineKind;
 pub use events::EventKind;
 pub use store::events::Event;

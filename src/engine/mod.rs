@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 /// The engines corral knows. The default is the engine of a project that names none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum EngineKind {
     #[default]
     Codex,

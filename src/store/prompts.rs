@@ -17,6 +17,7 @@ use crate::engine::{EngineKind, Policy};
 /// Where a prompt is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum PromptStatus {
     Queued,
     Running,
