@@ -190,7 +190,7 @@ fn waiter_line(waiter: &Value) -> String {
     )
 }
 
-/// What a waiter waits for, in words (the `Blocker` of `src/actors/slots.rs`).
+/// What a waiter waits for, in words (the `Blocker` of `src/actors/slots/table.rs`).
 fn blocker(blocker: &Value) -> String {
     let holder = |holder: &Value| match holder["session"].as_str() {
         Some(session) => format!(" held by session {}", short(session)),

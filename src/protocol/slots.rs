@@ -1,4 +1,4 @@
-//! The slot manager's vocabulary (`actors/slots.rs`), as `status`, `monitor` and the
+//! The slot manager's vocabulary (`actors/slots/`), as `status`, `monitor` and the
 //! `slot.waiting` event carry it: a request and its ticket, its owner, the limits, what runs
 //! and waits, and why a waiter waits ([`Blocker`], worded once by [`Blocker::describe`]).
 
