@@ -137,6 +137,59 @@ fn layers_point_one_way() {
     );
 }
 
+/// The files that may hold a daemon's lease: the lease itself, the coordination seam, the
+/// parts only several daemons have (the claimer, the asks), where the supervisor is started
+/// with it, and `status`, which shows it.
+const LEASE_HOLDERS: &[&str] = &[
+    "lease/",
+    "actors/coordination.rs",
+    "actors/claims.rs",
+    "actors/asks.rs",
+    "actors/shared.rs",
+    "corral.rs",
+    "daemon/methods/status.rs",
+    // This test, which names what it looks for.
+    "tidy.rs",
+];
+
+/// One store or several daemons on a shared one: the difference lives behind
+/// `actors::coordination` (ARCHITECTURE.md, "Invariants"). Anywhere else, code asks the seam
+/// and never reaches for the lease (`.lease`, `holder::Lease`) to branch on the store.
+#[test]
+fn the_lease_is_reached_through_the_coordination_seam() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut reaching = Vec::new();
+    for file in sources(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if LEASE_HOLDERS
+            .iter()
+            .any(|holder| relative.starts_with(holder))
+        {
+            continue;
+        }
+        let code = code(&std::fs::read_to_string(&file).expect("a source file"));
+        for (number, line) in code.lines().enumerate() {
+            let reaches = line.contains("holder::Lease")
+                || line.match_indices(".lease").any(|(at, _)| {
+                    !line[at + ".lease".len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                });
+            if reaches {
+                reaching.push(format!("{relative}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        reaching.is_empty(),
+        "the lease reached outside the coordination seam (ask `shared.coordination`):\n{}",
+        reaching.join("\n")
+    );
+}
+
 #[test]
 fn the_reader_finds_what_a_file_names() {
     let text = "use crate::store::prompts;\nuse crate::{events, home::private_file};\n\
