@@ -792,6 +792,73 @@ fn pipelined(home: &std::path::Path, requests: &[Value]) -> Vec<Value> {
     answers
 }
 
+/// Recording a client's exec wraps the dispatch, whatever the method: a `session.new` that
+/// carries its exec has it recorded, completed with exit 0 before the answer; a refused
+/// `project.show` records its own, failed.
+#[test]
+fn any_request_may_carry_its_exec_for_the_daemon_to_record() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    let pid = std::process::id();
+    let exec = |id: &str| {
+        serde_json::json!({ "id": id, "trace_id": id, "argv": ["corral", "session", "new"],
+            "pid": pid, "started_at": 1_700_000_000_000_i64 })
+    };
+    let request = |id: u64, method: &str, params: Value| serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let hello = |exec_id: &str| {
+        request(
+            1,
+            "initialize",
+            serde_json::json!({ "protocol": 1, "exec_id": exec_id }),
+        )
+    };
+    let project = home.json(&["project", "list", "--json"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let made = pipelined(
+        home.path(),
+        &[
+            hello("exe-new"),
+            request(
+                2,
+                "session.new",
+                serde_json::json!({ "project": project, "title": "carried", "exec": exec("exe-new") }),
+            ),
+        ],
+    );
+    assert!(made[1]["result"]["id"].is_string(), "{made:?}");
+    let refused = pipelined(
+        home.path(),
+        &[
+            hello("exe-show"),
+            request(
+                2,
+                "project.show",
+                serde_json::json!({ "project": "no-such-project", "exec": exec("exe-show") }),
+            ),
+        ],
+    );
+    assert_eq!(
+        refused[1]["error"]["data"]["exec_recorded"], true,
+        "{refused:?}"
+    );
+    let store = home.store();
+    let rows: Vec<(String, Option<i64>)> = store
+        .sql("SELECT id, exit_code FROM execs WHERE id IN ('exe-new', 'exe-show') ORDER BY id")
+        .into_iter()
+        .map(|row| (text(&row[0]), row[1].as_i64()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("exe-new".to_string(), Some(0)),
+            ("exe-show".to_string(), Some(1))
+        ]
+    );
+    home.stop_daemon();
+}
+
 #[test]
 fn the_daemon_records_only_an_exec_its_peer_could_record() {
     let home = DaemonHome::new();

@@ -1,10 +1,15 @@
-//! `exec.start` and `exec.end`: a client's own exec, recorded by the daemon (`corral run`
-//! when a daemon answers; `prompt.send`'s `exec` goes through [`claim`] too).
+//! A client's own exec, recorded by the daemon: around any request that carries it as `exec`
+//! ([`record_around`]: `corral send` asks so), or by `exec.start` and `exec.end` (`corral run`
+//! when a daemon answers). Both go through [`claim`].
+
+use std::future::Future;
+
+use serde_json::Value;
 
 use super::{Caller, Serve};
 use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::protocol::*;
-use crate::store::exec::ExecCompletion;
+use crate::store::exec::{ExecCompletion, Outcome};
 
 /// Checks an exec the caller asks the daemon to record: its sizes, that it is the exec the
 /// connection's `initialize` named, run by the process connected, and that the connection
@@ -80,4 +85,81 @@ impl Serve for ExecEnd {
         caller.exec_started.set(false);
         Ok(ExecRecorded { id: p.id })
     }
+}
+
+/// The `exec` a request asks the daemon to record, checked before anything else (a refused
+/// one is not recorded, and the error says nothing of it: the client records it).
+pub(super) fn exec_to_record(
+    caller: &Caller,
+    params: &Value,
+) -> Result<Option<ExecRecord>, RpcError> {
+    let Some(value) = params.get("exec").filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    let record: ExecRecord = serde_json::from_value(value.clone())
+        .map_err(|error| RpcError::new(code::INVALID_PARAMS, format!("exec: {error}")))?;
+    claim(caller, record).map(Some)
+}
+
+/// A request served with the caller's exec recorded around it: the exec's start is handed
+/// to the ledger before the request's own writes (so it commits before them, or in the same
+/// batch: no prompt queued without its sender's row), its end is committed before the answer
+/// (exit 0 if served, 1 if refused), so that the client exits knowing its row is complete. An
+/// error answer whose exec was recorded says so (`data.exec_recorded`); one that does not was
+/// not recorded.
+pub(super) async fn record_around(
+    caller: &Caller,
+    method: &str,
+    record: ExecRecord,
+    served: impl Future<Output = Result<Value, RpcError>>,
+) -> Result<Value, RpcError> {
+    let corral = caller.corral();
+    let id = record.id.clone();
+    let start = corral.write(RecordExec(record.into_new_exec(None)));
+    let (started, answered) = tokio::join!(start, served);
+    if let Err(error) = started {
+        tracing::warn!(%error, exec = id, "a client's exec was not recorded");
+        return Err(match answered {
+            // Done all the same (a prompt queued): the answer names what it made.
+            Ok(done) => RpcError::new(
+                code::BUSY,
+                match done.get("id").and_then(Value::as_str) {
+                    Some(made) => format!(
+                        "{method} was done ({made}), but exec {id} could not be recorded: {error}"
+                    ),
+                    None => {
+                        format!("{method} was done, but exec {id} could not be recorded: {error}")
+                    }
+                },
+            ),
+            Err(refused) => refused,
+        });
+    }
+    let exit_code = if answered.is_ok() { 0 } else { 1 };
+    let completion = ExecCompletion {
+        completed_at: crate::store::now_ms(),
+        exit_code,
+        outcome: Outcome::of_exit_code(exit_code),
+        signal: None,
+    };
+    if let Err(error) = corral
+        .write(CompleteExec {
+            id: id.clone(),
+            completion,
+        })
+        .await
+    {
+        // Left open: `monitor prune` closes it as lost once its process is gone.
+        tracing::warn!(%error, exec = id, "a client's exec end was not recorded");
+    }
+    answered.map_err(|mut refused| {
+        let mut data = match refused.data.take() {
+            Some(Value::Object(data)) => data,
+            Some(other) => serde_json::Map::from_iter([("data".to_string(), other)]),
+            None => serde_json::Map::new(),
+        };
+        data.insert("exec_recorded".into(), Value::Bool(true));
+        refused.data = Some(Value::Object(data));
+        refused
+    })
 }

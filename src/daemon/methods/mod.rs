@@ -114,13 +114,15 @@ impl From<CorralError> for RpcError {
 
 /// Every method but subscriptions (`server.rs`: they stream) and `initialize` (the
 /// transport's handshake).
+/// A request may carry its caller's exec for the daemon to record around it
+/// ([`execs::record_around`]), whatever the method.
 pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
-    if method == PromptSend::NAME {
-        if let Some(record) = prompts::exec_to_record(caller, params)? {
-            return prompts::send_recording(caller, params, record).await;
+    match execs::exec_to_record(caller, params)? {
+        Some(record) => {
+            execs::record_around(caller, method, record, answer(caller, method, params)).await
         }
+        None => answer(caller, method, params).await,
     }
-    answer(caller, method, params).await
 }
 
 /// Checks every request alike, then answers it: the read-only methods on a reader

@@ -1,12 +1,9 @@
-//! Prompts: `prompt.send` (with the sender's exec recorded when it asks), `prompt.cancel`,
-//! `prompt.wait`.
+//! Prompts: `prompt.send`, `prompt.cancel`, `prompt.wait`.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{answer, resolve_session, select, store_error, Caller, Serve};
-use crate::actors::ledger::{CompleteExec, RecordExec};
+use super::{resolve_session, select, store_error, Caller, Serve};
 use crate::protocol::*;
-use crate::store::exec::{ExecCompletion, Outcome};
 use crate::store::prompts;
 use crate::store::prompts::NewPrompt;
 use crate::store::sql::args;
@@ -29,76 +26,6 @@ pub(crate) fn resolve_prompt(corral: &Corral, selector: &str) -> Result<prompts:
         .read(|c| prompts::prompt(c, &id))
         .map_err(store_error)?
         .ok_or_else(|| RpcError::new(code::NOT_FOUND, format!("No prompt matches '{selector}'")))
-}
-
-/// The `exec` a `prompt.send` asks the daemon to record, checked before anything else (a
-/// refused one is not recorded, and the error says nothing of it: the client records it).
-pub(super) fn exec_to_record(
-    caller: &Caller,
-    params: &Value,
-) -> Result<Option<ExecRecord>, RpcError> {
-    let Some(value) = params.get("exec").filter(|value| !value.is_null()) else {
-        return Ok(None);
-    };
-    let record: ExecRecord = serde_json::from_value(value.clone())
-        .map_err(|error| RpcError::new(code::INVALID_PARAMS, format!("exec: {error}")))?;
-    super::execs::claim(caller, record).map(Some)
-}
-
-/// `prompt.send` with the caller's exec: its start is handed to the ledger before the prompt
-/// (so it commits before it, or in the same batch: no queued prompt without its sender's
-/// row), its end is committed before the answer (exit 0 with a prompt, 1 with an error), so
-/// that the client exits knowing its row is complete. An error answer whose exec was recorded
-/// says so (`data.exec_recorded`); one that does not was not recorded.
-pub(super) async fn send_recording(
-    caller: &Caller,
-    params_value: &Value,
-    record: ExecRecord,
-) -> Result<Value, RpcError> {
-    let corral = caller.corral();
-    let id = record.id.clone();
-    let start = corral.write(RecordExec(record.into_new_exec(None)));
-    let (started, answered) = tokio::join!(start, answer(caller, PromptSend::NAME, params_value));
-    if let Err(error) = started {
-        tracing::warn!(%error, exec = id, "a client's exec was not recorded");
-        return Err(match answered {
-            Ok(prompt) => RpcError::new(
-                code::BUSY,
-                format!(
-                    "prompt {} is queued, but exec {id} could not be recorded: {error}",
-                    prompt.get("id").and_then(Value::as_str).unwrap_or("-")
-                ),
-            ),
-            Err(refused) => refused,
-        });
-    }
-    let exit_code = if answered.is_ok() { 0 } else { 1 };
-    let completion = ExecCompletion {
-        completed_at: crate::store::now_ms(),
-        exit_code,
-        outcome: Outcome::of_exit_code(exit_code),
-        signal: None,
-    };
-    if let Err(error) = corral
-        .write(CompleteExec {
-            id: id.clone(),
-            completion,
-        })
-        .await
-    {
-        // Left open: `monitor prune` closes it as lost once its process is gone.
-        tracing::warn!(%error, exec = id, "a client's exec end was not recorded");
-    }
-    answered.map_err(|mut refused| {
-        let mut data = match refused.data.take() {
-            Some(Value::Object(data)) => data,
-            Some(other) => serde_json::Map::from_iter([("data".to_string(), other)]),
-            None => serde_json::Map::new(),
-        };
-        data.insert("exec_recorded".into(), Value::Bool(true));
-        refused.data = Some(Value::Object(data));
-        refused
-    })
 }
 
 impl Serve for PromptSend {
