@@ -698,12 +698,12 @@ async fn rpc(
         Ok(params) => Value::Object(params),
         Err(error) => return error_response(error),
     };
-    // The exec records of prompt.send are the socket's (`corral run`'s); the browser never
-    // sends one, and an HTTP peer cannot be matched against one's pid.
-    if method == "prompt.send" && params.get("exec").is_some() {
+    // A request's exec record is the socket's (`corral send`'s, `corral run`'s): the browser
+    // never sends one, and an HTTP peer cannot be matched against one's pid.
+    if params.get("exec").is_some() {
         return error_response(RpcError::new(
             code::INVALID_PARAMS,
-            "exec records are the socket's: prompt.send over HTTP takes no exec",
+            "exec records are the socket's: a request over HTTP takes no exec",
         ));
     }
     if let Some(exec_id) = &exec_id {

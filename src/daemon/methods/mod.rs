@@ -115,9 +115,14 @@ impl From<CorralError> for RpcError {
 /// Every method but subscriptions (`server.rs`: they stream) and `initialize` (the
 /// transport's handshake).
 /// A request may carry its caller's exec for the daemon to record around it
-/// ([`execs::record_around`]), whatever the method.
+/// ([`execs::record_around`]), whatever the method — but `exec.start` and `exec.end`, whose
+/// own `exec` is the one they record or end.
 pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
-    match execs::exec_to_record(caller, params)? {
+    let carried = match method {
+        ExecStart::NAME | ExecEnd::NAME => None,
+        _ => execs::exec_to_record(caller, params)?,
+    };
+    match carried {
         Some(record) => {
             execs::record_around(caller, method, record, answer(caller, method, params)).await
         }
