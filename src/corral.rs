@@ -816,10 +816,7 @@ impl Corral {
         let has_room = || {
             let settings = self.settings();
             let limit = settings
-                .slots
-                .get(session.engine.as_str())
-                .copied()
-                .unwrap_or(crate::store::settings::DEFAULT_SLOTS_PER_ENGINE)
+                .slots_of(session.engine.as_str())
                 .min(settings.slots_total.unwrap_or(usize::MAX));
             self.shared.life.working() < limit
         };

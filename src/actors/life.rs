@@ -20,7 +20,8 @@ pub struct Life {
     draining: AtomicBool,
     /// How many session actors have a worker running now, kept by the workers themselves
     /// ([`Life::begin_work`]): `status` and the shutdown read it without asking every session
-    /// actor (2,000 of them at a large boot), and the shutdown is woken when it changes.
+    /// actor (2,000 of them at a large boot), and the shutdown is woken when it changes (a
+    /// worker that ends by spilling its events stores no event to wake it).
     working: Arc<watch::Sender<usize>>,
 }
 

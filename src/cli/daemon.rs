@@ -4,9 +4,10 @@
 //! `stop` asks the daemon to shut down as SIGTERM does (it starts no new prompt, gives the
 //! running ones `daemon.shutdown_grace_ms` to end, puts what has not ended back at the head
 //! of its session's queue, and exits; `--now` skips the grace) and waits for its process to
-//! be gone, woken by the kernel (a pidfd), not by looking again. `restart` is `stop` then `start`: the binary on disk serves next, so
-//! an upgrade is `cargo install` then `corral daemon restart`. Each says what it did in one
-//! line; `status` exits 3 when no daemon serves the home, as `corral status` does.
+//! be gone, woken by the kernel (a pidfd), not by looking again. `restart` is `stop` then
+//! `start`: the binary on disk serves next, so an upgrade is `cargo install` then `corral
+//! daemon restart`. Each says what it did in one line; `status` exits 3 when no daemon
+//! serves the home, as `corral status` does.
 
 use std::time::Duration;
 

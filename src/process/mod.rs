@@ -399,8 +399,7 @@ pub fn members(marks: &[Mark]) -> Vec<Vec<Member>> {
 
 /// Which sessions no run of the marks can have a process in, when this process started every
 /// one of them ([`Mark::spawned_here`]), so that their processes' environments need not be
-/// read (the costly part of a pass: the kernel copies another
-/// process's memory). A process is born in its parent's session and leaves it only by
+/// read (the costly part of a pass: the kernel copies another process's memory). A process is born in its parent's session and leaves it only by
 /// `setsid`, which makes a new session led by itself; so a process carrying a run's variable
 /// is in this daemon's session, or in a session led by a process started since the run
 /// began, or one whose leader is gone. A session led by a live process older than every
