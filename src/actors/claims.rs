@@ -26,9 +26,9 @@ use super::relay::EventRelay;
 use super::shared::{Published, Shared};
 use super::supervisor::SupervisorHandle;
 use crate::lease::holder::Wanted;
+use crate::store::claims::Room;
 use crate::store::listen::{Listener, Notice};
 use crate::store::location::PgUrl;
-use crate::store::prompts::Room;
 use crate::store::settings::DEFAULT_SLOTS_PER_ENGINE;
 
 /// Starts the claimer, the listener of the store's notices and the relay of other daemons'
@@ -199,7 +199,7 @@ fn cancel_asked_here(shared: &Shared, supervisor: &SupervisorHandle) {
     };
     let asked = shared
         .readers
-        .read(|c| crate::store::prompts::cancels_asked(c, this_node));
+        .read(|c| crate::store::claims::cancels_asked(c, this_node));
     match asked {
         Ok(asked) => {
             for (session_id, prompt_id) in asked {

@@ -25,6 +25,7 @@
 
 pub mod approvals;
 pub mod asks;
+pub mod claims;
 pub mod daemons;
 pub mod drivers;
 pub mod events;

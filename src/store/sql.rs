@@ -502,7 +502,7 @@ struct TransactionMemo {
     /// The claims (node, epoch) found holding in this transaction. A claim ends only by a
     /// rescue, which takes the write lock this transaction holds until its commit: one that
     /// held at its first write holds for the others (`daemons::fence_holds`), unless this
-    /// transaction rescues (`prompts::rescue` forgets them).
+    /// transaction rescues (`claims::rescue` forgets them).
     fences_held: std::cell::RefCell<Vec<(String, i64)>>,
     /// How many daemons other than the writer's are live, as the transaction began. A
     /// daemon registering meanwhile claims under the write lock after this transaction, so it

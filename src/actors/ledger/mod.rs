@@ -47,7 +47,7 @@ use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
-    approvals, asks, daemons, drivers, events, listen, migrations, open_writer, processes,
+    approvals, asks, claims, daemons, drivers, events, listen, migrations, open_writer, processes,
     projects, prompts, runs, sessions, settings, StoreError,
 };
 

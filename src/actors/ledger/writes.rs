@@ -213,10 +213,10 @@ ledger_write!(
 ledger_write!(
     /// Claims queued prompts this daemon can start now (shared store); replies with them.
     /// Refused when the daemon's lease no longer holds.
-    ClaimWork { claim: daemons::Claim, serves: Vec<String>, room: prompts::Room } -> Vec<prompts::Prompt>,
+    ClaimWork { claim: daemons::Claim, serves: Vec<String>, room: claims::Room } -> Vec<prompts::Prompt>,
     |this, connection| {
         hold_fence(connection, &this.claim)?;
-        Ok::<_, StoreError>(prompts::claim_work(connection, &this.claim, &this.serves, &this.room)?)
+        Ok::<_, StoreError>(claims::claim_work(connection, &this.claim, &this.serves, &this.room)?)
     }
 );
 
@@ -224,10 +224,10 @@ ledger_write!(
     /// Takes back the prompts of daemons whose lease ran out (shared store), closing their
     /// runs and telling it; replies with them and the events told, and announces them to
     /// every daemon (`corral_work`). Refused when this daemon's own lease no longer holds.
-    Rescue { claim: daemons::Claim } -> (Vec<prompts::Rescued>, Vec<events::Event>),
+    Rescue { claim: daemons::Claim } -> (Vec<claims::Rescued>, Vec<events::Event>),
     |this, connection| {
         hold_fence(connection, &this.claim)?;
-        let rescued = prompts::rescue(connection)?;
+        let rescued = claims::rescue(connection)?;
         if !rescued.0.is_empty() {
             listen::notify(connection, listen::WORK, "r")?;
         }
