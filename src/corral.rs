@@ -1060,7 +1060,7 @@ impl Corral {
     /// On a shared store each names its daemon's node, live or stored alike.
     pub async fn app_servers(&self) -> Vec<serde_json::Value> {
         let mut states = Vec::new();
-        for actor in self.shared.app_server_actors() {
+        for actor in self.shared.app_servers.all() {
             if let Some(state) = actor.snapshot().await {
                 states.push(state.to_json(self.node_id()));
             }
@@ -1117,7 +1117,7 @@ impl Corral {
     /// it for a child that died with its daemon.
     async fn stop_app_servers(&self) {
         let grace = self.settings().cancel_grace;
-        for server in self.shared.app_server_actors() {
+        for server in self.shared.app_servers.all() {
             let Some(state) = server.stop_child(grace).await else {
                 continue;
             };

@@ -339,7 +339,11 @@ async fn session_app_server(
     let program =
         crate::engine::resolve_program(EngineKind::CodexAppServer, &shared.settings().engine_paths)
             .map_err(AskError::Invalid)?;
-    let server = shared.app_server(&project, &program);
+    let server = shared.app_servers.of(
+        &project,
+        &program,
+        shared.settings().app_server_init_timeout,
+    );
     server.ensure_running().await.map_err(AskError::Invalid)?;
     Ok((session, server))
 }

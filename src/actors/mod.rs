@@ -16,6 +16,7 @@
 //!   (not an actor: the session's work, writing through the ledger).
 
 pub mod app_server;
+pub mod app_servers;
 pub mod asks;
 pub mod claims;
 pub mod coordination;

@@ -8,24 +8,22 @@
 //! What it writes for others never drops for a store another program locks: the events no
 //! session's worker tells ([`Shared::append_events`]), the slot waits announced together
 //! ([`Shared::announce_waiting`]) and the app-server children's states
-//! (`keep_app_server_state`) are written again past `store.lock_timeout_ms`, until stored or
-//! shut down.
+//! ([`AppServers`]) are written again past `store.lock_timeout_ms`, until stored or shut
+//! down.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::app_server::{AppServerActor, AppServerHandle, AppServerState};
+use super::app_servers::AppServers;
 use super::coordination::{Alone, AmongOthers, Coordination};
-use super::ledger::{AppendEvents, LedgerError, LedgerHandle, SaveAppServer, Unwritten};
+use super::ledger::{AppendEvents, LedgerError, LedgerHandle, Unwritten};
 use super::life::Life;
 use super::slots::{SlotLimits, SlotsHandle};
 use crate::store::events::{Event, NewEvent};
-use crate::store::projects::Project;
 use crate::store::settings::{Settings, DEFAULT_SLOTS_PER_ENGINE};
-use crate::store::{processes, ReaderPool};
+use crate::store::ReaderPool;
 
 /// What the supervisor and every session actor share: the handles of the ledger and the slot
 /// manager, the readers, the settings, the event broadcast, and two parts with names of
@@ -36,7 +34,7 @@ pub struct Shared {
     pub home: PathBuf,
     pub ledger: LedgerHandle,
     pub slots: SlotsHandle,
-    pub readers: ReaderPool,
+    pub readers: Arc<ReaderPool>,
     /// The current settings; replaced whole when one changes.
     settings: RwLock<Arc<Settings>>,
     /// Every stored event, published after its commit (subscribers filter by session).
@@ -48,7 +46,7 @@ pub struct Shared {
     /// Alone on the store, or among other daemons under a lease.
     pub coordination: Box<dyn Coordination>,
     /// The app-server child of each project that uses one, started on first use.
-    app_servers: std::sync::Mutex<HashMap<String, AppServerHandle>>,
+    pub app_servers: AppServers,
     /// The announcer of slot waits ([`Shared::announce_waiting`]), started on first use.
     announcer: std::sync::OnceLock<mpsc::UnboundedSender<Announcement>>,
     /// The `git` worktree isolation uses ([`Shared::git`]): found once, looked for again
@@ -107,7 +105,17 @@ impl Shared {
             Some(lease) => Box::new(AmongOthers::new(lease, life.watch_working())),
             None => Box::new(Alone),
         };
+        let readers = Arc::new(readers);
+        let app_servers = AppServers::new(
+            home.clone(),
+            ledger.clone(),
+            readers.clone(),
+            coordination.node_id().map(str::to_string),
+            coordination.guard_mark().map(str::to_string),
+            life.shutdown_signal(),
+        );
         Shared {
+            app_servers,
             home,
             ledger,
             slots,
@@ -117,7 +125,6 @@ impl Shared {
             exec_id,
             life,
             coordination,
-            app_servers: std::sync::Mutex::new(HashMap::new()),
             announcer: std::sync::OnceLock::new(),
             git: tokio::sync::Mutex::new(None),
         }
@@ -133,63 +140,6 @@ impl Shared {
         let git = crate::git::Git::detect().await?;
         *found = Some(git.clone());
         Ok(git)
-    }
-
-    /// The app-server actor of a project, started on first use. Its state changes are kept
-    /// in the store.
-    pub fn app_server(&self, project: &Project, program: &std::path::Path) -> AppServerHandle {
-        let mut servers = self
-            .app_servers
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(server) = servers.get(&project.id).filter(|server| server.connected()) {
-            // The path in the settings now: a change reaches the next child.
-            server.use_program(program.to_path_buf());
-            return server.clone();
-        }
-        let ledger = self.ledger.clone();
-        let project_id = project.id.clone();
-        // Its history goes on from what the last daemon stored (restarts, recent events).
-        let stored = self
-            .readers
-            .read(processes::app_servers)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|state| state["project_id"].as_str() == Some(project.id.as_str()));
-        let actor = AppServerActor::new(
-            project.id.clone(),
-            program.to_path_buf(),
-            project.path.clone(),
-            self.home.clone(),
-            project.full_access && project.kind != "remote",
-        )
-        .init_timeout(self.settings().app_server_init_timeout)
-        .guarded_by(self.coordination.guard_mark());
-        let actor = match &stored {
-            Some(stored) => actor.resume_from(stored),
-            None => actor,
-        };
-        let (latest, states) = watch::channel(None);
-        actix::spawn(keep_app_server_state(
-            ledger,
-            project_id,
-            self.coordination.node_id().map(str::to_string),
-            states,
-            self.life.shutdown_signal(),
-        ));
-        let server = AppServerHandle::start(actor.on_change(move |state: AppServerState| {
-            latest.send_replace(Some(state));
-        }));
-        servers.insert(project.id.clone(), server.clone());
-        server
-    }
-
-    /// The live app-server actors (for `status`).
-    pub fn app_server_actors(&self) -> Vec<AppServerHandle> {
-        self.app_servers
-            .lock()
-            .map(|servers| servers.values().cloned().collect())
-            .unwrap_or_default()
     }
 
     /// The settings in effect now.
@@ -393,38 +343,5 @@ async fn announce(
 fn publish(published: &broadcast::Sender<Arc<Published>>, stored: Vec<Event>) {
     for event in stored {
         let _ = published.send(Arc::new(Published::new(event)));
-    }
-}
-
-/// Stores an app-server child's state after each change, in order, and never drops one for a
-/// locked store: one write at a time per project, the newest state replacing any not yet
-/// stored (each is whole, so the last one stored is the truth), and a write the ledger gave
-/// up past `store.lock_timeout_ms` made again with the newest state, until the shutdown.
-/// Ends with the actor (its sender).
-async fn keep_app_server_state(
-    ledger: LedgerHandle,
-    project_id: String,
-    node_id: Option<String>,
-    mut states: watch::Receiver<Option<AppServerState>>,
-    shutdown: watch::Receiver<bool>,
-) {
-    while states.changed().await.is_ok() {
-        loop {
-            let Some(state) = states.borrow_and_update().clone() else {
-                break;
-            };
-            let state = state.to_json(node_id.as_deref());
-            let project_id = project_id.clone();
-            match ledger.write(SaveAppServer { project_id, state }).await {
-                Ok(()) => break,
-                Err(error) if error.is_transient() && !*shutdown.borrow() => {
-                    tracing::warn!(%error, "app-server state kept: trying its write again");
-                }
-                Err(error) => {
-                    tracing::error!(%error, "app-server state not stored");
-                    break;
-                }
-            }
-        }
     }
 }

@@ -182,7 +182,11 @@ impl Worker {
             // An app-server's child must be up before a slot is taken: a prompt waiting out a
             // failed child holds no slot that other sessions could use.
             let server = if run.kind == EngineKind::CodexAppServer {
-                let server = self.shared.app_server(&run.project, &program);
+                let server = self.shared.app_servers.of(
+                    &run.project,
+                    &program,
+                    self.shared.settings().app_server_init_timeout,
+                );
                 if let Err(stop) = self.wait_app_server(&server, &run.prompt.id).await {
                     return stop;
                 }
