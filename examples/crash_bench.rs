@@ -1,7 +1,7 @@
 //! The kill -9 loop of `tests/it/crash_recovery.rs` at length: ROUNDS rounds (default 200) of
 //! three prompts each, the daemon killed with SIGKILL at a random moment of one of four kinds
 //! each round (mid-turn, during its successor's boot, at a named point of the reconciliation,
-//! between an engine's spawn and the commit of its pid; see `tests/it/common/crash_loop.rs`),
+//! between an engine's spawn and the commit of its pid; see `src/testkit/crash_loop.rs`),
 //! with engines that leave processes in their group and outside it (`setsid`). Prints the
 //! figures the issue asks for — prompts lost, runs overlapping on one session (live, from
 //! `/proc`, and in the store), processes left behind, `PRAGMA integrity_check` — and the wall
@@ -16,12 +16,10 @@
 //! server's `postgres` database, whose user may create databases) the loop runs on a fresh
 //! database made there, dropped after.
 
-#[path = "../tests/it/common/crash_loop.rs"]
-mod crash_loop;
-
 mod common;
 
 use common::binaries;
+use corral::testkit::crash_loop;
 
 fn main() {
     let mut positional = Vec::new();

@@ -1,6 +1,6 @@
 //! The dashboard's costs (issue 12, Performance), measured on a daemon of the release build
 //! and through a real browser (headless Chromium over WebDriver, the harness of
-//! `tests/it/common/browser.rs`).
+//! `src/testkit/browser.rs`).
 //!
 //! A daemon starts on a temporary home (`corral daemon --detach`) with the fake engine and
 //! SESSIONS sessions (default 1,000) spread over 8 projects; each gets one prompt, so that the
@@ -31,10 +31,6 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../tests/it/common/browser.rs"]
-mod browser;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -43,9 +39,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use browser::Browser;
 use common::binaries;
 use common::daemon::{Conn, Daemon};
+use corral::testkit::browser::{self, Browser};
 
 /// Prompts left running forever (`@fake hang`): the active sessions.
 const HANGING: usize = 4;

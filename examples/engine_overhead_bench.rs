@@ -1,6 +1,6 @@
 //! corral's overhead around a real engine run (issue 9, Performance): Claude Code, OpenCode and
 //! Codex, each offline against its loopback mock model server (the tests' `mock_models/` and
-//! `mock_responses/`, in the private environment `tests/it/common/engines.rs` builds).
+//! `mock_responses/`, in the private environment `src/testkit/engines.rs` builds).
 //!
 //! Per engine, one daemon home and project; then RUNS pairs, interleaved (the order inside a
 //! pair alternates), after one warm-up pair:
@@ -39,18 +39,6 @@
 //! `CORRAL_CODEX_BIN`, else the `.ci/run` install under `~/.cache/corral-ci/`; an engine whose
 //! binary is not found is skipped, saying why.
 
-#[allow(dead_code)]
-#[path = "../tests/it/common/daemon.rs"]
-mod daemon;
-#[allow(dead_code)]
-#[path = "../tests/it/common/engines.rs"]
-mod engines;
-#[path = "../tests/it/mock_models/mod.rs"]
-mod mock_models;
-#[allow(dead_code)]
-#[path = "../tests/it/mock_responses/mod.rs"]
-mod mock_responses;
-
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -59,12 +47,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use daemon::DaemonHome;
-use engines::{Engine, EngineEnv};
-use mock_models::anthropic::MockAnthropic;
-use mock_models::chat::MockChat;
-use mock_models::Answer;
-use mock_responses::MockResponses;
+use corral::testkit::daemon::DaemonHome;
+use corral::testkit::engines::{Engine, EngineEnv};
+use corral::testkit::mock_models::anthropic::MockAnthropic;
+use corral::testkit::mock_models::chat::MockChat;
+use corral::testkit::mock_models::Answer;
+use corral::testkit::mock_responses::{self, MockResponses};
 
 /// Set in the daemon's environment (so in every engine child's): this program, started as an
 /// engine, is the timer around this program.
@@ -74,24 +62,6 @@ const TIMER_LOG: &str = "CORRAL_BENCH_TIMER_LOG";
 
 const PROMPT: &str = "say pong";
 const ANSWER: &str = "pong";
-
-/// `corral ARGS…` with `home` as its home, run from the home, with no corral variable
-/// inherited (`tests/it/common/daemon.rs` calls it as `super::corral_in`; the tests' version in
-/// `tests/it/common/mod.rs` names the binary with `env!("CARGO_BIN_EXE_corral")`, which an
-/// example does not have).
-pub fn corral_in(home: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(corral_binary());
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CORRAL_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .args(args)
-        .current_dir(home)
-        .env("CORRAL_HOME", home);
-    command
-}
 
 /// `corral` beside this example's directory.
 fn corral_binary() -> PathBuf {

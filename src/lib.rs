@@ -15,6 +15,8 @@
 //! - [`Corral`]: the library's front, what a program embedding corral calls;
 //! - [`daemon`]: the socket server, its method handlers and the HTTP API and dashboard;
 //! - [`client`]: the protocol's client; [`cli`]: the `corral` command line.
+//! - `testkit` (only with the `testkit` feature, for corral's own tests and benchmarks):
+//!   temporary homes, a daemon, PostgreSQL, the browser, mock model servers, the fuzzer.
 //!
 //! # Embedding
 //!
@@ -88,6 +90,8 @@ pub mod protocol;
 pub mod repo;
 pub mod socket;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use corral::{Cause, Corral, CorralError, CorralOptions};
 pub use engine::EngineKind;

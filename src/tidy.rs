@@ -18,6 +18,8 @@ const LAYERS: &[&str] = &[
     "store", "lease", "protocol", "actors",
     // The library's front, then the front ends.
     "corral", "daemon", "client", "cli",
+    // What the tests and benchmarks share (the `testkit` feature): above everything it drives.
+    "testkit",
 ];
 
 /// Every `.rs` file under `dir`.

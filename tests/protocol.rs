@@ -38,10 +38,8 @@ use serde_json::{json, Value};
 
 // The store of the test pass for each home (a PostgreSQL database of its own under
 // CORRAL_TEST_STORE=postgres) and the reader of either store; this file's own helpers stand in
-// for the rest of tests/it/common.
-#[allow(dead_code)]
-#[path = "it/common/store.rs"]
-mod store;
+// for the rest of the test kit.
+use corral::testkit::store;
 
 const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");

@@ -1,4 +1,4 @@
-//! The dashboard in a real browser: headless Chromium (tests/it/common/browser.rs) against a
+//! The dashboard in a real browser: headless Chromium (src/testkit/browser.rs) against a
 //! daemon on the fake engine in a temporary home, through the page's DOM contract (the
 //! `data-testid`s of docs/http.md): logging in through the URL `corral web` prints, the
 //! overview's sessions and their states, a prompt sent from the page whose events stream in,

@@ -1,4 +1,4 @@
-//! A short run of the protocol fuzzer (`examples/fuzz_bench.rs`, issue 10 item 11) in
+//! A short run of the protocol fuzzer (`corral::testkit::fuzz`, issue 10 item 11) in
 //! `cargo test`: one fixed seed and one new seed each run, a few seconds each, the supervisor
 //! in this process on the fake engine, connections served by the daemon's own `server::serve`.
 //! A failure prints its seed and a minimized input; `target/release/examples/fuzz_bench
@@ -8,13 +8,9 @@
 //! database of its own: bad input must not reach the server as something it refuses either
 //! (a NUL in a text did, as an internal error).
 
-#[allow(dead_code)]
-#[path = "../../examples/fuzz_bench.rs"]
-mod fuzz_bench;
-
 use crate::common::store;
 
-use fuzz_bench::{random_seed, run, Options};
+use corral::testkit::fuzz::{random_seed, run, Options};
 
 /// Findings of open bugs (reported, not fixed yet), counted and shown but not failing the
 /// test. An entry is a signature's start; remove it once its bug is fixed.

@@ -13,8 +13,8 @@
 //! substring of `module::test_name`).
 
 mod common;
-mod mock_models;
-mod mock_responses;
+
+use corral::testkit::{mock_models, mock_responses};
 
 mod app_server;
 mod approvals;

@@ -8,7 +8,7 @@
 //!   exactly the events after N (replayed from the store, then live from A's notices);
 //! - B's WebSocket of every session's events (no `session`) has every feed number of the
 //!   prompts A and C run once, in order, and `?after=N` opened meanwhile the numbers after N;
-//! - B's dashboard (headless Chromium, `tests/it/common/browser.rs`) shows the session active
+//! - B's dashboard (headless Chromium, `src/testkit/browser.rs`) shows the session active
 //!   while A runs it, and its transcript streams A's output in before the answer.
 //!
 //! Every prompt is sent through A's home (home 0) with no driver claim, so A takes it (a daemon

@@ -1,6 +1,6 @@
 //! The shared store's notifications (`corral::store::listen`) and the event relay
 //! (`corral::actors::relay`), on the throwaway cluster of `.ci/run` (a database per test,
-//! `tests/it/common/store.rs`): a notification sent on another connection arrives parsed, the
+//! `src/testkit/store.rs`): a notification sent on another connection arrives parsed, the
 //! listener comes back after the server ends its backend, and the relay publishes other
 //! daemons' stored events into a broadcast, in feed order, and catches up after a reconnect.
 //! Without a cluster these skip (except in CI), as every PostgreSQL test does.

@@ -1,5 +1,5 @@
 //! The PostgreSQL store's own tests, on the throwaway cluster of `.ci/run` (each test on a
-//! database of its own, `tests/it/common/store.rs`). They run in both passes, whatever
+//! database of its own, `src/testkit/store.rs`). They run in both passes, whatever
 //! `CORRAL_TEST_STORE` says; without a cluster they print why they skip, except in CI.
 
 use crate::common;

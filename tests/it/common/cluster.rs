@@ -61,7 +61,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// `n` daemons on this machine's host name; `None` when PostgreSQL is unavailable (the
-    /// test is to skip, the reason printed: see `tests/it/common/store.rs`).
+    /// test is to skip, the reason printed: see `src/testkit/store.rs`).
     pub fn start(n: usize) -> Option<Cluster> {
         Self::start_with(vec![None; n], false)
     }

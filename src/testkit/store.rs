@@ -7,7 +7,7 @@
 //!   prints `skipped: PostgreSQL unavailable (CORRAL_TEST_POSTGRES=…)` and returns; with
 //!   `installed`, or in CI (`CI` set) unless the install failed, a missing or unreachable
 //!   server fails the test instead, so the PostgreSQL tests never pass without PostgreSQL
-//!   (the rule `tests/it/common/browser.rs` applies to the browser).
+//!   (the rule `src/testkit/browser.rs` applies to the browser).
 //! - [`TestDatabase`]: `CREATE DATABASE corral_t_<uuid>` on that cluster, dropped
 //!   `WITH (FORCE)` (whoever is still connected) when the value is. A database each, not a
 //!   schema each: advisory locks and `LISTEN` channels are per database, and the tests run in
@@ -348,19 +348,19 @@ impl<'a> HomeStore<'a> {
             HomeStore::Sqlite { home } => {
                 let mut db = rusqlite::Connection::open(home.join("corral.db")).unwrap();
                 db.pragma_update(None, "journal_mode", "WAL").unwrap();
-                let reached = corral::store::migrations::migrate_to(&mut db, version)
+                let reached = crate::store::migrations::migrate_to(&mut db, version)
                     .unwrap_or_else(|error| panic!("migrating to {version}: {error}"));
                 assert_eq!(reached, version);
             }
             HomeStore::Postgres { home, url } => {
                 not_on_sqlite(home);
-                let parsed = corral::store::location::PgUrl::parse(url)
+                let parsed = crate::store::location::PgUrl::parse(url)
                     .unwrap_or_else(|error| panic!("{}: {error}", shown(url)));
                 let connection =
-                    corral::store::postgres::PgConn::connect(&parsed.config(), &shown(url))
+                    crate::store::postgres::PgConn::connect(&parsed.config(), &shown(url))
                         .unwrap_or_else(|error| panic!("{}: {error}", shown(url)));
-                let conn = corral::store::sql::Conn::from(connection);
-                let reached = corral::store::postgres::migrate(&conn, version)
+                let conn = crate::store::sql::Conn::from(connection);
+                let reached = crate::store::postgres::migrate(&conn, version)
                     .unwrap_or_else(|error| panic!("migrating to {version}: {error}"));
                 assert_eq!(reached, version);
             }

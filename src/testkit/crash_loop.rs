@@ -7,7 +7,7 @@
 //! - **mid-turn**: a random delay after the sends;
 //! - **during boot**: a daemon started on the leftovers of the last one is killed a random few
 //!   milliseconds after it starts (before, during or after its reconciliation);
-//! - **at a boot point**: `CORRAL_TEST_KILL_AT` (see `corral::process::kill_point`) kills it
+//! - **at a boot point**: `CORRAL_TEST_KILL_AT` (see `crate::process::kill_point`) kills it
 //!   exactly when it found the leftovers, signalled them, saw them gone, or closed their runs;
 //! - **at a spawn**: killed between an engine's spawn and the commit of its pid.
 //!
@@ -323,7 +323,7 @@ fn kill(pid: i32, signal: i32) {
 }
 
 fn alive(pid: i32) -> bool {
-    corral::process::is_alive(pid as u32, None)
+    crate::process::is_alive(pid as u32, None)
 }
 
 /// Waits until `pid` is gone; false after `within`.

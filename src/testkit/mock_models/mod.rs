@@ -6,7 +6,7 @@
 //! - [`chat::MockChat`]: the OpenAI Chat Completions API (`POST /v1/chat/completions`, SSE or
 //!   JSON; `GET /v1/models`), for OpenCode through `@ai-sdk/openai-compatible`.
 //!
-//! The Responses API mock for codex is `tests/it/mock_responses/`; all three share the HTTP core
+//! The Responses API mock for codex is `src/testkit/mock_responses/`; all three share the HTTP core
 //! in [`http`].
 //!
 //! Both mocks answer model calls from a script, a queue of [`Answer`]s taken one per model call

@@ -5,8 +5,7 @@
 //! events. This mock is just enough of that:
 //!
 //! - Its HTTP is the core every mock model server of the tests shares
-//!   (`tests/it/mock_models/http.rs`; a test crate declares `mod mock_models;` beside
-//!   `mod mock_responses;`): a free loopback port, one thread per connection, one
+//!   (`src/testkit/mock_models/http.rs`): a free loopback port, one thread per connection, one
 //!   request per connection (`Connection: close`), bodies by `Content-Length` or chunked.
 //! - Every request is answered from a script, a queue of [`Answer`]s taken one per request in
 //!   arrival order: a text turn (SSE), an HTTP 429 (with or without `Retry-After`) or an HTTP
@@ -19,7 +18,7 @@
 //!   open until the mock is dropped, codex hangs up, or [`HANG_LIMIT`] has passed: a turn that
 //!   waits on the model, for interrupt tests.
 //!
-//! [`HANG_LIMIT`]: crate::mock_models::http::HANG_LIMIT
+//! [`HANG_LIMIT`]: crate::testkit::mock_models::http::HANG_LIMIT
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -27,10 +26,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-// The HTTP/1.1 and SSE core, shared with the other mock model servers: a crate that has this
-// module declares `mod mock_models;` beside it.
-pub use crate::mock_models::http::Request;
-use crate::mock_models::http::{http_json, http_sse, next_id, pieces, sse_event, Reply, Server};
+// The HTTP/1.1 and SSE core, shared with the other mock model servers.
+pub use crate::testkit::mock_models::http::Request;
+use crate::testkit::mock_models::http::{
+    http_json, http_sse, next_id, pieces, sse_event, Reply, Server,
+};
 
 /// The token counts every text answer reports in `response.completed`, so a test can see them
 /// come out of the engine's own `turn.completed` usage.
@@ -61,7 +61,7 @@ pub enum Answer {
     /// mock is dropped, codex hangs up, or [`HANG_LIMIT`] has passed; then it is closed
     /// without a response.
     ///
-    /// [`HANG_LIMIT`]: crate::mock_models::http::HANG_LIMIT
+    /// [`HANG_LIMIT`]: crate::testkit::mock_models::http::HANG_LIMIT
     Hang,
 }
 
@@ -330,7 +330,7 @@ fn sse_text_turn(text: &str, id: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock_models::http::client::{
+    use crate::testkit::mock_models::http::client::{
         assert_hangs_until, exchange, open, post, sse_payloads, wait_for_a_hang,
     };
 

@@ -1,6 +1,6 @@
 //! The HTTP/1.1 and server-sent-events core that every loopback mock model server of the
-//! tests shares: the OpenAI Responses mock (`tests/it/mock_responses/`), the Anthropic Messages
-//! mock and the OpenAI Chat Completions mock (`tests/it/mock_models/`). Written once here; each
+//! tests shares: the OpenAI Responses mock (`src/testkit/mock_responses/`), the Anthropic Messages
+//! mock and the OpenAI Chat Completions mock (`src/testkit/mock_models/`). Written once here; each
 //! mock only says how it answers a request.
 //!
 //! - [`Server::start`] listens on `127.0.0.1:0` (a free port, loopback only) and serves each

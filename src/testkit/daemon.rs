@@ -6,8 +6,7 @@
 //! Under `CORRAL_TEST_STORE=postgres` (`.ci/run`'s second pass) every home gets a PostgreSQL
 //! database of its own, named in `HOME/config` ([`super::store::for_home`]), dropped after
 //! the daemon stopped; [`DaemonHome::on_postgres`] is a home on PostgreSQL whatever that says.
-//! (`examples/engine_overhead_bench.rs` includes this file without `store`: the store parts are
-//! `cfg(test)`, set only in the tests' crates, and a bench home stays on SQLite.)
+//! A benchmark's home stays on SQLite unless it is run with that variable.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,8 +24,13 @@ pub struct DaemonHome {
     dir: tempfile::TempDir,
     /// The home's PostgreSQL database, if its store is one. A field, so dropped after
     /// [`Drop::drop`] stopped the daemon.
-    #[cfg(test)]
     database: Option<super::store::TestDatabase>,
+}
+
+impl Default for DaemonHome {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl DaemonHome {
@@ -35,7 +39,6 @@ impl DaemonHome {
     pub fn new() -> Self {
         let dir = Self::directory();
         DaemonHome {
-            #[cfg(test)]
             database: super::store::for_home(dir.path()),
             dir,
         }
@@ -43,7 +46,6 @@ impl DaemonHome {
 
     /// A home on PostgreSQL, for the tests that are about it; `None` when the test is to skip
     /// (printed; see [`super::store::postgres_admin_url`]).
-    #[cfg(test)]
     pub fn on_postgres() -> Option<Self> {
         let dir = Self::directory();
         let database = super::store::on_postgres(dir.path())?;
@@ -68,10 +70,7 @@ impl DaemonHome {
 
     /// The PostgreSQL URL in `HOME/config` (password included), or `None` on SQLite.
     pub fn store_url(&self) -> Option<&str> {
-        #[cfg(test)]
-        return self.database.as_ref().map(|database| database.url.as_str());
-        #[cfg(not(test))]
-        None
+        self.database.as_ref().map(|database| database.url.as_str())
     }
 
     pub fn path(&self) -> &Path {
@@ -183,19 +182,16 @@ impl DaemonHome {
     }
 
     /// The home's store on either backend (see [`super::store::HomeStore`]).
-    #[cfg(test)]
     pub fn store(&self) -> super::store::HomeStore<'_> {
         super::store::HomeStore::of(self.path(), self.store_url())
     }
 
     /// The rows of `query` on the home's store, whichever it is, each column as JSON.
-    #[cfg(test)]
     pub fn sql(&self, query: &str) -> Vec<Vec<Value>> {
         self.store().sql(query)
     }
 
     /// Runs one statement on the home's store, whichever it is: the rows it changed.
-    #[cfg(test)]
     pub fn execute(&self, statement: &str) -> u64 {
         self.store().execute(statement)
     }
@@ -305,13 +301,13 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: i32) -> bool {
-    corral::process::is_alive(pid as u32, None)
+    crate::process::is_alive(pid as u32, None)
 }
 
 /// Live processes whose environment names `home` as their CORRAL_HOME: the daemon, the CLIs
 /// and the engine children of a test.
 pub fn processes_of(home: &Path) -> Vec<i32> {
-    corral::process::find_by_env("CORRAL_HOME", &home.to_string_lossy())
+    crate::process::find_by_env("CORRAL_HOME", &home.to_string_lossy())
         .into_iter()
         .filter(|&pid| alive(pid))
         .collect()

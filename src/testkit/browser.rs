@@ -519,9 +519,9 @@ impl Drop for Browser {
 /// The live processes whose `HOME` is `home`: a [`Browser`]'s driver and Chromium processes,
 /// crash handler included.
 pub fn processes_in(home: &Path) -> Vec<i32> {
-    corral::process::find_by_env("HOME", &home.to_string_lossy())
+    crate::process::find_by_env("HOME", &home.to_string_lossy())
         .into_iter()
-        .filter(|&pid| corral::process::is_alive(pid as u32, None))
+        .filter(|&pid| crate::process::is_alive(pid as u32, None))
         .collect()
 }
 
