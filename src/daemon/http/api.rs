@@ -22,18 +22,42 @@ const INDEX: &str = include_str!("assets/index.html");
 /// The page that says how to log in.
 const LOGIN: &str = include_str!("assets/login.html");
 
-/// The dashboard's other files (`/assets/NAME`), served as they are.
+/// A script's content type (ES modules need a JavaScript one).
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// An [`ASSETS`] row: a script of `assets/`, by its file name.
+macro_rules! script {
+    ($name:literal) => {
+        ($name, JS, include_str!(concat!("assets/", $name)))
+    };
+}
+
+/// The dashboard's other files (`/assets/NAME`), served as they are: only a name listed here is
+/// served, so a request cannot reach another file. `app.js`'s header has the scripts' map; tests
+/// below check that this table and the folder agree, and that every import names a file here.
 const ASSETS: &[(&str, &str, &str)] = &[
     (
         "app.css",
         "text/css; charset=utf-8",
         include_str!("assets/app.css"),
     ),
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("assets/app.js"),
-    ),
+    script!("theme-early.js"),
+    script!("app.js"),
+    script!("theme.js"),
+    script!("dom.js"),
+    script!("format.js"),
+    script!("api.js"),
+    script!("feeds.js"),
+    script!("needs-you.js"),
+    script!("ui.js"),
+    script!("transcript.js"),
+    script!("worktree.js"),
+    script!("page-overview.js"),
+    script!("page-session.js"),
+    script!("page-projects.js"),
+    script!("page-settings.js"),
+    script!("page-history.js"),
+    script!("router.js"),
 ];
 
 /// The longest query string taken, in bytes.
@@ -140,8 +164,9 @@ fn harden(mut response: HttpResponse) -> HttpResponse {
 }
 
 /// The policy of every page and answer: the page's own files only, no inline script, no
-/// plugin, no framing, nothing fetched elsewhere. `style-src-attr 'unsafe-inline'`: app.js
-/// still sets a few `style` attributes (margins, a slot bar's width), which would otherwise be
+/// plugin, no framing, nothing fetched elsewhere (the dashboard's ES modules are its own files,
+/// which `script-src 'self'` allows). `style-src-attr 'unsafe-inline'`: the dashboard's scripts
+/// still set a few `style` attributes (margins, a slot bar's width), which would otherwise be
 /// dropped; an attribute cannot load or run anything, and no `<style>` element is allowed.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      style-src-attr 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; \
@@ -882,5 +907,105 @@ mod tests {
                 .code,
             code::INVALID_REQUEST
         );
+    }
+
+    /// The dashboard's folder in the source tree.
+    fn assets_dir() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon/http/assets")
+    }
+
+    /// A file added to `assets/` (a new module) and not to [`ASSETS`] would be a 404 in the
+    /// browser only; the pages are served by their own routes.
+    #[test]
+    fn every_dashboard_file_is_served_and_every_served_one_is_there() {
+        let dir = assets_dir();
+        let mut on_disk = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            // The route's `{file}` takes no '/': the folder stays flat.
+            assert!(
+                entry.file_type().unwrap().is_file(),
+                "assets/{name} is not a file"
+            );
+            on_disk.push(name);
+        }
+        for name in &on_disk {
+            let page = name == "index.html" || name == "login.html";
+            assert!(
+                page || ASSETS.iter().any(|(file, _, _)| *file == name.as_str()),
+                "assets/{name} is not in ASSETS: the page could not load it"
+            );
+        }
+        for (file, content_type, text) in ASSETS {
+            assert!(
+                on_disk.iter().any(|name| name == file),
+                "ASSETS lists {file}, not in assets/"
+            );
+            let now = std::fs::read_to_string(dir.join(file)).unwrap();
+            assert_eq!(now, *text, "{file}");
+            if file.ends_with(".js") {
+                assert_eq!(*content_type, JS, "{file}");
+            }
+        }
+    }
+
+    /// The modules' imports, and the page's scripts and preloads, name served files only: one
+    /// missing would fail in a browser only. No import leaves this folder (nor this host).
+    #[test]
+    fn every_script_the_dashboard_loads_is_served() {
+        let served = |name: &str| ASSETS.iter().any(|(file, _, _)| *file == name);
+        let mut imports = 0;
+        for (file, _, text) in ASSETS.iter().filter(|(file, _, _)| file.ends_with(".js")) {
+            for line in text.lines().map(str::trim) {
+                // `import { a } from './x.js';`, the last line of a longer list, `import './x.js';`
+                let import = (line.starts_with("import ") || line.starts_with("} from "))
+                    && (line.contains(" from ") || line.starts_with("import '"));
+                if !import {
+                    continue;
+                }
+                let quoted = line.trim_end_matches(';');
+                let spec = quoted
+                    .strip_suffix('\'')
+                    .and_then(|rest| rest.rsplit_once('\''))
+                    .map(|(_, spec)| spec);
+                let Some(spec) = spec else {
+                    panic!("{file}: cannot read the import `{line}`");
+                };
+                let name = spec.strip_prefix("./").unwrap_or_default();
+                assert!(
+                    !name.is_empty() && !name.contains('/') && served(name),
+                    "{file} imports '{spec}', which is not a served file of assets/"
+                );
+                imports += 1;
+            }
+        }
+        assert!(
+            imports > 10,
+            "only {imports} imports found: is the search still right?"
+        );
+
+        for (at, _) in INDEX.match_indices("\"/assets/") {
+            let rest = &INDEX[at + "\"/assets/".len()..];
+            let name = &rest[..rest.find('"').unwrap()];
+            assert!(
+                served(name),
+                "index.html loads /assets/{name}, which is not served"
+            );
+        }
+        // Each script is either loaded by the page (app.js, the entry; theme-early.js, a classic
+        // one) or preloaded with it, so that the browser does not find the modules one level of
+        // imports at a time.
+        for (file, _, _) in ASSETS.iter().filter(|(file, _, _)| file.ends_with(".js")) {
+            let script = INDEX.contains(&format!("<script src=\"/assets/{file}\">"))
+                || INDEX.contains(&format!("<script type=\"module\" src=\"/assets/{file}\">"));
+            let preload = INDEX.contains(&format!(
+                "<link rel=\"modulepreload\" href=\"/assets/{file}\">"
+            ));
+            assert!(
+                script != preload,
+                "index.html should either load {file} or preload it"
+            );
+        }
     }
 }
