@@ -369,7 +369,7 @@ impl Corral {
     }
 
     /// Runs `read` on a read-only connection to the store, whichever store it is: the
-    /// connection is a [`Conn`] and the closure returns [`sql::Result`] (before the PostgreSQL
+    /// connection is a `Conn` and the closure returns `sql::Result` (before the PostgreSQL
     /// store it was a `rusqlite::Connection` and `rusqlite::Result`: a change of this library
     /// API, so a caller's closure now runs its statements through `Conn::row`/`rows`/`run`).
     /// `FnMut`: on PostgreSQL a read whose pooled connection the server had ended is made
@@ -1038,7 +1038,7 @@ impl Corral {
 
     /// Adds text to the turn running on a codex-app-server session (`turn/steer`). On a
     /// shared store a turn running on another daemon is steered by that daemon
-    /// ([`crate::actors::asks`]).
+    /// (`actors::asks`).
     pub async fn steer(
         &self,
         session_id: &str,
@@ -1143,7 +1143,7 @@ impl Corral {
 }
 
 /// A worktree session's operations: `session.archive`, `session.diff`, `session.merge`,
-/// `session.recreate` (the git work is [`crate::actors::worktree`]'s).
+/// `session.recreate` (the git work is `actors::worktree`'s).
 impl Corral {
     /// A session and its project, or `NotFound`.
     fn session_and_project(
@@ -1255,7 +1255,7 @@ impl Corral {
     }
 
     /// Merges a worktree session's branch into `into` (default: its base, when a branch),
-    /// never in a person's checkout (see [`crate::git::Git::merge`]). Refused while a prompt
+    /// never in a person's checkout (see `git::Git::merge`). Refused while a prompt
     /// of the session runs or waits.
     pub async fn merge_session(
         &self,

@@ -192,6 +192,45 @@ fn the_lease_is_reached_through_the_coordination_seam() {
     );
 }
 
+/// What an embedder may use, besides the re-exports of `lib.rs` (ARCHITECTURE.md, "API
+/// boundary").
+const PUBLIC_MODULES: &[&str] = &["client", "protocol"];
+
+#[test]
+fn only_the_front_door_is_public() {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("src/lib.rs");
+    let lines: Vec<&str> = lib.lines().map(str::trim).collect();
+    let mut open = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = line
+            .strip_prefix("pub mod ")
+            .and_then(|rest| rest.strip_suffix(';'))
+        else {
+            continue;
+        };
+        // A module public only for the test kit: `#[cfg(feature = "testkit")]` and
+        // `#[doc(hidden)]` above it.
+        let for_tests = at >= 2
+            && lines[at - 2] == "#[cfg(feature = \"testkit\")]"
+            && lines[at - 1] == "#[doc(hidden)]";
+        if !PUBLIC_MODULES.contains(&name) && !for_tests && name != "testkit" {
+            open.push(name.to_string());
+        }
+    }
+    assert!(
+        open.is_empty(),
+        "modules public to embedders beyond the front door {PUBLIC_MODULES:?}: {open:?} \
+         (make them crate-private, public only with the testkit feature, as lib.rs does)"
+    );
+    for name in PUBLIC_MODULES {
+        assert!(
+            lines.contains(&format!("pub mod {name};").as_str()),
+            "lib.rs no longer has `pub mod {name};`: update PUBLIC_MODULES"
+        );
+    }
+}
+
 #[test]
 fn the_reader_finds_what_a_file_names() {
     let text = "use crate::store::prompts;\nuse crate::{events, home::private_file};\n\

@@ -68,6 +68,7 @@ impl EventRelay {
     }
 
     /// The highest feed number relayed so far.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn published(&self) -> i64 {
         self.published
     }

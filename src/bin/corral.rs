@@ -12,10 +12,10 @@ fn main() -> std::process::ExitCode {
     if invoked
         .as_deref()
         .and_then(std::path::Path::file_name)
-        .is_some_and(|name| name == corral::engine::EngineKind::Fake.default_program())
+        .is_some_and(|name| name == corral::EngineKind::Fake.default_program())
     {
         fake_engine::main();
         return std::process::ExitCode::SUCCESS;
     }
-    corral::cli::main()
+    corral::cli_main()
 }

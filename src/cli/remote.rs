@@ -202,9 +202,6 @@ pub fn time(value: &Value, name: &str) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// The fewest characters of an id a table shows (see [`ShortIds`]).
-pub use crate::store::select::SHORT_ID;
-
 /// The short forms of the ids (of `kind`) in field `name` of `values`: each the shortest
 /// prefix no other id of its kind shares, in the store when it can be read (it can, beside a
 /// daemon: readers never disturb it), else among `values`.
@@ -401,8 +398,6 @@ fn summary(event: &Event) -> String {
 pub struct SessionRef {
     pub id: String,
     pub last_event_seq: i64,
-    /// The whole `session.show` result.
-    pub shown: Value,
 }
 
 impl SessionRef {
@@ -418,11 +413,7 @@ impl SessionRef {
             .get("last_event_seq")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        Ok(SessionRef {
-            id,
-            last_event_seq,
-            shown,
-        })
+        Ok(SessionRef { id, last_event_seq })
     }
 }
 

@@ -128,6 +128,7 @@ impl EventStream {
     }
 
     /// The cursor of the last event handed out.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn last(&self) -> i64 {
         self.last
     }

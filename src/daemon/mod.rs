@@ -40,9 +40,6 @@ pub const PID_FILE: &str = "daemon.pid";
 /// Where a detached daemon's stdout and stderr go.
 pub const LOG_FILE: &str = "daemon.log";
 
-/// `sun_path` holds 108 bytes on Linux, the last one a NUL.
-pub const MAX_SOCKET_PATH: usize = crate::socket::MAX_PATH;
-
 /// The line a daemon started with [`crate::env::DAEMON_NOTIFY`] prints on stdout once it serves.
 pub const READY_LINE: &str = "corral daemon ready";
 

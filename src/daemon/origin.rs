@@ -260,6 +260,7 @@ fn seen_or_read<T: Clone>(
 
 impl<'a> WideningContext<'a> {
     /// Nothing known: the worst for every fact.
+    #[cfg(test)]
     pub fn unread() -> Self {
         WideningContext {
             store: None,

@@ -552,6 +552,7 @@ impl Guard {
     }
 
     /// The guard process's pid.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -599,11 +600,13 @@ impl Guard {
     }
 
     /// Forget every run without ending it: before a clean shutdown drops the guard.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn forget_all(&self) {
         self.send(&Line::RunsClear);
     }
 
     /// Whether the guard process runs and takes our lines.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_alive(&self) -> bool {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if inner.pipe.is_none() {

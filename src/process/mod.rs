@@ -642,6 +642,7 @@ pub async fn end_orphan_group(pgid: i32, grace: Duration) {
 /// The processes whose environment holds `name=value` (read from `/proc/PID/environ`, which
 /// only our own processes let us read). Finds a child whose pid was never recorded: a
 /// supervisor killed between spawning it and writing its pid.
+#[cfg(any(test, feature = "testkit"))]
 pub fn find_by_env(name: &str, value: &str) -> Vec<i32> {
     let mark = Mark {
         group: None,

@@ -15,7 +15,7 @@
 //! wait; the sender's [`ExecRecord`]), `drivers.rs`, `settings.rs`, `events.rs`
 //! (subscriptions), `overview.rs` (`overview`, `execs.list`), `execs.rs` (`exec.start`,
 //! `exec.end`: a client's own exec, recorded by the daemon). [`METHODS`], the list the
-//! daemon gives in an unknown method's error, is made from the same table ([`methods!`]).
+//! daemon gives in an unknown method's error, is made from the same table (`methods!`).
 //! Results that are stored rows are sent as the
 //! wire's own types (`projects::Project`, `sessions::Session`, `prompts::Prompt`, …), made
 //! from the rows, with the rows' keys: version 1's JSON, unchanged.

@@ -123,7 +123,7 @@ pub struct SendParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::engine::Policy>,
     /// The driver claim the sender holds (`send --wait`, `attach`): refused with
-    /// [`code::SUPERSEDED`] once another driver took the session over.
+    /// `code::SUPERSEDED` once another driver took the session over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
     /// The caller's own exec, recorded by the daemon (a compatible addition; a daemon whose

@@ -603,6 +603,7 @@ impl HomeConfig {
     }
 
     /// The value of `key`, if the file gives one.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entry(key).map(|(_, value)| value)
     }
@@ -657,6 +658,7 @@ impl HomeConfig {
     }
 
     /// Whether [`HomeConfig::set`] or [`HomeConfig::unset`] changed anything since the load.
+    #[cfg(test)]
     pub fn changed(&self) -> bool {
         self.changed
     }

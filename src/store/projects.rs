@@ -180,7 +180,7 @@ impl Project {
     /// The policy its prompts run under unless a session or prompt names another: `full`
     /// only where a person granted it.
     /// The policy a prompt of this project runs under: its own, else its session's, else the
-    /// project's (see [`Policy::effective`]).
+    /// project's (see `Policy::effective`).
     pub fn policy_for(
         &self,
         session: Option<Policy>,

@@ -384,6 +384,7 @@ pub fn leftover_runs(connection: &Conn, node_id: &str) -> sql::Result<Vec<Leftov
     })
 }
 
+#[cfg(any(test, feature = "testkit"))]
 pub fn runs_of(connection: &Conn, prompt_id: &str) -> sql::Result<Vec<Run>> {
     connection.rows(
         &format!(

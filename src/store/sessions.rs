@@ -286,7 +286,7 @@ pub struct NewSession {
     /// The id to give it (a worktree's path and branch are named after it before the row
     /// exists); `None`: a new one.
     pub id: Option<String>,
-    /// Its worktree, recorded `creating` in the same insert (see [`WorktreeState`]).
+    /// Its worktree, recorded `creating` in the same insert (see `WorktreeState`).
     /// [`crate::Corral::open_session`] plans it for a worktree project's session.
     pub worktree: Option<SessionWorktree>,
     /// The branch asked for (`--branch`; a worktree project's session only): an existing one

@@ -1209,6 +1209,7 @@ pub struct LedgerHandle {
     /// What the store is, for `status`.
     store: Arc<StoreInfo>,
     waiting: Arc<std::sync::Mutex<Option<Waiting>>>,
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     checkpointed: watch::Receiver<u64>,
     stop_waiting: Arc<AtomicBool>,
     refuse_at_once: Arc<AtomicBool>,
@@ -1221,6 +1222,7 @@ impl LedgerHandle {
     /// Starts the ledger on the SQLite store at `path`, creating the file if needed. With
     /// `migrate` the schema is brought up to date first; without it (early commands) the store
     /// is used as it is. Returns the handle and the schema version.
+    #[cfg(any(test, feature = "testkit"))]
     pub async fn start(path: &Path, migrate: bool) -> Result<(LedgerHandle, u32), LedgerError> {
         Self::start_at(&Location::Sqlite(path.to_path_buf()), migrate).await
     }
@@ -1394,11 +1396,13 @@ impl LedgerHandle {
     }
 
     /// The number of WAL checkpoints finished so far; it changes when one finishes.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn checkpoints(&self) -> watch::Receiver<u64> {
         self.checkpointed.clone()
     }
 
     /// How many transactions and writes the ledger has committed so far.
+    #[cfg(any(test, feature = "testkit"))]
     pub async fn stats(&self) -> Result<LedgerStats, LedgerError> {
         self.front
             .send(GetStats)

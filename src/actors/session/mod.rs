@@ -63,7 +63,6 @@ use crate::store::prompts::{ClaimBy, PutBack};
 use crate::store::prompts::{Prompt, PromptStatus};
 use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
-pub use app_turn::driver_file;
 pub(crate) use child::guard_mark;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -333,6 +333,7 @@ pub struct SlotGuard {
 
 impl SlotGuard {
     /// The ticket this slot was granted under (as shown by a snapshot).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn ticket(&self) -> Ticket {
         self.ticket
     }
@@ -366,6 +367,7 @@ impl SlotsHandle {
 
     /// Waits until `request` is granted and returns its slot. Dropping this future while it
     /// waits withdraws the request (later waiters it held back may then be granted).
+    #[cfg(any(test, feature = "testkit"))]
     pub async fn acquire(&self, request: SlotRequest) -> Result<SlotGuard, SlotError> {
         self.acquire_as(request, None).await
     }
@@ -419,6 +421,7 @@ impl SlotsHandle {
     /// request: it was granted meanwhile (its future is about to resolve), withdrawn, or never
     /// named an owner. A session's worker has one request at a time; if a session had several
     /// waiting, this would answer for the earliest.
+    #[cfg(any(test, feature = "testkit"))]
     pub async fn blocker(&self, session: &str) -> Result<Option<Blocker>, SlotError> {
         self.manager
             .send(Blocked {

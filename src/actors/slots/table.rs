@@ -82,6 +82,7 @@ impl SlotTable {
     ///
     /// A ticket the table already knows is not registered twice: the answer is its current
     /// state (granted or not) and nothing changes.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn request(&mut self, ticket: Ticket, request: SlotRequest) -> bool {
         self.request_for(ticket, request, None)
     }
@@ -154,26 +155,31 @@ impl SlotTable {
     }
 
     /// The limits in force.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn limits(&self) -> &SlotLimits {
         &self.limits
     }
 
     /// Running tickets, in ticket order.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn running(&self) -> Vec<Ticket> {
         self.running.keys().copied().collect()
     }
 
     /// Waiting tickets, in arrival order (the first is served first).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn waiting(&self) -> Vec<Ticket> {
         self.waiting.values().map(|(ticket, _)| *ticket).collect()
     }
 
     /// How many requests wait.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn waiting_count(&self) -> usize {
         self.waiting.len()
     }
 
     /// Whether `ticket` holds a slot now.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_running(&self, ticket: Ticket) -> bool {
         self.running.contains_key(&ticket)
     }
@@ -242,6 +248,7 @@ impl SlotTable {
     }
 
     /// The owner `ticket` was requested for, if it named one and is still known.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn owner(&self, ticket: Ticket) -> Option<&SlotOwner> {
         self.owners.get(&ticket)
     }
