@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::actors::ledger::{
-    AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, CreateProject, CreateSession,
-    EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle, SaveAppServer, SetGroupLocking,
-    SetSetting,
+    AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, ClaimDriver, CompleteExec,
+    CreateProject, CreateSession, EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle,
+    RecordExec, ReleaseDriver, SaveAppServer, SetGroupLocking, SetSetting, WaveNamed,
 };
 use crate::actors::shared::{slot_limits, Published, Shared};
 use crate::actors::slots::SlotsHandle;
@@ -20,6 +20,9 @@ use crate::actors::worktree;
 use crate::engine::EngineKind;
 use crate::events::EventKind;
 use crate::home::DaemonLock;
+use crate::store::drivers::{ClaimRefused, DriverClaim};
+use crate::store::events::Event;
+use crate::store::exec::{Exec, ExecCompletion, NewExec};
 use crate::store::location::Location;
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
 use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, Prompt};
@@ -1017,12 +1020,150 @@ impl Corral {
         self.shared.settings()
     }
 
-    /// Applies one ledger write (for the daemon's methods that change records).
+    /// Applies one ledger write: for tests that set up a record no call makes (the daemon's
+    /// methods write through the typed calls only).
+    #[cfg(test)]
     pub(crate) async fn write<W: crate::actors::ledger::LedgerWrite>(
         &self,
         write: W,
     ) -> Result<W::Output, CorralError> {
         Ok(self.shared.ledger.write(write).await?)
+    }
+
+    /// Records a client's exec (a command run outside the daemon: `corral send`, a driver).
+    pub async fn record_exec(&self, exec: NewExec) -> Result<(), CorralError> {
+        Ok(self.shared.ledger.write(RecordExec(exec)).await?)
+    }
+
+    /// Ends a client's exec recorded by [`Corral::record_exec`]: whether its row was still
+    /// open.
+    pub async fn complete_exec(
+        &self,
+        id: &str,
+        completion: ExecCompletion,
+    ) -> Result<bool, CorralError> {
+        let id = id.to_string();
+        Ok(self
+            .shared
+            .ledger
+            .write(CompleteExec { id, completion })
+            .await?)
+    }
+
+    /// The id of the wave called `name` (in the repository `repo`), made on first use.
+    pub async fn name_wave(&self, name: &str, repo: Option<String>) -> Result<String, CorralError> {
+        let name = name.to_string();
+        Ok(self.shared.ledger.write(WaveNamed { name, repo }).await?)
+    }
+
+    /// Gives a session a person's title; `None`: the session is gone.
+    pub async fn rename_session(
+        &self,
+        session_id: &str,
+        title: &str,
+    ) -> Result<Option<Session>, CorralError> {
+        let change = ChangeSession {
+            id: session_id.to_string(),
+            title: Some(title.to_string()),
+            policy: None,
+            archive: false,
+        };
+        Ok(self.shared.ledger.write(change).await?)
+    }
+
+    /// Makes `exec_id` the driver of a session (`take_over`: even if another exec drives it);
+    /// `is_live` tells whether a holder still runs (a dead one's claim is taken anyway).
+    pub async fn claim_driver(
+        &self,
+        session_id: &str,
+        exec_id: &str,
+        take_over: bool,
+        is_live: Box<dyn Fn(&str) -> bool + Send>,
+    ) -> Result<Result<DriverClaim, ClaimRefused>, CorralError> {
+        let claim = ClaimDriver {
+            session_id: session_id.to_string(),
+            exec_id: exec_id.to_string(),
+            take_over,
+            is_live,
+        };
+        Ok(self.shared.ledger.write(claim).await?)
+    }
+
+    /// Releases the driver claim of `generation` (a stale one changes nothing): the claim
+    /// that stands after.
+    pub async fn release_driver(
+        &self,
+        session_id: &str,
+        generation: i64,
+    ) -> Result<Option<DriverClaim>, CorralError> {
+        let release = ReleaseDriver {
+            session_id: session_id.to_string(),
+            generation,
+        };
+        Ok(self.shared.ledger.write(release).await?)
+    }
+
+    /// A session's driver claim, if any.
+    pub fn driver(&self, session_id: &str) -> Result<Option<DriverClaim>, CorralError> {
+        self.read(|c| drivers::driver_claim(c, session_id))
+    }
+
+    /// A prompt by its id.
+    pub fn prompt(&self, prompt_id: &str) -> Result<Option<Prompt>, CorralError> {
+        self.read(|c| prompts::prompt(c, prompt_id))
+    }
+
+    /// A session's prompts, oldest first.
+    pub fn prompts_of(&self, session_id: &str) -> Result<Vec<Prompt>, CorralError> {
+        self.read(|c| prompts::prompts_of(c, session_id))
+    }
+
+    /// The stored value of a setting (`None`: its default applies).
+    pub fn setting(&self, name: &str) -> Result<Option<String>, CorralError> {
+        self.read(|c| Ok(settings::get(c, name)))
+    }
+
+    /// An exec of the ledger by its id.
+    pub fn exec(&self, id: &str) -> Result<Option<Exec>, CorralError> {
+        self.read(|c| store::exec::get(c, id))
+    }
+
+    /// What `overview` and the dashboard show: every session's state, the runs and gaps,
+    /// the open execs.
+    pub fn overview(&self) -> Result<store::overview::Overview, CorralError> {
+        self.read(|c| store::overview::read(c, true))
+    }
+
+    /// A session's stored events numbered in `(after, before)`, at most `limit`, in order.
+    pub fn events_between(
+        &self,
+        session_id: &str,
+        after: i64,
+        before: i64,
+        limit: usize,
+    ) -> Result<Vec<Event>, CorralError> {
+        self.read(|c| events::events_between(c, session_id, after, before, limit))
+    }
+
+    /// Every session's stored events with a feed number in `(after, before)`, at most
+    /// `limit`, in the order they were stored.
+    pub fn feed_between(
+        &self,
+        after: i64,
+        before: i64,
+        limit: usize,
+    ) -> Result<Vec<Event>, CorralError> {
+        self.read(|c| events::feed_between(c, after, before, limit))
+    }
+
+    /// A session's stored events after number `after`, at most `limit`, in order.
+    pub fn events_after(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Event>, CorralError> {
+        self.read(|c| events::events_after(c, session_id, after, limit))
     }
 
     /// The slot manager's state: limits, running and waiting requests.

@@ -119,13 +119,8 @@ pub async fn quick(
         return Quick::Ordinary(invocation);
     }
     let params = SendParams {
-        session: args.session.clone(),
-        text: prepared.text,
-        images: prepared.images,
-        read_only: args.read_only,
-        policy: args.policy,
         exec: Some(record),
-        ..SendParams::default()
+        ..args.params(&args.session, prepared, None)
     };
     let exec_id = Some(invocation.id.as_str());
     let (client, answer) =
@@ -218,8 +213,24 @@ fn print_sent(json: bool, prompt: &Value) -> std::io::Result<()> {
     }
 }
 
+impl SendArgs {
+    /// What every send asks of the daemon (`prompt.send`): the one place its params are made
+    /// from the arguments, whichever way the send goes (`quick`, plain, `--wait`).
+    fn params(&self, session: &str, prepared: Prepared, generation: Option<i64>) -> SendParams {
+        SendParams {
+            session: session.to_string(),
+            text: prepared.text,
+            images: prepared.images,
+            read_only: self.read_only,
+            policy: self.policy,
+            generation,
+            exec: None,
+        }
+    }
+}
+
 pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliError> {
-    let Prepared { text, images } = match &args.prepared {
+    let prepared = match &args.prepared {
         Some(prepared) => prepared.clone()?,
         None => prepare(args)?,
     };
@@ -229,27 +240,13 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
     };
     if !args.wait {
-        let params = SendParams {
-            session: args.session.clone(),
-            text,
-            images,
-            read_only: args.read_only,
-            policy: args.policy,
-            ..SendParams::default()
-        };
+        let params = args.params(&args.session, prepared, None);
         let prompt = tokio::select! {
             prompt = remote::ask_json::<PromptSend>(&mut client, &params) => prompt?,
             signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
         };
-        if args.json {
-            print_json(&prompt);
-        } else {
-            println!(
-                "{} {}",
-                remote::text(&prompt, "id"),
-                remote::text(&prompt, "status")
-            );
-        }
+        print_sent(args.json, &prompt)
+            .map_err(|error| CliError::failure(format!("writing the answer: {error}")))?;
         return Ok(Exit::success());
     }
 
@@ -257,15 +254,7 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         claimed = claim(&mut client, &args.session, args.take_over) => claimed?,
         signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
     };
-    let params = SendParams {
-        session: session.id.clone(),
-        text,
-        images,
-        read_only: args.read_only,
-        policy: args.policy,
-        generation: Some(generation),
-        exec: None,
-    };
+    let params = args.params(&session.id, prepared, Some(generation));
     let outcome = tokio::select! {
         outcome = send_and_follow(context, &mut client, &session, params) => outcome,
         signal = interrupts.recv() => {

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use crate::actors::shared::Published;
-use crate::store::events;
 use crate::store::events::Event;
 use crate::Corral;
 
@@ -62,12 +61,10 @@ impl Scope {
 
     /// Stored events of this scope with a cursor in `(after, before)`, in order.
     fn read(&self, corral: &Corral, after: i64, before: i64) -> Option<Vec<Event>> {
-        let read = corral.read(|connection| match self {
-            Scope::Session(id) => {
-                events::events_between(connection, id, after, before, REPLAY_PAGE)
-            }
-            Scope::All => events::feed_between(connection, after, before, REPLAY_PAGE),
-        });
+        let read = match self {
+            Scope::Session(id) => corral.events_between(id, after, before, REPLAY_PAGE),
+            Scope::All => corral.feed_between(after, before, REPLAY_PAGE),
+        };
         match read {
             Ok(page) => Some(page),
             Err(error) => {

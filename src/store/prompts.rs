@@ -678,6 +678,15 @@ pub fn busy_prompt(connection: &Conn, session_id: &str) -> sql::Result<Option<Pr
     }
 }
 
+/// The ids of the prompts that start with `prefix`, in order, at most `limit`.
+pub fn ids_starting(connection: &Conn, prefix: &str, limit: i64) -> sql::Result<Vec<String>> {
+    connection.rows(
+        "SELECT id FROM prompts WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3",
+        args![prefix, format!("{prefix}\u{7f}"), limit],
+        |row| row.get::<String>(0),
+    )
+}
+
 pub fn prompt(connection: &Conn, id: &str) -> sql::Result<Option<Prompt>> {
     connection
         .row(

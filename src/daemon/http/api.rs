@@ -14,8 +14,6 @@ use super::routes::{self, Kind, Route, Serve};
 use super::{HttpContext, MAX_BODY};
 use crate::daemon::methods;
 use crate::protocol::{code, RpcError, MAX_EXEC_ID};
-use crate::store::events;
-use crate::store::sql::{args, OptionalExt};
 
 /// The page, with `{{CSRF_TOKEN}}` where its login's CSRF token goes.
 const INDEX: &str = include_str!("assets/index.html");
@@ -648,19 +646,11 @@ async fn check_exec(
 ) -> Result<(), RpcError> {
     let corral = shared.corral.clone();
     let id = exec_id.to_string();
-    let row = web::block(move || {
-        corral.read(|c| {
-            c.row(
-                "SELECT pid, completed_at FROM execs WHERE id = ?1",
-                args![&id],
-                |row| Ok((row.get::<Option<i64>>(0)?, row.get::<Option<i64>>(1)?)),
-            )
-            .optional()
-        })
-    })
-    .await
-    .map_err(|_| RpcError::new(code::INTERNAL, "the exec's read did not finish"))?
-    .map_err(RpcError::from)?;
+    let row = web::block(move || corral.exec(&id))
+        .await
+        .map_err(|_| RpcError::new(code::INTERNAL, "the exec's read did not finish"))?
+        .map_err(RpcError::from)?
+        .map(|exec| (exec.pid, exec.completed_at));
     let shown = cut(exec_id, 80);
     match row {
         None => Err(RpcError::new(
@@ -799,9 +789,7 @@ async fn events_page(route: &Route, request: &HttpRequest) -> HttpResponse {
     let read = web::block(move || -> Result<Value, RpcError> {
         let session = methods::resolve_session(&corral, &selector)?;
         let after = i64::try_from(after).unwrap_or(i64::MAX);
-        let events = corral
-            .read(|c| events::events_after(c, &session.id, after, limit as usize))
-            .map_err(RpcError::from)?;
+        let events = corral.events_after(&session.id, after, limit as usize)?;
         let next_after = events.last().map_or(after, |event| event.seq);
         Ok(json!({
             "session": session.id,

@@ -2,10 +2,8 @@
 
 use serde_json::json;
 
-use super::{resolve_session, store_error, Caller, Serve};
-use crate::actors::ledger::{ClaimDriver, ReleaseDriver};
+use super::{resolve_session, Caller, Serve};
 use crate::protocol::*;
-use crate::store::drivers;
 use crate::store::drivers::ClaimRefused;
 use crate::store::sql::args;
 
@@ -65,14 +63,10 @@ impl Serve for DriverClaim {
             )
         })?;
         let home = context.home.clone();
+        let is_live = Box::new(move |exec: &str| exec_is_live(&home, exec));
         let claimed = context
             .corral
-            .write(ClaimDriver {
-                session_id: session.id,
-                exec_id,
-                take_over: p.take_over,
-                is_live: Box::new(move |exec| exec_is_live(&home, exec)),
-            })
+            .claim_driver(&session.id, &exec_id, p.take_over, is_live)
             .await?;
         match claimed {
             Ok(claim) => Ok((&claim).into()),
@@ -89,12 +83,7 @@ impl Serve for DriverRelease {
     async fn serve(caller: &Caller, p: ReleaseParams) -> Result<Option<Claim>, RpcError> {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
-        let released = corral
-            .write(ReleaseDriver {
-                session_id: session.id,
-                generation: p.generation,
-            })
-            .await?;
+        let released = corral.release_driver(&session.id, p.generation).await?;
         Ok(released.as_ref().map(Claim::from))
     }
 }
@@ -103,9 +92,7 @@ impl Serve for DriverShow {
     async fn serve(caller: &Caller, p: SessionSelector) -> Result<Option<Claim>, RpcError> {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
-        let claim = corral
-            .read(|c| drivers::driver_claim(c, &session.id))
-            .map_err(store_error)?;
+        let claim = corral.driver(&session.id)?;
         Ok(claim.as_ref().map(Claim::from))
     }
 }

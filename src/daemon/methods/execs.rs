@@ -7,7 +7,6 @@ use std::future::Future;
 use serde_json::Value;
 
 use super::{Caller, Serve};
-use crate::actors::ledger::{CompleteExec, RecordExec};
 use crate::protocol::*;
 use crate::store::exec::{ExecCompletion, Outcome};
 
@@ -51,7 +50,7 @@ impl Serve for ExecStart {
         let id = record.id.clone();
         caller
             .corral()
-            .write(RecordExec(record.into_new_exec(None)))
+            .record_exec(record.into_new_exec(None))
             .await
             .map_err(|error| not_recorded(&id, error))?;
         caller.exec_started.set(true);
@@ -76,10 +75,7 @@ impl Serve for ExecEnd {
         };
         caller
             .corral()
-            .write(CompleteExec {
-                id: p.id.clone(),
-                completion,
-            })
+            .complete_exec(&p.id, completion)
             .await
             .map_err(|error| not_recorded(&p.id, error))?;
         caller.exec_started.set(false);
@@ -115,7 +111,7 @@ pub(super) async fn record_around(
 ) -> Result<Value, RpcError> {
     let corral = caller.corral();
     let id = record.id.clone();
-    let start = corral.write(RecordExec(record.into_new_exec(None)));
+    let start = corral.record_exec(record.into_new_exec(None));
     let (started, answered) = tokio::join!(start, served);
     if let Err(error) = started {
         tracing::warn!(%error, exec = id, "a client's exec was not recorded");
@@ -142,13 +138,7 @@ pub(super) async fn record_around(
         outcome: Outcome::of_exit_code(exit_code),
         signal: None,
     };
-    if let Err(error) = corral
-        .write(CompleteExec {
-            id: id.clone(),
-            completion,
-        })
-        .await
-    {
+    if let Err(error) = corral.complete_exec(&id, completion).await {
         // Left open: `monitor prune` closes it as lost once its process is gone.
         tracing::warn!(%error, exec = id, "a client's exec end was not recorded");
     }

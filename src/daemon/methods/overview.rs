@@ -3,7 +3,7 @@
 //! reads are `store::overview`'s, shared with `corral monitor`; `execs.list` only reads, so
 //! the CLI answers it from the store too when no daemon runs (`cli::local`).
 
-use super::{store_error, Caller, Inspect, Serve, STATUS_WAITERS};
+use super::{Caller, Inspect, Serve, STATUS_WAITERS};
 use crate::protocol::*;
 use crate::store::exec::{Cursor, Outcome, OutcomeFilter};
 use crate::store::overview::{self, ExecQuery, PageError};
@@ -19,9 +19,7 @@ pub const EXECS_PAGE: u64 = 50;
 impl Serve for Overview {
     async fn serve(caller: &Caller, _: NoParams) -> Result<OverviewResult, RpcError> {
         let corral = &caller.context.corral;
-        let read = corral
-            .read(|c| overview::read(c, true))
-            .map_err(store_error)?;
+        let read = corral.overview()?;
         let slots = corral.slot_summary(STATUS_WAITERS).await;
         Ok(OverviewResult::new(read, slots))
     }

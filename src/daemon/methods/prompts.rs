@@ -6,25 +6,18 @@ use super::{resolve_session, select, store_error, Caller, Serve};
 use crate::protocol::*;
 use crate::store::prompts;
 use crate::store::prompts::NewPrompt;
-use crate::store::sql::args;
 use crate::{Corral, CorralError};
 
 /// A prompt by its id or a unique id prefix.
 pub(crate) fn resolve_prompt(corral: &Corral, selector: &str) -> Result<prompts::Prompt, RpcError> {
     let selector = selector.trim();
+    // Eleven: enough to say a prefix is ambiguous and name ten candidates.
     let found = corral
-        .read(|c| {
-            c.rows(
-                "SELECT id FROM prompts WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 11",
-                args![selector, format!("{selector}\u{7f}")],
-                |row| row.get::<String>(0),
-            )
-        })
+        .read(|c| prompts::ids_starting(c, selector, 11))
         .map_err(store_error)?;
     let id = select("prompt", selector, found, |id| id.as_str(), |_| None)?;
     corral
-        .read(|c| prompts::prompt(c, &id))
-        .map_err(store_error)?
+        .prompt(&id)?
         .ok_or_else(|| RpcError::new(code::NOT_FOUND, format!("No prompt matches '{selector}'")))
 }
 
@@ -95,9 +88,7 @@ impl Serve for PromptCancel {
             Ok(prompt) => vec![prompt],
             Err(error) if error.code == code::NOT_FOUND => {
                 let session = resolve_session(corral, target)?;
-                let prompts = corral
-                    .read(|c| prompts::prompts_of(c, &session.id))
-                    .map_err(store_error)?;
+                let prompts = corral.prompts_of(&session.id)?;
                 prompts
                     .into_iter()
                     .filter(|p| !p.status.is_final())

@@ -8,7 +8,6 @@ use super::{
     check_title, project_of, read, resolve_project, resolve_session, session_of, Caller, Inspect,
     Serve,
 };
-use crate::actors::ledger::{ChangeSession, WaveNamed};
 use crate::protocol::*;
 use crate::store::sessions::NewSession;
 use crate::store::sql::Conn as Store;
@@ -68,14 +67,7 @@ impl Serve for SessionNew {
         let wave_id = match &p.wave {
             Some(name) => {
                 let repo = crate::repo::toplevel_text(std::path::Path::new(&project.path));
-                Some(
-                    corral
-                        .write(WaveNamed {
-                            name: name.clone(),
-                            repo,
-                        })
-                        .await?,
-                )
+                Some(corral.name_wave(name, repo).await?)
             }
             None => None,
         };
@@ -174,12 +166,7 @@ async fn rename(
 ) -> Result<Session, RpcError> {
     let changed = caller
         .corral()
-        .write(ChangeSession {
-            id: session.id,
-            title: Some(title),
-            policy: None,
-            archive: false,
-        })
+        .rename_session(&session.id, &title)
         .await?
         .ok_or_else(|| RpcError::new(code::NOT_FOUND, "the session is gone"))?;
     Ok((&changed).into())

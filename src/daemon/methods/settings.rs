@@ -1,6 +1,6 @@
 //! Settings: `settings.get`, `settings.list`, `settings.set`.
 
-use super::{read, store_error, Caller, Inspect, Serve};
+use super::{read, Caller, Inspect, Serve};
 use crate::protocol::*;
 use crate::store::settings::{self, KNOWN};
 use crate::store::sql::{self, args, Conn as Store};
@@ -63,9 +63,7 @@ impl Serve for SettingsSet {
             ));
         }
         corral.set_setting(name, p.value.as_deref()).await?;
-        let value = corral
-            .read(|c| Ok(settings::get(c, name)))
-            .map_err(store_error)?;
+        let value = corral.setting(name)?;
         Ok(StoredSetting {
             name: p.name,
             value,
