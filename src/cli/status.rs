@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::remote::{self, print_json, text, Source};
 use super::{CliError, Context, Exit};
+use crate::protocol::slots::{Blocker, SlotOwner, SlotSummary, WaitingEntry};
+use crate::protocol::status::{DaemonStatus, StatusResult};
 use crate::protocol::{Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
@@ -43,52 +45,57 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         print_json(&status);
         return Ok(Exit::success());
     }
-    let daemon = &status["daemon"];
-    let stopping = if daemon["shutting_down"].as_bool() == Some(true) {
-        " (shutting down)"
-    } else {
-        ""
-    };
-    println!(
-        "daemon:   pid {}, corral {}{stopping}",
-        daemon["pid"].as_u64().unwrap_or(0),
-        text(daemon, "version")
-    );
-    println!("home:     {}", text(daemon, "home"));
-    if let Some(store) = store_line(&status) {
+    // `--json` printed what the daemon said; the words below read what it means.
+    let status: StatusResult = serde_json::from_value(status)
+        .map_err(|error| CliError::failure(format!("the daemon's status reads wrong: {error}")))?;
+    if let Some(daemon) = &status.daemon {
+        let stopping = if daemon.shutting_down {
+            " (shutting down)"
+        } else {
+            ""
+        };
+        println!(
+            "daemon:   pid {}, corral {}{stopping}",
+            daemon.pid, daemon.version
+        );
+        println!("home:     {}", daemon.home);
+    }
+    if let Some(store) = store_line(&status.store) {
         println!("store:    {store}");
     }
-    for line in daemon_lines(&status) {
+    for line in daemon_lines(&status.daemons) {
         println!("{line}");
     }
-    if let Some(http) = http_line(&status) {
+    if let Some(http) = http_line(&status.http) {
         println!("http:     {http}");
     }
-    println!("sessions: {}", status["sessions"].as_u64().unwrap_or(0));
-    println!("working:  {}", status["working"].as_u64().unwrap_or(0));
-    println!("slots:    {}", slots(&status["slots"]));
-    let slots = &status["slots"];
-    let shown = slots["waiting"].as_array().cloned().unwrap_or_default();
-    for waiter in &shown {
-        println!("waiting:  {}", waiter_line(waiter));
+    println!("sessions: {}", status.sessions);
+    println!("working:  {}", status.working);
+    match &status.slots {
+        Some(slots) => {
+            println!("slots:    {}", slots_line(slots));
+            for waiter in &slots.waiting {
+                println!("waiting:  {}", waiter_line(waiter));
+            }
+            if slots.waiting_count > slots.waiting.len() {
+                println!(
+                    "          … and {} more waiting (status --json --waiters N lists more)",
+                    slots.waiting_count - slots.waiting.len()
+                );
+            }
+        }
+        None => println!("slots:    unknown"),
     }
-    let count = waiting_count(slots);
-    if count > shown.len() {
-        println!(
-            "          … and {} more waiting (status --json --waiters N lists more)",
-            count - shown.len()
-        );
-    }
-    for server in status["app_servers"].as_array().into_iter().flatten() {
+    for server in &status.app_servers {
         println!("app-server: {}", app_server(server));
     }
-    for kept in status["kept"].as_array().into_iter().flatten() {
+    for kept in &status.kept {
         println!(
             "kept:     pid {} (run {}, session {}): {}",
-            kept["pid"].as_i64().unwrap_or(0),
-            short(text(kept, "run_id")),
-            short(text(kept, "session_id")),
-            text(kept, "command")
+            kept.pid,
+            short(&kept.run_id),
+            short(&kept.session_id),
+            kept.command
         );
     }
     Ok(Exit::success())
@@ -99,7 +106,8 @@ fn short(id: &str) -> &str {
     id.get(..13).unwrap_or(id)
 }
 
-/// `project 0193…: running, pid 123, generation 4, 2 restarts in the last minute`.
+/// `project 0193…: running, pid 123, generation 4, 2 restarts in the last minute` (an
+/// app-server child as its actor reports it: `AppServerState::to_json`).
 fn app_server(server: &Value) -> String {
     let status = match &server["status"] {
         Value::String(status) => status.clone(),
@@ -121,109 +129,92 @@ fn app_server(server: &Value) -> String {
     )
 }
 
-/// `fake 1/3, codex 0/3 (others 3 each), total 4, 2 waiting`.
-fn slots(slots: &Value) -> String {
-    if slots.is_null() {
-        return "unknown".into();
-    }
-    let limits = &slots["limits"];
-    let default = limits["default_per_engine"].as_u64().unwrap_or(0);
-    let running = slots["running_per_engine"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    let per_engine = limits["per_engine"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    let mut engines: Vec<&String> = running.keys().chain(per_engine.keys()).collect();
+/// `fake 1/3, codex 0/3, others 3 each; total 4; 2 waiting`.
+fn slots_line(slots: &SlotSummary) -> String {
+    let limits = &slots.limits;
+    let mut engines: Vec<&String> = slots
+        .running_per_engine
+        .keys()
+        .chain(limits.per_engine.keys())
+        .collect();
     engines.sort();
     engines.dedup();
     let mut parts: Vec<String> = engines
         .iter()
         .map(|engine| {
-            let limit = per_engine
+            let limit = limits
+                .per_engine
                 .get(*engine)
-                .and_then(Value::as_u64)
-                .unwrap_or(default);
-            let busy = running.get(*engine).and_then(Value::as_u64).unwrap_or(0);
+                .copied()
+                .unwrap_or(limits.default_per_engine);
+            let busy = slots.running_per_engine.get(*engine).copied().unwrap_or(0);
             format!("{engine} {busy}/{limit}")
         })
         .collect();
-    parts.push(format!("others {default} each"));
+    parts.push(format!("others {} each", limits.default_per_engine));
     let mut line = parts.join(", ");
-    match limits["total"].as_u64() {
+    match limits.total {
         Some(total) => line.push_str(&format!("; total {total}")),
         None => line.push_str("; no total limit"),
     }
-    line.push_str(&format!("; {} waiting", waiting_count(slots)));
+    line.push_str(&format!("; {} waiting", slots.waiting_count));
     line
-}
-
-/// How many wait: `waiting_count`, or the list's length from a daemon older than it.
-fn waiting_count(slots: &Value) -> usize {
-    slots["waiting_count"].as_u64().map_or_else(
-        || slots["waiting"].as_array().map_or(0, Vec::len),
-        |count| count as usize,
-    )
 }
 
 /// `session 0193… "Fix the client" (fake, project /src/api): project lock held by session
 /// 0192… "Refactor"`.
-fn waiter_line(waiter: &Value) -> String {
-    let owner = &waiter["owner"];
-    let who = match owner["label"].as_str() {
-        Some(label) => format!("session {} \"{label}\"", short(text(owner, "session"))),
-        None => format!("session {}", short(text(owner, "session"))),
+fn waiter_line(waiter: &WaitingEntry) -> String {
+    let entry = &waiter.entry;
+    let who = match &entry.owner {
+        Some(SlotOwner {
+            session,
+            label: Some(label),
+        }) => format!("session {} \"{label}\"", short(session)),
+        Some(SlotOwner { session, .. }) => format!("session {}", short(session)),
+        None => "session -".to_string(),
     };
-    let request = &waiter["request"];
     // A session in a worktree of its own locks `worktree:<its id>`, not its project's tree.
-    let project = text(request, "project");
+    let project = &entry.request.project;
     let tree = match project.strip_prefix("worktree:") {
         Some(session) => format!("worktree of session {}", short(session)),
         None => format!("project {project}"),
     };
     format!(
         "{who} ({}, {tree}): {}",
-        text(request, "engine"),
-        blocker(&waiter["blocker"])
+        entry.request.engine,
+        blocker(waiter.blocker.as_ref())
     )
 }
 
-/// What a waiter waits for, in words (the `Blocker` of `src/actors/slots/table.rs`).
-fn blocker(blocker: &Value) -> String {
-    let holder = |holder: &Value| match holder["session"].as_str() {
-        Some(session) => format!(" held by session {}", short(session)),
+/// What a waiter waits for, in words.
+fn blocker(blocker: Option<&Blocker>) -> String {
+    let held = |holder: &Option<SlotOwner>| match holder {
+        Some(holder) => format!(" held by session {}", short(&holder.session)),
         None => String::new(),
     };
-    let count = |key: &str| blocker[key].as_u64().unwrap_or(0);
-    match blocker["reason"].as_str() {
-        Some("project_lock") => format!("project lock{}", holder(&blocker["holder"])),
-        Some("group_lock") => format!(
-            "group {} lock{}",
-            text(blocker, "group"),
-            holder(&blocker["holder"])
-        ),
-        Some("engine_limit") => format!(
-            "{} limit, {}/{} running",
-            text(blocker, "engine"),
-            count("running"),
-            count("limit")
-        ),
-        Some("total_limit") => format!(
-            "total limit, {}/{} running",
-            count("running"),
-            count("limit")
-        ),
-        Some("queue") => format!("an earlier waiter{}", holder(&blocker["holder"])),
-        _ => "granted just now".into(),
+    match blocker {
+        Some(Blocker::ProjectLock { holder, .. }) => format!("project lock{}", held(holder)),
+        Some(Blocker::GroupLock { group, holder }) => {
+            format!("group {group} lock{}", held(holder))
+        }
+        Some(Blocker::EngineLimit {
+            engine,
+            limit,
+            running,
+            ..
+        }) => format!("{engine} limit, {running}/{limit} running"),
+        Some(Blocker::TotalLimit { limit, running, .. }) => {
+            format!("total limit, {running}/{limit} running")
+        }
+        Some(Blocker::Queue { holder, .. }) => format!("an earlier waiter{}", held(holder)),
+        None => "granted just now".into(),
     }
 }
 
 /// The store's line: what and where, and when writes wait for a server gone away or for a
 /// store that refuses them.
-fn store_line(status: &serde_json::Value) -> Option<String> {
-    let store = status.get("store").filter(|store| store.is_object())?;
+fn store_line(store: &Value) -> Option<String> {
+    let store = Some(store).filter(|store| store.is_object())?;
     let mut line = format!("{} {}", text(store, "kind"), text(store, "at"));
     if store["reachable"].as_bool() == Some(false) {
         line.push_str(" (cannot be reached: writes wait for it)");
@@ -236,37 +227,26 @@ fn store_line(status: &serde_json::Value) -> Option<String> {
 }
 
 /// On a shared store, a line per daemon: where it runs, its lease, what it serves.
-fn daemon_lines(status: &serde_json::Value) -> Vec<String> {
-    let Some(daemons) = status["daemons"].as_array() else {
-        return Vec::new();
-    };
+fn daemon_lines(daemons: &[DaemonStatus]) -> Vec<String> {
     daemons
         .iter()
         .map(|daemon| {
-            let lease = match (daemon["live"].as_bool(), daemon["lease_left_ms"].as_i64()) {
-                (Some(true), Some(left)) => format!("lease {:.1} s left", left as f64 / 1000.0),
+            let lease = match (daemon.live, daemon.lease_left_ms) {
+                (true, Some(left)) => format!("lease {:.1} s left", left as f64 / 1000.0),
                 (_, None) => "stopped".to_string(),
                 _ => "lease run out".to_string(),
             };
-            let serves: Vec<&str> = daemon["serves"]
-                .as_array()
-                .map(|names| names.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
             format!(
                 "daemon{} {} pid {} ({}), {lease}, {} running, serves: {}",
-                if daemon["this"].as_bool() == Some(true) {
-                    "*"
-                } else {
-                    " "
-                },
-                text(daemon, "host"),
-                daemon["pid"].as_i64().unwrap_or(0),
-                text(daemon, "home"),
-                daemon["running"].as_i64().unwrap_or(0),
-                if serves.is_empty() {
+                if daemon.this { "*" } else { " " },
+                daemon.host,
+                daemon.pid,
+                daemon.home,
+                daemon.running,
+                if daemon.serves.is_empty() {
                     "nothing".to_string()
                 } else {
-                    serves.join(", ")
+                    daemon.serves.join(", ")
                 },
             )
         })
@@ -275,8 +255,7 @@ fn daemon_lines(status: &serde_json::Value) -> Vec<String> {
 
 /// The HTTP API's line: its URL, why it does not serve, or off (`None`: a daemon that does not
 /// say, older than the HTTP API).
-fn http_line(status: &serde_json::Value) -> Option<String> {
-    let http = status.get("http")?;
+fn http_line(http: &Value) -> Option<String> {
     Some(if http.is_null() {
         "off (http.listen)".to_string()
     } else if let Some(error) = http["error"].as_str() {
@@ -294,12 +273,15 @@ mod tests {
 
     #[test]
     fn a_waiter_names_its_project_or_its_own_worktree() {
+        // As the daemon sends one (`status`'s `slots.waiting`).
         let waiter = |project: &str| {
-            json!({
+            serde_json::from_value(json!({
+                "ticket": 7,
                 "owner": { "session": "0193aaaa-bbbb-7ccc", "label": "Fix" },
-                "request": { "engine": "claude", "project": project },
+                "request": { "engine": "claude", "project": project, "groups": ["db"] },
                 "blocker": { "reason": "group_lock", "group": "db" },
-            })
+            }))
+            .unwrap()
         };
         assert_eq!(
             waiter_line(&waiter("/src/api")),
