@@ -88,6 +88,14 @@ impl Source {
         self.call_json::<M>(params).await.map_err(failure)
     }
 
+    /// [`Source::call_json`], as said and as read (see [`Answered`]).
+    pub async fn ask_answered<M: Method>(
+        &mut self,
+        params: &M::Params,
+    ) -> Result<Answered<M::Result>, CliError> {
+        Answered::read::<M>(self.ask_json::<M>(params).await?)
+    }
+
     /// Resolves a session selector, as [`session`] does through the daemon.
     pub async fn session(&mut self, selector: &str) -> Result<SessionRef, CliError> {
         let shown = self
@@ -176,6 +184,40 @@ pub async fn ask_json<M: Method>(
     client.call_json::<M>(params).await.map_err(failure)
 }
 
+/// Calls method `M`: its answer as said and as read (see [`Answered`]).
+pub async fn ask_answered<M: Method>(
+    client: &mut Client,
+    params: &M::Params,
+) -> Result<Answered<M::Result>, CliError> {
+    Answered::read::<M>(ask_json::<M>(client, params).await?)
+}
+
+/// A method's answer twice: as the daemon said it (what `--json` prints: a newer daemon's
+/// fields too, in its order) and read as the method's typed result (what a command's words
+/// are made from, so that no command reads an answer by key).
+pub struct Answered<T> {
+    pub said: Value,
+    pub result: T,
+}
+
+impl<T: serde::de::DeserializeOwned> Answered<T> {
+    fn read<M: Method<Result = T>>(said: Value) -> Result<Self, CliError> {
+        let result = crate::client::decode(M::NAME, said.clone()).map_err(failure)?;
+        Ok(Answered { said, result })
+    }
+}
+
+/// An optional text as a table shows it: `-` when there is none.
+pub fn or_dash(text: Option<&str>) -> &str {
+    text.unwrap_or("-")
+}
+
+/// An optional time as a table shows it (UTC), `-` when there is none.
+pub fn time_of(at: Option<i64>) -> String {
+    at.map(super::monitor::format_time)
+        .unwrap_or_else(|| "-".into())
+}
+
 /// Prints a method's result as pretty JSON.
 pub fn print_json(value: &Value) {
     super::monitor::print_json(value);
@@ -206,7 +248,16 @@ pub fn time(value: &Value, name: &str) -> String {
 /// prefix no other id of its kind shares, in the store when it can be read (it can, beside a
 /// daemon: readers never disturb it), else among `values`.
 pub fn short_ids(context: &Context, kind: IdKind, values: &[Value], name: &str) -> ShortIds {
-    let ids = || values.iter().map(|value| text(value, name));
+    short_ids_of(context, kind, values.iter().map(|value| text(value, name)))
+}
+
+/// [`short_ids`] of these ids.
+pub fn short_ids_of<'a>(
+    context: &Context,
+    kind: IdKind,
+    ids: impl Iterator<Item = &'a str> + Clone,
+) -> ShortIds {
+    let ids = || ids.clone();
     let connection = context.reader().ok();
     ShortIds::of(connection.as_ref(), kind, ids())
         .or_else(|_| ShortIds::of(None, kind, ids()))

@@ -11,10 +11,10 @@ pub mod worktree;
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
-use super::remote::{self, cut, first_line, one_line, print_json, short_ids, text, time};
+use super::remote::{self, cut, first_line, one_line, or_dash, print_json, short_ids_of, time_of};
 use super::{CliError, Context, Exit};
+use crate::protocol::projects::Project;
+use crate::protocol::sessions::{Session, SessionShowResult};
 use crate::protocol::{
     ProjectList, ProjectListParams, SessionList, SessionListParams, SessionNew, SessionNewParams,
     SessionRename, SessionRenameParams, SessionSelector, SessionShow,
@@ -156,11 +156,11 @@ async fn new(context: &Context, new: &NewArgs) -> Result<Exit, CliError> {
     };
     // A change: through the daemon, which is started when none runs.
     let mut client = remote::connect(context).await?;
-    let session = remote::ask_json::<SessionNew>(&mut client, &params).await?;
+    let session = remote::ask_answered::<SessionNew>(&mut client, &params).await?;
     if new.json {
-        print_json(&session);
+        print_json(&session.said);
     } else {
-        println!("{}", text(&session, "id"));
+        println!("{}", session.result.id);
     }
     Ok(Exit::success())
 }
@@ -171,14 +171,14 @@ async fn rename(context: &Context, rename: &RenameArgs) -> Result<Exit, CliError
         title: rename.title.clone(),
     };
     let mut client = remote::connect(context).await?;
-    let session = remote::ask_json::<SessionRename>(&mut client, &params).await?;
+    let session = remote::ask_answered::<SessionRename>(&mut client, &params).await?;
     if rename.json {
-        print_json(&session);
+        print_json(&session.said);
     } else {
         println!(
             "session {} is now titled '{}'",
-            text(&session, "id"),
-            text(&session, "title")
+            session.result.id,
+            or_dash(session.result.title.as_deref())
         );
     }
     Ok(Exit::success())
@@ -190,55 +190,46 @@ async fn list(context: &Context, list: &ListArgs) -> Result<Exit, CliError> {
         all: Some(list.all),
         project: list.project.clone(),
     };
-    let sessions = source.ask_json::<SessionList>(&params).await?;
+    let sessions = source.ask_answered::<SessionList>(&params).await?;
     if list.json {
-        print_json(&sessions);
+        print_json(&sessions.said);
         return Ok(Exit::success());
     }
     let projects = source
-        .ask_json::<ProjectList>(&ProjectListParams { all: Some(true) })
-        .await?
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    print_list(
-        context,
-        sessions.as_array().map(Vec::as_slice).unwrap_or(&[]),
-        &projects,
-    );
+        .ask::<ProjectList>(&ProjectListParams { all: Some(true) })
+        .await?;
+    print_list(context, &sessions.result, &projects);
     Ok(Exit::success())
 }
 
 async fn show(context: &Context, show: &ShowArgs) -> Result<Exit, CliError> {
     let mut source = remote::inspect(context).await?;
     let shown = source
-        .ask_json::<SessionShow>(&SessionSelector::new(&show.session))
+        .ask_answered::<SessionShow>(&SessionSelector::new(&show.session))
         .await?;
     if show.json {
-        print_json(&shown);
+        print_json(&shown.said);
     } else {
-        print_shown(context, &shown);
+        print_shown(context, &shown.result);
     }
     Ok(Exit::success())
 }
 
-fn print_list(context: &Context, sessions: &[Value], projects: &[Value]) {
+fn print_list(context: &Context, sessions: &[Session], projects: &[Project]) {
     if sessions.is_empty() {
         println!("(no sessions; open one with `corral session new PROJECT`)");
         return;
     }
-    let short = short_ids(context, IdKind::Session, sessions, "id");
-    let width = short.width(sessions.iter().map(|session| text(session, "id")));
+    let ids = sessions.iter().map(|session| session.id.as_str());
+    let short = short_ids_of(context, IdKind::Session, ids.clone());
+    let width = short.width(ids);
     let names: HashMap<&str, &str> = projects
         .iter()
-        .map(|project| (text(project, "id"), text(project, "name")))
+        .map(|project| (project.id.as_str(), project.name.as_str()))
         .collect();
     // A BRANCH column only when a listed session has one (a worktree project's).
-    let branches = worktree::BranchColumn::of(
-        sessions
-            .iter()
-            .map(|session| session.get("branch").and_then(Value::as_str)),
-    );
+    let branches =
+        worktree::BranchColumn::of(sessions.iter().map(|session| session.branch.as_deref()));
     println!(
         "{:<width$}  {:<16}  {:<8}  {:<19}  {}TITLE",
         "ID",
@@ -248,78 +239,86 @@ fn print_list(context: &Context, sessions: &[Value], projects: &[Value]) {
         branches.header()
     );
     for session in sessions {
-        let project = names
-            .get(text(session, "project_id"))
+        let project = session
+            .project_id
+            .as_deref()
+            .and_then(|id| names.get(id))
             .copied()
             .unwrap_or("-");
-        let mut title = cut(&one_line(text(session, "title")), 60);
-        if session.get("archived_at").is_some_and(|at| !at.is_null()) {
+        let mut title = cut(&one_line(or_dash(session.title.as_deref())), 60);
+        if session.archived_at.is_some() {
             title.push_str(" (archived)");
         }
         println!(
             "{:<width$}  {:<16}  {:<8}  {:<19}  {}{}",
-            short.get(text(session, "id")),
+            short.get(&session.id),
             project,
-            text(session, "engine"),
-            time(session, "created_at"),
-            branches.cell(session.get("branch").and_then(Value::as_str)),
+            session.engine.as_str(),
+            time_of(Some(session.created_at)),
+            branches.cell(session.branch.as_deref()),
             title
         );
     }
 }
 
-fn print_shown(context: &Context, shown: &Value) {
-    let session = &shown["session"];
-    let title = match session.get("title_source").and_then(Value::as_str) {
-        Some(source) => format!("{} ({source})", text(session, "title")),
-        None => text(session, "title").to_string(),
+fn print_shown(context: &Context, shown: &SessionShowResult) {
+    let detail = &shown.session;
+    let session = &detail.session;
+    let title = or_dash(session.title.as_deref());
+    let title = match &session.title_source {
+        Some(source) => format!("{title} ({source})"),
+        None => title.to_string(),
     };
-    println!("id:        {}", text(session, "id"));
+    println!("id:        {}", session.id);
     println!("title:     {title}");
     // The daemon's word for where it stands, as every surface shows it.
-    if let Some(state) = shown["state"]["state"].as_str() {
+    if let Some(state) = &shown.state {
         println!(
-            "state:     {state} · {}",
-            one_line(text(&shown["state"], "reason"))
+            "state:     {} · {}",
+            state.state.as_str(),
+            one_line(&state.reason)
         );
     }
-    if let Some(policy) = session["policy"].as_str() {
-        println!("policy:    {policy}");
+    if let Some(policy) = session.policy {
+        println!("policy:    {}", policy.as_str());
     }
-    println!("project:   {}", text(session, "project_id"));
-    println!("engine:    {}", text(session, "engine"));
-    println!("model:     {}", text(session, "model"));
-    println!("effort:    {}", text(session, "reasoning_effort"));
-    println!("thread:    {}", text(session, "thread_id"));
-    println!("task:      {}", text(session, "task"));
-    println!("wave:      {}", text(session, "wave_id"));
+    println!("project:   {}", or_dash(session.project_id.as_deref()));
+    println!("engine:    {}", session.engine.as_str());
+    println!("model:     {}", or_dash(session.model.as_deref()));
+    println!(
+        "effort:    {}",
+        or_dash(session.reasoning_effort.as_deref())
+    );
+    println!("thread:    {}", or_dash(session.thread_id.as_deref()));
+    println!("task:      {}", or_dash(session.task.as_deref()));
+    println!("wave:      {}", or_dash(session.wave_id.as_deref()));
     for line in worktree::shown_lines(session) {
         println!("{line}");
     }
-    println!("created:   {} UTC", time(session, "created_at"));
-    println!("archived:  {}", time(session, "archived_at"));
-    println!(
-        "events:    {}",
-        session["last_event_seq"].as_i64().unwrap_or(0)
-    );
-    let driver = &shown["driver"];
-    match driver.get("exec_id").and_then(Value::as_str) {
-        Some(exec) => println!(
-            "driver:    exec {exec} (generation {})",
-            driver["generation"].as_i64().unwrap_or(0)
-        ),
+    println!("created:   {} UTC", time_of(Some(session.created_at)));
+    println!("archived:  {}", time_of(session.archived_at));
+    println!("events:    {}", session.last_event_seq);
+    let driver = shown.driver.as_ref().and_then(|driver| {
+        let exec = driver.exec_id.as_deref()?;
+        Some((exec, driver.generation))
+    });
+    match driver {
+        Some((exec, generation)) => {
+            println!("driver:    exec {exec} (generation {generation})")
+        }
         None => println!("driver:    none"),
     }
-    let prompts = shown["prompts"].as_array().cloned().unwrap_or_default();
+    let prompts = &shown.prompts;
     println!("prompts:   {}", prompts.len());
-    let short = short_ids(context, IdKind::Prompt, &prompts, "id");
-    let width = short.width(prompts.iter().map(|prompt| text(prompt, "id")));
-    for prompt in &prompts {
+    let ids = prompts.iter().map(|prompt| prompt.id.as_str());
+    let short = short_ids_of(context, IdKind::Prompt, ids.clone());
+    let width = short.width(ids);
+    for prompt in prompts {
         println!(
             "  {:<width$}  {:<9}  {}",
-            short.get(text(prompt, "id")),
-            text(prompt, "status"),
-            cut(first_line(text(prompt, "text")), 70)
+            short.get(&prompt.id),
+            prompt.status.as_str(),
+            cut(first_line(&prompt.text), 70)
         );
     }
 }

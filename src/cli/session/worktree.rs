@@ -10,8 +10,9 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use crate::cli::remote::{self, cut, print_json, text};
+use crate::cli::remote::{self, cut, or_dash, print_json, text};
 use crate::cli::{CliError, Context, Exit};
+use crate::protocol::sessions::Session;
 use crate::protocol::{
     SessionArchive, SessionArchiveParams, SessionDiff, SessionDiffParams, SessionMerge,
     SessionMergeParams, SessionRecreate, SessionSelector,
@@ -264,34 +265,33 @@ fn state_words(state: &str, id: &str) -> String {
 }
 
 /// The worktree's lines of `session show` (labels as wide as the others there).
-pub fn shown_lines(session: &Value) -> Vec<String> {
-    let Some(path) = session.get("worktree").and_then(Value::as_str) else {
+pub fn shown_lines(session: &Session) -> Vec<String> {
+    let Some(path) = &session.worktree else {
         return vec!["worktree:  none (it runs in its project's path)".into()];
     };
-    let id = text(session, "id");
     vec![
         format!(
             "worktree:  {path} ({})",
-            state_words(text(session, "worktree_state"), id)
+            state_words(or_dash(session.worktree_state.as_deref()), &session.id)
         ),
-        format!("branch:    {}", text(session, "branch")),
+        format!("branch:    {}", or_dash(session.branch.as_deref())),
         format!(
             "base:      {} ({})",
-            text(session, "base"),
-            short_commit(text(session, "base_commit"))
+            or_dash(session.base.as_deref()),
+            short_commit(or_dash(session.base_commit.as_deref()))
         ),
     ]
 }
 
 /// `history`'s line under its header, for a session with a worktree.
-pub fn history_line(session: &Value) -> Option<String> {
-    let path = session.get("worktree").and_then(Value::as_str)?;
+pub fn history_line(session: &Session) -> Option<String> {
+    let path = session.worktree.as_ref()?;
     Some(format!(
         "branch {} from {} ({}), worktree {path} ({})",
-        text(session, "branch"),
-        text(session, "base"),
-        short_commit(text(session, "base_commit")),
-        text(session, "worktree_state"),
+        or_dash(session.branch.as_deref()),
+        or_dash(session.base.as_deref()),
+        short_commit(or_dash(session.base_commit.as_deref())),
+        or_dash(session.worktree_state.as_deref()),
     ))
 }
 
@@ -401,8 +401,25 @@ mod tests {
         );
     }
 
+    /// A session as the daemon answers it, with `fields` over a plain one's.
+    fn typed(fields: Value) -> crate::protocol::sessions::Session {
+        let mut session = json!({
+            "id": "s", "project_id": "p", "engine": "fake", "model": null,
+            "reasoning_effort": null, "thread_id": null, "resume_point": null, "title": null,
+            "title_source": null, "status": "idle", "task": null, "wave_id": null,
+            "created_at": 0, "archived_at": null, "last_event_seq": 0,
+            "compacted_message_count": null, "compacted_character_count": null,
+            "compacted_at": null, "policy": null,
+        });
+        for (key, value) in fields.as_object().unwrap() {
+            session[key] = value.clone();
+        }
+        serde_json::from_value(session).unwrap()
+    }
+
     #[test]
     fn show_and_history_carry_path_branch_base_and_state() {
+        let worktree_session = |state: &str| typed(worktree_session(state));
         let lines = shown_lines(&worktree_session("ready"));
         assert_eq!(
             lines,
@@ -418,14 +435,14 @@ mod tests {
             "{missing:?}"
         );
         assert_eq!(
-            shown_lines(&json!({"id": "s", "worktree": null})),
+            shown_lines(&typed(json!({"id": "s", "worktree": null}))),
             ["worktree:  none (it runs in its project's path)"]
         );
         assert_eq!(
             history_line(&worktree_session("kept")).unwrap(),
             "branch corral/fix-1234abcd from main (0123456), worktree /w/p/fix-1234abcd (kept)"
         );
-        assert!(history_line(&json!({"id": "s"})).is_none());
+        assert!(history_line(&typed(json!({"id": "s"}))).is_none());
     }
 
     #[test]
