@@ -10,17 +10,17 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::engine::Policy;
-use clap::ArgAction;
-use serde_json::Value;
-
-use super::remote::{self, absolute, print_json, text, time};
+use super::remote::{self, absolute, or_dash, print_json, time_of, Answered};
 use super::{CliError, Context, Exit};
+use crate::engine::Policy;
+use crate::protocol::projects::Project;
 use crate::protocol::{
     ProjectAdd, ProjectAddParams, ProjectArchive, ProjectArchiveParams, ProjectList,
     ProjectListParams, ProjectSelector, ProjectSet, ProjectSetParams, ProjectShow,
 };
+use crate::store::projects::AgentsScope;
 use crate::store::select::IdKind;
+use clap::ArgAction;
 
 #[derive(Debug, clap::Args)]
 pub struct ProjectArgs {
@@ -179,7 +179,7 @@ pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliE
         ProjectAction::Show(show) => {
             let mut source = remote::inspect(context).await?;
             let project = source
-                .ask_json::<ProjectShow>(&ProjectSelector::new(&show.project))
+                .ask_answered::<ProjectShow>(&ProjectSelector::new(&show.project))
                 .await?;
             print(&project, show.json);
             Ok(Exit::success())
@@ -188,15 +188,12 @@ pub async fn execute(context: &Context, args: &ProjectArgs) -> Result<Exit, CliE
         ProjectAction::Archive(archive) => {
             let mut client = remote::connect(context).await?;
             let params = ProjectArchiveParams::new(&archive.project);
-            let project = remote::ask_json::<ProjectArchive>(&mut client, &params).await?;
+            let project = remote::ask_answered::<ProjectArchive>(&mut client, &params).await?;
             if archive.json {
-                print_json(&project);
+                print_json(&project.said);
             } else {
-                println!(
-                    "archived project {} ({})",
-                    text(&project, "name"),
-                    text(&project, "id")
-                );
+                let project = &project.result;
+                println!("archived project {} ({})", project.name, project.id);
             }
             Ok(Exit::success())
         }
@@ -220,21 +217,19 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         setup: args.setup.clone(),
     };
     let mut client = remote::connect(context).await?;
-    let project = remote::ask_json::<ProjectAdd>(&mut client, &params).await?;
+    let answered = remote::ask_answered::<ProjectAdd>(&mut client, &params).await?;
+    let project = &answered.result;
     if args.isolation.is_none() {
-        if let Some(note) = shared_note(&project, crate::repo::toplevel(&args.path).is_some()) {
+        if let Some(note) = shared_note(project, crate::repo::toplevel(&args.path).is_some()) {
             say!("{note}");
         }
     }
     if args.json {
-        print_json(&project);
+        print_json(&answered.said);
     } else {
         println!(
             "added project {} ({}) at {}, isolation {}",
-            text(&project, "name"),
-            text(&project, "id"),
-            text(&project, "path"),
-            isolation(&project)
+            project.name, project.id, project.path, project.isolation
         );
     }
     Ok(Exit::success())
@@ -242,41 +237,42 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
 
 async fn list(context: &Context, args: &ListArgs) -> Result<Exit, CliError> {
     let mut source = remote::inspect(context).await?;
-    let projects = source
-        .ask_json::<ProjectList>(&ProjectListParams {
+    let answered = source
+        .ask_answered::<ProjectList>(&ProjectListParams {
             all: Some(args.all),
         })
         .await?;
     if args.json {
-        print_json(&projects);
+        print_json(&answered.said);
         return Ok(Exit::success());
     }
-    let projects = projects.as_array().cloned().unwrap_or_default();
+    let projects = answered.result;
     if projects.is_empty() {
         println!("(no projects; add one with `corral project add NAME PATH`)");
         return Ok(Exit::success());
     }
     // Unique prefixes, as every table's ids (`store::select::ShortIds`).
-    let short = remote::short_ids(context, IdKind::Project, &projects, "id");
-    let width = short.width(projects.iter().map(|project| text(project, "id")));
+    let ids = projects.iter().map(|project| project.id.as_str());
+    let short = remote::short_ids_of(context, IdKind::Project, ids.clone());
+    let width = short.width(ids);
     println!(
         "{:<width$}  {:<16}  {:<8}  {:<6}  {:<9}  {:<16}  PATH",
         "ID", "NAME", "ENGINE", "KIND", "ISOLATION", "GROUPS"
     );
     for project in &projects {
-        let mut name = text(project, "name").to_string();
-        if project.get("archived_at").is_some_and(|at| !at.is_null()) {
+        let mut name = project.name.clone();
+        if project.archived_at.is_some() {
             name.push_str(" (archived)");
         }
         println!(
             "{:<width$}  {:<16}  {:<8}  {:<6}  {:<9}  {:<16}  {}",
-            short.get(text(project, "id")),
+            short.get(&project.id),
             name,
-            text(project, "engine"),
-            text(project, "kind"),
-            isolation(project),
+            engine(project),
+            project.kind,
+            project.isolation,
             groups(project),
-            text(project, "path"),
+            project.path,
         );
     }
     Ok(Exit::success())
@@ -334,90 +330,83 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         setup: args.setup.clone(),
     };
     let mut client = remote::connect(context).await?;
-    let project = remote::ask_json::<ProjectSet>(&mut client, &params).await?;
+    let project = remote::ask_answered::<ProjectSet>(&mut client, &params).await?;
     print(&project, args.json);
     Ok(Exit::success())
 }
 
-fn groups(project: &Value) -> String {
-    let groups: Vec<&str> = project
-        .get("groups")
-        .and_then(Value::as_array)
-        .map(|groups| groups.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    if groups.is_empty() {
+fn groups(project: &Project) -> String {
+    if project.groups.is_empty() {
         "-".into()
     } else {
-        groups.join(",")
+        project.groups.join(",")
     }
 }
 
-/// A project's isolation word (`shared` from a daemon that predates it).
-fn isolation(project: &Value) -> &str {
-    project
-        .get("isolation")
-        .and_then(Value::as_str)
-        .unwrap_or("shared")
+/// Its engine's name, `-` when it names none.
+fn engine(project: &Project) -> &str {
+    or_dash(project.engine.as_ref().map(|engine| engine.as_str()))
 }
 
 /// The note `project add` prints when it chose `shared` (no `--isolation`) for a path in a
 /// git repository: worktrees were not possible there, and the person should know why.
-fn shared_note(project: &Value, in_repository: bool) -> Option<String> {
-    (in_repository && isolation(project) == "shared").then(|| {
+fn shared_note(project: &Project, in_repository: bool) -> Option<String> {
+    (in_repository && project.isolation == "shared").then(|| {
         format!(
             "corral: note: project {} shares one working tree (isolation shared): worktree isolation \
              needs git 2.17+ and a commit",
-            text(project, "name")
+            project.name
         )
     })
 }
 
 /// One project, as text or JSON.
-fn print(project: &Value, json: bool) {
+fn print(answered: &Answered<Project>, json: bool) {
     if json {
-        print_json(project);
+        print_json(&answered.said);
         return;
     }
-    let access = match project["policy"].as_str().unwrap_or("workspace-write") {
-        "full" => "full (no sandbox, no approvals)",
-        "read-only" => "read-only (no writes)",
-        "ask" => "ask (workspace-write; anything beyond waits for `corral approve`)",
+    let project = &answered.result;
+    let access = match project.policy {
+        Policy::Full => "full (no sandbox, no approvals)",
+        Policy::ReadOnly => "read-only (no writes)",
+        Policy::Ask => "ask (workspace-write; anything beyond waits for `corral approve`)",
         _ => "workspace-write (edits and commands inside its tree)",
     };
-    println!("name:         {}", text(project, "name"));
-    println!("id:           {}", text(project, "id"));
-    println!("path:         {}", text(project, "path"));
-    println!("engine:       {}", text(project, "engine"));
-    println!("model:        {}", text(project, "model"));
+    println!("name:         {}", project.name);
+    println!("id:           {}", project.id);
+    println!("path:         {}", project.path);
+    println!("engine:       {}", engine(project));
+    println!("model:        {}", or_dash(project.model.as_deref()));
     println!("policy:       {access}");
-    println!("kind:         {}", text(project, "kind"));
+    println!("kind:         {}", project.kind);
     println!("groups:       {}", groups(project));
-    let isolation = match isolation(project) {
+    let isolation = match project.isolation.as_str() {
         "worktree" => "worktree (a git worktree and branch per session; sessions in parallel)",
         "shared" => "shared (one working tree; sessions one at a time)",
         other => other,
     };
     println!("isolation:    {isolation}");
-    if let Some(dir) = project.get("worktrees_dir").and_then(Value::as_str) {
+    if let Some(dir) = &project.worktrees_dir {
         println!("worktrees:    {dir}");
     }
-    if let Some(setup) = project.get("setup").and_then(Value::as_str) {
+    if let Some(setup) = &project.setup {
         println!("setup:        {setup}");
     }
-    println!("instructions: {}", text(project, "instructions"));
-    let background = if project["keep_background"].as_bool() == Some(true) {
+    println!("instructions: {}", or_dash(project.instructions.as_deref()));
+    let background = if project.keep_background {
         "kept after their runs (corral status lists them)"
     } else {
         "ended with their runs"
     };
     println!("background:   {background}");
-    let agents = match project["agents_scope"].as_str() {
-        Some("project") => "reach every session of this project",
+    let agents = match project.agents_scope {
+        AgentsScope::Project => "reach every session of this project",
         _ => "reach their own session only",
     };
     println!("agents:       {agents}");
-    println!("created:      {} UTC", time(project, "created_at"));
-    println!("archived:     {}", time(project, "archived_at"));
+    println!("created:      {} UTC", time_of(Some(project.created_at)));
+    println!("archived:     {}", time_of(project.archived_at));
 }
 
 #[cfg(test)]
@@ -484,17 +473,31 @@ mod tests {
         assert_eq!(set.setup.as_deref(), Some(""));
     }
 
+    /// A project as the daemon answers it, with `fields` over a plain one's.
+    fn project(fields: serde_json::Value) -> Project {
+        let mut project = json!({
+            "id": "p", "name": "p", "path": "/p", "engine": null, "model": null,
+            "full_access": false, "kind": "local", "groups": [], "instructions": null,
+            "created_at": 0, "archived_at": null,
+        });
+        for (key, value) in fields.as_object().unwrap() {
+            project[key] = value.clone();
+        }
+        serde_json::from_value(project).unwrap()
+    }
+
     #[test]
     fn the_shared_note_is_for_a_repository_path_only() {
-        let shared = json!({ "name": "web", "isolation": "shared" });
+        let shared = project(json!({ "name": "web", "isolation": "shared" }));
         let note = shared_note(&shared, true).unwrap();
         assert!(
             note.contains("project web") && note.contains("git 2.17"),
             "{note}"
         );
         assert!(shared_note(&shared, false).is_none());
-        assert!(shared_note(&json!({ "name": "w", "isolation": "worktree" }), true).is_none());
+        let worktree = project(json!({ "name": "w", "isolation": "worktree" }));
+        assert!(shared_note(&worktree, true).is_none());
         // An older daemon's project has no isolation: it is shared.
-        assert_eq!(isolation(&json!({ "name": "old" })), "shared");
+        assert_eq!(project(json!({ "name": "old" })).isolation, "shared");
     }
 }

@@ -235,23 +235,9 @@ pub fn text<'a>(value: &'a Value, name: &str) -> &'a str {
     value.get(name).and_then(Value::as_str).unwrap_or("-")
 }
 
-/// A time field (ms since the epoch) as UTC text, or `-`.
-pub fn time(value: &Value, name: &str) -> String {
-    value
-        .get(name)
-        .and_then(Value::as_i64)
-        .map(super::monitor::format_time)
-        .unwrap_or_else(|| "-".into())
-}
-
-/// The short forms of the ids (of `kind`) in field `name` of `values`: each the shortest
-/// prefix no other id of its kind shares, in the store when it can be read (it can, beside a
-/// daemon: readers never disturb it), else among `values`.
-pub fn short_ids(context: &Context, kind: IdKind, values: &[Value], name: &str) -> ShortIds {
-    short_ids_of(context, kind, values.iter().map(|value| text(value, name)))
-}
-
-/// [`short_ids`] of these ids.
+/// The short forms of these ids (of `kind`): each the shortest prefix no other id of its kind
+/// shares, in the store when it can be read (it can, beside a daemon: readers never disturb
+/// it), else among these.
 pub fn short_ids_of<'a>(
     context: &Context,
     kind: IdKind,
