@@ -2,10 +2,9 @@
 //! session. A queued prompt is removed at once; a running one has its engine's whole process
 //! group ended.
 
-use serde_json::Value;
-
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
+use crate::protocol::prompts::{CancelFound, Cancelled};
 use crate::protocol::{CancelParams, PromptCancel};
 
 #[derive(Debug, clap::Args)]
@@ -23,26 +22,22 @@ pub async fn execute(context: &Context, args: &CancelArgs) -> Result<Exit, CliEr
     let params = CancelParams {
         target: args.target.clone(),
     };
-    let result = remote::ask_json::<PromptCancel>(&mut client, &params).await?;
+    let result = remote::ask_answered::<PromptCancel>(&mut client, &params).await?;
     if args.json {
-        print_json(&result);
+        print_json(&result.said);
         return Ok(Exit::success());
     }
-    let cancelled = result["cancelled"].as_array().cloned().unwrap_or_default();
+    let cancelled = &result.result.cancelled;
     if cancelled.is_empty() {
         println!("nothing runs or waits there: no prompt was cancelled");
     }
-    for item in &cancelled {
-        let prompt = remote::text(item, "prompt");
-        let found = &item["found"];
-        match found.get("cancel").and_then(Value::as_str) {
-            Some("dequeued") => println!("{prompt} cancelled (it was queued)"),
-            Some("running") => println!("{prompt} cancelled (its run is being ended)"),
-            Some("finished") => println!(
-                "{prompt} had already ended ({})",
-                remote::text(found, "status")
-            ),
-            _ => println!("{prompt} {found}"),
+    for Cancelled { prompt, found } in cancelled {
+        match found {
+            CancelFound::Dequeued { .. } => println!("{prompt} cancelled (it was queued)"),
+            CancelFound::Running { .. } => println!("{prompt} cancelled (its run is being ended)"),
+            CancelFound::Finished { status } => {
+                println!("{prompt} had already ended ({})", status.as_str())
+            }
         }
     }
     Ok(Exit::success())

@@ -8,11 +8,9 @@
 
 use std::io::Write;
 
-use serde_json::Value;
-
-use crate::cli::remote::{self, cut, or_dash, print_json, text};
+use crate::cli::remote::{self, cut, or_dash, print_json};
 use crate::cli::{CliError, Context, Exit};
-use crate::protocol::sessions::Session;
+use crate::protocol::sessions::{Session, SessionMerged};
 use crate::protocol::{
     SessionArchive, SessionArchiveParams, SessionDiff, SessionDiffParams, SessionMerge,
     SessionMergeParams, SessionRecreate, SessionSelector,
@@ -70,17 +68,18 @@ pub async fn archive(context: &Context, args: &ArchiveArgs) -> Result<Exit, CliE
         discard_changes: args.discard_changes.then_some(true),
     };
     let mut client = remote::connect(context).await?;
-    let session = remote::ask_json::<SessionArchive>(&mut client, &params).await?;
+    let answered = remote::ask_answered::<SessionArchive>(&mut client, &params).await?;
+    let session = &answered.result;
     // A kept worktree is said on stderr even with --json: the person must not miss it.
-    if let Some(note) = kept_note(&session, &args.session) {
+    if let Some(note) = kept_note(session, &args.session) {
         say!("{note}");
     }
     if args.json {
-        print_json(&session);
+        print_json(&answered.said);
         return Ok(Exit::success());
     }
-    println!("archived session {}", text(&session, "id"));
-    if let Some(line) = removed_line(&session) {
+    println!("archived session {}", session.id);
+    if let Some(line) = removed_line(session) {
         println!("{line}");
     }
     Ok(Exit::success())
@@ -92,18 +91,19 @@ pub async fn diff(context: &Context, args: &DiffArgs) -> Result<Exit, CliError> 
         stat: args.stat.then_some(true),
     };
     let mut client = remote::connect(context).await?;
-    let diff = remote::ask_json::<SessionDiff>(&mut client, &params).await?;
+    let answered = remote::ask_answered::<SessionDiff>(&mut client, &params).await?;
     if args.json {
-        print_json(&diff);
+        print_json(&answered.said);
         return Ok(Exit::success());
     }
-    let patch = text_field(&diff, "text");
+    let diff = &answered.result;
+    let patch = diff.text.as_str();
     // Nothing on a pipe (`corral session diff S | git apply` gets an empty patch, as from
     // `git diff`), a word for a person.
     let shown = if patch.is_empty() && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         format!(
             "(no changes against its base {})\n",
-            short_commit(text(&diff, "base_commit"))
+            short_commit(&diff.base_commit)
         )
     } else {
         with_newline(patch)
@@ -119,11 +119,11 @@ pub async fn merge(context: &Context, args: &MergeArgs) -> Result<Exit, CliError
         squash: args.squash.then_some(true),
     };
     let mut client = remote::connect(context).await?;
-    let merged = remote::ask_json::<SessionMerge>(&mut client, &params).await?;
+    let merged = remote::ask_answered::<SessionMerge>(&mut client, &params).await?;
     if args.json {
-        print_json(&merged);
+        print_json(&merged.said);
     } else {
-        for line in merged_lines(&merged) {
+        for line in merged_lines(&merged.result) {
             println!("{line}");
         }
     }
@@ -132,24 +132,18 @@ pub async fn merge(context: &Context, args: &MergeArgs) -> Result<Exit, CliError
 
 pub async fn recreate(context: &Context, args: &ShowArgs) -> Result<Exit, CliError> {
     let mut client = remote::connect(context).await?;
-    let session =
-        remote::ask_json::<SessionRecreate>(&mut client, &SessionSelector::new(&args.session))
-            .await?;
+    let params = SessionSelector::new(&args.session);
+    let session = remote::ask_answered::<SessionRecreate>(&mut client, &params).await?;
     if args.json {
-        print_json(&session);
+        print_json(&session.said);
     } else {
         println!(
             "recreated worktree {} on branch {}",
-            text(&session, "worktree"),
-            text(&session, "branch")
+            or_dash(session.result.worktree.as_deref()),
+            or_dash(session.result.branch.as_deref())
         );
     }
     Ok(Exit::success())
-}
-
-/// A string field, or `""`.
-fn text_field<'a>(value: &'a Value, name: &str) -> &'a str {
-    value.get(name).and_then(Value::as_str).unwrap_or("")
 }
 
 /// Text that ends with a newline (unless it is empty).
@@ -199,48 +193,44 @@ pub fn shell_word(word: &str) -> String {
 
 /// What `session archive` says on stderr when the daemon kept the worktree: where it is, why,
 /// and the command that discards it (with the selector as the person typed it).
-fn kept_note(session: &Value, selector: &str) -> Option<String> {
-    (text(session, "worktree_state") == "kept").then(|| {
+fn kept_note(session: &Session, selector: &str) -> Option<String> {
+    (session.worktree_state.as_deref() == Some("kept")).then(|| {
         let uncommitted = "it has uncommitted changes";
-        let (why, how) = match session["worktree_kept_because"].as_str() {
+        let (why, how) = match session.worktree_kept_because.as_deref() {
             Some(why) if why != uncommitted => (why, "remove it anyway with"),
             _ => (uncommitted, "discard them with"),
         };
         format!(
             "corral: kept worktree {}: {why}; {how}: corral session archive {} \
              --discard-changes",
-            text(session, "worktree"),
+            or_dash(session.worktree.as_deref()),
             shell_word(selector)
         )
     })
 }
 
 /// What `session archive` says when the worktree went.
-fn removed_line(session: &Value) -> Option<String> {
-    (text(session, "worktree_state") == "removed").then(|| {
+fn removed_line(session: &Session) -> Option<String> {
+    (session.worktree_state.as_deref() == Some("removed")).then(|| {
         format!(
             "removed worktree {} (branch {} kept)",
-            text(session, "worktree"),
-            text(session, "branch")
+            or_dash(session.worktree.as_deref()),
+            or_dash(session.branch.as_deref())
         )
     })
 }
 
 /// What `session merge` says: the merge, and the checkout of the target branch it
 /// fast-forwarded (where that branch was checked out).
-fn merged_lines(merged: &Value) -> Vec<String> {
-    let how = if merged["squash"].as_bool() == Some(true) {
-        "squashed"
-    } else {
-        "merged"
-    };
+fn merged_lines(merged: &SessionMerged) -> Vec<String> {
+    let how = if merged.squash { "squashed" } else { "merged" };
     let mut lines = vec![format!(
         "{how} {} into {} (commit {})",
-        text(merged, "branch"),
-        text(merged, "into"),
-        short_commit(text(merged, "commit"))
+        merged.branch,
+        merged.into,
+        short_commit(&merged.commit)
     )];
-    if let Some(path) = merged.get("checkout_updated").and_then(Value::as_str) {
+    if let Some(path) = &merged.checkout_updated {
         lines.push(format!("fast-forwarded {path}"));
     }
     lines
@@ -331,7 +321,7 @@ impl BranchColumn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn worktree_session(state: &str) -> Value {
         json!({
@@ -346,6 +336,7 @@ mod tests {
 
     #[test]
     fn a_kept_worktree_says_where_why_and_the_command_with_the_selector_typed() {
+        let worktree_session = |state: &str| typed(worktree_session(state));
         let note = kept_note(&worktree_session("kept"), "fix it").unwrap();
         assert_eq!(
             note,
@@ -353,7 +344,7 @@ mod tests {
              with: corral session archive 'fix it' --discard-changes"
         );
         assert!(kept_note(&worktree_session("removed"), "s").is_none());
-        assert!(kept_note(&json!({"id": "s"}), "s").is_none());
+        assert!(kept_note(&typed(json!({"id": "s"})), "s").is_none());
         assert_eq!(
             removed_line(&worktree_session("removed")).unwrap(),
             "removed worktree /w/p/fix-1234abcd (branch corral/fix-1234abcd kept)"
@@ -380,10 +371,11 @@ mod tests {
 
     #[test]
     fn a_merge_names_both_branches_the_commit_and_the_checkout() {
-        let merged = json!({
+        let merged = serde_json::from_value(json!({
             "session_id": "s", "branch": "corral/fix-1234abcd", "into": "main",
             "commit": "fedcba9876543210", "squash": false, "checkout_updated": "/repo",
-        });
+        }))
+        .unwrap();
         assert_eq!(
             merged_lines(&merged),
             [
@@ -391,10 +383,11 @@ mod tests {
                 "fast-forwarded /repo"
             ]
         );
-        let squashed = json!({
+        let squashed = serde_json::from_value(json!({
             "session_id": "s", "branch": "b", "into": "dev", "commit": "1111111222",
             "squash": true, "checkout_updated": null,
-        });
+        }))
+        .unwrap();
         assert_eq!(
             merged_lines(&squashed),
             ["squashed b into dev (commit 1111111)"]
