@@ -28,6 +28,13 @@ pub struct Event {
     pub payload: serde_json::Value,
 }
 
+impl Event {
+    /// The payload, typed by the event's kind (never fails: see [`Payload::read`]).
+    pub(crate) fn payload(&self) -> Payload {
+        Payload::read(&self.kind, &self.payload)
+    }
+}
+
 fn event_row(row: &Row<'_>) -> sql::Result<Event> {
     let payload: String = row.get(6)?;
     Ok(Event {
