@@ -18,7 +18,7 @@ use crate::actors::slots::SlotsHandle;
 use crate::actors::supervisor::SupervisorHandle;
 use crate::actors::worktree;
 use crate::engine::EngineKind;
-use crate::events::EventKind;
+use crate::events::{EventKind, Payload};
 use crate::home::DaemonLock;
 use crate::store::drivers::{ClaimRefused, DriverClaim};
 use crate::store::events::Event;
@@ -757,17 +757,17 @@ impl Corral {
                 )
             }
         };
-        let event = events::NewEvent {
-            session_id: prompt.session_id.clone(),
-            prompt_id: Some(prompt.id.clone()),
-            run_id: None,
-            kind: EventKind::PromptUnserved,
-            payload: serde_json::json!({
-                "project": project.name,
-                "path": project.path,
-                "reason": reason,
-            }),
+        let unserved = crate::events::PromptUnserved {
+            project: project.name.clone(),
+            path: project.path.clone(),
+            reason,
         };
+        let event = events::NewEvent::new(
+            prompt.session_id.clone(),
+            Some(prompt.id.clone()),
+            None,
+            Payload::PromptUnserved(unserved),
+        );
         if let Err(error) = self.shared.append_events(vec![event]).await {
             tracing::warn!(%error, "prompt.unserved not stored");
         }
@@ -856,13 +856,16 @@ impl Corral {
             // claim go. A record that fails leaves the prompt cancelled all the same; a
             // waiter reads its status again on its next wake.
             CancelFound::Dequeued { session_id } => {
-                let event = events::NewEvent {
-                    session_id: session_id.clone(),
-                    prompt_id: Some(prompt_id.to_string()),
-                    run_id: None,
-                    kind: crate::events::EventKind::PromptCancelled,
-                    payload: serde_json::json!({ "error": "cancelled while queued", "answer": null }),
+                let cancelled = crate::events::PromptEnded {
+                    error: Some("cancelled while queued".into()),
+                    ..Default::default()
                 };
+                let event = events::NewEvent::new(
+                    session_id.clone(),
+                    Some(prompt_id.to_string()),
+                    None,
+                    Payload::PromptCancelled(cancelled),
+                );
                 if let Err(error) = self.shared.append_events(vec![event]).await {
                     tracing::error!(%error, prompt_id, "the cancel of a queued prompt was not told");
                 }
@@ -1470,6 +1473,20 @@ impl Corral {
             kind,
             payload,
         };
+        self.record(event).await
+    }
+
+    /// [`record_event`](Self::record_event) of a typed payload (the daemon's own events).
+    pub(crate) async fn record_payload(
+        &self,
+        session_id: &str,
+        payload: Payload,
+    ) -> Result<events::Event, CorralError> {
+        self.record(events::NewEvent::new(session_id, None, None, payload))
+            .await
+    }
+
+    async fn record(&self, event: events::NewEvent) -> Result<events::Event, CorralError> {
         let stored = self.shared.append_events(vec![event]).await?;
         stored
             .into_iter()

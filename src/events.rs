@@ -5,8 +5,14 @@
 //! On the wire and in the store a kind is its dotted name (`prompt.done`); a name this build
 //! does not know (a newer daemon's) reads as [`EventKind::Other`] and is shown as it is, so an
 //! old client never fails on a new event.
+//!
+//! Each kind's payload has its type ([`Payload`], `payload.rs`): emitters build it, readers
+//! match on it; stored and sent it is the same JSON object as before.
 
 use std::fmt;
+
+mod payload;
+pub use payload::*;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 

@@ -21,6 +21,7 @@ use super::coordination::{Alone, AmongOthers, Coordination};
 use super::ledger::{AppendEvents, LedgerError, LedgerHandle, Unwritten};
 use super::life::Life;
 use super::slots::{SlotLimits, SlotsHandle};
+use crate::events::Payload;
 use crate::store::events::{Event, NewEvent};
 use crate::store::settings::{Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::ReaderPool;
@@ -281,16 +282,16 @@ async fn announce(
         let sessions = batch.iter().map(|a| a.session_id.clone()).collect();
         let blockers = slots.blockers(sessions).await.unwrap_or_default();
         for (announcement, blocker) in batch.iter_mut().zip(blockers) {
-            if let Some(waiting) = announcement.events.last_mut() {
+            let Some(waiting) = announcement.events.last_mut() else {
+                continue;
+            };
+            if let Payload::SlotWaiting(mut told) = waiting.payload() {
                 // In words too: the session's reason while it waits (`store::phases`).
                 if let Some(blocker) = &blocker {
-                    let project = waiting.payload["project"]
-                        .as_str()
-                        .unwrap_or("?")
-                        .to_string();
-                    waiting.payload["why"] = blocker.describe(&project).into();
+                    told.why = Some(blocker.describe(&told.project));
                 }
-                waiting.payload["held_by"] = serde_json::to_value(blocker).unwrap_or_default();
+                told.held_by = serde_json::to_value(blocker).unwrap_or_default();
+                waiting.payload = Payload::SlotWaiting(told).to_value();
             }
         }
         if batch.len() > 1 {

@@ -28,12 +28,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use serde_json::json;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
 use crate::actors::shared::Shared;
-use crate::events::EventKind;
+use crate::events::{Payload, SessionMerged, WorktreeCreated, WorktreeRemoved};
 use crate::git::{Checkout, Diff, Git, GitError, Head, Merged};
 use crate::store::events::NewEvent;
 use crate::store::sessions::{SessionWorktree, WorktreeState};
@@ -422,11 +421,10 @@ async fn made(
     record(
         shared,
         &session.id,
-        EventKind::WorktreeCreated,
-        json!({
-            "path": worktree.path,
-            "branch": worktree.branch,
-            "base_commit": worktree.base_commit,
+        Payload::WorktreeCreated(WorktreeCreated {
+            path: worktree.path.clone(),
+            branch: worktree.branch.clone(),
+            base_commit: worktree.base_commit.clone(),
         }),
     )
     .await;
@@ -545,14 +543,8 @@ async fn set_state(
 
 /// Stores and publishes one of the session's events; an event that could not be stored is
 /// logged, not an error of what it tells (that is done).
-async fn record(shared: &Shared, session_id: &str, kind: EventKind, payload: serde_json::Value) {
-    let event = NewEvent {
-        session_id: session_id.to_string(),
-        prompt_id: None,
-        run_id: None,
-        kind,
-        payload,
-    };
+async fn record(shared: &Shared, session_id: &str, payload: Payload) {
+    let event = NewEvent::new(session_id, None, None, payload);
     if let Err(error) = shared.append_events(vec![event]).await {
         tracing::warn!(%error, session_id, "worktree event not stored");
     }
@@ -691,8 +683,10 @@ async fn removed(shared: &Shared, session: &sessions::Session) -> Result<Archive
     record(
         shared,
         &session.id,
-        EventKind::WorktreeRemoved,
-        json!({ "path": worktree.path, "kept_branch": worktree.branch }),
+        Payload::WorktreeRemoved(WorktreeRemoved {
+            path: worktree.path.clone(),
+            kept_branch: worktree.branch.clone(),
+        }),
     )
     .await;
     Ok(Archived {
@@ -786,8 +780,11 @@ pub async fn merge(
     record(
         shared,
         &session.id,
-        EventKind::SessionMerged,
-        json!({ "into": merged.into, "commit": merged.commit, "squash": squash }),
+        Payload::SessionMerged(SessionMerged {
+            into: merged.into.clone(),
+            commit: merged.commit.clone(),
+            squash,
+        }),
     )
     .await;
     Ok(merged)

@@ -9,6 +9,7 @@
 
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
+use crate::events::Payload;
 use crate::protocol::{ApprovalsAnswer, ApprovalsAnswerParams, ApprovalsList, ApprovalsListParams};
 use crate::store::approvals::{Approval, Decision};
 
@@ -161,11 +162,15 @@ impl TerminalAsker {
 
     /// An `approval.requested` or `approval.answered` event of the followed prompt.
     pub fn take(&mut self, event: &crate::store::events::Event) {
-        let Ok(approval) = serde_json::from_value::<Approval>(event.payload["approval"].clone())
-        else {
+        let (told, requested) = match event.payload() {
+            Payload::ApprovalRequested(told) => (told, true),
+            Payload::ApprovalAnswered(told) => (told, false),
+            _ => return,
+        };
+        let Ok(approval) = serde_json::from_value::<Approval>(told.approval) else {
             return;
         };
-        if event.kind == crate::events::EventKind::ApprovalRequested {
+        if requested {
             say!(
                 "corral: the agent asks: {}{}",
                 what(&approval),

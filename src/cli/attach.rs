@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 use std::io::Write;
 
-use crate::events::EventKind;
+use crate::events::{ApprovalTold, EventKind, Payload};
 use crate::protocol::{ApprovalsAnswer, ApprovalsAnswerParams, PromptSend, SendParams};
 use crate::store::approvals::Decision;
 use tokio::sync::mpsc;
@@ -167,17 +167,22 @@ async fn drive(
                         }
                     }
                 }
-                if let Some(id) = event.payload["approval"]["id"].as_str() {
-                    match event.kind {
-                        EventKind::ApprovalRequested => {
-                            asked.push_back(id.to_string());
+                let id = |told: &ApprovalTold| told.approval["id"].as_str().map(str::to_string);
+                match event.payload() {
+                    Payload::ApprovalRequested(told) => {
+                        if let Some(id) = id(&told) {
+                            asked.push_back(id);
                             status.print(|| {
                                 say!("corral: it waits for you: /approve, /session (yes for the session) or /deny [REASON]")
                             });
                         }
-                        EventKind::ApprovalAnswered => asked.retain(|known| known != id),
-                        _ => {}
                     }
+                    Payload::ApprovalAnswered(told) => {
+                        if let Some(id) = id(&told) {
+                            asked.retain(|known| *known != id);
+                        }
+                    }
+                    _ => {}
                 }
             }
             () = status.tick() => {}

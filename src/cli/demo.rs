@@ -18,7 +18,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::monitor::{build_overview, print_overview};
 use super::{CliError, Context, Exit};
 use crate::engine::EngineKind;
-use crate::events::EventKind;
+use crate::events::Payload;
 use crate::store::events::Event;
 use crate::store::projects::NewProject;
 use crate::store::prompts::NewPrompt;
@@ -214,60 +214,59 @@ fn describe(
     retry_due: &mut HashMap<String, Instant>,
 ) -> Option<String> {
     let name = names.get(&event.session_id).copied().unwrap_or("?");
-    let payload = &event.payload;
-    let text = match &event.kind {
-        EventKind::SlotWaiting => {
-            let groups = payload["groups"].as_array().map(|g| g.len()).unwrap_or(0);
-            if groups > 0 {
+    let text = match event.payload() {
+        Payload::SlotWaiting(waiting) => {
+            if !waiting.groups.is_empty() {
                 "waiting for a slot (engine limit, project or group lock)".to_string()
             } else {
                 "waiting for a slot (engine limit)".to_string()
             }
         }
-        EventKind::SlotGranted => format!("got a slot after {} ms", payload["waited_ms"]),
-        EventKind::RunStarted => format!("engine started, pid {}", payload["pid"]),
-        EventKind::TitleGenerated => {
-            format!("titled \"{}\"", payload["title"].as_str().unwrap_or(""))
-        }
+        Payload::SlotGranted(granted) => format!("got a slot after {} ms", granted.waited_ms),
+        Payload::RunStarted(started) => format!("engine started, pid {}", started.pid),
+        Payload::TitleGenerated(titled) => format!("titled \"{}\"", titled.title),
         // A command shows twice (started, completed): the completed one says it.
-        EventKind::Tool if payload["detail"]["status"] != "in_progress" => format!(
+        Payload::Tool(tool) if tool.detail["status"] != "in_progress" => format!(
             "agent ran: {}",
-            payload["detail"]["command"].as_str().unwrap_or("a tool")
+            tool.detail["command"].as_str().unwrap_or("a tool")
         ),
-        EventKind::RetryScheduled => {
-            let delay = payload["delay_ms"].as_u64().unwrap_or(0);
+        Payload::RetryScheduled(retry) => {
             retry_due.insert(
                 event.session_id.clone(),
-                Instant::now() + Duration::from_millis(delay),
+                Instant::now() + Duration::from_millis(retry.delay_ms),
             );
+            let reason = if retry.reason.is_empty() {
+                "failed"
+            } else {
+                &retry.reason
+            };
             format!(
-                "{} — retry {} in {:.0} s",
-                payload["reason"].as_str().unwrap_or("failed"),
-                payload["next_attempt"],
-                delay as f64 / 1000.0
+                "{reason} — retry {} in {:.0} s",
+                retry.next_attempt,
+                retry.delay_ms as f64 / 1000.0
             )
         }
-        EventKind::RunExited => {
+        Payload::RunExited(exited) => {
             retry_due.remove(&event.session_id);
-            match payload["ended_by"].as_str() {
+            match exited.ended_by {
                 Some(reason) => format!("engine {reason}, process group ended"),
                 None => format!(
                     "engine exited ({})",
-                    payload["verdict"].as_str().unwrap_or("?")
+                    exited.verdict.as_deref().unwrap_or("?")
                 ),
             }
         }
-        EventKind::PromptDone => format!(
+        Payload::PromptDone(done) => format!(
             "done: {}",
-            payload["answer"]
-                .as_str()
+            done.answer
+                .as_deref()
                 .unwrap_or("")
                 .lines()
                 .next()
                 .unwrap_or("")
         ),
-        EventKind::PromptFailed => format!("failed: {}", payload["error"].as_str().unwrap_or("")),
-        EventKind::PromptCancelled => "cancelled".to_string(),
+        Payload::PromptFailed(failed) => format!("failed: {}", failed.error.unwrap_or_default()),
+        Payload::PromptCancelled(_) => "cancelled".to_string(),
         _ => return None,
     };
     Some(format!("{name:<8} {text}"))

@@ -26,11 +26,10 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
 
 use super::remote::{cut, one_line};
 use crate::actors::slots::Blocker;
-use crate::events::EventKind;
+use crate::events::Payload;
 use crate::store::events::Event;
 
 /// The spinner's frames; it moves on at each redraw (once a second while a wait goes on).
@@ -75,55 +74,39 @@ pub enum Wait {
 }
 
 impl Wait {
-    /// Follows one event of the prompt: `kind`, its `payload`, and `age`, how long ago it
-    /// happened (so that a countdown started by an event read late is not too long). `now` is
-    /// the moment it is read.
-    pub fn observe(&mut self, kind: &EventKind, payload: &Value, age: Duration, now: Instant) {
+    /// Follows one event of the prompt: its `payload`, and `age`, how long ago it happened (so
+    /// that a countdown started by an event read late is not too long). `now` is the moment
+    /// it is read.
+    pub fn observe(&mut self, payload: &Payload, age: Duration, now: Instant) {
         let at = now.checked_sub(age).unwrap_or(now);
-        let text = |name: &str| {
-            payload
-                .get(name)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let number = |name: &str| payload.get(name).and_then(Value::as_u64);
-        let millis = |name: &str| Duration::from_millis(number(name).unwrap_or(0));
-        *self = match kind {
-            EventKind::SlotWaiting => Wait::Slot {
+        let known = |text: &str| if text.is_empty() { "?" } else { text }.to_string();
+        *self = match payload {
+            Payload::SlotWaiting(waiting) => Wait::Slot {
                 since: at,
-                engine: text("engine").unwrap_or_else(|| "?".into()),
-                project: text("project").unwrap_or_else(|| "?".into()),
-                groups: payload
-                    .get("groups")
-                    .and_then(Value::as_array)
-                    .map(|groups| {
-                        groups
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                engine: known(&waiting.engine),
+                project: known(&waiting.project),
+                groups: waiting.groups.clone(),
                 // A holder this build cannot read (a newer daemon's) is left out, not an error.
-                held_by: payload
-                    .get("held_by")
+                held_by: Some(&waiting.held_by)
                     .filter(|held_by| !held_by.is_null())
                     .and_then(|held_by| serde_json::from_value(held_by.clone()).ok()),
             },
-            EventKind::RetryScheduled => Wait::Retry {
-                until: at + millis("delay_ms"),
-                reason: text("reason").unwrap_or_else(|| "failed".into()),
-                retry: number("retry"),
-                retries: number("retries"),
-                next_attempt: number("next_attempt"),
-                new_thread: payload
-                    .get("new_thread")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+            Payload::RetryScheduled(retry) => Wait::Retry {
+                until: at + Duration::from_millis(retry.delay_ms),
+                reason: if retry.reason.is_empty() {
+                    "failed".into()
+                } else {
+                    retry.reason.clone()
+                },
+                retry: retry.retry,
+                retries: retry.retries,
+                // 0: an event without it.
+                next_attempt: u64::try_from(retry.next_attempt).ok().filter(|n| *n > 0),
+                new_thread: retry.new_thread,
             },
-            EventKind::AppServerUnavailable => Wait::AppServer {
-                until: at + millis("retry_in_ms"),
-                reason: text("reason").unwrap_or_default(),
+            Payload::AppServerUnavailable(unavailable) => Wait::AppServer {
+                until: at + Duration::from_millis(unavailable.retry_in_ms),
+                reason: unavailable.reason.clone(),
             },
             _ => Wait::None,
         };
@@ -132,7 +115,7 @@ impl Wait {
     /// [`observe`](Self::observe) for a session event read now.
     pub fn observe_event(&mut self, event: &Event, now: Instant) {
         let age = crate::store::now_ms().saturating_sub(event.at).max(0) as u64;
-        self.observe(&event.kind, &event.payload, Duration::from_millis(age), now);
+        self.observe(&event.payload(), Duration::from_millis(age), now);
     }
 
     /// The line at `now`; `None` while nothing is waited for.
@@ -372,10 +355,13 @@ impl Drop for StatusLine {
 mod tests {
     use super::*;
     use crate::actors::slots::{Claim, SlotOwner};
+    use crate::events::EventKind;
     use serde_json::json;
+    use serde_json::Value;
 
     fn at(wait: &mut Wait, kind: &str, payload: Value, now: Instant) {
-        wait.observe(&EventKind::parse(kind), &payload, Duration::ZERO, now);
+        let payload = Payload::read(&EventKind::parse(kind), &payload);
+        wait.observe(&payload, Duration::ZERO, now);
     }
 
     fn owner(session: &str, label: Option<&str>) -> SlotOwner {
@@ -427,9 +413,9 @@ mod tests {
     fn an_event_read_late_is_back_dated() {
         let now = Instant::now();
         let mut wait = Wait::default();
+        let retry = json!({"reason": "rate_limit", "delay_ms": 10_000, "retry": 1, "retries": 3});
         wait.observe(
-            &EventKind::RetryScheduled,
-            &json!({"reason": "rate_limit", "delay_ms": 10_000, "retry": 1, "retries": 3}),
+            &Payload::read(&EventKind::RetryScheduled, &retry),
             Duration::from_secs(4),
             now,
         );

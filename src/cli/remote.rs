@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::local::LocalStore;
 use super::{CliError, Context};
 use crate::client::{self, Client, ClientError};
-use crate::events::EventKind;
+use crate::events::{EventKind, Payload};
 use crate::protocol::{
     code, DriverRelease, EventsSubscribe, Method, ReleaseParams, RpcError, SessionSelector,
     SessionShow, SubscribeParams,
@@ -270,38 +270,38 @@ pub fn event_line(event: &Event) -> String {
 
 /// What an event says, in a few words.
 fn summary(event: &Event) -> String {
-    let payload = &event.payload;
-    let field = |name: &str| payload.get(name).and_then(Value::as_str);
-    let number = |name: &str| payload.get(name).and_then(Value::as_i64);
     let compact = |value: &Value| match value {
         Value::Null => String::new(),
         Value::Object(map) if map.is_empty() => String::new(),
         other => other.to_string(),
     };
-    match &event.kind {
-        EventKind::PromptStarted => first_line(field("text").unwrap_or("")).to_string(),
-        EventKind::PromptDone => {
-            let answer = first_line(field("answer").unwrap_or(""));
-            match number("denied").filter(|denied| *denied > 0) {
+    // A field an old or odd event left empty.
+    let known = |text: &str| if text.is_empty() { "?" } else { text }.to_string();
+    let short = |sha: &str| known(sha.get(..7).unwrap_or(sha));
+    match event.payload() {
+        Payload::PromptStarted(started) => first_line(&started.text).to_string(),
+        Payload::PromptDone(done) => {
+            let answer = first_line(done.answer.as_deref().unwrap_or(""));
+            match done.denied.filter(|denied| *denied > 0) {
                 Some(denied) => format!("denied: {denied} · {answer}"),
                 None => answer.to_string(),
             }
         }
-        EventKind::ToolDenied => {
-            let mut line = field("tool").unwrap_or("?").to_string();
-            if let Some(target) = field("target") {
+        Payload::ToolDenied(denied) => {
+            let mut line = known(&denied.tool);
+            if let Some(target) = &denied.target {
                 line.push(' ');
                 line.push_str(target);
             }
-            if let Some(reason) = field("reason").filter(|reason| !reason.is_empty()) {
+            if let Some(reason) = denied.reason.filter(|reason| !reason.is_empty()) {
                 line.push_str(&format!(" ({reason})"));
             }
             line
         }
         // `approval.requested Write /src/x (why: …) · corral approve ID` and
         // `approval.answered approved Write /src/x by person (reason)`.
-        EventKind::ApprovalRequested | EventKind::ApprovalAnswered => {
-            let approval = &payload["approval"];
+        Payload::ApprovalRequested(told) | Payload::ApprovalAnswered(told) => {
+            let approval = &told.approval;
             let text = |name: &str| approval.get(name).and_then(Value::as_str);
             let mut what = text("tool").unwrap_or("?").to_string();
             if let Some(target) = text("target") {
@@ -328,105 +328,85 @@ fn summary(event: &Event) -> String {
                 line
             }
         }
-        EventKind::PromptFailed | EventKind::PromptCancelled => {
-            field("error").unwrap_or("").to_string()
+        Payload::PromptFailed(ended) | Payload::PromptCancelled(ended) => {
+            ended.error.unwrap_or_default()
         }
-        EventKind::PromptRequeued => field("reason").unwrap_or("").to_string(),
-        EventKind::RunStarted => format!(
-            "pid {} ({})",
-            number("pid").map(|p| p.to_string()).unwrap_or("?".into()),
-            field("engine").unwrap_or("?")
-        ),
-        EventKind::RunExited => {
-            if let Some(by) = field("ended_by") {
+        Payload::PromptRequeued(requeued) => requeued.reason,
+        Payload::RunStarted(started) => format!("pid {} ({})", started.pid, known(&started.engine)),
+        Payload::RunExited(exited) => {
+            if let Some(by) = exited.ended_by {
                 format!("ended: {by}")
             } else {
-                let status = match (number("exit_code"), field("signal"), field("status")) {
+                let (code, signal) = (exited.exit_code.flatten(), exited.signal.flatten());
+                let status = match (code, signal, exited.status) {
                     (_, Some(signal), _) => format!("signal {signal}"),
                     (Some(code), None, _) => format!("exit {code}"),
                     // An app-server turn has no process of its own: its status says.
                     (None, None, Some(status)) => format!("turn {status}"),
                     (None, None, None) => "exit ?".into(),
                 };
-                format!("{}, {status}", field("verdict").unwrap_or("?"))
+                format!("{}, {status}", exited.verdict.as_deref().unwrap_or("?"))
             }
         }
-        EventKind::RetryScheduled => {
-            let delay = number("delay_ms").unwrap_or(0) as f64 / 1000.0;
+        Payload::RetryScheduled(retry) => {
+            let delay = retry.delay_ms as f64 / 1000.0;
             let mut line = format!(
                 "{}: attempt {} in {delay}s",
-                field("reason").unwrap_or("?"),
-                number("next_attempt")
-                    .map(|a| a.to_string())
-                    .unwrap_or("?".into()),
+                known(&retry.reason),
+                retry.next_attempt,
             );
-            if let Some(message) = field("message").filter(|m| !m.is_empty()) {
+            if !retry.message.is_empty() {
                 line.push_str(" (");
-                line.push_str(message);
+                line.push_str(&retry.message);
                 line.push(')');
             }
             line
         }
-        EventKind::SlotWaiting => {
-            let project = field("project").unwrap_or("?");
-            let mut line = format!(
-                "for a {} slot (project {project})",
-                field("engine").unwrap_or("?"),
-            );
+        Payload::SlotWaiting(waiting) => {
+            let project = known(&waiting.project);
+            let mut line = format!("for a {} slot (project {project})", known(&waiting.engine));
             // What holds it, in the words of the status line (a holder this build cannot
             // read is left out).
-            if let Some(blocker) = payload
-                .get("held_by")
-                .and_then(|held| serde_json::from_value(held.clone()).ok())
-            {
+            if let Ok(blocker) = serde_json::from_value(waiting.held_by) {
                 line.push_str(": ");
-                line.push_str(&super::progress::why(&blocker, project));
+                line.push_str(&super::progress::why(&blocker, &project));
             }
             line
         }
-        EventKind::SlotGranted => format!("after {} ms", number("waited_ms").unwrap_or(0)),
-        EventKind::TitleGenerated => field("title").unwrap_or("").to_string(),
-        EventKind::ThreadStarted => field("thread_id").unwrap_or("").to_string(),
-        EventKind::Message | EventKind::MessageDelta => field("text").unwrap_or("").to_string(),
-        EventKind::Tool => {
-            let detail = payload.get("detail").map(compact).unwrap_or_default();
-            format!("{} {detail}", field("name").unwrap_or("?"))
-        }
-        EventKind::Notice | EventKind::TurnFailed => field("message").unwrap_or("").to_string(),
-        EventKind::Raw => field("line").unwrap_or("").to_string(),
-        EventKind::Usage => payload.get("usage").map(compact).unwrap_or_default(),
-        EventKind::WorktreeCreated => format!(
+        Payload::SlotGranted(granted) => format!("after {} ms", granted.waited_ms),
+        Payload::TitleGenerated(titled) => titled.title,
+        Payload::ThreadStarted(thread) => thread.thread_id,
+        Payload::Message(message) | Payload::MessageDelta(message) => message.text,
+        Payload::Tool(tool) => format!("{} {}", known(&tool.name), compact(&tool.detail)),
+        Payload::Notice(notice) => notice.message.unwrap_or_default(),
+        Payload::TurnFailed(failed) => failed.message,
+        Payload::Raw(raw) => raw.line,
+        Payload::Usage(usage) => compact(&usage.usage),
+        Payload::WorktreeCreated(created) => format!(
             "{} on {} from {}",
-            field("path").unwrap_or("?"),
-            field("branch").unwrap_or("?"),
-            field("base_commit").map_or("?", |sha| sha.get(..7).unwrap_or(sha))
+            known(&created.path),
+            known(&created.branch),
+            short(&created.base_commit)
         ),
-        EventKind::WorktreeRemoved => format!(
+        Payload::WorktreeRemoved(removed) => format!(
             "{} (branch {} kept)",
-            field("path").unwrap_or("?"),
-            field("kept_branch").unwrap_or("?")
+            known(&removed.path),
+            known(&removed.kept_branch)
         ),
-        EventKind::SetupStarted => field("command").unwrap_or("").to_string(),
-        EventKind::SetupOutput => field("line").unwrap_or("").to_string(),
-        EventKind::SetupExited => match (number("code"), payload.get("signal")) {
-            (_, Some(Value::String(signal))) => format!("signal {signal}"),
+        Payload::SetupStarted(started) => started.command,
+        Payload::SetupOutput(output) => output.line,
+        Payload::SetupExited(exited) => match (exited.code, exited.signal) {
+            (_, Some(signal)) => format!("signal {signal}"),
             (Some(code), _) => format!("exit {code}"),
-            _ => field("error")
-                .or(field("ended_by"))
-                .unwrap_or("")
-                .to_string(),
+            _ => exited.error.or(exited.ended_by).unwrap_or_default(),
         },
-        EventKind::SessionMerged => format!(
+        Payload::SessionMerged(merged) => format!(
             "into {} (commit {}{})",
-            field("into").unwrap_or("?"),
-            field("commit").map_or("?", |sha| sha.get(..7).unwrap_or(sha)),
-            if payload["squash"].as_bool() == Some(true) {
-                ", squashed"
-            } else {
-                ""
-            }
+            known(&merged.into),
+            short(&merged.commit),
+            if merged.squash { ", squashed" } else { "" }
         ),
-        _ => compact(payload),
+        _ => compact(&event.payload),
     }
 }
 

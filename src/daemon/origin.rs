@@ -24,6 +24,7 @@
 //! per-user secret proving "a person's client" was weighed and not built: an agent runs as
 //! the same user and may read whatever the person's client can (docs/permissions.md).
 
+use crate::events::{Payload, RequestRefused};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -58,15 +59,14 @@ pub async fn refuse(
 ) -> RpcError {
     if let Some(session_id) = &origin.session_id {
         let recorded = corral
-            .record_event(
+            .record_payload(
                 session_id,
-                crate::events::EventKind::RequestRefused,
-                serde_json::json!({
-                    "method": method,
-                    "what": what,
-                    "run_id": origin.run_id,
-                    "found_by": origin.found_by,
-                    "peer_pid": peer,
+                Payload::RequestRefused(RequestRefused {
+                    method: method.to_string(),
+                    what: what.to_string(),
+                    run_id: origin.run_id.clone(),
+                    found_by: origin.found_by.to_string(),
+                    peer_pid: peer,
                 }),
             )
             .await;

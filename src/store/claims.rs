@@ -617,7 +617,7 @@ pub struct Rescued {
 /// prompts keep their place (their `created_at`), so each runs first in its session again,
 /// on its thread. Runs under the store's write lock (see `store::daemons`).
 pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super::events::Event>)> {
-    use crate::events::EventKind;
+    use crate::events::{Payload, PromptEnded, PromptRequeued, RunExited};
     let lost: Vec<(Rescued, bool)> = connection.rows(
         "SELECT p.id, p.session_id, p.claimed_by, p.cancel_asked_at IS NOT NULL FROM prompts p \
            LEFT JOIN daemons d ON d.node_id = p.claimed_by \
@@ -655,12 +655,9 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
         )?;
         // Its engine may be what takes its daemons down: then not run on another one again.
         let given_up = lost_runs >= RESCUES_AT_MOST && !runs.is_empty();
-        let told = |run_id: Option<String>, kind, payload| super::events::NewEvent {
-            session_id: rescued.session_id.clone(),
-            prompt_id: Some(rescued.prompt_id.clone()),
-            run_id,
-            kind,
-            payload,
+        let told = |run_id: Option<String>, payload| {
+            let prompt_id = Some(rescued.prompt_id.clone());
+            super::events::NewEvent::new(rescued.session_id.clone(), prompt_id, run_id, payload)
         };
         let reason = match (cancelled, given_up) {
             (true, _) => format!("{LEASE_EXPIRED}; it was cancelled meanwhile"),
@@ -668,17 +665,21 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             (false, false) => format!("{LEASE_EXPIRED}; another daemon runs the prompt again"),
         };
         for run_id in runs {
-            let payload = serde_json::json!({ "ended_by": "lease expired", "reason": reason });
-            telling.push(told(Some(run_id), EventKind::RunExited, payload));
+            let exited = RunExited {
+                ended_by: Some("lease expired".into()),
+                reason: Some(reason.clone()),
+                ..RunExited::default()
+            };
+            telling.push(told(Some(run_id), Payload::RunExited(exited)));
         }
         if *cancelled {
             // Asked while its daemon was dying: ended as asked, never run again.
             end_cancelled(connection, &rescued.prompt_id, &rescued.session_id, now)?;
-            let payload = serde_json::json!({
-                "error": "cancelled while the lease of the daemon that ran it expired",
-                "answer": null,
-            });
-            telling.push(told(None, EventKind::PromptCancelled, payload));
+            let cancelled = PromptEnded {
+                error: Some("cancelled while the lease of the daemon that ran it expired".into()),
+                ..PromptEnded::default()
+            };
+            telling.push(told(None, Payload::PromptCancelled(cancelled)));
         } else if given_up {
             let error = format!(
                 "the daemons that ran it died {lost_runs} times (their leases expired mid-run): not run again"
@@ -689,16 +690,21 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
                 args![rescued.prompt_id, error, now],
             )?;
             set_session_status(connection, &rescued.session_id, SessionStatus::Failed)?;
-            let payload = serde_json::json!({ "error": error, "answer": null });
-            telling.push(told(None, EventKind::PromptFailed, payload));
+            let failed = PromptEnded {
+                error: Some(error),
+                ..PromptEnded::default()
+            };
+            telling.push(told(None, Payload::PromptFailed(failed)));
         } else {
             connection.run(
                 "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
                  WHERE id = ?1",
                 args![rescued.prompt_id],
             )?;
-            let payload = serde_json::json!({ "reason": LEASE_EXPIRED });
-            telling.push(told(None, EventKind::PromptRequeued, payload));
+            let requeued = PromptRequeued {
+                reason: LEASE_EXPIRED.to_string(),
+            };
+            telling.push(told(None, Payload::PromptRequeued(requeued)));
         }
     }
     let told = super::events::append_events(connection, &telling)?;

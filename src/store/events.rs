@@ -9,7 +9,7 @@ use crate::store::sql::{self, args, Conn, Dialect, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::now_ms;
-use crate::events::EventKind;
+use crate::events::{EventKind, Payload};
 
 /// One normalized thing that happened in a session, numbered per session (`seq`) and across
 /// the daemon's sessions (`feed_seq`).
@@ -26,6 +26,13 @@ pub struct Event {
     pub at: i64,
     pub kind: EventKind,
     pub payload: serde_json::Value,
+}
+
+impl Event {
+    /// The payload, typed by the event's kind (never fails: see [`Payload::read`]).
+    pub(crate) fn payload(&self) -> Payload {
+        Payload::read(&self.kind, &self.payload)
+    }
 }
 
 fn event_row(row: &Row<'_>) -> sql::Result<Event> {
@@ -55,6 +62,29 @@ pub struct NewEvent {
     pub run_id: Option<String>,
     pub kind: EventKind,
     pub payload: serde_json::Value,
+}
+
+impl NewEvent {
+    /// An event telling `payload`, of the kind of its payload (so the two always agree).
+    pub(crate) fn new(
+        session_id: impl Into<String>,
+        prompt_id: Option<String>,
+        run_id: Option<String>,
+        payload: Payload,
+    ) -> NewEvent {
+        NewEvent {
+            session_id: session_id.into(),
+            prompt_id,
+            run_id,
+            kind: payload.kind(),
+            payload: payload.to_value(),
+        }
+    }
+
+    /// The payload, typed by the event's kind (never fails: see [`Payload::read`]).
+    pub(crate) fn payload(&self) -> Payload {
+        Payload::read(&self.kind, &self.payload)
+    }
 }
 
 /// Appends events, numbering each session's from its `last_event_seq`. Returns them numbered.

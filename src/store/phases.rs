@@ -10,10 +10,8 @@
 //! | `retry.scheduled` | `backing-off` | the retry, of how many, and why | `at` + `delay_ms` |
 //! | `slot.granted`, `run.started` | `working` | — | — |
 
-use serde_json::Value;
-
 use super::events::NewEvent;
-use crate::events::EventKind;
+use crate::events::{EventKind, Payload};
 use crate::store::sql::{self, args, Conn};
 
 /// A running prompt's phase, as stored.
@@ -45,29 +43,45 @@ impl Phase {
 
 /// The phase `event` (stored at `at`) puts its prompt in, if it says one.
 pub fn of(event: &NewEvent, at: i64) -> Option<(Phase, Option<String>, Option<i64>)> {
-    let payload = &event.payload;
-    let text = |name: &str| payload.get(name).and_then(Value::as_str);
-    let number = |name: &str| payload.get(name).and_then(Value::as_i64);
-    Some(match event.kind {
-        EventKind::SlotWaiting => {
-            let engine = text("engine").unwrap_or("an engine");
-            let reason = match text("why") {
+    // Asked of every event stored: only these few are read.
+    let says_a_phase = matches!(
+        event.kind,
+        EventKind::SlotWaiting
+            | EventKind::AppServerUnavailable
+            | EventKind::RetryScheduled
+            | EventKind::SlotGranted
+            | EventKind::RunStarted
+    );
+    if !says_a_phase {
+        return None;
+    }
+    Some(match event.payload() {
+        Payload::SlotWaiting(waiting) => {
+            let engine = Some(waiting.engine.as_str())
+                .filter(|engine| !engine.is_empty())
+                .unwrap_or("an engine");
+            let reason = match waiting.why {
                 Some(why) => format!("waits for a {engine} slot: {why}"),
                 None => format!("waits for a {engine} slot"),
             };
             (Phase::WaitingForSlot, Some(reason), None)
         }
-        EventKind::AppServerUnavailable => (
+        Payload::AppServerUnavailable(unavailable) => (
             Phase::WaitingForSlot,
             Some(format!(
                 "waits for its project's app-server: {}",
-                text("reason").unwrap_or("unavailable")
+                Some(unavailable.reason.as_str())
+                    .filter(|reason| !reason.is_empty())
+                    .unwrap_or("unavailable")
             )),
-            number("retry_in_ms").map(|wait| at + wait),
+            Some(at + unavailable.retry_in_ms as i64),
         ),
-        EventKind::RetryScheduled => {
-            let why = text("reason").unwrap_or("failure").replace('_', " ");
-            let count = match (number("retry"), number("retries")) {
+        Payload::RetryScheduled(retry) => {
+            let why = Some(retry.reason.as_str())
+                .filter(|reason| !reason.is_empty())
+                .unwrap_or("failure")
+                .replace('_', " ");
+            let count = match (retry.retry, retry.retries) {
                 (Some(retry), Some(retries)) => format!("retry {retry}/{retries}"),
                 (Some(retry), None) => format!("retry {retry}"),
                 _ => "a retry".to_string(),
@@ -75,10 +89,10 @@ pub fn of(event: &NewEvent, at: i64) -> Option<(Phase, Option<String>, Option<i6
             (
                 Phase::BackingOff,
                 Some(format!("{why}: {count}")),
-                number("delay_ms").map(|delay| at + delay),
+                Some(at + retry.delay_ms as i64),
             )
         }
-        EventKind::SlotGranted | EventKind::RunStarted => (Phase::Working, None, None),
+        Payload::SlotGranted(_) | Payload::RunStarted(_) => (Phase::Working, None, None),
         _ => return None,
     })
 }
@@ -99,7 +113,7 @@ pub(crate) fn follow(connection: &Conn, event: &NewEvent, at: i64) -> sql::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn event(kind: EventKind, payload: Value) -> NewEvent {
         NewEvent {

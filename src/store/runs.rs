@@ -11,7 +11,7 @@ use super::drivers::{engine_started, engine_started_sql};
 use super::events::{append_events, NewEvent};
 use super::{json_list, now_ms};
 use crate::engine::{EngineKind, FailureClass};
-use crate::events::EventKind;
+use crate::events::{EventKind, Payload, PromptRequeued, RunExited};
 
 /// Where a run is in its life (`runs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -331,25 +331,31 @@ pub(crate) fn recover(
         // by recovery, its prompt queued again (it runs again once the worker takes it);
         // unless the spill journal stored at this boot told it already (`store::spill`).
         if !told.runs.contains(&run.id) {
-            telling.push(NewEvent {
-                session_id: run.session_id.clone(),
-                prompt_id: Some(run.prompt_id.clone()),
-                run_id: Some(run.id.clone()),
-                kind: EventKind::RunExited,
-                payload: serde_json::json!({
-                    "ended_by": "recovery",
-                    "reason": "the daemon that ran it died; a new one ended its processes and closed the run",
-                }),
-            });
+            let exited = RunExited {
+                ended_by: Some("recovery".into()),
+                reason: Some(
+                    "the daemon that ran it died; a new one ended its processes and closed the run"
+                        .into(),
+                ),
+                ..RunExited::default()
+            };
+            telling.push(NewEvent::new(
+                run.session_id.clone(),
+                Some(run.prompt_id.clone()),
+                Some(run.id.clone()),
+                Payload::RunExited(exited),
+            ));
         }
         if run.prompt_status == "running" && !told.requeued.contains(&run.prompt_id) {
-            telling.push(NewEvent {
-                session_id: run.session_id.clone(),
-                prompt_id: Some(run.prompt_id.clone()),
-                run_id: None,
-                kind: EventKind::PromptRequeued,
-                payload: serde_json::json!({ "reason": "recovery after the daemon died" }),
-            });
+            let requeued = PromptRequeued {
+                reason: "recovery after the daemon died".into(),
+            };
+            telling.push(NewEvent::new(
+                run.session_id.clone(),
+                Some(run.prompt_id.clone()),
+                None,
+                Payload::PromptRequeued(requeued),
+            ));
         }
         interrupted_runs.push((run.id.clone(), run.pid, run.pid_start));
     }

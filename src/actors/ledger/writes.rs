@@ -484,13 +484,15 @@ ledger_write!(
 
 /// The `approval.answered` event of an approval answered now.
 fn approval_answered(approval: &approvals::Approval) -> events::NewEvent {
-    events::NewEvent {
-        session_id: approval.session_id.clone(),
-        prompt_id: approval.prompt_id.clone(),
-        run_id: approval.run_id.clone(),
-        kind: crate::events::EventKind::ApprovalAnswered,
-        payload: serde_json::json!({ "approval": approval }),
-    }
+    let told = crate::events::ApprovalTold {
+        approval: serde_json::to_value(approval).unwrap_or_default(),
+    };
+    events::NewEvent::new(
+        approval.session_id.clone(),
+        approval.prompt_id.clone(),
+        approval.run_id.clone(),
+        crate::events::Payload::ApprovalAnswered(told),
+    )
 }
 
 ledger_write!(

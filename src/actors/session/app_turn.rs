@@ -8,11 +8,14 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::asking::Talk;
-use super::{event_kind, event_payload, Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
+use super::{Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerHandle};
 use crate::actors::ledger::SetThread;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, Policy, RunVerdict};
-use crate::events::EventKind;
+use crate::events::{
+    AppServerUnavailable, Notice, OutputLine, Payload, RunExited, RunStarted, ServerRequest,
+    ThreadStarted, TransportClosed,
+};
 use crate::framing;
 use crate::store::events::NewEvent;
 use crate::store::prompts::Prompt;
@@ -88,8 +91,10 @@ impl Worker {
                 self.event(
                     Some(prompt_id),
                     None,
-                    EventKind::AppServerUnavailable,
-                    json!({ "reason": reason, "retry_in_ms": wait.as_millis() as u64 }),
+                    Payload::AppServerUnavailable(AppServerUnavailable {
+                        reason: reason.to_string(),
+                        retry_in_ms: wait.as_millis() as u64,
+                    }),
                 )
                 .await;
             }
@@ -137,12 +142,12 @@ impl Worker {
         let started = self.new_event(
             turn.prompt,
             turn.run_id,
-            EventKind::RunStarted,
-            json!({
-                "pid": turn.pid,
-                "engine": EngineKind::CodexAppServer.as_str(),
-                "thread_id": thread_id,
-                "turn_id": turn_id,
+            Payload::RunStarted(RunStarted {
+                pid: turn.pid,
+                engine: EngineKind::CodexAppServer.as_str().to_string(),
+                argv: None,
+                thread_id: Some(thread_id.clone()),
+                turn_id: Some(turn_id.clone()),
             }),
         );
         let mut following = Following {
@@ -184,8 +189,7 @@ impl Worker {
         batch.push(self.new_event(
             turn.prompt,
             turn.run_id,
-            EventKind::RunExited,
-            turn_exited(&outcome, &turn_id, turn.pid),
+            Payload::RunExited(turn_exited(&outcome, &turn_id, turn.pid)),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).
         self.deferred.append(&mut batch);
@@ -239,11 +243,10 @@ impl Worker {
         let started = self.new_event(
             turn.prompt,
             turn.run_id,
-            EventKind::ThreadStarted,
-            json!({
-                "thread_id": thread_id,
-                "app_server_pid": turn.pid,
-                "generation": turn.generation,
+            Payload::ThreadStarted(ThreadStarted {
+                thread_id: thread_id.to_string(),
+                app_server_pid: Some(turn.pid),
+                generation: Some(turn.generation),
             }),
         );
         let set = SetThread {
@@ -424,12 +427,8 @@ impl Worker {
                 None
             }
             app_server::TurnEvent::Invalid { line } => {
-                let raw = self.new_event(
-                    turn.prompt,
-                    turn.run_id,
-                    EventKind::Raw,
-                    json!({ "line": line }),
-                );
+                let raw =
+                    self.new_event(turn.prompt, turn.run_id, Payload::Raw(OutputLine { line }));
                 following.batch.push(raw);
                 None
             }
@@ -447,8 +446,9 @@ impl Worker {
                 let closed = self.new_event(
                     turn.prompt,
                     turn.run_id,
-                    EventKind::TransportClosed,
-                    details.clone(),
+                    Payload::TransportClosed(TransportClosed {
+                        details: details.clone(),
+                    }),
                 );
                 following.batch.push(closed);
                 Some(match following.stop {
@@ -485,8 +485,12 @@ impl Worker {
                 }
             }
             "corral/serverRequest" => {
-                let request =
-                    self.new_event(prompt, run_id, EventKind::ServerRequest, params.clone());
+                let told = ServerRequest {
+                    method: params["method"].as_str().unwrap_or_default().to_string(),
+                    answer: params["answer"].clone(),
+                    request: params["request"].clone(),
+                };
+                let request = self.new_event(prompt, run_id, Payload::ServerRequest(told));
                 following.batch.push(request);
             }
             // willRetry: true keeps the turn in progress: an event, not a failure.
@@ -494,11 +498,10 @@ impl Worker {
                 let notice = self.new_event(
                     prompt,
                     run_id,
-                    EventKind::Notice,
-                    json!({
-                        "message": params["error"]["message"],
-                        "will_retry": params["willRetry"],
-                        "codex_error_info": params["error"]["codexErrorInfo"],
+                    Payload::Notice(Notice {
+                        message: params["error"]["message"].as_str().map(str::to_string),
+                        will_retry: Some(params["willRetry"].clone()),
+                        codex_error_info: Some(params["error"]["codexErrorInfo"].clone()),
                     }),
                 );
                 following.batch.push(notice);
@@ -521,8 +524,7 @@ impl Worker {
                         }
                         other => other,
                     };
-                    let event =
-                        self.new_event(prompt, run_id, event_kind(&event), event_payload(&event));
+                    let event = self.new_event(prompt, run_id, event);
                     following.batch.push(event);
                 }
             }
@@ -563,27 +565,23 @@ async fn start_turn(
 
 /// `run.exited` of a turn: its verdict (or what ended it) and the turn's status, as a child
 /// run's exit is told; the turn has no process of its own, so no exit code.
-fn turn_exited(outcome: &RunOutcome, turn_id: &str, pid: u32) -> serde_json::Value {
-    let mut payload = json!({ "turn_id": turn_id, "app_server_pid": pid });
-    match outcome {
-        RunOutcome::Finished { verdict, .. } => {
-            let (verdict, status) = match verdict {
-                RunVerdict::Succeeded => ("succeeded", "completed"),
-                RunVerdict::Failed { .. } => ("failed", "failed"),
-            };
-            payload["verdict"] = json!(verdict);
-            payload["status"] = json!(status);
-        }
-        RunOutcome::Stopped(stop, _) => {
-            payload["ended_by"] = json!(stop.ended_by());
-            payload["status"] = json!("interrupted");
-        }
-        RunOutcome::TimedOut(_) => {
-            payload["ended_by"] = json!("timed out");
-            payload["status"] = json!("interrupted");
-        }
+fn turn_exited(outcome: &RunOutcome, turn_id: &str, pid: u32) -> RunExited {
+    let (verdict, ended_by, status) = match outcome {
+        RunOutcome::Finished { verdict, .. } => match verdict {
+            RunVerdict::Succeeded => (Some("succeeded"), None, "completed"),
+            RunVerdict::Failed { .. } => (Some("failed"), None, "failed"),
+        },
+        RunOutcome::Stopped(stop, _) => (None, Some(stop.ended_by()), "interrupted"),
+        RunOutcome::TimedOut(_) => (None, Some("timed out"), "interrupted"),
+    };
+    RunExited {
+        turn_id: Some(turn_id.to_string()),
+        app_server_pid: Some(pid),
+        verdict: verdict.map(str::to_string),
+        ended_by: ended_by.map(str::to_string),
+        status: Some(status.to_string()),
+        ..RunExited::default()
     }
-    payload
 }
 
 /// `turn/start`'s `sandboxPolicy` for a sandbox (codex 0.171.0's object form; the thread's

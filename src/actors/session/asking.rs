@@ -18,14 +18,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Worker;
 use crate::actors::ledger::{AnswerApproval, DenyLeftApprovals, PutApproval};
 use crate::engine::{Engine, EngineEvent, EngineKind, Reply};
-use crate::events::EventKind;
+use crate::events::{ApprovalTold, Notice, Payload};
 use crate::store::approvals::{self, AnsweredBy, Approval, ApprovalStatus, Decision};
 use crate::store::events::NewEvent;
 use crate::store::prompts::Prompt;
@@ -169,8 +169,9 @@ impl Worker {
                 batch.push(self.new_event(
                     prompt,
                     run_id,
-                    EventKind::Notice,
-                    json!({ "message": format!("the engine asked '{what}', which corral does not handle: answered with an error") }),
+                    Payload::Notice(Notice::new(format!(
+                        "the engine asked '{what}', which corral does not handle: answered with an error"
+                    ))),
                 ));
                 return None;
             }
@@ -217,12 +218,15 @@ impl Worker {
                 rule.pattern.as_deref().unwrap_or_default()
             ));
         }
-        let kind = if rule.is_some() {
-            EventKind::ApprovalAnswered
-        } else {
-            EventKind::ApprovalRequested
+        let told = ApprovalTold {
+            approval: serde_json::to_value(&approval).unwrap_or_default(),
         };
-        batch.push(self.new_event(prompt, run_id, kind, json!({ "approval": approval })));
+        let payload = if rule.is_some() {
+            Payload::ApprovalAnswered(told)
+        } else {
+            Payload::ApprovalRequested(told)
+        };
+        batch.push(self.new_event(prompt, run_id, payload));
         let stored = self
             .write_events(
                 PutApproval {

@@ -15,16 +15,15 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::asking::{stdin_writer, Talk};
-use super::{event_kind, event_payload, Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
+use super::{Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
 use crate::actors::ledger::{KeepProcesses, RunSpawned, SetThread};
 use crate::actors::shared::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
-use crate::events::EventKind;
+use crate::events::{Notice, OutputLine, Payload, RunExited, RunStarted};
 use crate::framing;
 use crate::process;
 use crate::store::events::NewEvent;
@@ -297,11 +296,15 @@ impl Worker {
         let started = self.new_event(
             prompt,
             run_id,
-            EventKind::RunStarted,
-            json!({
-                "pid": pid,
-                "engine": kind.as_str(),
-                "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            Payload::RunStarted(RunStarted {
+                pid,
+                engine: kind.as_str().to_string(),
+                argv: Some(
+                    argv.iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect(),
+                ),
+                ..RunStarted::default()
             }),
         );
         let spawned = RunSpawned {
@@ -360,10 +363,9 @@ impl Worker {
             batch.push(self.new_event(
                 prompt,
                 run_id,
-                EventKind::Notice,
-                json!({
-                    "message": format!("an output line longer than {MAX_LINE} bytes was cut"),
-                }),
+                Payload::Notice(Notice::new(format!(
+                    "an output line longer than {MAX_LINE} bytes was cut"
+                ))),
             ));
         }
         let events = match line.stream {
@@ -373,8 +375,9 @@ impl Worker {
                 batch.push(self.new_event(
                     prompt,
                     run_id,
-                    EventKind::Stderr,
-                    json!({ "line": line.text }),
+                    Payload::Stderr(OutputLine {
+                        line: line.text.clone(),
+                    }),
                 ));
                 vec![]
             }
@@ -419,13 +422,13 @@ impl Worker {
                 }
                 other => other,
             };
-            batch.push(self.new_event(prompt, run_id, event_kind(&event), event_payload(&event)));
             if matches!(
                 event,
                 EngineEvent::TurnCompleted | EngineEvent::TurnFailed { .. }
             ) {
-                transcript.terminal = Some(event);
+                transcript.terminal = Some(event.clone());
             }
+            batch.push(self.new_event(prompt, run_id, event));
         }
         new_thread
     }
@@ -451,8 +454,7 @@ impl Worker {
             batch.push(self.new_event(
                 prompt,
                 run_id,
-                EventKind::Raw,
-                json!({ "line": line.text }),
+                Payload::Raw(OutputLine { line: line.text }),
             ));
         }
         let reason = match ended {
@@ -469,12 +471,12 @@ impl Worker {
         batch.push(self.new_event(
             prompt,
             run_id,
-            EventKind::RunExited,
-            json!({
-                "ended_by": reason,
-                "exit_code": exit.code,
-                "signal": exit.signal,
-                "error": error,
+            Payload::RunExited(RunExited {
+                ended_by: Some(reason.to_string()),
+                exit_code: Some(exit.code),
+                signal: Some(exit.signal.clone()),
+                error: Some(error.clone()),
+                ..RunExited::default()
             }),
         ));
         // Stored with the run's end.
@@ -523,11 +525,11 @@ impl Worker {
         batch.push(self.new_event(
             prompt,
             run_id,
-            EventKind::RunExited,
-            json!({
-                "exit_code": exit.code,
-                "signal": exit.signal,
-                "verdict": verdict_name,
+            Payload::RunExited(RunExited {
+                exit_code: Some(exit.code),
+                signal: Some(exit.signal.clone()),
+                verdict: Some(verdict_name.to_string()),
+                ..RunExited::default()
             }),
         ));
         // Stored with the run's end (one commit with the prompt's end for a last run).

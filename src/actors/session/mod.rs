@@ -38,7 +38,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde_json::json;
 use tokio::sync::watch;
 
 mod app_turn;
@@ -54,8 +53,8 @@ use super::ledger::{
 };
 use super::life::Working;
 use super::shared::{Published, Shared};
-use crate::engine::{EngineEvent, FailureClass, RunVerdict};
-use crate::events::EventKind;
+use crate::engine::{FailureClass, RunVerdict};
+use crate::events::{Payload, PromptEnded, PromptRequeued, TitleGenerated};
 use crate::store::approvals::Approval;
 use crate::store::daemons::Claim;
 use crate::store::events::NewEvent;
@@ -369,26 +368,33 @@ impl Worker {
                         prompt_id: prompt_id.clone(),
                     }))
                     .await;
-                let (kind, payload) = match put_back {
-                    Ok(PutBack::Cancelled) => (
-                        EventKind::PromptCancelled,
-                        json!({ "error": "cancelled while its daemon shut down", "answer": null }),
-                    ),
-                    _ => (
-                        EventKind::PromptRequeued,
-                        json!({ "reason": "daemon shutdown" }),
-                    ),
+                let payload = match put_back {
+                    Ok(PutBack::Cancelled) => Payload::PromptCancelled(PromptEnded {
+                        error: Some("cancelled while its daemon shut down".into()),
+                        ..PromptEnded::default()
+                    }),
+                    _ => Payload::PromptRequeued(PromptRequeued {
+                        reason: "daemon shutdown".into(),
+                    }),
                 };
-                self.event(Some(&prompt_id), None, kind, payload).await;
+                self.event(Some(&prompt_id), None, payload).await;
                 return;
             }
             // The prompt's end is committed before its event is published, so that whoever
             // reacts to the event reads the final state.
-            let mut payload = json!({ "error": end.error, "answer": end.answer });
-            if self.denied > 0 {
-                payload["denied"] = json!(self.denied);
-            }
-            let ended = self.session_event(Some(&prompt_id), None, end.status.end_event(), payload);
+            let told = PromptEnded {
+                error: end.error.clone(),
+                answer: end.answer.clone(),
+                denied: (self.denied > 0).then_some(self.denied),
+            };
+            let payload = match end.status {
+                PromptStatus::Done => Payload::PromptDone(told),
+                PromptStatus::Failed => Payload::PromptFailed(told),
+                PromptStatus::Cancelled => Payload::PromptCancelled(told),
+                // Not an end: told as the worker's bookkeeping always told it.
+                other => Payload::Other(other.end_event(), Payload::PromptDone(told).to_value()),
+            };
+            let ended = self.session_event(Some(&prompt_id), None, payload);
             let shared_with_others = self.shared.coordination.with_others();
             let finish = FinishPrompt {
                 prompt_id: prompt_id.clone(),
@@ -497,14 +503,8 @@ impl Worker {
     }
 
     /// Stores one event now (with the deferred ones before it) and publishes it.
-    async fn event(
-        &mut self,
-        prompt_id: Option<&str>,
-        run_id: Option<&str>,
-        kind: EventKind,
-        payload: serde_json::Value,
-    ) {
-        let event = self.session_event(prompt_id, run_id, kind, payload);
+    async fn event(&mut self, prompt_id: Option<&str>, run_id: Option<&str>, payload: Payload) {
+        let event = self.session_event(prompt_id, run_id, payload);
         self.store_events(vec![event]).await;
     }
 
@@ -513,16 +513,14 @@ impl Worker {
         &self,
         prompt_id: Option<&str>,
         run_id: Option<&str>,
-        kind: EventKind,
-        payload: serde_json::Value,
+        payload: Payload,
     ) -> NewEvent {
-        NewEvent {
-            session_id: self.session_id.clone(),
-            prompt_id: prompt_id.map(str::to_string),
-            run_id: run_id.map(str::to_string),
-            kind,
+        NewEvent::new(
+            self.session_id.clone(),
+            prompt_id.map(str::to_string),
+            run_id.map(str::to_string),
             payload,
-        }
+        )
     }
 
     /// Stores `events` now, after the deferred ones. When they cannot be stored they stay
@@ -714,14 +712,8 @@ impl Worker {
         }
     }
 
-    fn new_event(
-        &self,
-        prompt: &Prompt,
-        run_id: &str,
-        kind: EventKind,
-        payload: serde_json::Value,
-    ) -> NewEvent {
-        self.session_event(Some(&prompt.id), Some(run_id), kind, payload)
+    fn new_event(&self, prompt: &Prompt, run_id: &str, payload: impl Into<Payload>) -> NewEvent {
+        self.session_event(Some(&prompt.id), Some(run_id), payload.into())
     }
 
     async fn set_title(
@@ -743,8 +735,9 @@ impl Worker {
             batch.push(self.session_event(
                 Some(&prompt.id),
                 run_id,
-                EventKind::TitleGenerated,
-                json!({ "title": title }),
+                Payload::TitleGenerated(TitleGenerated {
+                    title: title.to_string(),
+                }),
             ));
         }
     }
@@ -758,35 +751,4 @@ fn jitter() -> f64 {
         .map(|elapsed| elapsed.subsec_nanos())
         .unwrap_or(0);
     0.8 + 0.4 * (nanos % 1000) as f64 / 1000.0
-}
-
-/// The event kind of an engine event.
-fn event_kind(event: &EngineEvent) -> EventKind {
-    match event {
-        EngineEvent::ThreadStarted { .. } => EventKind::ThreadStarted,
-        EngineEvent::TurnStarted => EventKind::TurnStarted,
-        EngineEvent::MessageDelta { .. } => EventKind::MessageDelta,
-        EngineEvent::Message { .. } => EventKind::Message,
-        EngineEvent::Tool { .. } => EventKind::Tool,
-        EngineEvent::Denied { .. } => EventKind::ToolDenied,
-        // The worker stores a request as its approval (`child.rs`), and answers an unknown
-        // one at once, telling it as a notice.
-        EngineEvent::Asks { .. } => EventKind::ApprovalRequested,
-        EngineEvent::AsksUnknown { .. } => EventKind::Notice,
-        EngineEvent::Usage { .. } => EventKind::Usage,
-        EngineEvent::Notice { .. } => EventKind::Notice,
-        EngineEvent::TurnCompleted => EventKind::TurnCompleted,
-        EngineEvent::TurnFailed { .. } => EventKind::TurnFailed,
-        EngineEvent::Raw { .. } => EventKind::Raw,
-        // The worker keeps resume points; none is ever stored as an event.
-        EngineEvent::ResumePoint { .. } => EventKind::Other("resume_point".into()),
-    }
-}
-
-fn event_payload(event: &EngineEvent) -> serde_json::Value {
-    let mut value = serde_json::to_value(event).unwrap_or_default();
-    if let Some(object) = value.as_object_mut() {
-        object.remove("kind");
-    }
-    value
 }

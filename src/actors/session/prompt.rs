@@ -12,8 +12,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::app_turn::AppTurn;
 use super::child::{ChildEnv, ChildRun};
 use super::retry::{self, Before, Decision, Failure, Policy, Resend, Retries};
@@ -22,7 +20,7 @@ use crate::actors::ledger::{SetThread, StartRun};
 use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
 use crate::actors::worktree;
 use crate::engine::{self, EngineKind, FailureClass, RunSpec, RunVerdict};
-use crate::events::EventKind;
+use crate::events::{Notice, Payload, PromptStarted, RetryScheduled, SlotGranted, SlotWaiting};
 use crate::framing;
 use crate::store::projects::Project;
 use crate::store::prompts::{Prompt, PromptStatus};
@@ -336,8 +334,7 @@ impl Worker {
             let notice = self.session_event(
                 Some(&prompt.id),
                 None,
-                EventKind::Notice,
-                json!({ "message": format!("runs as workspace-write: {why}") }),
+                Payload::Notice(Notice::new(format!("runs as workspace-write: {why}"))),
             );
             self.deferred.push(notice);
         }
@@ -350,8 +347,10 @@ impl Worker {
         let started = self.session_event(
             Some(&prompt.id),
             None,
-            EventKind::PromptStarted,
-            json!({ "text": prompt.text, "images": prompt.images }),
+            Payload::PromptStarted(PromptStarted {
+                text: prompt.text.clone(),
+                images: prompt.images.clone(),
+            }),
         );
         self.deferred.push(started);
         Ok(PromptRun {
@@ -406,12 +405,11 @@ impl Worker {
                     let waiting = self.session_event(
                         Some(&run.prompt.id),
                         None,
-                        EventKind::SlotWaiting,
-                        json!({
-                            "engine": run.kind.as_str(),
-                            "project": run.project.name,
-                            "groups": run.locking_groups,
-                            "held_by": null,
+                        Payload::SlotWaiting(SlotWaiting {
+                            engine: run.kind.as_str().to_string(),
+                            project: run.project.name.clone(),
+                            groups: run.locking_groups.clone(),
+                            ..SlotWaiting::default()
                         }),
                     );
                     let events = self.take_deferred(vec![waiting]);
@@ -429,8 +427,9 @@ impl Worker {
             self.event(
                 Some(&run.prompt.id),
                 None,
-                EventKind::SlotGranted,
-                json!({ "waited_ms": waited.elapsed().as_millis() as u64 }),
+                Payload::SlotGranted(SlotGranted {
+                    waited_ms: waited.elapsed().as_millis() as u64,
+                }),
             )
             .await;
         }
@@ -579,18 +578,17 @@ impl Worker {
         self.event(
             Some(&run.prompt.id),
             Some(run_id),
-            EventKind::RetryScheduled,
-            json!({
-                "reason": class.as_str(),
-                "attempt": run.attempt,
-                "next_attempt": run.attempt + 1,
-                "delay_ms": retry.delay.as_millis() as u64,
-                "retry": retry.number,
-                "retries": retry.of,
-                "retry_after_ms": retry_after.map(|after| after.as_millis() as u64),
-                "new_thread": retry.new_thread || run.thread_id.is_none(),
-                "continue": run.continuing,
-                "message": message,
+            Payload::RetryScheduled(RetryScheduled {
+                reason: class.as_str().to_string(),
+                attempt: run.attempt,
+                next_attempt: run.attempt + 1,
+                delay_ms: retry.delay.as_millis() as u64,
+                retry: Some(retry.number as u64),
+                retries: Some(retry.of as u64),
+                retry_after_ms: retry_after.map(|after| after.as_millis() as u64),
+                new_thread: retry.new_thread || run.thread_id.is_none(),
+                continues: run.continuing,
+                message,
             }),
         )
         .await;

@@ -24,12 +24,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::json;
-
 use super::child::{read_output, ChildEnv, Line};
 use super::{Exit, PromptEnd, Stop, Worker, EVENT_BATCH};
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
-use crate::events::EventKind;
+use crate::events::{Payload, SetupExited, SetupOutput, SetupStarted};
 use crate::process;
 use crate::store::events::NewEvent;
 use crate::store::projects::Project;
@@ -156,8 +154,10 @@ impl Worker {
         let settings = self.shared.settings();
         let started = self.setup_event(
             prompt,
-            EventKind::SetupStarted,
-            json!({ "command": command, "cwd": cwd }),
+            Payload::SetupStarted(SetupStarted {
+                command: command.to_string(),
+                cwd: cwd.to_string_lossy().into_owned(),
+            }),
         );
         if let Err(error) = self.try_store_events(vec![started]).await {
             return Err(PromptEnd::failed(format!("store: {error}")));
@@ -171,8 +171,10 @@ impl Worker {
                 );
                 let exited = self.setup_event(
                     prompt,
-                    EventKind::SetupExited,
-                    json!({ "code": null, "signal": null, "error": message }),
+                    Payload::SetupExited(SetupExited {
+                        error: Some(message.clone()),
+                        ..SetupExited::default()
+                    }),
                 );
                 self.deferred.push(exited);
                 return Err(PromptEnd::failed(message));
@@ -310,29 +312,27 @@ impl Worker {
         if !line.text.trim().is_empty() {
             *last = Some(line.text.clone());
         }
-        let mut payload = json!({ "line": line.text, "stream": line.stream.as_str() });
-        if line.cut {
-            payload["cut"] = json!(true);
-        }
-        batch.push(self.setup_event(prompt, EventKind::SetupOutput, payload));
+        let output = SetupOutput {
+            line: line.text.clone(),
+            stream: line.stream.as_str().to_string(),
+            cut: line.cut,
+        };
+        batch.push(self.setup_event(prompt, Payload::SetupOutput(output)));
     }
 
     fn exited_event(&self, prompt: &Prompt, exit: &Exit, ended_by: Option<&str>) -> NewEvent {
-        let mut payload = json!({ "code": exit.code, "signal": exit.signal });
-        if let Some(by) = ended_by {
-            payload["ended_by"] = json!(by);
-        }
-        self.setup_event(prompt, EventKind::SetupExited, payload)
+        let exited = SetupExited {
+            code: exit.code,
+            signal: exit.signal.clone(),
+            ended_by: ended_by.map(str::to_string),
+            error: None,
+        };
+        self.setup_event(prompt, Payload::SetupExited(exited))
     }
 
     /// An event of the setup, told as the prompt's (it has no run).
-    fn setup_event(
-        &self,
-        prompt: &Prompt,
-        kind: EventKind,
-        payload: serde_json::Value,
-    ) -> NewEvent {
-        self.session_event(Some(&prompt.id), None, kind, payload)
+    fn setup_event(&self, prompt: &Prompt, payload: Payload) -> NewEvent {
+        self.session_event(Some(&prompt.id), None, payload)
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::events::EventKind;
+use crate::events::{EventKind, Payload, Text};
 use crate::store::events::Event;
 
 /// A turn as one connection has shown it so far.
@@ -68,26 +68,25 @@ impl Translator {
 
     pub(super) fn translate(&mut self, event: &Event) -> Vec<Value> {
         let at = event.at;
-        let payload = &event.payload;
+        let payload = event.payload();
         let mut out = Vec::new();
-        if event.kind == EventKind::ThreadStarted {
-            if let Some(thread) = payload["thread_id"].as_str() {
-                if self.thread_id.as_deref() != Some(thread) {
-                    self.thread_id = Some(thread.to_string());
-                    let thread = json!({
-                        "id": thread,
-                        "sessionId": thread,
-                        "ephemeral": false,
-                        "status": { "type": "active", "activeFlags": [] },
-                        "source": "corral",
-                        "turns": [],
-                    });
-                    out.push(notification(
-                        "thread/started",
-                        json!({ "thread": thread }),
-                        at,
-                    ));
-                }
+        if let Payload::ThreadStarted(started) = &payload {
+            let thread = started.thread_id.as_str();
+            if !thread.is_empty() && self.thread_id.as_deref() != Some(thread) {
+                self.thread_id = Some(thread.to_string());
+                let thread = json!({
+                    "id": thread,
+                    "sessionId": thread,
+                    "ephemeral": false,
+                    "status": { "type": "active", "activeFlags": [] },
+                    "source": "corral",
+                    "turns": [],
+                });
+                out.push(notification(
+                    "thread/started",
+                    json!({ "thread": thread }),
+                    at,
+                ));
             }
             return out;
         }
@@ -95,19 +94,17 @@ impl Translator {
             return out;
         };
         let thread = self.thread();
-        let text = |name: &str| payload[name].as_str().unwrap_or_default().to_string();
-        match &event.kind {
-            EventKind::PromptStarted => {
+        match payload {
+            Payload::PromptStarted(_) => {
                 out.push(notification(
                     "thread/status/changed",
                     json!({ "threadId": thread, "status": { "type": "active", "activeFlags": [] } }),
                     at,
                 ));
             }
-            EventKind::TurnStarted => self.ensure_started(&turn, at, &mut out),
-            EventKind::MessageDelta => {
+            Payload::TurnStarted(_) => self.ensure_started(&turn, at, &mut out),
+            Payload::MessageDelta(Text { text: delta }) => {
                 self.ensure_started(&turn, at, &mut out);
-                let delta = text("text");
                 let item = self.open_message(&turn, at, &mut out);
                 if let Some((_, so_far)) = self.view(&turn).open.as_mut() {
                     so_far.push_str(&delta);
@@ -118,14 +115,15 @@ impl Translator {
                     at,
                 ));
             }
-            EventKind::Message => {
+            Payload::Message(message) => {
                 self.ensure_started(&turn, at, &mut out);
-                self.complete_message(&turn, text("text"), at, &mut out);
+                self.complete_message(&turn, message.text, at, &mut out);
             }
-            EventKind::Tool => {
+            Payload::Tool(tool) => {
                 self.ensure_started(&turn, at, &mut out);
                 let view = self.view(&turn);
-                let mut item = engine_item(&payload["detail"], payload["name"].as_str());
+                let name = Some(tool.name.as_str()).filter(|name| !name.is_empty());
+                let mut item = engine_item(&tool.detail, name);
                 if item.get("id").is_none_or(Value::is_null) {
                     view.tools += 1;
                     item["id"] = json!(format!("{turn}-tool-{}", view.tools));
@@ -141,52 +139,46 @@ impl Translator {
                     at,
                 ));
             }
-            EventKind::Usage => {
+            Payload::Usage(usage) => {
                 self.ensure_started(&turn, at, &mut out);
                 out.push(notification(
                     "thread/tokenUsage/updated",
-                    json!({ "threadId": thread, "turnId": turn, "tokenUsage": token_usage(&payload["usage"]) }),
+                    json!({ "threadId": thread, "turnId": turn, "tokenUsage": token_usage(&usage.usage) }),
                     at,
                 ));
             }
-            EventKind::Notice => {
+            Payload::Notice(notice) => {
                 self.ensure_started(&turn, at, &mut out);
                 // Nothing is final before the prompt ends: corral may still retry.
-                let will_retry = payload["will_retry"].as_bool().unwrap_or(true);
+                let will_retry = notice.will_retry.as_ref().and_then(Value::as_bool);
                 out.push(error_notification(
                     &thread,
                     &turn,
                     json!({
-                        "message": payload["message"],
-                        "codexErrorInfo": payload.get("codex_error_info").cloned().unwrap_or(Value::Null),
+                        "message": notice.message,
+                        "codexErrorInfo": notice.codex_error_info.unwrap_or(Value::Null),
                         "additionalDetails": null,
                     }),
-                    will_retry,
+                    will_retry.unwrap_or(true),
                     at,
                 ));
             }
-            EventKind::TurnFailed => {
-                self.view(&turn).failure = Some(text("message"));
+            Payload::TurnFailed(failed) => {
+                self.view(&turn).failure = Some(failed.message);
             }
-            EventKind::RetryScheduled => {
+            Payload::RetryScheduled(retry) => {
                 self.ensure_started(&turn, at, &mut out);
                 let view = self.view(&turn);
                 // A new attempt streams its own message.
                 view.open = None;
-                let message = payload["message"]
-                    .as_str()
+                let message = Some(retry.message)
                     .filter(|message| !message.is_empty())
-                    .map(str::to_string)
                     .or_else(|| view.failure.clone())
-                    .unwrap_or_else(|| text("reason"));
-                let delay = payload["delay_ms"].as_i64().unwrap_or(0) as f64 / 1000.0;
+                    .unwrap_or_else(|| retry.reason.clone());
+                let delay = retry.delay_ms as f64 / 1000.0;
                 let details = format!(
                     "corral retries ({}): attempt {} in {delay}s",
-                    text("reason"),
-                    payload["next_attempt"]
-                        .as_i64()
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "?".into())
+                    retry.reason, retry.next_attempt
                 );
                 out.push(error_notification(
                     &thread,
@@ -196,7 +188,7 @@ impl Translator {
                     at,
                 ));
             }
-            EventKind::PromptRequeued => {
+            Payload::PromptRequeued(_) => {
                 self.ensure_started(&turn, at, &mut out);
                 out.push(error_notification(
                     &thread,
@@ -210,9 +202,11 @@ impl Translator {
                     at,
                 ));
             }
-            EventKind::PromptDone | EventKind::PromptFailed | EventKind::PromptCancelled => {
+            Payload::PromptDone(ended)
+            | Payload::PromptFailed(ended)
+            | Payload::PromptCancelled(ended) => {
                 self.ensure_started(&turn, at, &mut out);
-                let answer = payload["answer"].as_str().map(str::to_string);
+                let answer = ended.answer;
                 let view = self.view(&turn);
                 let streamed = view.open.is_some();
                 if event.kind == EventKind::PromptDone && (streamed || view.messages == 0) {
@@ -228,7 +222,7 @@ impl Translator {
                     EventKind::PromptDone => ("completed", Value::Null),
                     EventKind::PromptFailed => {
                         let error = json!({
-                            "message": payload["error"].as_str().unwrap_or("the turn failed"),
+                            "message": ended.error.as_deref().unwrap_or("the turn failed"),
                             "codexErrorInfo": null,
                             "additionalDetails": null,
                         });
