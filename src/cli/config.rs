@@ -19,9 +19,11 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::remote::{self, print_json, text};
+use super::remote::{self, or_dash, print_json, text};
 use super::{CliError, Context, Exit};
 use crate::client::ClientError;
+use crate::protocol::settings::{Setting, SettingsListResult, StoredSetting};
+use crate::protocol::Method;
 use crate::protocol::{
     code, NoParams, SettingName, SettingsGet, SettingsList, SettingsSet, SettingsSetParams,
 };
@@ -141,11 +143,8 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
             if get.json {
                 print_json(&result);
             } else {
-                let value = match result.get("value").and_then(Value::as_str) {
-                    Some(stored) => stored,
-                    None => text(&result, "default"),
-                };
-                println!("{value}");
+                let setting: Setting = read_answer::<SettingsGet>(result)?;
+                println!("{}", setting.value.unwrap_or(setting.default));
             }
         }
         ConfigAction::List(list) => {
@@ -158,7 +157,7 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
                 }
                 print_json(&result);
             } else {
-                print_list(&result);
+                print_list(&read_answer::<SettingsList>(result)?);
                 println!(
                     "{:<30}  {:<18}  {:<18}  where the store is ({}; HOME/config)",
                     location::STORE_URL,
@@ -181,7 +180,8 @@ pub async fn execute(context: &Context, args: &ConfigArgs) -> Result<Exit, CliEr
             if set.json {
                 print_json(&result);
             } else {
-                println!("{} = {}", text(&result, "name"), text(&result, "value"));
+                let stored: StoredSetting = read_answer::<SettingsSet>(result)?;
+                println!("{} = {}", stored.name, or_dash(stored.value.as_deref()));
             }
         }
         ConfigAction::Unset(unset) => {
@@ -227,54 +227,47 @@ fn matches_pattern(pattern: &str, name: &str) -> bool {
     }
 }
 
-fn print_list(result: &Value) {
-    let known = result["known"].as_array().cloned().unwrap_or_default();
-    let stored = result["stored"].as_array().cloned().unwrap_or_default();
-    let shown = |value: &str| {
-        if value.is_empty() {
-            "\"\"".to_string()
-        } else {
-            value.to_string()
-        }
+/// An answer read as its method's result (`--json` printed it as the daemon said it).
+fn read_answer<M: Method>(said: Value) -> Result<M::Result, CliError> {
+    crate::client::decode(M::NAME, said).map_err(remote::failure)
+}
+
+fn print_list(result: &SettingsListResult) {
+    let shown = |value: Option<&str>| match value {
+        Some("") => "\"\"".to_string(),
+        other => or_dash(other).to_string(),
     };
+    let stored = &result.stored;
     let mut listed = vec![false; stored.len()];
     println!(
         "{:<30}  {:<18}  {:<18}  MEANING",
         "NAME", "VALUE", "DEFAULT"
     );
-    for setting in &known {
-        let name = text(setting, "name");
-        let default = shown(text(setting, "default"));
+    for setting in &result.known {
+        let name = setting.name.as_str();
+        let default = shown(Some(&setting.default));
         let value = stored
             .iter()
-            .position(|entry| text(entry, "name") == name)
+            .position(|entry| entry.name == name)
             .map(|at| {
                 listed[at] = true;
-                shown(text(&stored[at], "value"))
+                shown(stored[at].value.as_deref())
             })
             .unwrap_or_else(|| "-".into());
         println!(
             "{name:<30}  {value:<18}  {default:<18}  {}",
-            text(setting, "meaning")
+            setting.meaning
         );
         for (at, entry) in stored.iter().enumerate() {
-            if !listed[at] && matches_pattern(name, text(entry, "name")) {
+            if !listed[at] && matches_pattern(name, &entry.name) {
                 listed[at] = true;
-                println!(
-                    "  {:<28}  {}",
-                    text(entry, "name"),
-                    shown(text(entry, "value"))
-                );
+                println!("  {:<28}  {}", entry.name, shown(entry.value.as_deref()));
             }
         }
     }
     for (at, entry) in stored.iter().enumerate() {
         if !listed[at] {
-            println!(
-                "{:<30}  {}",
-                text(entry, "name"),
-                shown(text(entry, "value"))
-            );
+            println!("{:<30}  {}", entry.name, shown(entry.value.as_deref()));
         }
     }
 }
