@@ -19,11 +19,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::remote::{self, or_dash, print_json, text};
+use super::remote::{self, or_dash, print_json, read_answer, text};
 use super::{CliError, Context, Exit};
 use crate::client::ClientError;
 use crate::protocol::settings::{Setting, SettingsListResult, StoredSetting};
-use crate::protocol::Method;
 use crate::protocol::{
     code, NoParams, SettingName, SettingsGet, SettingsList, SettingsSet, SettingsSetParams,
 };
@@ -225,11 +224,6 @@ fn matches_pattern(pattern: &str, name: &str) -> bool {
         }
         None => false,
     }
-}
-
-/// An answer read as its method's result (`--json` printed it as the daemon said it).
-fn read_answer<M: Method>(said: Value) -> Result<M::Result, CliError> {
-    crate::client::decode(M::NAME, said).map_err(remote::failure)
 }
 
 fn print_list(result: &SettingsListResult) {

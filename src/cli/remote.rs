@@ -79,8 +79,7 @@ impl Source {
 
     /// [`Source::call_json`], decoded as `M`'s result; any error is a failure (exit 1).
     pub async fn ask<M: Method>(&mut self, params: &M::Params) -> Result<M::Result, CliError> {
-        let answer = self.ask_json::<M>(params).await?;
-        crate::client::decode(M::NAME, answer).map_err(failure)
+        read_answer::<M>(self.ask_json::<M>(params).await?)
     }
 
     /// [`Source::call_json`]; any error is a failure (exit 1).
@@ -202,9 +201,14 @@ pub struct Answered<T> {
 
 impl<T: serde::de::DeserializeOwned> Answered<T> {
     fn read<M: Method<Result = T>>(said: Value) -> Result<Self, CliError> {
-        let result = crate::client::decode(M::NAME, said.clone()).map_err(failure)?;
+        let result = read_answer::<M>(said.clone())?;
         Ok(Answered { said, result })
     }
+}
+
+/// An answer read as its method's result; one that does not read is a failure (exit 1).
+pub fn read_answer<M: Method>(said: Value) -> Result<M::Result, CliError> {
+    crate::client::decode(M::NAME, said).map_err(failure)
 }
 
 /// An optional text as a table shows it: `-` when there is none.
