@@ -422,19 +422,14 @@ pub struct SessionRef {
 }
 
 impl SessionRef {
-    /// From a `session.show` result.
+    /// From a `session.show` answer.
     fn from_shown(shown: Value) -> Result<SessionRef, CliError> {
-        let session = &shown["session"];
-        let id = session
-            .get("id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| CliError::failure("the daemon answered a session without an id"))?
-            .to_string();
-        let last_event_seq = session
-            .get("last_event_seq")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        Ok(SessionRef { id, last_event_seq })
+        let shown = read_answer::<SessionShow>(shown)?;
+        let session = shown.session.session;
+        Ok(SessionRef {
+            id: session.id,
+            last_event_seq: session.last_event_seq,
+        })
     }
 }
 

@@ -16,13 +16,15 @@ use serde_json::Value;
 
 use super::invocation::Invocation;
 use super::progress::StatusLine;
-use super::remote::{self, absolute, print_json, EventStream, Interrupts};
+use super::remote::{self, absolute, or_dash, print_json, Answered, EventStream, Interrupts};
 use super::{CliError, Context, Exit};
 use crate::client::{Client, ClientError};
 use crate::events::EventKind;
+use crate::protocol::prompts::Prompt;
 use crate::protocol::{
     ApprovalsAnswer, ClaimParams, DriverClaim, PromptSelector, PromptSend, PromptWait, SendParams,
 };
+use crate::store::prompts::PromptStatus;
 
 /// What a send carries, read once: the prompt's text (its words joined by spaces, or with `-`
 /// alone, all of stdin as it is) and its images as absolute paths. A text the protocol cannot
@@ -201,11 +203,10 @@ fn print_sent(json: bool, prompt: &Value) -> std::io::Result<()> {
     let text = if json {
         serde_json::to_string_pretty(prompt).expect("values serialize")
     } else {
-        format!(
-            "{} {}",
-            remote::text(prompt, "id"),
-            remote::text(prompt, "status")
-        )
+        match remote::read_answer::<PromptSend>(prompt.clone()) {
+            Ok(prompt) => format!("{} {}", prompt.id, prompt.status.as_str()),
+            Err(error) => return Err(std::io::Error::other(error.message.unwrap_or_default())),
+        }
     };
     match writeln!(std::io::stdout(), "{text}") {
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -266,17 +267,19 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
         }
     };
     remote::release(&mut client, &session.id, generation).await;
-    let prompt = outcome?;
+    let ended = outcome?;
     if args.json {
-        print_json(&prompt);
+        print_json(&ended.said);
     }
-    match prompt.get("status").and_then(Value::as_str) {
-        Some("done") => {
+    let prompt = ended.result;
+    match prompt.status {
+        PromptStatus::Done => {
             if !args.json {
-                println!("{}", remote::text(&prompt, "answer").trim_end());
+                println!("{}", or_dash(prompt.answer.as_deref()).trim_end());
                 // Done, but the engine refused some of what the agent tried: said apart from
                 // the answer, so that a green result is never read as the whole job.
-                if let Some(denied) = prompt["denied"].as_i64().filter(|denied| *denied > 0) {
+                if prompt.denied > 0 {
+                    let denied = prompt.denied;
                     say!(
                         "corral: denied: {denied} — the engine refused {} the agent tried \
                          (`corral watch {}` lists them; `corral project set` widens what it may do)",
@@ -288,15 +291,15 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
             Ok(Exit::success())
         }
         status => {
-            let status = status.unwrap_or("unknown");
+            let status = status.as_str();
             let error = prompt
-                .get("error")
-                .and_then(Value::as_str)
+                .error
+                .as_deref()
                 .map(remote::one_line)
                 .unwrap_or_else(|| status.to_string());
             Err(CliError::failure(format!(
                 "prompt {} {status}: {error}",
-                remote::text(&prompt, "id")
+                prompt.id
             )))
         }
     }
@@ -326,7 +329,7 @@ async fn send_and_follow(
     client: &mut Client,
     session: &remote::SessionRef,
     params: SendParams,
-) -> Result<Value, CliError> {
+) -> Result<Answered<Prompt>, CliError> {
     // Listening starts before the prompt exists, from the session's last event: nothing of
     // this prompt can be missed.
     let mut events = EventStream::open(context, &session.id, session.last_event_seq).await?;
@@ -379,5 +382,5 @@ async fn send_and_follow(
     status.clear();
     // The prompt's end is committed before its event: this answers at once.
     let params = PromptSelector { prompt: prompt_id };
-    remote::ask_json::<PromptWait>(client, &params).await
+    remote::ask_answered::<PromptWait>(client, &params).await
 }
