@@ -367,7 +367,7 @@ impl Corral {
     }
 
     /// What the store is and whether it can be written now (see `LedgerHandle::store`).
-    pub fn store(&self) -> serde_json::Value {
+    pub fn store(&self) -> crate::protocol::status::StoreStatus {
         self.shared.ledger.store()
     }
 

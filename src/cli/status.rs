@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::remote::{self, print_json, text, Source};
 use super::{CliError, Context, Exit};
 use crate::protocol::slots::{Blocker, SlotOwner, SlotSummary, WaitingEntry};
-use crate::protocol::status::{DaemonStatus, StatusResult};
+use crate::protocol::status::{DaemonStatus, StatusResult, StoreStatus};
 use crate::protocol::{Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
@@ -60,7 +60,7 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         );
         println!("home:     {}", daemon.home);
     }
-    if let Some(store) = store_line(&status.store) {
+    if let Some(store) = status.store.as_ref().map(store_line) {
         println!("store:    {store}");
     }
     for line in daemon_lines(&status.daemons) {
@@ -213,17 +213,16 @@ fn blocker(blocker: Option<&Blocker>) -> String {
 
 /// The store's line: what and where, and when writes wait for a server gone away or for a
 /// store that refuses them.
-fn store_line(store: &Value) -> Option<String> {
-    let store = Some(store).filter(|store| store.is_object())?;
-    let mut line = format!("{} {}", text(store, "kind"), text(store, "at"));
-    if store["reachable"].as_bool() == Some(false) {
+fn store_line(store: &StoreStatus) -> String {
+    let mut line = format!("{} {}", store.kind, store.at);
+    if !store.reachable {
         line.push_str(" (cannot be reached: writes wait for it)");
-    } else if let Some(why) = store["refusing_writes"].as_str() {
+    } else if let Some(why) = &store.refusing_writes {
         line.push_str(&format!(
             " (refuses writes for now, {why}: writes wait for it)"
         ));
     }
-    Some(line)
+    line
 }
 
 /// On a shared store, a line per daemon: where it runs, its lease, what it serves.

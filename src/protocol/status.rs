@@ -77,7 +77,7 @@ pub struct StatusResult {
     /// read-only server or a full disk, else null).
     /// Null from an older daemon.
     #[serde(default)]
-    pub store: Value,
+    pub store: Option<StoreStatus>,
     /// On a shared (PostgreSQL) store, every daemon that served it, live or not, with the
     /// projects each serves; empty on SQLite.
     #[serde(default)]
@@ -87,6 +87,20 @@ pub struct StatusResult {
     /// unreachable`, `store refuses writes` or `lost`); null on SQLite and with no daemon.
     #[serde(default)]
     pub lease: Value,
+}
+
+/// The store, as `status` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatus {
+    /// `sqlite` or `postgres`.
+    pub kind: String,
+    /// Where it is (a PostgreSQL URL never shows its password).
+    pub at: String,
+    /// False while writes wait for a PostgreSQL server that went away.
+    pub reachable: bool,
+    /// Why the store refuses writes while they wait for it (a read-only server, a full
+    /// disk), else null.
+    pub refusing_writes: Option<String>,
 }
 
 /// One daemon of a shared store, as `status` shows it.

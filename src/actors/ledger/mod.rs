@@ -1376,7 +1376,7 @@ impl LedgerHandle {
     /// its password), whether writes are waiting for a server that cannot be reached
     /// (`reachable`), and why the store refuses writes while they wait for it to take them
     /// (`refusing_writes`, else null).
-    pub fn store(&self) -> serde_json::Value {
+    pub fn store(&self) -> crate::protocol::status::StoreStatus {
         let waiting = self
             .waiting
             .lock()
@@ -1387,12 +1387,12 @@ impl LedgerHandle {
             Some(Waiting::Refused(why)) => Some(why.clone()),
             _ => None,
         };
-        serde_json::json!({
-            "kind": self.store.kind,
-            "at": self.store.at,
-            "reachable": waiting != Some(Waiting::Unreachable),
-            "refusing_writes": refusing,
-        })
+        crate::protocol::status::StoreStatus {
+            kind: self.store.kind.to_string(),
+            at: self.store.at.clone(),
+            reachable: waiting != Some(Waiting::Unreachable),
+            refusing_writes: refusing,
+        }
     }
 
     /// The number of WAL checkpoints finished so far; it changes when one finishes.

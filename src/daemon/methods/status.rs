@@ -41,7 +41,7 @@ impl Serve for Status {
         // A PostgreSQL server that cannot be reached leaves what the store holds out: status
         // still answers, saying so (`store.reachable`, `lease.state`). A SQLite file always
         // can be read.
-        let server = corral.store()["kind"] == "postgres";
+        let server = corral.store().kind == "postgres";
         let unread = AtomicBool::new(false);
         let sessions = or_unreachable(corral.read(sessions::session_count), server, &unread)?;
         // Both kept as counts: the cost of `status` does not grow with the backlog.
@@ -69,9 +69,9 @@ impl Serve for Status {
             store: {
                 let mut store = corral.store();
                 if unread.load(Ordering::Relaxed) {
-                    store["reachable"] = serde_json::json!(false);
+                    store.reachable = false;
                 }
-                store
+                Some(store)
             },
             daemons: {
                 let this = corral.lease().map(|lease| lease.node_id.clone());
