@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::remote::{self, print_json, text, Source};
 use super::{CliError, Context, Exit};
 use crate::protocol::slots::{Blocker, SlotOwner, SlotSummary, WaitingEntry};
-use crate::protocol::status::{DaemonStatus, StatusResult, StoreStatus};
+use crate::protocol::status::{DaemonStatus, HttpServing, StatusResult, StoreStatus};
 use crate::protocol::{Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
@@ -66,9 +66,7 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
     for line in daemon_lines(&status.daemons) {
         println!("{line}");
     }
-    if let Some(http) = http_line(&status.http) {
-        println!("http:     {http}");
-    }
+    println!("http:     {}", http_line(status.http.as_ref()));
     println!("sessions: {}", status.sessions);
     println!("working:  {}", status.working);
     match &status.slots {
@@ -252,16 +250,15 @@ fn daemon_lines(daemons: &[DaemonStatus]) -> Vec<String> {
         .collect()
 }
 
-/// The HTTP API's line: its URL, why it does not serve, or off (`None`: a daemon that does not
-/// say, older than the HTTP API).
-fn http_line(http: &Value) -> Option<String> {
-    Some(if http.is_null() {
-        "off (http.listen)".to_string()
-    } else if let Some(error) = http["error"].as_str() {
-        format!("not serving: {error}")
-    } else {
-        format!("{} (corral web prints the login URL)", text(http, "url"))
-    })
+/// The HTTP API's line: its URL, why it does not serve, or off.
+fn http_line(http: Option<&HttpServing>) -> String {
+    match http {
+        None => "off (http.listen)".to_string(),
+        Some(HttpServing::Failed { error }) => format!("not serving: {error}"),
+        Some(HttpServing::Serving { url, .. }) => {
+            format!("{url} (corral web prints the login URL)")
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::remote::{self, print_json};
 use super::{CliError, Context, Exit};
 use crate::daemon::http::access;
+use crate::protocol::status::HttpServing;
 use crate::protocol::{HttpLoginCode, HttpLoginCodeParams, Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
@@ -32,21 +33,19 @@ pub async fn execute(context: &Context, args: &WebArgs) -> Result<Exit, CliError
         access::rotate_token(&context.home).map_err(CliError::failure)?;
     }
     let status = remote::ask::<Status>(&mut client, &StatusParams { waiters: Some(0) }).await?;
-    let http = &status.http;
-    if http.is_null() {
-        return Err(CliError::failure(
-            "the daemon serves no HTTP (http.listen is off): `corral config set http.listen \
-             127.0.0.1:0`, then restart the daemon",
-        ));
-    }
-    if let Some(error) = http["error"].as_str() {
-        return Err(CliError::failure(format!(
-            "the daemon serves no HTTP: {error}"
-        )));
-    }
-    let url = http["url"]
-        .as_str()
-        .ok_or_else(|| CliError::failure("the daemon's status gives no HTTP url"))?;
+    let (url, listen) =
+        match &status.http {
+            None => return Err(CliError::failure(
+                "the daemon serves no HTTP (http.listen is off): `corral config set http.listen \
+                 127.0.0.1:0`, then restart the daemon",
+            )),
+            Some(HttpServing::Failed { error }) => {
+                return Err(CliError::failure(format!(
+                    "the daemon serves no HTTP: {error}"
+                )))
+            }
+            Some(HttpServing::Serving { url, listen }) => (url, listen),
+        };
     let token = access::ensure_token(&context.home).map_err(CliError::failure)?;
     let login = format!("{url}login?token={token}");
     if args.open {
@@ -56,7 +55,7 @@ pub async fn execute(context: &Context, args: &WebArgs) -> Result<Exit, CliError
         open(&format!("{url}login?code={}", code.code))?;
     }
     if args.json {
-        print_json(&json!({ "url": url, "login_url": login, "listen": http["listen"] }));
+        print_json(&json!({ "url": url, "login_url": login, "listen": listen }));
     } else {
         println!("{login}");
     }

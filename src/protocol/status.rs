@@ -67,10 +67,10 @@ pub struct StatusResult {
     /// Processes runs left behind that their projects keep, still alive.
     pub kept: Vec<KeptProcess>,
     pub home: String,
-    /// Where the HTTP API listens (`{"listen", "url"}`), or why it does not; null when off
-    /// (and from the store: `cli::local`).
+    /// Where the HTTP API listens, or why it does not; null when off (and from the store:
+    /// `cli::local`).
     #[serde(default)]
-    pub http: Value,
+    pub http: Option<HttpServing>,
     /// The store: `{"kind": "sqlite"|"postgres", "at", "reachable", "refusing_writes"}` (`at`
     /// never shows a password; `reachable` false while writes wait for a PostgreSQL server that
     /// went away; `refusing_writes` why the store refuses writes while they wait for it, a
@@ -87,6 +87,16 @@ pub struct StatusResult {
     /// unreachable`, `store refuses writes` or `lost`); null on SQLite and with no daemon.
     #[serde(default)]
     pub lease: Value,
+}
+
+/// The HTTP API, as `status` names it: `{listen, url}` or `{error}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HttpServing {
+    /// It serves at `url` (`listen`: the address, its real port).
+    Serving { listen: String, url: String },
+    /// It was asked for and does not serve: why.
+    Failed { error: String },
 }
 
 /// The store, as `status` names it.

@@ -33,12 +33,13 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::daemon::methods::{self, Caller, Transport};
 use crate::daemon::server::{CatchUnwind, DaemonContext};
 use crate::daemon::shutdown::Phase;
+use crate::protocol::status::HttpServing;
 use crate::protocol::{code, RpcError};
 use crate::Corral;
 
@@ -150,15 +151,17 @@ pub enum HttpStatus {
 }
 
 impl HttpStatus {
-    /// `status`'s `http`: `{listen, url}`, `{error}`, or null when off.
-    pub fn to_json(&self) -> Value {
+    /// `status`'s `http`: where it serves, why it does not, or `None` when off.
+    pub fn serving(&self) -> Option<HttpServing> {
         match self {
-            HttpStatus::Off => Value::Null,
-            HttpStatus::Serving { listen } => json!({
-                "listen": listen.to_string(),
-                "url": format!("http://{listen}/"),
+            HttpStatus::Off => None,
+            HttpStatus::Serving { listen } => Some(HttpServing::Serving {
+                listen: listen.to_string(),
+                url: format!("http://{listen}/"),
             }),
-            HttpStatus::Failed { error } => json!({ "error": error }),
+            HttpStatus::Failed { error } => Some(HttpServing::Failed {
+                error: error.clone(),
+            }),
         }
     }
 }

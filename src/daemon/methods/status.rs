@@ -65,7 +65,7 @@ impl Serve for Status {
                 &unread,
             )?,
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
-            http: crate::daemon::http::status().to_json(),
+            http: crate::daemon::http::status().serving(),
             store: {
                 let mut store = corral.store();
                 if unread.load(Ordering::Relaxed) {
