@@ -63,15 +63,6 @@ const TIMER_LOG: &str = "CORRAL_BENCH_TIMER_LOG";
 const PROMPT: &str = "say pong";
 const ANSWER: &str = "pong";
 
-/// `corral` beside this example's directory.
-fn corral_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("this example's path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples/..")
-        .join("corral")
-}
-
 fn main() {
     if let Some(inner) = std::env::var_os(TIMER_INNER) {
         timer(inner);
@@ -87,17 +78,14 @@ fn main() {
         (Engine::Opencode, arg(2, 10)),
         (Engine::Codex, arg(3, 20)),
     ];
-    if !corral_binary().exists() {
-        eprintln!(
-            "{} is missing: run `cargo build --release` first",
-            corral_binary().display()
-        );
+    let corral = corral::testkit::built("corral").unwrap_or_else(|missing| {
+        eprintln!("{missing}");
         std::process::exit(2);
-    }
+    });
     println!(
         "corral {}; prompt {PROMPT:?}, answer {ANSWER:?}; each engine's runs interleaved with \
          direct runs of the same invocation; load average at start: {}",
-        corral_binary().display(),
+        corral.display(),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .split(' ')

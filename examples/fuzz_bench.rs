@@ -48,11 +48,7 @@ fn main() {
         .map(|s| s.parse().expect("SECONDS: a number"))
         .unwrap_or(0.0);
     let seed = seed.unwrap_or_else(random_seed);
-    // target/<profile>/examples/fuzz_bench → target/<profile>/corral-fake-engine
-    let fake = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("corral-fake-engine")))
-        .filter(|path| path.is_file());
+    let fake = corral::testkit::built("corral-fake-engine").ok();
     if fake.is_none() {
         println!("(no corral-fake-engine beside target/<profile>/examples: `cargo build --release` first; the prompts sent are refused)");
     }

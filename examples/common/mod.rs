@@ -6,29 +6,19 @@
 
 pub mod daemon;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `corral` and `corral-fake-engine` of the profile this example was built with (the
 /// directory above `target/<profile>/examples/`). Exits 2 with one line when one is missing:
 /// a benchmark needs `cargo build --release` (or the profile's build) first.
 pub fn binaries() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("this example's path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples/..");
-    let corral = dir.join("corral");
-    let fake = dir.join("corral-fake-engine");
-    for binary in [&corral, &fake] {
-        if !binary.exists() {
-            eprintln!(
-                "{} is missing: build the binaries of this profile first (cargo build --release)",
-                binary.display()
-            );
+    let built = |name| {
+        corral::testkit::built(name).unwrap_or_else(|missing| {
+            eprintln!("{missing}");
             std::process::exit(2);
-        }
-    }
-    (corral, fake)
+        })
+    };
+    (built("corral"), built("corral-fake-engine"))
 }
 
 /// Runs `statement` (no parameters) on the PostgreSQL database at `url`, on a runtime of its

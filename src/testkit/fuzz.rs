@@ -87,10 +87,7 @@ const DOCUMENTED_CODES: &[i64] = &[
 pub fn replay(path: &str) {
     install_hooks();
     let input = std::fs::read(path).expect("the file to replay");
-    let fake = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("corral-fake-engine")))
-        .filter(|path| path.is_file());
+    let fake = super::built("corral-fake-engine").ok();
     let home = tempfile::tempdir().expect("a temporary home");
     let home_path = home.path().to_path_buf();
     actix::System::new().block_on(async move {

@@ -157,19 +157,26 @@ pub fn stdout(output: &Output) -> String {
 
 /// `name` (`corral`, `corral-fake-engine`, `corral-shim`) as cargo built it for the profile of
 /// the running test or example: both live under `target/<profile>/` (`deps/` or `examples/`),
-/// and cargo builds a package's binaries before its integration tests run. Panics with one line
-/// when it is missing (an example run before `cargo build` of its profile).
+/// and cargo builds a package's binaries before its integration tests run. Panics with the
+/// line of [`built`] when it is missing.
 pub fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the running program's path");
+    built(name).unwrap_or_else(|missing| panic!("{missing}"))
+}
+
+/// [`binary`], or the line that says it is missing (an example run before `cargo build` of its
+/// profile), for a caller that says it its own way.
+pub fn built(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|error| format!("the running program: {error}"))?;
     let profile = exe
         .parent()
         .and_then(Path::parent)
-        .expect("target/<profile>/<deps or examples>/…");
+        .ok_or("the running program is not under target/<profile>/")?;
     let path = profile.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the binaries of this profile first (cargo build)",
-        path.display()
-    );
-    path
+    match path.is_file() {
+        true => Ok(path),
+        false => Err(format!(
+            "{} is missing: build the binaries of this profile first (cargo build)",
+            path.display()
+        )),
+    }
 }
