@@ -1187,7 +1187,7 @@ impl Corral {
         &self,
         session_id: &str,
         text: &str,
-    ) -> Result<serde_json::Value, CorralError> {
+    ) -> Result<crate::protocol::Steered, CorralError> {
         Ok(crate::actors::asks::steer(&self.shared, session_id, text).await?)
     }
 
@@ -1196,23 +1196,28 @@ impl Corral {
     /// the thread's rollout is missing, the thread is reset instead (the next prompt starts a
     /// new one) and the answer says so. On a shared store the daemon that ran the session
     /// last, whose host holds the thread, does it.
-    pub async fn compact(&self, session_id: &str) -> Result<serde_json::Value, CorralError> {
+    pub async fn compact(
+        &self,
+        session_id: &str,
+    ) -> Result<crate::protocol::Compacted, CorralError> {
         Ok(crate::actors::asks::compact(&self.shared, session_id).await?)
     }
 
     /// The app-server children: live ones first, then what the store remembers of others.
     /// On a shared store each names its daemon's node, live or stored alike.
-    pub async fn app_servers(&self) -> Vec<serde_json::Value> {
+    pub async fn app_servers(&self) -> Vec<processes::AppServerState> {
         let mut states = Vec::new();
         for actor in self.shared.app_servers.all() {
             if let Some(state) = actor.snapshot().await {
-                states.push(state.to_json(self.node_id()));
+                states.push(state.of_node(self.node_id()));
             }
         }
         let stored = self.read(processes::app_servers).unwrap_or_default();
         for state in stored {
-            let project = state["project_id"].clone();
-            if !states.iter().any(|live| live["project_id"] == project) {
+            if !states
+                .iter()
+                .any(|live| live.project_id == state.project_id)
+            {
                 states.push(state);
             }
         }
@@ -1267,7 +1272,7 @@ impl Corral {
             };
             let write = SaveAppServer {
                 project_id: state.project_id.clone(),
-                state: state.to_json(self.node_id()),
+                state: state.of_node(self.node_id()),
             };
             if let Err(error) = self.shared.ledger.write(write).await {
                 tracing::error!(%error, "the stopped app-server's state was not stored");
@@ -1517,12 +1522,9 @@ impl Corral {
             })
             .unwrap_or_default();
         for state in self.app_servers().await {
-            if let Some(pid) = state["pid"]
-                .as_i64()
-                .filter(|_| state["status"] != "stopped")
-            {
+            if let Some(pid) = state.pid.filter(|_| !state.is_stopped()) {
                 runs.push(crate::process::LiveRun {
-                    run_id: format!("app-server of project {}", state["project_id"]),
+                    run_id: format!("app-server of project \"{}\"", state.project_id),
                     session_id: None,
                     pid: pid as i32,
                 });

@@ -22,7 +22,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -30,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::process;
 use crate::protocol::RpcError;
 use crate::store::now_ms;
+pub use crate::store::processes::{AppServerState, ServerStatus};
 
 /// More restarts than this within [`RESTART_WINDOW`] and the actor stops restarting.
 pub const MAX_RESTARTS: usize = 5;
@@ -97,44 +97,11 @@ fn deliver(turns: &mut HashMap<String, mpsc::Sender<TurnEvent>>, thread: &str, e
     turns.remove(thread);
 }
 
-/// The child's state, as `status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ServerStatus {
-    Stopped,
-    Starting,
-    Running,
-    /// Restarts stopped (intensity limit); the reason says why.
-    Failed {
-        reason: String,
-    },
-}
-
-/// What `status --json` shows of one app-server child (and what the store keeps of it).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AppServerState {
-    pub project_id: String,
-    pub pid: Option<u32>,
-    pub pid_start: Option<u64>,
-    pub generation: u64,
-    pub status: ServerStatus,
-    pub last_exit: Option<Value>,
-    pub recent: Vec<Value>,
-    /// When the restarts within [`RESTART_WINDOW`] happened (ms since the epoch): kept in the
-    /// store, so that a daemon restart neither forgets them nor resets the limit.
-    #[serde(default)]
-    pub restarts: Vec<i64>,
-}
-
 impl AppServerState {
-    /// As `status` shows it and the store keeps it: on a shared store, with the node whose
-    /// child it is (only that node's next boot ends it; the other hosts' daemons list it).
-    pub fn to_json(&self, node_id: Option<&str>) -> serde_json::Value {
-        let mut state = serde_json::to_value(self).unwrap_or_default();
-        if let Some(node_id) = node_id {
-            state["node_id"] = serde_json::json!(node_id);
-        }
-        state
+    /// With the node whose child it is, on a shared store.
+    pub fn of_node(mut self, node_id: Option<&str>) -> Self {
+        self.node_id = node_id.map(str::to_string);
+        self
     }
 }
 
@@ -268,10 +235,7 @@ impl AppServerActor {
     /// Carries on from the state a previous daemon stored for this project: its generation,
     /// last exit, recent events and restarts go on (the child itself is not: the boot that
     /// followed that daemon's death ended it and stored it as stopped).
-    pub fn resume_from(mut self, stored: &Value) -> Self {
-        let Ok(state) = serde_json::from_value::<AppServerState>(stored.clone()) else {
-            return self;
-        };
+    pub fn resume_from(mut self, state: AppServerState) -> Self {
         self.generation = state.generation;
         self.last_exit = state.last_exit;
         let skip = state.recent.len().saturating_sub(RECENT_EVENTS);
@@ -310,6 +274,7 @@ impl AppServerActor {
                 .iter()
                 .map(|at| now_ms() - at.elapsed().as_millis() as i64)
                 .collect(),
+            node_id: None,
         }
     }
 

@@ -66,7 +66,7 @@ impl AppServers {
             .read(processes::app_servers)
             .unwrap_or_default()
             .into_iter()
-            .find(|state| state["project_id"].as_str() == Some(project.id.as_str()));
+            .find(|state| state.project_id == project.id);
         let actor = AppServerActor::new(
             project.id.clone(),
             program.to_path_buf(),
@@ -76,7 +76,7 @@ impl AppServers {
         )
         .init_timeout(init_timeout)
         .guarded_by(self.guard_mark.as_deref());
-        let actor = match &stored {
+        let actor = match stored {
             Some(stored) => actor.resume_from(stored),
             None => actor,
         };
@@ -121,7 +121,7 @@ async fn keep_state(
             let Some(state) = states.borrow_and_update().clone() else {
                 break;
             };
-            let state = state.to_json(node_id.as_deref());
+            let state = state.of_node(node_id.as_deref());
             let project_id = project_id.clone();
             match ledger.write(SaveAppServer { project_id, state }).await {
                 Ok(()) => break,

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -29,6 +30,7 @@ use super::app_server::AppServerHandle;
 use super::ledger::{AnswerAsk, PutAsk, RecordCompaction, TakeAsk};
 use super::shared::Shared;
 use crate::engine::EngineKind;
+use crate::protocol::{Compacted, CompactedCount, Steered};
 use crate::store::sessions::Session;
 use crate::store::{asks, daemons, projects, prompts, runs, sessions, sql};
 
@@ -148,7 +150,7 @@ fn read<T>(shared: &Shared, read: impl FnMut(&sql::Conn) -> sql::Result<T>) -> R
 }
 
 /// `turn/steer` on the session's running turn, on the daemon that runs it.
-pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Value, AskError> {
+pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Steered, AskError> {
     if text.trim().is_empty() {
         return Err(AskError::Invalid("the steering text is empty".into()));
     }
@@ -167,24 +169,24 @@ pub async fn steer(shared: &Shared, session_id: &str, text: &str) -> Result<Valu
     };
     match elsewhere {
         Some(node) => ask_of(shared, &node, &ask).await,
-        None => serve_here(shared, ask).await,
+        None => steer_here(shared, session_id, text).await,
     }
 }
 
 /// Compacts the session's thread on the daemon that ran it last (its host holds the thread).
-pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, AskError> {
+pub async fn compact(shared: &Shared, session_id: &str) -> Result<Compacted, AskError> {
     let ask = Ask::Compact {
         session_id: session_id.to_string(),
     };
     if !shared.coordination.shares_store() {
-        return serve_here(shared, ask).await;
+        return compact_here(shared, session_id).await;
     }
     let last = read(shared, |c| runs::runs_of_session(c, session_id))?
         .pop()
         .and_then(|run| run.node_id)
         .filter(|node| shared.coordination.is_elsewhere(node));
     let Some(node) = last else {
-        return serve_here(shared, ask).await;
+        return compact_here(shared, session_id).await;
     };
     let daemon = read(shared, daemons::daemons)?
         .into_iter()
@@ -202,8 +204,13 @@ pub async fn compact(shared: &Shared, session_id: &str) -> Result<Value, AskErro
     }
 }
 
-/// Asks daemon `node` and waits for its answer, [`ASK_PATIENCE`] at most.
-async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, AskError> {
+/// Asks daemon `node` and waits for its answer, [`ASK_PATIENCE`] at most: the answer of its
+/// `steer_here` or `compact_here`, as `T`.
+async fn ask_of<T: DeserializeOwned>(
+    shared: &Shared,
+    node: &str,
+    ask: &Ask,
+) -> Result<T, AskError> {
     let others = shared
         .coordination
         .among_others()
@@ -239,10 +246,15 @@ async fn ask_of(shared: &Shared, node: &str, ask: &Ask) -> Result<Value, AskErro
     others.asks.remove(&id);
     // Taken whatever came of it: an answer given after this finds no row.
     let _ = shared.ledger.write(TakeAsk { id: id.clone() }).await;
+    let unreadable =
+        |error: serde_json::Error| AskError::Store(format!("the answer of daemon {node}: {error}"));
     match answer {
-        Some(answer) => serde_json::from_str::<Answer>(&answer)
-            .map_err(|error| AskError::Store(format!("the answer of daemon {node}: {error}")))?
-            .into_result(),
+        Some(answer) => serde_json::from_value(
+            serde_json::from_str::<Answer>(&answer)
+                .map_err(unreadable)?
+                .into_result()?,
+        )
+        .map_err(unreadable),
         None => Err(AskError::Store(format!(
             "the daemon that holds the session's thread (node {node}) did not answer within {} s",
             ASK_PATIENCE.as_secs()
@@ -313,11 +325,17 @@ async fn answer(shared: &Shared, row: asks::AskRow) {
     }
 }
 
+/// Serves another daemon's ask: its answer is stored as JSON (`asks.answer`).
 async fn serve_here(shared: &Shared, ask: Ask) -> Result<Value, AskError> {
-    match ask {
-        Ask::Steer { session_id, text } => steer_here(shared, &session_id, &text).await,
-        Ask::Compact { session_id } => compact_here(shared, &session_id).await,
-    }
+    let answer = match ask {
+        Ask::Steer { session_id, text } => {
+            serde_json::to_value(steer_here(shared, &session_id, &text).await?)
+        }
+        Ask::Compact { session_id } => {
+            serde_json::to_value(compact_here(shared, &session_id).await?)
+        }
+    };
+    Ok(answer.expect("answers are JSON"))
 }
 
 /// The app-server of a session's project here, running.
@@ -348,19 +366,22 @@ async fn session_app_server(
     Ok((session, server))
 }
 
-async fn steer_here(shared: &Shared, session_id: &str, text: &str) -> Result<Value, AskError> {
+async fn steer_here(shared: &Shared, session_id: &str, text: &str) -> Result<Steered, AskError> {
     let (session, server) = session_app_server(shared, session_id).await?;
     let thread = session
         .thread_id
         .ok_or_else(|| AskError::Invalid("the session has no thread yet".into()))?;
     let params = json!({ "threadId": thread, "input": [{ "type": "text", "text": text }] });
-    server
+    let answer = server
         .call("turn/steer", params)
         .await
-        .map_err(|error| AskError::Invalid(error.message))
+        .map_err(|error| AskError::Invalid(error.message))?;
+    serde_json::from_value(answer).map_err(|error| {
+        AskError::Invalid(format!("the app-server's answer to turn/steer: {error}"))
+    })
 }
 
-async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, AskError> {
+async fn compact_here(shared: &Shared, session_id: &str) -> Result<Compacted, AskError> {
     let (session, server) = session_app_server(shared, session_id).await?;
     let prompts = read(shared, |c| prompts::prompts_of(c, &session.id))?;
     if prompts.iter().any(|p| !p.status.is_final()) {
@@ -410,14 +431,18 @@ async fn compact_here(shared: &Shared, session_id: &str) -> Result<Value, AskErr
             reset_thread: reset,
         })
         .await?;
-    Ok(json!({
-        "session": recorded,
-        "compacted": { "messages": messages, "characters": characters },
-        "thread_reset": reset,
-        "note": if reset {
-            "the thread's rollout is missing: the thread was reset; the next prompt starts a new one"
-        } else {
-            "compaction started"
+    let note = if reset {
+        "the thread's rollout is missing: the thread was reset; the next prompt starts a new one"
+    } else {
+        "compaction started"
+    };
+    Ok(Compacted {
+        session: recorded.as_ref().map(Into::into),
+        compacted: CompactedCount {
+            messages,
+            characters,
         },
-    }))
+        thread_reset: reset,
+        note: note.to_string(),
+    })
 }

@@ -318,16 +318,13 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
     // known to be this node's is not looked for by its environment either, which on a host
     // with two homes would find the other home's.
     servers.retain(|state| {
-        state["node_id"]
-            .as_str()
+        state
+            .node_id
+            .as_deref()
             .is_none_or(|node| alone || node == node_id)
     });
     if !alone {
-        projects.retain(|project| {
-            servers
-                .iter()
-                .any(|state| state["project_id"].as_str() == Some(project.id.as_str()))
-        });
+        projects.retain(|project| servers.iter().any(|state| state.project_id == project.id));
     }
     // Each run: its group (when still its own) and its id in the environment.
     let mut marks: Vec<process::Mark> = runs
@@ -344,11 +341,9 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
     // Each project's app-server child: the one recorded, and one spawned before its state
     // was (found by the project's id in its environment).
     for project in &projects {
-        let stored = servers
-            .iter()
-            .find(|state| state["project_id"].as_str() == Some(project.id.as_str()));
-        let pid = stored.and_then(|state| state["pid"].as_i64());
-        let start = stored.and_then(|state| state["pid_start"].as_u64());
+        let stored = servers.iter().find(|state| state.project_id == project.id);
+        let pid = stored.and_then(|state| state.pid);
+        let start = stored.and_then(|state| state.pid_start);
         marks.push(process::Mark::of_leader(
             pid.map(|pid| pid as i32),
             start,
@@ -377,9 +372,9 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         .collect();
     let app_servers = servers
         .iter()
-        .filter(|state| !state["pid"].is_null())
+        .filter(|state| state.pid.is_some())
         .filter_map(|state| {
-            let project_id = state["project_id"].as_str()?.to_string();
+            let project_id = state.project_id.clone();
             let index = projects
                 .iter()
                 .position(|project| project.id == project_id)?;
@@ -446,25 +441,30 @@ async fn forget_dead_kept(shared: &Shared) {
 /// The stored state of an app-server child a dead supervisor left, as it is now: stopped, no
 /// pid, its end told in `last_exit` and in its recent events (its earlier history and its
 /// restarts kept).
-fn recovered_app_server(state: &serde_json::Value, gone_at: i64) -> serde_json::Value {
+fn recovered_app_server(
+    state: &processes::AppServerState,
+    gone_at: i64,
+) -> processes::AppServerState {
     let mut state = state.clone();
     let closed = serde_json::json!({
-        "pid": state["pid"],
-        "generation": state["generation"],
+        "pid": state.pid,
+        "generation": state.generation,
         "status": "ended by recovery",
         "close_source": "recovery",
         "reason": "the daemon that ran it died; a new one ended its process group",
         "at": gone_at,
     });
-    state["pid"] = serde_json::Value::Null;
-    state["pid_start"] = serde_json::Value::Null;
-    state["status"] = serde_json::json!("stopped");
-    state["last_exit"] = closed.clone();
-    let mut recent = state["recent"].as_array().cloned().unwrap_or_default();
-    recent.push(serde_json::json!({ "at": gone_at, "kind": "recovered", "detail": closed }));
-    let keep = recent
+    state.pid = None;
+    state.pid_start = None;
+    state.status = processes::ServerStatus::Stopped;
+    state.last_exit = Some(closed.clone());
+    state
+        .recent
+        .push(serde_json::json!({ "at": gone_at, "kind": "recovered", "detail": closed }));
+    let keep = state
+        .recent
         .len()
         .saturating_sub(super::app_server::RECENT_EVENTS);
-    state["recent"] = serde_json::Value::Array(recent.split_off(keep));
+    state.recent.drain(..keep);
     state
 }

@@ -19,16 +19,15 @@ pub struct CompactArgs {
 pub async fn execute(context: &Context, args: &CompactArgs) -> Result<Exit, CliError> {
     let mut client = remote::connect(context).await?;
     let params = SessionSelector::new(&args.session);
-    let result = remote::ask_json::<SessionCompact>(&mut client, &params).await?;
+    let answer = remote::ask_answered::<SessionCompact>(&mut client, &params).await?;
     if args.json {
-        print_json(&result);
+        print_json(&answer.said);
         return Ok(Exit::success());
     }
+    let compacted = answer.result;
     println!(
         "compacted {} exchange(s), {} character(s): {}",
-        result["compacted"]["messages"],
-        result["compacted"]["characters"],
-        remote::text(&result, "note")
+        compacted.compacted.messages, compacted.compacted.characters, compacted.note
     );
     Ok(Exit::success())
 }

@@ -11,12 +11,14 @@
 //! that is not ours is never opened here either. Nothing here writes, and nothing starts a
 //! daemon.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{CliError, Context};
 use crate::client::ClientError;
+use crate::protocol::status::{StatusResult, StoreStatus};
 use crate::protocol::{code, RpcError};
 use crate::store::events::Event;
+use crate::store::processes::{AppServerState, ServerStatus};
 use crate::store::sql::Conn;
 use crate::store::{events, processes, sessions};
 
@@ -25,7 +27,7 @@ pub struct LocalStore {
     connection: Conn,
     home: String,
     /// The store, as `status` names it.
-    store: Value,
+    store: StoreStatus,
     /// On a shared store, the home's node if a daemon of it ever ran: whose kept processes
     /// `status` can look at here (`None` on SQLite: every one is this host's).
     node: Option<Option<String>>,
@@ -40,13 +42,18 @@ impl LocalStore {
         Ok(LocalStore {
             connection: context.reader()?,
             home: context.home.to_string_lossy().into_owned(),
-            store: json!({
-                "kind": if context.location.is_postgres() { "postgres" } else { "sqlite" },
-                "at": context.store_path.display().to_string(),
+            store: StoreStatus {
+                kind: if context.location.is_postgres() {
+                    "postgres"
+                } else {
+                    "sqlite"
+                }
+                .into(),
+                at: context.store_path.display().to_string(),
                 // It was just opened.
-                "reachable": true,
-                "refusing_writes": null,
-            }),
+                reachable: true,
+                refusing_writes: None,
+            },
             node: context
                 .location
                 .is_postgres()
@@ -87,7 +94,7 @@ impl LocalStore {
     /// (`daemon::methods` `status`): the sessions, the app-server children and the kept
     /// background processes as the store knows them; nothing works (`working` 0) and there
     /// is no slot table (`slots` null) without a daemon.
-    pub fn status(&self) -> Result<Value, CliError> {
+    pub fn status(&self) -> Result<StatusResult, CliError> {
         let c = &self.connection;
         let kept = match &self.node {
             None => crate::daemon::methods::kept_alive(c, None)?,
@@ -95,24 +102,24 @@ impl LocalStore {
             // No daemon of this home ever ran: it kept nothing.
             Some(None) => Vec::new(),
         };
-        let app_servers: Vec<Value> = processes::app_servers(c)?
+        let app_servers = processes::app_servers(c)?
             .into_iter()
             .map(app_server_now)
             .collect();
-        Ok(json!({
-            "daemon": null,
-            "sessions": sessions::session_count(c)?,
-            "working": 0,
-            "slots": null,
-            "app_servers": app_servers,
-            "kept": kept,
+        Ok(StatusResult {
+            daemon: None,
+            sessions: sessions::session_count(c)?,
+            working: 0,
+            slots: None,
+            app_servers,
+            kept,
             // The HTTP API is the daemon's.
-            "http": null,
-            "store": self.store,
-            "daemons": crate::protocol::status::daemons_status(c, None)?,
-            "lease": null,
-            "home": self.home,
-        }))
+            http: None,
+            store: Some(self.store.clone()),
+            daemons: crate::protocol::status::daemons_status(c, None)?,
+            lease: None,
+            home: self.home.clone(),
+        })
     }
 }
 
@@ -120,16 +127,15 @@ impl LocalStore {
 /// that a child whose process is gone (a daemon killed with -9 stored it running; the boot
 /// of the next daemon will say how it ended) is shown stopped, without a pid. One that still
 /// lives (its daemon died, it did not yet) is shown as stored.
-fn app_server_now(mut state: Value) -> Value {
-    let Some(pid) = state["pid"].as_u64() else {
+fn app_server_now(mut state: AppServerState) -> AppServerState {
+    let Some(pid) = state.pid else {
         return state;
     };
-    let start = state["pid_start"].as_u64();
-    if u32::try_from(pid).is_ok_and(|pid| crate::process::is_alive(pid, start)) {
+    if crate::process::is_alive(pid, state.pid_start) {
         return state;
     }
-    state["pid"] = Value::Null;
-    state["pid_start"] = Value::Null;
-    state["status"] = json!("stopped");
+    state.pid = None;
+    state.pid_start = None;
+    state.status = ServerStatus::Stopped;
     state
 }

@@ -6,12 +6,12 @@
 //! so in one line (`--json`: `{"daemon": null, "home", "sessions"}` from the store) and exits
 //! [`remote::NO_DAEMON`]; it never starts one.
 
-use serde_json::Value;
-
-use super::remote::{self, print_json, text, Source};
+use super::remote::{self, print_json, Source};
 use super::{CliError, Context, Exit};
 use crate::protocol::slots::{Blocker, SlotOwner, SlotSummary, WaitingEntry};
-use crate::protocol::status::{DaemonStatus, HttpServing, StatusResult, StoreStatus};
+use crate::protocol::status::{
+    AppServerState, DaemonStatus, HttpServing, ServerStatus, StatusResult, StoreStatus,
+};
 use crate::protocol::{Status, StatusParams};
 
 #[derive(Debug, clap::Args)]
@@ -34,7 +34,7 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         }
         Source::Store(store) => {
             if args.json {
-                print_json(&store.status()?);
+                print_json(&serde_json::to_value(store.status()?).expect("status is JSON"));
             } else {
                 println!("{}", remote::no_daemon_line(context));
             }
@@ -104,26 +104,23 @@ fn short(id: &str) -> &str {
     id.get(..13).unwrap_or(id)
 }
 
-/// `project 0193…: running, pid 123, generation 4, 2 restarts in the last minute` (an
-/// app-server child as its actor reports it: `AppServerState::to_json`).
-fn app_server(server: &Value) -> String {
-    let status = match &server["status"] {
-        Value::String(status) => status.clone(),
-        Value::Object(failed) if failed.contains_key("failed") => format!(
-            "failed ({})",
-            failed["failed"]["reason"].as_str().unwrap_or("?")
-        ),
-        other => other.to_string(),
+/// `project 0193…: running, pid 123, generation 4, 2 restarts in the last minute`.
+fn app_server(server: &AppServerState) -> String {
+    let status = match &server.status {
+        ServerStatus::Stopped => "stopped".to_string(),
+        ServerStatus::Starting => "starting".to_string(),
+        ServerStatus::Running => "running".to_string(),
+        ServerStatus::Failed { reason } => format!("failed ({reason})"),
     };
-    let pid = match server["pid"].as_u64() {
+    let pid = match server.pid {
         Some(pid) => format!(", pid {pid}"),
         None => String::new(),
     };
-    let restarts = server["restarts"].as_array().map(Vec::len).unwrap_or(0);
     format!(
-        "project {}: {status}{pid}, generation {}, {restarts} restarts in the last minute",
-        short(text(server, "project_id")),
-        server["generation"].as_u64().unwrap_or(0)
+        "project {}: {status}{pid}, generation {}, {} restarts in the last minute",
+        short(&server.project_id),
+        server.generation,
+        server.restarts.len()
     )
 }
 

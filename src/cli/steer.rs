@@ -24,9 +24,9 @@ pub async fn execute(context: &Context, args: &SteerArgs) -> Result<Exit, CliErr
         session: args.session.clone(),
         text: args.text.join(" "),
     };
-    let result = remote::ask_json::<SessionSteer>(&mut client, &params).await?;
+    let answer = remote::ask_answered::<SessionSteer>(&mut client, &params).await?;
     if args.json {
-        print_json(&result);
+        print_json(&answer.said);
     } else {
         println!("steered the running turn of {}", args.session);
     }

@@ -62,6 +62,36 @@ pub enum Standing {
     Lost,
 }
 
+/// A daemon's lease as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaseStatus {
+    pub node_id: String,
+    /// Raised each time the daemon registers again: writes under an older one are fenced.
+    pub epoch: i64,
+    pub state: LeaseState,
+    /// Since when the store could not be reached (ms since the epoch).
+    pub unreachable_since: Option<i64>,
+    /// Since when the store refuses writes (ms since the epoch).
+    pub refusing_writes_since: Option<i64>,
+    /// Writes refused because another daemon took this one's place (a fence).
+    pub fenced_writes: u64,
+    /// The lease's length now (`store.lease_ms`).
+    pub lease_ms: i64,
+}
+
+/// [`Standing`] in `status`'s words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LeaseState {
+    #[serde(rename = "held")]
+    Held,
+    #[serde(rename = "store unreachable")]
+    StoreUnreachable,
+    #[serde(rename = "store refuses writes")]
+    StoreRefusesWrites,
+    #[serde(rename = "lost")]
+    Lost,
+}
+
 /// The lease, shared by the supervisor's parts (`actors::coordination::AmongOthers`).
 pub struct Lease {
     pub node_id: String,
@@ -309,28 +339,28 @@ impl Lease {
     }
 
     /// What `status` says of it.
-    pub fn describe(&self) -> serde_json::Value {
+    pub fn describe(&self) -> LeaseStatus {
         let standing = self.standing();
         let state = match standing {
-            Standing::Held => "held",
-            Standing::Unreachable { .. } => "store unreachable",
-            Standing::RefusingWrites { .. } => "store refuses writes",
-            Standing::Lost => "lost",
+            Standing::Held => LeaseState::Held,
+            Standing::Unreachable { .. } => LeaseState::StoreUnreachable,
+            Standing::RefusingWrites { .. } => LeaseState::StoreRefusesWrites,
+            Standing::Lost => LeaseState::Lost,
         };
         let (unreachable_since, refusing_writes_since) = match standing {
             Standing::Unreachable { since } => (Some(since), None),
             Standing::RefusingWrites { since } => (None, Some(since)),
             Standing::Held | Standing::Lost => (None, None),
         };
-        serde_json::json!({
-            "node_id": self.node_id,
-            "epoch": self.epoch.load(Ordering::SeqCst),
-            "state": state,
-            "unreachable_since": unreachable_since,
-            "refusing_writes_since": refusing_writes_since,
-            "fenced_writes": self.fenced_writes(),
-            "lease_ms": self.lease_ms.load(Ordering::SeqCst),
-        })
+        LeaseStatus {
+            node_id: self.node_id.clone(),
+            epoch: self.epoch.load(Ordering::SeqCst),
+            state,
+            unreachable_since,
+            refusing_writes_since,
+            fenced_writes: self.fenced_writes(),
+            lease_ms: self.lease_ms.load(Ordering::SeqCst),
+        }
     }
 
     /// A clean stop: the heartbeat ends and the lease is given up (the prompts were requeued

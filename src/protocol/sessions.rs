@@ -3,7 +3,6 @@
 //! and runs).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{method, named_params, Claim, Prompt};
 use crate::engine::EngineKind;
@@ -26,11 +25,44 @@ method! {
     /// Makes a worktree removed by hand again, on its branch.
     SessionRecreate = "session.recreate": SessionSelector => Session,
     /// Text for the turn that runs now (engines that can take it: the codex app-server).
-    SessionSteer = "session.steer": SteerParams => Value,
+    SessionSteer = "session.steer": SteerParams => Steered,
     /// Compacts the engine's thread (engines that can).
-    SessionCompact = "session.compact": SessionSelector => Value,
+    SessionCompact = "session.compact": SessionSelector => Compacted,
     /// A session with its prompts and runs.
     History = "history": SessionSelector => HistoryResult,
+}
+
+/// `session.steer`'s answer: the engine's own, naming the turn the text went to (codex's
+/// `{"turnId": …}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Steered {
+    /// The running turn that took the text, in the engine's words.
+    #[serde(rename = "turnId", default)]
+    pub turn_id: Option<String>,
+}
+
+/// `session.compact`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Compacted {
+    /// The session as recorded after the compaction (null: it is gone meanwhile).
+    pub session: Option<Session>,
+    /// What was compacted: the exchanges since the last compaction.
+    pub compacted: CompactedCount,
+    /// The thread's rollout was missing, so the thread was reset instead: the next prompt
+    /// starts a new one.
+    pub thread_reset: bool,
+    /// What happened, in words.
+    pub note: String,
+}
+
+/// How much a compaction took in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactedCount {
+    /// Exchanges (a prompt and its answer).
+    pub messages: i64,
+    pub characters: i64,
 }
 
 /// A session on the wire (`sessions::Session`'s keys).

@@ -1,11 +1,12 @@
 //! The daemon itself: `initialize` (the version handshake), `status`, `shutdown`.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{method, named_params};
+pub use crate::lease::holder::{LeaseState, LeaseStatus};
 use crate::protocol::slots::SlotSummary;
 use crate::store::processes;
+pub use crate::store::processes::{AppServerState, ServerStatus};
 
 method! {
     /// The version handshake; also tells the daemon which exec the client is.
@@ -63,7 +64,7 @@ pub struct StatusResult {
     pub working: usize,
     pub slots: Option<SlotSummary>,
     /// Each project's app-server child, as its actor reports it.
-    pub app_servers: Vec<Value>,
+    pub app_servers: Vec<AppServerState>,
     /// Processes runs left behind that their projects keep, still alive.
     pub kept: Vec<KeptProcess>,
     pub home: String,
@@ -82,11 +83,9 @@ pub struct StatusResult {
     /// projects each serves; empty on SQLite.
     #[serde(default)]
     pub daemons: Vec<DaemonStatus>,
-    /// This daemon's lease on a shared store (`{node_id, epoch, state, unreachable_since,
-    /// refusing_writes_since, fenced_writes, lease_ms}`; `state`: `held`, `store
-    /// unreachable`, `store refuses writes` or `lost`); null on SQLite and with no daemon.
+    /// This daemon's lease on a shared store; null on SQLite and with no daemon.
     #[serde(default)]
-    pub lease: Value,
+    pub lease: Option<LeaseStatus>,
 }
 
 /// The HTTP API, as `status` names it: `{listen, url}` or `{error}`.

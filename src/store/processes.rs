@@ -7,8 +7,54 @@
 
 use crate::store::sql::{self, args, Conn};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::now_ms;
+
+/// A project's app-server child as its actor last told it: what `status` shows and the store
+/// keeps (`app_servers.state`), so that the next daemon carries its generation, recent events
+/// and restarts on, and its boot ends a child its dead predecessor left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppServerState {
+    pub project_id: String,
+    pub pid: Option<u32>,
+    pub pid_start: Option<u64>,
+    /// How many children the project has had.
+    pub generation: u64,
+    pub status: ServerStatus,
+    /// How the last child ended, as its transport closed (exit code, signal, what closed it).
+    pub last_exit: Option<Value>,
+    /// Its last events, oldest first: `{at, kind, detail}`.
+    pub recent: Vec<Value>,
+    /// When the restarts of the last minute happened (ms since the epoch): kept in the
+    /// store, so that a daemon restart neither forgets them nor resets the limit.
+    #[serde(default)]
+    pub restarts: Vec<i64>,
+    /// On a shared store, the node whose child it is (only that node's next boot ends it; the
+    /// other hosts' daemons list it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+impl AppServerState {
+    /// Whether its child is known to be gone.
+    pub fn is_stopped(&self) -> bool {
+        self.status == ServerStatus::Stopped
+    }
+}
+
+/// An app-server child's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerStatus {
+    Stopped,
+    Starting,
+    Running,
+    /// Restarts stopped (intensity limit); the reason says why.
+    Failed {
+        reason: String,
+    },
+}
 
 /// A process a run left behind and its project kept; `status` lists the ones still alive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,12 +79,13 @@ pub struct KeptProcess {
 pub(crate) fn save_app_server(
     connection: &Conn,
     project_id: &str,
-    state: &serde_json::Value,
+    state: &AppServerState,
 ) -> sql::Result<()> {
+    let state = serde_json::to_string(state).expect("an app-server state is JSON");
     connection.run(
         "INSERT INTO app_servers (project_id, state, updated_at) VALUES (?1, ?2, ?3) \
          ON CONFLICT (project_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-        args![project_id, state.to_string(), now_ms()],
+        args![project_id, state, now_ms()],
     )?;
     Ok(())
 }
@@ -86,15 +133,22 @@ pub(crate) fn keep_processes(
 // Reads.
 
 /// The last known state of every app-server child, by project.
-pub fn app_servers(connection: &Conn) -> sql::Result<Vec<serde_json::Value>> {
-    connection.rows(
-        "SELECT state FROM app_servers ORDER BY project_id",
+pub fn app_servers(connection: &Conn) -> sql::Result<Vec<AppServerState>> {
+    let states = connection.rows(
+        "SELECT project_id, state FROM app_servers ORDER BY project_id",
         args![],
-        |row| {
-            let text = row.get::<String>(0)?;
-            Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
-        },
-    )
+        |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
+    )?;
+    Ok(states
+        .into_iter()
+        .filter_map(|(project, text)| match serde_json::from_str(&text) {
+            Ok(state) => Some(state),
+            Err(error) => {
+                tracing::warn!(%error, project, "an app-server state that does not read is left out");
+                None
+            }
+        })
+        .collect())
 }
 
 /// The kept processes recorded on `node`'s host (`None`: every one, as on SQLite's one

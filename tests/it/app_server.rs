@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::library::{actix_test, Library};
 use corral::engine::FailureClass;
+use corral::store::processes::ServerStatus;
 use corral::store::projects::{NewProject, Project};
 use corral::store::prompts::PromptStatus;
 use corral::store::runs::RunStatus;
@@ -243,8 +244,8 @@ fn a_transport_loss_fails_the_turn_with_its_details_and_the_child_restarts() {
         assert_eq!(next.status, PromptStatus::Done, "{next:?}");
         assert_ne!(bench.runs(&next.id)[0].pid, runs[0].pid, "a new child");
         let states = bench.corral.app_servers().await;
-        assert_eq!(states[0]["generation"], 2, "{states:?}");
-        assert_eq!(states[0]["last_exit"]["exit_code"], 3);
+        assert_eq!(states[0].generation, 2, "{states:?}");
+        assert_eq!(states[0].last_exit.as_ref().unwrap()["exit_code"], 3);
     });
 }
 
@@ -288,10 +289,7 @@ fn more_than_five_restarts_in_a_minute_stop_the_restarts() {
         assert_eq!(now.status, PromptStatus::Running, "{now:?}");
         let states = bench.corral.app_servers().await;
         assert!(
-            states[0]["status"]["failed"]["reason"]
-                .as_str()
-                .unwrap()
-                .contains("within 60 s"),
+            matches!(&states[0].status, ServerStatus::Failed { reason } if reason.contains("within 60 s")),
             "{states:?}"
         );
         // It waits without a slot: with one slot in all, another project's session runs.
@@ -436,17 +434,21 @@ fn compaction_records_counts_and_resets_a_missing_thread() {
             .run(&session, "@fake answer=An answer\nFirst request")
             .await;
         let compacted = bench.corral.compact(&session.id).await.unwrap();
-        assert_eq!(compacted["thread_reset"], false, "{compacted}");
-        assert_eq!(compacted["compacted"]["messages"], 1);
+        assert!(!compacted.thread_reset, "{compacted:?}");
+        assert_eq!(compacted.compacted.messages, 1);
         let expected = (done.text.chars().count() + "An answer".len()) as i64;
-        assert_eq!(compacted["compacted"]["characters"], expected);
+        assert_eq!(compacted.compacted.characters, expected);
+        assert_eq!(
+            compacted.session.map(|s| s.compacted_message_count),
+            Some(Some(1))
+        );
         let now = bench.session_now(&session);
         assert_eq!(now.compacted_message_count, Some(1));
         assert!(now.thread_id.is_some());
 
         bench.lose_thread(&session);
         let reset = bench.corral.compact(&session.id).await.unwrap();
-        assert_eq!(reset["thread_reset"], true, "{reset}");
+        assert!(reset.thread_reset, "{reset:?}");
         assert_eq!(bench.session_now(&session).thread_id, None);
     });
 }
@@ -461,8 +463,8 @@ fn the_childs_state_survives_a_supervisor_restart() {
         let done = bench.run(&session, "work").await;
         let states = bench.corral.app_servers().await;
         assert_eq!(states.len(), 1);
-        assert_eq!(states[0]["status"], "running", "{states:?}");
-        assert!(!states[0]["recent"].as_array().unwrap().is_empty());
+        assert_eq!(states[0].status, ServerStatus::Running, "{states:?}");
+        assert!(!states[0].recent.is_empty());
         let pid = bench.runs(&done.id)[0].pid.unwrap();
         // Keep the home (and its database, on PostgreSQL): the next supervisor reads it.
         let Bench(library) = bench;
@@ -474,10 +476,11 @@ fn the_childs_state_survives_a_supervisor_restart() {
         assert_eq!(states.len(), 1, "read back from the store");
         // The truth: the dead supervisor's child was ended at boot, and its state says so.
         assert!(!alive(pid), "the orphaned app-server was ended at boot");
-        assert_eq!(states[0]["status"], "stopped", "{states:?}");
-        assert!(states[0]["pid"].is_null(), "{states:?}");
-        assert_eq!(states[0]["last_exit"]["pid"], pid, "{states:?}");
-        assert_eq!(states[0]["last_exit"]["close_source"], "recovery");
+        assert_eq!(states[0].status, ServerStatus::Stopped, "{states:?}");
+        assert!(states[0].pid.is_none(), "{states:?}");
+        let last_exit = states[0].last_exit.clone().unwrap_or_default();
+        assert_eq!(last_exit["pid"], pid, "{states:?}");
+        assert_eq!(last_exit["close_source"], "recovery");
     });
     drop((home, projects));
 }
@@ -645,7 +648,7 @@ fn stray_and_duplicate_responses_neither_crash_nor_restart_the_child() {
         assert_eq!(bench.runs(&next.id)[0].pid, pid, "the same child");
         assert!(alive(pid.unwrap()));
         let states = bench.corral.app_servers().await;
-        assert_eq!(states[0]["generation"], 1, "no restart: {states:?}");
+        assert_eq!(states[0].generation, 1, "no restart: {states:?}");
     });
 }
 
@@ -687,8 +690,8 @@ fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
             "{first:?}"
         );
         let states = bench.corral.app_servers().await;
-        assert!(states[0]["generation"].as_u64().unwrap() >= 1, "{states:?}");
-        let recent = states[0]["recent"].as_array().unwrap();
+        assert!(states[0].generation >= 1, "{states:?}");
+        let recent = &states[0].recent;
         assert!(
             recent.iter().any(|event| event["kind"]
                 .as_str()
@@ -701,14 +704,10 @@ fn a_child_that_never_answers_initialize_is_timed_out_and_counted() {
         let second = bench.run(&session, "again").await;
         assert_eq!(second.status, PromptStatus::Failed, "{second:?}");
         let states = bench.corral.app_servers().await;
+        assert!(states[0].generation >= 2, "{second:?} {states:?}");
         assert!(
-            states[0]["generation"].as_u64().unwrap() >= 2,
-            "{second:?} {states:?}"
-        );
-        assert!(
-            states[0]["recent"]
-                .as_array()
-                .unwrap()
+            states[0]
+                .recent
                 .iter()
                 .any(|event| event["kind"] == "restarting"),
             "{states:?}"

@@ -154,7 +154,7 @@ fn an_app_server_state_changed_under_a_lock_is_stored_after_it() {
             .unwrap();
         library.run(&session, "start the child").await;
         let live = library.corral.app_servers().await;
-        let pid = live[0]["pid"].as_i64().expect("a running child") as i32;
+        let pid = live[0].pid.expect("a running child") as i32;
         let released = Arc::new(AtomicBool::new(false));
         let (release, holder) = hold_lock(library.home.path().join("corral.db"), released.clone());
         // The child dies while the store is locked: its state changes (stopped, its exit).
@@ -164,7 +164,11 @@ fn an_app_server_state_changed_under_a_lock_is_stored_after_it() {
         });
         loop {
             let live = library.corral.app_servers().await;
-            if live[0]["last_exit"]["pid"] == pid {
+            if live[0]
+                .last_exit
+                .as_ref()
+                .is_some_and(|exit| exit["pid"] == pid)
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -180,7 +184,11 @@ fn an_app_server_state_changed_under_a_lock_is_stored_after_it() {
                 .unwrap()
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while stored(&library)[0]["last_exit"]["pid"] != pid {
+        while !stored(&library)[0]
+            .last_exit
+            .as_ref()
+            .is_some_and(|exit| exit["pid"] == pid)
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the child's exit was never stored: {:?}",

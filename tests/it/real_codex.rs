@@ -735,8 +735,8 @@ fn app_server_a_steer_reaches_the_running_turn_and_the_effort_reaches_the_model(
             .await
             .unwrap_or_else(|error| panic!("the steer was refused: {error}"));
         assert!(
-            steered["turnId"].as_str().is_some_and(|id| !id.is_empty()),
-            "codex names the turn it steered: {steered}"
+            steered.turn_id.as_deref().is_some_and(|id| !id.is_empty()),
+            "codex names the turn it steered: {steered:?}"
         );
 
         rig.corral.cancel(&hanging).await.unwrap();

@@ -316,7 +316,7 @@ ledger_write!(
     Recover {
         node_id: String,
         ended: Vec<(String, i64)>,
-        app_servers: Vec<(String, serde_json::Value)>,
+        app_servers: Vec<(String, processes::AppServerState)>,
         told: runs::Told,
     } -> runs::Recovered,
     |this, connection| {
@@ -540,7 +540,7 @@ ledger_write!(
 
 ledger_write!(
     /// Keeps an app-server child's state (for `status` across daemon restarts).
-    SaveAppServer { project_id: String, state: serde_json::Value } -> (),
+    SaveAppServer { project_id: String, state: processes::AppServerState } -> (),
     |this, connection| processes::save_app_server(connection, &this.project_id, &this.state)
 );
 

@@ -2,8 +2,6 @@
 //! `session.archive`, `session.steer`, `session.compact`, and a worktree session's
 //! `session.diff`, `session.merge`, `session.recreate` (served by [`crate::Corral`]'s calls).
 
-use serde_json::Value;
-
 use super::{
     check_title, project_of, read, resolve_project, resolve_session, session_of, Caller, Inspect,
     Serve,
@@ -173,7 +171,7 @@ async fn rename(
 }
 
 impl Serve for SessionSteer {
-    async fn serve(caller: &Caller, p: SteerParams) -> Result<Value, RpcError> {
+    async fn serve(caller: &Caller, p: SteerParams) -> Result<Steered, RpcError> {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
         Ok(corral.steer(&session.id, &p.text).await?)
@@ -181,7 +179,7 @@ impl Serve for SessionSteer {
 }
 
 impl Serve for SessionCompact {
-    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Value, RpcError> {
+    async fn serve(caller: &Caller, p: SessionSelector) -> Result<Compacted, RpcError> {
         let corral = caller.corral();
         let session = resolve_session(corral, &p.session)?;
         Ok(corral.compact(&session.id).await?)

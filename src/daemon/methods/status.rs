@@ -79,10 +79,7 @@ impl Serve for Status {
                     corral.read(|c| crate::protocol::status::daemons_status(c, this.as_deref()));
                 or_unreachable(daemons, server, &unread)?
             },
-            lease: corral
-                .lease()
-                .map(|lease| lease.describe())
-                .unwrap_or_default(),
+            lease: corral.lease().map(|lease| lease.describe()),
             // As in the store's answer with no daemon (`cli::local`): the same keys.
             home,
         })
