@@ -110,7 +110,7 @@ fn report(label: &str, samples_ns: &[u64]) -> (u64, u64) {
 
 struct Bench {
     corral: Corral,
-    events: broadcast::Receiver<std::sync::Arc<corral::actors::shared::Published>>,
+    events: broadcast::Receiver<std::sync::Arc<corral::actors::publisher::Published>>,
     stamps: PathBuf,
     projects: tempfile::TempDir,
 }

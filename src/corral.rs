@@ -13,7 +13,8 @@ use crate::actors::ledger::{
     CreateProject, CreateSession, EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle,
     RecordExec, ReleaseDriver, SaveAppServer, SetGroupLocking, SetSetting, WaveNamed,
 };
-use crate::actors::shared::{slot_limits, Published, Shared};
+use crate::actors::publisher::Published;
+use crate::actors::shared::{slot_limits, Shared};
 use crate::actors::slots::SlotsHandle;
 use crate::actors::supervisor::SupervisorHandle;
 use crate::actors::worktree;
@@ -341,7 +342,10 @@ impl Corral {
         // prompt to report).
         if !shared.coordination.shares_store() {
             // On a shared store a worktree being made may be another daemon's, now.
-            actix::spawn(worktree::finish_creating(shared.clone()));
+            actix::spawn(worktree::finish_creating(
+                shared.worktrees(),
+                shared.git.clone(),
+            ));
         }
         let listener = match (&location, lease) {
             (Location::Postgres(url), Some((_, wanted))) => Some(crate::actors::claims::start(
@@ -371,13 +375,28 @@ impl Corral {
         self.shared.ledger.store()
     }
 
-    /// Runs `read` on a read-only connection to the store, whichever store it is: the
-    /// connection is a `Conn` and the closure returns `sql::Result` (before the PostgreSQL
-    /// store it was a `rusqlite::Connection` and `rusqlite::Result`: a change of this library
-    /// API, so a caller's closure now runs its statements through `Conn::row`/`rows`/`run`).
-    /// `FnMut`: on PostgreSQL a read whose pooled connection the server had ended is made
-    /// once more on a new one.
+    /// Runs `read` on a read-only connection to the store, whichever store it is. The
+    /// crate's own read model (the method handlers, `cli::local`) and the tests use it; an
+    /// embedder reads through the typed calls, so it is not part of the library's interface
+    /// (the store's types are private). `FnMut`: on PostgreSQL a read whose pooled connection
+    /// the server had ended is made once more on a new one.
+    #[cfg(not(any(test, feature = "testkit")))]
+    pub(crate) fn read<T>(
+        &self,
+        read: impl FnMut(&Conn) -> sql::Result<T>,
+    ) -> Result<T, CorralError> {
+        self.read_store(read)
+    }
+
+    /// [`Corral::read`] as the tests see it: public with the `testkit` feature, so that a test
+    /// checks a row by the store's own reads.
+    #[cfg(any(test, feature = "testkit"))]
+    #[doc(hidden)]
     pub fn read<T>(&self, read: impl FnMut(&Conn) -> sql::Result<T>) -> Result<T, CorralError> {
+        self.read_store(read)
+    }
+
+    fn read_store<T>(&self, read: impl FnMut(&Conn) -> sql::Result<T>) -> Result<T, CorralError> {
         Ok(self.shared.readers.read(read)?)
     }
 
@@ -594,7 +613,7 @@ impl Corral {
         // On a shared store the worktree is this host's: its prompts run here only.
         session.worktree_node = self.shared.coordination.node_id().map(str::to_string);
         let opened = self.shared.ledger.write(CreateSession { session }).await?;
-        let error = match worktree::make(&git, &self.shared, &opened, project).await {
+        let error = match worktree::make(&git, &self.shared.worktrees(), &opened, project).await {
             Ok(made) => return Ok(made),
             Err(error) => error,
         };
@@ -768,7 +787,7 @@ impl Corral {
             None,
             Payload::PromptUnserved(unserved),
         );
-        if let Err(error) = self.shared.append_events(vec![event]).await {
+        if let Err(error) = self.shared.publisher.append_events(vec![event]).await {
             tracing::warn!(%error, "prompt.unserved not stored");
         }
     }
@@ -866,7 +885,7 @@ impl Corral {
                     None,
                     Payload::PromptCancelled(cancelled),
                 );
-                if let Err(error) = self.shared.append_events(vec![event]).await {
+                if let Err(error) = self.shared.publisher.append_events(vec![event]).await {
                     tracing::error!(%error, prompt_id, "the cancel of a queued prompt was not told");
                 }
             }
@@ -934,7 +953,7 @@ impl Corral {
             },
         };
         let (answered, told) = self.shared.ledger.write(write).await?;
-        self.shared.publish(told);
+        self.shared.publisher.publish(told);
         match answered {
             approvals::Answered::Now(approval) => {
                 self.supervisor.approval_answered(approval.clone());
@@ -965,7 +984,7 @@ impl Corral {
     /// that falls more than `EVENT_CHANNEL` behind gets `Lagged` and can read the rest from
     /// the store (`store::events::events_after`).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
-        self.shared.events.subscribe()
+        self.shared.publisher.subscribe()
     }
 
     /// Waits until a prompt has ended (done, failed or cancelled) and returns it.
@@ -1282,7 +1301,7 @@ impl Corral {
 
     /// The `git` worktree isolation uses (found once per supervisor, again after a failure).
     pub async fn git(&self) -> Result<crate::git::Git, crate::git::GitError> {
-        self.shared.git().await
+        self.shared.git.find().await
     }
 
     /// The home this supervisor runs in.
@@ -1373,13 +1392,19 @@ impl Corral {
         self.refuse_busy(&archived, "archiving it again")
             .map_err(|error| not_removed(error.to_string()))?;
         let git = self.git().await.map_err(|e| not_removed(e.to_string()))?;
-        worktree::archive(&git, &self.shared, &archived, &project, discard_changes)
-            .await
-            .map(|done| (done.session, done.kept_because))
-            .map_err(|error| match error {
-                worktree::WorktreeError::Ledger(error) => error.into(),
-                other => not_removed(other.to_string()),
-            })
+        worktree::archive(
+            &git,
+            &self.shared.worktrees(),
+            &archived,
+            &project,
+            discard_changes,
+        )
+        .await
+        .map(|done| (done.session, done.kept_because))
+        .map_err(|error| match error {
+            worktree::WorktreeError::Ledger(error) => error.into(),
+            other => not_removed(other.to_string()),
+        })
     }
 
     /// A worktree session's changes against its base commit (untracked files in), with the
@@ -1423,7 +1448,15 @@ impl Corral {
             .git()
             .await
             .map_err(|error| CorralError::Invalid(error.to_string()))?;
-        let merged = worktree::merge(&git, &self.shared, &session, &project, into, squash).await?;
+        let merged = worktree::merge(
+            &git,
+            &self.shared.worktrees(),
+            &session,
+            &project,
+            into,
+            squash,
+        )
+        .await?;
         Ok((worktree, merged))
     }
 
@@ -1440,7 +1473,7 @@ impl Corral {
             .git()
             .await
             .map_err(|error| CorralError::Invalid(error.to_string()))?;
-        Ok(worktree::recreate(&git, &self.shared, &session, &project).await?)
+        Ok(worktree::recreate(&git, &self.shared.worktrees(), &session, &project).await?)
     }
 }
 
@@ -1492,7 +1525,7 @@ impl Corral {
     }
 
     async fn record(&self, event: events::NewEvent) -> Result<events::Event, CorralError> {
-        let stored = self.shared.append_events(vec![event]).await?;
+        let stored = self.shared.publisher.append_events(vec![event]).await?;
         stored
             .into_iter()
             .next()

@@ -668,11 +668,11 @@ async fn read_stderr(pipe: impl AsyncRead + Unpin, generation: u64, actor: Addr<
 // ---------------------------------------------------------------------------------------------
 // Messages.
 
-/// The cloneable way to reach a project's app-server actor ([`Shared::app_server`] starts
-/// it). Needs a running actix system. Once the actor is gone (it stops only with the
-/// daemon) every call answers as if its child were not running.
+/// The cloneable way to reach a project's app-server actor ([`AppServers::of`] starts it).
+/// Needs a running actix system. Once the actor is gone (it stops only with the daemon)
+/// every call answers as if its child were not running.
 ///
-/// [`Shared::app_server`]: super::shared::Shared::app_server
+/// [`AppServers::of`]: super::app_servers::AppServers::of
 #[derive(Clone)]
 pub struct AppServerHandle(Addr<AppServerActor>);
 

@@ -23,7 +23,7 @@ use super::ledger::{
     ClaimWork, Rescue, ANSWER_NOTICE, APPROVAL_NOTICE, ASK_NOTICE, CANCEL_NOTICE, SETTINGS_NOTICE,
 };
 use super::relay::EventRelay;
-use super::shared::{Published, Shared};
+use super::shared::Shared;
 use super::supervisor::SupervisorHandle;
 use crate::lease::holder::Wanted;
 use crate::store::claims::Room;
@@ -68,7 +68,7 @@ pub fn start(
         node_id,
         // Its own readers: a relay's reads never wait for a session's.
         crate::store::ReaderPool::at(&crate::store::location::Location::Postgres(url.clone())),
-        shared.events.clone(),
+        shared.publisher.broadcast().clone(),
         start_at,
     );
     {
@@ -259,9 +259,7 @@ async fn claim_loop(shared: Arc<Shared>, supervisor: SupervisorHandle, rescue: A
                             "prompts taken back from daemons whose lease ran out"
                         );
                     }
-                    for event in told {
-                        let _ = shared.events.send(Arc::new(Published::new(event)));
-                    }
+                    shared.publisher.publish(told);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "the rescue failed; the next heartbeat asks again")

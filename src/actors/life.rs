@@ -77,6 +77,7 @@ impl Life {
         self.shutdown.send_replace(true);
     }
 
+    #[cfg(test)]
     pub fn is_shut_down(&self) -> bool {
         *self.shutdown.borrow()
     }

@@ -22,6 +22,7 @@ pub mod claims;
 pub mod coordination;
 pub mod ledger;
 pub mod life;
+pub mod publisher;
 pub mod relay;
 pub mod session;
 pub mod shared;

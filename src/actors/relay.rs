@@ -2,8 +2,8 @@
 //!
 //! With several daemons on one PostgreSQL store, a session runs on one daemon but may be
 //! watched through any: `watch --follow`, `attach`, the socket's `events.subscribe` and the
-//! dashboard all follow [`Shared::events`](crate::actors::shared::Shared), which only
-//! carries what this daemon stored itself. Each daemon's ledger says, at the commit of a
+//! dashboard all follow the daemon's [`Broadcast`](crate::actors::publisher::Broadcast),
+//! which only carries what this daemon stored itself. Each daemon's ledger says, at the commit of a
 //! batch that stored events, which feed numbers they took ([`Notice::Events`], from
 //! [`crate::store::listen`]); the relay reads those events from the store and publishes them
 //! here, in feed order, so the streams (`crate::daemon::events`) see them as soon as the
@@ -23,11 +23,9 @@
 //! read that fails is logged and skipped: the streams read the store for any gap they meet,
 //! so a lost page delays nothing past the next event.
 
-use std::sync::Arc;
+use tokio::sync::mpsc;
 
-use tokio::sync::{broadcast, mpsc};
-
-use crate::actors::shared::Published;
+use crate::actors::publisher::Broadcast;
 use crate::store::events;
 use crate::store::listen::Notice;
 use crate::store::ReaderPool;
@@ -45,20 +43,15 @@ pub struct EventRelay {
     published: i64,
     /// The daemon's readers (its own pool: reads here never wait for a session's).
     readers: ReaderPool,
-    /// [`Shared::events`](crate::actors::shared::Shared): what the streams follow.
-    events: broadcast::Sender<Arc<Published>>,
+    /// What the streams follow.
+    events: Broadcast,
 }
 
 impl EventRelay {
     /// A relay for daemon `node_id`, publishing into `events`. `start_at`: the feed number up
     /// to which nothing needs relaying (the store's `last_feed_seq` when the daemon starts:
     /// a stream replays older events from the store).
-    pub fn new(
-        node_id: String,
-        readers: ReaderPool,
-        events: broadcast::Sender<Arc<Published>>,
-        start_at: i64,
-    ) -> Self {
+    pub fn new(node_id: String, readers: ReaderPool, events: Broadcast, start_at: i64) -> Self {
         EventRelay {
             node_id,
             published: start_at,
@@ -80,7 +73,7 @@ impl EventRelay {
         if node_id == self.node_id || last <= self.published {
             return;
         }
-        if self.events.receiver_count() == 0 {
+        if !self.events.has_subscribers() {
             // Nobody follows the broadcast: nothing to read. Whoever subscribes later reads
             // the store after subscribing (a stream from its cursor, a prompt's waiter its
             // row), so what is skipped here is never missed.
@@ -122,11 +115,10 @@ impl EventRelay {
                 }
             };
             let full = page.len() == RELAY_PAGE;
-            for event in page {
+            if let Some(event) = page.last() {
                 after = event.feed_seq;
-                // No receiver (nobody watches) is not an error.
-                let _ = self.events.send(Arc::new(Published::new(event)));
             }
+            self.events.publish(page);
             self.published = self.published.max(after);
             if !full {
                 // Fewer than asked: nothing more is stored up to `last` (a batch rolled back

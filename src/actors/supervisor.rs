@@ -408,7 +408,7 @@ async fn deny_left_approvals(shared: &Shared) {
         reason: "the daemon restarted, and the engine that asked was ended with it".into(),
     };
     match shared.ledger.write(write).await {
-        Ok(told) => shared.publish(told),
+        Ok(told) => shared.publisher.publish(told),
         Err(error) => tracing::warn!(%error, "approvals left by the last daemon were not denied"),
     }
 }

@@ -30,16 +30,32 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
 
+use crate::actors::ledger::LedgerHandle;
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
-use crate::actors::shared::Shared;
+use crate::actors::publisher::Publisher;
+use crate::actors::shared::{GitFinder, SettingsCell};
 use crate::events::{Payload, SessionMerged, WorktreeCreated, WorktreeRemoved};
 use crate::git::{Checkout, Diff, Git, GitError, Head, Merged};
 use crate::store::events::NewEvent;
 use crate::store::sessions::{SessionWorktree, WorktreeState};
 use crate::store::settings::Settings;
 use crate::store::sql::{args, OptionalExt};
-use crate::store::StoreError;
 use crate::store::{projects, prompts, sessions};
+use crate::store::{ReaderPool, StoreError};
+
+/// What the worktree operations need of the supervisor
+/// ([`Shared::worktrees`](crate::actors::shared::Shared::worktrees)): where worktrees go (the home and the
+/// settings), the store's readers, the ledger (a worktree's state), the publisher (its
+/// events), and on a shared store this daemon's node (whose host has a worktree).
+#[derive(Clone)]
+pub struct Worktrees {
+    pub home: PathBuf,
+    pub readers: Arc<ReaderPool>,
+    pub ledger: LedgerHandle,
+    pub publisher: Publisher,
+    pub settings: SettingsCell,
+    pub node_id: Option<String>,
+}
 
 /// A slug's length at most (a path and a branch name stay readable).
 pub const MAX_SLUG: usize = 40;
@@ -331,7 +347,7 @@ async fn check_branch_name(git: &Git, dir: &Path, name: &str) -> Result<(), Work
 /// worktree (any other state) is returned as it is.
 pub async fn make(
     git: &Git,
-    shared: &Shared,
+    worktrees: &Worktrees,
     session: &sessions::Session,
     project: &projects::Project,
 ) -> Result<sessions::Session, WorktreeError> {
@@ -347,7 +363,7 @@ pub async fn make(
         let _repository = lock_repository(git, repo).await?;
         // Another caller (the boot's completion, a prompt's worker) may have made it while
         // this one waited.
-        let current = shared
+        let current = worktrees
             .readers
             .read(|connection| sessions::session(connection, &session.id))?
             .ok_or_else(|| invalid(format!("session {} is gone", session.id)))?;
@@ -362,27 +378,27 @@ pub async fn make(
             add(git, repo, worktree).await?;
         }
     }
-    made(shared, session, project).await
+    made(worktrees, session, project).await
 }
 
 /// Makes every worktree a previous supervisor left `creating` (killed while it made one), at
 /// boot, in the background: what fails is logged and left `creating`, for the session's
 /// first prompt to try again (and say why).
-pub async fn finish_creating(shared: Arc<Shared>) {
-    let left = shared.readers.read(sessions::sessions_creating);
+pub async fn finish_creating(worktrees: Worktrees, git: GitFinder) {
+    let left = worktrees.readers.read(sessions::sessions_creating);
     let left = match left {
         Ok(left) if left.is_empty() => return,
         Ok(left) => left,
         Err(error) => return tracing::warn!(%error, "worktrees left creating not read"),
     };
-    let git = match shared.git().await {
+    let git = match git.find().await {
         Ok(git) => git,
         Err(error) => return tracing::warn!(%error, "worktrees left creating stay so"),
     };
-    let this_node = shared.coordination.node_id().map(str::to_string);
+    let this_node = worktrees.node_id.clone();
     for session in left {
         // On a shared store, another daemon's host has (or is making) that worktree.
-        let node = shared
+        let node = worktrees
             .readers
             .read(|connection| sessions::worktree_node(connection, &session.id));
         if let (Ok(Some((node, _))), Some(this)) = (node, &this_node) {
@@ -391,14 +407,14 @@ pub async fn finish_creating(shared: Arc<Shared>) {
             }
         }
         let project = session.project_id.as_deref().and_then(|id| {
-            shared
+            worktrees
                 .readers
                 .read(|connection| projects::project(connection, id))
                 .ok()
                 .flatten()
         });
         let Some(project) = project else { continue };
-        match make(&git, &shared, &session, &project).await {
+        match make(&git, &worktrees, &session, &project).await {
             Ok(_) => tracing::info!(session = %session.id, "worktree left creating made"),
             Err(error) => {
                 tracing::warn!(session = %session.id, %error, "worktree left creating stays so")
@@ -409,7 +425,7 @@ pub async fn finish_creating(shared: Arc<Shared>) {
 
 /// Records a worktree as made: its state, and the `worktree.created` event.
 async fn made(
-    shared: &Shared,
+    worktrees: &Worktrees,
     session: &sessions::Session,
     project: &projects::Project,
 ) -> Result<sessions::Session, WorktreeError> {
@@ -417,9 +433,9 @@ async fn made(
         .worktree
         .as_ref()
         .expect("a session with a worktree");
-    let stored = set_state(shared, &session.id, made_state(project)).await?;
+    let stored = set_state(worktrees, &session.id, made_state(project)).await?;
     record(
-        shared,
+        worktrees,
         &session.id,
         Payload::WorktreeCreated(WorktreeCreated {
             path: worktree.path.clone(),
@@ -527,11 +543,11 @@ fn is_lost_checkout(path: &Path, common_dir: &Path) -> bool {
 }
 
 async fn set_state(
-    shared: &Shared,
+    worktrees: &Worktrees,
     session_id: &str,
     state: WorktreeState,
 ) -> Result<sessions::Session, WorktreeError> {
-    shared
+    worktrees
         .ledger
         .write(SetWorktreeState {
             session_id: session_id.to_string(),
@@ -543,9 +559,9 @@ async fn set_state(
 
 /// Stores and publishes one of the session's events; an event that could not be stored is
 /// logged, not an error of what it tells (that is done).
-async fn record(shared: &Shared, session_id: &str, payload: Payload) {
+async fn record(worktrees: &Worktrees, session_id: &str, payload: Payload) {
     let event = NewEvent::new(session_id, None, None, payload);
-    if let Err(error) = shared.append_events(vec![event]).await {
+    if let Err(error) = worktrees.publisher.append_events(vec![event]).await {
         tracing::warn!(%error, session_id, "worktree event not stored");
     }
 }
@@ -587,7 +603,7 @@ pub struct Archived {
 /// worktree is removed only with `discard_changes`; a removed one (or none) is left as it is.
 pub async fn archive(
     git: &Git,
-    shared: &Shared,
+    worktrees: &Worktrees,
     session: &sessions::Session,
     project: &projects::Project,
     discard_changes: bool,
@@ -610,7 +626,7 @@ pub async fn archive(
     if std::fs::symlink_metadata(path).is_err() {
         forget(git, repo, path).await?;
         drop(repository);
-        return removed(shared, session).await;
+        return removed(worktrees, session).await;
     }
     let checkout = git.checkout(repo, path).await?;
     if discard_changes && !checkout.points_back().await {
@@ -618,7 +634,7 @@ pub async fn archive(
     }
     if !discard_changes {
         if let Some(reason) = keep_reason(git, &checkout, &worktree.branch).await? {
-            let session = set_state(shared, &session.id, WorktreeState::Kept).await?;
+            let session = set_state(worktrees, &session.id, WorktreeState::Kept).await?;
             return Ok(Archived {
                 session,
                 kept_because: Some(reason),
@@ -627,7 +643,7 @@ pub async fn archive(
     }
     git.worktree_remove(repo, path, discard_changes).await?;
     drop(repository);
-    removed(shared, session).await
+    removed(worktrees, session).await
 }
 
 /// Why removing the worktree could lose work (or git would refuse), in the words of the kept
@@ -674,14 +690,17 @@ async fn keep_reason(
     Ok(None)
 }
 
-async fn removed(shared: &Shared, session: &sessions::Session) -> Result<Archived, WorktreeError> {
+async fn removed(
+    worktrees: &Worktrees,
+    session: &sessions::Session,
+) -> Result<Archived, WorktreeError> {
     let worktree = session
         .worktree
         .as_ref()
         .expect("a session with a worktree");
-    let stored = set_state(shared, &session.id, WorktreeState::Removed).await?;
+    let stored = set_state(worktrees, &session.id, WorktreeState::Removed).await?;
     record(
-        shared,
+        worktrees,
         &session.id,
         Payload::WorktreeRemoved(WorktreeRemoved {
             path: worktree.path.clone(),
@@ -732,7 +751,7 @@ pub async fn diff(
 /// records `session.merged`.
 pub async fn merge(
     git: &Git,
-    shared: &Shared,
+    worktrees: &Worktrees,
     session: &sessions::Session,
     project: &projects::Project,
     into: Option<&str>,
@@ -762,7 +781,7 @@ pub async fn merge(
             session.id
         )));
     }
-    let root = worktrees_root(&shared.settings(), &shared.home, project);
+    let root = worktrees_root(&worktrees.settings.now(), &worktrees.home, project);
     // One name per session: a merge killed midway leaves it for the next merge to clear.
     let scratch = root.join(format!(".merge-{}", short_id(&session.id)));
     let name = session
@@ -773,12 +792,12 @@ pub async fn merge(
     let merged = {
         // Its scratch worktree is added and removed like a session's.
         let _repository = lock_repository(git, repo).await?;
-        refuse_busy_checkout(git, shared, repo, &into).await?;
+        refuse_busy_checkout(git, worktrees, repo, &into).await?;
         git.merge(repo, &scratch, &worktree.branch, &into, squash, &message)
             .await?
     };
     record(
-        shared,
+        worktrees,
         &session.id,
         Payload::SessionMerged(SessionMerged {
             into: merged.into.clone(),
@@ -794,7 +813,7 @@ pub async fn merge(
 /// runs or has prompts queued: the fast-forward would change files under its agent.
 async fn refuse_busy_checkout(
     git: &Git,
-    shared: &Shared,
+    worktrees: &Worktrees,
     repo: &Path,
     into: &str,
 ) -> Result<(), WorktreeError> {
@@ -807,7 +826,7 @@ async fn refuse_busy_checkout(
         return Ok(());
     };
     let path = checkout.path.to_string_lossy().into_owned();
-    let busy = shared.readers.read(|connection| {
+    let busy = worktrees.readers.read(|connection| {
         let owner: Option<String> = connection
             .row(
                 "SELECT id FROM sessions WHERE worktree = ?1",
@@ -837,13 +856,13 @@ async fn refuse_busy_checkout(
 /// still `creating` is made.
 pub async fn recreate(
     git: &Git,
-    shared: &Shared,
+    worktrees: &Worktrees,
     session: &sessions::Session,
     project: &projects::Project,
 ) -> Result<sessions::Session, WorktreeError> {
     let worktree = worktree_of(session)?;
     match worktree.state {
-        WorktreeState::Creating => return make(git, shared, session, project).await,
+        WorktreeState::Creating => return make(git, worktrees, session, project).await,
         WorktreeState::Removed | WorktreeState::Kept => {
             return Err(invalid(format!(
                 "session {} is archived: its worktree is {}",
@@ -862,7 +881,7 @@ pub async fn recreate(
         forget(git, repo, path).await?;
         add(git, repo, worktree).await?;
     }
-    made(shared, session, project).await
+    made(worktrees, session, project).await
 }
 
 #[cfg(test)]
@@ -1289,7 +1308,7 @@ mod tests {
 
     /// Waits (at most 30 s) for the first event of `session_id` of `kind` on `events`.
     async fn event_of(
-        events: &mut tokio::sync::broadcast::Receiver<Arc<crate::actors::shared::Published>>,
+        events: &mut tokio::sync::broadcast::Receiver<Arc<crate::actors::publisher::Published>>,
         session_id: &str,
         kind: &str,
     ) {

@@ -146,7 +146,7 @@ pub async fn quick(
             let code = match print_sent(args.json, &prompt) {
                 Ok(()) => 0,
                 Err(error) => {
-                    say!("corral: writing the answer: {error}");
+                    say!("corral: {}", error.message.unwrap_or_default());
                     1
                 }
             };
@@ -198,19 +198,18 @@ fn ready_home(home: Option<&std::path::Path>) -> Option<PathBuf> {
 
 /// What a plain send prints: the prompt's id and status, or with `--json` the prompt. A
 /// reader that closed the pipe had what it wanted.
-fn print_sent(json: bool, prompt: &Value) -> std::io::Result<()> {
+fn print_sent(json: bool, prompt: &Value) -> Result<(), CliError> {
     use std::io::Write;
     let text = if json {
         serde_json::to_string_pretty(prompt).expect("values serialize")
     } else {
-        match remote::read_answer::<PromptSend>(prompt.clone()) {
-            Ok(prompt) => format!("{} {}", prompt.id, prompt.status.as_str()),
-            Err(error) => return Err(std::io::Error::other(error.message.unwrap_or_default())),
-        }
+        let prompt = remote::read_answer::<PromptSend>(prompt.clone())?;
+        format!("{} {}", prompt.id, prompt.status.as_str())
     };
     match writeln!(std::io::stdout(), "{text}") {
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
+        Err(error) => Err(CliError::failure(format!("writing the answer: {error}"))),
+        Ok(()) => Ok(()),
     }
 }
 
@@ -246,8 +245,7 @@ pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliErro
             prompt = remote::ask_json::<PromptSend>(&mut client, &params) => prompt?,
             signal = interrupts.recv() => return Ok(Exit::interrupted(signal)),
         };
-        print_sent(args.json, &prompt)
-            .map_err(|error| CliError::failure(format!("writing the answer: {error}")))?;
+        print_sent(args.json, &prompt)?;
         return Ok(Exit::success());
     }
 

@@ -12,7 +12,7 @@
 //! its cursor's order.
 //!
 //! The lag rule: the broadcast is a bounded buffer the sessions publish into without waiting
-//! ([`EVENT_CHANNEL`](crate::actors::shared::EVENT_CHANNEL) events). A consumer that falls
+//! ([`EVENT_CHANNEL`](crate::actors::publisher::EVENT_CHANNEL) events). A consumer that falls
 //! more than that behind gets [`StreamItem::Lagged`] with the cursor of the last event it
 //! was given, and the stream ends; it resumes by asking again from there.
 //!
@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::actors::shared::Published;
+use crate::actors::publisher::Published;
 use crate::store::events::Event;
 use crate::Corral;
 
@@ -351,7 +351,7 @@ mod tests {
 
             // A consumer that reads nothing while more than the buffer passes: one notice
             // with its cursor, then the end.
-            let flood = (0..crate::actors::shared::EVENT_CHANNEL + 10).map(|index| {
+            let flood = (0..crate::actors::publisher::EVENT_CHANNEL + 10).map(|index| {
                 corral.record_event(
                     &sessions[0],
                     EventKind::Notice,

@@ -955,3 +955,32 @@ fn attach_says_when_a_prompt_it_sent_failed() {
     );
     home.stop_daemon();
 }
+
+/// The daemon's log names what each line is about: a line logged while an engine runs sits
+/// in its session's, its prompt's and its run's spans, so `grep RUN_ID daemon.log` finds all
+/// the daemon said of that run.
+#[test]
+fn the_daemons_log_names_the_session_prompt_and_run_of_each_line() {
+    let home = DaemonHome::new();
+    let session = home.fake_session(FAKE, "s", &[]);
+    home.ok(&["send", "s", "--wait", "hello"]);
+    let history = home.json(&["history", "s", "--json"]);
+    let prompt = history["prompts"][0]["id"]
+        .as_str()
+        .expect("a prompt")
+        .to_string();
+    let run = history["runs"][0]["id"]
+        .as_str()
+        .expect("a run")
+        .to_string();
+    home.stop_daemon();
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    let spans = format!("session{{id={session}}}:prompt{{id={prompt}}}:run{{id={run} attempt=1}}");
+    for said in ["engine started", "engine exited"] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(&spans) && line.contains(said)),
+            "no '{said}' line in {spans}:\n{log}"
+        );
+    }
+}

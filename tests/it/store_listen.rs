@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
+use corral::actors::publisher::{Broadcast, Published};
 use corral::actors::relay::{EventRelay, RELAY_PAGE};
-use corral::actors::shared::Published;
 use corral::store::listen::{self, Listener, Notice};
 use corral::store::location::{Location, PgUrl};
 use corral::store::postgres::PgConn;
@@ -191,7 +191,8 @@ fn the_relay_publishes_other_daemons_events_in_order_and_catches_up() {
         return;
     };
     let url = migrated(&database);
-    let (sender, mut receiver) = broadcast::channel(4 * RELAY_PAGE);
+    let sender = Broadcast::with_capacity(4 * RELAY_PAGE);
+    let mut receiver = sender.subscribe();
     let readers = ReaderPool::at(&Location::Postgres(url.clone()));
     let mut relay = EventRelay::new("node-b".into(), readers, sender, 0);
 
@@ -236,7 +237,8 @@ async fn a_committed_batch_of_another_daemon_reaches_the_broadcast_through_the_l
         return;
     };
     let url = migrated(&database);
-    let (sender, mut receiver) = broadcast::channel(64);
+    let sender = Broadcast::with_capacity(64);
+    let mut receiver = sender.subscribe();
     let readers = ReaderPool::at(&Location::Postgres(url.clone()));
     let relay = EventRelay::new("node-b".into(), readers, sender, 0);
     let (listener, notices) = Listener::start(&url);

@@ -128,6 +128,7 @@ impl Worker {
         let _guarded = self.shared.coordination.guard_run(run_id, pgid, pid_start);
         // A store that stays locked past `store.lock_timeout_ms` ends the run at once (the
         // event waits, deferred, for the run's end).
+        tracing::info!(pid, engine = %kind, "engine started");
         let mut unstored = self
             .record_spawn(prompt, run_id, argv, kind, pid, pid_start)
             .await;
@@ -260,6 +261,7 @@ impl Worker {
         self.denied += std::mem::take(&mut transcript.denied);
         let outcome = match stop {
             Some(ended) => {
+                tracing::info!(why = ?ended, "engine stopped");
                 let mark = left.mark();
                 self.end_stopped(prompt, run_id, ended, child, mark, lines, batch, settings)
                     .await
@@ -272,6 +274,7 @@ impl Worker {
                         .await;
                 }
                 let status = status.or_else(|| child.try_wait().ok().flatten());
+                tracing::info!(status = ?status, "engine exited");
                 self.denied += transcript.denied;
                 self.end_exited(prompt, run_id, transcript, status, batch)
             }
@@ -757,6 +760,7 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
 }
 
 /// What stopped a run before it ended on its own.
+#[derive(Debug)]
 enum Ended {
     Stopped(Stop),
     TimedOut,

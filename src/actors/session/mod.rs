@@ -52,7 +52,7 @@ use super::ledger::{
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
 use super::life::Working;
-use super::shared::{Published, Shared};
+use super::shared::Shared;
 use crate::engine::{FailureClass, RunVerdict};
 use crate::events::{Payload, PromptEnded, PromptRequeued, TitleGenerated};
 use crate::store::approvals::Approval;
@@ -64,6 +64,7 @@ use crate::store::runs::RunEnd;
 use crate::store::spill::{self, SpilledEvent};
 pub(crate) use child::guard_mark;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tracing::Instrument;
 
 /// A wait for a slot longer than this is announced with a `slot.waiting` event (a grant that
 /// comes at once, the common case, costs no event).
@@ -150,7 +151,10 @@ impl SessionActor {
             fenced,
             denied: 0,
         };
-        ctx.spawn(worker.run(prompt).into_actor(self).map(|_, actor, ctx| {
+        // Every line the daemon logs while this worker runs names its session.
+        let span = tracing::info_span!("session", id = %self.session_id);
+        let work = worker.run(prompt).instrument(span);
+        ctx.spawn(work.into_actor(self).map(|_, actor, ctx| {
             actor.working = None;
             if let Some(prompt) = actor.pending.take() {
                 actor.start_worker(prompt, ctx);
@@ -348,7 +352,8 @@ impl Worker {
             let end = if *self.shutdown.borrow() || self.shared.life.is_draining() {
                 PromptEnd::stopped(Stop::Shutdown)
             } else {
-                self.run_prompt(prompt).await
+                let span = tracing::info_span!("prompt", id = %prompt_id);
+                self.run_prompt(prompt).instrument(span).await
             };
             if self.is_fenced() {
                 // What follows is still tried, and refused by the fence in the store: the
@@ -684,9 +689,7 @@ impl Worker {
 
     /// Publishes stored events (no subscriber is not an error).
     fn publish(&self, stored: Vec<crate::store::events::Event>) {
-        for event in stored {
-            let _ = self.shared.events.send(Arc::new(Published::new(event)));
-        }
+        self.shared.publisher.publish(stored);
     }
 
     /// The deferred events followed by `events`, to go with a write made now.

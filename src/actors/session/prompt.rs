@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use super::app_turn::AppTurn;
 use super::child::{ChildEnv, ChildRun};
@@ -222,6 +223,9 @@ impl Worker {
             let trace_id = driver
                 .as_ref()
                 .and_then(|driver| driver.trace_id.as_deref());
+            // Every line the daemon logs about this run names it, within its session's and
+            // its prompt's spans.
+            let run_span = tracing::info_span!("run", id = %run_id, attempt = run.attempt);
             let (outcome, reported_thread) = match (&server, serving) {
                 (Some(server), Some((generation, pid))) => {
                     let turn = AppTurn {
@@ -238,7 +242,9 @@ impl Worker {
                         generation,
                         pid,
                     };
-                    self.run_app_turn(server, turn, &settings).await
+                    self.run_app_turn(server, turn, &settings)
+                        .instrument(run_span)
+                        .await
                 }
                 _ => {
                     let shared = self.shared.clone();
@@ -265,7 +271,7 @@ impl Worker {
                         keep_background: run.project.keep_background,
                         project_id: &run.project.id,
                     };
-                    self.run_child(child, &settings).await
+                    self.run_child(child, &settings).instrument(run_span).await
                 }
             };
             let ended_at = crate::store::now_ms();
@@ -413,7 +419,7 @@ impl Worker {
                         }),
                     );
                     let events = self.take_deferred(vec![waiting]);
-                    if let Err(kept) = self.shared.announce_waiting(events).await {
+                    if let Err(kept) = self.shared.publisher.announce_waiting(events).await {
                         tracing::warn!(session = self.session_id, "events kept for the next write");
                         self.keep_deferred(kept);
                     }

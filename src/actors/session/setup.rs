@@ -107,10 +107,12 @@ impl Worker {
         self.store_now().await?;
         let git = self
             .shared
-            .git()
+            .git
+            .find()
             .await
             .map_err(|error| PromptEnd::failed(error.to_string()))?;
-        let make = crate::actors::worktree::make(&git, &self.shared, session, project);
+        let worktrees = self.shared.worktrees();
+        let make = crate::actors::worktree::make(&git, &worktrees, session, project);
         tokio::select! {
             made = make => made.map_err(|error| PromptEnd::failed(error.to_string())),
             stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
