@@ -442,6 +442,61 @@ fn a_hanging_prompt_is_cancelled_from_the_page() {
     );
 }
 
+/// A daemon restarted under an open page (an upgrade): the page's feed comes back by itself
+/// at the same address, says so as a notice naming the restart (not as an error), and its
+/// login still sends a prompt (the cookie and the page's CSRF token outlive the daemon).
+#[test]
+fn an_open_page_comes_back_after_a_daemon_restart_and_says_so() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, ids) = Dashboard::start(&["chat"]);
+    let session = &ids[0];
+    let browser = Browser::start("restart", dashboard.home.path());
+    dashboard.log_in(&browser);
+    dashboard.open(&browser, &format!("#/sessions/{session}"));
+    browser.wait_for("[data-testid=prompt-input]");
+    let live = "document.querySelector('[data-testid=live]')";
+    browser.wait_until(
+        "the live feed is connected",
+        &format!("{live}.dataset.live === 'true'"),
+    );
+    browser.execute(
+        r#"window.__toasts = [];
+new MutationObserver(() => {
+  for (const t of document.querySelectorAll('#toasts .toast')) window.__toasts.push(t.textContent);
+}).observe(document.getElementById('toasts'), { childList: true });"#,
+        vec![],
+    );
+    dashboard.home.ok(&["daemon", "restart"]);
+    browser.wait_until(
+        "the page is back on the restarted daemon",
+        &format!("{live}.dataset.live === 'true' && {live}.dataset.reconnects === '1'"),
+    );
+    assert_eq!(
+        browser
+            .attr("[data-testid=live]", "data-restarted")
+            .as_deref(),
+        Some("true")
+    );
+    let toasts = browser.execute("return window.__toasts;", vec![]);
+    assert!(
+        toasts
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|toast| toast.as_str() == Some("Reconnected: the daemon was restarted")),
+        "{toasts}"
+    );
+    assert_eq!(browser.count("#toasts .toast.error"), 0, "no error shown");
+    browser.type_into(
+        "[data-testid=prompt-input]",
+        &typed_lines(&["@fake answer=Still logged in.", "hello again"]),
+    );
+    browser.click("[data-testid=prompt-send]");
+    browser.wait_for_text("[data-testid=agent-text]", "Still logged in.");
+}
+
 /// A setting changed on the settings page is stored; an invalid value is refused in place
 /// with the server's message and nothing is stored; the theme chosen is stored as `ui.theme`
 /// and applied, and still chosen after a reload.

@@ -1647,6 +1647,34 @@ fn the_worktree_routes_over_http() {
     git.stop_daemon();
 }
 
+/// A browser's login outlives its daemon: after `corral daemon restart` the cookie still
+/// reads, and writes with its CSRF token (the page's copy stays good); once the token is
+/// rotated it does neither.
+#[test]
+fn a_login_outlives_a_daemon_restart_until_the_token_is_rotated() {
+    let home = DaemonHome::new();
+    home.start_daemon();
+    let api = Api::of(&home);
+    let (cookie, csrf) = api.login();
+    home.ok(&["daemon", "restart"]);
+    let listen = Api::of(&home).listen;
+    assert_eq!(listen, api.listen, "the same address");
+    let read = request(&listen, "GET /api/v1/status", &[("Cookie", &cookie)], b"");
+    assert_eq!(read.status, 200, "{}", read.text());
+    let put = "PUT /api/v1/settings/ui.theme";
+    let headers = [("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str())];
+    let write = request(&listen, put, &headers, br#"{"value":"dark"}"#);
+    assert_eq!(write.status, 200, "{}", write.text());
+
+    home.ok(&["web", "--rotate-token"]);
+    let read = request(&listen, "GET /api/v1/status", &[("Cookie", &cookie)], b"");
+    assert_eq!(read.status, 401, "{}", read.text());
+    home.ok(&["daemon", "restart"]);
+    let read = request(&listen, "GET /api/v1/status", &[("Cookie", &cookie)], b"");
+    assert_eq!(read.status, 401, "{}", read.text());
+    home.stop_daemon();
+}
+
 /// The port a daemon chose (no `http.listen` port set) is kept in the home: a restarted
 /// daemon serves the same URL, so an open page reconnects by itself. Taken meanwhile by
 /// another program, the next daemon chooses another, and keeps that one.

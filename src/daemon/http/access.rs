@@ -7,10 +7,14 @@
 //!   login: browsers are logged out. A file that is not ours (another owner, a symlink, not a
 //!   regular file, readable by others) is refused, never read or replaced.
 //! - `GET /login?code=C` with a single-use code (`http.login_code`, what `corral web --open`
-//!   hands the browser: valid [`LOGIN_CODE_LIFE`], once) or `GET /login?token=T` makes a login: a random cookie value (`corral_session`, HttpOnly,
-//!   SameSite=Strict, Path=/) and a CSRF token of its own, kept in memory (a daemon restart
-//!   logs every browser out). Logins unused for [`LOGIN_IDLE`] expire; at most [`MAX_LOGINS`]
-//!   are kept (the least recently used goes first).
+//!   hands the browser: valid [`LOGIN_CODE_LIFE`], once) or `GET /login?token=T` makes a
+//!   login: a random cookie value (`corral_session`, HttpOnly, SameSite=Strict, Path=/) and a
+//!   CSRF token of its own. Logins are kept in `HOME/http.logins` (0600, beside the token and
+//!   as secret), so a restarted daemon knows them: a browser stays logged in across a
+//!   `corral daemon restart` or an upgrade. Logins unused for [`LOGIN_IDLE`] expire (the time
+//!   of last use is written to the file at most once a [`USE_NOTED_EVERY`]); at most
+//!   [`MAX_LOGINS`] are kept (the least recently used goes first). A new token forgets them
+//!   all, the file too. A logins file that is not ours is neither read nor written.
 //! - API requests carry the cookie or `Authorization: Bearer TOKEN` (scripts). A write
 //!   (POST, PUT, PATCH, DELETE) made with the cookie also needs `X-CSRF-Token` equal to its
 //!   login's CSRF token; the page reads it from the meta tag the server writes into it.
@@ -25,10 +29,17 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The token's file name in the home.
 pub const TOKEN_FILE: &str = "http.token";
+
+/// The logins' file name in the home.
+pub const LOGINS_FILE: &str = "http.logins";
+
+/// How stale the time of a login's last use in [`LOGINS_FILE`] may get before it is written
+/// again: a login used every day is written once a day, not at every request.
+pub const USE_NOTED_EVERY: Duration = Duration::from_secs(3600);
 
 /// The login cookie's name.
 pub const COOKIE: &str = "corral_session";
@@ -47,6 +58,9 @@ const SECRET_BYTES: usize = 32;
 
 /// The longest token file read (a token is 64 hex digits).
 const MAX_TOKEN_FILE: u64 = 1024;
+
+/// The longest logins file read: [`MAX_LOGINS`] lines of two secrets and a time.
+const MAX_LOGINS_FILE: u64 = MAX_LOGINS as u64 * 160;
 
 /// `bytes` random bytes from the kernel, as lower-case hex.
 pub fn random_hex(bytes: usize) -> std::io::Result<String> {
@@ -85,7 +99,7 @@ impl Stamp {
 }
 
 /// Why a file at the token's path is not one we read.
-fn unsafe_reason(metadata: &std::fs::Metadata) -> Option<String> {
+fn unsafe_reason(metadata: &std::fs::Metadata, longest: u64) -> Option<String> {
     let uid = nix::unistd::geteuid().as_raw();
     if !metadata.file_type().is_file() {
         return Some("it is not a regular file".into());
@@ -99,16 +113,13 @@ fn unsafe_reason(metadata: &std::fs::Metadata) -> Option<String> {
             metadata.mode() & 0o7777
         ));
     }
-    if metadata.size() > MAX_TOKEN_FILE {
+    if metadata.size() > longest {
         return Some(format!("it is {} bytes long", metadata.size()));
     }
     None
 }
 
-/// Reads the token file: the token and its stamp. Never follows a symlink, and never opens
-/// what is not a regular file of ours (a FIFO would block an open for reading): the path's
-/// own metadata is checked first, the file opened without blocking and without following a
-/// link, and checked again once open (it must be the file checked).
+/// Reads the token file: the token and its stamp.
 fn read_token(path: &Path) -> Result<(String, Stamp), String> {
     let refused = |why: String| {
         format!(
@@ -116,12 +127,30 @@ fn read_token(path: &Path) -> Result<(String, Stamp), String> {
             path.display()
         )
     };
+    let (text, stamp) = read_ours(path, MAX_TOKEN_FILE, refused)?;
+    let token = text.trim().to_string();
+    if token.len() < 32 || !token.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
+        return Err(refused("it holds no token".into()));
+    }
+    Ok((token, stamp))
+}
+
+/// Reads a private file of ours, `longest` bytes at most: its text and its stamp. Never
+/// follows a symlink, and never opens what is not a regular file of ours (a FIFO would block
+/// an open for reading): the path's own metadata is checked first, the file opened without
+/// blocking and without following a link, and checked again once open (it must be the file
+/// checked). `refused` words why a file is not ours.
+fn read_ours(
+    path: &Path,
+    longest: u64,
+    refused: impl Fn(String) -> String,
+) -> Result<(String, Stamp), String> {
     let cannot = |error: std::io::Error| format!("cannot read {}: {error}", path.display());
     let before = std::fs::symlink_metadata(path).map_err(cannot)?;
     if before.file_type().is_symlink() {
         return Err(refused("it is a symbolic link".into()));
     }
-    if let Some(why) = unsafe_reason(&before) {
+    if let Some(why) = unsafe_reason(&before, longest) {
         return Err(refused(why));
     }
     let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
@@ -136,7 +165,7 @@ fn read_token(path: &Path) -> Result<(String, Stamp), String> {
             _ => cannot(error),
         })?;
     let metadata = file.metadata().map_err(cannot)?;
-    if let Some(why) = unsafe_reason(&metadata) {
+    if let Some(why) = unsafe_reason(&metadata, longest) {
         return Err(refused(why));
     }
     if metadata.ino() != before.ino() || metadata.dev() != before.dev() {
@@ -144,14 +173,10 @@ fn read_token(path: &Path) -> Result<(String, Stamp), String> {
     }
     let mut text = String::new();
     (&mut file)
-        .take(MAX_TOKEN_FILE)
+        .take(longest)
         .read_to_string(&mut text)
         .map_err(cannot)?;
-    let token = text.trim().to_string();
-    if token.len() < 32 || !token.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
-        return Err(refused("it holds no token".into()));
-    }
-    Ok((token, Stamp::of(&metadata)))
+    Ok((text, Stamp::of(&metadata)))
 }
 
 /// Writes a new token: a file of ours (0600 from its creation) renamed over the path.
@@ -180,7 +205,7 @@ pub fn rotate_token(home: &Path) -> Result<String, String> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
         Ok(metadata) => {
-            if let Some(why) = unsafe_reason(&metadata).or_else(|| {
+            if let Some(why) = unsafe_reason(&metadata, MAX_TOKEN_FILE).or_else(|| {
                 metadata
                     .file_type()
                     .is_symlink()
@@ -193,7 +218,15 @@ pub fn rotate_token(home: &Path) -> Result<String, String> {
             }
         }
     }
-    write_token(&path)
+    let token = write_token(&path)?;
+    // The logins made with the old token end with it, whether a daemon runs or not.
+    let logins = home.join(LOGINS_FILE);
+    if std::fs::symlink_metadata(&logins)
+        .is_ok_and(|metadata| unsafe_reason(&metadata, MAX_LOGINS_FILE).is_none())
+    {
+        let _ = std::fs::remove_file(&logins);
+    }
+    Ok(token)
 }
 
 /// How long a login code is valid (`http.login_code`).
@@ -248,10 +281,54 @@ pub fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// A login: its CSRF token and when it was last used.
+/// A login: its CSRF token, when it was last used, and when that was last written down.
+#[derive(Clone)]
 struct Login {
     csrf: String,
-    used: Instant,
+    used: SystemTime,
+    noted: SystemTime,
+}
+
+impl Login {
+    fn idle(&self, now: SystemTime) -> Duration {
+        now.duration_since(self.used).unwrap_or_default()
+    }
+}
+
+/// The logins of a logins file: `COOKIE CSRF USED_MS` lines (what does not read is left out,
+/// as are expired ones).
+fn parse_logins(text: &str, now: SystemTime) -> HashMap<String, Login> {
+    let secret = |word: &str| word.len() >= 32 && word.bytes().all(|byte| byte.is_ascii_hexdigit());
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (cookie, csrf, used) = (words.next()?, words.next()?, words.next()?);
+            let used = SystemTime::UNIX_EPOCH + Duration::from_millis(used.parse().ok()?);
+            let login = Login {
+                csrf: csrf.to_string(),
+                used,
+                noted: used,
+            };
+            (secret(cookie) && secret(csrf) && login.idle(now) < LOGIN_IDLE)
+                .then(|| (cookie.to_string(), login))
+        })
+        .take(MAX_LOGINS)
+        .collect()
+}
+
+/// The text of a logins file.
+fn format_logins(logins: &HashMap<String, Login>) -> String {
+    logins
+        .iter()
+        .map(|(cookie, login)| {
+            let used = login
+                .used
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            format!("{cookie} {} {used}\n", login.csrf)
+        })
+        .collect()
 }
 
 struct Inner {
@@ -273,29 +350,99 @@ pub enum Authenticated {
 /// The token and the logins, shared by the workers.
 pub struct Access {
     path: PathBuf,
+    /// `HOME/http.logins`.
+    logins_path: PathBuf,
     inner: Mutex<Inner>,
+    /// Held while the logins file is written: one writer at a time, each writing the logins
+    /// as they are once it holds this (so the last write has every change before it).
+    saving: Mutex<()>,
 }
 
 impl Access {
-    /// Reads (or makes) the home's token.
+    /// Reads (or makes) the home's token, and the logins an earlier daemon kept.
     pub fn open(home: &Path) -> Result<Access, String> {
         ensure_token(home)?;
         let path = token_path(home);
         let (token, stamp) = read_token(&path)?;
+        let logins_path = home.join(LOGINS_FILE);
+        let logins = match std::fs::symlink_metadata(&logins_path) {
+            Err(_) => HashMap::new(),
+            Ok(_) => {
+                let refused = |why: String| {
+                    format!(
+                        "{} is not corral's logins file ({why}); browsers log in again",
+                        logins_path.display()
+                    )
+                };
+                match read_ours(&logins_path, MAX_LOGINS_FILE, refused) {
+                    Ok((text, _)) => parse_logins(&text, SystemTime::now()),
+                    Err(error) => {
+                        tracing::warn!("http: {error}");
+                        HashMap::new()
+                    }
+                }
+            }
+        };
         Ok(Access {
             path,
+            logins_path,
             inner: Mutex::new(Inner {
                 token: Some(token),
                 stamp: Some(stamp),
-                logins: HashMap::new(),
+                logins,
             }),
+            saving: Mutex::new(()),
         })
+    }
+
+    /// Writes the logins as they are now to the logins file, unless a file there is not
+    /// ours. Not under the state's lock: a request never waits on this write.
+    fn save_logins(&self) {
+        let _saving = self
+            .saving
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let text = format_logins(
+            &self
+                .inner
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .logins,
+        );
+        if let Ok(metadata) = std::fs::symlink_metadata(&self.logins_path) {
+            if metadata.file_type().is_symlink() {
+                return tracing::warn!(
+                    "http: {} is a symbolic link; logins are not kept",
+                    self.logins_path.display()
+                );
+            }
+            if let Some(why) = unsafe_reason(&metadata, MAX_LOGINS_FILE) {
+                return tracing::warn!(
+                    "http: {} is not corral's ({why}); logins are not kept",
+                    self.logins_path.display()
+                );
+            }
+        }
+        if let Err(error) = crate::home::write_private(&self.logins_path, &text) {
+            tracing::warn!(%error, "http: the logins were not kept; a restart logs browsers out");
+        }
     }
 
     /// The state, with the token file looked at again: a replaced file is read, and its
     /// logins forgotten. The file is looked at and read before the lock is taken (no file
     /// I/O under it: a request never waits on another's read).
     fn current(&self) -> std::sync::MutexGuard<'_, Inner> {
+        let (inner, forgot) = self.current_noting();
+        if forgot {
+            drop(inner);
+            self.save_logins();
+            return self.current_noting().0;
+        }
+        inner
+    }
+
+    /// [`Access::current`], and whether it forgot the logins (a replaced token).
+    fn current_noting(&self) -> (std::sync::MutexGuard<'_, Inner>, bool) {
         let lock = || {
             self.inner
                 .lock()
@@ -305,7 +452,7 @@ impl Access {
             .ok()
             .map(|metadata| Stamp::of(&metadata));
         if stamp == lock().stamp {
-            return lock();
+            return (lock(), false);
         }
         let read = read_token(&self.path);
         let mut inner = lock();
@@ -324,9 +471,11 @@ impl Access {
             }
             inner.token = token;
             inner.stamp = stamp;
+            let forgot = !inner.logins.is_empty();
             inner.logins.clear();
+            return (inner, forgot);
         }
-        inner
+        (inner, false)
     }
 
     /// Whether `token` is the token.
@@ -342,10 +491,8 @@ impl Access {
         let cookie = random_hex(SECRET_BYTES).map_err(|error| error.to_string())?;
         let csrf = random_hex(SECRET_BYTES).map_err(|error| error.to_string())?;
         let mut inner = self.current();
-        let now = Instant::now();
-        inner
-            .logins
-            .retain(|_, login| now.duration_since(login.used) < LOGIN_IDLE);
+        let now = SystemTime::now();
+        inner.logins.retain(|_, login| login.idle(now) < LOGIN_IDLE);
         if inner.logins.len() >= MAX_LOGINS {
             if let Some(oldest) = inner
                 .logins
@@ -361,27 +508,38 @@ impl Access {
             Login {
                 csrf: csrf.clone(),
                 used: now,
+                noted: now,
             },
         );
+        drop(inner);
+        self.save_logins();
         Ok((cookie, csrf))
     }
 
     /// The CSRF token of the login a cookie value names, if it is a live one.
     pub fn login_of(&self, cookie: &str) -> Option<String> {
         let mut inner = self.current();
-        let now = Instant::now();
-        let expired = match inner.logins.get_mut(cookie) {
+        let now = SystemTime::now();
+        let (csrf, stale) = match inner.logins.get_mut(cookie) {
             None => return None,
-            Some(login) if now.duration_since(login.used) >= LOGIN_IDLE => true,
+            Some(login) if login.idle(now) >= LOGIN_IDLE => {
+                inner.logins.remove(cookie);
+                return None;
+            }
             Some(login) => {
                 login.used = now;
-                return Some(login.csrf.clone());
+                let stale = now.duration_since(login.noted).unwrap_or_default() >= USE_NOTED_EVERY;
+                if stale {
+                    login.noted = now;
+                }
+                (login.csrf.clone(), stale)
             }
         };
-        if expired {
-            inner.logins.remove(cookie);
+        drop(inner);
+        if stale {
+            self.save_logins();
         }
-        None
+        Some(csrf)
     }
 
     /// How a request with these headers is authenticated, if it is: a live login's cookie, or
@@ -559,7 +717,7 @@ mod tests {
             .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
             .open(&fifo)
             .unwrap();
-        assert!(unsafe_reason(&opened.metadata().unwrap()).is_some());
+        assert!(unsafe_reason(&opened.metadata().unwrap(), MAX_TOKEN_FILE).is_some());
     }
 
     #[test]
@@ -584,5 +742,75 @@ mod tests {
         assert!(!access.is_token(&token));
         assert!(access.is_token(&rotated));
         assert_eq!(access.login_of(&cookie), None);
+        // Nor does a daemon started since know it.
+        assert_eq!(Access::open(home.path()).unwrap().login_of(&cookie), None);
+    }
+
+    #[test]
+    fn a_login_outlives_its_daemon_and_a_rotation_ends_it() {
+        let home = tempfile::tempdir().unwrap();
+        let access = Access::open(home.path()).unwrap();
+        let (cookie, csrf) = access.login().unwrap();
+        let file = home.path().join(LOGINS_FILE);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the logins file is private");
+        drop(access);
+        // The next daemon knows the login, with its CSRF token.
+        let next = Access::open(home.path()).unwrap();
+        assert_eq!(next.login_of(&cookie), Some(csrf));
+        assert_eq!(next.login_of(&"f".repeat(64)), None);
+        drop(next);
+        // A token rotated while no daemon runs ends it too.
+        rotate_token(home.path()).unwrap();
+        assert!(!file.exists());
+        assert_eq!(Access::open(home.path()).unwrap().login_of(&cookie), None);
+    }
+
+    #[test]
+    fn expired_and_malformed_logins_are_not_read() {
+        let now = SystemTime::now();
+        let secret = |c: char| c.to_string().repeat(64);
+        let old = now - LOGIN_IDLE - Duration::from_secs(1);
+        let ms = |at: SystemTime| {
+            at.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        };
+        let text = format!(
+            "{} {} {}\n{} {} {}\nnot a login\n{} short {}\n",
+            secret('a'),
+            secret('b'),
+            ms(now),
+            secret('c'),
+            secret('d'),
+            ms(old),
+            secret('e'),
+            ms(now),
+        );
+        let logins = parse_logins(&text, now);
+        assert_eq!(logins.keys().collect::<Vec<_>>(), [&secret('a')]);
+        // What is written reads back.
+        assert_eq!(parse_logins(&format_logins(&logins), now).len(), 1);
+    }
+
+    #[test]
+    fn a_logins_file_that_is_not_ours_is_neither_read_nor_written() {
+        let home = tempfile::tempdir().unwrap();
+        let file = home.path().join(LOGINS_FILE);
+        let stranger = format!("{} {} {}\n", "a".repeat(64), "b".repeat(64), u64::MAX / 2);
+        std::fs::write(&file, &stranger).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let access = Access::open(home.path()).unwrap();
+        assert_eq!(access.login_of(&"a".repeat(64)), None, "not read");
+        access.login().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            stranger,
+            "not written"
+        );
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
     }
 }

@@ -10,7 +10,8 @@
  *   format.js       times, durations, argv, short ids, session states, engines, event kinds
  *   api.js          fetch of /api/v1 with the CSRF token on writes; errors as ApiError
  *   feeds.js        WebSockets on /api/v1/events that resume from the last seq seen;
- *                   [data-testid=live]; the daemon-wide feed and the overview read it follows
+ *                   [data-testid=live], and a notice when they come back (a restart);
+ *                   the daemon-wide feed and the overview read it follows
  *   needs-you.js    the header's Needs you count
  *   ui.js           a page's Scope, dialogs (confirm), toasts, the one-second ticker, panels, tables
  *   transcript.js   a session's transcript, from its events
@@ -31,6 +32,7 @@ import { enc, GET } from './api.js';
 import { fetchOverview, startGlobalFeed, updateLive } from './feeds.js';
 import { refreshNeedsYou } from './needs-you.js';
 import { route } from './router.js';
+import { toast } from './ui.js';
 
 function boot() {
   const toggle = $('.nav-toggle');
@@ -46,6 +48,11 @@ function boot() {
     }
   });
   window.addEventListener('hashchange', route);
+  // The live feed came back: a notice, as the connection's loss is not an error the person
+  // made (a restart or an upgrade of the daemon reads as such).
+  document.addEventListener('corral:reconnected', (e) => {
+    toast(e.detail.restarted ? 'Reconnected: the daemon was restarted' : 'Reconnected to the daemon');
+  });
   route();
   updateLive();
   startGlobalFeed();

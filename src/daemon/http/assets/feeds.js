@@ -162,13 +162,40 @@ export function startGlobalFeed() {
     globalFeed = new Feed({
       after,
       onEvent: (event) => globalListeners.forEach((fn) => fn(event)),
-      onOpen: (again) => { if (again) globalListeners.forEach((fn) => fn(null)); },
+      onOpen: (again) => {
+        if (again) globalListeners.forEach((fn) => fn(null));
+        noteDaemon(again);
+      },
     });
   };
   (overviewInFlight || fetchOverview()).then(
     (ov) => begin(typeof ov.feed_seq === 'number' ? ov.feed_seq : null),
     () => setTimeout(() => { globalFeed = null; startGlobalFeed(); }, 3000),
   );
+}
+/** The daemon's pid as this visit last saw it, and how many times the feed came back. */
+let daemonPid = null;
+let reconnects = 0;
+/**
+ * Reads which daemon serves the page. When the feed came back (`again`), says so on
+ * [data-testid=live] (`data-reconnects`, `data-restarted`) and with a `corral:reconnected`
+ * event (the app shows it as a notice): a restarted daemon is news, not a failure.
+ */
+function noteDaemon(again) {
+  GET('/api/v1/status').then((status) => {
+    const pid = status && status.daemon ? status.daemon.pid : null;
+    if (again) {
+      const restarted = daemonPid !== null && pid !== null && pid !== daemonPid;
+      reconnects += 1;
+      const el = document.querySelector('[data-testid="live"]');
+      if (el) {
+        setAttr(el, 'data-reconnects', String(reconnects));
+        setAttr(el, 'data-restarted', restarted ? 'true' : 'false');
+      }
+      document.dispatchEvent(new CustomEvent('corral:reconnected', { detail: { restarted } }));
+    }
+    if (pid !== null) daemonPid = pid;
+  }, () => { /* a 401 sends the page to the login; anything else: the next reconnect reads */ });
 }
 /** The overview this visit read last, or null: the history page takes sessions' titles from it. */
 export function lastOverviewRead() {
