@@ -34,6 +34,16 @@ const PRIVATE_FILES: &[&str] = &["daemon.lock", "daemon.pid", "daemon.log"];
 /// The home's own directories, likewise.
 const PRIVATE_DIRS: &[&str] = &["spill", "uploads", "drivers"];
 
+/// Whether a supervisor (a daemon, or a program embedding corral) ever ran in `home`: it left
+/// its lock, its pid or log, or a directory of its own. A supervisor opens the store first, so
+/// such a home held one: an empty store file there was emptied, not just created.
+pub fn has_served(home: &Path) -> bool {
+    PRIVATE_FILES
+        .iter()
+        .chain(PRIVATE_DIRS)
+        .any(|name| std::fs::symlink_metadata(home.join(name)).is_ok())
+}
+
 /// Where the home came from, which decides whether corral may create it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HomeSource {

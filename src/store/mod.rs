@@ -109,6 +109,9 @@ pub enum Foreign {
     /// A WAL-mode SQLite file without an id and without its `-wal`: opening it at all would
     /// make SQLite create files beside it.
     UnidentifiedWal,
+    /// An empty file with no WAL in a home that held a store (`home::has_served`): the store
+    /// was truncated or replaced, and opening it would begin a new, empty one in its place.
+    Emptied,
 }
 
 impl std::fmt::Display for Foreign {
@@ -130,6 +133,11 @@ impl std::fmt::Display for Foreign {
                 write!(f, "a database that holds objects but no corral id")
             }
             Foreign::UnidentifiedWal => write!(f, "a WAL-mode SQLite file with no corral id"),
+            Foreign::Emptied => write!(
+                f,
+                "empty (0 bytes, no WAL) although this home held a store: it was truncated or \
+                 replaced; restore it from a backup, or move it away to begin a new store"
+            ),
         }
     }
 }
@@ -330,7 +338,14 @@ pub fn inspect(path: &Path) -> Result<Compatibility, StoreError> {
     }
     if filled == 0 {
         // SQLite creates the file empty and, in WAL mode, writes the first pages to the WAL
-        // only: an empty file is one corral made, or nobody's yet.
+        // only: an empty file is one corral made, or nobody's yet. Unless nothing holds those
+        // pages (no WAL, or one with no frame: only its 32-byte header) where a supervisor ran
+        // (it created and migrated the store): then the store was emptied.
+        let wal_frames = std::fs::metadata(wal_path(path)).is_ok_and(|wal| wal.len() > 32);
+        let home = path.parent().unwrap_or(Path::new("."));
+        if !wal_frames && crate::home::has_served(home) {
+            return Ok(Compatibility::Incompatible(Foreign::Emptied));
+        }
         return Ok(Compatibility::Plausible);
     }
     if filled < header.len() || &header[..16] != b"SQLite format 3\0" {

@@ -90,6 +90,49 @@ fn normal_commands_run_without_recording_into_a_foreign_store() {
     }
 }
 
+/// A store emptied to 0 bytes (no WAL left) in a home a daemon served is refused in one line
+/// naming the repair, and left as it is; it is not silently begun again as an empty store. An
+/// empty file in a home nothing served yet is a store SQLite just created, and is used.
+#[test]
+fn an_emptied_store_is_refused_and_a_new_empty_one_is_used() {
+    let home = Home::new();
+    home.init_store();
+    assert!(home.run(&["run", "--", "true"]).status.success());
+    // A daemon ran here: its lock and log stay in the home.
+    std::fs::write(home.path().join("daemon.log"), "").unwrap();
+    for beside in ["corral.db-wal", "corral.db-shm"] {
+        let _ = std::fs::remove_file(home.path().join(beside));
+    }
+    std::fs::write(home.db_path(), b"").unwrap();
+    // A looking command fails; `run` runs its command all the same, unrecorded (as with any
+    // store it cannot use), and says why.
+    for (args, fails) in [
+        (&["session", "list"][..], true),
+        (&["status"], true),
+        (&["run", "--", "true"], false),
+    ] {
+        let output = home.run(args);
+        assert_eq!(!output.status.success(), fails, "{args:?} {output:?}");
+        let said = stderr(&output);
+        assert!(said.contains("empty (0 bytes, no WAL)"), "{args:?} {said}");
+        assert!(said.contains("restore it from a backup"), "{args:?} {said}");
+        assert_eq!(
+            std::fs::metadata(home.db_path()).unwrap().len(),
+            0,
+            "{args:?}"
+        );
+        assert!(!home.path().join("corral.db-wal").exists(), "{args:?}");
+    }
+
+    let fresh = Home::new();
+    std::fs::write(fresh.db_path(), b"").unwrap();
+    let output = fresh.run(&["run", "--", "true"]);
+    assert!(output.status.success(), "{output:?}");
+    let recorded = fresh.json(&["monitor", "list", "--json"]);
+    let entries = recorded["entries"].as_array().map(Vec::len);
+    assert_eq!(entries, Some(2), "the run and the list: {recorded}");
+}
+
 #[test]
 fn early_commands_never_create_a_store() {
     for (args, code) in EARLY {
