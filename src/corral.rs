@@ -193,6 +193,8 @@ pub struct Corral {
     supervisor: SupervisorHandle,
     /// What boot reconciliation found.
     recovered: Arc<Recovered>,
+    /// What the boot's check of a SQLite file found (`store::check_integrity`).
+    checked: Option<Arc<str>>,
     /// The home's lock (`HOME/daemon.lock`), held while any handle lives: one supervisor
     /// per home, daemon or library.
     _lock: Arc<DaemonLock>,
@@ -294,6 +296,27 @@ impl Corral {
         store::location::check_home(&options.home, &location, stored_id(&location)?.as_deref())
             .map_err(|error| CorralError::Store(error.into()))?;
         let (ledger, _) = LedgerHandle::start_at(&location, true).await?;
+        // A damaged file is refused before anything runs on it: its first failing write
+        // would otherwise fail a session's every prompt. Checked once migrated (the migration
+        // reads what it changes).
+        let checked = match &location {
+            Location::Sqlite(path) => {
+                let at = path.clone();
+                let integrity = tokio::task::spawn_blocking(move || {
+                    store::check_integrity(&at, store::INTEGRITY_CHECK_TIME)
+                })
+                .await
+                .map_err(|error| CorralError::Store(error.into()))??;
+                if let store::Integrity::Damaged(found) = &integrity {
+                    return Err(CorralError::Store(store::damaged(path, found).into()));
+                }
+                if let store::Integrity::Unfinished(_) = &integrity {
+                    tracing::warn!(%integrity, "the store was not checked");
+                }
+                Some(integrity.to_string())
+            }
+            Location::Postgres(_) => None,
+        };
         // The writer checked the file is ours: a store left loose is made private.
         if let Location::Sqlite(path) = &location {
             for note in store::make_private(path) {
@@ -357,6 +380,7 @@ impl Corral {
             _ => None,
         };
         Ok(Corral {
+            checked: checked.map(Arc::from),
             _listener: Arc::new(listener),
             shared,
             supervisor,
@@ -372,7 +396,9 @@ impl Corral {
 
     /// What the store is and whether it can be written now (see `LedgerHandle::store`).
     pub fn store(&self) -> crate::protocol::status::StoreStatus {
-        self.shared.ledger.store()
+        let mut store = self.shared.ledger.store();
+        store.checked = self.checked.as_deref().map(str::to_string);
+        store
     }
 
     /// Runs `read` on a read-only connection to the store, whichever store it is. The

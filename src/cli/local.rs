@@ -53,6 +53,7 @@ impl LocalStore {
                 // It was just opened.
                 reachable: true,
                 refusing_writes: None,
+                checked: None,
             },
             node: context
                 .location

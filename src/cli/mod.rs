@@ -310,7 +310,7 @@ impl CliError {
 
 impl From<rusqlite::Error> for CliError {
     fn from(error: rusqlite::Error) -> Self {
-        CliError::failure(format!("store: {error}"))
+        CliError::failure(StoreError::from(error).to_string())
     }
 }
 

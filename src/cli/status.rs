@@ -217,6 +217,9 @@ fn store_line(store: &StoreStatus) -> String {
             " (refuses writes for now, {why}: writes wait for it)"
         ));
     }
+    if let Some(checked) = &store.checked {
+        line.push_str(&format!(", {checked} at the daemon's start"));
+    }
     line
 }
 

@@ -110,6 +110,11 @@ pub struct StoreStatus {
     /// Why the store refuses writes while they wait for it (a read-only server, a full
     /// disk), else null.
     pub refusing_writes: Option<String>,
+    /// What the daemon's boot found when it checked the SQLite file (`PRAGMA quick_check`):
+    /// `sound (…)`, or `unchecked (…)` for a store too large to check in time (a damaged one is
+    /// refused: no daemon serves it). Null on PostgreSQL and with no daemon.
+    #[serde(default)]
+    pub checked: Option<String>,
 }
 
 /// One daemon of a shared store, as `status` shows it.

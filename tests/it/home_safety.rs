@@ -532,3 +532,66 @@ fn a_daemon_is_refused_on_a_home_a_program_serves() {
     assert_eq!(projects[0]["name"], "embedded", "{projects}");
     home.stop_daemon();
 }
+
+/// A daemon checks its SQLite store as it starts (`PRAGMA quick_check`): `status` says what it
+/// found, and a store with a damaged page is refused in one line naming the repair, before
+/// anything runs on it (its first failing write would fail every prompt of a session).
+#[test]
+fn a_damaged_store_is_refused_at_the_daemons_start_in_one_line() {
+    let home = DaemonHome::new();
+    home.start_daemon();
+    let status = home.json(&["status", "--json"]);
+    let checked = status["store"]["checked"].as_str().unwrap_or_default();
+    assert!(checked.starts_with("sound"), "{status}");
+    assert!(home.ok(&["status"]).contains("sound (quick_check in"));
+    home.stop_daemon();
+
+    // Every page in the main file, then the root page of the events table overwritten (one
+    // that the command starting the daemon does not touch).
+    let db = home.db();
+    db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let root: i64 = db
+        .query_row(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'events'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let page_size: i64 = db
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap();
+    drop(db);
+    let path = home.path().join("corral.db");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = ((root - 1) * page_size) as usize;
+    bytes[at..at + 64].fill(0xa5);
+    std::fs::write(&path, &bytes).unwrap();
+
+    let line = home.fails(&["daemon", "start"], 1);
+    assert_eq!(line.trim_end().lines().count(), 1, "{line}");
+    assert!(line.contains("is damaged"), "{line}");
+    assert!(line.contains(".recover"), "{line}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "left untouched");
+    assert!(home
+        .daemon_pid()
+        .is_none_or(|pid| !common::daemon::alive(pid)));
+
+    // A command whose own write meets the damage says so, and how to repair it.
+    let db = home.db();
+    let root: i64 = db
+        .query_row(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'execs'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    drop(db);
+    let at = ((root - 1) * page_size) as usize;
+    bytes[at..at + 64].fill(0xa5);
+    std::fs::write(&path, &bytes).unwrap();
+    let line = home.fails(&["session", "list"], 1);
+    assert_eq!(line.trim_end().lines().count(), 1, "{line}");
+    assert!(line.contains("the store is damaged"), "{line}");
+    assert!(line.contains(".recover"), "{line}");
+}

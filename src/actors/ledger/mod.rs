@@ -1392,6 +1392,7 @@ impl LedgerHandle {
             at: self.store.at.clone(),
             reachable: waiting != Some(Waiting::Unreachable),
             refusing_writes: refusing,
+            checked: None,
         }
     }
 
