@@ -114,8 +114,39 @@ pub async fn inspect(context: &Context) -> Result<Source, CliError> {
     }
 }
 
-/// Connects to the home's daemon as this exec, starting one when allowed.
+/// How long a command waits for a daemon that is shutting down to end: its grace
+/// (`daemon.shutdown_grace_ms`), the cancel grace of its runs, and time to spare.
+const STOPPING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Connects to the home's daemon as this exec, starting one when allowed. A daemon that is
+/// shutting down is waited for (saying so in one line), and the next one is connected to.
 pub async fn connect(context: &Context) -> Result<Client, CliError> {
+    let client = connect_once(context).await?;
+    if client.daemon["shutting_down"] != true {
+        return Ok(client);
+    }
+    // A daemon that stops takes no new work: wait for its end, then go on with the next one
+    // (started as usual), rather than be told that no daemon runs, or that one holds the home.
+    let pid = client.daemon["daemon_pid"].as_i64().unwrap_or(0) as i32;
+    drop(client);
+    say!(
+        "corral: the daemon (pid {pid}) is shutting down; waiting for it to end (its running \
+         prompts have their grace)"
+    );
+    let gone =
+        tokio::task::spawn_blocking(move || crate::process::wait_gone(pid, STOPPING_PATIENCE))
+            .await
+            .unwrap_or(false);
+    if !gone {
+        return Err(CliError::failure(format!(
+            "the daemon (pid {pid}) is still shutting down after {} s; try again once it is gone",
+            STOPPING_PATIENCE.as_secs()
+        )));
+    }
+    connect_once(context).await
+}
+
+async fn connect_once(context: &Context) -> Result<Client, CliError> {
     let exec_id = Some(context.invocation.id.as_str());
     // Whether this command may start one is read only when none answers.
     let spawn = || {

@@ -155,6 +155,8 @@ pub async fn quick(
                 false => Quick::Record(invocation, Exit::code(code)),
             }
         }
+        // Refused unrecorded: the ordinary path waits for that daemon's end, then sends.
+        Err(_) if client.daemon["shutting_down"] == true => Quick::Ordinary(invocation),
         Err(error) => {
             let by_daemon = recorded
                 && remote::rpc_error(&error)

@@ -255,56 +255,71 @@ async fn serve_until_signal(
     let served = Arc::new(tokio::sync::Semaphore::new(limit));
     let mut backoff = AcceptBackoff::default();
     tracing::info!(connections = limit, "serving");
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    backoff.succeeded(Instant::now());
-                    match served.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            let context = context.clone();
-                            actix::spawn(async move {
-                                server::serve(stream, context).await;
-                                drop(permit);
-                            });
-                        }
-                        Err(_) => {
-                            let error = crate::protocol::RpcError::new(
-                                crate::protocol::code::BUSY,
-                                format!(
-                                    "refused: the daemon already serves {limit} connections, \
-                                     the most it takes at once; try again when some close"
-                                ),
-                            );
-                            server::refuse(stream, &server::refusal_line(error));
-                        }
-                    }
-                }
-                Err(error) if transient(&error) => {}
-                Err(error) => {
-                    let delay = backoff.failed(&error, Instant::now());
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = shutdown.reached(Phase::Draining) => break,
-                    }
-                }
-            },
-            _ = shutdown.reached(Phase::Draining) => break,
-        }
+    tokio::select! {
+        never = accept(&listener, &context, &served, limit, &mut backoff) => match never {},
+        _ = shutdown.reached(Phase::Draining) => {}
     }
     tracing::info!("shutting down");
+    // Clients are still taken while running prompts have their grace: `status` says the
+    // daemon is shutting down, and a send, refused, waits for it to end instead of being told
+    // that no daemon runs, or that another holds the home.
+    let grace = corral.settings().shutdown_grace;
+    let stopping = async {
+        tokio::select! {
+            _ = corral.shutdown(grace) => {}
+            _ = shutdown.reached(Phase::Stopping) => {
+                // A second ask: no more grace.
+                corral.shutdown(Duration::ZERO).await;
+            }
+        }
+    };
+    tokio::select! {
+        never = accept(&listener, &context, &served, limit, &mut backoff) => match never {},
+        () = stopping => {}
+    }
     // Stop accepting: new clients get "connection refused" and may start another daemon only
     // after this one released its lock.
     drop(listener);
-    let grace = corral.settings().shutdown_grace;
-    tokio::select! {
-        _ = corral.shutdown(grace) => {}
-        _ = shutdown.reached(Phase::Stopping) => {
-            // A second ask: no more grace.
-            corral.shutdown(Duration::ZERO).await;
+    Ok(())
+}
+
+/// Takes clients for as long as it is polled: each served on a task of its own, past `limit`
+/// at once refused as busy; a failing `accept` (out of descriptors) waits a backoff.
+async fn accept(
+    listener: &UnixListener,
+    context: &Rc<server::DaemonContext>,
+    served: &Arc<tokio::sync::Semaphore>,
+    limit: usize,
+    backoff: &mut AcceptBackoff,
+) -> std::convert::Infallible {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff.succeeded(Instant::now());
+                match served.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let context = context.clone();
+                        actix::spawn(async move {
+                            server::serve(stream, context).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        let error = crate::protocol::RpcError::new(
+                            crate::protocol::code::BUSY,
+                            format!(
+                                "refused: the daemon already serves {limit} connections, \
+                                 the most it takes at once; try again when some close"
+                            ),
+                        );
+                        server::refuse(stream, &server::refusal_line(error));
+                    }
+                }
+            }
+            Err(error) if transient(&error) => {}
+            Err(error) => tokio::time::sleep(backoff.failed(&error, Instant::now())).await,
         }
     }
-    Ok(())
 }
 
 /// SIGTERM and SIGINT, delivered as messages: tokio's signal handling, as everywhere in corral

@@ -671,6 +671,7 @@ fn initialize(connection: &Connection, params: &Value) -> Result<Value, RpcError
         home: connection.context.home.to_string_lossy().into_owned(),
         // `prompt.send` takes the caller's `exec` and records it (a compatible addition).
         records_execs: true,
+        shutting_down: connection.context.is_shutting_down(),
     };
     serde_json::to_value(result).map_err(|error| RpcError::new(code::INTERNAL, error.to_string()))
 }

@@ -45,6 +45,10 @@ pub struct InitializeResult {
     /// older daemon does not say it).
     #[serde(default)]
     pub records_execs: bool,
+    /// The daemon is shutting down: its running prompts have their grace, and it takes no new
+    /// one (a client that needs it waits for it to end; an older daemon does not say it).
+    #[serde(default)]
+    pub shutting_down: bool,
 }
 
 /// `status {waiters}`: how many slot waiters to list (with their blockers).

@@ -984,3 +984,42 @@ fn the_daemons_log_names_the_session_prompt_and_run_of_each_line() {
         );
     }
 }
+
+/// While a daemon shuts down (its running prompts have their grace), a command reaches it:
+/// `status` says it is shutting down, and `send` says it waits for its end, then sends
+/// through the next daemon; neither is told that no daemon runs, or that one holds the home.
+#[test]
+fn commands_wait_through_a_daemons_shutdown_and_say_why() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[("daemon.shutdown_grace_ms", "3000")]);
+    let old = home.daemon_pid().expect("the session's daemon");
+    home.ok(&["send", "s", "@fake hang\nstay"]);
+    let history = |home: &DaemonHome| home.json(&["history", "s", "--json"]);
+    common::daemon::wait_until("the prompt runs", || {
+        history(&home)["prompts"][0]["status"] == "running"
+    });
+    kill(old, libc::SIGTERM);
+    let status = home.run(&["status"]);
+    assert!(status.status.success(), "{status:?}");
+    assert!(stdout(&status).contains("(shutting down)"), "{status:?}");
+
+    let sent = home.run(&["send", "s", "after the restart"]);
+    assert!(sent.status.success(), "{sent:?}");
+    let said = stderr(&sent);
+    assert!(
+        said.contains(&format!(
+            "the daemon (pid {old}) is shutting down; waiting for it to end"
+        )),
+        "{said}"
+    );
+    assert!(!common::daemon::alive(old), "the old daemon is gone");
+    let new = home.daemon_pid().expect("a new daemon serves");
+    assert_ne!(new, old);
+    // Then the usual line of a send that started the daemon it needed.
+    assert_eq!(said.lines().count(), 2, "{said}");
+    assert!(said.contains(&format!("started one (pid {new})")), "{said}");
+    let prompts = history(&home)["prompts"].clone();
+    assert_eq!(prompts.as_array().map(Vec::len), Some(2), "{prompts}");
+    assert_eq!(prompts[1]["text"], "after the restart", "{prompts}");
+    home.stop_daemon();
+}

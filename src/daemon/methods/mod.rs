@@ -118,6 +118,12 @@ impl From<CorralError> for RpcError {
 /// ([`execs::record_around`]), whatever the method — but `exec.start` and `exec.end`, whose
 /// own `exec` is the one they record or end.
 pub async fn call(caller: &Caller, method: &str, params: &Value) -> Result<Value, RpcError> {
+    // A daemon that is shutting down takes no new prompt: refused before anything is recorded,
+    // since the client waits for the daemon's end and sends again (recording its exec once).
+    if method == PromptSend::NAME && caller.context.is_shutting_down() {
+        return Err(RpcError::new(code::BUSY, "the daemon is shutting down")
+            .with_data(serde_json::json!({ "reason": "shutting_down" })));
+    }
     let carried = match method {
         ExecStart::NAME | ExecEnd::NAME => None,
         _ => execs::exec_to_record(caller, params)?,

@@ -25,9 +25,6 @@ impl Serve for PromptSend {
     async fn serve(caller: &Caller, p: SendParams) -> Result<Prompt, RpcError> {
         let context = &caller.context;
         let corral = &context.corral;
-        if context.is_shutting_down() {
-            return Err(RpcError::new(code::BUSY, "the daemon is shutting down"));
-        }
         // The session and its project as the check read them (judged by id: the selector
         // was pinned), else read now.
         let judged = caller.take_judged();
