@@ -83,7 +83,10 @@ impl Invocation {
     }
 
     /// Writes the exec's start. `Ok(false)` when there is no ledger to write to.
-    pub async fn record_start(&self, ledger: Option<&LedgerHandle>) -> Result<bool, CliError> {
+    pub async fn record_start(
+        &self,
+        ledger: Option<&LedgerHandle>,
+    ) -> Result<bool, crate::actors::ledger::LedgerError> {
         let Some(ledger) = ledger else {
             return Ok(false);
         };

@@ -537,7 +537,18 @@ async fn run_parsed(cli: Cli, invocation: Invocation, store: Option<EarlyStore>)
     if !overlaps {
         match record_start().await {
             Ok(recorded) => started = recorded,
-            Err(error) => return report(error),
+            // A looking command still looks at a store that cannot take its record now (a
+            // read-only or full disk): it only reads.
+            Err(error)
+                if cli.command.inspects()
+                    && error.store_error().is_some_and(|error| {
+                        matches!(error, StoreError::Refusing { .. })
+                            || error.refuses_writes_for_now()
+                    }) =>
+            {
+                say!("corral: this command is not recorded: {error}");
+            }
+            Err(error) => return report(error.into()),
         }
     }
     // The command runs as a task of its own so that a panic in it is contained: the hook
@@ -550,7 +561,7 @@ async fn run_parsed(cli: Cli, invocation: Invocation, store: Option<EarlyStore>)
     if overlaps {
         match record_start().await {
             Ok(recorded) => started = recorded,
-            Err(error) => unrecorded = Some(error),
+            Err(error) => unrecorded = Some(CliError::from(error)),
         }
     }
     let result = match task.await {
@@ -662,7 +673,7 @@ async fn run_first(cli: Cli, invocation: Invocation, store: Option<EarlyStore>) 
                         None => task.await,
                     };
                     let _ = conclude_run(result, context.into()).await;
-                    return report(error);
+                    return report(error.into());
                 }
             }
         }

@@ -69,9 +69,18 @@ pub fn postgres_message(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// [`DbError::refuses_writes_for_now`] for SQLite: its disk is full.
+/// [`DbError::refuses_writes_for_now`] for SQLite: its disk is full, its file or filesystem is
+/// read-only, or the disk failed a read or write (an I/O error): faults of the machine, not of
+/// the write, which the same write may outlast. (A damaged file is not one: it is refused.)
 pub(crate) fn sqlite_refuses_writes_for_now(error: &rusqlite::Error) -> bool {
-    error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+    matches!(
+        error.sqlite_error_code(),
+        Some(
+            rusqlite::ErrorCode::DiskFull
+                | rusqlite::ErrorCode::ReadOnly
+                | rusqlite::ErrorCode::SystemIoFailure
+        )
+    )
 }
 
 impl DbError {

@@ -6,6 +6,7 @@ use crate::common;
 use common::{stderr, Home};
 use corral::store::migrations;
 use rusqlite::Connection;
+use std::process::Output;
 
 const UNAVAILABLE: &str = "Exec history unavailable: no compatible process ledger";
 
@@ -392,6 +393,57 @@ fn a_home_on_a_read_only_filesystem_fails_with_one_line() {
     let message = stderr(&output);
     assert_eq!(message.lines().count(), 1, "{message}");
     assert!(message.contains("cannot open the store"), "{message}");
+}
+
+/// A store on a filesystem remounted read-only still answers the commands that only look
+/// (`status`, `session list`, `monitor list`): each says in one line that it is not recorded,
+/// and reads.
+#[test]
+fn looking_commands_read_a_store_on_a_read_only_filesystem() {
+    let scratch = tempfile::tempdir().unwrap();
+    let home = scratch.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m,mode=0700", "none"])
+        .arg(&home)
+        .output();
+    match mounted {
+        Ok(output) if output.status.success() => {}
+        other => {
+            println!("skipping: cannot mount a tmpfs here ({other:?})");
+            return;
+        }
+    }
+    let corral = |args: &[&str]| common::corral_in(&home, args).output().unwrap();
+    let ran = corral(&["run", "--", "true"]);
+    let remounted = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&home)
+        .output()
+        .unwrap();
+    let looked: Vec<(&str, Output)> = ["status", "session list", "monitor list"]
+        .into_iter()
+        .map(|args| (args, corral(&args.split(' ').collect::<Vec<_>>())))
+        .collect();
+    let _ = std::process::Command::new("umount").arg(&home).output();
+    assert!(ran.status.success(), "{ran:?}");
+    assert!(remounted.status.success(), "{remounted:?}");
+    for (args, output) in looked {
+        let expected = if args == "status" { 3 } else { 0 };
+        assert_eq!(output.status.code(), Some(expected), "{args}: {output:?}");
+        let said = stderr(&output);
+        assert_eq!(said.lines().count(), 1, "{args}: {said}");
+        assert!(
+            said.contains("this command is not recorded"),
+            "{args}: {said}"
+        );
+        if args == "monitor list" {
+            assert!(
+                common::stdout(&output).contains("run -- true"),
+                "{output:?}"
+            );
+        }
+    }
 }
 
 /// The heads of the queue as the store keeps them (`queue_heads`) and as the prompts say
