@@ -101,7 +101,7 @@ fn init_logging() {
     let _ = tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
+                .with_writer(|| Log::new(std::io::stderr()))
                 .with_ansi(false),
         )
         .with(filter)
@@ -113,6 +113,48 @@ fn init_logging() {
 
 fn default_filter() -> tracing_subscriber::filter::Targets {
     tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+}
+
+/// How many log lines could not be written since the last one that was (a full disk under
+/// `HOME/daemon.log`, a closed stderr): said in the next line that gets through.
+static DROPPED_LINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The daemon's log writer: a line that cannot be written is counted and dropped, never an
+/// error (a full disk must not end the daemon and its agents), and the count is said before
+/// the next line that can be written. Each log line is one `write` (tracing formats it whole).
+struct Log<W: std::io::Write> {
+    inner: W,
+}
+
+impl<W: std::io::Write> Log<W> {
+    fn new(inner: W) -> Self {
+        Log { inner }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Log<W> {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        use std::sync::atomic::Ordering;
+        let dropped = DROPPED_LINES.load(Ordering::Relaxed);
+        if dropped > 0 {
+            let note = format!(
+                "corral: {dropped} log line(s) could not be written (a full disk?) and were \
+                 dropped\n"
+            );
+            if self.inner.write_all(note.as_bytes()).is_ok() {
+                DROPPED_LINES.fetch_sub(dropped, Ordering::Relaxed);
+            }
+        }
+        if self.inner.write_all(line).is_err() {
+            DROPPED_LINES.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.inner.flush();
+        Ok(())
+    }
 }
 
 /// The home's daemon as this exec, or `None` when none answers.
@@ -239,5 +281,55 @@ fn grace_words(grace: Duration) -> String {
         format!("{} ms", grace.as_millis())
     } else {
         format!("{} s", grace.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A writer that fails while `full` is set, and keeps what it was given.
+    struct Disk<'a> {
+        full: &'a std::cell::Cell<bool>,
+        written: &'a std::cell::RefCell<Vec<u8>>,
+    }
+
+    impl Write for Disk<'_> {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.full.get() {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.written.borrow_mut().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn log_lines_that_cannot_be_written_are_counted_and_said_when_one_can() {
+        let full = std::cell::Cell::new(false);
+        let written = std::cell::RefCell::new(Vec::new());
+        let mut log = Log::new(Disk {
+            full: &full,
+            written: &written,
+        });
+        log.write_all(b"one\n").unwrap();
+        full.set(true);
+        for _ in 0..3 {
+            // Never an error: the daemon goes on.
+            log.write_all(b"lost\n").unwrap();
+        }
+        full.set(false);
+        log.write_all(b"two\n").unwrap();
+        log.write_all(b"three\n").unwrap();
+        let text = String::from_utf8(written.take()).unwrap();
+        assert_eq!(
+            text,
+            "one\ncorral: 3 log line(s) could not be written (a full disk?) and were dropped\n\
+             two\nthree\n"
+        );
     }
 }
