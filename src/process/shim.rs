@@ -14,8 +14,27 @@
 //!
 //! The engine dies with its shim (`PR_SET_PDEATHSIG`), and the shim ends as its engine did
 //! (the same exit code, or the same signal), so the daemon reads the engine's end from its own
-//! child as it always has. The shim keeps none of the engine's pipes open: the engine's exit
-//! closes them.
+//! child as it always has. The shim keeps no write end of the engine's pipes open: the
+//! engine's exit closes them.
+//!
+//! With `--spool DIR` (live restore) a run can outlive its daemon. The shim is then handed the
+//! read ends of the engine's stdout and stderr pipes (descriptors 3 and 4, which the daemon
+//! reads too) and the daemon's *lifeline* (5: a pipe nobody writes, whose end is the daemon's
+//! exit, or its hand-over of the run). While the daemon lives the shim only waits on the
+//! lifeline, so the daemon's reading is as it was:
+//!
+//! ```text
+//!  daemon lives ──lifeline ends──► orphaned: pipes → DIR/stdout, DIR/stderr (appended)
+//!                                     │  SIGUSR2 (a daemon adopted it): no timeout
+//!                                     │  no adoption within --orphan-timeout-ms: SIGTERM to
+//!                                     │  the group, SIGKILL 5 s later
+//!                                     ▼
+//!                                  engine ends ─► pipes drained (2 s at most) ─► DIR/exit
+//! ```
+//!
+//! An engine that ends while its daemon lives ends the shim at once (the daemon holds the
+//! pipes and waits for the shim); nothing is spooled or recorded then. Signals are read from
+//! a signalfd in the shim's one `poll` loop; the engine starts with none blocked.
 //!
 //! Kept small and boring, because it runs once per run: no runtime, no store, no policy, no
 //! allocation while it waits. A program embedding corral that ships no `corral-shim` beside
@@ -23,14 +42,17 @@
 //! its log.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{self, SigHandler, SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{self, WaitPidFlag, WaitStatus};
 use nix::unistd::{self, Pid};
 
@@ -45,49 +67,153 @@ const MARKS: [&str; 2] = [crate::env::RUN_ID, crate::env::SETUP_SESSION];
 /// kills one generation: a killed process's children are adopted in turn).
 const MAX_ROUNDS: usize = 64;
 
-/// Set by the signals that tell the shim to end.
-static ENDING: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn note_ending(_: libc::c_int) {
-    ENDING.store(true, Ordering::SeqCst);
+/// What the shim was told before the program (`corral-shim [--spool DIR] [--orphan-timeout-ms
+/// N] PROGRAM ARGS…`).
+struct Options {
+    /// Live restore: the run's spool directory. The shim was then given, as descriptors 3 and
+    /// 4, the read ends of its engine's stdout and stderr pipes (which the daemon reads), and
+    /// as 5 the read end of the daemon's lifeline (a pipe nobody writes: it ends when the
+    /// daemon does).
+    spool: Option<PathBuf>,
+    /// How long an orphaned engine runs on without a daemon adopting it ([`ADOPTED`]).
+    orphan_timeout: Duration,
 }
 
+/// The descriptors a spooling shim is given (see [`Options::spool`]).
+pub const STDOUT_FD: i32 = 3;
+pub const STDERR_FD: i32 = 4;
+pub const LIFELINE_FD: i32 = 5;
+
+/// The signal a daemon sends a shim it adopted: someone follows its spool again, so the
+/// orphan timeout no longer runs.
+pub const ADOPTED: Signal = Signal::SIGUSR2;
+
+/// The spool's files in the run's directory.
+pub const SPOOLED_STDOUT: &str = "stdout";
+pub const SPOOLED_STDERR: &str = "stderr";
+/// The engine's end, once spooled: `code N` or `signal NAME`, then `at MS` (ms since the
+/// epoch), a line each; written whole (renamed into place).
+pub const EXIT_FILE: &str = "exit";
+
+/// The most a spool file takes: past it the shim stops reading, and the engine blocks on its
+/// full pipe until a daemon adopts it (or the orphan timeout ends it).
+const SPOOL_LIMIT: u64 = 256 << 20;
+
+/// How long an orphaned shim reads what its engine left in the pipes once it exited (a
+/// process that escaped with them open must not hold the run's end).
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// How long an engine ended for its orphan timeout has after SIGTERM before SIGKILL.
+const ORPHAN_GRACE: Duration = Duration::from_secs(5);
+
 /// How the engine ended.
+#[derive(Clone, Copy)]
 enum End {
     Code(i32),
     Signal(Signal),
 }
 
+impl End {
+    fn record(self) -> String {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
+        match self {
+            End::Code(code) => format!("code {code}\nat {at}\n"),
+            End::Signal(signal) => format!("signal {}\nat {at}\n", signal.as_str()),
+        }
+    }
+}
+
+fn parse(args: &[OsString]) -> Result<(Options, &[OsString]), String> {
+    let mut options = Options {
+        spool: None,
+        orphan_timeout: Duration::from_secs(600),
+    };
+    let mut rest = args;
+    loop {
+        match rest.first().and_then(|word| word.to_str()) {
+            Some("--spool") => {
+                let dir = rest.get(1).ok_or("--spool needs a directory")?;
+                options.spool = Some(PathBuf::from(dir));
+                rest = &rest[2..];
+            }
+            Some("--orphan-timeout-ms") => {
+                let ms = rest
+                    .get(1)
+                    .and_then(|ms| ms.to_str())
+                    .and_then(|ms| ms.parse().ok())
+                    .ok_or("--orphan-timeout-ms needs a number of milliseconds")?;
+                options.orphan_timeout = Duration::from_millis(ms);
+                rest = &rest[2..];
+            }
+            Some("--") => return Ok((options, &rest[1..])),
+            _ => return Ok((options, rest)),
+        }
+    }
+}
+
 /// The shim's process: runs `args` (program first) and ends as it did. Returns the exit code
 /// (a signal is re-raised instead).
 pub fn main(args: Vec<OsString>) -> i32 {
-    let Some((program, rest)) = args.split_first() else {
-        say!("usage: {PROGRAM} PROGRAM [ARGS…]");
-        return 2;
+    let usage = || {
+        say!("usage: {PROGRAM} [--spool DIR] [--orphan-timeout-ms N] PROGRAM [ARGS…]");
+        2
+    };
+    let Ok((options, words)) = parse(&args) else {
+        return usage();
+    };
+    let Some((program, rest)) = words.split_first() else {
+        return usage();
     };
     if let Err(error) = nix::sys::prctl::set_child_subreaper(true) {
         say!("{PROGRAM}: cannot adopt what the engine leaves: {error}");
         return 126;
     }
-    // Not SA_RESTART: a signal interrupts the wait, and the shim ends what it adopted.
-    let ending = SigAction::new(
-        SigHandler::Handler(note_ending),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic.
-        if let Err(error) = unsafe { signal::sigaction(signal, &ending) } {
-            say!("{PROGRAM}: cannot handle {signal}: {error}");
+    // Every signal the shim acts on is read from a descriptor, in its one loop: a child's end,
+    // the asks to end (SIGTERM, SIGINT, SIGHUP: the daemon signals the whole group), and a
+    // daemon's adoption.
+    let mut watched = SigSet::empty();
+    for signal in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        ADOPTED,
+    ] {
+        watched.add(signal);
+    }
+    let signals = match watched.thread_block().and_then(|()| {
+        SignalFd::with_flags(&watched, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+    }) {
+        Ok(signals) => signals,
+        Err(error) => {
+            say!("{PROGRAM}: cannot watch signals: {error}");
             return 126;
         }
-    }
+    };
+    let mut spool = match &options.spool {
+        Some(dir) => match Spool::open(dir, options.orphan_timeout) {
+            Ok(spool) => Some(spool),
+            Err(error) => {
+                say!("{PROGRAM}: cannot spool into {}: {error}", dir.display());
+                return 126;
+            }
+        },
+        None => None,
+    };
     let shim = unistd::getpid();
     let mut command = std::process::Command::new(program);
     command.args(rest);
-    // SAFETY: `dies_with` is async-signal-safe, as the time between fork and exec needs.
+    // SAFETY: `dies_with` and the mask's reset are async-signal-safe, as the time between fork
+    // and exec needs: the engine starts with no signal blocked, whatever the shim blocks.
     unsafe {
-        command.pre_exec(move || super::dies_with(shim));
+        command.pre_exec(move || {
+            super::dies_with(shim)?;
+            SigSet::empty()
+                .thread_set_mask()
+                .map_err(std::io::Error::from)
+        });
     }
     let engine = match command.spawn() {
         Ok(child) => Pid::from_raw(child.id() as i32),
@@ -109,26 +235,280 @@ pub fn main(args: Vec<OsString>) -> i32 {
         .iter()
         .filter_map(|name| Some((OsStr::new(*name), std::env::var_os(name)?)))
         .collect();
-    let end = loop {
-        match wait::waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == engine => break End::Code(code),
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == engine => break End::Signal(signal),
-            // An adopted process, reaped.
-            Ok(_) => {}
-            Err(Errno::EINTR) => {
-                if ENDING.load(Ordering::SeqCst) {
-                    end_escaped(group, &marks, engine);
+    let mut end: Option<End> = None;
+    loop {
+        if let Some(ended) = end {
+            match spool.as_mut() {
+                // Its daemon reads the pipes, and waits for the shim: ending as the engine
+                // did tells it how.
+                None => break,
+                Some(spool) if !spool.orphaned() => break,
+                Some(spool) => {
+                    if spool.drained() {
+                        spool.record(ended);
+                        break;
+                    }
                 }
             }
-            // The engine is our child: nothing else can reap it.
-            Err(_) => break End::Code(1),
         }
-    };
+        let deadline = spool
+            .as_ref()
+            .and_then(|spool| spool.deadline(end.is_some()));
+        let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        if let Some(spool) = &spool {
+            spool.watch(&mut fds);
+        }
+        let timeout = match deadline {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now()).as_millis();
+                PollTimeout::try_from(left.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(error) => {
+                say!("{PROGRAM}: {error}");
+                break;
+            }
+        }
+        let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
+        drop(fds);
+        while let Ok(Some(info)) = signals.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) => {
+                    if let Some(ended) = reap(engine) {
+                        end = Some(ended);
+                    }
+                }
+                Ok(signal) if signal == ADOPTED => {
+                    if let Some(spool) = spool.as_mut() {
+                        spool.adopted();
+                    }
+                }
+                // Told to end: what escaped the group goes now; the engine ends by the
+                // daemon's signal, sent to the whole group.
+                Ok(_) => end_escaped(group, &marks, engine),
+                Err(_) => {}
+            }
+        }
+        if let Some(spool) = spool.as_mut() {
+            spool.serve(&ready[1..], end.is_some(), group);
+        }
+    }
     end_escaped(group, &marks, engine);
     match end {
-        End::Code(code) => code,
-        End::Signal(signal) => die_of(signal),
+        Some(End::Code(code)) => code,
+        Some(End::Signal(signal)) => die_of(signal),
+        None => 1,
     }
+}
+
+/// Reaps every child that ended; the engine's end, if it is among them.
+fn reap(engine: Pid) -> Option<End> {
+    let mut ended = None;
+    loop {
+        match wait::waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == engine => ended = Some(End::Code(code)),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == engine => {
+                ended = Some(End::Signal(signal))
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return ended,
+            // An adopted process, reaped.
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A spooling shim's state (see [`Options::spool`]): while its daemon lives it only waits on
+/// the lifeline; once the daemon is gone it reads the engine's pipes into the spool files,
+/// records the engine's end there, and ends the engine when no daemon adopts it in time.
+struct Spool {
+    dir: PathBuf,
+    streams: [Stream; 2],
+    lifeline: Option<OwnedFd>,
+    orphan_timeout: Duration,
+    /// When the daemon went away (and no other adopted the shim since).
+    orphaned_at: Option<Instant>,
+    /// A daemon follows the spool (the lifeline ended, and it adopted the shim).
+    adopted: bool,
+    /// When the orphan timeout sent SIGTERM to the group; SIGKILL follows its grace.
+    ending_since: Option<Instant>,
+    /// When the engine's end was first seen, while orphaned: the drain runs from then.
+    ended_at: Option<Instant>,
+}
+
+/// One of the engine's output pipes and its spool file.
+struct Stream {
+    pipe: Option<OwnedFd>,
+    file: std::fs::File,
+    written: u64,
+}
+
+impl Spool {
+    fn open(dir: &std::path::Path, orphan_timeout: Duration) -> std::io::Result<Spool> {
+        let stream = |fd: i32, name: &str| -> std::io::Result<Stream> {
+            // SAFETY: the daemon handed the shim this descriptor, and nothing else owns it.
+            let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
+            nix::fcntl::fcntl(
+                &pipe,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            )?;
+            let file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(crate::home::PRIVATE_FILE)
+                .open(dir.join(name))?;
+            let written = file.metadata()?.len();
+            Ok(Stream {
+                pipe: Some(pipe),
+                file,
+                written,
+            })
+        };
+        let streams = [
+            stream(STDOUT_FD, SPOOLED_STDOUT)?,
+            stream(STDERR_FD, SPOOLED_STDERR)?,
+        ];
+        // SAFETY: as above.
+        let lifeline = unsafe { OwnedFd::from_raw_fd(LIFELINE_FD) };
+        nix::fcntl::fcntl(
+            &lifeline,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )?;
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+            streams,
+            lifeline: Some(lifeline),
+            orphan_timeout,
+            orphaned_at: None,
+            adopted: false,
+            ending_since: None,
+            ended_at: None,
+        })
+    }
+
+    fn orphaned(&self) -> bool {
+        self.lifeline.is_none()
+    }
+
+    fn adopted(&mut self) {
+        self.adopted = true;
+        self.orphaned_at = None;
+    }
+
+    /// The descriptors to wait on, after the signals': the lifeline while the daemon lives,
+    /// else the pipes not at their end (nor past the spool's limit).
+    fn watch<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) {
+        if let Some(lifeline) = &self.lifeline {
+            fds.push(PollFd::new(lifeline.as_fd(), PollFlags::POLLIN));
+            return;
+        }
+        for stream in &self.streams {
+            if let Some(pipe) = stream
+                .pipe
+                .as_ref()
+                .filter(|_| stream.written < SPOOL_LIMIT)
+            {
+                fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+            }
+        }
+    }
+
+    /// When the loop must wake without a descriptor: the end of the drain, of the orphan
+    /// timeout, or of the grace it gave.
+    fn deadline(&self, engine_ended: bool) -> Option<Instant> {
+        if engine_ended {
+            return self.ended_at.map(|at| at + DRAIN).or(Some(Instant::now()));
+        }
+        if let Some(since) = self.ending_since {
+            return Some(since + ORPHAN_GRACE);
+        }
+        self.orphaned_at.map(|at| at + self.orphan_timeout)
+    }
+
+    /// Acts on what the poll found (`ready`: the descriptors [`Spool::watch`] gave, in order).
+    fn serve(&mut self, ready: &[bool], engine_ended: bool, group: Pid) {
+        if let Some(lifeline) = &self.lifeline {
+            // The daemon's end of it closed (it exited, or handed the run over): nothing is
+            // ever written to it, so readable means its end.
+            if ready.first() == Some(&true) || engine_ended && lifeline_ended(lifeline) {
+                self.lifeline = None;
+                self.orphaned_at = Some(Instant::now());
+            }
+            return;
+        }
+        if engine_ended && self.ended_at.is_none() {
+            self.ended_at = Some(Instant::now());
+        }
+        let mut polled = ready.iter();
+        for stream in &mut self.streams {
+            let watched = stream.pipe.is_some() && stream.written < SPOOL_LIMIT;
+            if watched && polled.next() == Some(&true) {
+                stream.take();
+            }
+        }
+        if engine_ended || self.adopted {
+            return;
+        }
+        let now = Instant::now();
+        match (self.orphaned_at, self.ending_since) {
+            (Some(orphaned), None) if now >= orphaned + self.orphan_timeout => {
+                let _ = signal::killpg(group, Signal::SIGTERM);
+                self.ending_since = Some(now);
+            }
+            (_, Some(since)) if now >= since + ORPHAN_GRACE => {
+                let _ = signal::killpg(group, Signal::SIGKILL);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether what the engine left in its pipes is spooled: both at their end, or the drain
+    /// is over.
+    fn drained(&mut self) -> bool {
+        let ended_at = *self.ended_at.get_or_insert_with(Instant::now);
+        self.streams.iter().all(|stream| stream.pipe.is_none()) || ended_at.elapsed() >= DRAIN
+    }
+
+    /// Records the engine's end in the spool, whole (renamed into place).
+    fn record(&self, end: End) {
+        let record = self.dir.join(EXIT_FILE);
+        let written = crate::home::write_private(&record, &end.record());
+        if let Err(error) = written {
+            say!("{PROGRAM}: the engine's end was not recorded: {error}");
+        }
+    }
+}
+
+impl Stream {
+    /// Reads what the pipe holds now into the spool file; the pipe's end closes it.
+    fn take(&mut self) {
+        let Some(pipe) = &self.pipe else {
+            return;
+        };
+        let mut buffer = [0u8; 64 * 1024];
+        match unistd::read(pipe, &mut buffer) {
+            Ok(0) => self.pipe = None,
+            Ok(read) => {
+                use std::io::Write;
+                match self.file.write_all(&buffer[..read]) {
+                    Ok(()) => self.written += read as u64,
+                    // A full disk: the bytes cannot be kept; said once, as the run's record
+                    // will lack them.
+                    Err(error) => say!("{PROGRAM}: spooled output lost: {error}"),
+                }
+            }
+            Err(Errno::EINTR | Errno::EAGAIN) => {}
+            Err(_) => self.pipe = None,
+        }
+    }
+}
+
+/// Whether the lifeline's other end is closed now (looked at without waiting).
+fn lifeline_ended(lifeline: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(lifeline.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// Points the shim's own stdin, stdout and stderr at `/dev/null`: the pipes are the

@@ -45,6 +45,7 @@ mod real_codex;
 mod real_engines;
 mod run;
 mod run_beside_daemon;
+mod shim;
 mod sockets;
 mod status_line;
 mod status_local;

@@ -1,0 +1,167 @@
+//! `corral-shim --spool DIR`: the shim that lets a run outlive its daemon. While the daemon
+//! lives it only holds the pipes' read ends and waits on the lifeline; once the lifeline ends
+//! it reads what the engine prints into the spool, records the engine's end, and ends an
+//! engine no daemon adopts within the orphan timeout. Driven here as a daemon would, with the
+//! pipes made by the test.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SHIM: &str = env!("CARGO_BIN_EXE_corral-shim");
+
+/// A shim spooling into `dir` as a daemon starts one: the engine's stdout and stderr are pipes
+/// the test reads (their read ends also given to the shim as 3 and 4), and 5 is the lifeline,
+/// whose write end the test holds.
+struct Spooled {
+    shim: Child,
+    stdout: Option<std::fs::File>,
+    stderr: Option<std::fs::File>,
+    lifeline: Option<OwnedFd>,
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap()
+}
+
+fn start(dir: &Path, orphan_timeout_ms: u64, script: &str) -> Spooled {
+    let (out_read, out_write) = pipe();
+    let (err_read, err_write) = pipe();
+    let (life_read, life_write) = pipe();
+    let handed = [
+        (out_read.as_raw_fd(), 3),
+        (err_read.as_raw_fd(), 4),
+        (life_read.as_raw_fd(), 5),
+    ];
+    let mut command = Command::new(SHIM);
+    command
+        .arg("--spool")
+        .arg(dir)
+        .args(["--orphan-timeout-ms", &orphan_timeout_ms.to_string()])
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out_write))
+        .stderr(Stdio::from(err_write))
+        .process_group(0);
+    // SAFETY: dup2 only, between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            // Each moved above the targets first: a source may itself be 3, 4 or 5.
+            let mut moved = [0; 3];
+            for (slot, (from, _)) in moved.iter_mut().zip(handed) {
+                *slot = libc::fcntl(from, libc::F_DUPFD_CLOEXEC, 10);
+                if *slot < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (from, (_, to)) in moved.into_iter().zip(handed) {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let shim = command.spawn().unwrap();
+    drop(life_read);
+    Spooled {
+        shim,
+        stdout: Some(out_read.into()),
+        stderr: Some(err_read.into()),
+        lifeline: Some(life_write),
+    }
+}
+
+impl Spooled {
+    /// The daemon goes away: its pipes' read ends and the lifeline close.
+    fn orphan(&mut self) {
+        self.stdout = None;
+        self.stderr = None;
+        self.lifeline = None;
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.shim.wait().unwrap()
+    }
+}
+
+fn spooled(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// What the daemon read stays the daemon's; what the engine prints after the daemon went away
+/// is spooled, its end recorded, and the shim still ends as its engine did.
+#[test]
+fn after_its_daemon_the_shim_spools_the_rest_and_records_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(
+        dir.path(),
+        60_000,
+        "echo before; sleep 0.3; echo after; echo oops >&2; exit 3",
+    );
+    let mut line = [0u8; 7];
+    run.stdout.as_mut().unwrap().read_exact(&mut line).unwrap();
+    assert_eq!(&line, b"before\n");
+    run.orphan();
+    let status = run.wait();
+    assert_eq!(status.code(), Some(3), "{status:?}");
+    assert_eq!(spooled(dir.path(), "stdout"), "after\n");
+    assert_eq!(spooled(dir.path(), "stderr"), "oops\n");
+    let exit = spooled(dir.path(), "exit");
+    assert!(exit.starts_with("code 3\nat "), "{exit}");
+}
+
+/// While its daemon lives, the shim spools nothing and records nothing: the daemon reads the
+/// pipes and waits for the shim.
+#[test]
+fn while_its_daemon_lives_the_shim_spools_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(dir.path(), 60_000, "echo hello; exit 4");
+    let mut said = String::new();
+    run.stdout
+        .as_mut()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    assert_eq!(said, "hello\n");
+    assert_eq!(run.wait().code(), Some(4));
+    assert_eq!(spooled(dir.path(), "stdout"), "");
+    assert!(!dir.path().join("exit").exists());
+}
+
+/// An orphaned engine that no daemon adopts is ended after the orphan timeout (SIGTERM to its
+/// group), and its end recorded; one a daemon adopts (`SIGUSR2`) runs to its own end.
+#[test]
+fn an_orphan_is_ended_after_its_timeout_unless_a_daemon_adopts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let began = Instant::now();
+    let mut run = start(dir.path(), 300, "sleep 30");
+    run.orphan();
+    let status = run.wait();
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let exit = spooled(dir.path(), "exit");
+    assert!(exit.starts_with("signal SIGTERM\n"), "{exit}");
+
+    let adopted = tempfile::tempdir().unwrap();
+    let mut run = start(adopted.path(), 300, "sleep 1; echo finished on its own");
+    run.orphan();
+    // Adopted well before the timeout: after the shim saw its lifeline end.
+    std::thread::sleep(Duration::from_millis(100));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.shim.id() as i32),
+        nix::sys::signal::Signal::SIGUSR2,
+    )
+    .unwrap();
+    assert_eq!(run.wait().code(), Some(0));
+    assert_eq!(spooled(adopted.path(), "stdout"), "finished on its own\n");
+    assert!(spooled(adopted.path(), "exit").starts_with("code 0\n"));
+}
