@@ -32,7 +32,7 @@ pub const PRIVATE_FILE: u32 = 0o600;
 const PRIVATE_FILES: &[&str] = &["daemon.lock", "daemon.pid", "daemon.log"];
 
 /// The home's own directories, likewise.
-const PRIVATE_DIRS: &[&str] = &["spill", "uploads", "drivers"];
+const PRIVATE_DIRS: &[&str] = &["spill", "uploads", "drivers", "runs"];
 
 /// Whether a supervisor (a daemon, or a program embedding corral) ever ran in `home`: it left
 /// its lock, its pid or log, or a directory of its own. A supervisor opens the store first, so

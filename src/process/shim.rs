@@ -633,6 +633,92 @@ pub fn program() -> Option<&'static PathBuf> {
         .as_ref()
 }
 
+/// The spool directory of run `run_id` in `home` (`HOME/runs/<run id>`).
+pub fn spool_dir(home: &std::path::Path, run_id: &str) -> PathBuf {
+    home.join("runs").join(run_id)
+}
+
+/// A run's side of a spooling shim (see [`Options::spool`]): the read ends of its engine's
+/// stdout and stderr pipes, and the lifeline's write end, which the daemon holds for as long
+/// as it follows the run (dropping it hands the run to the shim).
+pub struct SpooledPipes {
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub lifeline: OwnedFd,
+    /// The lifeline's read end, the child's: open until the child is spawned.
+    child_end: Option<OwnedFd>,
+}
+
+impl SpooledPipes {
+    /// The child is spawned (or failed to be): the daemon's copy of its end goes.
+    pub fn spawned(&mut self) {
+        self.child_end = None;
+    }
+}
+
+/// `program` under a spooling shim in a process group of its own: the shim spools into `dir`
+/// once the daemon is gone, and ends an engine no daemon adopts within `orphan_timeout`. Its
+/// stdout and stderr are pipes whose read ends are returned (the shim holds them too); `None`
+/// when there is no shim to run under.
+pub fn spooling_command(
+    program: impl AsRef<OsStr>,
+    dir: &std::path::Path,
+    orphan_timeout: Duration,
+) -> std::io::Result<Option<(tokio::process::Command, SpooledPipes)>> {
+    let Some(shim) = self::program() else {
+        return Ok(None);
+    };
+    let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+    let (stdout, stdout_write) = unistd::pipe2(cloexec)?;
+    let (stderr, stderr_write) = unistd::pipe2(cloexec)?;
+    let (lifeline_read, lifeline) = unistd::pipe2(cloexec)?;
+    let mut command = tokio::process::Command::new(shim);
+    command
+        .arg("--spool")
+        .arg(dir)
+        .arg("--orphan-timeout-ms")
+        .arg(orphan_timeout.as_millis().to_string())
+        .arg("--")
+        .arg(program)
+        .stdout(std::process::Stdio::from(stdout_write))
+        .stderr(std::process::Stdio::from(stderr_write))
+        .process_group(0);
+    let handed = [
+        (stdout.as_raw_fd(), STDOUT_FD),
+        (stderr.as_raw_fd(), STDERR_FD),
+        (lifeline_read.as_raw_fd(), LIFELINE_FD),
+    ];
+    // SAFETY: fcntl and dup2 only, which are async-signal-safe, between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            // Each moved above the targets first: a source may itself be 3, 4 or 5.
+            let mut moved = [0; 3];
+            for (slot, (from, _)) in moved.iter_mut().zip(handed) {
+                *slot = libc::fcntl(from, libc::F_DUPFD_CLOEXEC, 10);
+                if *slot < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (from, (_, to)) in moved.into_iter().zip(handed) {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(Some((
+        command,
+        SpooledPipes {
+            stdout,
+            stderr,
+            lifeline,
+            // Open until the spawn: the hook above names it by number.
+            child_end: Some(lifeline_read),
+        },
+    )))
+}
+
 /// A command that runs `program` under the shim (or alone, without one), in a process group
 /// of its own led by the shim.
 pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {

@@ -142,6 +142,12 @@ pub const KNOWN: &[Known] = &[
         meaning: "wall-clock limit of one engine run, in seconds",
     },
     Known {
+        name: "runs.orphan_timeout_s",
+        default: "600",
+        meaning: "how long a run goes on without a daemon (one killed, or stopped for good) \
+                  before its shim ends it, in seconds: a daemon started meanwhile adopts it",
+    },
+    Known {
         name: "approvals.timeout_s",
         default: "",
         meaning: "deny an approval nobody answered after this many seconds, saying so (empty: \
@@ -337,6 +343,7 @@ fn checked(name: &str, value: &str, check: Check) -> Result<String, String> {
             )),
         },
         "run.timeout_s" => count("run.timeout_s"),
+        "runs.orphan_timeout_s" => count("runs.orphan_timeout_s"),
         "approvals.timeout_s" if value.is_empty() => Ok(String::new()),
         "approvals.timeout_s" => count("approvals.timeout_s"),
         "daemon.shutdown_grace_ms" => match value.parse::<u64>() {
@@ -414,6 +421,8 @@ pub struct Settings {
     pub command_template: Vec<String>,
     pub cancel_grace: Duration,
     pub run_timeout: Duration,
+    /// `runs.orphan_timeout_s`: how long a run's shim keeps its engine without a daemon.
+    pub orphan_timeout: Duration,
     /// `approvals.timeout_s`: `None`, an approval waits for a person.
     pub approval_timeout: Option<Duration>,
     pub daemon_autostart: bool,
@@ -444,6 +453,7 @@ impl Default for Settings {
             command_template: vec!["sh".into(), "-c".into(), "{prompt}".into()],
             cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
             run_timeout: Duration::from_secs(3600),
+            orphan_timeout: Duration::from_secs(600),
             approval_timeout: None,
             daemon_autostart: true,
             shutdown_grace: Duration::from_secs(10),
@@ -487,6 +497,9 @@ impl Settings {
             }
             "run.timeout_s" => {
                 self.run_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
+            }
+            "runs.orphan_timeout_s" => {
+                self.orphan_timeout = Duration::from_secs(value.parse().map_err(|_| "number")?)
             }
             "approvals.timeout_s" => {
                 self.approval_timeout = value.parse().ok().map(Duration::from_secs)

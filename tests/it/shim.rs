@@ -146,10 +146,19 @@ fn an_orphan_is_ended_after_its_timeout_unless_a_daemon_adopts_it() {
         "{:?}",
         began.elapsed()
     );
+    // SIGTERM, or SIGKILL its grace later for an engine that was not yet listening (a shell
+    // still starting up on a loaded machine).
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let signal = status.signal();
+    assert!(
+        signal == Some(libc::SIGTERM) || signal == Some(libc::SIGKILL),
+        "{status:?}"
+    );
     let exit = spooled(dir.path(), "exit");
-    assert!(exit.starts_with("signal SIGTERM\n"), "{exit}");
+    assert!(
+        exit.starts_with("signal SIGTERM\n") || exit.starts_with("signal SIGKILL\n"),
+        "{exit}"
+    );
 
     let adopted = tempfile::tempdir().unwrap();
     let mut run = start(adopted.path(), 300, "sleep 1; echo finished on its own");

@@ -96,7 +96,7 @@ impl Worker {
         } = run;
         // Read just before the spawn: the run's end then reads only the pids handed out since.
         let clock = process::PidClock::read();
-        let (mut child, conversation) = match spawn(
+        let (mut child, conversation, output) = match spawn(
             argv,
             stdin,
             converses,
@@ -105,6 +105,7 @@ impl Worker {
             &environment,
             run_id,
             kind,
+            settings.orphan_timeout,
         ) {
             Ok(spawned) => spawned,
             Err(message) => return (RunOutcome::failed(message), None),
@@ -133,7 +134,7 @@ impl Worker {
             .record_spawn(prompt, run_id, argv, kind, pid, pid_start)
             .await;
 
-        let mut lines = read_output(&mut child);
+        let Output { mut lines, spool } = output;
         let mut transcript = Transcript::new(kind, known_thread);
         let mut batch: Vec<NewEvent> = Vec::new();
         let deadline = tokio::time::sleep(settings.run_timeout);
@@ -279,6 +280,10 @@ impl Worker {
                 self.end_exited(prompt, run_id, transcript, status, batch)
             }
         };
+        // Followed to its end here: the run's spool (empty) goes, and with it the lifeline.
+        if let Some(spool) = spool {
+            spool.remove();
+        }
         (outcome, reported)
     }
 
@@ -571,8 +576,29 @@ fn spawn(
     environment: &ChildEnv<'_>,
     run_id: &str,
     kind: EngineKind,
-) -> Result<(tokio::process::Child, Option<mpsc::UnboundedSender<String>>), String> {
-    let mut command = process::shim::command(&argv[0]);
+    orphan_timeout: Duration,
+) -> Result<Spawned, String> {
+    // Under a shim, the run can outlive this daemon (`process::shim`, live restore): its
+    // output pipes are made here, their read ends handed to the shim too.
+    let dir = process::shim::spool_dir(environment.home, run_id);
+    let spooling = process::shim::program().is_some();
+    if spooling {
+        crate::home::create_private_dir(&dir, true)
+            .map_err(|error| format!("cannot make the run's spool {}: {error}", dir.display()))?;
+    }
+    let (mut command, pipes) = match spooling
+        .then(|| process::shim::spooling_command(&argv[0], &dir, orphan_timeout))
+        .transpose()
+        .map_err(|error| format!("cannot make the run's pipes: {error}"))?
+        .flatten()
+    {
+        Some((command, pipes)) => (command, Some(pipes)),
+        None => {
+            let mut command = process::shim::command(&argv[0]);
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            (command, None)
+        }
+    };
     command
         .args(&argv[1..])
         .current_dir(cwd)
@@ -580,12 +606,18 @@ fn spawn(
             Stdio::piped()
         } else {
             Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        });
     environment.apply(&mut command, run_id, kind);
     command.envs(run_env.iter().map(|(name, value)| (name, value)));
-    let mut child = command.spawn().map_err(|error| {
+    let spawned = command.spawn();
+    let mut pipes = pipes;
+    if let Some(pipes) = pipes.as_mut() {
+        pipes.spawned();
+    }
+    if spawned.is_err() && spooling {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let mut child = spawned.map_err(|error| {
         if error.kind() == std::io::ErrorKind::NotFound {
             format!("engine '{kind}' not found: {}", argv[0].to_string_lossy())
         } else {
@@ -597,12 +629,29 @@ fn spawn(
     })?;
     // The prompt goes in from a task of its own: a child that prints before it has read all
     // of a large prompt must not wait on us while we wait on it.
+    let lines = match pipes {
+        Some(pipes) => {
+            let lines = read_pipes(pipes.stdout, pipes.stderr)
+                .map_err(|error| format!("cannot read the run's pipes: {error}"))?;
+            Output {
+                lines,
+                spool: Some(RunSpool {
+                    dir,
+                    _lifeline: pipes.lifeline,
+                }),
+            }
+        }
+        None => Output {
+            lines: read_output(&mut child),
+            spool: None,
+        },
+    };
     if converses {
         let conversation = match (stdin, child.stdin.take()) {
             (Some(text), Some(pipe)) => Some(stdin_writer(pipe, text.to_string())),
             _ => None,
         };
-        return Ok((child, conversation));
+        return Ok((child, conversation, lines));
     }
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         let text = text.to_string();
@@ -612,7 +661,51 @@ fn spawn(
             let _ = pipe.shutdown().await;
         });
     }
-    Ok((child, None))
+    Ok((child, None, lines))
+}
+
+/// A spawned run: its child, the writer of its stdin when it converses, and its output.
+type Spawned = (
+    tokio::process::Child,
+    Option<mpsc::UnboundedSender<String>>,
+    Output,
+);
+
+/// What a run's engine prints, as lines, and its spool when the run can outlive the daemon.
+pub(super) struct Output {
+    pub(super) lines: mpsc::Receiver<Line>,
+    pub(super) spool: Option<RunSpool>,
+}
+
+/// A run's spool (`HOME/runs/<run id>`) and the lifeline its shim waits on: held while this
+/// daemon follows the run; its drop hands the run to the shim.
+pub(super) struct RunSpool {
+    pub(super) dir: std::path::PathBuf,
+    _lifeline: std::os::fd::OwnedFd,
+}
+
+impl RunSpool {
+    /// The run was judged here: its spool holds nothing (the shim spools only once orphaned),
+    /// and goes.
+    pub(super) fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// [`read_output`] for pipes this daemon made (a spooling shim's).
+fn read_pipes(
+    stdout: std::os::fd::OwnedFd,
+    stderr: std::os::fd::OwnedFd,
+) -> std::io::Result<mpsc::Receiver<Line>> {
+    use tokio::net::unix::pipe::Receiver;
+    let (stdout, stderr) = (
+        Receiver::from_owned_fd(stdout)?,
+        Receiver::from_owned_fd(stderr)?,
+    );
+    let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
+    tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
+    tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx));
+    Ok(lines)
 }
 
 /// Reads the child's stdout and stderr on tasks of their own into one bounded channel of
