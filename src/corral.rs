@@ -1274,6 +1274,15 @@ impl Corral {
         self.supervisor.count_working().await
     }
 
+    /// Hands the runs over and stops (`corral daemon restart`): at once, every run under a
+    /// spooling shim is left running to its shim with what was read of it stored, and its
+    /// prompt stays running, for the next supervisor of the home to adopt; the rest stops as
+    /// [`Corral::shutdown`] with no grace stops it.
+    pub async fn hand_over(&self) {
+        self.shared.life.begin_handover();
+        self.shutdown(Duration::ZERO).await;
+    }
+
     /// Stops the supervisor's work: running prompts may finish for `grace`; then every child
     /// still running has its process group ended, its run closed as `interrupted` and its
     /// prompt requeued (it runs again, first, at the next start). Returns once every worker

@@ -72,6 +72,9 @@ event_kinds! {
     RunStarted => "run.started",
     /// A run ended (exit status, signal, or what ended it).
     RunExited => "run.exited",
+    /// A run the daemon before left running to its shim is followed by this daemon (live
+    /// restore): how long ago it started, and its shim.
+    RunReadopted => "run.readopted",
     /// A failed run is retried after a delay.
     RetryScheduled => "retry.scheduled",
     /// The prompt waits for its project's app-server child.

@@ -18,6 +18,9 @@ pub struct Life {
     shutdown: watch::Sender<bool>,
     /// Set when a shutdown begins: running prompts may finish, but no new one starts.
     draining: AtomicBool,
+    /// Set for a hand-over (`corral daemon restart`): a run under a spooling shim is left to
+    /// its shim, running, for the next daemon to adopt, instead of being ended.
+    handing_over: AtomicBool,
     /// How many session actors have a worker running now, kept by the workers themselves
     /// ([`Life::begin_work`]): `status` and the shutdown read it without asking every session
     /// actor (2,000 of them at a large boot), and the shutdown is woken when it changes (a
@@ -41,6 +44,7 @@ impl Default for Life {
         Life {
             shutdown: watch::channel(false).0,
             draining: AtomicBool::new(false),
+            handing_over: AtomicBool::new(false),
             working: Arc::new(watch::channel(0).0),
         }
     }
@@ -61,6 +65,15 @@ impl Life {
     /// [`Life::working`], seen as it changes.
     pub fn watch_working(&self) -> watch::Receiver<usize> {
         self.working.subscribe()
+    }
+
+    /// The shutdown to come hands the runs over to their shims (see [`Life::handing_over`]).
+    pub fn begin_handover(&self) {
+        self.handing_over.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_handing_over(&self) -> bool {
+        self.handing_over.load(Ordering::SeqCst)
     }
 
     /// No new prompt starts from now on (running ones go on).

@@ -313,6 +313,19 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         ))
     });
     let (runs, mut servers, mut projects, setting_up) = read.map_err(|error| error.to_string())?;
+    // A run whose shim still lives, with its spool, goes on: its prompt's worker adopts it
+    // (live restore). Only on a store of its own for now: on a shared one the lease guard
+    // ends a dead daemon's runs.
+    let (adopted, runs): (Vec<_>, Vec<_>) = runs
+        .into_iter()
+        .partition(|run| alone && adoptable(&shared.home, run));
+    for run in &adopted {
+        tracing::info!(
+            run = run.id,
+            session = run.session_id,
+            "a run left running is taken over"
+        );
+    }
     // An app-server child another node started is that node's (a state from before nodes
     // were recorded was the one daemon's); on a shared store a project whose child is not
     // known to be this node's is not looked for by its environment either, which on a host
@@ -397,6 +410,18 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
     deny_left_approvals(shared).await;
     forget_dead_kept(shared).await;
     Ok(recovered)
+}
+
+/// Whether a run the daemon before left marked running goes on under its shim: that daemon
+/// handed it over (`process::shim::HANDED_OVER` in its spool), and the shim (the process
+/// recorded for the run, by its pid and start time) lives.
+fn adoptable(home: &std::path::Path, run: &runs::LeftoverRun) -> bool {
+    let (Some(pid), Some(start)) = (run.pid, run.pid_start) else {
+        return false;
+    };
+    let spool = process::shim::spool_dir(home, &run.id);
+    spool.join(process::shim::HANDED_OVER).is_file()
+        && u32::try_from(pid).is_ok_and(|pid| process::is_alive(pid, Some(start as u64)))
 }
 
 /// What the runs of before left waiting for a person is denied: their engines are gone (a

@@ -38,7 +38,8 @@ pub enum DaemonAction {
         #[arg(long)]
         now: bool,
     },
-    /// Stop the daemon, then start one from the binary on disk (an upgrade).
+    /// Start the binary on disk in the daemon's place (an upgrade) without ending its runs:
+    /// they go on under their shims, and the new daemon takes them over.
     Restart,
     /// Whether a daemon serves the home: its pid, version and socket (exit 3 when none).
     Status,
@@ -53,9 +54,10 @@ pub async fn execute(context: &Context, args: &DaemonArgs) -> Result<Exit, CliEr
     }
     match &args.action {
         Some(DaemonAction::Start) => return start(context).await,
-        Some(DaemonAction::Stop { now }) => return stop(context, *now).await,
+        Some(DaemonAction::Stop { now: false }) => return stop(context, Stopping::Grace).await,
+        Some(DaemonAction::Stop { now: true }) => return stop(context, Stopping::Now).await,
         Some(DaemonAction::Restart) => {
-            stop(context, false).await?;
+            stop(context, Stopping::HandOver).await?;
             return start(context).await;
         }
         Some(DaemonAction::Status) => return status(context).await,
@@ -204,7 +206,19 @@ async fn detach(context: &Context) -> Result<Exit, CliError> {
     Ok(Exit::success())
 }
 
-async fn stop(context: &Context, now: bool) -> Result<Exit, CliError> {
+/// How `stop` stops the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopping {
+    /// Running prompts have the grace to end, then go back to their queues.
+    Grace,
+    /// As `Grace`, with no grace.
+    Now,
+    /// At once, the runs left running to their shims for the next daemon to adopt.
+    HandOver,
+}
+
+async fn stop(context: &Context, how: Stopping) -> Result<Exit, CliError> {
+    let now = how != Stopping::Grace;
     let Some(mut client) = running(context).await? else {
         println!("no daemon runs for {}", context.home.display());
         return Ok(Exit::success());
@@ -217,10 +231,13 @@ async fn stop(context: &Context, now: bool) -> Result<Exit, CliError> {
         .map(|status| status.working)
         .unwrap_or(0);
     // A second ask skips the grace, as a second SIGTERM does.
-    let asks = if now { 2 } else { 1 };
+    let asks = if how == Stopping::Now { 2 } else { 1 };
+    let params = ShutdownParams {
+        handover: how == Stopping::HandOver,
+    };
     for _ in 0..asks {
         client
-            .call::<Shutdown>(&ShutdownParams {})
+            .call::<Shutdown>(&params)
             .await
             .map_err(super::remote::failure)?;
     }
@@ -241,6 +258,12 @@ async fn stop(context: &Context, now: bool) -> Result<Exit, CliError> {
     };
     match working {
         0 => {}
+        1 if how == Stopping::HandOver => say!(
+            "corral: 1 session works: its run goes on, and the next daemon takes it over"
+        ),
+        n if how == Stopping::HandOver => say!(
+            "corral: {n} sessions work: their runs go on, and the next daemon takes them over"
+        ),
         1 => say!(
             "corral: 1 session works: its prompt goes back to the head of its queue {when}, to run again when a daemon serves this home"
         ),

@@ -248,7 +248,11 @@ async fn serve_until_signal(
     actix::spawn(async move {
         while let Some(signal) = signals.recv().await {
             tracing::info!(signal, "asked to stop");
-            asking.request();
+            // SIGHUP hands the runs over, as `corral daemon restart` does.
+            match signal {
+                libc::SIGHUP => asking.request_handover(),
+                _ => asking.request(),
+            }
         }
     });
     let limit = connection_limit();
@@ -265,11 +269,18 @@ async fn serve_until_signal(
     // that no daemon runs, or that another holds the home.
     let grace = corral.settings().shutdown_grace;
     let stopping = async {
+        if shutdown.is_handover() {
+            return corral.hand_over().await;
+        }
         tokio::select! {
             _ = corral.shutdown(grace) => {}
             _ = shutdown.reached(Phase::Stopping) => {
-                // A second ask: no more grace.
-                corral.shutdown(Duration::ZERO).await;
+                // A second ask: no more grace (or a hand-over asked meanwhile).
+                if shutdown.is_handover() {
+                    corral.hand_over().await;
+                } else {
+                    corral.shutdown(Duration::ZERO).await;
+                }
             }
         }
     };
@@ -330,12 +341,14 @@ fn watch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
         |kind: SignalKind| signal(kind).map_err(|error| format!("cannot watch signals: {error}"));
     let mut terminate = watch(SignalKind::terminate())?;
     let mut interrupt = watch(SignalKind::interrupt())?;
+    let mut hangup = watch(SignalKind::hangup())?;
     let (sender, receiver) = mpsc::unbounded_channel();
     actix::spawn(async move {
         loop {
             let signal = tokio::select! {
                 Some(()) = terminate.recv() => libc::SIGTERM,
                 Some(()) = interrupt.recv() => libc::SIGINT,
+                Some(()) = hangup.recv() => libc::SIGHUP,
                 else => return,
             };
             if sender.send(signal).is_err() {

@@ -26,6 +26,9 @@ pub enum Phase {
 #[derive(Clone)]
 pub struct Shutdown {
     phase: Rc<watch::Sender<Phase>>,
+    /// The stop asked for is a hand-over (`corral daemon restart`, SIGHUP): runs are left to
+    /// their shims for the next daemon, and there is no grace.
+    handover: Rc<std::cell::Cell<bool>>,
 }
 
 impl Default for Shutdown {
@@ -38,6 +41,7 @@ impl Shutdown {
     pub fn new() -> Shutdown {
         Shutdown {
             phase: Rc::new(watch::channel(Phase::Running).0),
+            handover: Rc::default(),
         }
     }
 
@@ -53,6 +57,17 @@ impl Shutdown {
                 Phase::Draining | Phase::Stopping => Phase::Stopping,
             }
         });
+    }
+
+    /// Asks for a hand-over: a stop at once that leaves runs to their shims.
+    pub fn request_handover(&self) {
+        self.handover.set(true);
+        self.phase.send_replace(Phase::Stopping);
+    }
+
+    /// Whether the stop asked for is a hand-over.
+    pub fn is_handover(&self) -> bool {
+        self.handover.get()
     }
 
     /// Resolves once the phase is `phase` or later.

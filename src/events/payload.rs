@@ -130,6 +130,17 @@ pub struct RunExited {
     pub status: Option<String>,
 }
 
+/// `run.readopted`: a run the daemon before left running (a restart, a crash) is followed by
+/// this daemon from its shim's spool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunReadopted {
+    /// The shim that kept the run while no daemon followed it.
+    pub shim_pid: u32,
+    /// How long ago the run started.
+    pub since_start_ms: i64,
+}
+
 /// `retry.scheduled`: a failed run is tried again after a delay.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -409,6 +420,7 @@ payloads! {
     SlotGranted(SlotGranted),
     RunStarted(RunStarted),
     RunExited(RunExited),
+    RunReadopted(RunReadopted),
     RetryScheduled(RetryScheduled),
     AppServerUnavailable(AppServerUnavailable),
     ThreadStarted(ThreadStarted),

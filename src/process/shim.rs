@@ -25,7 +25,7 @@
 //!
 //! ```text
 //!  daemon lives ──lifeline ends──► orphaned: pipes → DIR/stdout, DIR/stderr (appended)
-//!                                     │  SIGUSR2 (a daemon adopted it): no timeout
+//!                                     │  SIGUSR2 (a daemon follows it): the timeout starts over
 //!                                     │  no adoption within --orphan-timeout-ms: SIGTERM to
 //!                                     │  the group, SIGKILL 5 s later
 //!                                     ▼
@@ -84,9 +84,16 @@ pub const STDOUT_FD: i32 = 3;
 pub const STDERR_FD: i32 = 4;
 pub const LIFELINE_FD: i32 = 5;
 
-/// The signal a daemon sends a shim it adopted: someone follows its spool again, so the
-/// orphan timeout no longer runs.
+/// The signal a daemon sends a shim it adopted: someone follows its spool, so the orphan
+/// timeout starts over. The daemon sends it again at least once per half timeout.
 pub const ADOPTED: Signal = Signal::SIGUSR2;
+
+/// Written into the run's directory by a daemon that handed the run over (`corral daemon
+/// restart`), once what it read of the run is stored and the rest begins the spool: only
+/// such a run is taken over by the next daemon. One whose daemon died (kill -9) is ended at
+/// the next boot and its prompt run again, as before: the lines that daemon had read and not
+/// stored would be missing from its record.
+pub const HANDED_OVER: &str = "handed-over";
 
 /// The spool's files in the run's directory.
 pub const SPOOLED_STDOUT: &str = "stdout";
@@ -94,6 +101,9 @@ pub const SPOOLED_STDERR: &str = "stderr";
 /// The engine's end, once spooled: `code N` or `signal NAME`, then `at MS` (ms since the
 /// epoch), a line each; written whole (renamed into place).
 pub const EXIT_FILE: &str = "exit";
+
+/// The spool's files are the home's: its owner's alone (the daemon made their directory 0700).
+const SPOOL_FILE_MODE: u32 = 0o600;
 
 /// The most a spool file takes: past it the shim stops reading, and the engine blocks on its
 /// full pipe until a daemon adopts it (or the orphan timeout ends it).
@@ -288,7 +298,11 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 }
                 // Told to end: what escaped the group goes now; the engine ends by the
                 // daemon's signal, sent to the whole group.
-                Ok(_) => end_escaped(group, &marks, engine),
+                Ok(_) => {
+                    if let Some(ended) = end_escaped(group, &marks, engine) {
+                        end = Some(ended);
+                    }
+                }
                 Err(_) => {}
             }
         }
@@ -296,7 +310,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
             spool.serve(&ready[1..], end.is_some(), group);
         }
     }
-    end_escaped(group, &marks, engine);
+    // The engine's end is known: what is reaped now is what it left.
+    let _ = end_escaped(group, &marks, engine);
     match end {
         Some(End::Code(code)) => code,
         Some(End::Signal(signal)) => die_of(signal),
@@ -328,10 +343,9 @@ struct Spool {
     streams: [Stream; 2],
     lifeline: Option<OwnedFd>,
     orphan_timeout: Duration,
-    /// When the daemon went away (and no other adopted the shim since).
+    /// When the daemon went away, or when a daemon that follows the spool last said so: the
+    /// orphan timeout runs from then.
     orphaned_at: Option<Instant>,
-    /// A daemon follows the spool (the lifeline ended, and it adopted the shim).
-    adopted: bool,
     /// When the orphan timeout sent SIGTERM to the group; SIGKILL follows its grace.
     ending_since: Option<Instant>,
     /// When the engine's end was first seen, while orphaned: the drain runs from then.
@@ -357,7 +371,7 @@ impl Spool {
             let file = std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
-                .mode(crate::home::PRIVATE_FILE)
+                .mode(SPOOL_FILE_MODE)
                 .open(dir.join(name))?;
             let written = file.metadata()?.len();
             Ok(Stream {
@@ -382,7 +396,6 @@ impl Spool {
             lifeline: Some(lifeline),
             orphan_timeout,
             orphaned_at: None,
-            adopted: false,
             ending_since: None,
             ended_at: None,
         })
@@ -392,9 +405,12 @@ impl Spool {
         self.lifeline.is_none()
     }
 
+    /// A daemon follows the spool: the orphan timeout starts over (the daemon says so again
+    /// before it runs out, for as long as it follows).
     fn adopted(&mut self) {
-        self.adopted = true;
-        self.orphaned_at = None;
+        if self.lifeline.is_none() && self.ending_since.is_none() {
+            self.orphaned_at = Some(Instant::now());
+        }
     }
 
     /// The descriptors to wait on, after the signals': the lifeline while the daemon lives,
@@ -448,7 +464,7 @@ impl Spool {
                 stream.take();
             }
         }
-        if engine_ended || self.adopted {
+        if engine_ended {
             return;
         }
         let now = Instant::now();
@@ -471,10 +487,21 @@ impl Spool {
         self.streams.iter().all(|stream| stream.pipe.is_none()) || ended_at.elapsed() >= DRAIN
     }
 
-    /// Records the engine's end in the spool, whole (renamed into place).
+    /// Records the engine's end in the spool, whole: written beside, then renamed into place.
     fn record(&self, end: End) {
-        let record = self.dir.join(EXIT_FILE);
-        let written = crate::home::write_private(&record, &end.record());
+        let written = (|| {
+            use std::io::Write;
+            let beside = self.dir.join(format!("{EXIT_FILE}.new"));
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(SPOOL_FILE_MODE)
+                .open(&beside)?;
+            file.write_all(end.record().as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&beside, self.dir.join(EXIT_FILE))
+        })();
         if let Err(error) = written {
             say!("{PROGRAM}: the engine's end was not recorded: {error}");
         }
@@ -529,8 +556,9 @@ fn release_pipes() {
 
 /// Kills (SIGKILL) and reaps every child the shim adopted that is neither in the run's
 /// `group` nor carries one of its `marks`, round after round, as the children of the killed
-/// are adopted in turn. The engine is spared: it ends by the daemon's signals.
-fn end_escaped(group: Pid, marks: &[(&OsStr, OsString)], engine: Pid) {
+/// are adopted in turn. The engine is spared: it ends by the daemon's signals. Returns the
+/// engine's end if it was among the children reaped.
+fn end_escaped(group: Pid, marks: &[(&OsStr, OsString)], engine: Pid) -> Option<End> {
     for _ in 0..MAX_ROUNDS {
         let escaped: Vec<Pid> = children()
             .into_iter()
@@ -546,12 +574,9 @@ fn end_escaped(group: Pid, marks: &[(&OsStr, OsString)], engine: Pid) {
             let _ = wait::waitpid(pid, None);
         }
     }
-    // Whatever else ended meanwhile.
-    while let Ok(status) = wait::waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
+    // Whatever else ended meanwhile: the engine among them, whose end is the shim's to tell
+    // (reaped here, it would be waited for in vain).
+    reap(engine)
 }
 
 /// Whether child `pid` left both the run's `group` and its `marks`.

@@ -17,11 +17,16 @@ method! {
     Shutdown = "shutdown": ShutdownParams => ShutdownResult,
 }
 
-/// `shutdown`'s params: none (any named params are ignored, as `NoParams`'s are). A type of
-/// its own because stopping the daemon is a widening (`daemon::origin::Widening`), which a
-/// method sharing `NoParams` is not.
+/// `shutdown`'s params. A type of its own because stopping the daemon is a widening
+/// (`daemon::origin::Widening`), which a method sharing `NoParams` is not.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShutdownParams {}
+pub struct ShutdownParams {
+    /// Hand the runs over instead of ending them (`corral daemon restart`, an upgrade): at
+    /// once, with no grace, every run under a spooling shim is left running to its shim, and
+    /// the next daemon adopts it. Runs that cannot be (an app-server turn) end as at a stop.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handover: bool,
+}
 
 /// `initialize`'s params (checked by the transport's handshake itself, with messages that
 /// say which version the daemon speaks).

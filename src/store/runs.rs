@@ -409,6 +409,22 @@ pub fn runs_of_session(connection: &Conn, session_id: &str) -> sql::Result<Vec<R
     )
 }
 
+/// The run of `prompt_id` still marked running: at its worker's start, one the daemon before
+/// left running to its shim, which boot found alive and did not close (live restore).
+pub fn left_running(connection: &Conn, prompt_id: &str) -> sql::Result<Option<Run>> {
+    use sql::OptionalExt;
+    connection
+        .row(
+            &format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE prompt_id = ?1 AND status = 'running' \
+                 ORDER BY started_at DESC LIMIT 1"
+            ),
+            args![prompt_id],
+            run_row,
+        )
+        .optional()
+}
+
 /// Every run marked running.
 pub fn running_runs(connection: &Conn) -> sql::Result<Vec<Run>> {
     connection.rows(

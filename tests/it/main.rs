@@ -34,6 +34,7 @@ mod fuzz;
 mod home_safety;
 mod http;
 mod lease_guard;
+mod live_restore;
 mod monitor;
 mod multi_daemon;
 mod multi_daemon_streams;

@@ -718,18 +718,19 @@ fn a_claude_session_runs_on_the_claude_format() {
     });
 }
 
-#[test]
-fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
-    let home = tempfile::tempdir().unwrap();
-    // The store of the test pass (a database of its own under CORRAL_TEST_STORE=postgres),
-    // kept until both supervisors are done.
-    let _database = common::store::for_home(home.path());
-    let projects = tempfile::tempdir().unwrap();
+/// A supervisor that goes away while its engine child runs: the prompt, the engine's pid and
+/// the run's id. `hand_over`: it hands the run over first (`Corral::hand_over`, what
+/// `corral daemon restart` does); else it just ends, as a killed daemon would.
+fn leave_a_run(
+    home: &std::path::Path,
+    projects: &std::path::Path,
+    hand_over: bool,
+) -> (String, i64, String) {
+    // Under the shim, as the daemon's engines run (see `common::library`).
+    std::env::set_var("CORRAL_SHIM", env!("CARGO_BIN_EXE_corral-shim"));
     // A supervisor that goes away while its engine child runs (as a killed daemon would).
-    let (prompt_id, pid) = actix::System::new().block_on(async {
-        let corral = Corral::start(CorralOptions::new(home.path()))
-            .await
-            .unwrap();
+    actix::System::new().block_on(async {
+        let corral = Corral::start(CorralOptions::new(home)).await.unwrap();
         corral
             .set_setting("engines.fake.path", Some(FAKE))
             .await
@@ -741,7 +742,7 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
         let project = corral
             .add_project(NewProject {
                 name: "p".into(),
-                path: projects.path().to_string_lossy().into_owned(),
+                path: projects.to_string_lossy().into_owned(),
                 ..Default::default()
             })
             .await
@@ -763,14 +764,72 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
             })
             .await
             .unwrap();
-        let pid = loop {
+        let (pid, run_id) = loop {
             let event = events.recv().await.unwrap();
             if event.kind == "run.started" {
-                break event.payload["pid"].as_i64().unwrap();
+                break (
+                    event.payload["pid"].as_i64().unwrap(),
+                    event.run_id.clone().unwrap(),
+                );
             }
         };
-        (sent.prompt.id, pid)
+        if hand_over {
+            corral.hand_over().await;
+        }
+        (sent.prompt.id, pid, run_id)
+    })
+}
+
+/// The next supervisor of the home takes over a run its predecessor handed over (live
+/// restore, on a store of its own): nothing is ended or closed at boot, the engine finishes
+/// the turn it began, and the prompt ends with that one run.
+#[test]
+fn a_new_supervisor_takes_over_a_run_its_predecessor_handed_over() {
+    let home = tempfile::tempdir().unwrap();
+    let database = common::store::for_home(home.path());
+    if database.is_some() {
+        println!("skipping: on a shared store a dead daemon's runs are its lease guard's to end");
+        return;
+    }
+    let projects = tempfile::tempdir().unwrap();
+    let (prompt_id, pid, run_id) = leave_a_run(home.path(), projects.path(), true);
+    assert!(!process_gone(pid), "the engine goes on under its shim");
+    actix::System::new().block_on(async {
+        let corral = Corral::start(CorralOptions::new(home.path()))
+            .await
+            .unwrap();
+        assert!(corral.recovered().interrupted_runs.is_empty());
+        let done = tokio::time::timeout(Duration::from_secs(30), corral.wait_prompt(&prompt_id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.status, PromptStatus::Done, "{done:?}");
+        let runs = corral.read(|c| runs::runs_of(c, &prompt_id)).unwrap();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].id, run_id);
+        assert_eq!(runs[0].status, RunStatus::Succeeded);
+        let events = corral
+            .read(|c| corral::store::events::events_after(c, &runs[0].session_id, 0, 1000))
+            .unwrap();
+        assert!(
+            events.iter().any(|event| event.kind == "run.readopted"),
+            "{events:?}"
+        );
     });
+}
+
+/// A run whose supervisor died without handing it over (as a daemon killed with -9) is not
+/// taken over, since the lines that supervisor had read and not stored would be missing: the
+/// next supervisor ends what is left of it (SIGTERM to its group, its shim's included) and
+/// runs the prompt again.
+#[test]
+fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
+    let home = tempfile::tempdir().unwrap();
+    // The store of the test pass (a database of its own under CORRAL_TEST_STORE=postgres),
+    // kept until both supervisors are done.
+    let _database = common::store::for_home(home.path());
+    let projects = tempfile::tempdir().unwrap();
+    let (prompt_id, pid, _) = leave_a_run(home.path(), projects.path(), false);
     assert!(!process_gone(pid), "the orphaned engine still runs");
 
     actix::System::new().block_on(async {

@@ -182,6 +182,7 @@ impl Worker {
             RunOutcome::Stopped(stop, _) => format!("its turn was {}", stop.ended_by()),
             RunOutcome::TimedOut(_) => "its turn timed out".to_string(),
             RunOutcome::Finished { .. } => "its turn ended".to_string(),
+            RunOutcome::HandedOver => "its turn was handed over".to_string(),
         };
         self.end_asking(turn.run_id, &mut talk, &why).await;
         server.unwatch(&thread_id);
@@ -573,6 +574,7 @@ fn turn_exited(outcome: &RunOutcome, turn_id: &str, pid: u32) -> RunExited {
         },
         RunOutcome::Stopped(stop, _) => (None, Some(stop.ended_by()), "interrupted"),
         RunOutcome::TimedOut(_) => (None, Some("timed out"), "interrupted"),
+        RunOutcome::HandedOver => (None, Some("handed over"), "interrupted"),
     };
     RunExited {
         turn_id: Some(turn_id.to_string()),

@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::asking::{stdin_writer, Talk};
 use super::{Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
@@ -36,7 +36,7 @@ const STDERR_TAIL: usize = 20;
 
 /// Lines in flight between a child's pipes and the worker. When the ledger falls behind, the
 /// readers stop reading and the child blocks on its pipe: memory stays bounded.
-const LINE_BUFFER: usize = 256;
+pub(super) const LINE_BUFFER: usize = 256;
 
 /// The longest output line kept whole. The rest of a longer line is read and dropped (the
 /// line is marked cut), so an engine printing a 1 GiB line costs the daemon this much at most
@@ -134,7 +134,10 @@ impl Worker {
             .record_spawn(prompt, run_id, argv, kind, pid, pid_start)
             .await;
 
-        let Output { mut lines, spool } = output;
+        let Output {
+            mut lines,
+            mut spool,
+        } = output;
         let mut transcript = Transcript::new(kind, known_thread);
         let mut batch: Vec<NewEvent> = Vec::new();
         let deadline = tokio::time::sleep(settings.run_timeout);
@@ -242,7 +245,11 @@ impl Worker {
                 }
                 // Once the engine has exited on its own, the run ends as an exit.
                 stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if status.is_none() => {
-                    break Some(Ended::Stopped(stop))
+                    // A hand-over leaves a spooled run to its shim, running.
+                    let handing_over = stop == Stop::Shutdown
+                        && spool.is_some()
+                        && self.shared.life.is_handing_over();
+                    break Some(if handing_over { Ended::HandedOver } else { Ended::Stopped(stop) })
                 }
                 // A run that waits for a person is not timed out: its clock stands still.
                 _ = &mut deadline, if status.is_none() && !talk.waits() => break Some(Ended::TimedOut),
@@ -251,9 +258,27 @@ impl Worker {
                 break None;
             }
         };
+        if let (Some(Ended::HandedOver), Some(mut spool)) = (&stop, spool.take()) {
+            // What was read and not delivered begins the spool; the lines delivered are
+            // stored now, so the next daemon goes on from the line after them.
+            let left = spool.stop_reading().await;
+            while let Ok(line) = lines.try_recv() {
+                self.take_line(prompt, run_id, line, &mut transcript, &mut batch)
+                    .await;
+            }
+            if let Err(error) = self.try_store_events(std::mem::take(&mut batch)).await {
+                tracing::warn!(%error, "the run's last events are kept to be stored later");
+            }
+            match spool.hand_over(left) {
+                Ok(()) => tracing::info!("the run is handed over to its shim"),
+                Err(error) => tracing::error!(%error, "the run's spool could not be begun"),
+            }
+            return (RunOutcome::HandedOver, transcript.new_thread());
+        }
         let why = match &stop {
             Some(Ended::Stopped(stop)) => format!("its run was {}", stop.ended_by()),
             Some(Ended::TimedOut) => "its run timed out".to_string(),
+            Some(Ended::HandedOver) => "its run was handed over".to_string(),
             Some(_) => "its run failed".to_string(),
             None => "its engine exited".to_string(),
         };
@@ -330,7 +355,7 @@ impl Worker {
     /// just named (so that a daemon killed during this run resumes it on the rerun), else
     /// when the batch is full or no line waits. Returns why it could not be stored, if it
     /// could not.
-    async fn store_lines(
+    pub(super) async fn store_lines(
         &mut self,
         run_id: &str,
         new_thread: Option<String>,
@@ -359,7 +384,7 @@ impl Worker {
 
     /// Turns one output line into events (pushed on `batch`), keeping in `transcript` what
     /// judges the run. Returns a thread the engine named that is new to the session.
-    async fn take_line(
+    pub(super) async fn take_line(
         &self,
         prompt: &Prompt,
         run_id: &str,
@@ -467,6 +492,7 @@ impl Worker {
         }
         let reason = match ended {
             Ended::Stopped(stop) => stop.ended_by(),
+            Ended::HandedOver => "handed over",
             Ended::TimedOut => "timed out",
             Ended::Unstored(_) => "store unavailable",
             Ended::Lost(_) => "lost",
@@ -491,6 +517,7 @@ impl Worker {
         self.deferred.append(&mut batch);
         match ended {
             Ended::Stopped(stop) => RunOutcome::Stopped(stop, exit),
+            Ended::HandedOver => RunOutcome::HandedOver,
             Ended::TimedOut => RunOutcome::TimedOut(exit),
             Ended::Unstored(_) | Ended::Lost(_) => RunOutcome::Finished {
                 verdict: RunVerdict::Failed {
@@ -509,7 +536,7 @@ impl Worker {
     }
 
     /// Judges a run whose engine exited on its own, from its structured output and exit.
-    fn end_exited(
+    pub(super) fn end_exited(
         &mut self,
         prompt: &Prompt,
         run_id: &str,
@@ -631,13 +658,14 @@ fn spawn(
     // of a large prompt must not wait on us while we wait on it.
     let lines = match pipes {
         Some(pipes) => {
-            let lines = read_pipes(pipes.stdout, pipes.stderr)
+            let (lines, readers) = read_pipes(pipes.stdout, pipes.stderr)
                 .map_err(|error| format!("cannot read the run's pipes: {error}"))?;
             Output {
                 lines,
                 spool: Some(RunSpool {
                     dir,
-                    _lifeline: pipes.lifeline,
+                    lifeline: pipes.lifeline,
+                    readers,
                 }),
             }
         }
@@ -681,7 +709,8 @@ pub(super) struct Output {
 /// daemon follows the run; its drop hands the run to the shim.
 pub(super) struct RunSpool {
     pub(super) dir: std::path::PathBuf,
-    _lifeline: std::os::fd::OwnedFd,
+    lifeline: std::os::fd::OwnedFd,
+    readers: Readers,
 }
 
 impl RunSpool {
@@ -690,22 +719,45 @@ impl RunSpool {
     pub(super) fn remove(self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
 
-/// [`read_output`] for pipes this daemon made (a spooling shim's).
-fn read_pipes(
-    stdout: std::os::fd::OwnedFd,
-    stderr: std::os::fd::OwnedFd,
-) -> std::io::Result<mpsc::Receiver<Line>> {
-    use tokio::net::unix::pipe::Receiver;
-    let (stdout, stderr) = (
-        Receiver::from_owned_fd(stdout)?,
-        Receiver::from_owned_fd(stderr)?,
-    );
-    let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
-    tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
-    tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx));
-    Ok(lines)
+    /// Stops reading the run's pipes: what the readers read and did not deliver, stdout's and
+    /// stderr's. The lines already delivered are the caller's to store.
+    async fn stop_reading(&mut self) -> (Vec<u8>, Vec<u8>) {
+        let (stop, told) = watch::channel(true);
+        drop(told);
+        let readers = std::mem::replace(
+            &mut self.readers,
+            Readers {
+                stop,
+                stdout: tokio::spawn(async { Vec::new() }),
+                stderr: tokio::spawn(async { Vec::new() }),
+            },
+        );
+        readers.stop().await
+    }
+
+    /// Hands the run to its shim: `left` (what this daemon read of each pipe and did not
+    /// store) begins the spool, then the lifeline ends, and the shim spools the rest. The
+    /// next daemon adopts the run from there.
+    fn hand_over(self, left: (Vec<u8>, Vec<u8>)) -> std::io::Result<()> {
+        use std::io::Write;
+        for (name, bytes) in [
+            (process::shim::SPOOLED_STDOUT, left.0),
+            (process::shim::SPOOLED_STDERR, left.1),
+        ] {
+            if bytes.is_empty() {
+                continue;
+            }
+            crate::home::private_file()
+                .append(true)
+                .create(true)
+                .open(self.dir.join(name))?
+                .write_all(&bytes)?;
+        }
+        std::fs::write(self.dir.join(process::shim::HANDED_OVER), b"")?;
+        drop(self.lifeline);
+        Ok(())
+    }
 }
 
 /// Reads the child's stdout and stderr on tasks of their own into one bounded channel of
@@ -713,16 +765,60 @@ fn read_pipes(
 pub(super) fn read_output(child: &mut tokio::process::Child) -> mpsc::Receiver<Line> {
     let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
     if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone()));
+        tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone(), None));
     }
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx));
+        tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx, None));
     }
     lines
 }
 
+/// [`read_output`] for pipes this daemon made (a spooling shim's): the readers stop when told
+/// (a hand-over), giving back what they read and did not deliver.
+fn read_pipes(
+    stdout: std::os::fd::OwnedFd,
+    stderr: std::os::fd::OwnedFd,
+) -> std::io::Result<(mpsc::Receiver<Line>, Readers)> {
+    use tokio::net::unix::pipe::Receiver;
+    let (stdout, stderr) = (
+        Receiver::from_owned_fd(stdout)?,
+        Receiver::from_owned_fd(stderr)?,
+    );
+    let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
+    let (stop, told) = watch::channel(false);
+    let readers = Readers {
+        stop,
+        stdout: tokio::spawn(read_lines(
+            stdout,
+            Stream::Stdout,
+            lines_tx.clone(),
+            Some(told.clone()),
+        )),
+        stderr: tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx, Some(told))),
+    };
+    Ok((lines, readers))
+}
+
+/// The readers of a spooled run's pipes.
+pub(super) struct Readers {
+    stop: watch::Sender<bool>,
+    stdout: tokio::task::JoinHandle<Vec<u8>>,
+    stderr: tokio::task::JoinHandle<Vec<u8>>,
+}
+
+impl Readers {
+    /// Stops them: what each read and did not deliver, stdout's then stderr's.
+    async fn stop(self) -> (Vec<u8>, Vec<u8>) {
+        let _ = self.stop.send(true);
+        (
+            self.stdout.await.unwrap_or_default(),
+            self.stderr.await.unwrap_or_default(),
+        )
+    }
+}
+
 /// What a run's output said so far that decides its outcome.
-struct Transcript {
+pub(super) struct Transcript {
     adapter: Box<dyn engine::Engine>,
     /// Only the last terminal line decides a run (see `engine::judge`): keeping that one, not
     /// every event, keeps a long run's memory flat.
@@ -736,13 +832,13 @@ struct Transcript {
     /// Where a later retry may resume from (claude's last good assistant message).
     resume_point: Option<String>,
     /// Tool uses the engine refused (`tool.denied`), counted into the worker's after the run.
-    denied: u64,
+    pub(super) denied: u64,
     /// Requests the engine made on the line just read, for the worker to ask a person.
     asks: Vec<EngineEvent>,
 }
 
 impl Transcript {
-    fn new(kind: EngineKind, known_thread: Option<&str>) -> Transcript {
+    pub(super) fn new(kind: EngineKind, known_thread: Option<&str>) -> Transcript {
         Transcript {
             adapter: kind.adapter(),
             terminal: None,
@@ -758,7 +854,7 @@ impl Transcript {
     }
 
     /// The thread the engine reported, if it is not the one the session had.
-    fn new_thread(&self) -> Option<String> {
+    pub(super) fn new_thread(&self) -> Option<String> {
         self.thread
             .clone()
             .filter(|thread| Some(thread) != self.known_thread.as_ref())
@@ -857,6 +953,8 @@ async fn end_leftovers(shared: std::sync::Arc<Shared>, left: Left, grace: Durati
 enum Ended {
     Stopped(Stop),
     TimedOut,
+    /// Left to its shim, running, at a hand-over.
+    HandedOver,
     /// Its events could not be stored: the store stayed locked past `store.lock_timeout_ms`
     /// (or failed). They are kept and stored with the run's end; the run fails.
     Unstored(crate::actors::ledger::LedgerError),
@@ -1015,21 +1113,35 @@ pub(super) struct Line {
 
 /// Reads `pipe` line by line as bytes: invalid UTF-8 is decoded lossily, a last line without a
 /// newline is delivered when the pipe closes, and a line longer than [`MAX_LINE`] keeps only
-/// its start (the rest is read and dropped).
-async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::Sender<Line>) {
+/// its start (the rest is read and dropped). Told to `stop` (a run handed over to its shim),
+/// it returns the bytes it read and did not deliver: the start of a line, and what follows it
+/// in its buffer.
+pub(super) async fn read_lines(
+    pipe: impl AsyncRead + Unpin,
+    stream: Stream,
+    lines: mpsc::Sender<Line>,
+    mut stop: Option<watch::Receiver<bool>>,
+) -> Vec<u8> {
     let mut reader = BufReader::new(pipe);
     let mut buffer = Vec::new();
+    let leftover = |line: &[u8], buffered: &[u8]| [line, buffered].concat();
     loop {
         buffer.clear();
         let mut cut = false;
         let mut ended = false;
         loop {
-            let available = match reader.fill_buf().await {
-                Ok([]) | Err(_) => {
+            let filled = tokio::select! {
+                biased;
+                () = stopped(&mut stop) => None,
+                filled = reader.fill_buf() => Some(filled.map(|available| available.len())),
+            };
+            let available = match filled {
+                None => return leftover(&buffer, reader.buffer()),
+                Some(Ok(0) | Err(_)) => {
                     ended = true;
                     break;
                 }
-                Ok(available) => available,
+                Some(Ok(_)) => reader.buffer(),
             };
             let (take, newline) = match available.iter().position(|&b| b == b'\n') {
                 Some(at) => (at + 1, true),
@@ -1046,22 +1158,42 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, stream: Stream, lines: mpsc::S
             }
         }
         if ended && buffer.is_empty() {
-            return;
+            return Vec::new();
         }
+        // Room for the line first: told to stop meanwhile, the line is handed back whole.
+        let permit = tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return leftover(&buffer, reader.buffer()),
+            permit = lines.reserve() => permit,
+        };
         while matches!(buffer.last(), Some(b'\n' | b'\r')) {
             buffer.pop();
         }
         let text = String::from_utf8_lossy(&buffer).into_owned();
+        match permit {
+            Ok(permit) => permit.send(Line { stream, text, cut }),
+            Err(_) => {
+                // The run is over, but a process it kept still writes here: read and drop
+                // what it writes rather than break its pipe.
+                let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+                return Vec::new();
+            }
+        }
         if ended {
-            let _ = lines.send(Line { stream, text, cut }).await;
-            return;
+            return Vec::new();
         }
-        if lines.send(Line { stream, text, cut }).await.is_err() {
-            // The run is over, but a process it kept still writes here: read and drop what
-            // it writes rather than break its pipe.
-            let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
-            return;
+    }
+}
+
+/// Resolves once `stop` turns true; never without one.
+async fn stopped(stop: &mut Option<watch::Receiver<bool>>) {
+    match stop {
+        Some(stop) => {
+            if stop.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
+        None => std::future::pending().await,
     }
 }
 

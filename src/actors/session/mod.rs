@@ -40,6 +40,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::watch;
 
+mod adopt;
 mod app_turn;
 mod asking;
 mod child;
@@ -256,6 +257,9 @@ struct PromptEnd {
     answer: Option<String>,
     /// Stopped by a shutdown: back to the queue rather than ended.
     requeue: bool,
+    /// Its run was handed over to its shim for the next daemon to adopt: the prompt stays
+    /// running, and nothing more of it is written here.
+    handed_over: bool,
 }
 
 impl PromptEnd {
@@ -265,6 +269,7 @@ impl PromptEnd {
             error: Some(message.into()),
             answer: None,
             requeue: false,
+            handed_over: false,
         }
     }
 
@@ -274,6 +279,17 @@ impl PromptEnd {
             error: None,
             answer: None,
             requeue: stop == Stop::Shutdown,
+            handed_over: false,
+        }
+    }
+
+    fn handed_over() -> Self {
+        PromptEnd {
+            status: PromptStatus::Running,
+            error: None,
+            answer: None,
+            requeue: false,
+            handed_over: true,
         }
     }
 }
@@ -298,6 +314,8 @@ enum RunOutcome {
     },
     /// Cancelled or stopped by a shutdown; how the engine's process ended, if it had one.
     Stopped(Stop, Exit),
+    /// Left running to its shim at a hand-over (see [`PromptEnd::handed_over`]).
+    HandedOver,
     TimedOut(Exit),
 }
 
@@ -355,6 +373,10 @@ impl Worker {
                 let span = tracing::info_span!("prompt", id = %prompt_id);
                 self.run_prompt(prompt).instrument(span).await
             };
+            if end.handed_over {
+                // The next daemon adopts the run and finishes the prompt.
+                return;
+            }
             if self.is_fenced() {
                 // What follows is still tried, and refused by the fence in the store: the
                 // lease is gone there, so nothing of it can commit (`status` counts them).

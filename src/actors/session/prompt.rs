@@ -165,15 +165,54 @@ impl Worker {
             Ok(None) => {}
             Err(end) => return end,
         }
+        // A run the daemon before left running to its shim is followed, not started again.
+        let mut left_running = self
+            .shared
+            .readers
+            .read(|connection| runs::left_running(connection, &run.prompt.id))
+            .ok()
+            .flatten()
+            .filter(|left| left.engine == run.kind && left.pid.is_some());
+        if left_running.is_some() {
+            // Started already, under the daemon before: not told again.
+            let prompt_id = run.prompt.id.clone();
+            self.deferred.retain(|event| {
+                !(matches!(event.payload(), Payload::PromptStarted(_))
+                    && event.prompt_id.as_deref() == Some(prompt_id.as_str()))
+            });
+        }
         loop {
-            if self.is_cancelled(&run.prompt.id) {
+            if self.is_cancelled(&run.prompt.id) && left_running.is_none() {
                 return PromptEnd::stopped(Stop::Cancel);
             }
             if *self.shutdown.borrow() {
                 return PromptEnd::stopped(Stop::Shutdown);
             }
-            run.attempt += 1;
             let settings = self.shared.settings();
+            if let Some(left) = left_running.take() {
+                run.attempt = left.attempt;
+                let slot = match self.acquire_slot(&run).await {
+                    Ok(slot) => slot,
+                    Err(end) => return end,
+                };
+                let run_span = tracing::info_span!("run", id = %left.id, attempt = left.attempt);
+                let known = run.thread_id.clone();
+                let (outcome, reported_thread) = self
+                    .adopt_run(&run.prompt, &left, known.as_deref(), &settings)
+                    .instrument(run_span)
+                    .await;
+                let ended = Attempted {
+                    run_id: &left.id,
+                    thread: left.thread_id.clone(),
+                    outcome,
+                    reported_thread,
+                };
+                if let Err(end) = self.after_attempt(&mut run, ended, slot, &settings).await {
+                    return end;
+                }
+                continue;
+            }
+            run.attempt += 1;
             let program = match engine::resolve_program(run.kind, &settings.engine_paths) {
                 Ok(program) => program,
                 Err(message) => return PromptEnd::failed(message),
@@ -274,26 +313,52 @@ impl Worker {
                     self.run_child(child, &settings).instrument(run_span).await
                 }
             };
-            let ended_at = crate::store::now_ms();
-            drop(slot);
-            // A new thread was stored the moment the run reported it.
-            if let Some(reported) = reported_thread {
-                run.thread_id = Some(reported);
-            }
             let attempted = spec.thread_id.clone();
-            let delay = match self
-                .settle(&mut run, &run_id, ended_at, attempted, outcome, &settings)
-                .await
-            {
-                Ok(delay) => delay,
-                Err(end) => return end,
+            let ended = Attempted {
+                run_id: &run_id,
+                thread: attempted,
+                outcome,
+                reported_thread,
             };
-            // The slot was released above: other sessions run while this one sleeps.
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
-                    return PromptEnd::stopped(stop)
-                }
+            if let Err(end) = self.after_attempt(&mut run, ended, slot, &settings).await {
+                return end;
+            }
+        }
+    }
+
+    /// What follows a run's end: its outcome settled (the prompt's end, or a retry after a
+    /// delay, slept out here unless the prompt is stopped meanwhile). The slot goes first:
+    /// other sessions run while this one sleeps.
+    async fn after_attempt(
+        &mut self,
+        run: &mut PromptRun,
+        ended: Attempted<'_>,
+        slot: SlotGuard,
+        settings: &Settings,
+    ) -> Result<(), PromptEnd> {
+        if let RunOutcome::HandedOver = ended.outcome {
+            return Err(PromptEnd::handed_over());
+        }
+        let ended_at = crate::store::now_ms();
+        drop(slot);
+        // A new thread was stored the moment the run reported it.
+        if let Some(reported) = ended.reported_thread {
+            run.thread_id = Some(reported);
+        }
+        let delay = self
+            .settle(
+                run,
+                ended.run_id,
+                ended_at,
+                ended.thread,
+                ended.outcome,
+                settings,
+            )
+            .await?;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => Ok(()),
+            stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
+                Err(PromptEnd::stopped(stop))
             }
         }
     }
@@ -486,6 +551,8 @@ impl Worker {
         settings: &Settings,
     ) -> Result<Duration, PromptEnd> {
         let (exit, message, class, retry_after, context) = match outcome {
+            // Returned before it is settled (`run_prompt`).
+            RunOutcome::HandedOver => return Err(PromptEnd::handed_over()),
             RunOutcome::Stopped(Stop::Cancel, exit) => {
                 self.end_run(run_end(run_id, ended_at, &exit, RunStatus::Cancelled))
                     .await;
@@ -539,6 +606,7 @@ impl Worker {
                             error: None,
                             answer,
                             requeue: false,
+                            handed_over: false,
                         });
                     }
                     RunVerdict::Failed { message } => (exit, message, class, retry_after, context),
@@ -640,6 +708,16 @@ impl Worker {
         self.flush_end().await;
         self.pending_end = Some(end);
     }
+}
+
+/// How one attempt of a prompt ended, for [`Worker::after_attempt`].
+struct Attempted<'a> {
+    run_id: &'a str,
+    /// The thread the attempt ran on (the session's before it).
+    thread: Option<String>,
+    outcome: RunOutcome,
+    /// A thread the engine reported that was new to the session.
+    reported_thread: Option<String>,
 }
 
 #[cfg(test)]

@@ -106,8 +106,11 @@ fn or_unreachable<T: Default>(
 
 /// The same as SIGTERM: the daemon drains, then stops (a second ask: at once).
 impl Serve for Shutdown {
-    async fn serve(caller: &Caller, _: ShutdownParams) -> Result<ShutdownResult, RpcError> {
-        caller.context.shutdown.request();
+    async fn serve(caller: &Caller, p: ShutdownParams) -> Result<ShutdownResult, RpcError> {
+        match p.handover {
+            true => caller.context.shutdown.request_handover(),
+            false => caller.context.shutdown.request(),
+        }
         Ok(ShutdownResult { stopping: true })
     }
 }

@@ -1,0 +1,250 @@
+//! A run adopted from the daemon before (live restore): its engine went on under its shim
+//! while no daemon followed it (`process::shim`, `--spool`), and this daemon follows it from
+//! its spool to its end, then judges it as if nothing had happened.
+//!
+//! ```text
+//!  boot: run left running, its shim alive, its spool there ─► the prompt's worker adopts it
+//!  SIGUSR2 to the shim (again every half orphan timeout: the shim's timeout starts over)
+//!  HOME/runs/<run>/stdout, stderr ─(inotify: appended)─► lines ─► events, as a live run's
+//!  the shim's end (pidfd) ─► the files read to their end ─► HOME/runs/<run>/exit ─► judged
+//! ```
+//!
+//! The spool begins where the daemon before stopped reading (it stored every line it read,
+//! and wrote what it had read of a line into the spool first), so no line is stored twice or
+//! lost. A daemon killed with -9 had no time for that: the lines it had read and not stored
+//! are lost, the rest comes from the spool.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::io::unix::AsyncFd;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::child::{read_lines, Line, Stream, Transcript};
+use super::{Exit, RunOutcome, Stop, Worker};
+use crate::events::{Payload, RunReadopted};
+use crate::process::shim;
+use crate::store::prompts::Prompt;
+use crate::store::runs::Run;
+use crate::store::settings::Settings;
+
+impl Worker {
+    /// Follows `run` (left running by the daemon before, its shim alive) to its end from its
+    /// spool. Returns its outcome and the thread the engine reported.
+    pub(super) async fn adopt_run(
+        &mut self,
+        prompt: &Prompt,
+        run: &Run,
+        known_thread: Option<&str>,
+        settings: &Settings,
+    ) -> (RunOutcome, Option<String>) {
+        let dir = shim::spool_dir(&self.shared.home, &run.id);
+        let shim_pid = run.pid.unwrap_or(0) as i32;
+        let _ = adopt(shim_pid);
+        let (mut lines, ended) = match follow(&dir, shim_pid) {
+            Ok(followed) => followed,
+            Err(error) => {
+                return (
+                    RunOutcome::failed(format!("the run's spool cannot be followed: {error}")),
+                    None,
+                )
+            }
+        };
+        let unattended_ms = crate::store::now_ms() - run.started_at;
+        let told = RunReadopted {
+            shim_pid: shim_pid as u32,
+            since_start_ms: unattended_ms.max(0),
+        };
+        let mut batch = vec![self.new_event(prompt, &run.id, Payload::RunReadopted(told))];
+        let mut transcript = Transcript::new(run.engine, known_thread);
+        // The shim's orphan timeout starts over at each adoption: told again while followed.
+        let mut heartbeat =
+            tokio::time::interval((settings.orphan_timeout / 2).max(Duration::from_millis(100)));
+        heartbeat.tick().await;
+        let mut stop: Option<Stop> = None;
+        loop {
+            tokio::select! {
+                line = lines.recv() => {
+                    let Some(line) = line else { break };
+                    let new_thread = self.take_line(prompt, &run.id, line, &mut transcript, &mut batch).await;
+                    if let Some(error) = self.store_lines(&run.id, new_thread, &mut batch, lines.is_empty()).await {
+                        tracing::warn!(%error, "the adopted run's events are kept to be stored later");
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    let _ = adopt(shim_pid);
+                }
+                asked = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if stop.is_none() => {
+                    if asked == Stop::Shutdown && self.shared.life.is_handing_over() {
+                        // Left to its shim again, for the next daemon: what was read of the
+                        // spool is stored; the rest of it stays there.
+                        let _ = self.try_store_events(std::mem::take(&mut batch)).await;
+                        return (RunOutcome::HandedOver, transcript.new_thread());
+                    }
+                    // Ended as a live run is, its whole group; its end still comes through the
+                    // spool.
+                    let mark = crate::process::Mark::of_leader(
+                        Some(shim_pid),
+                        run.pid_start.map(|start| start as u64),
+                        crate::env::RUN_ID,
+                        &run.id,
+                    );
+                    crate::process::end_marked(&[mark], settings.cancel_grace, None).await;
+                    stop = Some(asked);
+                }
+            }
+        }
+        let status = ended.await.ok().flatten();
+        let reported = transcript.new_thread();
+        self.denied += std::mem::take(&mut transcript.denied);
+        if let Some(stop) = stop {
+            let _ = self.try_store_events(std::mem::take(&mut batch)).await;
+            remove_spool(&dir);
+            return (RunOutcome::Stopped(stop, Exit::of(status)), reported);
+        }
+        let outcome = self.end_exited(prompt, &run.id, transcript, status, batch);
+        remove_spool(&dir);
+        (outcome, reported)
+    }
+}
+
+/// Tells the shim a daemon follows it: its orphan timeout starts over.
+fn adopt(shim_pid: i32) -> nix::Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim_pid), shim::ADOPTED)
+}
+
+fn remove_spool(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Follows a run's spool: its lines as they are appended to `DIR/stdout` and `DIR/stderr`,
+/// until the shim (`shim_pid`) is gone and both are read to their end; then the engine's end
+/// as `DIR/exit` records it (`None`: not recorded, the shim died first).
+fn follow(
+    dir: &Path,
+    shim_pid: i32,
+) -> std::io::Result<(
+    mpsc::Receiver<Line>,
+    oneshot::Receiver<Option<std::process::ExitStatus>>,
+)> {
+    let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+    inotify.add_watch(
+        dir,
+        AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO,
+    )?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, shim_pid, 0) };
+    // A shim gone already (no descriptor) is seen gone at the first look.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+    let (changed, _) = watch::channel(0u64);
+    let (gone_tx, gone) = watch::channel(false);
+    let (ended, status) = oneshot::channel();
+    let (lines_tx, lines) = mpsc::channel::<Line>(super::child::LINE_BUFFER);
+    let mut copies = Vec::new();
+    for (name, stream) in [
+        (shim::SPOOLED_STDOUT, Stream::Stdout),
+        (shim::SPOOLED_STDERR, Stream::Stderr),
+    ] {
+        let (writer, reader) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(read_lines(reader, stream, lines_tx.clone(), None));
+        copies.push(tokio::spawn(copy(
+            dir.join(name),
+            writer,
+            changed.subscribe(),
+            gone.clone(),
+        )));
+    }
+    let dir = dir.to_path_buf();
+    tokio::spawn(async move {
+        watch_spool(inotify, pidfd, &changed).await;
+        let _ = gone_tx.send(true);
+        changed.send_modify(|count| *count += 1);
+        for copy in copies {
+            let _ = copy.await;
+        }
+        let _ = ended.send(exit_status(&dir));
+    });
+    Ok((lines, status))
+}
+
+/// Wakes the copies at each change of the spool, until the shim is gone.
+async fn watch_spool(inotify: Inotify, pidfd: Option<OwnedFd>, changed: &watch::Sender<u64>) {
+    let Some(pidfd) = pidfd else {
+        return;
+    };
+    let raw = inotify.as_fd().as_raw_fd();
+    // SAFETY: `raw` is the inotify descriptor, open and the same for as long as `inotify`
+    // lives, which outlives `notified` (both end with this function, `notified` first).
+    let notified = unsafe { AsyncFd::register(raw) };
+    // SAFETY: the pidfd is owned by the `AsyncFd` that registers it.
+    let shim = unsafe { AsyncFd::register(pidfd) };
+    let (Ok(notified), Ok(shim)) = (notified, shim) else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            ready = notified.readable() => {
+                let Ok(mut ready) = ready else { return };
+                // Drained, whatever they say: the copies read the files again.
+                while inotify.read_events().is_ok_and(|events| !events.is_empty()) {}
+                ready.clear_ready();
+                changed.send_modify(|count| *count += 1);
+            }
+            _ = shim.readable() => return,
+        }
+    }
+}
+
+/// Copies what is appended to `file` into `writer`, from its start, until `gone` says the
+/// shim is gone and the file is read to its end.
+async fn copy(
+    file: PathBuf,
+    mut writer: tokio::io::DuplexStream,
+    mut changed: watch::Receiver<u64>,
+    gone: watch::Receiver<bool>,
+) {
+    use std::io::Read;
+    let mut offset = 0u64;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        changed.borrow_and_update();
+        let last = *gone.borrow();
+        // A regular file: a read never waits.
+        loop {
+            let read = std::fs::File::open(&file).and_then(|mut opened| {
+                use std::io::Seek;
+                opened.seek(std::io::SeekFrom::Start(offset))?;
+                opened.read(&mut buffer)
+            });
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(read) => {
+                    offset += read as u64;
+                    if writer.write_all(&buffer[..read]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        if last || changed.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The engine's end as the shim recorded it (`code N` or `signal NAME`).
+fn exit_status(dir: &Path) -> Option<std::process::ExitStatus> {
+    let record = std::fs::read_to_string(dir.join(shim::EXIT_FILE)).ok()?;
+    let first = record.lines().next()?;
+    if let Some(code) = first.strip_prefix("code ") {
+        let code: i32 = code.trim().parse().ok()?;
+        return Some(std::process::ExitStatus::from_raw((code & 0xff) << 8));
+    }
+    let name = first.strip_prefix("signal ")?.trim();
+    let signal: nix::sys::signal::Signal = name.parse().ok()?;
+    Some(std::process::ExitStatus::from_raw(signal as i32))
+}
