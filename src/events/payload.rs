@@ -601,6 +601,13 @@ mod tests {
                 }),
                 json!({ "pid": 42, "engine": "codex-app-server", "thread_id": "t1", "turn_id": "u1" }),
             ),
+            (
+                Payload::RunReadopted(RunReadopted {
+                    shim_pid: 4242,
+                    since_start_ms: 15_300,
+                }),
+                json!({ "shim_pid": 4242, "since_start_ms": 15_300 }),
+            ),
             // A child stopped, then one that finished.
             (
                 Payload::RunExited(RunExited {

@@ -355,7 +355,10 @@ struct Spool {
 /// One of the engine's output pipes and its spool file.
 struct Stream {
     pipe: Option<OwnedFd>,
-    file: std::fs::File,
+    /// Its spool file, opened when there is something to keep (a run its daemon follows to
+    /// the end costs no file).
+    path: PathBuf,
+    file: Option<std::fs::File>,
     written: u64,
 }
 
@@ -368,16 +371,11 @@ impl Spool {
                 &pipe,
                 nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
             )?;
-            let file = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .mode(SPOOL_FILE_MODE)
-                .open(dir.join(name))?;
-            let written = file.metadata()?.len();
             Ok(Stream {
                 pipe: Some(pipe),
-                file,
-                written,
+                path: dir.join(name),
+                file: None,
+                written: 0,
             })
         };
         let streams = [
@@ -509,6 +507,21 @@ impl Spool {
 }
 
 impl Stream {
+    /// The spool file, opened (appended to: a daemon that handed the run over may have begun
+    /// it) on first use.
+    fn file(&mut self) -> std::io::Result<&mut std::fs::File> {
+        if self.file.is_none() {
+            let file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(SPOOL_FILE_MODE)
+                .open(&self.path)?;
+            self.written = file.metadata()?.len();
+            self.file = Some(file);
+        }
+        Ok(self.file.as_mut().expect("just opened"))
+    }
+
     /// Reads what the pipe holds now into the spool file; the pipe's end closes it.
     fn take(&mut self) {
         let Some(pipe) = &self.pipe else {
@@ -519,10 +532,11 @@ impl Stream {
             Ok(0) => self.pipe = None,
             Ok(read) => {
                 use std::io::Write;
-                match self.file.write_all(&buffer[..read]) {
+                let kept = self.file().and_then(|file| file.write_all(&buffer[..read]));
+                match kept {
                     Ok(()) => self.written += read as u64,
-                    // A full disk: the bytes cannot be kept; said once, as the run's record
-                    // will lack them.
+                    // A full disk: the bytes cannot be kept; said, as the run's record will
+                    // lack them.
                     Err(error) => say!("{PROGRAM}: spooled output lost: {error}"),
                 }
             }

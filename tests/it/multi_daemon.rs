@@ -1086,10 +1086,10 @@ fn a_prompt_cancelled_while_its_daemon_shuts_down_is_not_run_again() {
     let other = 1 - index;
     let pid = cluster.daemon_pid(index).expect("the runner's pid");
     kill(pid, libc::SIGTERM);
-    // Draining stops the accepting; with no grace, stopping (the engine told to end) follows.
-    let socket = cluster.home(index).path().join("corral.sock");
-    cluster.wait_for("the runner stops accepting", Duration::from_secs(5), || {
-        std::os::unix::net::UnixStream::connect(&socket).is_err()
+    // With no grace, stopping (the engine told to end) follows at once; the runner still
+    // answers while it waits out its engine, and says it is shutting down.
+    cluster.wait_for("the runner shuts down", Duration::from_secs(5), || {
+        cluster.status(index)["daemon"]["shutting_down"] == true
     });
     cluster.ok(other, &["cancel", &prompt]);
     // Restarted, the daemon asked forgets the cancel: only the store keeps it.

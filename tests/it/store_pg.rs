@@ -759,12 +759,22 @@ fn writes_refused_for_a_while_are_waited_out_and_the_prompt_ends_once() {
         let (why, lease) = refusing();
         why.is_some_and(|why| why.contains("read-only")) && lease == "store refuses writes"
     });
-    // A command is told at once, in one line, that the store refuses writes.
-    let out = home.run(&["status"]);
+    // A command that changes something is told at once, in one line, that the store refuses
+    // writes; one that only looks looks, saying in one line that it is not recorded.
+    let out = home.run(&["cancel", "no-such-prompt"]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
         said.contains("refuses writes for now") && said.lines().count() == 1,
+        "{said}"
+    );
+    let out = home.run(&["status"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("this command is not recorded")
+            && said.contains("refuses writes for now")
+            && said.lines().count() == 1,
         "{said}"
     );
     read_only(false);
