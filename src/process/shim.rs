@@ -17,11 +17,11 @@
 //! child as it always has. The shim keeps no write end of the engine's pipes open: the
 //! engine's exit closes them.
 //!
-//! With `--spool DIR` (live restore) a run can outlive its daemon. The shim is then handed the
-//! read ends of the engine's stdout and stderr pipes (descriptors 3 and 4, which the daemon
-//! reads too) and the daemon's *lifeline* (5: a pipe nobody writes, whose end is the daemon's
-//! exit, or its hand-over of the run). While the daemon lives the shim only waits on the
-//! lifeline, so the daemon's reading is as it was:
+//! With `--spool DIR --pipes-of PID:OUT:ERR:LIFE` (live restore) a run can outlive its daemon.
+//! The shim then opens, through `/proc/PID/fd`, its own read ends of the engine's stdout and
+//! stderr pipes (which the daemon reads too) and of the daemon's *lifeline* (a pipe nobody
+//! writes, whose end is the daemon's exit, or its hand-over of the run). While the daemon
+//! lives the shim only waits on the lifeline, so the daemon's reading is as it was:
 //!
 //! ```text
 //!  daemon lives ──lifeline ends──► orphaned: pipes → DIR/stdout, DIR/stderr (appended)
@@ -42,7 +42,7 @@
 //! its log.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -67,22 +67,58 @@ const MARKS: [&str; 2] = [crate::env::RUN_ID, crate::env::SETUP_SESSION];
 /// kills one generation: a killed process's children are adopted in turn).
 const MAX_ROUNDS: usize = 64;
 
-/// What the shim was told before the program (`corral-shim [--spool DIR] [--orphan-timeout-ms
-/// N] PROGRAM ARGS…`).
+/// What the shim was told before the program (`corral-shim [--spool DIR --pipes-of
+/// PID:OUT:ERR:LIFE] [--orphan-timeout-ms N] PROGRAM ARGS…`).
 struct Options {
-    /// Live restore: the run's spool directory. The shim was then given, as descriptors 3 and
-    /// 4, the read ends of its engine's stdout and stderr pipes (which the daemon reads), and
-    /// as 5 the read end of the daemon's lifeline (a pipe nobody writes: it ends when the
-    /// daemon does).
-    spool: Option<PathBuf>,
+    /// Live restore: the run's spool directory, and where the shim opens its own read ends of
+    /// the engine's stdout and stderr pipes (which the daemon reads) and of the daemon's
+    /// lifeline (a pipe nobody writes: it ends when the daemon does).
+    spool: Option<(PathBuf, Pipes)>,
     /// How long an orphaned engine runs on without a daemon adopting it ([`ADOPTED`]).
     orphan_timeout: Duration,
 }
 
-/// The descriptors a spooling shim is given (see [`Options::spool`]).
-pub const STDOUT_FD: i32 = 3;
-pub const STDERR_FD: i32 = 4;
-pub const LIFELINE_FD: i32 = 5;
+/// The daemon's descriptors of a run's pipes, which the shim opens again for reading through
+/// `/proc/PID/fd` (a pipe opened there is the same pipe). So the daemon hands nothing over
+/// at the spawn, which then needs no hook between fork and exec: the spawn stays a
+/// `posix_spawn`, not a fork of the whole daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pipes {
+    pub pid: u32,
+    pub stdout: i32,
+    pub stderr: i32,
+    pub lifeline: i32,
+}
+
+impl Pipes {
+    fn parse(text: &str) -> Option<Pipes> {
+        let mut parts = text.split(':').map(str::parse::<i64>);
+        let mut next = || parts.next()?.ok();
+        let (pid, stdout, stderr, lifeline) = (next()?, next()?, next()?, next()?);
+        Some(Pipes {
+            pid: u32::try_from(pid).ok()?,
+            stdout: i32::try_from(stdout).ok()?,
+            stderr: i32::try_from(stderr).ok()?,
+            lifeline: i32::try_from(lifeline).ok()?,
+        })
+    }
+
+    fn arg(&self) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.pid, self.stdout, self.stderr, self.lifeline
+        )
+    }
+
+    /// Opens descriptor `fd` of the daemon for reading, without waiting.
+    fn open(&self, fd: i32) -> std::io::Result<OwnedFd> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(format!("/proc/{}/fd/{fd}", self.pid))?;
+        Ok(file.into())
+    }
+}
 
 /// The signal a daemon sends a shim it adopted: someone follows its spool, so the orphan
 /// timeout starts over. The daemon sends it again at least once per half timeout.
@@ -140,12 +176,24 @@ fn parse(args: &[OsString]) -> Result<(Options, &[OsString]), String> {
         spool: None,
         orphan_timeout: Duration::from_secs(600),
     };
+    let mut dir = None;
+    let mut pipes = None;
     let mut rest = args;
     loop {
         match rest.first().and_then(|word| word.to_str()) {
             Some("--spool") => {
-                let dir = rest.get(1).ok_or("--spool needs a directory")?;
-                options.spool = Some(PathBuf::from(dir));
+                dir = Some(PathBuf::from(
+                    rest.get(1).ok_or("--spool needs a directory")?,
+                ));
+                rest = &rest[2..];
+            }
+            Some("--pipes-of") => {
+                let given = rest.get(1).and_then(|given| given.to_str());
+                pipes = Some(
+                    given
+                        .and_then(Pipes::parse)
+                        .ok_or("--pipes-of needs PID:OUT:ERR:LIFE")?,
+                );
                 rest = &rest[2..];
             }
             Some("--orphan-timeout-ms") => {
@@ -157,8 +205,15 @@ fn parse(args: &[OsString]) -> Result<(Options, &[OsString]), String> {
                 options.orphan_timeout = Duration::from_millis(ms);
                 rest = &rest[2..];
             }
-            Some("--") => return Ok((options, &rest[1..])),
-            _ => return Ok((options, rest)),
+            Some(word) => {
+                options.spool = match (dir, pipes) {
+                    (Some(dir), Some(pipes)) => Some((dir, pipes)),
+                    (None, None) => None,
+                    _ => return Err("--spool and --pipes-of go together".into()),
+                };
+                return Ok((options, if word == "--" { &rest[1..] } else { rest }));
+            }
+            None => return Ok((options, rest)),
         }
     }
 }
@@ -203,7 +258,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
     };
     let mut spool = match &options.spool {
-        Some(dir) => match Spool::open(dir, options.orphan_timeout) {
+        Some((dir, pipes)) => match Spool::open(dir, *pipes, options.orphan_timeout) {
             Ok(spool) => Some(spool),
             Err(error) => {
                 say!("{PROGRAM}: cannot spool into {}: {error}", dir.display());
@@ -363,31 +418,25 @@ struct Stream {
 }
 
 impl Spool {
-    fn open(dir: &std::path::Path, orphan_timeout: Duration) -> std::io::Result<Spool> {
+    fn open(
+        dir: &std::path::Path,
+        pipes: Pipes,
+        orphan_timeout: Duration,
+    ) -> std::io::Result<Spool> {
         let stream = |fd: i32, name: &str| -> std::io::Result<Stream> {
-            // SAFETY: the daemon handed the shim this descriptor, and nothing else owns it.
-            let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
-            nix::fcntl::fcntl(
-                &pipe,
-                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-            )?;
             Ok(Stream {
-                pipe: Some(pipe),
+                pipe: Some(pipes.open(fd)?),
                 path: dir.join(name),
                 file: None,
                 written: 0,
             })
         };
         let streams = [
-            stream(STDOUT_FD, SPOOLED_STDOUT)?,
-            stream(STDERR_FD, SPOOLED_STDERR)?,
+            stream(pipes.stdout, SPOOLED_STDOUT)?,
+            stream(pipes.stderr, SPOOLED_STDERR)?,
         ];
-        // SAFETY: as above.
-        let lifeline = unsafe { OwnedFd::from_raw_fd(LIFELINE_FD) };
-        nix::fcntl::fcntl(
-            &lifeline,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        )?;
+        // The lifeline's write end, opened for reading: the same pipe, read here.
+        let lifeline = pipes.open(pipes.lifeline)?;
         Ok(Spool {
             dir: dir.to_path_buf(),
             streams,
@@ -684,20 +733,11 @@ pub struct SpooledPipes {
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub lifeline: OwnedFd,
-    /// The lifeline's read end, the child's: open until the child is spawned.
-    child_end: Option<OwnedFd>,
-}
-
-impl SpooledPipes {
-    /// The child is spawned (or failed to be): the daemon's copy of its end goes.
-    pub fn spawned(&mut self) {
-        self.child_end = None;
-    }
 }
 
 /// `program` under a spooling shim in a process group of its own: the shim spools into `dir`
 /// once the daemon is gone, and ends an engine no daemon adopts within `orphan_timeout`. Its
-/// stdout and stderr are pipes whose read ends are returned (the shim holds them too); `None`
+/// stdout and stderr are pipes whose read ends are returned (the shim opens its own); `None`
 /// when there is no shim to run under.
 pub fn spooling_command(
     program: impl AsRef<OsStr>,
@@ -710,11 +750,20 @@ pub fn spooling_command(
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
     let (stdout, stdout_write) = unistd::pipe2(cloexec)?;
     let (stderr, stderr_write) = unistd::pipe2(cloexec)?;
-    let (lifeline_read, lifeline) = unistd::pipe2(cloexec)?;
+    // Only the write end is kept: the shim opens its read end through /proc.
+    let (_, lifeline) = unistd::pipe2(cloexec)?;
+    let pipes = Pipes {
+        pid: std::process::id(),
+        stdout: stdout.as_raw_fd(),
+        stderr: stderr.as_raw_fd(),
+        lifeline: lifeline.as_raw_fd(),
+    };
     let mut command = tokio::process::Command::new(shim);
     command
         .arg("--spool")
         .arg(dir)
+        .arg("--pipes-of")
+        .arg(pipes.arg())
         .arg("--orphan-timeout-ms")
         .arg(orphan_timeout.as_millis().to_string())
         .arg("--")
@@ -722,38 +771,12 @@ pub fn spooling_command(
         .stdout(std::process::Stdio::from(stdout_write))
         .stderr(std::process::Stdio::from(stderr_write))
         .process_group(0);
-    let handed = [
-        (stdout.as_raw_fd(), STDOUT_FD),
-        (stderr.as_raw_fd(), STDERR_FD),
-        (lifeline_read.as_raw_fd(), LIFELINE_FD),
-    ];
-    // SAFETY: fcntl and dup2 only, which are async-signal-safe, between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            // Each moved above the targets first: a source may itself be 3, 4 or 5.
-            let mut moved = [0; 3];
-            for (slot, (from, _)) in moved.iter_mut().zip(handed) {
-                *slot = libc::fcntl(from, libc::F_DUPFD_CLOEXEC, 10);
-                if *slot < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (from, (_, to)) in moved.into_iter().zip(handed) {
-                if libc::dup2(from, to) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
     Ok(Some((
         command,
         SpooledPipes {
             stdout,
             stderr,
             lifeline,
-            // Open until the spawn: the hook above names it by number.
-            child_end: Some(lifeline_read),
         },
     )))
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 const SHIM: &str = env!("CARGO_BIN_EXE_corral-shim");
 
 /// A shim spooling into `dir` as a daemon starts one: the engine's stdout and stderr are pipes
-/// the test reads (their read ends also given to the shim as 3 and 4), and 5 is the lifeline,
-/// whose write end the test holds.
+/// the test reads, and the lifeline's write end is the test's; the shim opens its own read ends
+/// of the three through this process's `/proc/PID/fd`.
 struct Spooled {
     shim: Child,
     stdout: Option<std::fs::File>,
@@ -30,43 +30,26 @@ fn pipe() -> (OwnedFd, OwnedFd) {
 fn start(dir: &Path, orphan_timeout_ms: u64, script: &str) -> Spooled {
     let (out_read, out_write) = pipe();
     let (err_read, err_write) = pipe();
-    let (life_read, life_write) = pipe();
-    let handed = [
-        (out_read.as_raw_fd(), 3),
-        (err_read.as_raw_fd(), 4),
-        (life_read.as_raw_fd(), 5),
-    ];
-    let mut command = Command::new(SHIM);
-    command
+    let (_, life_write) = pipe();
+    let pipes = format!(
+        "{}:{}:{}:{}",
+        std::process::id(),
+        out_read.as_raw_fd(),
+        err_read.as_raw_fd(),
+        life_write.as_raw_fd()
+    );
+    let shim = Command::new(SHIM)
         .arg("--spool")
         .arg(dir)
+        .args(["--pipes-of", &pipes])
         .args(["--orphan-timeout-ms", &orphan_timeout_ms.to_string()])
         .args(["sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::from(out_write))
         .stderr(Stdio::from(err_write))
-        .process_group(0);
-    // SAFETY: dup2 only, between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            // Each moved above the targets first: a source may itself be 3, 4 or 5.
-            let mut moved = [0; 3];
-            for (slot, (from, _)) in moved.iter_mut().zip(handed) {
-                *slot = libc::fcntl(from, libc::F_DUPFD_CLOEXEC, 10);
-                if *slot < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (from, (_, to)) in moved.into_iter().zip(handed) {
-                if libc::dup2(from, to) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let shim = command.spawn().unwrap();
-    drop(life_read);
+        .process_group(0)
+        .spawn()
+        .unwrap();
     Spooled {
         shim,
         stdout: Some(out_read.into()),
@@ -76,6 +59,14 @@ fn start(dir: &Path, orphan_timeout_ms: u64, script: &str) -> Spooled {
 }
 
 impl Spooled {
+    /// Reads the engine's first line, `ready` (so the shim has opened its own ends: it does
+    /// before it starts the engine).
+    fn ready(&mut self) {
+        let mut line = [0u8; 6];
+        self.stdout.as_mut().unwrap().read_exact(&mut line).unwrap();
+        assert_eq!(&line, b"ready\n");
+    }
+
     /// The daemon goes away: its pipes' read ends and the lifeline close.
     fn orphan(&mut self) {
         self.stdout = None;
@@ -138,7 +129,8 @@ fn while_its_daemon_lives_the_shim_spools_nothing() {
 fn an_orphan_is_ended_after_its_timeout_unless_a_daemon_adopts_it() {
     let dir = tempfile::tempdir().unwrap();
     let began = Instant::now();
-    let mut run = start(dir.path(), 300, "sleep 30");
+    let mut run = start(dir.path(), 300, "echo ready; sleep 30");
+    run.ready();
     run.orphan();
     let status = run.wait();
     assert!(
@@ -161,7 +153,12 @@ fn an_orphan_is_ended_after_its_timeout_unless_a_daemon_adopts_it() {
     );
 
     let adopted = tempfile::tempdir().unwrap();
-    let mut run = start(adopted.path(), 300, "sleep 1; echo finished on its own");
+    let mut run = start(
+        adopted.path(),
+        300,
+        "echo ready; sleep 1; echo finished on its own",
+    );
+    run.ready();
     run.orphan();
     // A daemon follows it: it says so well within each timeout, as a daemon does.
     let shim = nix::unistd::Pid::from_raw(run.shim.id() as i32);

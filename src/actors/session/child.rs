@@ -637,10 +637,6 @@ fn spawn(
     environment.apply(&mut command, run_id, kind);
     command.envs(run_env.iter().map(|(name, value)| (name, value)));
     let spawned = command.spawn();
-    let mut pipes = pipes;
-    if let Some(pipes) = pipes.as_mut() {
-        pipes.spawned();
-    }
     if spawned.is_err() && spooling {
         let _ = std::fs::remove_dir_all(&dir);
     }
