@@ -165,12 +165,16 @@ impl Worker {
             Ok(None) => {}
             Err(end) => return end,
         }
-        // A run the daemon before left running to its shim is followed, not started again.
-        let mut left_running = self
-            .shared
-            .readers
-            .read(|connection| runs::left_running(connection, &run.prompt.id))
-            .ok()
+        // A run the daemon before left running to its shim is followed, not started again
+        // (looked for only where a run was started: not on a new prompt's way to its engine).
+        let mut left_running = (run.prompt.attempts > 0)
+            .then(|| {
+                self.shared
+                    .readers
+                    .read(|connection| runs::left_running(connection, &run.prompt.id))
+                    .ok()
+                    .flatten()
+            })
             .flatten()
             .filter(|left| left.engine == run.kind && left.pid.is_some());
         if left_running.is_some() {
