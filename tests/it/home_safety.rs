@@ -539,6 +539,10 @@ fn a_daemon_is_refused_on_a_home_a_program_serves() {
 #[test]
 fn a_damaged_store_is_refused_at_the_daemons_start_in_one_line() {
     let home = DaemonHome::new();
+    if home.store_url().is_some() {
+        println!("skipping: about the SQLite file");
+        return;
+    }
     home.start_daemon();
     let status = home.json(&["status", "--json"]);
     let checked = status["store"]["checked"].as_str().unwrap_or_default();

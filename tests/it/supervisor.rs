@@ -773,6 +773,11 @@ fn leave_a_run(
                 );
             }
         };
+        // The shim has started its engine (after it opened its own ends of the run's pipes).
+        common::daemon::wait_until("the shim's engine runs", || {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .is_ok_and(|children| !children.trim().is_empty())
+        });
         if hand_over {
             corral.hand_over().await;
         }

@@ -40,6 +40,7 @@ impl Worker {
         prompt: &Prompt,
         run: &Run,
         known_thread: Option<&str>,
+        keep_background: bool,
         settings: &Settings,
     ) -> (RunOutcome, Option<String>) {
         let dir = shim::spool_dir(&self.shared.home, &run.id);
@@ -87,18 +88,17 @@ impl Worker {
                     }
                     // Ended as a live run is, its whole group; its end still comes through the
                     // spool.
-                    let mark = crate::process::Mark::of_leader(
-                        Some(shim_pid),
-                        run.pid_start.map(|start| start as u64),
-                        crate::env::RUN_ID,
-                        &run.id,
-                    );
-                    crate::process::end_marked(&[mark], settings.cancel_grace, None).await;
+                    crate::process::end_marked(&[run_mark(run)], settings.cancel_grace, None).await;
                     stop = Some(asked);
                 }
             }
         }
         let status = ended.await.ok().flatten();
+        // What the engine left is ended with the run, as a live run's is (or kept, where its
+        // project keeps background processes: they outlive the run on purpose).
+        if !keep_background {
+            crate::process::end_marked(&[run_mark(run)], settings.cancel_grace, None).await;
+        }
         let reported = transcript.new_thread();
         self.denied += std::mem::take(&mut transcript.denied);
         if let Some(stop) = stop {
@@ -110,6 +110,16 @@ impl Worker {
         remove_spool(&dir);
         (outcome, reported)
     }
+}
+
+/// An adopted run's processes: its shim's group, and whatever carries its run id.
+fn run_mark(run: &Run) -> crate::process::Mark {
+    crate::process::Mark::of_leader(
+        run.pid.map(|pid| pid as i32),
+        run.pid_start.map(|start| start as u64),
+        crate::env::RUN_ID,
+        &run.id,
+    )
 }
 
 /// Tells the shim a daemon follows it: its orphan timeout starts over.

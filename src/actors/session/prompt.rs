@@ -202,7 +202,13 @@ impl Worker {
                 let run_span = tracing::info_span!("run", id = %left.id, attempt = left.attempt);
                 let known = run.thread_id.clone();
                 let (outcome, reported_thread) = self
-                    .adopt_run(&run.prompt, &left, known.as_deref(), &settings)
+                    .adopt_run(
+                        &run.prompt,
+                        &left,
+                        known.as_deref(),
+                        run.project.keep_background,
+                        &settings,
+                    )
                     .instrument(run_span)
                     .await;
                 let ended = Attempted {
