@@ -407,21 +407,36 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         })
         .await
         .map_err(|error| error.to_string())?;
+    // The spools of the runs closed here are of no more use.
+    for run in &runs {
+        let _ = std::fs::remove_dir_all(process::shim::spool_dir(&shared.home, &run.id));
+    }
     deny_left_approvals(shared).await;
     forget_dead_kept(shared).await;
     Ok(recovered)
 }
 
-/// Whether a run the daemon before left marked running goes on under its shim: that daemon
-/// handed it over (`process::shim::HANDED_OVER` in its spool), and the shim (the process
-/// recorded for the run, by its pid and start time) lives.
+/// Whether a run the daemon before left marked running is taken over rather than redone: its
+/// spool holds its output whole past what the stored events cover (that daemon handed the run
+/// over, or died: either way it kept every byte it read there, `session/spool.rs`), that
+/// daemon did not end it itself (`stopped`), and its shim (the process recorded for the run, by its pid and start time) lives, or recorded the
+/// engine's end before it went (the turn ended while no daemon ran: judged from the spool).
 fn adoptable(home: &std::path::Path, run: &runs::LeftoverRun) -> bool {
     let (Some(pid), Some(start)) = (run.pid, run.pid_start) else {
         return false;
     };
     let spool = process::shim::spool_dir(home, &run.id);
-    spool.join(process::shim::HANDED_OVER).is_file()
-        && u32::try_from(pid).is_ok_and(|pid| process::is_alive(pid, Some(start as u64)))
+    let holds = |name: &str, stored: u64| {
+        let length = std::fs::symlink_metadata(spool.join(name)).map_or(0, |file| file.len());
+        length >= stored
+    };
+    spool.is_dir()
+        && !spool.join(process::shim::INCOMPLETE).exists()
+        && !spool.join(process::shim::STOPPED).exists()
+        && holds(process::shim::SPOOLED_STDOUT, run.stored.stdout)
+        && holds(process::shim::SPOOLED_STDERR, run.stored.stderr)
+        && (spool.join(process::shim::EXIT_FILE).is_file()
+            || u32::try_from(pid).is_ok_and(|pid| process::is_alive(pid, Some(start as u64))))
 }
 
 /// What the runs of before left waiting for a person is denied: their engines are gone (a

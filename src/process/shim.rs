@@ -21,7 +21,9 @@
 //! The shim then opens, through `/proc/PID/fd`, its own read ends of the engine's stdout and
 //! stderr pipes (which the daemon reads too) and of the daemon's *lifeline* (a pipe nobody
 //! writes, whose end is the daemon's exit, or its hand-over of the run). While the daemon
-//! lives the shim only waits on the lifeline, so the daemon's reading is as it was:
+//! lives the shim only waits on the lifeline: the daemon reads the pipes, and keeps every
+//! byte it reads in `DIR/stdout` and `DIR/stderr` first. Once it is gone the shim appends
+//! the rest there, so the spool holds the whole output, whatever way the daemon ended:
 //!
 //! ```text
 //!  daemon lives ──lifeline ends──► orphaned: pipes → DIR/stdout, DIR/stderr (appended)
@@ -125,11 +127,18 @@ impl Pipes {
 pub const ADOPTED: Signal = Signal::SIGUSR2;
 
 /// Written into the run's directory by a daemon that handed the run over (`corral daemon
-/// restart`), once what it read of the run is stored and the rest begins the spool: only
-/// such a run is taken over by the next daemon. One whose daemon died (kill -9) is ended at
-/// the next boot and its prompt run again, as before: the lines that daemon had read and not
-/// stored would be missing from its record.
+/// restart`) rather than died: the next daemon says which it was.
 pub const HANDED_OVER: &str = "handed-over";
+
+/// Written into the run's directory by a daemon that ends the run itself (a cancel, a
+/// timeout, a stop that is not a hand-over), before it signals the run's processes: the run
+/// is not to be taken over, whatever its shim records of the engine's end.
+pub const STOPPED: &str = "stopped";
+
+/// Written into the run's directory by a daemon that could not keep what it read in the
+/// spool (a full disk): the spool misses a part of the output, and the run cannot be taken
+/// over; a daemon that finds it ends the run and runs its prompt again.
+pub const INCOMPLETE: &str = "incomplete";
 
 /// The spool's files in the run's directory.
 pub const SPOOLED_STDOUT: &str = "stdout";
@@ -556,8 +565,8 @@ impl Spool {
 }
 
 impl Stream {
-    /// The spool file, opened (appended to: a daemon that handed the run over may have begun
-    /// it) on first use.
+    /// The spool file, opened on first use and appended to: the daemon kept there every byte
+    /// it read of the pipe, and the shim goes on after it.
     fn file(&mut self) -> std::io::Result<&mut std::fs::File> {
         if self.file.is_none() {
             let file = std::fs::OpenOptions::new()
@@ -565,7 +574,6 @@ impl Stream {
                 .create(true)
                 .mode(SPOOL_FILE_MODE)
                 .open(&self.path)?;
-            self.written = file.metadata()?.len();
             self.file = Some(file);
         }
         Ok(self.file.as_mut().expect("just opened"))

@@ -477,6 +477,16 @@ ALTER TABLE prompts ADD COLUMN phase_until INTEGER;
 ALTER TABLE projects ADD COLUMN agents_scope TEXT NOT NULL DEFAULT 'session';
 "#,
     },
+    Migration {
+        name: "runs_stored_through",
+        sql: r#"
+-- How many bytes of a run's stdout and stderr its stored events cover, written with them
+-- (live restore): a daemon that takes the run over reads its spool from there, so no line
+-- is lost or stored twice, even after a kill -9.
+ALTER TABLE runs ADD COLUMN stdout_stored INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN stderr_stored INTEGER NOT NULL DEFAULT 0;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -475,6 +475,11 @@ ALTER TABLE prompts ADD COLUMN phase_until BIGINT;
     r#"
 ALTER TABLE projects ADD COLUMN agents_scope TEXT NOT NULL DEFAULT 'session';
 "#,
+    // 18: runs_stored_through
+    r#"
+ALTER TABLE runs ADD COLUMN stdout_stored BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN stderr_stored BIGINT NOT NULL DEFAULT 0;
+"#,
 ];
 
 #[cfg(test)]

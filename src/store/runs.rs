@@ -220,6 +220,44 @@ pub(crate) fn run_spawned(
     )
 }
 
+/// How far a run's stored events cover its engine's output: the bytes of its stdout and of
+/// its stderr read into them. A daemon that takes the run over (live restore) reads its spool
+/// from there on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredThrough {
+    pub stdout: u64,
+    pub stderr: u64,
+}
+
+/// Records how far run `run_id`'s stored events cover its output; written in the transaction
+/// that stores them.
+pub(crate) fn set_stored_through(
+    connection: &Conn,
+    run_id: &str,
+    through: &StoredThrough,
+) -> sql::Result<()> {
+    connection.run_later(
+        "UPDATE runs SET stdout_stored = ?2, stderr_stored = ?3 WHERE id = ?1",
+        args![run_id, through.stdout as i64, through.stderr as i64],
+    )
+}
+
+/// How far run `run_id`'s stored events cover its output (nothing, for a run not found).
+pub fn stored_through(connection: &Conn, run_id: &str) -> sql::Result<StoredThrough> {
+    let found = connection.opt_row(
+        "SELECT stdout_stored, stderr_stored FROM runs WHERE id = ?1",
+        args![run_id],
+        |row| {
+            let (stdout, stderr): (i64, i64) = (row.get(0)?, row.get(1)?);
+            Ok(StoredThrough {
+                stdout: stdout.max(0) as u64,
+                stderr: stderr.max(0) as u64,
+            })
+        },
+    )?;
+    Ok(found.unwrap_or_default())
+}
+
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct RunEnd {
@@ -301,6 +339,8 @@ pub struct LeftoverRun {
     /// Its engine's pid (which leads its group), once recorded; its start time.
     pub pid: Option<i64>,
     pub pid_start: Option<i64>,
+    /// How far its stored events cover its output.
+    pub stored: StoredThrough,
 }
 
 /// Boot reconciliation, once the leftover runs' processes are gone: closes each run in
@@ -376,8 +416,8 @@ pub(crate) fn recover(
 /// has started yet). Another daemon's runs are never its: their pids are another host's, or
 /// another home's.
 pub fn leftover_runs(connection: &Conn, node_id: &str) -> sql::Result<Vec<LeftoverRun>> {
-    connection.rows("SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start \
-         FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running' \
+    connection.rows("SELECT runs.id, runs.session_id, runs.prompt_id, prompts.status, runs.pid, runs.pid_start, \
+         runs.stdout_stored, runs.stderr_stored FROM runs JOIN prompts ON prompts.id = runs.prompt_id WHERE runs.status = 'running' \
          AND coalesce(runs.node_id, ?1) = ?1 ORDER BY runs.started_at", args![node_id], |row| {
         Ok(LeftoverRun {
             id: row.get(0)?,
@@ -386,6 +426,10 @@ pub fn leftover_runs(connection: &Conn, node_id: &str) -> sql::Result<Vec<Leftov
             prompt_status: row.get(3)?,
             pid: row.get(4)?,
             pid_start: row.get(5)?,
+            stored: StoredThrough {
+                stdout: row.get::<i64>(6)?.max(0) as u64,
+                stderr: row.get::<i64>(7)?.max(0) as u64,
+            },
         })
     })
 }

@@ -243,6 +243,7 @@ fn rounds_in(
         let done = rpc.call("prompt.wait", json!({ "prompt": prompt }));
         if !matches!(&done, Ok(done) if done["status"] == "done") {
             figures.lost += 1;
+            eprintln!("lost: prompt {prompt}: {done:?}");
         }
     }
     for session in &sessions {

@@ -221,10 +221,16 @@ fn a_daemon_killed_during_a_first_prompt_resumes_its_thread_on_the_rerun() {
         !thread.is_empty()
     });
     let daemon = home.daemon_pid().unwrap();
+    let shim = home.json(&["history", &session, "--json"])["runs"][0]["pid"]
+        .as_i64()
+        .expect("the run's shim") as i32;
+    // The daemon and its run's shim (as a crash of the machine would leave it): no run to take
+    // over (the engine dies with its shim), so the prompt runs again.
     common::daemon::kill(daemon, libc::SIGKILL);
+    common::daemon::kill(shim, libc::SIGKILL);
     common::daemon::wait_until("the daemon is gone", || !common::daemon::alive(daemon));
 
-    // The next daemon ends the old engine and runs the prompt again, on the same thread.
+    // The next daemon runs the prompt again, on the same thread.
     home.start_daemon();
     let mut runs = Vec::new();
     common::daemon::wait_until("the prompt runs again", || {

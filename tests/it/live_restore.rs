@@ -90,3 +90,140 @@ fn a_turn_goes_on_through_a_daemon_restart_and_is_not_redone() {
         .exists());
     home.stop_daemon();
 }
+
+/// The daemon killed with -9 in the middle of a turn, its events half stored: the shim keeps
+/// the engine going, the next daemon takes the run over from how far the stored events cover
+/// its output, and every line the engine printed is stored once, in order — none lost with
+/// the dead daemon's buffers, none stored twice — and the turn is not redone.
+#[test]
+fn a_turn_goes_on_through_a_daemon_killed_with_9_and_no_line_is_lost_or_doubled() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    // Fast lines first (many in flight when the daemon dies), then slow ones.
+    home.ok(&[
+        "send",
+        "s",
+        "@fake deltas=300\n@fake interval=15\n@fake answer=Survived the kill.\nwork on",
+    ]);
+    wait_until("the engine has printed some steps", || {
+        events(&home)
+            .iter()
+            .filter(|event| event["kind"] == "tool")
+            .count()
+            >= 20
+    });
+    let before = history(&home);
+    let shim = before["runs"][0]["pid"].as_i64().expect("the run's shim");
+    let old = home.daemon_pid().unwrap();
+    common::daemon::kill(old, libc::SIGKILL);
+    wait_until("the daemon is gone", || !common::daemon::alive(old));
+    assert!(
+        common::daemon::alive(shim as i32),
+        "the shim outlives its daemon"
+    );
+    home.start_daemon();
+    wait_until("the prompt is done", || {
+        history(&home)["prompts"][0]["status"] != "running"
+    });
+    let after = history(&home);
+    assert_eq!(after["prompts"][0]["status"], "done", "{after}");
+    assert_eq!(
+        after["prompts"][0]["answer"], "Survived the kill.",
+        "{after}"
+    );
+    let runs = after["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "one run, not redone: {after}");
+    assert_eq!(runs[0]["pid"], shim, "{after}");
+    let events = events(&home);
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no hole");
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"run.readopted"), "{kinds:?}");
+    assert!(!kinds.contains(&"prompt.requeued"), "{kinds:?}");
+    let steps: Vec<String> = events
+        .iter()
+        .filter(|event| event["kind"] == "tool")
+        .map(|event| event["payload"].to_string())
+        .collect();
+    assert_eq!(steps.len(), 300, "every step once");
+    for (index, step) in steps.iter().enumerate() {
+        assert!(
+            step.contains(&format!("step {}\"", index + 1)),
+            "step {} in its place: {step}",
+            index + 1
+        );
+    }
+    home.stop_daemon();
+}
+
+/// The daemon killed with -9 (the test point `run.lines_unstored`) while it holds lines it
+/// read and did not store: they were kept in the spool before they were lines, so the next
+/// daemon, taking the run over from how far the stored events cover its output, stores each
+/// line once, in order, and the run is judged once.
+#[test]
+fn lines_a_killed_daemon_read_and_did_not_store_are_taken_from_the_spool() {
+    let home = DaemonHome::new();
+    let started = home
+        .corral(&["daemon", "--detach"])
+        .env(corral::env::TEST_KILL_AT, "run.lines_unstored")
+        .output()
+        .expect("corral daemon --detach");
+    assert!(started.status.success(), "{started:?}");
+    let old = home.daemon_pid().expect("a started daemon wrote its pid");
+    home.add_project("shell", &home.work(), "command");
+    home.new_session(&["shell", "--title", "s"]);
+    home.ok(&[
+        "send",
+        "s",
+        "seq -f 'line %g' 1 400; sleep 4; seq -f 'line %g' 401 450",
+    ]);
+    wait_until("the daemon is killed at its test point", || {
+        !common::daemon::alive(old)
+    });
+    home.start_daemon();
+    wait_until("the prompt is done", || {
+        history(&home)["prompts"][0]["status"] != "running"
+    });
+    let after = history(&home);
+    assert_eq!(after["prompts"][0]["status"], "done", "{after}");
+    assert_eq!(
+        after["runs"].as_array().unwrap().len(),
+        1,
+        "not redone: {after}"
+    );
+    let events = events(&home);
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"run.readopted"), "{kinds:?}");
+    let printed: Vec<String> = events
+        .iter()
+        .filter_map(|event| event["payload"]["text"].as_str())
+        .filter(|line| line.starts_with("line "))
+        .map(str::to_string)
+        .collect();
+    let expected: Vec<String> = (1..=450).map(|i| format!("line {i}")).collect();
+    assert_eq!(printed, expected, "every line once, in order");
+    home.stop_daemon();
+}
+
+/// A run followed to its end, or stopped, by the daemon that started it leaves no spool behind.
+#[test]
+fn a_run_judged_by_its_daemon_leaves_no_spool() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    home.ok(&["send", "s", "@fake deltas=3\nwork", "--wait"]);
+    home.ok(&["send", "s", "@fake hang\nwork"]);
+    wait_until("the second run hangs", || {
+        history(&home)["runs"]
+            .as_array()
+            .is_some_and(|runs| runs.len() == 2 && runs[1]["pid"].is_i64())
+    });
+    home.ok(&["cancel", "s"]);
+    wait_until("the second run is cancelled", || {
+        history(&home)["prompts"][1]["status"] == "cancelled"
+    });
+    let left: Vec<_> = std::fs::read_dir(home.path().join("runs"))
+        .map(|dir| dir.flatten().map(|entry| entry.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "spools left: {left:?}");
+    home.stop_daemon();
+}

@@ -834,8 +834,14 @@ fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
     // kept until both supervisors are done.
     let _database = common::store::for_home(home.path());
     let projects = tempfile::tempdir().unwrap();
-    let (prompt_id, pid, _) = leave_a_run(home.path(), projects.path(), false);
+    let (prompt_id, pid, run_id) = leave_a_run(home.path(), projects.path(), false);
     assert!(!process_gone(pid), "the orphaned engine still runs");
+    // Its spool not whole (as a full disk leaves it): it cannot be taken over.
+    std::fs::write(
+        home.path().join("runs").join(&run_id).join("incomplete"),
+        b"",
+    )
+    .unwrap();
 
     actix::System::new().block_on(async {
         let corral = Corral::start(CorralOptions::new(home.path()))

@@ -310,6 +310,13 @@ ledger_write!(
 );
 
 ledger_write!(
+    /// Records how far a run's stored events cover its engine's output (with the events, in
+    /// one commit: see [`runs::StoredThrough`]).
+    MarkStored { run_id: String, through: runs::StoredThrough } -> (),
+    |this, connection| runs::set_stored_through(connection, &this.run_id, &this.through)
+);
+
+ledger_write!(
     /// Boot reconciliation, once the leftover runs' processes are gone: closes each run as
     /// interrupted at the moment given (when its processes were seen gone), keeps the dead
     /// app-server children's states as they truly are now, lists the sessions with work.

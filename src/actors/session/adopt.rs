@@ -1,18 +1,20 @@
-//! A run adopted from the daemon before (live restore): its engine went on under its shim
+//! A run taken over from the daemon before (live restore): its engine went on under its shim
 //! while no daemon followed it (`process::shim`, `--spool`), and this daemon follows it from
 //! its spool to its end, then judges it as if nothing had happened.
 //!
 //! ```text
-//!  boot: run left running, its shim alive, its spool there ─► the prompt's worker adopts it
+//!  boot: run left running, its shim alive, its spool whole ─► the prompt's worker adopts it
 //!  SIGUSR2 to the shim (again every half orphan timeout: the shim's timeout starts over)
-//!  HOME/runs/<run>/stdout, stderr ─(inotify: appended)─► lines ─► events, as a live run's
+//!  HOME/runs/<run>/stdout, stderr from the stored mark ─(inotify: appended)─► lines ─► events
 //!  the shim's end (pidfd) ─► the files read to their end ─► HOME/runs/<run>/exit ─► judged
 //! ```
 //!
-//! The spool begins where the daemon before stopped reading (it stored every line it read,
-//! and wrote what it had read of a line into the spool first), so no line is stored twice or
-//! lost. A daemon killed with -9 had no time for that: the lines it had read and not stored
-//! are lost, the rest comes from the spool.
+//! The spool holds the run's output from its first byte (the daemon before kept every byte it
+//! read there, `spool.rs`, and the shim appended the rest), and the store says how far the
+//! stored events cover it (`runs.stdout_stored`, written with them). The lines up to there
+//! are read again only to know what the engine said (its final line, its answer may be among
+//! them), storing nothing; the lines past it are stored. So no line is stored twice or lost,
+//! whether that daemon handed the run over or was killed.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
@@ -46,6 +48,19 @@ impl Worker {
         let dir = shim::spool_dir(&self.shared.home, &run.id);
         let shim_pid = run.pid.unwrap_or(0) as i32;
         let _ = adopt(shim_pid);
+        let stored = match self
+            .shared
+            .readers
+            .read(|connection| crate::store::runs::stored_through(connection, &run.id))
+        {
+            Ok(stored) => stored,
+            Err(error) => {
+                return (
+                    RunOutcome::failed(format!("the run's stored mark cannot be read: {error}")),
+                    None,
+                )
+            }
+        };
         let (mut lines, ended) = match follow(&dir, shim_pid) {
             Ok(followed) => followed,
             Err(error) => {
@@ -71,8 +86,20 @@ impl Worker {
             tokio::select! {
                 line = lines.recv() => {
                     let Some(line) = line else { break };
+                    let covered = match line.stream {
+                        Stream::Stdout => stored.stdout,
+                        Stream::Stderr => stored.stderr,
+                    };
+                    if line.end <= covered {
+                        // Stored already: read again for what it says, not stored again (nor
+                        // asked again: a request it made was answered or denied then).
+                        let mut stored_already = Vec::new();
+                        self.take_line(prompt, &run.id, line, &mut transcript, &mut stored_already).await;
+                        transcript.asks.clear();
+                        continue;
+                    }
                     let new_thread = self.take_line(prompt, &run.id, line, &mut transcript, &mut batch).await;
-                    if let Some(error) = self.store_lines(&run.id, new_thread, &mut batch, lines.is_empty()).await {
+                    if let Some(error) = self.store_lines(&run.id, new_thread, &mut batch, lines.is_empty(), &transcript).await {
                         tracing::warn!(%error, "the adopted run's events are kept to be stored later");
                     }
                 }
@@ -82,12 +109,14 @@ impl Worker {
                 asked = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if stop.is_none() => {
                     if asked == Stop::Shutdown && self.shared.life.is_handing_over() {
                         // Left to its shim again, for the next daemon: what was read of the
-                        // spool is stored; the rest of it stays there.
-                        let _ = self.try_store_events(std::mem::take(&mut batch)).await;
+                        // spool is stored, with how far; the rest is read again from there.
+                        let _ = self.store_lines(&run.id, None, &mut batch, true, &transcript).await;
+                        super::spool::mark(&dir, shim::HANDED_OVER);
                         return (RunOutcome::HandedOver, transcript.new_thread());
                     }
                     // Ended as a live run is, its whole group; its end still comes through the
                     // spool.
+                    super::spool::mark(&dir, shim::STOPPED);
                     crate::process::end_marked(&[run_mark(run)], settings.cancel_grace, None).await;
                     stop = Some(asked);
                 }
@@ -131,9 +160,9 @@ fn remove_spool(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Follows a run's spool: its lines as they are appended to `DIR/stdout` and `DIR/stderr`,
-/// until the shim (`shim_pid`) is gone and both are read to their end; then the engine's end
-/// as `DIR/exit` records it (`None`: not recorded, the shim died first).
+/// Follows a run's spool: its lines from the start of `DIR/stdout` and `DIR/stderr` and as they
+/// are appended, until the shim (`shim_pid`) is gone and both are read to their end; then the
+/// engine's end as `DIR/exit` records it (`None`: not recorded, the shim died first).
 fn follow(
     dir: &Path,
     shim_pid: i32,
@@ -160,7 +189,7 @@ fn follow(
         (shim::SPOOLED_STDERR, Stream::Stderr),
     ] {
         let (writer, reader) = tokio::io::duplex(64 * 1024);
-        tokio::spawn(read_lines(reader, stream, lines_tx.clone(), None));
+        tokio::spawn(read_lines(reader, stream, 0, lines_tx.clone(), None));
         copies.push(tokio::spawn(copy(
             dir.join(name),
             writer,
@@ -209,8 +238,8 @@ async fn watch_spool(inotify: Inotify, pidfd: Option<OwnedFd>, changed: &watch::
     }
 }
 
-/// Copies what is appended to `file` into `writer`, from its start, until `gone` says the
-/// shim is gone and the file is read to its end.
+/// Copies `file` into `writer` from its start, and what is appended to it, until `gone` says
+/// the shim is gone and the file is read to its end.
 async fn copy(
     file: PathBuf,
     mut writer: tokio::io::DuplexStream,
@@ -218,22 +247,20 @@ async fn copy(
     gone: watch::Receiver<bool>,
 ) {
     use std::io::Read;
-    let mut offset = 0u64;
+    let mut opened: Option<std::fs::File> = None;
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         changed.borrow_and_update();
         let last = *gone.borrow();
+        if opened.is_none() {
+            // Made by the first byte the engine printed: not there yet, or never.
+            opened = std::fs::File::open(&file).ok();
+        }
         // A regular file: a read never waits.
-        loop {
-            let read = std::fs::File::open(&file).and_then(|mut opened| {
-                use std::io::Seek;
-                opened.seek(std::io::SeekFrom::Start(offset))?;
-                opened.read(&mut buffer)
-            });
-            match read {
+        while let Some(reading) = opened.as_mut() {
+            match reading.read(&mut buffer) {
                 Ok(0) | Err(_) => break,
                 Ok(read) => {
-                    offset += read as u64;
                     if writer.write_all(&buffer[..read]).await.is_err() {
                         return;
                     }

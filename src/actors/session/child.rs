@@ -19,8 +19,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
 use super::asking::{stdin_writer, Talk};
+use super::spool::RunSpool;
 use super::{Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
-use crate::actors::ledger::{KeepProcesses, RunSpawned, SetThread};
+use crate::actors::ledger::{Both, KeepProcesses, MarkStored, RunSpawned, SetThread};
 use crate::actors::shared::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
 use crate::events::{Notice, OutputLine, Payload, RunExited, RunStarted};
@@ -29,6 +30,7 @@ use crate::process;
 use crate::store::events::NewEvent;
 use crate::store::processes::KeptProcess;
 use crate::store::prompts::Prompt;
+use crate::store::runs::StoredThrough;
 
 /// How many stderr lines (and notices) a run keeps to explain a failure with no structured
 /// message.
@@ -186,7 +188,7 @@ impl Worker {
                     if transcript.terminal.is_some() {
                         talk.close();
                     }
-                    unstored = self.store_lines(run_id, new_thread, &mut batch, lines.is_empty()).await;
+                    unstored = self.store_lines(run_id, new_thread, &mut batch, lines.is_empty(), &transcript).await;
                     for asked in std::mem::take(&mut transcript.asks) {
                         let refused = self
                             .ask_person(prompt, run_id, kind, &*transcript.adapter, asked, &mut talk, &mut batch)
@@ -258,21 +260,25 @@ impl Worker {
                 break None;
             }
         };
-        if let (Some(Ended::HandedOver), Some(mut spool)) = (&stop, spool.take()) {
-            // What was read and not delivered begins the spool; the lines delivered are
-            // stored now, so the next daemon goes on from the line after them.
-            let left = spool.stop_reading().await;
+        // (The spool is taken only for a hand-over: any other end keeps the lifeline until the
+        // run is judged, so the shim never reads the pipes beside this daemon.)
+        if let Some(mut spool) = spool.take_if(|_| matches!(stop, Some(Ended::HandedOver))) {
+            // What was read and not delivered is in the spool already; the lines delivered
+            // are stored now, with how far they cover, so the next daemon goes on from the
+            // line after them.
+            spool.stop_reading().await;
             while let Ok(line) = lines.try_recv() {
                 self.take_line(prompt, run_id, line, &mut transcript, &mut batch)
                     .await;
             }
-            if let Err(error) = self.try_store_events(std::mem::take(&mut batch)).await {
+            if let Some(error) = self
+                .store_lines(run_id, None, &mut batch, true, &transcript)
+                .await
+            {
                 tracing::warn!(%error, "the run's last events are kept to be stored later");
             }
-            match spool.hand_over(left) {
-                Ok(()) => tracing::info!("the run is handed over to its shim"),
-                Err(error) => tracing::error!(%error, "the run's spool could not be begun"),
-            }
+            spool.hand_over();
+            tracing::info!("the run is handed over to its shim");
             return (RunOutcome::HandedOver, transcript.new_thread());
         }
         let why = match &stop {
@@ -288,6 +294,9 @@ impl Worker {
         let outcome = match stop {
             Some(ended) => {
                 tracing::info!(why = ?ended, "engine stopped");
+                if let Some(spool) = &spool {
+                    spool.mark_stopped();
+                }
                 let mark = left.mark();
                 self.end_stopped(prompt, run_id, ended, child, mark, lines, batch, settings)
                     .await
@@ -351,35 +360,58 @@ impl Worker {
             .map(|unwritten| unwritten.error)
     }
 
-    /// Stores what the lines read so far made of `batch`: at once with a thread the engine
-    /// just named (so that a daemon killed during this run resumes it on the rerun), else
-    /// when the batch is full or no line waits. Returns why it could not be stored, if it
-    /// could not.
+    /// Stores the events of the lines taken so far (with how far they cover the run's
+    /// output, in one commit) once the batch is full or no line waits, or at once with a
+    /// thread the engine named that is new to the session. Returns why they could not be
+    /// stored (they stay deferred, for the next write).
     pub(super) async fn store_lines(
         &mut self,
         run_id: &str,
         new_thread: Option<String>,
         batch: &mut Vec<NewEvent>,
         no_line_waits: bool,
+        transcript: &Transcript,
     ) -> Option<crate::actors::ledger::LedgerError> {
+        let mark = MarkStored {
+            run_id: run_id.to_string(),
+            through: transcript.read,
+        };
         if let Some(thread_id) = new_thread {
             let set = SetThread {
                 session_id: self.session_id.clone(),
                 thread_id: Some(thread_id),
                 resume_point: None,
             };
-            let unwritten = self.write_events(set, std::mem::take(batch)).await.err()?;
+            let unwritten = match self
+                .write_events(Both(set, mark), std::mem::take(batch))
+                .await
+            {
+                Ok(_) => return None,
+                Err(unwritten) => unwritten,
+            };
             tracing::error!(error = %unwritten.error, run_id, "the engine's thread was not stored yet");
             // Kept: stored with the prompt's end, which waits out the lock.
-            if let Some(set) = unwritten.write {
+            if let Some(Both(set, _)) = unwritten.write {
                 self.pending_thread = Some(set);
             }
             return Some(unwritten.error);
         }
-        if batch.len() >= EVENT_BATCH || no_line_waits {
-            return self.try_store_events(std::mem::take(batch)).await.err();
+        // Lines that made no event need no write: read again by a daemon taking the run
+        // over, they make none again.
+        if batch.is_empty() && !self.has_deferred() {
+            return None;
         }
-        None
+        if batch.len() < EVENT_BATCH && !no_line_waits {
+            // A test's kill -9 while lines are read and not stored.
+            if batch.len() >= EVENT_BATCH / 2 {
+                process::kill_point("run.lines_unstored");
+            }
+            return None;
+        }
+        self.write_events(mark, std::mem::take(batch))
+            .await
+            .err()
+            .map(|unwritten| unwritten.error)
     }
 
     /// Turns one output line into events (pushed on `batch`), keeping in `transcript` what
@@ -392,6 +424,10 @@ impl Worker {
         transcript: &mut Transcript,
         batch: &mut Vec<NewEvent>,
     ) -> Option<String> {
+        match line.stream {
+            Stream::Stdout => transcript.read.stdout = line.end,
+            Stream::Stderr => transcript.read.stderr = line.end,
+        }
         if line.cut {
             batch.push(self.new_event(
                 prompt,
@@ -654,15 +690,11 @@ fn spawn(
     // of a large prompt must not wait on us while we wait on it.
     let lines = match pipes {
         Some(pipes) => {
-            let (lines, readers) = read_pipes(pipes.stdout, pipes.stderr)
+            let (spool, lines) = RunSpool::follow(dir, pipes.stdout, pipes.stderr, pipes.lifeline)
                 .map_err(|error| format!("cannot read the run's pipes: {error}"))?;
             Output {
                 lines,
-                spool: Some(RunSpool {
-                    dir,
-                    lifeline: pipes.lifeline,
-                    readers,
-                }),
+                spool: Some(spool),
             }
         }
         None => Output {
@@ -701,116 +733,23 @@ pub(super) struct Output {
     pub(super) spool: Option<RunSpool>,
 }
 
-/// A run's spool (`HOME/runs/<run id>`) and the lifeline its shim waits on: held while this
-/// daemon follows the run; its drop hands the run to the shim.
-pub(super) struct RunSpool {
-    pub(super) dir: std::path::PathBuf,
-    lifeline: std::os::fd::OwnedFd,
-    readers: Readers,
-}
-
-impl RunSpool {
-    /// The run was judged here: its spool holds nothing (the shim spools only once orphaned),
-    /// and goes.
-    pub(super) fn remove(self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-
-    /// Stops reading the run's pipes: what the readers read and did not deliver, stdout's and
-    /// stderr's. The lines already delivered are the caller's to store.
-    async fn stop_reading(&mut self) -> (Vec<u8>, Vec<u8>) {
-        let (stop, told) = watch::channel(true);
-        drop(told);
-        let readers = std::mem::replace(
-            &mut self.readers,
-            Readers {
-                stop,
-                stdout: tokio::spawn(async { Vec::new() }),
-                stderr: tokio::spawn(async { Vec::new() }),
-            },
-        );
-        readers.stop().await
-    }
-
-    /// Hands the run to its shim: `left` (what this daemon read of each pipe and did not
-    /// store) begins the spool, then the lifeline ends, and the shim spools the rest. The
-    /// next daemon adopts the run from there.
-    fn hand_over(self, left: (Vec<u8>, Vec<u8>)) -> std::io::Result<()> {
-        use std::io::Write;
-        for (name, bytes) in [
-            (process::shim::SPOOLED_STDOUT, left.0),
-            (process::shim::SPOOLED_STDERR, left.1),
-        ] {
-            if bytes.is_empty() {
-                continue;
-            }
-            crate::home::private_file()
-                .append(true)
-                .create(true)
-                .open(self.dir.join(name))?
-                .write_all(&bytes)?;
-        }
-        std::fs::write(self.dir.join(process::shim::HANDED_OVER), b"")?;
-        drop(self.lifeline);
-        Ok(())
-    }
-}
-
 /// Reads the child's stdout and stderr on tasks of their own into one bounded channel of
 /// lines (at most [`LINE_BUFFER`] in flight). A worktree's setup command is read the same way.
 pub(super) fn read_output(child: &mut tokio::process::Child) -> mpsc::Receiver<Line> {
     let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
     if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(read_lines(stdout, Stream::Stdout, lines_tx.clone(), None));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx, None));
-    }
-    lines
-}
-
-/// [`read_output`] for pipes this daemon made (a spooling shim's): the readers stop when told
-/// (a hand-over), giving back what they read and did not deliver.
-fn read_pipes(
-    stdout: std::os::fd::OwnedFd,
-    stderr: std::os::fd::OwnedFd,
-) -> std::io::Result<(mpsc::Receiver<Line>, Readers)> {
-    use tokio::net::unix::pipe::Receiver;
-    let (stdout, stderr) = (
-        Receiver::from_owned_fd(stdout)?,
-        Receiver::from_owned_fd(stderr)?,
-    );
-    let (lines_tx, lines) = mpsc::channel::<Line>(LINE_BUFFER);
-    let (stop, told) = watch::channel(false);
-    let readers = Readers {
-        stop,
-        stdout: tokio::spawn(read_lines(
+        tokio::spawn(read_lines(
             stdout,
             Stream::Stdout,
+            0,
             lines_tx.clone(),
-            Some(told.clone()),
-        )),
-        stderr: tokio::spawn(read_lines(stderr, Stream::Stderr, lines_tx, Some(told))),
-    };
-    Ok((lines, readers))
-}
-
-/// The readers of a spooled run's pipes.
-pub(super) struct Readers {
-    stop: watch::Sender<bool>,
-    stdout: tokio::task::JoinHandle<Vec<u8>>,
-    stderr: tokio::task::JoinHandle<Vec<u8>>,
-}
-
-impl Readers {
-    /// Stops them: what each read and did not deliver, stdout's then stderr's.
-    async fn stop(self) -> (Vec<u8>, Vec<u8>) {
-        let _ = self.stop.send(true);
-        (
-            self.stdout.await.unwrap_or_default(),
-            self.stderr.await.unwrap_or_default(),
-        )
+            None,
+        ));
     }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(read_lines(stderr, Stream::Stderr, 0, lines_tx, None));
+    }
+    lines
 }
 
 /// What a run's output said so far that decides its outcome.
@@ -830,7 +769,9 @@ pub(super) struct Transcript {
     /// Tool uses the engine refused (`tool.denied`), counted into the worker's after the run.
     pub(super) denied: u64,
     /// Requests the engine made on the line just read, for the worker to ask a person.
-    asks: Vec<EngineEvent>,
+    pub(super) asks: Vec<EngineEvent>,
+    /// How far the lines taken cover the run's output.
+    pub(super) read: StoredThrough,
 }
 
 impl Transcript {
@@ -846,6 +787,7 @@ impl Transcript {
             resume_point: None,
             denied: 0,
             asks: Vec::new(),
+            read: StoredThrough::default(),
         }
     }
 
@@ -1105,22 +1047,26 @@ pub(super) struct Line {
     pub(super) text: String,
     /// The line was longer than [`MAX_LINE`] and only its start is kept.
     pub(super) cut: bool,
+    /// Where its stream stands just past it (its newline), in bytes from the stream's start:
+    /// what the run's stored events cover once this line's are stored (live restore).
+    pub(super) end: u64,
 }
 
 /// Reads `pipe` line by line as bytes: invalid UTF-8 is decoded lossily, a last line without a
 /// newline is delivered when the pipe closes, and a line longer than [`MAX_LINE`] keeps only
-/// its start (the rest is read and dropped). Told to `stop` (a run handed over to its shim),
-/// it returns the bytes it read and did not deliver: the start of a line, and what follows it
-/// in its buffer.
+/// its start (the rest is read and dropped). `from`: where in its stream the pipe begins (a
+/// spool read from the middle). Told to `stop` (a run handed over to its shim), it returns at
+/// once: what it read and did not deliver is in the run's spool already (see `spool::Tee`).
 pub(super) async fn read_lines(
     pipe: impl AsyncRead + Unpin,
     stream: Stream,
+    from: u64,
     lines: mpsc::Sender<Line>,
     mut stop: Option<watch::Receiver<bool>>,
-) -> Vec<u8> {
+) {
     let mut reader = BufReader::new(pipe);
     let mut buffer = Vec::new();
-    let leftover = |line: &[u8], buffered: &[u8]| [line, buffered].concat();
+    let mut at = from;
     loop {
         buffer.clear();
         let mut cut = false;
@@ -1128,16 +1074,15 @@ pub(super) async fn read_lines(
         loop {
             let filled = tokio::select! {
                 biased;
-                () = stopped(&mut stop) => None,
-                filled = reader.fill_buf() => Some(filled.map(|available| available.len())),
+                () = stopped(&mut stop) => return,
+                filled = reader.fill_buf() => filled.map(|available| available.len()),
             };
             let available = match filled {
-                None => return leftover(&buffer, reader.buffer()),
-                Some(Ok(0) | Err(_)) => {
+                Ok(0) | Err(_) => {
                     ended = true;
                     break;
                 }
-                Some(Ok(_)) => reader.buffer(),
+                Ok(_) => reader.buffer(),
             };
             let (take, newline) = match available.iter().position(|&b| b == b'\n') {
                 Some(at) => (at + 1, true),
@@ -1149,17 +1094,17 @@ pub(super) async fn read_lines(
             }
             buffer.extend_from_slice(&available[..take.min(room)]);
             reader.consume(take);
+            at += take as u64;
             if newline {
                 break;
             }
         }
         if ended && buffer.is_empty() {
-            return Vec::new();
+            return;
         }
-        // Room for the line first: told to stop meanwhile, the line is handed back whole.
         let permit = tokio::select! {
             biased;
-            () = stopped(&mut stop) => return leftover(&buffer, reader.buffer()),
+            () = stopped(&mut stop) => return,
             permit = lines.reserve() => permit,
         };
         while matches!(buffer.last(), Some(b'\n' | b'\r')) {
@@ -1167,16 +1112,21 @@ pub(super) async fn read_lines(
         }
         let text = String::from_utf8_lossy(&buffer).into_owned();
         match permit {
-            Ok(permit) => permit.send(Line { stream, text, cut }),
+            Ok(permit) => permit.send(Line {
+                stream,
+                text,
+                cut,
+                end: at,
+            }),
             Err(_) => {
                 // The run is over, but a process it kept still writes here: read and drop
                 // what it writes rather than break its pipe.
                 let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
-                return Vec::new();
+                return;
             }
         }
         if ended {
-            return Vec::new();
+            return;
         }
     }
 }

@@ -47,6 +47,7 @@ mod child;
 mod prompt;
 pub mod retry;
 mod setup;
+mod spool;
 
 use super::ledger::{
     AppendEvents, Both, EndRun, Fenced, FinishPrompt, LedgerError, LedgerWrite, RequeuePrompt,
@@ -712,6 +713,11 @@ impl Worker {
     /// Publishes stored events (no subscriber is not an error).
     fn publish(&self, stored: Vec<crate::store::events::Event>) {
         self.shared.publisher.publish(stored);
+    }
+
+    /// Whether events wait, deferred, for the next write.
+    fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
     }
 
     /// The deferred events followed by `events`, to go with a write made now.
