@@ -69,6 +69,7 @@ fn main() {
     }
     println!("prompts lost:              {}", figures.lost);
     println!("prompts not done once:     {}", figures.not_once);
+    println!("turns redone:              {}", figures.redone);
     println!(
         "runs overlapping (live):   {} (in {} scans of /proc)",
         figures.live_overlaps.len(),

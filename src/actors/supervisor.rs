@@ -407,6 +407,16 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         })
         .await
         .map_err(|error| error.to_string())?;
+    let mut recovered = recovered;
+    recovered.taken_over = adopted
+        .iter()
+        .map(|run| runs::TakenOver {
+            run_id: run.id.clone(),
+            session_id: run.session_id.clone(),
+            prompt_id: run.prompt_id.clone(),
+            shim_pid: run.pid,
+        })
+        .collect();
     // The spools of the runs closed here are of no more use.
     for run in &runs {
         let _ = std::fs::remove_dir_all(process::shim::spool_dir(&shared.home, &run.id));

@@ -114,6 +114,8 @@ impl LocalStore {
             slots: None,
             app_servers,
             kept,
+            // Only a daemon follows runs.
+            taken_over: Vec::new(),
             // The HTTP API is the daemon's.
             http: None,
             store: Some(self.store.clone()),

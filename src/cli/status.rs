@@ -87,6 +87,16 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
     for server in &status.app_servers {
         println!("app-server: {}", app_server(server));
     }
+    for run in &status.taken_over {
+        let shim = run
+            .shim_pid
+            .map_or(String::new(), |pid| format!(", shim pid {pid}"));
+        println!(
+            "taken over: run {} (session {}{shim}), left running by the daemon before",
+            short(&run.run_id),
+            short(&run.session_id),
+        );
+    }
     for kept in &status.kept {
         println!(
             "kept:     pid {} (run {}, session {}): {}",

@@ -76,6 +76,10 @@ pub struct StatusResult {
     pub app_servers: Vec<AppServerState>,
     /// Processes runs left behind that their projects keep, still alive.
     pub kept: Vec<KeptProcess>,
+    /// Runs the daemon before left running that this one took over (live restore), while
+    /// they run; empty with no daemon.
+    #[serde(default)]
+    pub taken_over: Vec<crate::store::runs::TakenOver>,
     pub home: String,
     /// Where the HTTP API listens, or why it does not; null when off (and from the store:
     /// `cli::local`).

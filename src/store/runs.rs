@@ -326,6 +326,20 @@ pub struct Recovered {
     pub interrupted_runs: Vec<(String, Option<i64>, Option<i64>)>,
     /// Sessions with a prompt to run now (their running prompt, requeued, or the next one).
     pub sessions: Vec<String>,
+    /// Runs left running that were taken over rather than closed (live restore).
+    #[serde(default)]
+    pub taken_over: Vec<TakenOver>,
+}
+
+/// A run the daemon before left running, which this one took over (live restore): `status`
+/// lists it while it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakenOver {
+    pub run_id: String,
+    pub session_id: String,
+    pub prompt_id: String,
+    /// Its shim's pid, which leads its process group.
+    pub shim_pid: Option<i64>,
 }
 
 /// A run a dead supervisor left marked running.
@@ -404,6 +418,7 @@ pub(crate) fn recover(
     Ok(Recovered {
         interrupted_runs,
         sessions,
+        taken_over: Vec::new(),
     })
 }
 
@@ -467,6 +482,16 @@ pub fn left_running(connection: &Conn, prompt_id: &str) -> sql::Result<Option<Ru
             run_row,
         )
         .optional()
+}
+
+/// Whether run `run_id` is still marked running.
+pub fn is_running(connection: &Conn, run_id: &str) -> sql::Result<bool> {
+    let status: Option<String> = connection.opt_row(
+        "SELECT status FROM runs WHERE id = ?1",
+        args![run_id],
+        |row| row.get(0),
+    )?;
+    Ok(status.as_deref() == Some("running"))
 }
 
 /// Every run marked running.

@@ -12,7 +12,7 @@
 //! - **at a spawn**: killed between an engine's spawn and the commit of its pid.
 //!
 //! What is measured: prompts lost (not done at the end), prompts that succeeded other than
-//! once, moments at which two runs of one session had live processes (checked live from
+//! once, turns redone (runs closed as interrupted rather than taken over), moments at which two runs of one session had live processes (checked live from
 //! `/proc` by a thread scanning every few milliseconds: the processes carrying the home's
 //! `CORRAL_HOME`, grouped by `CORRAL_SESSION_ID`, must never carry two `CORRAL_RUN_ID`s),
 //! runs overlapping in the store, processes left behind once the last daemon stopped, and
@@ -56,6 +56,9 @@ pub struct Figures {
     pub lost: usize,
     /// Prompts with other than one succeeded run.
     pub not_once: usize,
+    /// Turns redone: runs closed as interrupted (their work thrown away and run again). A run
+    /// whose shim outlived the kill is taken over instead (live restore).
+    pub redone: usize,
     /// Distinct (session, run, run) pairs seen live at the same moment.
     pub live_overlaps: Vec<String>,
     /// How many times `/proc` was scanned.
@@ -258,6 +261,10 @@ fn rounds_in(
                 figures.not_once += 1;
             }
         }
+        figures.redone += runs
+            .iter()
+            .filter(|run| run["status"] == "interrupted")
+            .count();
         for (index, run) in runs.iter().enumerate() {
             let (start, end) = (run["started_at"].as_i64(), run["ended_at"].as_i64());
             let (Some(start), Some(end)) = (start, end) else {

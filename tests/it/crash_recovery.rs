@@ -48,12 +48,33 @@ fn kill_9_at_random_moments_loses_no_prompt_runs_none_twice_and_leaves_nothing()
             .expect("integrity_check's answer")
             .to_string()
     };
+    // Every session's events numbered without a hole, and no turn's end stored twice (a run
+    // taken over reads its spool from how far its stored events cover it).
+    let holes = home.sql(
+        "SELECT session_id FROM events GROUP BY session_id HAVING count(*) <> max(seq) OR min(seq) <> 1",
+    );
+    assert_eq!(
+        holes,
+        Vec::<Vec<serde_json::Value>>::new(),
+        "sessions whose events have holes"
+    );
+    let doubled = home.sql(
+        "SELECT run_id FROM events WHERE kind = 'turn.completed' GROUP BY run_id HAVING count(*) > 1",
+    );
+    assert_eq!(
+        doubled,
+        Vec::<Vec<serde_json::Value>>::new(),
+        "turns whose end is stored twice"
+    );
+    let taken_over = home.sql("SELECT count(*) FROM events WHERE kind = 'run.readopted'");
     println!(
-        "kills {:?}, {} prompts, {} lost, {} not once, {} live overlaps in {} scans, {} left, integrity {}, {:?}",
+        "kills {:?}, {} prompts, {} lost, {} not once, {} turns redone, {} runs taken over, {} live overlaps in {} scans, {} left, integrity {}, {:?}",
         figures.kills,
         figures.prompts,
         figures.lost,
         figures.not_once,
+        figures.redone,
+        taken_over[0][0],
         figures.live_overlaps.len(),
         figures.scans,
         figures.left_behind.len(),

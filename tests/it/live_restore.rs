@@ -46,10 +46,25 @@ fn a_turn_goes_on_through_a_daemon_restart_and_is_not_redone() {
     let said = home.ok(&["daemon", "restart"]);
     assert!(said.contains("corral daemon started"), "{said}");
     assert_ne!(home.daemon_pid(), Some(old));
+    // While it runs, `status` lists the run as taken over.
+    let status = home.json(&["status", "--json"]);
+    assert_eq!(
+        status["taken_over"][0]["run_id"], before["runs"][0]["id"],
+        "{status}"
+    );
+    assert_eq!(status["taken_over"][0]["shim_pid"], shim, "{status}");
+    let shown = home.ok(&["status"]);
+    assert!(shown.contains("taken over: run "), "{shown}");
     wait_until("the prompt is done", || {
         history(&home)["prompts"][0]["status"] != "running"
     });
     let after = history(&home);
+    let status = home.json(&["status", "--json"]);
+    assert_eq!(
+        status["taken_over"],
+        serde_json::json!([]),
+        "ended: {status}"
+    );
     assert_eq!(after["prompts"][0]["status"], "done", "{after}");
     assert_eq!(
         after["prompts"][0]["answer"], "Survived the restart.",

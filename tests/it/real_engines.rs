@@ -1656,3 +1656,68 @@ fn codex_exec_the_sandbox_holds() {
 fn codex_app_server_the_sandbox_holds() {
     codex_the_sandbox_holds("codex-app-server");
 }
+
+/// Live restore on the real CLI: `corral daemon restart` while the engine runs a shell
+/// command the model asked for. The engine is not ended: the next daemon takes its run over,
+/// the engine sends the command's outcome to the model and gets its answer, and the turn ends
+/// done with one run — each model call made once (the mock saw two: the tool call and the
+/// answer), the prompt sent once.
+fn a_turn_goes_on_through_a_daemon_restart_and_reaches_the_model_once(engine: Engine) {
+    let Some(rig) = Rig::start(engine) else {
+        return;
+    };
+    if rig.store().is_postgres() {
+        // A shared store's lease guard ends a dead daemon's runs (README, live restore).
+        println!("skipped: live restore is a home's own store's (SQLite), not PostgreSQL's");
+        return;
+    }
+    let session = rig.session(Some("restarted"));
+    let slept = rig.work().join("slept.txt");
+    let command = format!("sleep 3 && touch {}", slept.display());
+    let input = serde_json::json!({ "command": command, "description": "wait a little" });
+    let tool = match engine {
+        Engine::Claude => Answer::tool("Bash", input),
+        Engine::Opencode => Answer::tool("bash", input),
+        Engine::Codex => unreachable!("codex exec: not this test"),
+    };
+    rig.mock.tool_then(tool, "done after the restart");
+    let prompt = send_only(&rig, &session, "wait, then say so");
+    wait_until("the model asked for the command", || {
+        rig.mock.model_calls() >= 1
+    });
+    let old = rig.daemon_pid();
+    let said = rig.ok(&["daemon", "restart"]);
+    assert!(said.contains("corral daemon started"), "{said}");
+    assert_ne!(rig.daemon_pid(), old);
+    wait_until("the prompt ends", || {
+        array(&rig.history(&session)["prompts"])
+            .iter()
+            .any(|p| p["id"] == prompt.as_str() && p["status"] != "running")
+    });
+    let story = rig.story(&session);
+    let history = rig.history(&session);
+    let ended = array(&history["prompts"])
+        .into_iter()
+        .find(|p| p["id"] == prompt.as_str())
+        .unwrap();
+    assert_eq!(ended["status"], "done", "{story}");
+    assert_eq!(ended["answer"], "done after the restart", "{story}");
+    assert_eq!(array(&history["runs"]).len(), 1, "not redone: {story}");
+    assert!(slept.exists(), "the command ran to its end: {story}");
+    assert_eq!(rig.mock.model_calls(), 2, "{story}");
+    assert_eq!(rig.mock.unused_answers(), 0, "{story}");
+    assert_eq!(rig.mock.times_sent("wait, then say so"), 1, "{story}");
+    let kinds = kinds_of(&rig.events(&session), &prompt);
+    assert!(kinds.iter().any(|kind| kind == "run.readopted"), "{story}");
+    rig.stop_daemon();
+}
+
+#[test]
+fn claude_a_turn_goes_on_through_a_daemon_restart_and_reaches_the_model_once() {
+    a_turn_goes_on_through_a_daemon_restart_and_reaches_the_model_once(Engine::Claude);
+}
+
+#[test]
+fn opencode_a_turn_goes_on_through_a_daemon_restart_and_reaches_the_model_once() {
+    a_turn_goes_on_through_a_daemon_restart_and_reaches_the_model_once(Engine::Opencode);
+}

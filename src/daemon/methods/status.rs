@@ -64,6 +64,17 @@ impl Serve for Status {
                 server,
                 &unread,
             )?,
+            taken_over: corral
+                .recovered()
+                .taken_over
+                .iter()
+                .filter(|run| {
+                    corral
+                        .read(|c| crate::store::runs::is_running(c, &run.run_id))
+                        .unwrap_or(false)
+                })
+                .cloned()
+                .collect(),
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::daemon::http::status().serving(),
             store: {
