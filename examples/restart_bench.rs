@@ -83,8 +83,6 @@ struct Figures {
 
 fn round(corral: &Path, fake: &Path, turns: usize, seconds: u64, how: End) -> Figures {
     let home = tempfile::tempdir().expect("a temporary home");
-    let work = home.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
     let cli = |args: &[&str]| -> Output {
         Command::new(corral)
             .arg("--home")
@@ -102,14 +100,18 @@ fn round(corral: &Path, fake: &Path, turns: usize, seconds: u64, how: End) -> Fi
     };
     ok(&["daemon", "start"]);
     ok(&["config", "set", "engines.fake.path", fake.to_str().unwrap()]);
-    ok(&["project", "add", "p", work.to_str().unwrap()]);
+    ok(&["config", "set", "slots.fake", &turns.to_string()]);
     let interval = 100;
     let deltas = seconds * 1000 / interval;
     let text = format!("@fake deltas={deltas}\n@fake interval={interval}\n@fake answer=ok\nturn");
     let mut sessions = Vec::new();
+    // A project each: the sessions of one project take turns.
     for index in 0..turns {
-        let title = format!("s{index}");
-        ok(&["session", "new", "p", "--engine", "fake", "--title", &title]);
+        let (project, title) = (format!("p{index}"), format!("s{index}"));
+        let work = home.path().join("work").join(&project);
+        std::fs::create_dir_all(&work).unwrap();
+        ok(&["project", "add", &project, work.to_str().unwrap()]);
+        ok(&["session", "new", &project, "--engine", "fake", "--title", &title]);
         sessions.push(title);
     }
     let started = Instant::now();
