@@ -111,7 +111,9 @@ fn round(corral: &Path, fake: &Path, turns: usize, seconds: u64, how: End) -> Fi
         let work = home.path().join("work").join(&project);
         std::fs::create_dir_all(&work).unwrap();
         ok(&["project", "add", &project, work.to_str().unwrap()]);
-        ok(&["session", "new", &project, "--engine", "fake", "--title", &title]);
+        ok(&[
+            "session", "new", &project, "--engine", "fake", "--title", &title,
+        ]);
         sessions.push(title);
     }
     let started = Instant::now();

@@ -19,6 +19,7 @@ use corral::testkit::{mock_models, mock_responses};
 mod app_server;
 mod approvals;
 mod background;
+mod chaos;
 mod cli;
 mod cli_manners;
 mod confinement;
