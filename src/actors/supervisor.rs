@@ -429,8 +429,10 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
 /// Whether a run the daemon before left marked running is taken over rather than redone: its
 /// spool holds its output whole past what the stored events cover (that daemon handed the run
 /// over, or died: either way it kept every byte it read there, `session/spool.rs`), that
-/// daemon did not end it itself (`stopped`), and its shim (the process recorded for the run, by its pid and start time) lives, or recorded the
-/// engine's end before it went (the turn ended while no daemon ran: judged from the spool).
+/// daemon did not end it itself (`stopped`), and its shim (the process recorded for the run,
+/// by its pid and start time) lives, or recorded the engine's end before it went (the turn
+/// ended while no daemon ran: judged from the spool). A spool of an older corral (format 0)
+/// is whole only after a hand-over; one of a newer corral is not read.
 fn adoptable(home: &std::path::Path, run: &runs::LeftoverRun) -> bool {
     let (Some(pid), Some(start)) = (run.pid, run.pid_start) else {
         return false;
@@ -440,13 +442,41 @@ fn adoptable(home: &std::path::Path, run: &runs::LeftoverRun) -> bool {
         let length = std::fs::symlink_metadata(spool.join(name)).map_or(0, |file| file.len());
         length >= stored
     };
-    spool.is_dir()
-        && !spool.join(process::shim::INCOMPLETE).exists()
-        && !spool.join(process::shim::STOPPED).exists()
-        && holds(process::shim::SPOOLED_STDOUT, run.stored.stdout)
-        && holds(process::shim::SPOOLED_STDERR, run.stored.stderr)
-        && (spool.join(process::shim::EXIT_FILE).is_file()
-            || u32::try_from(pid).is_ok_and(|pid| process::is_alive(pid, Some(start as u64))))
+    if !spool.is_dir()
+        || spool.join(process::shim::INCOMPLETE).exists()
+        || spool.join(process::shim::STOPPED).exists()
+        || !holds(process::shim::SPOOLED_STDOUT, run.stored.stdout)
+        || !holds(process::shim::SPOOLED_STDERR, run.stored.stderr)
+    {
+        return false;
+    }
+    let alive = u32::try_from(pid)
+        .ok()
+        .filter(|pid| process::is_alive(*pid, Some(start as u64)));
+    let Some(format) = process::shim::spool_format(&spool, alive) else {
+        // Gone without a recorded end.
+        return false;
+    };
+    let whole = spool_whole(format, spool.join(process::shim::HANDED_OVER).exists());
+    if !whole && format > process::shim::SPOOL_FORMAT {
+        tracing::warn!(
+            run = run.id,
+            format,
+            "a run whose shim is a newer corral's is not taken over (its spool is not read)"
+        );
+    }
+    whole
+}
+
+/// Whether a spool of `format` holds all that its run's stored events do not cover.
+fn spool_whole(format: u32, handed_over: bool) -> bool {
+    match format {
+        // The daemon kept every byte it read (any end of that daemon).
+        process::shim::SPOOL_FORMAT => true,
+        // The daemon wrote what it had read and not stored only at a hand-over.
+        0 => handed_over,
+        _ => false,
+    }
 }
 
 /// What the runs of before left waiting for a person is denied: their engines are gone (a
@@ -517,4 +547,25 @@ fn recovered_app_server(
         .saturating_sub(super::app_server::RECENT_EVENTS);
     state.recent.drain(..keep);
     state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spool_is_whole_in_this_format_and_in_the_old_one_only_after_a_hand_over() {
+        let now = process::shim::SPOOL_FORMAT;
+        assert!(spool_whole(now, false), "a kill -9 of this corral's daemon");
+        assert!(spool_whole(now, true));
+        assert!(spool_whole(0, true), "an older corral's hand-over");
+        assert!(
+            !spool_whole(0, false),
+            "an older corral killed: lines missing"
+        );
+        assert!(
+            !spool_whole(now + 1, true),
+            "a newer corral's spool is not read"
+        );
+    }
 }

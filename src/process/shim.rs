@@ -161,6 +161,14 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// How long an engine ended for its orphan timeout has after SIGTERM before SIGKILL.
 const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
+/// The spool's format this corral writes and reads, given to the shim (`--spool-format N`)
+/// and kept in the engine's recorded end: 1, the daemon keeps every byte it reads of the run
+/// in the spool and the store says how far its events cover it. Format 0 (corral before it,
+/// a shim without the option) spooled only what its daemon had not stored, and only at a
+/// hand-over. A daemon reads the format of a run it may take over from the shim's command
+/// line, or from the recorded end once the shim is gone.
+pub const SPOOL_FORMAT: u32 = 1;
+
 /// How the engine ended.
 #[derive(Clone, Copy)]
 enum End {
@@ -173,9 +181,12 @@ impl End {
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_millis());
+        let format = SPOOL_FORMAT;
         match self {
-            End::Code(code) => format!("code {code}\nat {at}\n"),
-            End::Signal(signal) => format!("signal {}\nat {at}\n", signal.as_str()),
+            End::Code(code) => format!("code {code}\nat {at}\nformat {format}\n"),
+            End::Signal(signal) => {
+                format!("signal {}\nat {at}\nformat {format}\n", signal.as_str())
+            }
         }
     }
 }
@@ -203,6 +214,19 @@ fn parse(args: &[OsString]) -> Result<(Options, &[OsString]), String> {
                         .and_then(Pipes::parse)
                         .ok_or("--pipes-of needs PID:OUT:ERR:LIFE")?,
                 );
+                rest = &rest[2..];
+            }
+            Some("--spool-format") => {
+                let format: u32 = rest
+                    .get(1)
+                    .and_then(|format| format.to_str())
+                    .and_then(|format| format.parse().ok())
+                    .ok_or("--spool-format needs a number")?;
+                if format != SPOOL_FORMAT {
+                    return Err(format!(
+                        "--spool-format {format}: this shim writes format {SPOOL_FORMAT}"
+                    ));
+                }
                 rest = &rest[2..];
             }
             Some("--orphan-timeout-ms") => {
@@ -705,6 +729,40 @@ fn die_of(signal: Signal) -> i32 {
     128 + signal as i32
 }
 
+/// The spool format of the run whose spool is `dir` and whose shim is `pid` (alive: checked
+/// by the caller): its shim's `--spool-format` (0 without one), or once the shim is gone, the
+/// one its recorded end names (0 without one); `None` when neither can be read.
+pub fn spool_format(dir: &std::path::Path, pid: Option<u32>) -> Option<u32> {
+    if let Some(pid) = pid {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        return Some(format_in_cmdline(&cmdline));
+    }
+    let record = std::fs::read_to_string(dir.join(EXIT_FILE)).ok()?;
+    Some(
+        record
+            .lines()
+            .find_map(|line| line.strip_prefix("format ")?.trim().parse().ok())
+            .unwrap_or(0),
+    )
+}
+
+/// The `--spool-format` of a shim's command line (NUL-separated words), 0 without one.
+fn format_in_cmdline(cmdline: &[u8]) -> u32 {
+    let mut words = cmdline.split(|byte| *byte == 0);
+    while let Some(word) = words.next() {
+        if word == b"--" {
+            break;
+        }
+        if word == b"--spool-format" {
+            return words
+                .next()
+                .and_then(|format| std::str::from_utf8(format).ok()?.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
 /// Where the daemon finds the shim: `CORRAL_SHIM`, else `corral-shim` beside the running
 /// binary; `None` (said once in the log) when there is none.
 pub fn program() -> Option<&'static PathBuf> {
@@ -772,6 +830,8 @@ pub fn spooling_command(
         .arg(dir)
         .arg("--pipes-of")
         .arg(pipes.arg())
+        .arg("--spool-format")
+        .arg(SPOOL_FORMAT.to_string())
         .arg("--orphan-timeout-ms")
         .arg(orphan_timeout.as_millis().to_string())
         .arg("--")
@@ -802,4 +862,65 @@ pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {
     };
     command.process_group(0);
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shims_spool_format_is_read_from_its_command_line_up_to_its_program() {
+        let words = |words: &[&str]| words.join("\0").into_bytes();
+        let now = words(&[
+            "corral-shim",
+            "--spool",
+            "d",
+            "--spool-format",
+            "1",
+            "--",
+            "x",
+        ]);
+        assert_eq!(format_in_cmdline(&now), 1);
+        let before = words(&[
+            "corral-shim",
+            "--spool",
+            "d",
+            "--",
+            "x",
+            "--spool-format",
+            "7",
+        ]);
+        assert_eq!(format_in_cmdline(&before), 0, "the program's own words");
+        assert_eq!(
+            format_in_cmdline(&words(&["corral-shim", "--spool-format"])),
+            0
+        );
+        assert_eq!(format_in_cmdline(&words(&["x", "--spool-format", "2"])), 2);
+    }
+
+    #[test]
+    fn a_recorded_end_names_its_spool_format_and_an_older_one_reads_as_0() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(spool_format(dir.path(), None), None, "nothing recorded");
+        std::fs::write(dir.path().join(EXIT_FILE), End::Code(3).record()).unwrap();
+        assert_eq!(spool_format(dir.path(), None), Some(SPOOL_FORMAT));
+        std::fs::write(dir.path().join(EXIT_FILE), "code 0\nat 1\n").unwrap();
+        assert_eq!(spool_format(dir.path(), None), Some(0));
+        let this = std::process::id();
+        assert_eq!(spool_format(dir.path(), Some(this)), Some(0), "no option");
+    }
+
+    #[test]
+    fn a_shim_refuses_a_spool_format_it_does_not_write() {
+        let args: Vec<OsString> = ["--spool-format", "9", "true"]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+        assert!(parse(&args).is_err());
+        let args: Vec<OsString> = ["--spool-format", "1", "true"]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+        assert!(parse(&args).is_ok());
+    }
 }
