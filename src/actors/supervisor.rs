@@ -442,12 +442,21 @@ fn adoptable(home: &std::path::Path, run: &runs::LeftoverRun) -> bool {
         let length = std::fs::symlink_metadata(spool.join(name)).map_or(0, |file| file.len());
         length >= stored
     };
-    if !spool.is_dir()
-        || spool.join(process::shim::INCOMPLETE).exists()
-        || spool.join(process::shim::STOPPED).exists()
-        || !holds(process::shim::SPOOLED_STDOUT, run.stored.stdout)
-        || !holds(process::shim::SPOOLED_STDERR, run.stored.stderr)
-    {
+    if !spool.is_dir() || spool.join(process::shim::STOPPED).exists() {
+        return false;
+    }
+    let short = !holds(process::shim::SPOOLED_STDOUT, run.stored.stdout)
+        || !holds(process::shim::SPOOLED_STDERR, run.stored.stderr);
+    if short || spool.join(process::shim::INCOMPLETE).exists() {
+        let why = if short {
+            "shorter than what its stored events cover (truncated or removed)"
+        } else {
+            "marked incomplete (its daemon could not write it: a full disk)"
+        };
+        tracing::warn!(
+            run = run.id,
+            "a run's spool is {why}: the run is ended and its prompt run again"
+        );
         return false;
     }
     let alive = u32::try_from(pid)

@@ -158,6 +158,9 @@ const SPOOL_LIMIT: u64 = 256 << 20;
 /// process that escaped with them open must not hold the run's end).
 const DRAIN: Duration = Duration::from_secs(2);
 
+/// How soon bytes that could not be written to the spool (a full disk) are tried again.
+const SPOOL_RETRY: Duration = Duration::from_millis(500);
+
 /// How long an engine ended for its orphan timeout has after SIGTERM before SIGKILL.
 const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
@@ -448,6 +451,11 @@ struct Stream {
     path: PathBuf,
     file: Option<std::fs::File>,
     written: u64,
+    /// Read from the pipe and not yet in the file (a full disk): the pipe is not read again
+    /// until they are, so the engine blocks on its full pipe rather than lose output.
+    pending: Vec<u8>,
+    /// The file could not be written the last time (said once, until it can again).
+    stalled: bool,
 }
 
 impl Spool {
@@ -462,6 +470,8 @@ impl Spool {
                 path: dir.join(name),
                 file: None,
                 written: 0,
+                pending: Vec::new(),
+                stalled: false,
             })
         };
         let streams = [
@@ -501,11 +511,7 @@ impl Spool {
             return;
         }
         for stream in &self.streams {
-            if let Some(pipe) = stream
-                .pipe
-                .as_ref()
-                .filter(|_| stream.written < SPOOL_LIMIT)
-            {
+            if let Some(pipe) = stream.pipe.as_ref().filter(|_| stream.watched()) {
                 fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
             }
         }
@@ -514,13 +520,19 @@ impl Spool {
     /// When the loop must wake without a descriptor: the end of the drain, of the orphan
     /// timeout, or of the grace it gave.
     fn deadline(&self, engine_ended: bool) -> Option<Instant> {
-        if engine_ended {
-            return self.ended_at.map(|at| at + DRAIN).or(Some(Instant::now()));
+        let due = if engine_ended {
+            self.ended_at.map(|at| at + DRAIN).or(Some(Instant::now()))
+        } else if let Some(since) = self.ending_since {
+            Some(since + ORPHAN_GRACE)
+        } else {
+            self.orphaned_at.map(|at| at + self.orphan_timeout)
+        };
+        // Bytes that could not be kept yet (a full disk) are tried again a while later.
+        if self.streams.iter().any(|stream| !stream.pending.is_empty()) {
+            let retry = Instant::now() + SPOOL_RETRY;
+            return Some(due.map_or(retry, |due| due.min(retry)));
         }
-        if let Some(since) = self.ending_since {
-            return Some(since + ORPHAN_GRACE);
-        }
-        self.orphaned_at.map(|at| at + self.orphan_timeout)
+        due
     }
 
     /// Acts on what the poll found (`ready`: the descriptors [`Spool::watch`] gave, in order).
@@ -539,8 +551,10 @@ impl Spool {
         }
         let mut polled = ready.iter();
         for stream in &mut self.streams {
-            let watched = stream.pipe.is_some() && stream.written < SPOOL_LIMIT;
-            if watched && polled.next() == Some(&true) {
+            let watched = stream.pipe.is_some() && stream.watched();
+            if !stream.pending.is_empty() {
+                stream.keep();
+            } else if watched && polled.next() == Some(&true) {
                 stream.take();
             }
         }
@@ -564,7 +578,9 @@ impl Spool {
     /// is over.
     fn drained(&mut self) -> bool {
         let ended_at = *self.ended_at.get_or_insert_with(Instant::now);
-        self.streams.iter().all(|stream| stream.pipe.is_none()) || ended_at.elapsed() >= DRAIN
+        let read = self.streams.iter().all(|stream| stream.pipe.is_none());
+        let kept = self.streams.iter().all(|stream| stream.pending.is_empty());
+        (read && kept) || ended_at.elapsed() >= DRAIN
     }
 
     /// Records the engine's end in the spool, whole: written beside, then renamed into place.
@@ -603,6 +619,11 @@ impl Stream {
         Ok(self.file.as_mut().expect("just opened"))
     }
 
+    /// Whether its pipe is read now: not past the spool's limit, nothing waiting for room.
+    fn watched(&self) -> bool {
+        self.written < SPOOL_LIMIT && self.pending.is_empty()
+    }
+
     /// Reads what the pipe holds now into the spool file; the pipe's end closes it.
     fn take(&mut self) {
         let Some(pipe) = &self.pipe else {
@@ -612,17 +633,42 @@ impl Stream {
         match unistd::read(pipe, &mut buffer) {
             Ok(0) => self.pipe = None,
             Ok(read) => {
-                use std::io::Write;
-                let kept = self.file().and_then(|file| file.write_all(&buffer[..read]));
-                match kept {
-                    Ok(()) => self.written += read as u64,
-                    // A full disk: the bytes cannot be kept; said, as the run's record will
-                    // lack them.
-                    Err(error) => say!("{PROGRAM}: spooled output lost: {error}"),
-                }
+                self.pending.extend_from_slice(&buffer[..read]);
+                self.keep();
             }
             Err(Errno::EINTR | Errno::EAGAIN) => {}
             Err(_) => self.pipe = None,
+        }
+    }
+
+    /// Writes the bytes read and not yet kept into the file, as far as it can. A full disk
+    /// keeps the rest for the next try (said once); nothing is dropped.
+    fn keep(&mut self) {
+        use std::io::Write;
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut done = 0;
+        let mut failed = None;
+        while done < pending.len() {
+            match self.file().and_then(|file| file.write(&pending[done..])) {
+                Ok(0) => break,
+                Ok(wrote) => done += wrote,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        self.written += done as u64;
+        pending.drain(..done);
+        self.pending = pending;
+        match failed {
+            Some(error) if !self.stalled => {
+                say!("{PROGRAM}: the spool waits for room ({error}): the engine's output is held");
+                self.stalled = true;
+            }
+            None if self.pending.is_empty() => self.stalled = false,
+            _ => {}
         }
     }
 }

@@ -242,3 +242,54 @@ fn a_run_judged_by_its_daemon_leaves_no_spool() {
     assert!(left.is_empty(), "spools left: {left:?}");
     home.stop_daemon();
 }
+
+/// A spool cut short while no daemon ran (truncated by hand, a disk's fault): the next daemon
+/// does not take the run over from it (lines would be missing), says why in one line, and
+/// ends the run and runs its prompt again, as for any run it cannot take over.
+#[test]
+fn a_spool_cut_short_is_not_taken_over_and_its_prompt_runs_again() {
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    home.ok(&[
+        "send",
+        "s",
+        "@fake deltas=20\n@fake interval=100\n@fake answer=Again.\nwork on",
+    ]);
+    wait_until("a few steps are stored", || {
+        events(&home)
+            .iter()
+            .filter(|event| event["kind"] == "tool")
+            .count()
+            >= 3
+    });
+    let run = history(&home)["runs"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let old = home.daemon_pid().unwrap();
+    common::daemon::kill(old, libc::SIGKILL);
+    wait_until("the daemon is gone", || !common::daemon::alive(old));
+    let stdout = home.path().join("runs").join(&run).join("stdout");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&stdout)
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    home.start_daemon();
+    wait_until("the prompt is done", || {
+        history(&home)["prompts"][0]["status"] == "done"
+    });
+    let after = history(&home);
+    let runs = after["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "run again: {after}");
+    assert_eq!(runs[0]["status"], "interrupted", "{after}");
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("spool is shorter than what its stored events cover"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains(&run), "{}", said[0]);
+    home.stop_daemon();
+}

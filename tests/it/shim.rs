@@ -175,3 +175,66 @@ fn an_orphan_is_ended_after_its_timeout_unless_a_daemon_adopts_it() {
     assert_eq!(spooled(adopted.path(), "stdout"), "finished on its own\n");
     assert!(spooled(adopted.path(), "exit").starts_with("code 0\n"));
 }
+
+/// A full disk while the shim spools: nothing is dropped. The shim holds what it read, stops
+/// reading, so the engine blocks on its full pipe; once there is room the whole output is in
+/// the spool, in order, and the engine's end is recorded. (On a small tmpfs: root only, as CI
+/// has; elsewhere it skips, saying why.)
+#[test]
+fn a_full_disk_while_spooling_blocks_the_engine_and_loses_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "none"])
+        .arg(&dir)
+        .output();
+    match mounted {
+        Ok(output) if output.status.success() => {}
+        other => {
+            assert!(
+                std::env::var_os("CI").is_none_or(|value| value.is_empty()),
+                "CI mounts a tmpfs: {other:?}"
+            );
+            println!("skipping: cannot mount a tmpfs here ({other:?})");
+            return;
+        }
+    }
+    let unmount = || {
+        let _ = Command::new("umount").arg("-l").arg(&dir).output();
+    };
+    // Fill it, leaving no room for the engine's 256 KiB.
+    let filler = dir.join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        while file.write_all(&[0u8; 4096]).is_ok() {}
+        while file.write_all(&[0u8; 1]).is_ok() {}
+    }
+    let mut run = start(
+        &dir,
+        60_000,
+        "echo ready; i=0; while [ $i -lt 4096 ]; do printf '%063d\\n' $i; i=$((i+1)); done; echo done",
+    );
+    run.ready();
+    run.orphan();
+    // The engine cannot finish: its output has nowhere to go.
+    std::thread::sleep(Duration::from_millis(800));
+    let blocked = run.shim.try_wait().unwrap().is_none();
+    let before = spooled(&dir, "exit");
+    std::fs::remove_file(&filler).unwrap();
+    let status = run.wait();
+    let out = spooled(&dir, "stdout");
+    let exit = spooled(&dir, "exit");
+    unmount();
+    assert!(blocked, "the shim waits for room");
+    assert_eq!(before, "", "no end recorded while output is held");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let expected: String = (0..4096)
+        .map(|i| format!("{i:063}\n"))
+        .chain(std::iter::once("done\n".to_string()))
+        .collect();
+    assert_eq!(out.len(), expected.len(), "every byte kept");
+    assert!(out == expected, "in order");
+    assert!(exit.starts_with("code 0\n"), "{exit}");
+}
