@@ -166,3 +166,64 @@ fn a_full_disk_while_a_turn_streams_loses_nothing_and_the_daemon_stays_up() {
     }
     ok(home, &["daemon", "stop"]);
 }
+
+/// A page of the store damaged while a turn streams (a page of the projects' table, written
+/// over on the disk): the daemon stays up, a command that meets the damage fails with one
+/// line naming the repair (sqlite3's `.recover`), and the turn, whose writes do not touch
+/// that page, ends done with every step stored.
+#[test]
+fn a_damaged_page_while_a_turn_streams_is_named_with_its_repair_and_the_daemon_stays_up() {
+    let home = common::daemon::DaemonHome::new();
+    if home.store().is_postgres() {
+        println!("skipped: a damaged page is SQLite's file's");
+        return;
+    }
+    let session = home.fake_session(FAKE, "s", &[]);
+    home.ok(&[
+        "send",
+        &session,
+        "@fake deltas=30\n@fake interval=100\nstream",
+    ]);
+    let daemon = home.daemon_pid().unwrap();
+    let db = home.path().join("corral.db");
+    // Everything in the file itself, then the projects' table's first page written over.
+    let checkpoint = std::process::Command::new("sqlite3")
+        .arg(&db)
+        .arg("PRAGMA wal_checkpoint(TRUNCATE)")
+        .output()
+        .expect("sqlite3 (CI installs it)");
+    assert!(checkpoint.status.success(), "{checkpoint:?}");
+    let root: i64 = home.sql("SELECT rootpage FROM sqlite_master WHERE name = 'projects'")[0][0]
+        .as_i64()
+        .unwrap();
+    {
+        use std::io::{Seek, Write};
+        let mut file = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+        file.seek(std::io::SeekFrom::Start((root as u64 - 1) * 4096))
+            .unwrap();
+        file.write_all(&[0xde; 4096]).unwrap();
+    }
+    let output = home.run(&["project", "list"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains("malformed") && said.contains(".recover"),
+        "{said}"
+    );
+    // (Read from the store's other tables: the commands that name a session read the
+    // damaged one.)
+    let status = || {
+        home.sql(&format!(
+            "SELECT status FROM prompts WHERE session_id = '{session}'"
+        ))[0][0]
+            .clone()
+    };
+    wait_until("the turn ends", || status() != "running");
+    assert!(alive(daemon), "the daemon stays up");
+    assert_eq!(status(), "done");
+    let steps = home.sql(&format!(
+        "SELECT count(*) FROM events WHERE session_id = '{session}' AND payload LIKE '%step %'"
+    ));
+    assert_eq!(steps[0][0], 30);
+}
