@@ -57,6 +57,7 @@ pub mod send;
 pub mod session;
 pub mod status;
 pub mod steer;
+pub mod wait;
 pub mod watch;
 pub mod web;
 
@@ -111,6 +112,9 @@ pub enum Command {
     Send(send::SendArgs),
     /// Cancel a prompt, or everything running or queued on a session.
     Cancel(cancel::CancelArgs),
+    /// Wait until a prompt, a session's prompts or every prompt (--all) has ended; the exit
+    /// code says how (0 done, 1 failed, 4 cancelled, 124 timed out).
+    Wait(wait::WaitArgs),
     /// What engines asked a person under the policy `ask` and wait for (--all: answered too).
     Approvals(approvals::ApprovalsArgs),
     /// Let an engine do what it asked (--for-session: its like from now on).
@@ -812,6 +816,7 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         // `connect` holds claims per native connection: it closes them on SIGINT/SIGTERM.
         Command::Connect(args) => connect::execute(context, args).await,
         Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
+        Command::Wait(args) => interruptible(wait::execute(context, args)).await,
         Command::Approvals(args) => interruptible(approvals::list(context, args)).await,
         Command::Approve(args) => {
             interruptible(approvals::answer(context, args, Decision::Approve)).await

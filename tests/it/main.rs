@@ -58,6 +58,7 @@ mod store_location;
 mod store_lock;
 mod store_pg;
 mod supervisor;
+mod wait;
 mod worktree_security;
 mod worktree_setup;
 mod worktrees;
