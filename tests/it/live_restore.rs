@@ -21,6 +21,38 @@ fn history(home: &DaemonHome) -> Value {
     home.json(&["history", "s", "--json"])
 }
 
+/// The fake engine's steps stored so far (its `tool` events' payloads), in order.
+fn steps(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|event| event["kind"] == "tool")
+        .map(|event| event["payload"].to_string())
+        .collect()
+}
+
+/// Kills the home's daemon with SIGKILL and waits until it is gone.
+fn kill_daemon(home: &DaemonHome) {
+    let pid = home.daemon_pid().expect("a daemon");
+    common::daemon::kill(pid, libc::SIGKILL);
+    wait_until("the daemon is gone", || !common::daemon::alive(pid));
+}
+
+/// The session's events are numbered without a hole, and steps 1…`count` were stored once
+/// each, in order.
+fn assert_whole(events: &[Value], count: usize) {
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no hole");
+    let steps = steps(events);
+    assert_eq!(steps.len(), count, "every step once: {steps:?}");
+    for (index, step) in steps.iter().enumerate() {
+        assert!(
+            step.contains(&format!("step {}\"", index + 1)),
+            "step {} in its place: {step}",
+            index + 1
+        );
+    }
+}
+
 /// `corral daemon restart` in the middle of a turn: the engine is not ended, the new daemon
 /// takes the run over, every line the engine printed is stored once, in order, and the prompt
 /// ends done with one run — the turn is not redone.
@@ -75,8 +107,7 @@ fn a_turn_goes_on_through_a_daemon_restart_and_is_not_redone() {
     assert_eq!(runs[0]["pid"], shim, "{after}");
     assert_eq!(runs[0]["status"], "succeeded", "{after}");
     let events = events(&home);
-    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no hole");
+    assert_whole(&events, 8);
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert!(kinds.contains(&"run.readopted"), "{kinds:?}");
     assert!(!kinds.contains(&"prompt.requeued"), "{kinds:?}");
@@ -85,19 +116,6 @@ fn a_turn_goes_on_through_a_daemon_restart_and_is_not_redone() {
         1,
         "{kinds:?}"
     );
-    let steps: Vec<String> = events
-        .iter()
-        .filter(|event| event["kind"] == "tool")
-        .map(|event| event["payload"].to_string())
-        .collect();
-    let expected: Vec<String> = (1..=8).map(|i| format!("step {i}")).collect();
-    assert_eq!(steps.len(), 8, "every step once: {steps:?}");
-    for (step, expected) in steps.iter().zip(&expected) {
-        assert!(
-            step.contains(&format!("{expected}\"")),
-            "in order: {steps:?}"
-        );
-    }
     assert!(!home
         .path()
         .join("runs")
@@ -114,24 +132,18 @@ fn a_turn_goes_on_through_a_daemon_restart_and_is_not_redone() {
 fn a_turn_goes_on_through_a_daemon_killed_with_9_and_no_line_is_lost_or_doubled() {
     let home = DaemonHome::new();
     home.fake_session(FAKE, "s", &[]);
-    // Fast lines first (many in flight when the daemon dies), then slow ones.
+    // A line every 15 ms: some are in flight when the daemon dies.
     home.ok(&[
         "send",
         "s",
         "@fake deltas=300\n@fake interval=15\n@fake answer=Survived the kill.\nwork on",
     ]);
     wait_until("the engine has printed some steps", || {
-        events(&home)
-            .iter()
-            .filter(|event| event["kind"] == "tool")
-            .count()
-            >= 20
+        steps(&events(&home)).len() >= 20
     });
     let before = history(&home);
     let shim = before["runs"][0]["pid"].as_i64().expect("the run's shim");
-    let old = home.daemon_pid().unwrap();
-    common::daemon::kill(old, libc::SIGKILL);
-    wait_until("the daemon is gone", || !common::daemon::alive(old));
+    kill_daemon(&home);
     assert!(
         common::daemon::alive(shim as i32),
         "the shim outlives its daemon"
@@ -150,24 +162,10 @@ fn a_turn_goes_on_through_a_daemon_killed_with_9_and_no_line_is_lost_or_doubled(
     assert_eq!(runs.len(), 1, "one run, not redone: {after}");
     assert_eq!(runs[0]["pid"], shim, "{after}");
     let events = events(&home);
-    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no hole");
+    assert_whole(&events, 300);
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert!(kinds.contains(&"run.readopted"), "{kinds:?}");
     assert!(!kinds.contains(&"prompt.requeued"), "{kinds:?}");
-    let steps: Vec<String> = events
-        .iter()
-        .filter(|event| event["kind"] == "tool")
-        .map(|event| event["payload"].to_string())
-        .collect();
-    assert_eq!(steps.len(), 300, "every step once");
-    for (index, step) in steps.iter().enumerate() {
-        assert!(
-            step.contains(&format!("step {}\"", index + 1)),
-            "step {} in its place: {step}",
-            index + 1
-        );
-    }
     home.stop_daemon();
 }
 
@@ -256,19 +254,13 @@ fn a_spool_cut_short_is_not_taken_over_and_its_prompt_runs_again() {
         "@fake deltas=20\n@fake interval=100\n@fake answer=Again.\nwork on",
     ]);
     wait_until("a few steps are stored", || {
-        events(&home)
-            .iter()
-            .filter(|event| event["kind"] == "tool")
-            .count()
-            >= 3
+        steps(&events(&home)).len() >= 3
     });
     let run = history(&home)["runs"][0]["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let old = home.daemon_pid().unwrap();
-    common::daemon::kill(old, libc::SIGKILL);
-    wait_until("the daemon is gone", || !common::daemon::alive(old));
+    kill_daemon(&home);
     let stdout = home.path().join("runs").join(&run).join("stdout");
     std::fs::OpenOptions::new()
         .write(true)
