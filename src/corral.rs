@@ -573,6 +573,30 @@ impl Corral {
             .await?)
     }
 
+    /// Removes an execution group that no project is in (one with projects is refused,
+    /// naming them).
+    pub async fn remove_group(&self, name: &str) -> Result<(), CorralError> {
+        let write = crate::actors::ledger::RemoveGroup {
+            name: name.to_string(),
+        };
+        match self.shared.ledger.write(write).await? {
+            projects::GroupRemoved::Removed => Ok(()),
+            projects::GroupRemoved::Missing => Err(CorralError::NotFound(format!(
+                "no execution group is named '{name}'"
+            ))),
+            projects::GroupRemoved::InUse(members) => Err(CorralError::Invalid(format!(
+                "group '{name}' has projects ({}): take them out first (`project set PROJECT \
+                 --group …` or `--no-groups`)",
+                members.join(", ")
+            ))),
+        }
+    }
+
+    /// Every execution group, with the projects in it.
+    pub fn groups(&self) -> Result<Vec<projects::Group>, CorralError> {
+        self.read_store(projects::groups)
+    }
+
     /// Opens a session in a project. The engine defaults to the project's, then `codex`.
     pub async fn open_session(&self, mut session: NewSession) -> Result<Session, CorralError> {
         let project_id = session.project_id.clone();

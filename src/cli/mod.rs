@@ -45,6 +45,7 @@ pub mod config;
 pub mod connect;
 pub mod daemon;
 pub mod demo;
+pub mod group;
 pub mod history;
 pub mod invocation;
 pub mod local;
@@ -108,6 +109,8 @@ pub enum Command {
     Project(project::ProjectArgs),
     /// Sessions: agent conversations in a project.
     Session(session::SessionArgs),
+    /// Execution groups: projects that take turns (locking) or are only named together.
+    Group(group::GroupArgs),
     /// Queue a prompt on a session (--wait: drive it, wait, print the answer).
     Send(send::SendArgs),
     /// Cancel a prompt, or everything running or queued on a session.
@@ -239,6 +242,7 @@ impl Command {
             | Command::Approvals(_) => true,
             Command::Session(args) => args.action.inspects(),
             Command::Project(args) => args.action.inspects(),
+            Command::Group(args) => args.action.inspects(),
             Command::Config(args) => args.action.inspects(),
             _ => false,
         }
@@ -817,6 +821,7 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Connect(args) => connect::execute(context, args).await,
         Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
         Command::Wait(args) => interruptible(wait::execute(context, args)).await,
+        Command::Group(args) => interruptible(group::execute(context, args)).await,
         Command::Approvals(args) => interruptible(approvals::list(context, args)).await,
         Command::Approve(args) => {
             interruptible(approvals::answer(context, args, Decision::Approve)).await

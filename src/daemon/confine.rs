@@ -48,8 +48,8 @@ pub fn reach(method: &str, params: &Value) -> Reach {
     let named = |name: &str, wrap: fn(String) -> Reach| field(name).map_or(Reach::Everything, wrap);
     match method {
         "initialize" | "events.unsubscribe" | "exec.start" | "exec.end" | "settings.get"
-        | "settings.list" | "settings.set" | "project.add" | "group.set" | "shutdown"
-        | "http.login_code" => Reach::Nothing,
+        | "settings.list" | "settings.set" | "project.add" | "group.set" | "group.remove"
+        | "shutdown" | "http.login_code" => Reach::Nothing,
         "session.show" | "history" | "session.rename" | "session.archive" | "session.diff"
         | "session.merge" | "session.recreate" | "session.steer" | "session.compact"
         | "prompt.send" | "driver.claim" | "driver.release" | "driver.show" => {
@@ -171,6 +171,7 @@ mod tests {
     fn every_method_is_placed_and_an_unknown_one_reaches_everything() {
         let placed_everything = [
             "project.list",
+            "group.list",
             "session.list",
             "execs.list",
             "status",

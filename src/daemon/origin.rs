@@ -576,6 +576,12 @@ impl Widening for ProjectArchiveParams {
     const MAY_WIDEN: bool = false;
 }
 
+/// `group.remove` removes only a group no project is in: no project runs beside another
+/// because of it.
+impl Widening for GroupSelector {
+    const MAY_WIDEN: bool = false;
+}
+
 impl Widening for GroupSetParams {
     fn widens(&self, _: &WideningContext) -> Option<String> {
         // `locking` defaults to true: only an explicit false widens.

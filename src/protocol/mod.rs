@@ -423,6 +423,8 @@ methods![
     ProjectSet,
     ProjectArchive,
     GroupSet,
+    GroupList,
+    GroupRemove,
     SessionNew,
     SessionList,
     SessionShow,

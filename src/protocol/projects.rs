@@ -1,9 +1,9 @@
 //! Projects and lock groups: `project.add`, `project.list`, `project.show`, `project.set`,
-//! `project.archive`, `group.set`.
+//! `project.archive`, `group.set`, `group.list`, `group.remove`.
 
 use serde::{Deserialize, Serialize};
 
-use super::{method, named_params};
+use super::{method, named_params, NoParams};
 use crate::engine::{EngineKind, Policy};
 use crate::store::projects;
 
@@ -16,6 +16,10 @@ method! {
     /// The project is archived; nothing else changes (its selector is its only param).
     ProjectArchive = "project.archive": ProjectArchiveParams => Project,
     GroupSet = "group.set": GroupSetParams => GroupSetResult,
+    /// Every execution group, by name, with the projects in it.
+    GroupList = "group.list": NoParams => Vec<projects::Group>,
+    /// A group no project is in is removed; one with projects is refused, naming them.
+    GroupRemove = "group.remove": GroupSelector => GroupSelector,
 }
 
 /// A project on the wire (`projects::Project`'s keys).
@@ -224,6 +228,13 @@ named_params!(GroupSetParams {
     name: string,
     locking: optional
 });
+
+/// `group.remove {name}`: a group by its name.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GroupSelector {
+    pub name: String,
+}
+named_params!(GroupSelector { name: string });
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GroupSetResult {

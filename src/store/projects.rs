@@ -509,6 +509,68 @@ pub fn projects(connection: &Conn) -> sql::Result<Vec<Project>> {
     )
 }
 
+/// An execution group, as `group list` shows it: whether it locks, and the projects in it
+/// (their names; archived ones left out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub locking: bool,
+    pub created_at: i64,
+    pub projects: Vec<String>,
+}
+
+/// Every execution group, by name.
+pub fn groups(connection: &Conn) -> sql::Result<Vec<Group>> {
+    let projects = projects(connection)?;
+    let members = |name: &str| -> Vec<String> {
+        projects
+            .iter()
+            .filter(|project| project.archived_at.is_none())
+            .filter(|project| project.groups.iter().any(|group| group == name))
+            .map(|project| project.name.clone())
+            .collect()
+    };
+    let rows: Vec<(String, bool, i64)> = connection.rows(
+        "SELECT name, locking, created_at FROM execution_groups ORDER BY name",
+        args![],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, locking, created_at)| Group {
+            projects: members(&name),
+            name,
+            locking,
+            created_at,
+        })
+        .collect())
+}
+
+/// What `group remove` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupRemoved {
+    Removed,
+    /// No group of that name.
+    Missing,
+    /// Projects are in it (their names): it stays.
+    InUse(Vec<String>),
+}
+
+/// Removes group `name` unless a project (not archived) is in it.
+pub(crate) fn remove_group(connection: &Conn, name: &str) -> sql::Result<GroupRemoved> {
+    let Some(group) = groups(connection)?
+        .into_iter()
+        .find(|group| group.name == name)
+    else {
+        return Ok(GroupRemoved::Missing);
+    };
+    if !group.projects.is_empty() {
+        return Ok(GroupRemoved::InUse(group.projects));
+    }
+    connection.run("DELETE FROM execution_groups WHERE name = ?1", args![name])?;
+    Ok(GroupRemoved::Removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

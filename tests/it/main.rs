@@ -32,6 +32,7 @@ mod events_feed;
 mod events_under_lock;
 mod fake_engine;
 mod fuzz;
+mod groups;
 mod home_safety;
 mod http;
 mod lease_guard;

@@ -90,6 +90,12 @@ ledger_write!(
 );
 
 ledger_write!(
+    /// Removes an execution group no project is in.
+    RemoveGroup { name: String } -> projects::GroupRemoved,
+    |this, connection| projects::remove_group(connection, &this.name)
+);
+
+ledger_write!(
     /// Opens a session.
     CreateSession { session: sessions::NewSession } -> sessions::Session,
     |this, connection| sessions::insert_session(connection, &this.session)

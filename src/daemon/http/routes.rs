@@ -181,7 +181,9 @@ pub const ROUTES: &[Route] = &[
         "/api/v1/projects/{project}/archive",
         "project.archive",
     ),
+    rpc(Get, "/api/v1/groups", "group.list"),
     with_body(rpc(Put, "/api/v1/groups/{name}", "group.set")),
+    rpc(Delete, "/api/v1/groups/{name}", "group.remove"),
     with_query(
         rpc(Get, "/api/v1/sessions", "session.list"),
         &[q("project", Text), ARCHIVED],

@@ -216,11 +216,11 @@ macro_rules! dispatch {
 dispatch! {
     inspect: [
         ProjectList, ProjectShow, SessionList, SessionShow, History, SettingsGet, SettingsList,
-        ExecsList, ApprovalsList,
+        ExecsList, ApprovalsList, GroupList,
     ],
     serve: [
         Status, Shutdown,
-        ProjectAdd, ProjectSet, ProjectArchive, GroupSet,
+        ProjectAdd, ProjectSet, ProjectArchive, GroupSet, GroupRemove,
         SessionNew, SessionRename, SessionArchive, SessionDiff, SessionMerge, SessionRecreate,
         SessionSteer, SessionCompact,
         PromptSend, PromptCancel, PromptWait,

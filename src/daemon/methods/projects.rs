@@ -1,5 +1,5 @@
 //! Projects and lock groups: `project.list`, `project.show`, `project.add`, `project.set`,
-//! `project.archive`, `group.set`.
+//! `project.archive`, `group.set`, `group.list`, `group.remove`.
 
 use super::{engine, project_of, read, resolve_project, Caller, Inspect, Serve};
 use crate::protocol::*;
@@ -135,5 +135,18 @@ impl Serve for GroupSet {
             name: p.name,
             locking,
         })
+    }
+}
+
+impl Inspect for GroupList {
+    fn inspect(c: &Store, _: NoParams) -> Result<Vec<projects::Group>, RpcError> {
+        read(projects::groups(c))
+    }
+}
+
+impl Serve for GroupRemove {
+    async fn serve(caller: &Caller, p: GroupSelector) -> Result<GroupSelector, RpcError> {
+        caller.corral().remove_group(&p.name).await?;
+        Ok(p)
     }
 }
