@@ -150,8 +150,9 @@ pub const EXIT_FILE: &str = "exit";
 /// The spool's files are the home's: its owner's alone (the daemon made their directory 0700).
 const SPOOL_FILE_MODE: u32 = 0o600;
 
-/// The most a spool file takes: past it the shim stops reading, and the engine blocks on its
-/// full pipe until a daemon adopts it (or the orphan timeout ends it).
+/// The most the shim spools while no daemon follows: past it the shim stops reading, and the
+/// engine blocks on its full pipe until a daemon takes the run over (or the orphan timeout
+/// ends it). A daemon that follows reads the spool as it grows: the limit is then the disk's.
 const SPOOL_LIMIT: u64 = 256 << 20;
 
 /// How long an orphaned shim reads what its engine left in the pipes once it exited (a
@@ -441,6 +442,8 @@ struct Spool {
     ending_since: Option<Instant>,
     /// When the engine's end was first seen, while orphaned: the drain runs from then.
     ended_at: Option<Instant>,
+    /// A daemon took the run over ([`ADOPTED`]): it reads the spool as it grows.
+    followed: bool,
 }
 
 /// One of the engine's output pipes and its spool file.
@@ -488,6 +491,7 @@ impl Spool {
             orphaned_at: None,
             ending_since: None,
             ended_at: None,
+            followed: false,
         })
     }
 
@@ -500,6 +504,7 @@ impl Spool {
     fn adopted(&mut self) {
         if self.lifeline.is_none() && self.ending_since.is_none() {
             self.orphaned_at = Some(Instant::now());
+            self.followed = true;
         }
     }
 
@@ -511,7 +516,11 @@ impl Spool {
             return;
         }
         for stream in &self.streams {
-            if let Some(pipe) = stream.pipe.as_ref().filter(|_| stream.watched()) {
+            if let Some(pipe) = stream
+                .pipe
+                .as_ref()
+                .filter(|_| stream.watched(self.followed))
+            {
                 fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
             }
         }
@@ -550,8 +559,9 @@ impl Spool {
             self.ended_at = Some(Instant::now());
         }
         let mut polled = ready.iter();
+        let followed = self.followed;
         for stream in &mut self.streams {
-            let watched = stream.pipe.is_some() && stream.watched();
+            let watched = stream.pipe.is_some() && stream.watched(followed);
             if !stream.pending.is_empty() {
                 stream.keep();
             } else if watched && polled.next() == Some(&true) {
@@ -619,9 +629,10 @@ impl Stream {
         Ok(self.file.as_mut().expect("just opened"))
     }
 
-    /// Whether its pipe is read now: not past the spool's limit, nothing waiting for room.
-    fn watched(&self) -> bool {
-        self.written < SPOOL_LIMIT && self.pending.is_empty()
+    /// Whether its pipe is read now: nothing waiting for room, and not past the spool's limit
+    /// unless a daemon follows the spool.
+    fn watched(&self, followed: bool) -> bool {
+        self.pending.is_empty() && (followed || self.written < SPOOL_LIMIT)
     }
 
     /// Reads what the pipe holds now into the spool file; the pipe's end closes it.
@@ -954,6 +965,32 @@ mod tests {
         assert_eq!(spool_format(dir.path(), None), Some(0));
         let this = std::process::id();
         assert_eq!(spool_format(dir.path(), Some(this)), Some(0), "no option");
+    }
+
+    #[test]
+    fn past_the_spool_limit_a_pipe_is_read_only_while_a_daemon_follows_and_never_while_output_waits(
+    ) {
+        let (read, _write) = unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let mut stream = Stream {
+            pipe: Some(read),
+            path: PathBuf::from("unused"),
+            file: None,
+            written: SPOOL_LIMIT - 1,
+            pending: Vec::new(),
+            stalled: false,
+        };
+        assert!(stream.watched(false));
+        stream.written = SPOOL_LIMIT;
+        assert!(
+            !stream.watched(false),
+            "no daemon follows: the engine blocks"
+        );
+        assert!(stream.watched(true), "a daemon reads the spool as it grows");
+        stream.pending = vec![b'x'];
+        assert!(
+            !stream.watched(true),
+            "bytes wait for room: nothing more is read"
+        );
     }
 
     #[test]
