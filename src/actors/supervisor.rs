@@ -313,8 +313,8 @@ async fn reconcile(shared: &Shared, told: runs::Told) -> Result<Recovered, Strin
         ))
     });
     let (runs, mut servers, mut projects, setting_up) = read.map_err(|error| error.to_string())?;
-    // A run whose shim still lives, with its spool, goes on: its prompt's worker adopts it
-    // (live restore). Only on a store of its own for now: on a shared one the lease guard
+    // A run whose spool is whole goes on: its prompt's worker takes it over (live restore,
+    // see `adoptable`). Only on a store of its own for now: on a shared one the lease guard
     // ends a dead daemon's runs.
     let (adopted, runs): (Vec<_>, Vec<_>) = runs
         .into_iter()
@@ -488,8 +488,8 @@ fn spool_whole(format: u32, handed_over: bool) -> bool {
     }
 }
 
-/// What the runs of before left waiting for a person is denied: their engines are gone (a
-/// run that outlives its daemon is not built yet), so no answer could reach them.
+/// What the runs of before left waiting for a person is denied: their engines are gone, or,
+/// for a run taken over, no longer read an answer (their stdin closed with the daemon before).
 async fn deny_left_approvals(shared: &Shared) {
     let write = super::ledger::DenyLeftApprovals {
         run_id: None,

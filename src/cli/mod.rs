@@ -324,8 +324,7 @@ impl From<rusqlite::Error> for CliError {
 
 impl From<sql::DbError> for CliError {
     fn from(error: sql::DbError) -> Self {
-        // As the store's own error says it: a damaged file names its repair.
-        CliError::failure(StoreError::from(error).to_string())
+        CliError::failure(format!("store: {error}"))
     }
 }
 

@@ -521,8 +521,10 @@ pub fn check_integrity(path: &Path, within: Duration) -> Result<Integrity, Store
     }
 }
 
-/// What follows SQLite's own words for a damaged file: how to repair it.
-fn damaged_hint(error: &rusqlite::Error) -> &'static str {
+/// What follows SQLite's own words for a damaged file: how to repair it. Said by every error
+/// that carries SQLite's words (`StoreError::Sqlite`, `sql::DbError::Sqlite`), so that each
+/// way an error reaches a person names the repair.
+pub(crate) fn damaged_hint(error: &rusqlite::Error) -> &'static str {
     match error.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
             "; the store is damaged: stop what uses it and repair it with sqlite3's .recover \

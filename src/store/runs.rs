@@ -229,6 +229,17 @@ pub struct StoredThrough {
     pub stderr: u64,
 }
 
+impl StoredThrough {
+    /// From the `stdout_stored` and `stderr_stored` columns of `row`, at `at`, `at + 1`.
+    fn read(row: &Row<'_>, at: usize) -> sql::Result<StoredThrough> {
+        let column = |at| row.get::<i64>(at).map(|bytes| bytes.max(0) as u64);
+        Ok(StoredThrough {
+            stdout: column(at)?,
+            stderr: column(at + 1)?,
+        })
+    }
+}
+
 /// Records how far run `run_id`'s stored events cover its output; written in the transaction
 /// that stores them.
 pub(crate) fn set_stored_through(
@@ -247,13 +258,7 @@ pub fn stored_through(connection: &Conn, run_id: &str) -> sql::Result<StoredThro
     let found = connection.opt_row(
         "SELECT stdout_stored, stderr_stored FROM runs WHERE id = ?1",
         args![run_id],
-        |row| {
-            let (stdout, stderr): (i64, i64) = (row.get(0)?, row.get(1)?);
-            Ok(StoredThrough {
-                stdout: stdout.max(0) as u64,
-                stderr: stderr.max(0) as u64,
-            })
-        },
+        |row| StoredThrough::read(row, 0),
     )?;
     Ok(found.unwrap_or_default())
 }
@@ -441,10 +446,7 @@ pub fn leftover_runs(connection: &Conn, node_id: &str) -> sql::Result<Vec<Leftov
             prompt_status: row.get(3)?,
             pid: row.get(4)?,
             pid_start: row.get(5)?,
-            stored: StoredThrough {
-                stdout: row.get::<i64>(6)?.max(0) as u64,
-                stderr: row.get::<i64>(7)?.max(0) as u64,
-            },
+            stored: StoredThrough::read(row, 6)?,
         })
     })
 }

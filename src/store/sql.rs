@@ -39,7 +39,8 @@ pub enum Dialect {
 /// An error of a statement, on either store.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("{0}")]
+    /// A damaged file says how to repair it.
+    #[error("{0}{}", super::damaged_hint(.0))]
     Sqlite(#[from] rusqlite::Error),
     #[error("{}", postgres_message(.0))]
     Postgres(#[from] tokio_postgres::Error),

@@ -823,10 +823,9 @@ fn a_new_supervisor_takes_over_a_run_its_predecessor_handed_over() {
     });
 }
 
-/// A run whose supervisor died without handing it over (as a daemon killed with -9) is not
-/// taken over, since the lines that supervisor had read and not stored would be missing: the
-/// next supervisor ends what is left of it (SIGTERM to its group, its shim's included) and
-/// runs the prompt again.
+/// A run whose spool is not whole (marked incomplete, as a full disk leaves it) is not taken
+/// over, since lines would be missing: the next supervisor ends what is left of it (SIGTERM to
+/// its group, its shim's included) and runs the prompt again.
 #[test]
 fn a_new_supervisor_ends_leftover_children_and_runs_their_prompts_again() {
     let home = tempfile::tempdir().unwrap();

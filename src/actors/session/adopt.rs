@@ -132,11 +132,11 @@ impl Worker {
         self.denied += std::mem::take(&mut transcript.denied);
         if let Some(stop) = stop {
             let _ = self.try_store_events(std::mem::take(&mut batch)).await;
-            remove_spool(&dir);
+            super::spool::remove(&dir);
             return (RunOutcome::Stopped(stop, Exit::of(status)), reported);
         }
         let outcome = self.end_exited(prompt, &run.id, transcript, status, batch);
-        remove_spool(&dir);
+        super::spool::remove(&dir);
         (outcome, reported)
     }
 }
@@ -154,10 +154,6 @@ fn run_mark(run: &Run) -> crate::process::Mark {
 /// Tells the shim a daemon follows it: its orphan timeout starts over.
 fn adopt(shim_pid: i32) -> nix::Result<()> {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim_pid), shim::ADOPTED)
-}
-
-fn remove_spool(dir: &Path) {
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Follows a run's spool: its lines from the start of `DIR/stdout` and `DIR/stderr` and as they

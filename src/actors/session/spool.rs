@@ -80,7 +80,7 @@ impl RunSpool {
 
     /// The run was judged here: its spool goes, and with it the lifeline.
     pub(super) fn remove(self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        remove(&self.dir);
     }
 
     /// Stops reading the run's pipes, once each reader has kept what it read in the spool:
@@ -99,6 +99,11 @@ impl RunSpool {
         mark(&self.dir, shim::HANDED_OVER);
         drop(self.lifeline);
     }
+}
+
+/// Removes a run's spool `dir`, once the run is judged.
+pub(super) fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Leaves the empty file `name` in a run's spool `dir` (a marker; one that cannot be made is

@@ -465,13 +465,7 @@ pub(crate) fn session_among_all(
 }
 
 fn read<T>(result: sql::Result<T>) -> Result<T, RpcError> {
-    // As the store's own error says it: a damaged file names its repair.
-    result.map_err(|error| {
-        RpcError::new(
-            code::INTERNAL,
-            crate::store::StoreError::from(error).to_string(),
-        )
-    })
+    result.map_err(|error| RpcError::new(code::INTERNAL, format!("store: {error}")))
 }
 
 #[cfg(test)]

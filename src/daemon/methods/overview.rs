@@ -90,10 +90,7 @@ fn query(p: ExecsListParams) -> Result<ExecQuery, RpcError> {
 fn page_error(error: PageError) -> RpcError {
     let message = error.to_string();
     match error {
-        PageError::Store(error) => RpcError::new(
-            code::INTERNAL,
-            crate::store::StoreError::from(error).to_string(),
-        ),
+        PageError::Store(error) => RpcError::new(code::INTERNAL, format!("store: {error}")),
         PageError::NoWave(_) => RpcError::new(code::NOT_FOUND, message),
         PageError::AmbiguousWave { candidates, .. } => RpcError::new(code::AMBIGUOUS, message)
             .with_data(serde_json::json!({ "candidates": candidates })),

@@ -64,17 +64,18 @@ impl Serve for Status {
                 server,
                 &unread,
             )?,
+            // Those this daemon took over at its boot, while they run (one read for them all).
             taken_over: corral
-                .recovered()
-                .taken_over
-                .iter()
-                .filter(|run| {
-                    corral
-                        .read(|c| crate::store::runs::is_running(c, &run.run_id))
-                        .unwrap_or(false)
+                .read(|c| {
+                    let mut running = Vec::new();
+                    for run in &corral.recovered().taken_over {
+                        if crate::store::runs::is_running(c, &run.run_id)? {
+                            running.push(run.clone());
+                        }
+                    }
+                    Ok(running)
                 })
-                .cloned()
-                .collect(),
+                .unwrap_or_default(),
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::daemon::http::status().serving(),
             store: {
