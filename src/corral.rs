@@ -25,6 +25,7 @@ use crate::store::drivers::{ClaimRefused, DriverClaim};
 use crate::store::events::Event;
 use crate::store::exec::{Exec, ExecCompletion, NewExec};
 use crate::store::location::Location;
+use crate::store::pauses::{Pause, PauseScope};
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
 use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, Prompt};
 use crate::store::runs::Recovered;
@@ -356,6 +357,10 @@ impl Corral {
             options.exec_id,
             lease.as_ref().map(|(lease, _)| lease.clone()),
         ));
+        // The pauses in force hold the workers boot starts.
+        shared
+            .reload_pauses()
+            .map_err(|error| CorralError::Store(error.into()))?;
         let supervisor = SupervisorHandle::start(shared.clone());
         let recovered = supervisor
             .boot()
@@ -590,6 +595,55 @@ impl Corral {
                 members.join(", ")
             ))),
         }
+    }
+
+    /// Pauses `scope` (`store::pauses`): none of its queued prompts starts a run until it is
+    /// resumed, and a prompt of it waiting for a slot or a retry goes back to the head of its
+    /// queue; `hard` (`--now`) interrupts its running prompts too, which go back the same
+    /// way. A scope paused already stays as it was, only hardened by `hard`. `reason` says
+    /// who paused it. Returns the pauses in force.
+    pub async fn pause(
+        &self,
+        scope: PauseScope,
+        reason: &str,
+        hard: bool,
+    ) -> Result<Vec<Pause>, CorralError> {
+        let write = crate::actors::ledger::SetPause {
+            scope,
+            reason: reason.to_string(),
+            hard,
+        };
+        let pauses = self.shared.ledger.write(write).await?;
+        // The workers watch it: those it covers stop as it says.
+        self.shared.pauses.replace(pauses.clone());
+        Ok(pauses)
+    }
+
+    /// Lifts the pause of `scope`: the prompts it held are claimed now (in the same write)
+    /// and start as the slots allow. Returns whether it was paused, the prompts started and
+    /// the pauses still in force (another may still hold the scope).
+    pub async fn resume(
+        &self,
+        scope: PauseScope,
+    ) -> Result<(bool, Vec<Prompt>, Vec<Pause>), CorralError> {
+        let write = crate::actors::ledger::Fenced {
+            claim: self.shared.coordination.fence(),
+            write: crate::actors::ledger::LiftPause {
+                scope,
+                claimer: self.shared.coordination.claimer(),
+            },
+        };
+        let (lifted, started, pauses) = self.shared.ledger.write(write).await?;
+        self.shared.pauses.replace(pauses.clone());
+        self.supervisor.dispatch_all(started.clone());
+        // On a shared store the other queued heads are the claimer's.
+        self.shared.coordination.wake_claimer();
+        Ok((lifted, started, pauses))
+    }
+
+    /// The pauses in force, oldest first.
+    pub fn pauses(&self) -> Result<Vec<Pause>, CorralError> {
+        self.read_store(store::pauses::pauses)
     }
 
     /// Every execution group, with the projects in it.

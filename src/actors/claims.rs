@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, Notify};
 
 use super::asks;
 use super::ledger::{
-    ClaimWork, Rescue, ANSWER_NOTICE, APPROVAL_NOTICE, ASK_NOTICE, CANCEL_NOTICE, SETTINGS_NOTICE,
+    ClaimWork, Rescue, ANSWER_NOTICE, APPROVAL_NOTICE, ASK_NOTICE, CANCEL_NOTICE, PAUSE_NOTICE,
+    SETTINGS_NOTICE,
 };
 use super::relay::EventRelay;
 use super::shared::Shared;
@@ -80,6 +81,7 @@ pub fn start(
                 cancel_if_here(&shared, &supervisor, &payload[CANCEL_NOTICE.len()..])
             }
             Notice::Work(payload) if payload == SETTINGS_NOTICE => reload_settings(&shared),
+            Notice::Work(payload) if payload == PAUSE_NOTICE => reload_pauses(&shared),
             Notice::Work(payload) if payload.starts_with(APPROVAL_NOTICE) => {
                 approval_answered(&shared, &supervisor, &payload[APPROVAL_NOTICE.len()..])
             }
@@ -96,6 +98,7 @@ pub fn start(
                     // What the notices missed meanwhile: a setting changed, a cancel asked,
                     // an ask or its answer.
                     reload_settings(&shared);
+                    reload_pauses(&shared);
                     cancel_asked_here(&shared, &supervisor);
                     approvals_answered_here(&shared, &supervisor);
                     asks::answer_unanswered(&shared);
@@ -125,6 +128,15 @@ fn reload_settings(shared: &Arc<Shared>) {
         }
         shared.coordination.wake_claimer();
     });
+}
+
+/// The pauses changed on some daemon: read again (a worker here holds or goes on), and
+/// what a lifted pause held is claimed.
+fn reload_pauses(shared: &Arc<Shared>) {
+    if let Err(error) = shared.reload_pauses() {
+        tracing::warn!(%error, "the pauses changed in the store could not be read");
+    }
+    shared.coordination.wake_claimer();
 }
 
 /// An answer notice (`<asker's node>:<ask id>`): wakes the ask if it is this daemon's.

@@ -17,8 +17,10 @@ use super::life::Life;
 use super::publisher::Publisher;
 use super::slots::{SlotLimits, SlotsHandle};
 use super::worktree::Worktrees;
+use crate::store::pauses::{Pause, PauseSet};
 use crate::store::settings::{Settings, DEFAULT_SLOTS_PER_ENGINE};
 use crate::store::ReaderPool;
+use tokio::sync::watch;
 
 /// The supervisor's parts, as every session actor and the supervisor's helpers hold them.
 pub struct Shared {
@@ -39,6 +41,8 @@ pub struct Shared {
     /// The app-server child of each project that uses one, started on first use.
     pub app_servers: AppServers,
     pub git: GitFinder,
+    /// The pauses in force, watched by the workers.
+    pub pauses: PausesCell,
 }
 
 impl Shared {
@@ -78,6 +82,8 @@ impl Shared {
             life,
             coordination,
             git: GitFinder::default(),
+            // Read before boot (`Shared::reload_pauses`).
+            pauses: PausesCell::new(Vec::new()),
         }
     }
 
@@ -113,6 +119,17 @@ impl Shared {
             .map_err(|error| error.to_string())
     }
 
+    /// Reads the pauses from the store and puts them in effect: after a prompt's failure
+    /// paused its project (`pause_on_failure`), or told by another daemon that they changed.
+    pub fn reload_pauses(&self) -> Result<(), String> {
+        let pauses = self
+            .readers
+            .read(crate::store::pauses::pauses)
+            .map_err(|error| error.to_string())?;
+        self.pauses.replace(pauses);
+        Ok(())
+    }
+
     /// Puts `settings` in effect (the lease's length among them).
     pub fn replace_settings(&self, settings: Settings) {
         self.coordination.set_lease_length(settings.store_lease);
@@ -141,6 +158,32 @@ impl SettingsCell {
         if let Ok(mut current) = self.0.write() {
             *current = Arc::new(settings);
         }
+    }
+}
+
+/// The pauses in force (`store::pauses`): replaced whole by whoever changed them in the
+/// store, watched by every worker (a pause stops a prompt waiting for a slot or a retry).
+#[derive(Clone)]
+pub struct PausesCell(Arc<watch::Sender<Arc<PauseSet>>>);
+
+impl PausesCell {
+    pub fn new(pauses: Vec<Pause>) -> Self {
+        PausesCell(Arc::new(watch::channel(Arc::new(PauseSet(pauses))).0))
+    }
+
+    pub fn watch(&self) -> watch::Receiver<Arc<PauseSet>> {
+        self.0.subscribe()
+    }
+
+    /// Puts `pauses` in effect; the workers wake only when they changed.
+    pub fn replace(&self, pauses: Vec<Pause>) {
+        self.0.send_if_modified(|now| {
+            let changed = now.0 != pauses;
+            if changed {
+                *now = Arc::new(PauseSet(pauses));
+            }
+            changed
+        });
     }
 }
 

@@ -77,6 +77,12 @@ impl SupervisorHandle {
         self.0.do_send(Dispatch(prompt));
     }
 
+    /// Hands many prompts to their sessions' workers, a step at a time (see [`resume`]):
+    /// what a lifted pause let start.
+    pub fn dispatch_all(&self, prompts: Vec<Prompt>) {
+        actix::spawn(resume(self.clone(), prompts));
+    }
+
     /// Ends prompt `prompt_id` if session `session_id` runs it here now.
     pub fn cancel_running(&self, session_id: String, prompt_id: String) {
         self.0.do_send(CancelRunning {

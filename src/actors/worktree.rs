@@ -902,6 +902,7 @@ mod tests {
             created_at: 0,
             archived_at: None,
             keep_background: false,
+            pause_on_failure: false,
             isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: None,

@@ -116,6 +116,7 @@ impl LocalStore {
             kept,
             // Only a daemon follows runs.
             taken_over: Vec::new(),
+            pauses: crate::store::pauses::pauses(c)?,
             // The HTTP API is the daemon's.
             http: None,
             store: Some(self.store.clone()),

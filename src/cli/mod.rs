@@ -50,6 +50,7 @@ pub mod history;
 pub mod invocation;
 pub mod local;
 pub mod monitor;
+pub mod pause;
 pub mod progress;
 pub mod project;
 pub mod remote;
@@ -118,6 +119,12 @@ pub enum Command {
     /// Wait until a prompt, a session's prompts or every prompt (--all) has ended; the exit
     /// code says how (0 done, 1 failed, 4 cancelled, 124 timed out).
     Wait(wait::WaitArgs),
+    /// Pause a session, a project (--project), a group (--group) or everything (--all): no
+    /// new run starts there until `resume` (--now: interrupt what runs too). Alone: list
+    /// the pauses.
+    Pause(pause::PauseArgs),
+    /// Let a paused scope's prompts run again.
+    Resume(pause::ResumeArgs),
     /// What engines asked a person under the policy `ask` and wait for (--all: answered too).
     Approvals(approvals::ApprovalsArgs),
     /// Let an engine do what it asked (--for-session: its like from now on).
@@ -243,6 +250,7 @@ impl Command {
             Command::Session(args) => args.action.inspects(),
             Command::Project(args) => args.action.inspects(),
             Command::Group(args) => args.action.inspects(),
+            Command::Pause(args) => args.inspects(),
             Command::Config(args) => args.action.inspects(),
             _ => false,
         }
@@ -821,6 +829,8 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Cancel(args) => interruptible(cancel::execute(context, args)).await,
         Command::Wait(args) => interruptible(wait::execute(context, args)).await,
         Command::Group(args) => interruptible(group::execute(context, args)).await,
+        Command::Pause(args) => interruptible(pause::pause(context, args)).await,
+        Command::Resume(args) => interruptible(pause::resume(context, args)).await,
         Command::Approvals(args) => interruptible(approvals::list(context, args)).await,
         Command::Approve(args) => {
             interruptible(approvals::answer(context, args, Decision::Approve)).await

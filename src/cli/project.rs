@@ -87,6 +87,10 @@ pub struct AddArgs {
     /// A command (`sh -c`) run in each new worktree before its first prompt (`npm ci`).
     #[arg(long, value_name = "CMD")]
     pub setup: Option<String>,
+    /// Pause the project when one of its prompts fails for good (`corral resume --project`
+    /// lets its queue go on).
+    #[arg(long)]
+    pub pause_on_failure: bool,
     /// Print the new project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -152,6 +156,9 @@ pub struct SetArgs {
     /// The command run in each new worktree before its first prompt; '' removes it.
     #[arg(long, value_name = "CMD")]
     pub setup: Option<String>,
+    /// Pause the project when one of its prompts fails for good.
+    #[arg(long, value_name = "true|false", action = ArgAction::Set)]
+    pub pause_on_failure: Option<bool>,
     /// Print the changed project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -215,6 +222,7 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         isolation: args.isolation.clone(),
         worktrees_dir: args.worktrees_dir.as_deref().map(absolute).transpose()?,
         setup: args.setup.clone(),
+        pause_on_failure: args.pause_on_failure,
     };
     let mut client = remote::connect(context).await?;
     let answered = remote::ask_answered::<ProjectAdd>(&mut client, &params).await?;
@@ -298,11 +306,12 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.isolation.is_none()
         && args.worktrees_dir.is_none()
         && args.setup.is_none()
+        && args.pause_on_failure.is_none()
     {
         return Err(CliError::usage(
             "nothing to change: give --engine, --model, --policy, --agents-scope, --full-access, --remote, --group, \
-             --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir \
-             or --setup",
+             --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir, \
+             --setup or --pause-on-failure",
         ));
     }
     // '' clears the directory: it goes as it is, not made absolute.
@@ -328,6 +337,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         isolation: args.isolation.clone(),
         worktrees_dir,
         setup: args.setup.clone(),
+        pause_on_failure: args.pause_on_failure,
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_answered::<ProjectSet>(&mut client, &params).await?;
@@ -400,6 +410,12 @@ fn print(answered: &Answered<Project>, json: bool) {
         "ended with their runs"
     };
     println!("background:   {background}");
+    if project.pause_on_failure {
+        println!(
+            "on failure:   the project pauses (corral resume --project {})",
+            project.name
+        );
+    }
     let agents = match project.agents_scope {
         AgentsScope::Project => "reach every session of this project",
         _ => "reach their own session only",

@@ -84,6 +84,9 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         }
         None => println!("slots:    unknown"),
     }
+    for pause in &status.pauses {
+        println!("paused:   {} (corral resume …)", pause.describe());
+    }
     for server in &status.app_servers {
         println!("app-server: {}", app_server(server));
     }

@@ -56,6 +56,20 @@ pub fn reach(method: &str, params: &Value) -> Reach {
             named("session", Reach::Session)
         }
         "prompt.wait" => named("prompt", Reach::Prompt),
+        // An agent may pause its own session (`pause.list` and every wider scope reach
+        // others'); a resume is a person's alone, refused by the widening rules.
+        "pause" => match field("session") {
+            Some(session)
+                if params.get("all").is_none_or(|all| all == false)
+                    && field("project").is_none()
+                    && field("group").is_none() =>
+            {
+                Reach::Session(session)
+            }
+            _ => Reach::Everything,
+        },
+        "resume" => Reach::Nothing,
+        "pause.list" => Reach::Everything,
         // An answer is a person's alone: refused from any run by the widening rules.
         "approvals.answer" => Reach::Nothing,
         "approvals.list" => named("session", Reach::Session),
@@ -176,6 +190,9 @@ mod tests {
             "execs.list",
             "status",
             "overview",
+            "pause.list",
+            // With these params, which name a project beside the session.
+            "pause",
         ];
         for method in crate::protocol::METHODS {
             let reach = reach(
@@ -195,5 +212,18 @@ mod tests {
         );
         assert_eq!(reach("history", &json!({})), Reach::Everything);
         assert_eq!(reach("events.subscribe", &json!({})), Reach::Everything);
+        // A pause reaches its own session only when it names nothing else.
+        assert_eq!(
+            reach("pause", &json!({ "session": "s1", "now": true })),
+            Reach::Session("s1".into())
+        );
+        for wider in [
+            json!({ "session": "s1", "all": true }),
+            json!({ "session": "s1", "group": "g" }),
+            json!({ "all": true }),
+            json!({ "project": "q" }),
+        ] {
+            assert_eq!(reach("pause", &wider), Reach::Everything, "{wider}");
+        }
     }
 }

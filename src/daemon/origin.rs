@@ -512,6 +512,9 @@ impl Widening for ProjectSetParams {
         if self.keep_background == Some(true) {
             return Some("letting background processes outlive their runs".into());
         }
+        if self.pause_on_failure == Some(false) {
+            return Some("letting a project run on after a failure (pause_on_failure off)".into());
+        }
         if self.remote == Some(false) {
             return Some("turning remote off".into());
         }
@@ -722,6 +725,19 @@ impl Widening for SessionArchiveParams {
             )),
             None => Some(format!("archiving session {}", self.session)),
         }
+    }
+}
+
+/// Pausing narrows (what a run reaches is `confine`'s: its own session only).
+impl Widening for PauseParams {
+    const MAY_WIDEN: bool = false;
+}
+
+impl Widening for PauseTarget {
+    /// Work a pause holds is let go by a person: an agent that could would undo the pause
+    /// that stopped it.
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        Some("resuming paused work".into())
     }
 }
 

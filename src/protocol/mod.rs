@@ -13,7 +13,8 @@
 //! params and result types, in its group's file: `status.rs` (initialize, status,
 //! shutdown), `projects.rs`, `sessions.rs` (sessions, history), `prompts.rs` (send, cancel,
 //! wait; the sender's [`ExecRecord`]), `drivers.rs`, `settings.rs`, `events.rs`
-//! (subscriptions), `overview.rs` (`overview`, `execs.list`), `execs.rs` (`exec.start`,
+//! (subscriptions), `overview.rs` (`overview`, `execs.list`), `pauses.rs` (`pause`,
+//! `resume`, `pause.list`), `execs.rs` (`exec.start`,
 //! `exec.end`: a client's own exec, recorded by the daemon). [`METHODS`], the list the
 //! daemon gives in an unknown method's error, is made from the same table (`methods!`).
 //! Results that are stored rows are sent as the
@@ -35,6 +36,7 @@ pub mod events;
 pub mod execs;
 pub mod http;
 pub mod overview;
+pub mod pauses;
 pub mod projects;
 pub mod prompts;
 pub mod sessions;
@@ -48,6 +50,7 @@ pub use events::*;
 pub use execs::*;
 pub use http::*;
 pub use overview::*;
+pub use pauses::*;
 pub use projects::*;
 pub use prompts::*;
 pub use sessions::*;
@@ -425,6 +428,9 @@ methods![
     GroupSet,
     GroupList,
     GroupRemove,
+    PauseWork,
+    ResumeWork,
+    PauseList,
     SessionNew,
     SessionList,
     SessionShow,
@@ -638,6 +644,7 @@ mod wire_tests {
             created_at: 1,
             archived_at: Some(2),
             keep_background: true,
+            pause_on_failure: false,
             isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: Some("npm ci".into()),

@@ -61,6 +61,9 @@ pub struct Project {
     /// The git repository's top level holding `path` (null: not in one).
     #[serde(default)]
     pub repo_root: Option<String>,
+    /// A prompt of it failing for good pauses it (`resume` lets its queue go on).
+    #[serde(default)]
+    pub pause_on_failure: bool,
 }
 
 fn shared() -> String {
@@ -88,6 +91,7 @@ impl From<&projects::Project> for Project {
             worktrees_dir: p.worktrees_dir.clone(),
             setup: p.setup.clone(),
             repo_root: p.repo_root.clone(),
+            pause_on_failure: p.pause_on_failure,
         }
     }
 }
@@ -126,6 +130,9 @@ pub struct ProjectAddParams {
     /// it unsandboxed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// A prompt failing for good pauses the project.
+    #[serde(default)]
+    pub pause_on_failure: bool,
 }
 
 /// `project.set`: only the fields given change.
@@ -163,6 +170,9 @@ pub struct ProjectSetParams {
     /// `""` clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// Turning it off is a widening (a failing project would run on); on is always allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_on_failure: Option<bool>,
 }
 
 /// `project.list {all}`: archived projects too when `all`.

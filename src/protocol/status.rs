@@ -80,6 +80,9 @@ pub struct StatusResult {
     /// they run; empty with no daemon.
     #[serde(default)]
     pub taken_over: Vec<crate::store::runs::TakenOver>,
+    /// The pauses in force (`pause`), oldest first; absent from an older daemon's answer.
+    #[serde(default)]
+    pub pauses: Vec<crate::store::pauses::Pause>,
     pub home: String,
     /// Where the HTTP API listens, or why it does not; null when off (and from the store:
     /// `cli::local`).

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::daemons::Claim;
 use super::now_ms;
+use super::pauses::paused_sql;
 use super::prompts::{
     end_cancelled, maybe_prompt_at, prompt_columns, prompt_row, set_session_status, Look, Prompt,
     PROMPT_COLUMNS,
@@ -30,7 +31,15 @@ pub(super) fn look_shared(
     // of some sixty nodes that the server sets up at every run, ~0.3 to 0.6 ms under
     // the write lock at each end. A project in a group (its row says so now) is
     // asked that question after.
-    let (runs, next, elsewhere, grouped, lean): (bool, Option<Prompt>, bool, bool, Rivals) =
+    #[allow(clippy::type_complexity)]
+    let (runs, next, elsewhere, grouped, paused, lean): (
+        bool,
+        Option<Prompt>,
+        bool,
+        bool,
+        bool,
+        Rivals,
+    ) =
         connection.row(
             concat!(
                 "WITH me AS (SELECT s.project_id, s.worktree IS NULL AS shares_tree, \
@@ -66,7 +75,10 @@ pub(super) fn look_shared(
                 ")) END, \
                         CASE WHEN asked.head AND ?3 THEN (",
                 running_everywhere_sql!(),
-                ") END, ",
+                ") END, \
+                        EXISTS (SELECT 1 FROM sessions s WHERE s.id = ?1 AND ",
+                paused_sql!("s"),
+                "), ",
                 prompt_columns!("p."),
                 " FROM busy CROSS JOIN asked \
                    LEFT JOIN queue_heads h ON h.session_id = ?1 \
@@ -81,9 +93,10 @@ pub(super) fn look_shared(
                 };
                 Ok((
                     row.get(0)?,
-                    maybe_prompt_at(row, 6)?,
+                    maybe_prompt_at(row, 7)?,
                     row.get(1)?,
                     row.get(2)?,
+                    row.get(6)?,
                     lean,
                 ))
             },
@@ -96,6 +109,7 @@ pub(super) fn look_shared(
         runs,
         next,
         worktree_elsewhere: elsewhere,
+        paused,
         rivals: Some(asked),
     })
 }
@@ -259,6 +273,7 @@ pub(crate) fn claim_work(
                                            WHERE sp.id = s.project_id), false) AS grouped \
                            FROM sessions s \
                           WHERE s.id = q.session_id AND s.archived_at IS NULL \
+                            AND NOT ", paused_sql!("s"), " \
                             AND (s.worktree_node IS NULL OR s.worktree_node = ?1) \
                             AND s.project_id = ANY (ARRAY(SELECT json_array_elements_text(?2::text::json))) \
                             AND s.engine = ANY (ARRAY(SELECT json_array_elements_text(?7::text::json))) \

@@ -487,6 +487,25 @@ ALTER TABLE runs ADD COLUMN stdout_stored INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN stderr_stored INTEGER NOT NULL DEFAULT 0;
 "#,
     },
+    Migration {
+        name: "pauses",
+        sql: r#"
+-- Paused scopes (#35): everything (`all`), a project, an execution group or a session. A
+-- prompt of a session any pause covers is not claimed (`store::pauses`), so it waits queued;
+-- `needle` is a group's name as it appears in `projects.groups` (JSON-quoted). A project may
+-- pause itself when one of its prompts fails (`pause_on_failure`).
+CREATE TABLE pauses (
+    scope     TEXT NOT NULL,
+    target    TEXT NOT NULL,
+    needle    TEXT,
+    paused_at INTEGER NOT NULL,
+    reason    TEXT NOT NULL,
+    hard      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, target)
+);
+ALTER TABLE projects ADD COLUMN pause_on_failure INTEGER NOT NULL DEFAULT 0;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

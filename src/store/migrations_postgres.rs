@@ -480,6 +480,19 @@ ALTER TABLE projects ADD COLUMN agents_scope TEXT NOT NULL DEFAULT 'session';
 ALTER TABLE runs ADD COLUMN stdout_stored BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN stderr_stored BIGINT NOT NULL DEFAULT 0;
 "#,
+    // 19: pauses
+    r#"
+CREATE TABLE pauses (
+    scope     TEXT COLLATE "C" NOT NULL,
+    target    TEXT COLLATE "C" NOT NULL,
+    needle    TEXT COLLATE "C",
+    paused_at BIGINT NOT NULL,
+    reason    TEXT NOT NULL,
+    hard      BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, target)
+);
+ALTER TABLE projects ADD COLUMN pause_on_failure BIGINT NOT NULL DEFAULT 0;
+"#,
 ];
 
 #[cfg(test)]

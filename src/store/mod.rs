@@ -35,6 +35,7 @@ pub mod location;
 pub mod migrations;
 pub mod migrations_postgres;
 pub mod overview;
+pub mod pauses;
 pub mod phases;
 pub mod postgres;
 pub mod processes;

@@ -28,6 +28,7 @@ use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
 use super::exec::{self, Cursor, Exec, ExecFilter, ExecPage, OutcomeFilter};
+use super::pauses::covers_sql;
 use super::runs::Run;
 use super::{events, runs};
 use crate::process;
@@ -49,6 +50,8 @@ pub enum SessionState {
     WaitingForSlot,
     /// A failed run waits before its retry (`until`).
     BackingOff,
+    /// A pause covers it (`store::pauses`): no new run starts (the reason names the pause).
+    Paused,
     /// Prompts wait their turn, none running.
     Queued,
     /// Answered (or nothing sent yet): it waits for a prompt.
@@ -59,11 +62,12 @@ pub enum SessionState {
 }
 
 impl SessionState {
-    pub const ALL: [SessionState; 8] = [
+    pub const ALL: [SessionState; 9] = [
         SessionState::NeedsYou,
         SessionState::Working,
         SessionState::WaitingForSlot,
         SessionState::BackingOff,
+        SessionState::Paused,
         SessionState::Queued,
         SessionState::Idle,
         SessionState::Failed,
@@ -76,6 +80,7 @@ impl SessionState {
             SessionState::Working => "working",
             SessionState::WaitingForSlot => "waiting-for-slot",
             SessionState::BackingOff => "backing-off",
+            SessionState::Paused => "paused",
             SessionState::Queued => "queued",
             SessionState::Idle => "idle",
             SessionState::Failed => "failed",
@@ -263,7 +268,13 @@ const SESSIONS: &str = concat!(
             ORDER BY q.created_at, q.id LIMIT 1), \
            ended.prompt_id, ended.status, ended.head, s.branch, \
            (SELECT count(*) FROM approvals a WHERE a.session_id = s.id AND a.status = 'pending'), \
-           running.phase, running.phase_reason, running.phase_until \
+           running.phase, running.phase_reason, running.phase_until, \
+           (SELECT pz.scope || ':' || pz.reason FROM pauses pz WHERE ",
+    covers_sql!("s"),
+    " ORDER BY pz.paused_at LIMIT 1), \
+           (SELECT pz.target FROM pauses pz WHERE ",
+    covers_sql!("s"),
+    " ORDER BY pz.paused_at LIMIT 1) \
          FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
@@ -289,6 +300,14 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
         .and_then(|phase| super::phases::Phase::parse(&phase));
     let phase_reason: Option<String> = row.get(18)?;
     let mut until: Option<i64> = None;
+    // The first pause that covers it: `scope:reason`, and its target.
+    let paused: Option<String> = row.get(20)?;
+    let mut resume: Option<String> = None;
+    let engine_runs = running.is_some()
+        && !matches!(
+            phase,
+            Some(super::phases::Phase::WaitingForSlot | super::phases::Phase::BackingOff)
+        );
     let (state, reason) = if archived_at.is_some() {
         (SessionState::Archived, "archived".to_string())
     } else if approvals > 0 {
@@ -298,6 +317,38 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
                 "{approvals} request(s) of its agent wait for your answer: corral approvals \
                  --session {id}"
             ),
+        )
+    } else if let (Some(paused), false) = (&paused, engine_runs) {
+        let (scope, why) = paused.split_once(':').unwrap_or(("all", paused));
+        let target: Option<String> = row.get(21)?;
+        let what = match scope {
+            "project" => format!(
+                "its project {}",
+                row.get::<Option<String>>(2)?.unwrap_or_default()
+            ),
+            "group" => format!("group {}", target.unwrap_or_default()),
+            "session" => "it".to_string(),
+            _ => "everything".to_string(),
+        };
+        let queued = match queued {
+            0 => String::new(),
+            n => format!("; {n} prompt(s) wait"),
+        };
+        resume = Some(match scope {
+            "project" => format!(
+                "corral resume --project {what_id}",
+                what_id = row.get::<Option<String>>(2)?.unwrap_or_default()
+            ),
+            "group" => format!(
+                "corral resume --group {}",
+                row.get::<Option<String>>(21)?.unwrap_or_default()
+            ),
+            "session" => format!("corral resume {id}"),
+            _ => "corral resume --all".to_string(),
+        });
+        (
+            SessionState::Paused,
+            format!("paused: {what} ({why}){queued}"),
         )
     } else if running.is_some() {
         use super::phases::Phase;
@@ -334,6 +385,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     };
     let next_action = match state {
         SessionState::NeedsYou => format!("corral approvals --session {id}"),
+        SessionState::Paused => resume.unwrap_or_else(|| "corral pause list".to_string()),
         SessionState::Working
         | SessionState::WaitingForSlot
         | SessionState::BackingOff

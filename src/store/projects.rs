@@ -57,6 +57,10 @@ pub struct Project {
     /// a session's working directory is its worktree joined with `path`'s place below it.
     #[serde(default)]
     pub repo_root: Option<String>,
+    /// When one of its prompts fails for good, the project is paused (`store::pauses`), so
+    /// that its queue waits for a person instead of running into a broken build.
+    #[serde(default)]
+    pub pause_on_failure: bool,
 }
 
 /// How a project's sessions share its working tree.
@@ -106,7 +110,8 @@ impl sql::Get for Isolation {
 
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
                                instructions, created_at, archived_at, keep_background, \
-                               isolation, worktrees_dir, setup, repo_root, policy, agents_scope";
+                               isolation, worktrees_dir, setup, repo_root, policy, agents_scope, \
+                               pause_on_failure";
 
 fn project_row(row: &Row<'_>) -> sql::Result<Project> {
     project_at(row, 0)
@@ -134,6 +139,7 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
         repo_root: row.get(at(15))?,
         policy: row.get(at(16))?,
         agents_scope: row.get(at(17))?,
+        pause_on_failure: row.get(at(18))?,
     })
 }
 
@@ -263,6 +269,8 @@ pub struct NewProject {
     pub repo_root: Option<String>,
     /// See [`Project::policy`] (`full` only with `full_access`, which makes it `full`).
     pub policy: Policy,
+    /// See [`Project::pause_on_failure`].
+    pub pause_on_failure: bool,
 }
 
 /// [`insert_project`], unless a project of that name exists: then `None` (read in the
@@ -301,6 +309,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         setup: new.setup.clone(),
         repo_root: new.repo_root.clone(),
         agents_scope: AgentsScope::Session,
+        pause_on_failure: new.pause_on_failure,
         policy: match (new.full_access, new.policy) {
             (true, _) => Policy::Full,
             (false, Policy::Full) => Policy::WorkspaceWrite,
@@ -308,7 +317,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         },
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"),
         args![
             project.id,
             project.name,
@@ -328,6 +337,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
             project.repo_root,
             project.policy.as_str(),
             project.agents_scope.as_str(),
+            project.pause_on_failure,
         ],
     )?;
     for group in &project.groups {
@@ -373,6 +383,8 @@ pub struct ProjectChange {
     pub policy: Option<Policy>,
     /// See [`Project::agents_scope`].
     pub agents_scope: Option<AgentsScope>,
+    /// See [`Project::pause_on_failure`].
+    pub pause_on_failure: Option<bool>,
     pub archive: bool,
 }
 
@@ -398,7 +410,8 @@ pub(crate) fn change_project(
          policy = CASE WHEN ?4 = 1 THEN 'full' \
                        WHEN ?4 = 0 AND COALESCE(?17, policy) = 'full' THEN 'workspace-write' \
                        ELSE COALESCE(?17, policy) END, \
-         agents_scope = COALESCE(?18, agents_scope) \
+         agents_scope = COALESCE(?18, agents_scope), \
+         pause_on_failure = COALESCE(?19, pause_on_failure) \
          WHERE id = ?1",
         args![
             id,
@@ -422,6 +435,7 @@ pub(crate) fn change_project(
             change.repo_root,
             change.policy.map(Policy::as_str),
             change.agents_scope.map(AgentsScope::as_str),
+            change.pause_on_failure,
         ],
     )?;
     if let Some(groups) = &change.groups {
@@ -590,6 +604,7 @@ mod tests {
             created_at: 1,
             archived_at: None,
             keep_background: false,
+            pause_on_failure: false,
             isolation: Isolation::default(),
             worktrees_dir: None,
             setup: None,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::claims::{look_shared, shares_the_store, total_goes_elsewhere, Rivals};
 use super::daemons::Claim;
 use super::drivers::{driver_claim, DriverClaim};
+use super::pauses::paused_sql;
 use super::sessions::SessionStatus;
 use super::{json_list, now_ms};
 use crate::engine::Policy;
@@ -402,6 +403,7 @@ fn claim_next_looking(
         runs,
         next,
         worktree_elsewhere,
+        paused,
         rivals: asked,
     } = match shared {
         false => look_alone(connection, session_id, node)?,
@@ -416,6 +418,8 @@ fn claim_next_looking(
         _ => SessionStatus::Idle,
     };
     let taken_here = match claimer {
+        // A paused session's prompts wait queued (`store::pauses`).
+        _ if paused && next.is_some() => false,
         Claimer::Daemon(_) => match (&next, asked) {
             (Some(_), _) if worktree_elsewhere => false,
             (Some(head), Some(rivals)) => {
@@ -475,28 +479,41 @@ pub(super) struct Look {
     pub(super) next: Option<Prompt>,
     /// Its worktree is on another daemon's host.
     pub(super) worktree_elsewhere: bool,
+    /// A pause covers it (`store::pauses`): its next prompt stays queued.
+    pub(super) paused: bool,
     /// With other daemons live: what stands between `next` and its claim.
     pub(super) rivals: Option<Rivals>,
 }
 
 /// [`Look`] for a daemon alone on its store (or SQLite's): no rivals to ask about.
 fn look_alone(connection: &Conn, session_id: &str, node: Option<&str>) -> sql::Result<Look> {
-    let (runs, next, elsewhere): (bool, Option<Prompt>, bool) = connection.row(
+    let (runs, next, elsewhere, paused): (bool, Option<Prompt>, bool, bool) = connection.row(
         concat!(
             "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
-                    EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), ",
+                    EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
+                    EXISTS (SELECT 1 FROM sessions s WHERE s.id = ?1 AND ",
+            paused_sql!("s"),
+            "), ",
             prompt_columns!("p."),
             " FROM (SELECT 1) AS one \
                LEFT JOIN queue_heads h ON h.session_id = ?1 \
                LEFT JOIN prompts p ON p.id = h.prompt_id"
         ),
         args![session_id, node],
-        |row| Ok((row.get(0)?, maybe_prompt_at(row, 2)?, row.get(1)?)),
+        |row| {
+            Ok((
+                row.get(0)?,
+                maybe_prompt_at(row, 3)?,
+                row.get(1)?,
+                row.get(2)?,
+            ))
+        },
     )?;
     Ok(Look {
         runs,
         next,
         worktree_elsewhere: elsewhere,
+        paused,
         rivals: None,
     })
 }

@@ -41,6 +41,7 @@ mod monitor;
 mod multi_daemon;
 mod multi_daemon_streams;
 mod params;
+mod pause;
 mod private_files;
 mod privilege;
 mod project_rules;

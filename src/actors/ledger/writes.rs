@@ -161,6 +161,10 @@ ledger_write!(
         total: Option<usize>,
     } -> Option<prompts::Prompt>,
     |this, connection| {
+        if this.status == prompts::PromptStatus::Failed {
+            // Its project may pause on a failure: before the claim below, which it holds.
+            pauses::pause_on_failure(connection, &this.session_id, &this.prompt_id)?;
+        }
         let next = prompts::finish_and_claim_next(
             connection,
             &this.prompt_id,
@@ -182,6 +186,37 @@ ledger_write!(
         Ok::<_, StoreError>(next)
     }
 );
+
+ledger_write!(
+    /// Pauses a scope (`store::pauses`); replies with the pauses in force. Other daemons of a
+    /// shared store hear of it, so their workers hold too.
+    SetPause { scope: pauses::PauseScope, reason: String, hard: bool } -> Vec<pauses::Pause>,
+    |this, connection| {
+        let now = pauses::pause(connection, &this.scope, &this.reason, this.hard)?;
+        if connection.dialect() == Dialect::Postgres {
+            listen::notify(connection, listen::WORK, PAUSE_NOTICE)?;
+        }
+        Ok::<_, StoreError>(now)
+    }
+);
+
+ledger_write!(
+    /// Lifts a scope's pause and claims, for `claimer`, the queued prompts it held; replies
+    /// whether there was one, the prompts now running, and the pauses still in force.
+    LiftPause { scope: pauses::PauseScope, claimer: prompts::ClaimBy }
+        -> (bool, Vec<prompts::Prompt>, Vec<pauses::Pause>),
+    |this, connection| {
+        let (lifted, started) = pauses::lift(connection, &this.scope, this.claimer.as_claimer())?;
+        if lifted && connection.dialect() == Dialect::Postgres {
+            listen::notify(connection, listen::WORK, PAUSE_NOTICE)?;
+        }
+        Ok::<_, StoreError>((lifted, started, pauses::pauses(connection)?))
+    }
+);
+
+/// The `corral_work` notice that the pauses changed: every daemon reads them again, and
+/// claims what a lifted pause held.
+pub const PAUSE_NOTICE: &str = "z";
 
 ledger_write!(
     /// Cancels a prompt if it is queued; says whether it runs or already ended.

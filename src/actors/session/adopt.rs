@@ -27,7 +27,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::child::{read_lines, Line, Stream, Transcript};
-use super::{Exit, RunOutcome, Stop, Worker};
+use super::{Exit, RunOutcome, Stop, While, Worker};
 use crate::events::{Payload, RunReadopted};
 use crate::process::shim;
 use crate::store::prompts::Prompt;
@@ -106,7 +106,7 @@ impl Worker {
                 _ = heartbeat.tick() => {
                     let _ = adopt(shim_pid);
                 }
-                asked = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if stop.is_none() => {
+                asked = self.stops.stopped(&self.session_id, &prompt.id, While::Running), if stop.is_none() => {
                     if asked == Stop::Shutdown && self.shared.life.is_handing_over() {
                         // Left to its shim again, for the next daemon: what was read of the
                         // spool is stored, with how far; the rest is read again from there.

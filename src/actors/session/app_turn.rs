@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::asking::Talk;
-use super::{Exit, PromptEnd, RunOutcome, Stop, Worker, EVENT_BATCH};
+use super::{Exit, PromptEnd, RunOutcome, Stop, While, Worker, EVENT_BATCH};
 use crate::actors::app_server::{self, AppServerHandle};
 use crate::actors::ledger::SetThread;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, Policy, RunVerdict};
@@ -100,7 +100,7 @@ impl Worker {
             }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, prompt_id) => {
+                stop = self.stops.stopped(&self.session_id, prompt_id, While::Starting) => {
                     return Err(PromptEnd::stopped(stop));
                 }
             }
@@ -362,7 +362,7 @@ impl Worker {
                         flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_AFTER);
                     }
                 }
-                stopped = Self::stopped(&mut self.cancel, &mut self.shutdown, &turn.prompt.id), if following.stop.is_none() => {
+                stopped = self.stops.stopped(&self.session_id, &turn.prompt.id, While::Running), if following.stop.is_none() => {
                     following.stop = Some(stopped);
                     server.interrupt(following).await;
                     // The turn has the grace period to end; then its child is restarted.

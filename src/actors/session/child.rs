@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::asking::{stdin_writer, Talk};
 use super::spool::RunSpool;
-use super::{Exit, RunOutcome, Stop, Worker, EVENT_BATCH};
+use super::{Exit, RunOutcome, Stop, While, Worker, EVENT_BATCH};
 use crate::actors::ledger::{Both, KeepProcesses, MarkStored, RunSpawned, SetThread};
 use crate::actors::shared::Shared;
 use crate::engine::{self, EngineEvent, EngineKind, FailureClass, RunVerdict};
@@ -161,7 +161,7 @@ impl Worker {
             if let Some(error) = unstored.take() {
                 // At a shutdown the ledger gives a locked write up at once: the run is
                 // stopped by the shutdown (its events spilled, its prompt requeued).
-                if *self.shutdown.borrow() && error.is_transient() {
+                if self.stops.is_shutting_down() && error.is_transient() {
                     break Some(Ended::Stopped(Stop::Shutdown));
                 }
                 break Some(Ended::Unstored(error));
@@ -246,7 +246,7 @@ impl Worker {
                     drain.as_mut().reset(now + STREAM_DRAIN);
                 }
                 // Once the engine has exited on its own, the run ends as an exit.
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if status.is_none() => {
+                stop = self.stops.stopped(&self.session_id, &prompt.id, While::Running), if status.is_none() => {
                     // A hand-over leaves a spooled run to its shim, running.
                     let handing_over = stop == Stop::Shutdown
                         && spool.is_some()

@@ -60,6 +60,7 @@ use crate::events::{Payload, PromptEnded, PromptRequeued, TitleGenerated};
 use crate::store::approvals::Approval;
 use crate::store::daemons::Claim;
 use crate::store::events::NewEvent;
+use crate::store::pauses::{Pause, PauseSet};
 use crate::store::prompts::{ClaimBy, PutBack};
 use crate::store::prompts::{Prompt, PromptStatus};
 use crate::store::runs::RunEnd;
@@ -142,9 +143,13 @@ impl SessionActor {
             answers: inbox,
             session_rules: None,
             session_id: self.session_id.clone(),
+            stops: Stops {
+                cancel: self.cancel.subscribe(),
+                shutdown,
+                pauses: self.shared.pauses.watch(),
+                place: None,
+            },
             shared: self.shared.clone(),
-            cancel: self.cancel.subscribe(),
-            shutdown,
             driver_written: None,
             pending_end: None,
             pending_thread: None,
@@ -200,9 +205,8 @@ impl Handler<CancelPrompt> for SessionActor {
 struct Worker {
     session_id: String,
     shared: Arc<Shared>,
-    cancel: watch::Receiver<Option<String>>,
-    /// Set when the daemon shuts down: the current prompt is requeued, not cancelled.
-    shutdown: watch::Receiver<bool>,
+    /// What stops the prompt under way: a cancel, the daemon's shutdown, a pause.
+    stops: Stops,
     /// What this worker last wrote to the session's driver file (app-server turns), so that
     /// an unchanged driver costs no file write.
     driver_written: Option<Option<String>>,
@@ -239,6 +243,9 @@ enum Stop {
     Cancel,
     /// The daemon shuts down: the prompt goes back to the queue.
     Shutdown,
+    /// A pause covers the session (`store::pauses`): the prompt goes back to the head of its
+    /// queue, to run when the pause is lifted.
+    Pause,
 }
 
 impl Stop {
@@ -247,6 +254,106 @@ impl Stop {
         match self {
             Stop::Cancel => "cancelled",
             Stop::Shutdown => "daemon shutdown",
+            Stop::Pause => "paused",
+        }
+    }
+}
+
+/// What the worker is doing when it asks what stops it: a pause holds back a run that has
+/// not started (a slot, a retry's delay, an app-server's child waited for), and interrupts
+/// one under way only when it was made `--now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum While {
+    Starting,
+    Running,
+}
+
+/// Where the session stands, for a pause to cover it: its project and the project's groups,
+/// read with each prompt (`PromptRun`).
+struct Place {
+    project_id: String,
+    groups: Vec<String>,
+}
+
+/// What may stop a worker's prompt, each watched: its cancel, the daemon's shutdown, and the
+/// pauses in force (`Shared::pauses`) with where the session stands.
+struct Stops {
+    cancel: watch::Receiver<Option<String>>,
+    /// Set when the daemon shuts down: the current prompt is requeued, not cancelled.
+    shutdown: watch::Receiver<bool>,
+    pauses: watch::Receiver<Arc<PauseSet>>,
+    /// The prompt under way's session's place; `None` before it is read (nothing is held).
+    place: Option<Place>,
+}
+
+impl Stops {
+    fn is_cancelled(&self, prompt_id: &str) -> bool {
+        self.cancel.borrow().as_deref() == Some(prompt_id)
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// The pause that holds `session_id` now, if one does while it is `doing` so.
+    fn pause(&self, session_id: &str, doing: While) -> Option<Pause> {
+        let place = self.place.as_ref()?;
+        let pauses = self.pauses.borrow();
+        let pause = pauses.covers(session_id, &place.project_id, &place.groups)?;
+        (doing == While::Starting || pause.hard).then(|| pause.clone())
+    }
+
+    /// Resolves when `prompt_id` is cancelled, the daemon shuts down, or a pause covers the
+    /// session while it is `doing` so.
+    async fn stopped(&mut self, session_id: &str, prompt_id: &str, doing: While) -> Stop {
+        let Stops {
+            cancel,
+            shutdown,
+            pauses,
+            place,
+        } = self;
+        let cancelled = async {
+            loop {
+                if cancel.borrow_and_update().as_deref() == Some(prompt_id) {
+                    return Stop::Cancel;
+                }
+                if cancel.changed().await.is_err() {
+                    // The actor is gone: nobody can cancel any more.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let shutting_down = async {
+            loop {
+                if *shutdown.borrow_and_update() {
+                    return Stop::Shutdown;
+                }
+                if shutdown.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let paused = async {
+            let Some(place) = place.as_ref() else {
+                return std::future::pending().await;
+            };
+            loop {
+                let held = pauses
+                    .borrow_and_update()
+                    .covers(session_id, &place.project_id, &place.groups)
+                    .is_some_and(|pause| doing == While::Starting || pause.hard);
+                if held {
+                    return Stop::Pause;
+                }
+                if pauses.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            stop = cancelled => stop,
+            stop = shutting_down => stop,
+            stop = paused => stop,
         }
     }
 }
@@ -256,8 +363,8 @@ struct PromptEnd {
     status: PromptStatus,
     error: Option<String>,
     answer: Option<String>,
-    /// Stopped by a shutdown: back to the queue rather than ended.
-    requeue: bool,
+    /// Stopped by a shutdown or a pause: back to the queue rather than ended.
+    requeue: Option<Stop>,
     /// Its run was handed over to its shim for the next daemon to adopt: the prompt stays
     /// running, and nothing more of it is written here.
     handed_over: bool,
@@ -269,7 +376,7 @@ impl PromptEnd {
             status: PromptStatus::Failed,
             error: Some(message.into()),
             answer: None,
-            requeue: false,
+            requeue: None,
             handed_over: false,
         }
     }
@@ -279,7 +386,7 @@ impl PromptEnd {
             status: PromptStatus::Cancelled,
             error: None,
             answer: None,
-            requeue: stop == Stop::Shutdown,
+            requeue: (stop != Stop::Cancel).then_some(stop),
             handed_over: false,
         }
     }
@@ -289,7 +396,7 @@ impl PromptEnd {
             status: PromptStatus::Running,
             error: None,
             answer: None,
-            requeue: false,
+            requeue: None,
             handed_over: true,
         }
     }
@@ -368,7 +475,7 @@ impl Worker {
             let prompt_id = prompt.id.clone();
             self.claim = prompt.claim.clone();
             self.denied = 0;
-            let end = if *self.shutdown.borrow() || self.shared.life.is_draining() {
+            let end = if self.stops.is_shutting_down() || self.shared.life.is_draining() {
                 PromptEnd::stopped(Stop::Shutdown)
             } else {
                 let span = tracing::info_span!("prompt", id = %prompt_id);
@@ -387,7 +494,7 @@ impl Worker {
                     "the lease this prompt was claimed under is gone: it is left to the daemon that takes it over"
                 );
             }
-            if end.requeue {
+            if let Some(stop) = end.requeue {
                 self.flush_end().await;
                 let put_back = self
                     .shared
@@ -402,7 +509,15 @@ impl Worker {
                         ..PromptEnded::default()
                     }),
                     _ => Payload::PromptRequeued(PromptRequeued {
-                        reason: "daemon shutdown".into(),
+                        reason: match stop {
+                            Stop::Pause => {
+                                match self.stops.pause(&self.session_id, While::Starting) {
+                                    Some(pause) => format!("paused: {}", pause.describe()),
+                                    None => "paused".into(),
+                                }
+                            }
+                            _ => "daemon shutdown".into(),
+                        },
                     }),
                 };
                 self.event(Some(&prompt_id), None, payload).await;
@@ -450,6 +565,13 @@ impl Worker {
                 .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
                 .map(|((_, next), _)| next);
+            if end.status == PromptStatus::Failed {
+                // Its project may have paused on the failure (`pause_on_failure`): the
+                // other workers of the project hold from now on.
+                if let Err(error) = self.shared.reload_pauses() {
+                    tracing::warn!(%error, "the pauses could not be read");
+                }
+            }
             if shared_with_others && !matches!(finished, Ok(Some(_))) {
                 // A slot is free here: another session's queued prompt may take it.
                 self.shared.coordination.wake_claimer();
@@ -458,7 +580,7 @@ impl Worker {
                 Ok(next) => next,
                 Err(error) => {
                     tracing::error!(%error, prompt_id, "could not finish the prompt");
-                    if *self.shutdown.borrow() {
+                    if self.stops.is_shutting_down() {
                         // The prompt stays running in the store, and the next boot requeues
                         // it: its end is not told (the rest is spilled, `spill_deferred`).
                         self.deferred.retain(|event| {
@@ -494,40 +616,7 @@ impl Worker {
     }
 
     fn is_cancelled(&self, prompt_id: &str) -> bool {
-        self.cancel.borrow().as_deref() == Some(prompt_id)
-    }
-
-    /// Resolves when `prompt_id` is cancelled or the daemon shuts down.
-    async fn stopped(
-        cancel: &mut watch::Receiver<Option<String>>,
-        shutdown: &mut watch::Receiver<bool>,
-        prompt_id: &str,
-    ) -> Stop {
-        let cancelled = async {
-            loop {
-                if cancel.borrow_and_update().as_deref() == Some(prompt_id) {
-                    return Stop::Cancel;
-                }
-                if cancel.changed().await.is_err() {
-                    // The actor is gone: nobody can cancel any more.
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        let shutting_down = async {
-            loop {
-                if *shutdown.borrow_and_update() {
-                    return Stop::Shutdown;
-                }
-                if shutdown.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::select! {
-            stop = cancelled => stop,
-            stop = shutting_down => stop,
-        }
+        self.stops.is_cancelled(prompt_id)
     }
 
     /// Stores one event now (with the deferred ones before it) and publishes it.
@@ -641,7 +730,7 @@ impl Worker {
                 Err(Unwritten {
                     error,
                     write: Some(kept),
-                }) if error.is_transient() && !*self.shutdown.borrow() => {
+                }) if error.is_transient() && !self.stops.is_shutting_down() => {
                     tracing::warn!(%error, session = self.session_id, "trying the write again");
                     write = kept;
                 }
@@ -671,7 +760,7 @@ impl Worker {
             self.deferred.clear();
             return;
         }
-        if !*self.shutdown.borrow() {
+        if !self.stops.is_shutting_down() {
             tracing::error!(session = self.session_id, count, "events not stored");
             return;
         }

@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::app_turn::AppTurn;
 use super::child::{ChildEnv, ChildRun};
 use super::retry::{self, Before, Decision, Failure, Policy, Resend, Retries};
-use super::{jitter, Exit, PromptEnd, RunOutcome, Stop, Worker, SLOT_NOTICE};
+use super::{jitter, Exit, Place, PromptEnd, RunOutcome, Stop, While, Worker, SLOT_NOTICE};
 use crate::actors::ledger::{SetThread, StartRun};
 use crate::actors::slots::{SlotGuard, SlotOwner, SlotRequest};
 use crate::actors::worktree;
@@ -189,13 +189,22 @@ impl Worker {
             if self.is_cancelled(&run.prompt.id) && left_running.is_none() {
                 return PromptEnd::stopped(Stop::Cancel);
             }
-            if *self.shutdown.borrow() {
+            if self.stops.is_shutting_down() {
                 return PromptEnd::stopped(Stop::Shutdown);
+            }
+            if left_running.is_none()
+                && self
+                    .stops
+                    .pause(&self.session_id, While::Starting)
+                    .is_some()
+            {
+                return PromptEnd::stopped(Stop::Pause);
             }
             let settings = self.shared.settings();
             if let Some(left) = left_running.take() {
                 run.attempt = left.attempt;
-                let slot = match self.acquire_slot(&run).await {
+                // Under way already: only a pause made `--now` stops it.
+                let slot = match self.acquire_slot(&run, While::Running).await {
                     Ok(slot) => slot,
                     Err(end) => return end,
                 };
@@ -242,7 +251,7 @@ impl Worker {
             } else {
                 None
             };
-            let slot = match self.acquire_slot(&run).await {
+            let slot = match self.acquire_slot(&run, While::Starting).await {
                 Ok(slot) => slot,
                 Err(end) => return end,
             };
@@ -367,7 +376,7 @@ impl Worker {
             .await?;
         tokio::select! {
             _ = tokio::time::sleep(delay) => Ok(()),
-            stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
+            stop = self.stops.stopped(&self.session_id, &run.prompt.id, While::Starting) => {
                 Err(PromptEnd::stopped(stop))
             }
         }
@@ -397,6 +406,11 @@ impl Worker {
             }
             Err(error) => return Err(PromptEnd::failed(format!("store: {error}"))),
         };
+        // A pause of its project or one of its groups holds it from now on.
+        self.stops.place = Some(Place {
+            project_id: project.id.clone(),
+            groups: project.groups.clone(),
+        });
         let kind = session.engine;
         // A command's title is its first line, set now: it asks its engine for nothing.
         let ask_title = session.title.is_none() && kind != EngineKind::Command;
@@ -462,7 +476,11 @@ impl Worker {
 
     /// A slot: engine permit + project lock + locking group locks. A wait longer than
     /// [`SLOT_NOTICE`] is announced with what holds the slot.
-    async fn acquire_slot(&mut self, run: &PromptRun) -> Result<SlotGuard, PromptEnd> {
+    async fn acquire_slot(
+        &mut self,
+        run: &PromptRun,
+        doing: While,
+    ) -> Result<SlotGuard, PromptEnd> {
         let waited = Instant::now();
         let request = run.slot_request();
         let slots = self.shared.slots.clone();
@@ -499,11 +517,15 @@ impl Worker {
                         self.keep_deferred(kept);
                     }
                 }
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &run.prompt.id) => {
+                stop = self.stops.stopped(&self.session_id, &run.prompt.id, doing) => {
                     return Err(PromptEnd::stopped(stop))
                 }
             }
         };
+        // Granted at the moment a pause came: the pause wins, the slot goes back.
+        if doing == While::Starting && self.stops.pause(&self.session_id, doing).is_some() {
+            return Err(PromptEnd::stopped(Stop::Pause));
+        }
         if noticed {
             self.event(
                 Some(&run.prompt.id),
@@ -568,11 +590,11 @@ impl Worker {
                     .await;
                 return Err(PromptEnd::stopped(Stop::Cancel));
             }
-            RunOutcome::Stopped(Stop::Shutdown, exit) => {
+            RunOutcome::Stopped(stop @ (Stop::Shutdown | Stop::Pause), exit) => {
                 let mut end = run_end(run_id, ended_at, &exit, RunStatus::Interrupted);
                 end.retry_decision = Some("requeued".into());
                 self.end_run(end).await;
-                return Err(PromptEnd::stopped(Stop::Shutdown));
+                return Err(PromptEnd::stopped(stop));
             }
             RunOutcome::TimedOut(exit) => {
                 let message = format!(
@@ -615,7 +637,7 @@ impl Worker {
                             status: PromptStatus::Done,
                             error: None,
                             answer,
-                            requeue: false,
+                            requeue: None,
                             handed_over: false,
                         });
                     }
@@ -753,6 +775,7 @@ mod tests {
             created_at: 0,
             archived_at: None,
             keep_background: false,
+            pause_on_failure: false,
             isolation: Isolation::Worktree,
             worktrees_dir: None,
             setup: None,

@@ -25,7 +25,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use super::child::{read_output, ChildEnv, Line};
-use super::{Exit, PromptEnd, Stop, Worker, EVENT_BATCH};
+use super::{Exit, PromptEnd, Stop, While, Worker, EVENT_BATCH};
 use crate::actors::ledger::{LedgerError, SetWorktreeState};
 use crate::events::{Payload, SetupExited, SetupOutput, SetupStarted};
 use crate::process;
@@ -115,7 +115,7 @@ impl Worker {
         let make = crate::actors::worktree::make(&git, &worktrees, session, project);
         tokio::select! {
             made = make => made.map_err(|error| PromptEnd::failed(error.to_string())),
-            stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id) => {
+            stop = self.stops.stopped(&self.session_id, &prompt.id, While::Running) => {
                 Err(PromptEnd::stopped(stop))
             }
         }
@@ -232,7 +232,7 @@ impl Worker {
                     drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_MAX);
                 }
                 _ = &mut drain, if status.is_some() => break None,
-                stop = Self::stopped(&mut self.cancel, &mut self.shutdown, &prompt.id), if status.is_none() => {
+                stop = self.stops.stopped(&self.session_id, &prompt.id, While::Running), if status.is_none() => {
                     break Some(Ended::Stopped(stop));
                 }
                 _ = &mut deadline, if status.is_none() => break Some(Ended::TimedOut),

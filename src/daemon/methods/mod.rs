@@ -20,6 +20,7 @@ mod drivers;
 mod execs;
 mod http;
 mod overview;
+mod pauses;
 mod projects;
 mod prompts;
 mod sessions;
@@ -216,11 +217,12 @@ macro_rules! dispatch {
 dispatch! {
     inspect: [
         ProjectList, ProjectShow, SessionList, SessionShow, History, SettingsGet, SettingsList,
-        ExecsList, ApprovalsList, GroupList,
+        ExecsList, ApprovalsList, GroupList, PauseList,
     ],
     serve: [
         Status, Shutdown,
         ProjectAdd, ProjectSet, ProjectArchive, GroupSet, GroupRemove,
+        PauseWork, ResumeWork,
         SessionNew, SessionRename, SessionArchive, SessionDiff, SessionMerge, SessionRecreate,
         SessionSteer, SessionCompact,
         PromptSend, PromptCancel, PromptWait,

@@ -80,6 +80,7 @@ impl Serve for ProjectAdd {
                 worktrees_dir: p.worktrees_dir,
                 setup: p.setup,
                 repo_root: None,
+                pause_on_failure: p.pause_on_failure,
             })
             .await?;
         Ok((&project).into())
@@ -121,6 +122,7 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
         worktrees_dir: clearing(p.worktrees_dir),
         setup: clearing(p.setup),
         repo_root: None,
+        pause_on_failure: p.pause_on_failure,
         archive,
     };
     let changed = corral.change_project(&project.id, change).await?;

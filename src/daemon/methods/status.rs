@@ -76,6 +76,7 @@ impl Serve for Status {
                     Ok(running)
                 })
                 .unwrap_or_default(),
+            pauses: or_unreachable(corral.pauses(), server, &unread)?,
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::daemon::http::status().serving(),
             store: {
