@@ -327,7 +327,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
                 row.get::<Option<String>>(2)?.unwrap_or_default()
             ),
             "group" => format!("group {}", target.unwrap_or_default()),
-            "session" => "it".to_string(),
+            "session" => "this session".to_string(),
             _ => "everything".to_string(),
         };
         let queued = match queued {

@@ -442,6 +442,54 @@ fn a_hanging_prompt_is_cancelled_from_the_page() {
     );
 }
 
+/// The pause controls: the session page pauses its session (a prompt sent then stays
+/// queued, the state says paused), the overview shows the pause with its Resume, which lets
+/// the prompt run; "Pause all" pauses everything.
+#[test]
+fn a_session_is_paused_and_resumed_from_the_page() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, ids) = Dashboard::start(&["held"]);
+    let session = &ids[0];
+    let browser = Browser::start("pause", dashboard.home.path());
+    dashboard.log_in(&browser);
+    dashboard.open(&browser, &format!("#/sessions/{session}"));
+    browser.wait_for_text("[data-testid=session-pause]", "Pause");
+    browser.click("[data-testid=session-pause]");
+    browser.wait_for_text("[data-testid=session-state]", "paused");
+    browser.wait_for_text("[data-testid=session-pause]", "Resume");
+    browser.type_into("[data-testid=prompt-input]", "wait for the resume");
+    browser.click("[data-testid=prompt-send]");
+    wait_until("the prompt is stored", || !dashboard.prompts(session).is_empty());
+    let prompts = dashboard.prompts(session);
+    assert_eq!(prompts[0]["status"], "queued", "held by the pause: {prompts:?}");
+    screenshot(&browser, "session-paused");
+
+    browser.click("[data-testid=nav-overview]");
+    browser.wait_for_text("[data-testid=pause-banner]", "session held");
+    browser.wait_until(
+        "the overview shows the session paused",
+        &format!(
+            "document.querySelector('[data-testid=session-row][data-session-id={}]')\
+             ?.dataset.state === 'paused'",
+            js_string(session)
+        ),
+    );
+    browser.click("[data-testid=pause-resume]");
+    wait_until("the prompt ends", || {
+        dashboard.prompts(session)[0]["status"] == "done"
+    });
+    browser.wait_until(
+        "the banner is gone",
+        "document.querySelectorAll('[data-testid=pause-banner]').length === 0",
+    );
+    browser.click("[data-testid=pause-all]");
+    browser.wait_for_text("[data-testid=pause-banner]", "everything");
+    let pauses = dashboard.home.json(&["pause", "--json"]);
+    assert_eq!(pauses[0]["scope"], "all", "{pauses}");
+}
+
 /// A daemon restarted under an open page (an upgrade): the page's feed comes back by itself
 /// at the same address, says so as a notice naming the restart (not as an error), and its
 /// login still sends a prompt (the cookie and the page's CSRF token outlive the daemon).

@@ -1424,3 +1424,51 @@ fn an_approval_answered_on_another_daemon_reaches_the_run_that_asked() {
         Some("approved\n")
     );
 }
+
+/// A pause made through one daemon holds every daemon of the store (#35): no daemon claims the
+/// paused project's prompts, a `--now` made on one daemon interrupts the run another daemon
+/// runs (told by the `corral_work` notice), and a resume through either lets the queue go on.
+#[test]
+fn a_pause_made_on_one_daemon_holds_the_others() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session_of(PROJECT, "held");
+    let hanging = cluster.send(0, &session, "@fake hang\nforever");
+    cluster.wait_for("the hanging prompt runs", Duration::from_secs(10), || {
+        runs_of(&cluster, &hanging)
+            .first()
+            .is_some_and(|run| run.3.is_i64())
+    });
+    let runner = runs_of(&cluster, &hanging)[0].1.clone().expect("a node");
+    let other = (0..2)
+        .find(|&index| cluster.node_id(index) != runner)
+        .expect("a daemon that does not run it");
+    cluster.ok(other, &["pause", "--project", PROJECT, "--now"]);
+    cluster.wait_for("the run is interrupted", Duration::from_secs(10), || {
+        cluster.prompt_status(&hanging) == "queued"
+    });
+    assert_eq!(runs_of(&cluster, &hanging)[0].2, "interrupted");
+    let later: Vec<String> = (0..2)
+        .map(|home| cluster.send(home, &session, &format!("@fake answer=a{home}\nlater")))
+        .collect();
+    // Held for 2 s on both daemons (their claimers wake at each send and heartbeat).
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        for prompt in later.iter().chain([&hanging]) {
+            assert_eq!(cluster.prompt_status(prompt), "queued", "{prompt}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(runs_of(&cluster, &hanging).len(), 1, "not run again while paused");
+    cluster.ok(1 - other, &["resume", "--project", PROJECT]);
+    cluster.wait_for("the hanging prompt runs again", Duration::from_secs(10), || {
+        runs_of(&cluster, &hanging).len() == 2
+    });
+    cluster.ok(0, &["cancel", &hanging]);
+    cluster.wait_for("the later prompts are done", Duration::from_secs(20), || {
+        later
+            .iter()
+            .all(|prompt| cluster.prompt_status(prompt) == "done")
+    });
+}

@@ -184,6 +184,11 @@ pub const ROUTES: &[Route] = &[
     rpc(Get, "/api/v1/groups", "group.list"),
     with_body(rpc(Put, "/api/v1/groups/{name}", "group.set")),
     rpc(Delete, "/api/v1/groups/{name}", "group.remove"),
+    // What is paused; a pause and a resume name their scope in the body (`{"session"}`,
+    // `{"project"}`, `{"group"}` or `{"all": true}`; a pause may add `"now": true`).
+    rpc(Get, "/api/v1/pauses", "pause.list"),
+    with_body(rpc(Post, "/api/v1/pause", "pause")),
+    with_body(rpc(Post, "/api/v1/resume", "resume")),
     with_query(
         rpc(Get, "/api/v1/sessions", "session.list"),
         &[q("project", Text), ARCHIVED],

@@ -63,13 +63,14 @@ export const oneLine = (text) => String(text === null || text === undefined ? ''
 export const plural = (n, word, many) => `${n} ${n === 1 ? word : (many || word + 's')}`;
 
 // The daemon's words for a session (store/overview.rs computes them; this page never does).
-export const STATES = ['needs-you', 'working', 'waiting-for-slot', 'backing-off', 'queued', 'idle', 'failed', 'archived'];
+export const STATES = ['needs-you', 'working', 'waiting-for-slot', 'backing-off', 'paused', 'queued', 'idle', 'failed', 'archived'];
 export const STATE_RANK = Object.fromEntries(STATES.map((s, i) => [s, i]));
 export const STATE_HELP = {
   'needs-you': 'the agent asked you something and waits for your answer',
   working: 'an engine runs a prompt',
   'waiting-for-slot': 'a prompt waits for a slot (the reason says what holds it)',
   'backing-off': 'a failed run waits before its retry',
+  paused: 'a pause holds it: no new run starts until it is resumed',
   queued: 'prompts wait their turn',
   idle: 'answered; waits for a prompt',
   failed: 'the last prompt failed',

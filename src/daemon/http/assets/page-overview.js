@@ -30,6 +30,10 @@ export function pageOverview(main, scope, params) {
   const gapsBody = h('div', { class: 'panel-body' });
   const recentBody = h('div', { class: 'panel-body tight' });
   const subEl = h('p', { class: 'sub' }, 'Loading…');
+  // The pauses in force, each with its Resume; "Pause all" when everything is not paused.
+  const pausesEl = h('div', { class: 'pauses', testid: 'pauses' });
+  const pauseAll = h('button', { type: 'button', testid: 'pause-all', title: 'Start no new run anywhere until resumed (what runs goes on)' }, 'Pause all');
+  pauseAll.addEventListener('click', () => pauseAction('/api/v1/pause', { all: true }, 'Everything paused: no new run starts'));
 
   for (const s of STATES) {
     const chip = h('button', { type: 'button', class: 'chip', 'aria-pressed': 'false', data: { state: s } }, stateBadge(s), h('span', { class: 'n' }, '0'));
@@ -63,7 +67,8 @@ export function pageOverview(main, scope, params) {
     if (first) first.focus({ preventScroll: true });
   });
   main.append(
-    h('div', { class: 'page-head' }, h('div', null, h('h1', null, 'Overview'), subEl), jump),
+    h('div', { class: 'page-head' }, h('div', null, h('h1', null, 'Overview'), subEl), h('div', { class: 'actions' }, pauseAll, jump)),
+    pausesEl,
     h('section', { class: 'panel' },
       h('div', { class: 'panel-head' }, h('h2', null, 'Sessions'), chips),
       h('div', { class: 'toolbar' }, filterInput, countEl),
@@ -397,8 +402,29 @@ export function pageOverview(main, scope, params) {
     const wait = delay !== undefined ? delay : Math.max(300, spacing - (Date.now() - lastRead));
     refreshTimer = scope.timeout(() => { refreshTimer = null; load(); }, wait);
   }
+  async function pauseAction(path, body, said) {
+    try {
+      const r = await api('POST', path, body);
+      toast(r.started ? `Resumed; ${r.started.length} prompt(s) started` : said);
+    } catch (error) {
+      toast(error.message, 'error');
+    }
+    refreshSoon(0);
+  }
+  function renderPauses(pauses) {
+    pauseAll.hidden = pauses.some((p) => p.scope === 'all');
+    fill(pausesEl, pauses.map((p) => {
+      const what = p.scope === 'all' ? 'everything' : `${p.scope} ${p.name || p.target}`;
+      const target = p.scope === 'all' ? { all: true } : { [p.scope]: p.target };
+      const resume = h('button', { type: 'button', class: 'small', testid: 'pause-resume' }, 'Resume');
+      resume.addEventListener('click', () => pauseAction('/api/v1/resume', target));
+      return h('div', { class: 'pause-banner', testid: 'pause-banner', role: 'status' },
+        h('span', null, stateBadge('paused'), ' ', h('strong', null, what), ` — ${p.reason}${p.hard ? ' (runs interrupted)' : ''}, since ${fmtTime(p.paused_at)}`), resume);
+    }));
+  }
   async function load() {
     lastRead = Date.now();
+    GET('/api/v1/pauses').then((pauses) => { if (scope.alive) renderPauses(pauses || []); }).catch(() => {});
     try {
       const ov = await fetchOverview();
       readCost = Date.now() - lastRead;

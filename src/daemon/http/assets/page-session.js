@@ -20,6 +20,7 @@ export function pageSession(main, scope, selector) {
   const back = h('a', { href: '#/', class: 'back small' }, '← Overview');
   const renameBtn = h('button', { type: 'button', testid: 'session-rename', title: 'Rename this session' }, 'Rename');
   const compactBtn = h('button', { type: 'button', testid: 'session-compact', hidden: true, title: "Compact the thread's context" }, 'Compact');
+  const pauseBtn = h('button', { type: 'button', testid: 'session-pause', title: 'Start no new run in this session until it is resumed' }, 'Pause');
   const archiveBtn = h('button', { type: 'button', class: 'danger', testid: 'session-archive' }, 'Archive');
   const transcriptEl = h('div', { class: 'transcript', testid: 'transcript', 'aria-live': 'off' });
   const queuedEl = h('div', { class: 'queued-list', hidden: true });
@@ -50,7 +51,7 @@ export function pageSession(main, scope, selector) {
 
   main.append(
     back,
-    h('div', { class: 'session-head' }, titleWrap, h('div', { class: 'actions' }, renameBtn, compactBtn, archiveBtn)),
+    h('div', { class: 'session-head' }, titleWrap, h('div', { class: 'actions' }, renameBtn, pauseBtn, compactBtn, archiveBtn)),
     h('div', { class: 'session-layout' },
       h('section', { class: 'panel transcript-panel' }, transcriptEl, h('div', { class: 'panel-body', style: 'padding-top:0' }, queuedEl), composer),
       h('aside', { class: 'side' },
@@ -84,6 +85,12 @@ export function pageSession(main, scope, selector) {
     steerBtn.disabled = !S.running;
     archiveBtn.disabled = !!s.archived_at;
     setText(archiveBtn, s.archived_at ? 'Archived' : 'Archive');
+    // Paused (by this session's pause or a wider one): the button resumes what the state's
+    // next action names, which says which pause holds it.
+    const paused = st.state === 'paused';
+    setText(pauseBtn, paused ? 'Resume' : 'Pause');
+    pauseBtn.title = paused ? `${st.reason} — ${st.next_action || ''}` : 'Start no new run in this session until it is resumed';
+    pauseBtn.disabled = !!s.archived_at;
     sendBtn.disabled = !!s.archived_at;
     input.disabled = !!s.archived_at;
     if (s.archived_at) input.placeholder = 'This session is archived.';
@@ -211,7 +218,9 @@ export function pageSession(main, scope, selector) {
         if (prompt.status === 'running') S.running = prompt.id;
       }
       renderHead();
-      if (prompt && prompt.status === 'queued') toast('Queued: it runs after the current prompt');
+      if (prompt && prompt.status === 'queued') {
+        toast(S.state && S.state.state === 'paused' ? 'Queued: it runs once the pause is lifted' : 'Queued: it runs after the current prompt');
+      }
     } catch (error) {
       if (body.images && error.code === -32602 && /expected a string/.test(error.message)) {
         // A daemon whose prompt.send takes image paths only, not uploads.
@@ -243,6 +252,22 @@ export function pageSession(main, scope, selector) {
     } finally {
       steerBtn.disabled = !S.running;
     }
+  });
+  pauseBtn.addEventListener('click', async () => {
+    const st = S.state || {};
+    pauseBtn.disabled = true;
+    try {
+      if (st.state === 'paused') {
+        const r = await api('POST', '/api/v1/resume', resumeTarget(st.next_action, S.id));
+        toast(r.pauses && r.pauses.length && r.started.length === 0 && !r.lifted ? 'Not paused by this session' : `Resumed; ${r.started.length} prompt(s) started`);
+      } else {
+        await api('POST', '/api/v1/pause', { session: S.id });
+        toast('Paused: no new run starts here until it is resumed');
+      }
+    } catch (error) {
+      toast(error.message, 'error');
+    }
+    await loadSession().catch(() => {});
   });
   compactBtn.addEventListener('click', async () => {
     compactBtn.disabled = true;
@@ -360,4 +385,13 @@ export function pageSession(main, scope, selector) {
 /** One image as prompt.send's `images` takes it over HTTP (see docs/http.md). */
 function imageParam(a) {
   return { name: a.name, media_type: a.type, data: a.data };
+}
+
+/** The scope a paused session's resume names, read from its state's next action
+ * (`corral resume --project web`, `--group g`, `--all`, or the session's own). */
+export function resumeTarget(nextAction, sessionId) {
+  const m = /^corral resume --(project|group) (.+)$/.exec(nextAction || '');
+  if (m) return { [m[1]]: m[2] };
+  if (/^corral resume --all$/.test(nextAction || '')) return { all: true };
+  return { session: sessionId };
 }
