@@ -608,6 +608,7 @@ impl Corral {
         reason: &str,
         hard: bool,
     ) -> Result<Vec<Pause>, CorralError> {
+        let scope_made = scope.clone();
         let write = crate::actors::ledger::SetPause {
             scope,
             reason: reason.to_string(),
@@ -616,6 +617,14 @@ impl Corral {
         let pauses = self.shared.ledger.write(write).await?;
         // The workers watch it: those it covers stop as it says.
         self.shared.pauses.replace(pauses.clone());
+        // A person knows of their own pause; one an agent made is told.
+        if reason != "by a person" {
+            if let Some(pause) = pauses.iter().find(|pause| pause.scope == scope_made) {
+                self.shared
+                    .notifier
+                    .notify(crate::actors::notifier::Notification::paused(pause, None));
+            }
+        }
         Ok(pauses)
     }
 
@@ -639,6 +648,11 @@ impl Corral {
         // On a shared store the other queued heads are the claimer's.
         self.shared.coordination.wake_claimer();
         Ok((lifted, started, pauses))
+    }
+
+    /// How each notification channel that is on fares (`notify.*`).
+    pub fn notify_status(&self) -> Vec<crate::protocol::status::NotifyChannel> {
+        self.shared.notifier.status()
     }
 
     /// The pauses in force, oldest first.

@@ -50,6 +50,14 @@ pub const DAEMON_NOTIFY: &str = "CORRAL_DAEMON_NOTIFY";
 /// there, and no child of it inherits it.
 pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 
+/// The kind of notification a `notify.command` hook is told of (`prompt.done`, …).
+pub const NOTIFY_EVENT: &str = "CORRAL_NOTIFY_EVENT";
+
+/// Variables of the daemon's own environment that are the daemon's business: removed from
+/// every process it starts (a child that kept `CORRAL_DAEMON_NOTIFY` and started a daemon
+/// would write the readiness notice meant for the one that started ours).
+pub const DAEMON_ONLY: &[&str] = &[DAEMON_NOTIFY, NOTIFY_SOCKET, TEST_KILL_AT];
+
 // ---------------------------------------------------------------------------------------------
 // Knobs for tests and benchmarks.
 

@@ -12,6 +12,8 @@
 //! - [`shared`]: what the supervisor and the actors it starts share (not an actor), with its
 //!   parts [`life`] (running, draining, shut down; the working count) and [`coordination`]
 //!   (alone on the store, or among other daemons under a lease).
+//! - [`notifier`]: notifications to a person (a command hook, a webhook, the desktop), each
+//!   channel on a bounded queue of its own so that none delays the supervisor.
 //! - [`worktree`]: a session's git worktree, made, merged and removed for its session actor
 //!   (not an actor: the session's work, writing through the ledger).
 
@@ -22,6 +24,7 @@ pub mod claims;
 pub mod coordination;
 pub mod ledger;
 pub mod life;
+pub mod notifier;
 pub mod publisher;
 pub mod relay;
 pub mod session;

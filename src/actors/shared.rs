@@ -14,6 +14,7 @@ use super::app_servers::AppServers;
 use super::coordination::{Alone, AmongOthers, Coordination};
 use super::ledger::LedgerHandle;
 use super::life::Life;
+use super::notifier::Notifier;
 use super::publisher::Publisher;
 use super::slots::{SlotLimits, SlotsHandle};
 use super::worktree::Worktrees;
@@ -43,6 +44,8 @@ pub struct Shared {
     pub git: GitFinder,
     /// The pauses in force, watched by the workers.
     pub pauses: PausesCell,
+    /// Tells a person what happened (`notify.*`).
+    pub notifier: Notifier,
 }
 
 impl Shared {
@@ -62,6 +65,8 @@ impl Shared {
             None => Box::new(Alone),
         };
         let readers = Arc::new(readers);
+        let settings_cell = SettingsCell::new(settings);
+        let notifier = Notifier::start(settings_cell.clone(), home.clone());
         let app_servers = AppServers::new(
             home.clone(),
             ledger.clone(),
@@ -77,13 +82,14 @@ impl Shared {
             ledger,
             slots,
             readers,
-            settings: SettingsCell::new(settings),
+            settings: settings_cell,
             exec_id,
             life,
             coordination,
             git: GitFinder::default(),
             // Read before boot (`Shared::reload_pauses`).
             pauses: PausesCell::new(Vec::new()),
+            notifier,
         }
     }
 
@@ -121,13 +127,13 @@ impl Shared {
 
     /// Reads the pauses from the store and puts them in effect: after a prompt's failure
     /// paused its project (`pause_on_failure`), or told by another daemon that they changed.
-    pub fn reload_pauses(&self) -> Result<(), String> {
+    /// Says whether they changed.
+    pub fn reload_pauses(&self) -> Result<bool, String> {
         let pauses = self
             .readers
             .read(crate::store::pauses::pauses)
             .map_err(|error| error.to_string())?;
-        self.pauses.replace(pauses);
-        Ok(())
+        Ok(self.pauses.replace(pauses))
     }
 
     /// Puts `settings` in effect (the lease's length among them).
@@ -175,15 +181,15 @@ impl PausesCell {
         self.0.subscribe()
     }
 
-    /// Puts `pauses` in effect; the workers wake only when they changed.
-    pub fn replace(&self, pauses: Vec<Pause>) {
+    /// Puts `pauses` in effect; the workers wake only when they changed (said).
+    pub fn replace(&self, pauses: Vec<Pause>) -> bool {
         self.0.send_if_modified(|now| {
             let changed = now.0 != pauses;
             if changed {
                 *now = Arc::new(PauseSet(pauses));
             }
             changed
-        });
+        })
     }
 }
 

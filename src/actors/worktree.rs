@@ -903,6 +903,7 @@ mod tests {
             archived_at: None,
             keep_background: false,
             pause_on_failure: false,
+            notify: None,
             isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: None,

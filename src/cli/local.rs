@@ -117,6 +117,8 @@ impl LocalStore {
             // Only a daemon follows runs.
             taken_over: Vec::new(),
             pauses: crate::store::pauses::pauses(c)?,
+            // Only a daemon notifies.
+            notify: Vec::new(),
             // The HTTP API is the daemon's.
             http: None,
             store: Some(self.store.clone()),

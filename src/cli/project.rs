@@ -159,6 +159,10 @@ pub struct SetArgs {
     /// Pause the project when one of its prompts fails for good.
     #[arg(long, value_name = "true|false", action = ArgAction::Set)]
     pub pause_on_failure: Option<bool>,
+    /// Which notifications its sessions send: a comma list (prompt.done, prompt.failed,
+    /// prompt.cancelled, needs-you, paused), none, or default (the notify.events setting).
+    #[arg(long, value_name = "LIST|none|default")]
+    pub notify: Option<String>,
     /// Print the changed project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -307,11 +311,12 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.worktrees_dir.is_none()
         && args.setup.is_none()
         && args.pause_on_failure.is_none()
+        && args.notify.is_none()
     {
         return Err(CliError::usage(
             "nothing to change: give --engine, --model, --policy, --agents-scope, --full-access, --remote, --group, \
              --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir, \
-             --setup or --pause-on-failure",
+             --setup, --pause-on-failure or --notify",
         ));
     }
     // '' clears the directory: it goes as it is, not made absolute.
@@ -338,6 +343,7 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         worktrees_dir,
         setup: args.setup.clone(),
         pause_on_failure: args.pause_on_failure,
+        notify: args.notify.clone(),
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_answered::<ProjectSet>(&mut client, &params).await?;
@@ -410,6 +416,9 @@ fn print(answered: &Answered<Project>, json: bool) {
         "ended with their runs"
     };
     println!("background:   {background}");
+    if let Some(notify) = &project.notify {
+        println!("notify:       {notify}");
+    }
     if project.pause_on_failure {
         println!(
             "on failure:   the project pauses (corral resume --project {})",

@@ -84,6 +84,22 @@ pub async fn execute(context: &Context, args: &StatusArgs) -> Result<Exit, CliEr
         }
         None => println!("slots:    unknown"),
     }
+    for channel in &status.notify {
+        let fares = match (&channel.error, channel.failing) {
+            (Some(error), failing) if failing > 0 => {
+                format!("failing ({failing} in a row): {error}")
+            }
+            _ => "ok".to_string(),
+        };
+        let dropped = match channel.dropped {
+            0 => String::new(),
+            n => format!(", {n} dropped (queue full)"),
+        };
+        println!(
+            "notify:   {} {fares}, {} sent{dropped}",
+            channel.channel, channel.sent
+        );
+    }
     for pause in &status.pauses {
         println!("paused:   {} (corral resume …)", pause.describe());
     }

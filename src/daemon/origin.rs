@@ -512,6 +512,9 @@ impl Widening for ProjectSetParams {
         if self.keep_background == Some(true) {
             return Some("letting background processes outlive their runs".into());
         }
+        if self.notify.is_some() {
+            return Some("changing what a person is told of a project (notify)".into());
+        }
         if self.pause_on_failure == Some(false) {
             return Some("letting a project run on after a failure (pause_on_failure off)".into());
         }
@@ -598,8 +601,10 @@ impl Widening for SettingsSetParams {
         let name = &self.name;
         let engine_program = name.starts_with("engines.")
             && (name.ends_with(".path") || name == "engines.command.template");
-        // Where corral makes worktrees (set or unset alike).
-        (engine_program || name == "worktrees.dir").then(|| format!("changing {name}"))
+        // Where corral makes worktrees (set or unset alike); what a person is told, and the
+        // command the daemon runs to tell them (outside any sandbox).
+        (engine_program || name == "worktrees.dir" || name.starts_with("notify."))
+            .then(|| format!("changing {name}"))
     }
 }
 

@@ -645,6 +645,7 @@ mod wire_tests {
             archived_at: Some(2),
             keep_background: true,
             pause_on_failure: false,
+            notify: None,
             isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: Some("npm ci".into()),

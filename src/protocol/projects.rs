@@ -64,6 +64,10 @@ pub struct Project {
     /// A prompt of it failing for good pauses it (`resume` lets its queue go on).
     #[serde(default)]
     pub pause_on_failure: bool,
+    /// Which notifications its sessions send (a comma list, or `none`); null: the
+    /// `notify.events` setting.
+    #[serde(default)]
+    pub notify: Option<String>,
 }
 
 fn shared() -> String {
@@ -92,6 +96,7 @@ impl From<&projects::Project> for Project {
             setup: p.setup.clone(),
             repo_root: p.repo_root.clone(),
             pause_on_failure: p.pause_on_failure,
+            notify: p.notify.clone(),
         }
     }
 }
@@ -173,6 +178,10 @@ pub struct ProjectSetParams {
     /// Turning it off is a widening (a failing project would run on); on is always allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_on_failure: Option<bool>,
+    /// Which notifications its sessions send: a comma list of kinds, `none`, or `default`
+    /// (the `notify.events` setting). A change is a widening (what a person is told).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<String>,
 }
 
 /// `project.list {all}`: archived projects too when `all`.

@@ -83,6 +83,10 @@ pub struct StatusResult {
     /// The pauses in force (`pause`), oldest first; absent from an older daemon's answer.
     #[serde(default)]
     pub pauses: Vec<crate::store::pauses::Pause>,
+    /// Each notification channel that is on (`notify.*`): sent, dropped, failing since when
+    /// and why; empty with none on, and with no daemon.
+    #[serde(default)]
+    pub notify: Vec<NotifyChannel>,
     pub home: String,
     /// Where the HTTP API listens, or why it does not; null when off (and from the store:
     /// `cli::local`).
@@ -102,6 +106,21 @@ pub struct StatusResult {
     /// This daemon's lease on a shared store; null on SQLite and with no daemon.
     #[serde(default)]
     pub lease: Option<LeaseStatus>,
+}
+
+/// How a notification channel fares (`status`'s `notify`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotifyChannel {
+    /// `command`, `webhook` or `desktop`.
+    pub channel: String,
+    pub sent: u64,
+    /// Dropped because the channel's queue was full.
+    pub dropped: u64,
+    /// Failures since the last success (0: it works).
+    pub failing: u64,
+    /// The first failure of the current run of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The HTTP API, as `status` names it: `{listen, url}` or `{error}`.

@@ -504,6 +504,9 @@ CREATE TABLE pauses (
     PRIMARY KEY (scope, target)
 );
 ALTER TABLE projects ADD COLUMN pause_on_failure INTEGER NOT NULL DEFAULT 0;
+-- Which notifications a project's sessions send (#35): a comma list of kinds, `none`, or
+-- NULL for the `notify.events` setting.
+ALTER TABLE projects ADD COLUMN notify TEXT;
 "#,
     },
 ];

@@ -492,6 +492,7 @@ CREATE TABLE pauses (
     PRIMARY KEY (scope, target)
 );
 ALTER TABLE projects ADD COLUMN pause_on_failure BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE projects ADD COLUMN notify TEXT COLLATE "C";
 "#,
 ];
 

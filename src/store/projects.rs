@@ -61,6 +61,10 @@ pub struct Project {
     /// that its queue waits for a person instead of running into a broken build.
     #[serde(default)]
     pub pause_on_failure: bool,
+    /// Which notifications its sessions send (`actors::notifier`): a comma list of kinds, or
+    /// `none`; `None` for the `notify.events` setting.
+    #[serde(default)]
+    pub notify: Option<String>,
 }
 
 /// How a project's sessions share its working tree.
@@ -111,7 +115,7 @@ impl sql::Get for Isolation {
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
                                instructions, created_at, archived_at, keep_background, \
                                isolation, worktrees_dir, setup, repo_root, policy, agents_scope, \
-                               pause_on_failure";
+                               pause_on_failure, notify";
 
 fn project_row(row: &Row<'_>) -> sql::Result<Project> {
     project_at(row, 0)
@@ -140,6 +144,7 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
         policy: row.get(at(16))?,
         agents_scope: row.get(at(17))?,
         pause_on_failure: row.get(at(18))?,
+        notify: row.get(at(19))?,
     })
 }
 
@@ -310,6 +315,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         repo_root: new.repo_root.clone(),
         agents_scope: AgentsScope::Session,
         pause_on_failure: new.pause_on_failure,
+        notify: None,
         policy: match (new.full_access, new.policy) {
             (true, _) => Policy::Full,
             (false, Policy::Full) => Policy::WorkspaceWrite,
@@ -317,7 +323,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         },
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"),
         args![
             project.id,
             project.name,
@@ -338,6 +344,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
             project.policy.as_str(),
             project.agents_scope.as_str(),
             project.pause_on_failure,
+            project.notify,
         ],
     )?;
     for group in &project.groups {
@@ -385,6 +392,8 @@ pub struct ProjectChange {
     pub agents_scope: Option<AgentsScope>,
     /// See [`Project::pause_on_failure`].
     pub pause_on_failure: Option<bool>,
+    /// See [`Project::notify`]: `Some(None)` goes back to the setting.
+    pub notify: Option<Option<String>>,
     pub archive: bool,
 }
 
@@ -411,7 +420,8 @@ pub(crate) fn change_project(
                        WHEN ?4 = 0 AND COALESCE(?17, policy) = 'full' THEN 'workspace-write' \
                        ELSE COALESCE(?17, policy) END, \
          agents_scope = COALESCE(?18, agents_scope), \
-         pause_on_failure = COALESCE(?19, pause_on_failure) \
+         pause_on_failure = COALESCE(?19, pause_on_failure), \
+         notify = CASE WHEN ?20 THEN ?21 ELSE notify END \
          WHERE id = ?1",
         args![
             id,
@@ -436,6 +446,8 @@ pub(crate) fn change_project(
             change.policy.map(Policy::as_str),
             change.agents_scope.map(AgentsScope::as_str),
             change.pause_on_failure,
+            change.notify.is_some(),
+            change.notify.clone().flatten(),
         ],
     )?;
     if let Some(groups) = &change.groups {
@@ -605,6 +617,7 @@ mod tests {
             archived_at: None,
             keep_background: false,
             pause_on_failure: false,
+            notify: None,
             isolation: Isolation::default(),
             worktrees_dir: None,
             setup: None,

@@ -92,6 +92,103 @@ pub fn parse_listen(value: &str) -> Result<Option<std::net::SocketAddr>, String>
     Ok(Some(address))
 }
 
+/// The default of `notify.events`: what a person wants to hear of without asking.
+pub const DEFAULT_NOTIFY_EVENTS: &str = "prompt.done,prompt.failed,needs-you,paused";
+
+/// What a notification tells (`actors::notifier`), as `notify.events` and a project's
+/// `notify` name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum NotifyKind {
+    /// A prompt ended answered.
+    #[serde(rename = "prompt.done")]
+    PromptDone,
+    /// A prompt failed for good.
+    #[serde(rename = "prompt.failed")]
+    PromptFailed,
+    /// A prompt was cancelled.
+    #[serde(rename = "prompt.cancelled")]
+    PromptCancelled,
+    /// An agent asks a person (an approval waits).
+    #[serde(rename = "needs-you")]
+    NeedsYou,
+    /// A pause stopped work (a person's, or `pause_on_failure`'s).
+    #[serde(rename = "paused")]
+    Paused,
+}
+
+impl NotifyKind {
+    pub const ALL: [NotifyKind; 5] = [
+        NotifyKind::PromptDone,
+        NotifyKind::PromptFailed,
+        NotifyKind::PromptCancelled,
+        NotifyKind::NeedsYou,
+        NotifyKind::Paused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyKind::PromptDone => "prompt.done",
+            NotifyKind::PromptFailed => "prompt.failed",
+            NotifyKind::PromptCancelled => "prompt.cancelled",
+            NotifyKind::NeedsYou => "needs-you",
+            NotifyKind::Paused => "paused",
+        }
+    }
+}
+
+/// Reads a list of notification kinds: comma-separated names, or `none` (empty).
+pub fn parse_notify_kinds(value: &str) -> Result<Vec<NotifyKind>, String> {
+    let value = value.trim();
+    if value == "none" || value.is_empty() {
+        return Ok(Vec::new());
+    }
+    value
+        .split(',')
+        .map(str::trim)
+        .map(|name| {
+            NotifyKind::ALL
+                .into_iter()
+                .find(|kind| kind.as_str() == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> =
+                        NotifyKind::ALL.iter().map(|kind| kind.as_str()).collect();
+                    format!(
+                        "unknown notification '{name}' (known: {}, or none)",
+                        names.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Whether desktop notifications are sent (`notify.desktop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Desktop {
+    On,
+    Off,
+    /// When the daemon has a session bus (`DBUS_SESSION_BUS_ADDRESS`).
+    Auto,
+}
+
+/// Checks a webhook's URL: `http://` or `https://`, a host, nothing that is not a URL.
+pub fn check_webhook(url: &str) -> Result<(), String> {
+    let refused = |why: &str| {
+        format!("notify.webhook must be an http:// or https:// URL, not '{url}': {why}")
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| refused("another scheme"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(refused("no host"));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(refused("it holds a space or a control character"));
+    }
+    Ok(())
+}
+
 /// A setting corral knows: its name (or `prefix.<engine>` pattern), default, and meaning.
 pub struct Known {
     pub name: &'static str,
@@ -170,6 +267,31 @@ pub const KNOWN: &[Known] = &[
         default: "20000",
         meaning: "how long a codex app-server child may take to answer initialize before it \
                   is killed (the attempt counts toward its restart limit)",
+    },
+    Known {
+        name: "notify.command",
+        default: "",
+        meaning: "a command (sh -c) told of each notification, as JSON on its stdin (empty: none)",
+    },
+    Known {
+        name: "notify.webhook",
+        default: "",
+        meaning: "an http:// or https:// URL each notification is POSTed to as JSON (empty: none)",
+    },
+    Known {
+        name: "notify.desktop",
+        default: "auto",
+        meaning: "desktop notifications over D-Bus: on, off, or auto (when a session bus is set)",
+    },
+    Known {
+        name: "notify.events",
+        default: DEFAULT_NOTIFY_EVENTS,
+        meaning: "which notifications are sent (prompt.done, prompt.failed, prompt.cancelled, needs-you, paused; or none)",
+    },
+    Known {
+        name: "notify.timeout_ms",
+        default: "10000",
+        meaning: "how long a hook or a webhook may take, each try, before it is given up",
     },
     Known {
         name: "daemon.autostart",
@@ -380,6 +502,24 @@ fn checked(name: &str, value: &str, check: Check) -> Result<String, String> {
             "{UI_THEME} must be one of {}, not '{value}'",
             UI_THEMES.join(", ")
         )),
+        "notify.command" => Ok(value.to_string()),
+        "notify.webhook" if value.is_empty() => Ok(String::new()),
+        "notify.webhook" => check_webhook(value).map(|_| value.to_string()),
+        "notify.desktop" => match value {
+            "on" | "off" | "auto" => Ok(value.to_string()),
+            _ => Err(format!(
+                "notify.desktop must be on, off or auto, not '{value}'"
+            )),
+        },
+        "notify.events" => parse_notify_kinds(value)
+            .map(|_| value.to_string())
+            .map_err(|error| format!("notify.events: {error}")),
+        "notify.timeout_ms" => match value.parse::<u64>() {
+            Ok(ms) if (100..=600_000).contains(&ms) => Ok(ms.to_string()),
+            _ => Err(format!(
+                "notify.timeout_ms must be 100..=600000 milliseconds, not '{value}'"
+            )),
+        },
         "daemon.autostart" => match value {
             "true" | "false" => Ok(value.to_string()),
             _ => Err(format!(
@@ -437,6 +577,16 @@ pub struct Settings {
     pub http_listen: Option<std::net::SocketAddr>,
     /// [`WORKTREES_DIR`]: `None` is `HOME/worktrees`.
     pub worktrees_dir: Option<PathBuf>,
+    /// `notify.command`: `None` is no hook.
+    pub notify_command: Option<String>,
+    /// `notify.webhook`: `None` is no webhook.
+    pub notify_webhook: Option<String>,
+    /// `notify.desktop`.
+    pub notify_desktop: Desktop,
+    /// `notify.events`: the kinds sent unless a project says otherwise.
+    pub notify_events: Vec<NotifyKind>,
+    /// `notify.timeout_ms`.
+    pub notify_timeout: Duration,
 }
 
 /// The default limit per engine.
@@ -462,6 +612,11 @@ impl Default for Settings {
             app_server_init_timeout: Duration::from_secs(20),
             http_listen: parse_listen(DEFAULT_HTTP_LISTEN).expect("valid default"),
             worktrees_dir: None,
+            notify_command: None,
+            notify_webhook: None,
+            notify_desktop: Desktop::Auto,
+            notify_events: parse_notify_kinds(DEFAULT_NOTIFY_EVENTS).expect("valid default"),
+            notify_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -505,6 +660,23 @@ impl Settings {
                 self.approval_timeout = value.parse().ok().map(Duration::from_secs)
             }
             "daemon.autostart" => self.daemon_autostart = value == "true",
+            "notify.command" => {
+                self.notify_command = Some(value.clone()).filter(|command| !command.is_empty())
+            }
+            "notify.webhook" => {
+                self.notify_webhook = Some(value.clone()).filter(|url| !url.is_empty())
+            }
+            "notify.desktop" => {
+                self.notify_desktop = match value.as_str() {
+                    "on" => Desktop::On,
+                    "off" => Desktop::Off,
+                    _ => Desktop::Auto,
+                }
+            }
+            "notify.events" => self.notify_events = parse_notify_kinds(&value)?,
+            "notify.timeout_ms" => {
+                self.notify_timeout = Duration::from_millis(value.parse().map_err(|_| "number")?)
+            }
             HTTP_LISTEN => self.http_listen = parse_listen(&value)?,
             WORKTREES_DIR => {
                 self.worktrees_dir = Some(PathBuf::from(&value)).filter(|_| !value.is_empty())

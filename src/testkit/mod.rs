@@ -112,7 +112,8 @@ pub fn corral_in(home: &Path, args: &[&str]) -> Command {
 }
 
 /// `program` as [`corral_in`] runs corral: from `home`, with `home` as its `CORRAL_HOME` and
-/// no other corral variable of the tests' environment (a shell that runs corral, say).
+/// no other corral variable of the tests' environment (a shell that runs corral, say), and no
+/// session bus: a test's daemon tells no desktop of the machine (`notify.desktop` is `auto`).
 pub fn command_in(program: impl AsRef<OsStr>, home: &Path) -> Command {
     let mut command = Command::new(program);
     for (key, _) in std::env::vars_os() {
@@ -120,6 +121,7 @@ pub fn command_in(program: impl AsRef<OsStr>, home: &Path) -> Command {
             command.env_remove(key);
         }
     }
+    command.env_remove("DBUS_SESSION_BUS_ADDRESS");
     command.current_dir(home).env("CORRAL_HOME", home);
     command
 }

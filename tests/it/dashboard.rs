@@ -461,9 +461,14 @@ fn a_session_is_paused_and_resumed_from_the_page() {
     browser.wait_for_text("[data-testid=session-pause]", "Resume");
     browser.type_into("[data-testid=prompt-input]", "wait for the resume");
     browser.click("[data-testid=prompt-send]");
-    wait_until("the prompt is stored", || !dashboard.prompts(session).is_empty());
+    wait_until("the prompt is stored", || {
+        !dashboard.prompts(session).is_empty()
+    });
     let prompts = dashboard.prompts(session);
-    assert_eq!(prompts[0]["status"], "queued", "held by the pause: {prompts:?}");
+    assert_eq!(
+        prompts[0]["status"], "queued",
+        "held by the pause: {prompts:?}"
+    );
     screenshot(&browser, "session-paused");
 
     browser.click("[data-testid=nav-overview]");

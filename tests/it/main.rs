@@ -40,6 +40,7 @@ mod live_restore;
 mod monitor;
 mod multi_daemon;
 mod multi_daemon_streams;
+mod notify;
 mod params;
 mod pause;
 mod private_files;

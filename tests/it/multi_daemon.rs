@@ -1460,15 +1460,25 @@ fn a_pause_made_on_one_daemon_holds_the_others() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(runs_of(&cluster, &hanging).len(), 1, "not run again while paused");
+    assert_eq!(
+        runs_of(&cluster, &hanging).len(),
+        1,
+        "not run again while paused"
+    );
     cluster.ok(1 - other, &["resume", "--project", PROJECT]);
-    cluster.wait_for("the hanging prompt runs again", Duration::from_secs(10), || {
-        runs_of(&cluster, &hanging).len() == 2
-    });
+    cluster.wait_for(
+        "the hanging prompt runs again",
+        Duration::from_secs(10),
+        || runs_of(&cluster, &hanging).len() == 2,
+    );
     cluster.ok(0, &["cancel", &hanging]);
-    cluster.wait_for("the later prompts are done", Duration::from_secs(20), || {
-        later
-            .iter()
-            .all(|prompt| cluster.prompt_status(prompt) == "done")
-    });
+    cluster.wait_for(
+        "the later prompts are done",
+        Duration::from_secs(20),
+        || {
+            later
+                .iter()
+                .all(|prompt| cluster.prompt_status(prompt) == "done")
+        },
+    );
 }

@@ -371,6 +371,10 @@ fn an_agent_may_pause_its_own_session_only_and_never_resume() {
         format!("'{corral}' pause"),
         format!("'{corral}' resume other"),
         format!("'{corral}' resume --all"),
+        // Nor change what a person is told, or the command that tells them.
+        format!("'{corral}' config set notify.command 'rm -rf ~'"),
+        format!("'{corral}' config set notify.events none"),
+        format!("'{corral}' project set p --notify none"),
     ];
     let own = vec![format!("'{corral}' pause agent --json")];
     let (sections, events) = run_as_agent(&home, &agent, &script_of(beyond.iter().chain(&own)));

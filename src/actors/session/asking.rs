@@ -245,6 +245,20 @@ impl Worker {
             self.reply(adapter, talk, &approval, &request_id, &approval.input);
             return None;
         }
+        if let Some(place) = &self.stops.place {
+            let asked = match &approval.target {
+                Some(target) => format!("{}: {target}", approval.tool),
+                None => approval.tool.clone(),
+            };
+            self.shared
+                .notifier
+                .notify(crate::actors::notifier::Notification::needs_you(
+                    &place.told,
+                    &prompt.id,
+                    &asked,
+                    serde_json::to_value(&approval).unwrap_or_default(),
+                ));
+        }
         talk.waiting.insert(
             approval.id.clone(),
             Waiting {

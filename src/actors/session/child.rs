@@ -973,14 +973,7 @@ pub(super) struct ChildEnv<'a> {
     pub(super) guard_mark: Option<&'a str>,
 }
 
-/// Variables of the daemon's own environment that are the daemon's business, not an engine's:
-/// removed from every child (a child that kept `CORRAL_DAEMON_NOTIFY` and started a daemon
-/// would write the readiness notice meant for the one that started ours).
-const DAEMON_ONLY: &[&str] = &[
-    crate::env::DAEMON_NOTIFY,
-    crate::env::NOTIFY_SOCKET,
-    crate::env::TEST_KILL_AT,
-];
+use crate::env::DAEMON_ONLY;
 
 impl ChildEnv<'_> {
     /// Sets the variables a child of run `run_id` gets, on top of the daemon's environment

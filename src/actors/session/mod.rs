@@ -54,16 +54,18 @@ use super::ledger::{
     SetGeneratedTitle, SetThread, Unwritten, WithEvents,
 };
 use super::life::Working;
+use super::notifier::{self, Notification};
 use super::shared::Shared;
 use crate::engine::{FailureClass, RunVerdict};
 use crate::events::{Payload, PromptEnded, PromptRequeued, TitleGenerated};
 use crate::store::approvals::Approval;
 use crate::store::daemons::Claim;
 use crate::store::events::NewEvent;
-use crate::store::pauses::{Pause, PauseSet};
+use crate::store::pauses::{Pause, PauseScope, PauseSet};
 use crate::store::prompts::{ClaimBy, PutBack};
 use crate::store::prompts::{Prompt, PromptStatus};
 use crate::store::runs::RunEnd;
+use crate::store::settings::NotifyKind;
 use crate::store::spill::{self, SpilledEvent};
 pub(crate) use child::guard_mark;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -273,6 +275,8 @@ enum While {
 struct Place {
     project_id: String,
     groups: Vec<String>,
+    /// The session and project as a notification names them.
+    told: notifier::Place,
 }
 
 /// What may stop a worker's prompt, each watched: its cancel, the daemon's shutdown, and the
@@ -473,6 +477,8 @@ impl Worker {
         let mut next = Some(first);
         while let Some(prompt) = next {
             let prompt_id = prompt.id.clone();
+            // What a notification of its end says of it (its start: the text may be long).
+            let text_head: String = prompt.text.chars().take(600).collect();
             self.claim = prompt.claim.clone();
             self.denied = 0;
             let end = if self.stops.is_shutting_down() || self.shared.life.is_draining() {
@@ -565,12 +571,8 @@ impl Worker {
                 .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
                 .map(|((_, next), _)| next);
-            if end.status == PromptStatus::Failed {
-                // Its project may have paused on the failure (`pause_on_failure`): the
-                // other workers of the project hold from now on.
-                if let Err(error) = self.shared.reload_pauses() {
-                    tracing::warn!(%error, "the pauses could not be read");
-                }
+            if finished.is_ok() {
+                self.tell_ended(&prompt_id, &text_head, &end);
             }
             if shared_with_others && !matches!(finished, Ok(Some(_))) {
                 // A slot is free here: another session's queued prompt may take it.
@@ -591,6 +593,44 @@ impl Worker {
                     None
                 }
             };
+        }
+    }
+
+    /// Tells a person of a prompt's end (`actors::notifier`), and of the pause its failure
+    /// made (`pause_on_failure`), which the other workers of the project hold to from now on.
+    fn tell_ended(&self, prompt_id: &str, text: &str, end: &PromptEnd) {
+        let kind = match end.status {
+            PromptStatus::Done => NotifyKind::PromptDone,
+            PromptStatus::Failed => NotifyKind::PromptFailed,
+            PromptStatus::Cancelled => NotifyKind::PromptCancelled,
+            _ => return,
+        };
+        let Some(place) = &self.stops.place else {
+            return;
+        };
+        self.shared.notifier.notify(Notification::prompt_ended(
+            &place.told,
+            kind,
+            (prompt_id, text),
+            end.answer.as_deref(),
+            end.error.as_deref(),
+        ));
+        if kind != NotifyKind::PromptFailed {
+            return;
+        }
+        match self.shared.reload_pauses() {
+            Ok(true) => {
+                let mine = PauseScope::Project(place.project_id.clone());
+                let pauses = self.shared.pauses.watch().borrow().clone();
+                if let Some(pause) = pauses.0.iter().find(|pause| pause.scope == mine) {
+                    self.shared.notifier.notify(Notification::paused(
+                        pause,
+                        place.told.project_kinds.clone(),
+                    ));
+                }
+            }
+            Ok(false) => {}
+            Err(error) => tracing::warn!(%error, "the pauses could not be read"),
         }
     }
 

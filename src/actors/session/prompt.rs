@@ -410,6 +410,17 @@ impl Worker {
         self.stops.place = Some(Place {
             project_id: project.id.clone(),
             groups: project.groups.clone(),
+            told: crate::actors::notifier::Place {
+                session: crate::actors::notifier::Named {
+                    id: session.id.clone(),
+                    name: session.title.clone(),
+                },
+                project: crate::actors::notifier::Named {
+                    id: project.id.clone(),
+                    name: Some(project.name.clone()),
+                },
+                project_kinds: project.notify.clone(),
+            },
         });
         let kind = session.engine;
         // A command's title is its first line, set now: it asks its engine for nothing.
@@ -776,6 +787,7 @@ mod tests {
             archived_at: None,
             keep_background: false,
             pause_on_failure: false,
+            notify: None,
             isolation: Isolation::Worktree,
             worktrees_dir: None,
             setup: None,

@@ -123,6 +123,16 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
         setup: clearing(p.setup),
         repo_root: None,
         pause_on_failure: p.pause_on_failure,
+        notify: match p.notify.as_deref().map(str::trim) {
+            None => None,
+            Some("default") => Some(None),
+            Some(list) => {
+                crate::store::settings::parse_notify_kinds(list).map_err(|error| {
+                    RpcError::new(code::INVALID_PARAMS, format!("notify: {error}"))
+                })?;
+                Some(Some(list.to_string()))
+            }
+        },
         archive,
     };
     let changed = corral.change_project(&project.id, change).await?;

@@ -77,6 +77,7 @@ impl Serve for Status {
                 })
                 .unwrap_or_default(),
             pauses: or_unreachable(corral.pauses(), server, &unread)?,
+            notify: corral.notify_status(),
             // The HTTP API's address (`{listen, url}`), why it does not serve, or null when off.
             http: crate::daemon::http::status().serving(),
             store: {
