@@ -151,6 +151,9 @@ pub struct AppServerActor {
     /// The lease guard's mark its children carry (shared store): no run lists the child, so
     /// this is how the guard finds it when the daemon dies.
     guard_mark: Option<String>,
+    /// The project's own variables (`store::environment`), as they were when the actor
+    /// started: a change reaches the child that a restart makes.
+    env: crate::store::environment::Environment,
     child: Option<Live>,
     generation: u64,
     status: ServerStatus,
@@ -200,6 +203,7 @@ impl AppServerActor {
             full_access,
             init_timeout: Duration::from_secs(20),
             guard_mark: None,
+            env: Default::default(),
             child: None,
             generation: 0,
             status: ServerStatus::Stopped,
@@ -223,6 +227,12 @@ impl AppServerActor {
     /// A new child not answering `initialize` within `timeout` is killed.
     pub fn init_timeout(mut self, timeout: Duration) -> Self {
         self.init_timeout = timeout;
+        self
+    }
+
+    /// Its children get the project's own variables.
+    pub fn with_env(mut self, env: crate::store::environment::Environment) -> Self {
+        self.env = env;
         self
     }
 
@@ -313,6 +323,8 @@ impl AppServerActor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // The project's own variables (never corral's: `store::environment`).
+            .envs(&self.env.0)
             .env(crate::env::HOME, &self.home)
             // What it starts carries it too: a daemon that died is found out by it at boot.
             .env(crate::env::APP_SERVER_PROJECT, &self.project_id)

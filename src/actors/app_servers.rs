@@ -75,6 +75,7 @@ impl AppServers {
             project.full_access && project.kind != "remote",
         )
         .init_timeout(init_timeout)
+        .with_env(project.env.clone())
         .guarded_by(self.guard_mark.as_deref());
         let actor = match stored {
             Some(stored) => actor.resume_from(stored),

@@ -904,6 +904,7 @@ mod tests {
             keep_background: false,
             pause_on_failure: false,
             notify: None,
+            env: Default::default(),
             isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: None,
@@ -915,6 +916,7 @@ mod tests {
 
     fn session(worktree: Option<&str>) -> sessions::Session {
         sessions::Session {
+            env: Default::default(),
             id: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
             project_id: Some("p".into()),
             engine: crate::engine::EngineKind::Fake,

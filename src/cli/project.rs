@@ -18,6 +18,7 @@ use crate::protocol::{
     ProjectAdd, ProjectAddParams, ProjectArchive, ProjectArchiveParams, ProjectList,
     ProjectListParams, ProjectSelector, ProjectSet, ProjectSetParams, ProjectShow,
 };
+use crate::store::environment::Environment;
 use crate::store::projects::AgentsScope;
 use crate::store::select::IdKind;
 use clap::ArgAction;
@@ -91,6 +92,8 @@ pub struct AddArgs {
     /// lets its queue go on).
     #[arg(long)]
     pub pause_on_failure: bool,
+    #[command(flatten)]
+    pub env: EnvArgs,
     /// Print the new project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -163,6 +166,11 @@ pub struct SetArgs {
     /// prompt.cancelled, needs-you, paused), none, or default (the notify.events setting).
     #[arg(long, value_name = "LIST|none|default")]
     pub notify: Option<String>,
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Remove a variable its engines get (repeatable).
+    #[arg(long = "unset-env", value_name = "NAME")]
+    pub unset_env: Vec<String>,
     /// Print the changed project as JSON.
     #[arg(long)]
     pub json: bool,
@@ -227,6 +235,7 @@ async fn add(context: &Context, args: &AddArgs) -> Result<Exit, CliError> {
         worktrees_dir: args.worktrees_dir.as_deref().map(absolute).transpose()?,
         setup: args.setup.clone(),
         pause_on_failure: args.pause_on_failure,
+        env: args.env.environment()?,
     };
     let mut client = remote::connect(context).await?;
     let answered = remote::ask_answered::<ProjectAdd>(&mut client, &params).await?;
@@ -312,11 +321,14 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         && args.setup.is_none()
         && args.pause_on_failure.is_none()
         && args.notify.is_none()
+        && args.env.env.is_empty()
+        && args.env.env_file.is_none()
+        && args.unset_env.is_empty()
     {
         return Err(CliError::usage(
             "nothing to change: give --engine, --model, --policy, --agents-scope, --full-access, --remote, --group, \
              --no-groups, --instructions, --keep-background, --isolation, --worktrees-dir, \
-             --setup, --pause-on-failure or --notify",
+             --setup, --pause-on-failure, --notify, --env, --env-file or --unset-env",
         ));
     }
     // '' clears the directory: it goes as it is, not made absolute.
@@ -344,6 +356,8 @@ async fn set(context: &Context, args: &SetArgs) -> Result<Exit, CliError> {
         setup: args.setup.clone(),
         pause_on_failure: args.pause_on_failure,
         notify: args.notify.clone(),
+        env: args.env.environment()?,
+        unset_env: args.unset_env.clone(),
     };
     let mut client = remote::connect(context).await?;
     let project = remote::ask_answered::<ProjectSet>(&mut client, &params).await?;
@@ -416,6 +430,9 @@ fn print(answered: &Answered<Project>, json: bool) {
         "ended with their runs"
     };
     println!("background:   {background}");
+    if !project.env.is_empty() {
+        println!("env:          {}", project.env.describe());
+    }
     if let Some(notify) = &project.notify {
         println!("notify:       {notify}");
     }
@@ -432,6 +449,41 @@ fn print(answered: &Answered<Project>, json: bool) {
     println!("agents:       {agents}");
     println!("created:      {} UTC", time_of(Some(project.created_at)));
     println!("archived:     {}", time_of(project.archived_at));
+}
+
+/// `--env NAME=VALUE` (repeatable) and `--env-file FILE`: environment variables for the
+/// engines (`store::environment`); a variable of `--env` goes over the file's.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EnvArgs {
+    /// A variable its engines get (repeatable): NAME=VALUE. Not one of corral's own CORRAL_*.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// A file of NAME=VALUE lines (# comments, `export` and quotes allowed), as --env each.
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+}
+
+/// A `--env` value: `NAME=VALUE`, the name checked (a bad one is a usage error, exit 2).
+pub fn parse_env(text: &str) -> Result<(String, String), String> {
+    crate::store::environment::parse_assignment(text)
+}
+
+impl EnvArgs {
+    /// The variables given: the file's, then `--env`'s over them. A file that cannot be read
+    /// is exit 1; a line of it that is not NAME=VALUE, exit 2.
+    pub fn environment(&self) -> Result<Environment, CliError> {
+        let mut env = Environment::default();
+        if let Some(file) = &self.env_file {
+            let text = std::fs::read_to_string(file).map_err(|error| {
+                CliError::failure(format!("cannot read {}: {error}", file.display()))
+            })?;
+            let read = crate::store::environment::parse_file(&text)
+                .map_err(|error| CliError::usage(format!("{}: {error}", file.display())))?;
+            env.0.extend(read);
+        }
+        env.0.extend(self.env.iter().cloned());
+        Ok(env)
+    }
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ pub struct SessionArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum SessionAction {
     /// Open a session in a project; prints its id.
-    New(NewArgs),
+    New(Box<NewArgs>),
     /// The sessions (archived ones with --all).
     List(ListArgs),
     /// One session: its record, its prompts and its driver.
@@ -81,6 +81,9 @@ pub struct NewArgs {
     /// HEAD).
     #[arg(long, value_name = "REF")]
     pub base: Option<String>,
+    /// Environment variables its engines get, over the project's.
+    #[command(flatten)]
+    pub env: super::project::EnvArgs,
     /// Print the new session as JSON.
     #[arg(long)]
     pub json: bool,
@@ -153,6 +156,7 @@ async fn new(context: &Context, new: &NewArgs) -> Result<Exit, CliError> {
         wave: new.wave.clone(),
         branch: new.branch.clone(),
         base: new.base.clone(),
+        env: new.env.environment()?,
     };
     // A change: through the daemon, which is started when none runs.
     let mut client = remote::connect(context).await?;
@@ -291,6 +295,9 @@ fn print_shown(context: &Context, shown: &SessionShowResult) {
     );
     println!("thread:    {}", or_dash(session.thread_id.as_deref()));
     println!("task:      {}", or_dash(session.task.as_deref()));
+    if !session.env.is_empty() {
+        println!("env:       {}", session.env.describe());
+    }
     println!("wave:      {}", or_dash(session.wave_id.as_deref()));
     for line in worktree::shown_lines(session) {
         println!("{line}");

@@ -454,6 +454,9 @@ impl Widening for ProjectAddParams {
         if self.keep_background {
             return Some("adding a project whose runs' background processes outlive them".into());
         }
+        if !self.env.is_empty() {
+            return Some("adding a project with environment variables".into());
+        }
         if let Some(why) = worktree_widening(self.setup.as_deref(), self.worktrees_dir.as_deref()) {
             return Some(why);
         }
@@ -514,6 +517,9 @@ impl Widening for ProjectSetParams {
         }
         if self.notify.is_some() {
             return Some("changing what a person is told of a project (notify)".into());
+        }
+        if !self.env.is_empty() || !self.unset_env.is_empty() {
+            return Some("changing a project's environment variables".into());
         }
         if self.pause_on_failure == Some(false) {
             return Some("letting a project run on after a failure (pause_on_failure off)".into());
@@ -622,6 +628,9 @@ impl Widening for SessionNewParams {
     }
 
     fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        if !self.env.is_empty() {
+            return Some("setting environment variables for a session's engines".into());
+        }
         if let Some(policy) = self.policy {
             match ctx.project(&self.project) {
                 Some(project) if policy <= project.default_policy() => {}

@@ -580,6 +580,7 @@ mod wire_tests {
 
     fn session() -> sessions::Session {
         sessions::Session {
+            env: Default::default(),
             id: "ses".into(),
             project_id: Some("prj".into()),
             engine: crate::engine::EngineKind::Fake,
@@ -646,6 +647,7 @@ mod wire_tests {
             keep_background: true,
             pause_on_failure: false,
             notify: None,
+            env: Default::default(),
             isolation: projects::Isolation::Worktree,
             worktrees_dir: None,
             setup: Some("npm ci".into()),

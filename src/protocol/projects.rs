@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{method, named_params, NoParams};
 use crate::engine::{EngineKind, Policy};
+use crate::store::environment::Environment;
 use crate::store::projects;
 
 method! {
@@ -68,6 +69,10 @@ pub struct Project {
     /// `notify.events` setting.
     #[serde(default)]
     pub notify: Option<String>,
+    /// Environment variables its engines get; the values of names that look like secrets
+    /// masked.
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
 }
 
 fn shared() -> String {
@@ -97,6 +102,7 @@ impl From<&projects::Project> for Project {
             repo_root: p.repo_root.clone(),
             pause_on_failure: p.pause_on_failure,
             notify: p.notify.clone(),
+            env: p.env.masked(),
         }
     }
 }
@@ -138,6 +144,9 @@ pub struct ProjectAddParams {
     /// A prompt failing for good pauses the project.
     #[serde(default)]
     pub pause_on_failure: bool,
+    /// Environment variables its engines get (a widening from a run).
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
 }
 
 /// `project.set`: only the fields given change.
@@ -182,6 +191,13 @@ pub struct ProjectSetParams {
     /// (the `notify.events` setting). A change is a widening (what a person is told).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<String>,
+    /// Variables to set (over those it has); a widening from a run.
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
+    /// Variables to remove; a widening from a run too (its engines' environment is the
+    /// person's to shape).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unset_env: Vec<String>,
 }
 
 /// `project.list {all}`: archived projects too when `all`.

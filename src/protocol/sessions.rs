@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::environment::Environment;
+
 use super::{method, named_params, Claim, Prompt};
 use crate::engine::EngineKind;
 use crate::store::prompts::PromptStatus;
@@ -110,6 +112,10 @@ pub struct Session {
     /// Its own policy (null: the project's).
     #[serde(default)]
     pub policy: Option<crate::engine::Policy>,
+    /// Its own environment variables, over its project's; the values of names that look
+    /// like secrets masked.
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
 }
 
 impl From<&sessions::Session> for Session {
@@ -140,6 +146,7 @@ impl From<&sessions::Session> for Session {
             worktree_state: s.worktree.as_ref().map(worktree_state),
             worktree_kept_because: None,
             policy: s.policy,
+            env: s.env.masked(),
         }
     }
 }
@@ -262,6 +269,10 @@ pub struct SessionNewParams {
     /// HEAD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// Environment variables its engines get, over the project's (a widening from a run: an
+    /// agent may not add variables to a session).
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
 }
 
 /// `session.archive {session, discard_changes}`: `discard_changes` removes a worktree that

@@ -507,6 +507,10 @@ ALTER TABLE projects ADD COLUMN pause_on_failure INTEGER NOT NULL DEFAULT 0;
 -- Which notifications a project's sessions send (#35): a comma list of kinds, `none`, or
 -- NULL for the `notify.events` setting.
 ALTER TABLE projects ADD COLUMN notify TEXT;
+-- A project's and a session's own environment variables for their engines (#35), a JSON
+-- object (`store::environment`).
+ALTER TABLE projects ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE sessions ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
 "#,
     },
 ];

@@ -28,6 +28,7 @@ pub mod asks;
 pub mod claims;
 pub mod daemons;
 pub mod drivers;
+pub mod environment;
 pub mod events;
 pub mod exec;
 pub mod listen;

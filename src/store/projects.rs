@@ -7,6 +7,8 @@
 use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
+use super::environment::Environment;
+
 use super::{json_list, now_ms};
 use crate::engine::{EngineKind, Policy};
 
@@ -65,6 +67,9 @@ pub struct Project {
     /// `none`; `None` for the `notify.events` setting.
     #[serde(default)]
     pub notify: Option<String>,
+    /// Variables its engine children get (`store::environment`).
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
 }
 
 /// How a project's sessions share its working tree.
@@ -115,7 +120,7 @@ impl sql::Get for Isolation {
 const PROJECT_COLUMNS: &str = "id, name, path, engine, model, full_access, kind, groups, \
                                instructions, created_at, archived_at, keep_background, \
                                isolation, worktrees_dir, setup, repo_root, policy, agents_scope, \
-                               pause_on_failure, notify";
+                               pause_on_failure, notify, env";
 
 fn project_row(row: &Row<'_>) -> sql::Result<Project> {
     project_at(row, 0)
@@ -145,6 +150,7 @@ fn project_at(row: &Row<'_>, first: usize) -> sql::Result<Project> {
         agents_scope: row.get(at(17))?,
         pause_on_failure: row.get(at(18))?,
         notify: row.get(at(19))?,
+        env: row.get(at(20))?,
     })
 }
 
@@ -276,6 +282,8 @@ pub struct NewProject {
     pub policy: Policy,
     /// See [`Project::pause_on_failure`].
     pub pause_on_failure: bool,
+    /// See [`Project::env`].
+    pub env: Environment,
 }
 
 /// [`insert_project`], unless a project of that name exists: then `None` (read in the
@@ -316,6 +324,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         agents_scope: AgentsScope::Session,
         pause_on_failure: new.pause_on_failure,
         notify: None,
+        env: new.env.clone(),
         policy: match (new.full_access, new.policy) {
             (true, _) => Policy::Full,
             (false, Policy::Full) => Policy::WorkspaceWrite,
@@ -323,7 +332,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
         },
     };
     connection.run(
-        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"),
+        &format!("INSERT INTO projects ({PROJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
         args![
             project.id,
             project.name,
@@ -345,6 +354,7 @@ pub(crate) fn insert_project(connection: &Conn, new: &NewProject) -> sql::Result
             project.agents_scope.as_str(),
             project.pause_on_failure,
             project.notify,
+            project.env.to_json(),
         ],
     )?;
     for group in &project.groups {
@@ -394,6 +404,8 @@ pub struct ProjectChange {
     pub pause_on_failure: Option<bool>,
     /// See [`Project::notify`]: `Some(None)` goes back to the setting.
     pub notify: Option<Option<String>>,
+    /// See [`Project::env`]: the whole environment it has from now on.
+    pub env: Option<Environment>,
     pub archive: bool,
 }
 
@@ -421,7 +433,8 @@ pub(crate) fn change_project(
                        ELSE COALESCE(?17, policy) END, \
          agents_scope = COALESCE(?18, agents_scope), \
          pause_on_failure = COALESCE(?19, pause_on_failure), \
-         notify = CASE WHEN ?20 THEN ?21 ELSE notify END \
+         notify = CASE WHEN ?20 THEN ?21 ELSE notify END, \
+         env = COALESCE(?22, env) \
          WHERE id = ?1",
         args![
             id,
@@ -448,6 +461,7 @@ pub(crate) fn change_project(
             change.pause_on_failure,
             change.notify.is_some(),
             change.notify.clone().flatten(),
+            change.env.as_ref().map(Environment::to_json),
         ],
     )?;
     if let Some(groups) = &change.groups {
@@ -618,6 +632,7 @@ mod tests {
             keep_background: false,
             pause_on_failure: false,
             notify: None,
+            env: Environment::default(),
             isolation: Isolation::default(),
             worktrees_dir: None,
             setup: None,

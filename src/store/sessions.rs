@@ -8,6 +8,8 @@
 use crate::store::sql::{self, args, Conn, OptionalExt, Row};
 use serde::{Deserialize, Serialize};
 
+use super::environment::Environment;
+
 use super::now_ms;
 use crate::engine::{EngineKind, Policy};
 
@@ -151,6 +153,9 @@ pub struct Session {
     /// path, under the project's lock.
     #[serde(default, flatten, with = "worktree_columns")]
     pub worktree: Option<SessionWorktree>,
+    /// Variables its engine children get, over its project's (`store::environment`).
+    #[serde(default, skip_serializing_if = "Environment::is_empty")]
+    pub env: Environment,
 }
 
 /// A session's worktree as the flat keys `--json` has always printed a session with
@@ -217,7 +222,8 @@ const SESSION_COLUMNS: &str = "id, project_id, engine, model, reasoning_effort, 
                                title, title_source, status, task, wave_id, created_at, \
                                archived_at, last_event_seq, compacted_message_count, \
                                compacted_character_count, compacted_at, resume_point, \
-                               worktree, branch, base, base_commit, worktree_state, policy";
+                               worktree, branch, base, base_commit, worktree_state, policy, \
+                               env";
 
 /// How many columns [`SESSION_COLUMNS`] names: where a join's next table begins.
 fn session_column_count() -> usize {
@@ -246,6 +252,7 @@ fn session_row(row: &Row<'_>) -> sql::Result<Session> {
         resume_point: row.get(17)?,
         worktree: worktree_row(row, 18)?,
         policy: row.get(23)?,
+        env: row.get(24)?,
     })
 }
 
@@ -297,6 +304,8 @@ pub struct NewSession {
     /// On a shared store, the node of the daemon that makes the worktree: its directory is on
     /// that daemon's host, so only that daemon runs the session's prompts and touches it.
     pub worktree_node: Option<String>,
+    /// See [`Session::env`].
+    pub env: Environment,
 }
 
 pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result<Session> {
@@ -325,13 +334,14 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
         compacted_character_count: None,
         compacted_at: None,
         worktree: new.worktree.clone(),
+        env: new.env.clone(),
     };
     let worktree = session.worktree.as_ref();
     connection.run(
         "INSERT INTO sessions (id, project_id, engine, model, reasoning_effort, thread_id, title, \
          title_source, status, task, wave_id, created_at, archived_at, last_event_seq, \
-         worktree, branch, base, base_commit, worktree_state, worktree_node, policy) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+         worktree, branch, base, base_commit, worktree_state, worktree_node, policy, env) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
         args![
             session.id,
             session.project_id,
@@ -354,6 +364,7 @@ pub(crate) fn insert_session(connection: &Conn, new: &NewSession) -> sql::Result
             worktree.map(|w| w.state.as_str()),
             worktree.and(new.worktree_node.as_deref()),
             session.policy.map(Policy::as_str),
+            session.env.to_json(),
         ],
     )?;
     Ok(session)

@@ -28,6 +28,7 @@ mod crash_recovery;
 mod dashboard;
 mod demo;
 mod engine_input;
+mod environment;
 mod events_feed;
 mod events_under_lock;
 mod fake_engine;

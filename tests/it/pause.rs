@@ -375,6 +375,10 @@ fn an_agent_may_pause_its_own_session_only_and_never_resume() {
         format!("'{corral}' config set notify.command 'rm -rf ~'"),
         format!("'{corral}' config set notify.events none"),
         format!("'{corral}' project set p --notify none"),
+        // Nor give its own session, or its project, variables.
+        format!("'{corral}' session new p --env PATH=/tmp/evil"),
+        format!("'{corral}' project set p --env LD_PRELOAD=/tmp/evil.so"),
+        format!("'{corral}' project set p --unset-env HOME"),
     ];
     let own = vec![format!("'{corral}' pause agent --json")];
     let (sections, events) = run_as_agent(&home, &agent, &script_of(beyond.iter().chain(&own)));

@@ -962,6 +962,9 @@ impl Answer {
 /// The environment every engine child gets, on top of the daemon's own.
 pub(super) struct ChildEnv<'a> {
     pub(super) home: &'a Path,
+    /// The project's and the session's own variables (`store::environment`): set over the
+    /// daemon's environment and the engine's defaults; never one of corral's own.
+    pub(super) extra: &'a crate::store::environment::Environment,
     pub(super) session_id: &'a str,
     /// The exec that drives the session now: the agent's own `corral` calls become its children.
     pub(super) exec_id: Option<&'a str>,
@@ -987,7 +990,7 @@ impl ChildEnv<'_> {
             .env(crate::env::RUN_ATTEMPT, self.attempt.to_string())
             .env(crate::env::RUN_ID, run_id);
         for (name, value) in kind.adapter().env() {
-            if std::env::var_os(name).is_none() {
+            if std::env::var_os(name).is_none() && !self.extra.0.contains_key(name) {
                 command.env(name, value);
             }
         }
@@ -1016,6 +1019,7 @@ impl ChildEnv<'_> {
             None => command.env_remove(crate::env::TRACE_ID),
         };
         guard_mark(command, self.guard_mark);
+        command.envs(&self.extra.0);
     }
 }
 

@@ -49,6 +49,8 @@ pub(super) struct PromptRun {
     instructions: Option<String>,
     /// The session has no title: the first prompt asks the agent for one.
     ask_title: bool,
+    /// The project's variables with the session's over them, for its engine children.
+    env: crate::store::environment::Environment,
     policy: engine::Policy,
     /// A title for a new conversation, sparing an engine's own title call.
     new_title: Option<String>,
@@ -318,6 +320,7 @@ impl Worker {
                         cwd: &run.cwd,
                         environment: ChildEnv {
                             home: &shared.home,
+                            extra: &run.env,
                             session_id: &self.session_id.clone(),
                             exec_id,
                             trace_id,
@@ -459,6 +462,7 @@ impl Worker {
             }),
         );
         self.deferred.push(started);
+        let env = project.env.under(&session.env);
         Ok(PromptRun {
             attempt: prompt.attempts,
             before: Before {
@@ -476,6 +480,7 @@ impl Worker {
             kind,
             instructions: project.instructions.clone(),
             ask_title,
+            env,
             project,
             policy,
             new_title,
@@ -788,6 +793,7 @@ mod tests {
             keep_background: false,
             pause_on_failure: false,
             notify: None,
+            env: Default::default(),
             isolation: Isolation::Worktree,
             worktrees_dir: None,
             setup: None,
@@ -799,6 +805,7 @@ mod tests {
 
     fn session(worktree: Option<&str>) -> Session {
         Session {
+            env: Default::default(),
             id: "0190-s1".into(),
             project_id: Some("p1".into()),
             engine: crate::engine::EngineKind::Command,
@@ -830,6 +837,7 @@ mod tests {
 
     fn prompt_run(session: Session, project: Project) -> PromptRun {
         PromptRun {
+            env: Default::default(),
             prompt: Prompt {
                 id: "q1".into(),
                 session_id: session.id.clone(),

@@ -86,7 +86,8 @@ impl Worker {
         let ready = match project.setup.as_deref().filter(|c| !c.trim().is_empty()) {
             Some(command) => {
                 let cwd = crate::actors::worktree::working_dir(current, project);
-                self.run_setup(prompt, command, &cwd).await?
+                let env = project.env.under(&current.env);
+                self.run_setup(prompt, command, &cwd, &env).await?
             }
             // The project's setup was cleared since the worktree was made: nothing to run.
             None => self.set_ready(Vec::new()).await?,
@@ -149,6 +150,7 @@ impl Worker {
         prompt: &Prompt,
         command: &str,
         cwd: &Path,
+        env: &crate::store::environment::Environment,
     ) -> Result<Session, PromptEnd> {
         if self.is_cancelled(&prompt.id) {
             return Err(PromptEnd::stopped(Stop::Cancel));
@@ -164,7 +166,7 @@ impl Worker {
         if let Err(error) = self.try_store_events(vec![started]).await {
             return Err(PromptEnd::failed(format!("store: {error}")));
         }
-        let mut child = match self.spawn_setup(command, cwd) {
+        let mut child = match self.spawn_setup(command, cwd, env) {
             Ok(child) => child,
             Err(error) => {
                 let message = format!(
@@ -279,7 +281,12 @@ impl Worker {
 
     /// `sh -c command` in `cwd`: a process group of its own, stdin closed, stdout and stderr
     /// piped, the session's environment and [`crate::env::SETUP_SESSION`], SIGKILL when the daemon dies.
-    fn spawn_setup(&self, command: &str, cwd: &Path) -> std::io::Result<tokio::process::Child> {
+    fn spawn_setup(
+        &self,
+        command: &str,
+        cwd: &Path,
+        env: &crate::store::environment::Environment,
+    ) -> std::io::Result<tokio::process::Child> {
         let mut shell = crate::process::shim::command("sh");
         shell
             .arg("-c")
@@ -290,6 +297,7 @@ impl Worker {
             .stderr(Stdio::piped());
         let environment = ChildEnv {
             home: &self.shared.home,
+            extra: env,
             session_id: &self.session_id,
             exec_id: self.shared.exec_id.as_deref(),
             trace_id: None,

@@ -81,6 +81,7 @@ impl Serve for SessionNew {
                 wave_id,
                 branch: p.branch,
                 base: p.base,
+                env: checked_env(p.env)?,
                 ..NewSession::default()
             })
             .await?;
@@ -184,4 +185,17 @@ impl Serve for SessionCompact {
         let session = resolve_session(corral, &p.session)?;
         Ok(corral.compact(&session.id).await?)
     }
+}
+
+/// An environment a client sent, its names and values checked (`store::environment`).
+pub(super) fn checked_env(
+    env: crate::store::environment::Environment,
+) -> Result<crate::store::environment::Environment, RpcError> {
+    crate::store::environment::check(&env).map_err(|error| {
+        RpcError::new(
+            crate::protocol::code::INVALID_PARAMS,
+            format!("env: {error}"),
+        )
+    })?;
+    Ok(env)
 }
