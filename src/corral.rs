@@ -1012,6 +1012,89 @@ impl Corral {
         Ok(found)
     }
 
+    /// Runs a failed or cancelled prompt again in place (`corral retry`): the same prompt,
+    /// back at the head of its session's queue, `text` replacing its text when given. Told
+    /// with a `prompt.requeued` event. A prompt that was answered, or has not ended, is
+    /// refused saying so.
+    pub async fn retry(
+        &self,
+        prompt_id: &str,
+        text: Option<String>,
+    ) -> Result<Prompt, CorralError> {
+        if let Some(text) = &text {
+            crate::protocol::check_prompt_size(text).map_err(CorralError::Invalid)?;
+        }
+        let found = self
+            .prompt(prompt_id)?
+            .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
+        let (session, project) = self
+            .read_store(|c| sessions::session_and_project(c, &found.session_id))?
+            .ok_or_else(|| CorralError::NotFound(format!("no session '{}'", found.session_id)))?;
+        if session.archived_at.is_some() {
+            return Err(CorralError::Invalid(format!(
+                "session '{}' is archived: send the prompt to another session",
+                session.id
+            )));
+        }
+        let settings = self.settings();
+        let write = crate::actors::ledger::Fenced {
+            claim: self.shared.coordination.fence(),
+            write: crate::actors::ledger::RetryPrompt {
+                prompt_id: found.id.clone(),
+                text,
+                claimer: self.claimer_for(project.as_ref(), &session),
+                total: settings
+                    .slots_total
+                    .filter(|_| self.shared.coordination.with_others()),
+            },
+        };
+        let (again, started) = self.shared.ledger.write(write).await?.map_err(|status| {
+            CorralError::Invalid(match status {
+                prompts::PromptStatus::Done => format!(
+                    "prompt {} was answered: send it again to ask again",
+                    found.id
+                ),
+                other => format!(
+                    "prompt {} is {}: only a failed or cancelled prompt runs again",
+                    found.id,
+                    other.as_str()
+                ),
+            })
+        })?;
+        let told = events::NewEvent::new(
+            again.session_id.clone(),
+            Some(again.id.clone()),
+            None,
+            Payload::PromptRequeued(crate::events::PromptRequeued {
+                reason: "retried by a person".into(),
+            }),
+        );
+        if let Err(error) = self.shared.publisher.append_events(vec![told]).await {
+            tracing::warn!(%error, prompt_id, "the retry was not told");
+        }
+        if let Some(started) = started {
+            self.supervisor.dispatch(started);
+        }
+        self.shared.coordination.wake_claimer();
+        Ok(again)
+    }
+
+    /// Replaces the text of a prompt that is still queued (`corral prompt edit`).
+    pub async fn edit_prompt(&self, prompt_id: &str, text: String) -> Result<Prompt, CorralError> {
+        crate::protocol::check_prompt_size(&text).map_err(CorralError::Invalid)?;
+        let write = crate::actors::ledger::EditPrompt {
+            prompt_id: prompt_id.to_string(),
+            text,
+        };
+        self.shared.ledger.write(write).await?.map_err(|status| {
+            CorralError::Invalid(format!(
+                "prompt {prompt_id} is {}: only a queued prompt is edited (its text reached \
+                     the engine once it started)",
+                status.as_str()
+            ))
+        })
+    }
+
     /// An approval by its id or a unique prefix of it.
     pub fn approval(&self, selector: &str) -> Result<approvals::Approval, CorralError> {
         let selector = selector.trim();

@@ -54,6 +54,7 @@ pub mod pause;
 pub mod progress;
 pub mod project;
 pub mod remote;
+pub mod retry;
 pub mod run;
 pub mod send;
 pub mod session;
@@ -125,6 +126,11 @@ pub enum Command {
     Pause(pause::PauseArgs),
     /// Let a paused scope's prompts run again.
     Resume(pause::ResumeArgs),
+    /// Run a failed or cancelled prompt again in place, first in its session (--text: with
+    /// a new text).
+    Retry(retry::RetryArgs),
+    /// Queued prompts: edit one's text before it starts.
+    Prompt(retry::PromptArgs),
     /// What engines asked a person under the policy `ask` and wait for (--all: answered too).
     Approvals(approvals::ApprovalsArgs),
     /// Let an engine do what it asked (--for-session: its like from now on).
@@ -831,6 +837,8 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Group(args) => interruptible(group::execute(context, args)).await,
         Command::Pause(args) => interruptible(pause::pause(context, args)).await,
         Command::Resume(args) => interruptible(pause::resume(context, args)).await,
+        Command::Retry(args) => interruptible(retry::retry(context, args)).await,
+        Command::Prompt(args) => interruptible(retry::execute(context, args)).await,
         Command::Approvals(args) => interruptible(approvals::list(context, args)).await,
         Command::Approve(args) => {
             interruptible(approvals::answer(context, args, Decision::Approve)).await

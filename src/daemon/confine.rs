@@ -55,7 +55,7 @@ pub fn reach(method: &str, params: &Value) -> Reach {
         | "prompt.send" | "driver.claim" | "driver.release" | "driver.show" => {
             named("session", Reach::Session)
         }
-        "prompt.wait" => named("prompt", Reach::Prompt),
+        "prompt.wait" | "prompt.retry" | "prompt.edit" => named("prompt", Reach::Prompt),
         // An agent may pause its own session (`pause.list` and every wider scope reach
         // others'); a resume is a person's alone, refused by the widening rules.
         "pause" => match field("session") {

@@ -780,6 +780,10 @@ macro_rules! never_widen {
 
 never_widen!(
     NoParams,
+    // A prompt of the caller's own session (`confine`): run again as it was, or edited while
+    // queued, under the policy it had.
+    RetryParams,
+    EditParams,
     StatusParams,
     SessionSelector,
     SessionRenameParams,

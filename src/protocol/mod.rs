@@ -444,6 +444,8 @@ methods![
     PromptSend,
     PromptCancel,
     PromptWait,
+    PromptRetry,
+    PromptEdit,
     History,
     EventsSubscribe,
     EventsUnsubscribe,

@@ -1,5 +1,5 @@
 //! Prompts: `prompt.send` (with the sender's exec, [`ExecRecord`], for the daemon to record),
-//! `prompt.cancel`, `prompt.wait`.
+//! `prompt.cancel`, `prompt.wait`, `prompt.retry`, `prompt.edit`.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +14,27 @@ method! {
     PromptCancel = "prompt.cancel": CancelParams => CancelResult,
     /// Waits for a prompt to end; answers it as it ended.
     PromptWait = "prompt.wait": PromptSelector => Prompt,
+    /// Runs a failed or cancelled prompt again in place (optionally with a new text);
+    /// answers it queued again (or running).
+    PromptRetry = "prompt.retry": RetryParams => Prompt,
+    /// Replaces a queued prompt's text; answers the prompt.
+    PromptEdit = "prompt.edit": EditParams => Prompt,
+}
+
+/// `prompt.retry`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RetryParams {
+    pub prompt: String,
+    /// A new text for it (absent: the one it had).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// `prompt.edit`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EditParams {
+    pub prompt: String,
+    pub text: String,
 }
 
 /// A prompt on the wire (`prompts::Prompt`'s keys).

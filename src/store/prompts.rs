@@ -675,6 +675,57 @@ pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<PutBack
     }
 }
 
+/// Runs a failed or cancelled prompt again in place (`corral retry`): it goes back to
+/// `queued` with its id, its place (the oldest queued of its session: the head) and its
+/// runs' history, `text` replacing its text when given; claimed at once for `claimer` when
+/// nothing runs on its session. `Err`: its status, when it had not failed or been cancelled.
+pub(crate) fn retry(
+    connection: &Conn,
+    prompt_id: &str,
+    text: Option<&str>,
+    claimer: Claimer<'_>,
+    total: Option<usize>,
+) -> sql::Result<Result<(Prompt, Option<Prompt>), PromptStatus>> {
+    let Some(found) = prompt(connection, prompt_id)? else {
+        return Err(sql::DbError::NoRows);
+    };
+    if !matches!(found.status, PromptStatus::Failed | PromptStatus::Cancelled) {
+        return Ok(Err(found.status));
+    }
+    connection.run(
+        "UPDATE prompts SET status = 'queued', text = COALESCE(?2, text), error = NULL, \
+                answer = NULL, started_at = NULL, finished_at = NULL, cancel_asked_at = NULL, \
+                claimed_by = NULL, claim_epoch = NULL, denied = 0, phase = NULL, \
+                phase_reason = NULL, phase_until = NULL \
+          WHERE id = ?1 AND status IN ('failed', 'cancelled')",
+        args![prompt_id, text.map(|text| sql::storable(text).into_owned())],
+    )?;
+    let (started, _) = claim_next_looking(connection, &found.session_id, None, claimer, total)?;
+    let again = match &started {
+        Some(started) if started.id == prompt_id => started.clone(),
+        _ => prompt(connection, prompt_id)?.ok_or(sql::DbError::NoRows)?,
+    };
+    Ok(Ok((again, started)))
+}
+
+/// Replaces a queued prompt's text (`corral prompt edit`). `Err`: its status, when it is no
+/// longer queued (it started: its text reached the engine).
+pub(crate) fn edit(
+    connection: &Conn,
+    prompt_id: &str,
+    text: &str,
+) -> sql::Result<Result<Prompt, PromptStatus>> {
+    let changed = connection.run(
+        "UPDATE prompts SET text = ?2 WHERE id = ?1 AND status = 'queued'",
+        args![prompt_id, sql::storable(text).into_owned()],
+    )?;
+    let found = prompt(connection, prompt_id)?.ok_or(sql::DbError::NoRows)?;
+    Ok(match changed {
+        0 => Err(found.status),
+        _ => Ok(found),
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reads.
 

@@ -49,6 +49,7 @@ mod privilege;
 mod project_rules;
 mod real_codex;
 mod real_engines;
+mod retry;
 mod run;
 mod run_beside_daemon;
 mod shim;

@@ -219,6 +219,20 @@ ledger_write!(
 pub const PAUSE_NOTICE: &str = "z";
 
 ledger_write!(
+    /// Runs a failed or cancelled prompt again in place, claimed at once when its session is
+    /// free (see `prompts::retry`).
+    RetryPrompt { prompt_id: String, text: Option<String>, claimer: prompts::ClaimBy, total: Option<usize> }
+        -> Result<(prompts::Prompt, Option<prompts::Prompt>), prompts::PromptStatus>,
+    |this, connection| prompts::retry(connection, &this.prompt_id, this.text.as_deref(), this.claimer.as_claimer(), this.total)
+);
+
+ledger_write!(
+    /// Replaces a queued prompt's text.
+    EditPrompt { prompt_id: String, text: String } -> Result<prompts::Prompt, prompts::PromptStatus>,
+    |this, connection| prompts::edit(connection, &this.prompt_id, &this.text)
+);
+
+ledger_write!(
     /// Cancels a prompt if it is queued; says whether it runs or already ended.
     CancelPrompt { prompt_id: String } -> Option<prompts::CancelFound>,
     |this, connection| {

@@ -122,6 +122,16 @@ impl Handler<StartWork> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, StartWork(prompt): StartWork, ctx: &mut Context<Self>) {
+        // A cancel asked of this prompt before was of its last time through: a prompt that
+        // starts again (`corral retry`) starts uncancelled. (A cancel of this start comes
+        // after it: the supervisor hands messages on in order.)
+        self.cancel.send_if_modified(|asked| {
+            let stale = asked.as_deref() == Some(prompt.id.as_str());
+            if stale {
+                *asked = None;
+            }
+            stale
+        });
         if self.working.is_some() {
             self.pending = Some(prompt);
             return;

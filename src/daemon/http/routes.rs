@@ -253,6 +253,10 @@ pub const ROUTES: &[Route] = &[
         &[("prompt", "target")],
     ),
     rpc(Get, "/api/v1/prompts/{prompt}/wait", "prompt.wait"),
+    // `{"text"}`: a new text for it (optional).
+    with_body(rpc(Post, "/api/v1/prompts/{prompt}/retry", "prompt.retry")),
+    // `{"text"}`: a queued prompt's new text.
+    with_body(rpc(Patch, "/api/v1/prompts/{prompt}", "prompt.edit")),
     with_query(
         rpc(Get, "/api/v1/history", "history"),
         &[q("session", Text)],

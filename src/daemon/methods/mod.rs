@@ -225,7 +225,7 @@ dispatch! {
         PauseWork, ResumeWork,
         SessionNew, SessionRename, SessionArchive, SessionDiff, SessionMerge, SessionRecreate,
         SessionSteer, SessionCompact,
-        PromptSend, PromptCancel, PromptWait,
+        PromptSend, PromptCancel, PromptWait, PromptRetry, PromptEdit,
         SettingsSet,
         DriverClaim, DriverRelease, DriverShow,
         Overview,

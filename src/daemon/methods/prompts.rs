@@ -112,3 +112,19 @@ impl Serve for PromptWait {
         Ok((&corral.wait_prompt(&prompt.id).await?).into())
     }
 }
+
+impl Serve for PromptRetry {
+    async fn serve(caller: &Caller, p: RetryParams) -> Result<Prompt, RpcError> {
+        let corral = caller.corral();
+        let prompt = resolve_prompt(corral, &p.prompt)?;
+        Ok((&corral.retry(&prompt.id, p.text).await?).into())
+    }
+}
+
+impl Serve for PromptEdit {
+    async fn serve(caller: &Caller, p: EditParams) -> Result<Prompt, RpcError> {
+        let corral = caller.corral();
+        let prompt = resolve_prompt(corral, &p.prompt)?;
+        Ok((&corral.edit_prompt(&prompt.id, p.text).await?).into())
+    }
+}
