@@ -115,6 +115,29 @@ impl DaemonHome {
         failed_with(args, &self.run(args), code)
     }
 
+    /// Prompt `id` of `session`, as `history --json` shows it.
+    pub fn prompt_of(&self, session: &str, id: &str) -> Value {
+        let history = self.json(&["history", session, "--json"]);
+        history["prompts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|prompt| prompt["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no prompt {id} in {history}"))
+    }
+
+    /// The runs of prompt `id` of `session`, in order, as `history --json` shows them.
+    pub fn runs_of(&self, session: &str, id: &str) -> Vec<Value> {
+        self.json(&["history", session, "--json"])["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|run| run["prompt_id"] == id)
+            .cloned()
+            .collect()
+    }
+
     /// `corral config set NAME VALUE` for each setting, in order; each must succeed.
     pub fn config(&self, settings: &[(&str, &str)]) {
         for (name, value) in settings {

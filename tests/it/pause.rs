@@ -18,14 +18,7 @@ fn sent_id(sent: &str) -> String {
 }
 
 fn prompt(home: &DaemonHome, session: &str, id: &str) -> Value {
-    let history = home.json(&["history", session, "--json"]);
-    history["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|prompt| prompt["id"] == id)
-        .unwrap_or_else(|| panic!("no prompt {id} in {history}"))
-        .clone()
+    home.prompt_of(session, id)
 }
 
 fn status_of(home: &DaemonHome, session: &str, id: &str) -> String {
@@ -40,13 +33,7 @@ fn state(home: &DaemonHome, session: &str) -> Value {
 }
 
 fn runs_of(home: &DaemonHome, session: &str, id: &str) -> Vec<Value> {
-    home.json(&["history", session, "--json"])["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|run| run["prompt_id"] == id)
-        .cloned()
-        .collect()
+    home.runs_of(session, id)
 }
 
 #[test]

@@ -15,24 +15,11 @@ fn sent_id(sent: &str) -> String {
 }
 
 fn prompt(home: &DaemonHome, id: &str) -> Value {
-    let history = home.json(&["history", "s", "--json"]);
-    history["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|prompt| prompt["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("no prompt {id}: {history}"))
+    home.prompt_of("s", id)
 }
 
 fn runs(home: &DaemonHome, id: &str) -> Vec<Value> {
-    home.json(&["history", "s", "--json"])["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|run| run["prompt_id"] == id)
-        .cloned()
-        .collect()
+    home.runs_of("s", id)
 }
 
 #[test]
