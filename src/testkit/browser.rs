@@ -108,7 +108,27 @@ struct Driver {
 impl Driver {
     /// Starts chromedriver on a port it picks (`--port=0`) and reads that port from its first
     /// lines ("… started successfully on port N.").
+    ///
+    /// chromedriver given port 0 sometimes picks a port it then cannot bind ("IPv4 port not
+    /// available. Exiting..."), seen on a loaded machine: that start is tried again, twice.
     fn start(dir: &Path) -> Driver {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Driver::try_start(dir) {
+                Ok(driver) => return driver,
+                Err(seen)
+                    if tries < 3 && seen.iter().any(|line| line.contains("port not available")) =>
+                {
+                    continue
+                }
+                Err(seen) => panic!("chromedriver said no port: {seen:?}"),
+            }
+        }
+    }
+
+    /// One start of the driver: it, or what it said before it gave no port.
+    fn try_start(dir: &Path) -> Result<Driver, Vec<String>> {
         let home = dir.to_path_buf();
         let mut child = Command::new(chromedriver())
             .arg("--port=0")
@@ -144,9 +164,10 @@ impl Driver {
         let mut seen = Vec::new();
         while driver.port == 0 {
             let left = until.saturating_duration_since(Instant::now());
-            let line = lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("chromedriver said no port: {seen:?}"));
+            let Ok(line) = lines.recv_timeout(left) else {
+                // Dropped: its group is ended.
+                return Err(seen);
+            };
             if let Some(port) = line
                 .split("started successfully on port ")
                 .nth(1)
@@ -156,7 +177,7 @@ impl Driver {
             }
             seen.push(line);
         }
-        driver
+        Ok(driver)
     }
 }
 
