@@ -27,7 +27,7 @@ use crate::store::exec::{Exec, ExecCompletion, NewExec};
 use crate::store::location::Location;
 use crate::store::pauses::{Pause, PauseScope};
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
-use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, Prompt};
+use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, NotQueued, Prompt};
 use crate::store::runs::Recovered;
 use crate::store::sessions::{NewSession, Session, WorktreeState};
 use crate::store::settings::{self, Settings};
@@ -640,6 +640,10 @@ impl Corral {
             write: crate::actors::ledger::LiftPause {
                 scope,
                 claimer: self.shared.coordination.claimer(),
+                total: self
+                    .settings()
+                    .slots_total
+                    .filter(|_| self.shared.coordination.with_others()),
             },
         };
         let (lifted, started, pauses) = self.shared.ledger.write(write).await?;
@@ -852,7 +856,10 @@ impl Corral {
                 prompt,
             })
             .await?
-            .map_err(CorralError::Superseded)?;
+            .map_err(|refused| match refused {
+                NotQueued::Superseded(claim) => CorralError::Superseded(claim),
+                NotQueued::After(why) => CorralError::Invalid(why),
+            })?;
         if let Some(started) = enqueued.started.clone() {
             self.supervisor.dispatch(started);
         } else if let Some(project) = project
@@ -976,14 +983,23 @@ impl Corral {
     /// Cancels a prompt: a queued one is removed at once; a running one is ended (its child's
     /// whole process group, or its wait for a slot or a retry).
     pub async fn cancel(&self, prompt_id: &str) -> Result<CancelFound, CorralError> {
-        let found = self
+        let (found, released) = self
             .shared
             .ledger
             .write(CancelPrompt {
                 prompt_id: prompt_id.to_string(),
+                claimer: self.shared.coordination.claimer(),
             })
             .await?
             .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
+        // What ran after a queued prompt: failed with it, or (`--after-any`) free to run.
+        if !released.told.is_empty() {
+            self.shared.publisher.publish(released.told);
+        }
+        self.supervisor.dispatch_all(released.started);
+        if released.unclaimed {
+            self.shared.coordination.wake_claimer();
+        }
         match &found {
             CancelFound::Running { session_id } => self
                 .supervisor

@@ -132,8 +132,16 @@ impl Notification {
         place: &Place,
         prompt_id: &str,
         asked: &str,
-        approval: serde_json::Value,
+        mut approval: serde_json::Value,
     ) -> Notification {
+        // What the engine would do (a whole patch, a file) is cut as the texts are: the
+        // notification says what is asked; the approval itself is the page's to show.
+        if let Some(input) = approval.get_mut("input") {
+            let text = input.to_string();
+            if text.chars().count() > TEXT {
+                *input = serde_json::Value::String(short(&text));
+            }
+        }
         Notification {
             event: NotifyKind::NeedsYou,
             at: crate::clock::now_ms(),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use super::ledger::{CurrentOrNext, Fenced, IngestSpill, Recover};
-use super::session::{AnswerRun, CancelPrompt, SessionActor, StartWork};
+use super::session::{AnswerRun, CancelPrompt, SessionActor, StartElsewhere, StartWork};
 use super::shared::Shared;
 use crate::process;
 use crate::store::prompts::Prompt;
@@ -37,7 +37,7 @@ impl Supervisor {
         }
     }
 
-    fn actor(&mut self, session_id: &str) -> Addr<SessionActor> {
+    fn actor(&mut self, session_id: &str, ctx: &Context<Self>) -> Addr<SessionActor> {
         if let Some(addr) = self
             .sessions
             .get(session_id)
@@ -45,7 +45,9 @@ impl Supervisor {
         {
             return addr.clone();
         }
-        let addr = SessionActor::new(session_id.to_string(), self.shared.clone()).start();
+        let elsewhere = ctx.address().recipient();
+        let addr =
+            SessionActor::new(session_id.to_string(), self.shared.clone(), elsewhere).start();
         self.sessions.insert(session_id.to_string(), addr.clone());
         addr
     }
@@ -110,9 +112,17 @@ struct Dispatch(Prompt);
 impl Handler<Dispatch> for Supervisor {
     type Result = ();
 
-    fn handle(&mut self, Dispatch(prompt): Dispatch, _: &mut Context<Self>) {
-        let actor = self.actor(&prompt.session_id);
+    fn handle(&mut self, Dispatch(prompt): Dispatch, ctx: &mut Context<Self>) {
+        let actor = self.actor(&prompt.session_id, ctx);
         actor.do_send(StartWork(prompt));
+    }
+}
+
+impl Handler<StartElsewhere> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, StartElsewhere(prompts): StartElsewhere, ctx: &mut Context<Self>) {
+        actix::spawn(resume(SupervisorHandle(ctx.address()), prompts));
     }
 }
 
@@ -127,11 +137,11 @@ struct CancelRunning {
 impl Handler<CancelRunning> for Supervisor {
     type Result = ();
 
-    fn handle(&mut self, message: CancelRunning, _: &mut Context<Self>) {
+    fn handle(&mut self, message: CancelRunning, ctx: &mut Context<Self>) {
         // Made if need be: a prompt resumed at boot may not have its actor yet (the resume
         // is dispatched in steps, see `resume`); the cancel then waits in the new actor for
         // the prompt's worker, which ends it at once.
-        let actor = self.actor(&message.session_id);
+        let actor = self.actor(&message.session_id, ctx);
         actor.do_send(CancelPrompt(message.prompt_id));
     }
 }

@@ -1,5 +1,5 @@
-//! `corral send SESSION PROMPT… [--image F]… [--wait] [--read-only] [--take-over]`: queues a
-//! prompt on a session. A PROMPT of `-` alone reads the prompt from stdin, byte for byte (for
+//! `corral send SESSION PROMPT… [--image F]… [--wait] [--read-only] [--take-over]
+//! [--after PROMPT]… [--after-any]`: queues a prompt on a session. A PROMPT of `-` alone reads the prompt from stdin, byte for byte (for
 //! text that is long — one argv string holds at most 128 KiB — or that a shell would mangle).
 //!
 //! Without `--wait` it prints the prompt's id and whether it runs now or waits its turn.
@@ -75,6 +75,14 @@ pub struct SendArgs {
     /// where the project grants it).
     #[arg(long, value_name = "POLICY", value_parser = super::project::parse_policy)]
     pub policy: Option<crate::engine::Policy>,
+    /// Run after this prompt (its id or a unique prefix, in any session; repeatable, or
+    /// several separated by commas): it waits queued until they have ended, and fails if
+    /// one of them fails or is cancelled.
+    #[arg(long, value_name = "PROMPT", value_delimiter = ',')]
+    pub after: Vec<String>,
+    /// With --after: run however they ended.
+    #[arg(long, requires = "after")]
+    pub after_any: bool,
     /// With --wait: take the session over from a driver that is still live.
     #[arg(long, requires = "wait")]
     pub take_over: bool,
@@ -226,6 +234,8 @@ impl SendArgs {
             read_only: self.read_only,
             policy: self.policy,
             generation,
+            after: self.after.clone(),
+            after_any: self.after_any,
             exec: None,
         }
     }

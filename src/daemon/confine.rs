@@ -40,6 +40,8 @@ pub enum Reach {
     Project(String),
     /// Every session (a list, the daemon's status).
     Everything,
+    /// Each of these (`prompt.send`'s session and the prompts it runs after).
+    Several(Vec<Reach>),
 }
 
 /// What `method` with `params` reaches. A method not named here reaches everything.
@@ -52,9 +54,19 @@ pub fn reach(method: &str, params: &Value) -> Reach {
         | "shutdown" | "http.login_code" => Reach::Nothing,
         "session.show" | "history" | "session.rename" | "session.archive" | "session.diff"
         | "session.merge" | "session.recreate" | "session.steer" | "session.compact"
-        | "prompt.send" | "driver.claim" | "driver.release" | "driver.show" => {
-            named("session", Reach::Session)
-        }
+        | "driver.claim" | "driver.release" | "driver.show" => named("session", Reach::Session),
+        // The prompts it runs after are reached too: an agent chains its own session's.
+        "prompt.send" => match params.get("after").and_then(Value::as_array) {
+            Some(after) if !after.is_empty() => Reach::Several(
+                std::iter::once(named("session", Reach::Session))
+                    .chain(after.iter().map(|prompt| match prompt.as_str() {
+                        Some(prompt) => Reach::Prompt(prompt.to_string()),
+                        None => Reach::Everything,
+                    }))
+                    .collect(),
+            ),
+            _ => named("session", Reach::Session),
+        },
         "prompt.wait" | "prompt.retry" | "prompt.edit" => named("prompt", Reach::Prompt),
         // An agent may pause its own session (`pause.list` and every wider scope reach
         // others'); a resume is a person's alone, refused by the widening rules.
@@ -125,6 +137,9 @@ pub async fn confine_peer(
 fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
     let reached = match reach {
         Reach::Nothing => return None,
+        Reach::Several(reaches) => {
+            return reaches.iter().find_map(|reach| beyond(corral, reach, own))
+        }
         Reach::Everything => {
             return Some("reading every session (an agent may reach its own session only)".into())
         }
@@ -211,6 +226,18 @@ mod tests {
             Reach::Session("s1".into())
         );
         assert_eq!(reach("history", &json!({})), Reach::Everything);
+        // A send reaches the prompts it runs after as well as its session.
+        assert_eq!(
+            reach(
+                "prompt.send",
+                &json!({ "session": "s1", "after": ["p1", 7] })
+            ),
+            Reach::Several(vec![
+                Reach::Session("s1".into()),
+                Reach::Prompt("p1".into()),
+                Reach::Everything,
+            ])
+        );
         assert_eq!(reach("events.subscribe", &json!({})), Reach::Everything);
         // A pause reaches its own session only when it names nothing else.
         assert_eq!(

@@ -33,7 +33,7 @@ use procfs::process::Process;
 use crate::engine::{EngineKind, Policy};
 use crate::protocol::*;
 use crate::store::sql::{args, Conn};
-use crate::store::{projects, sessions};
+use crate::store::{projects, prompts, sessions};
 
 pub use crate::process::LiveRun;
 
@@ -778,12 +778,47 @@ macro_rules! never_widen {
     };
 }
 
+/// A prompt of the caller's own session (`confine`) is run again as it was, or edited while
+/// queued, under the policy it had: new words in place of a person's are a widening when
+/// that policy is the prompt's own and wider than its session's (the person granted it to
+/// their words, not the agent's).
+impl Widening for RetryParams {
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        self.text.as_ref()?;
+        rewrites_under_its_grant(ctx, &self.prompt)
+    }
+}
+
+impl Widening for EditParams {
+    fn widens(&self, ctx: &WideningContext) -> Option<String> {
+        rewrites_under_its_grant(ctx, &self.prompt)
+    }
+}
+
+/// Why new words for the prompt `selector` names widen (see [`RetryParams`]'s rule). A
+/// selector that names no one prompt is left to the method (it says so).
+fn rewrites_under_its_grant(ctx: &WideningContext, selector: &str) -> Option<String> {
+    let Some(store) = ctx.store else {
+        return Some("rewriting a prompt".into());
+    };
+    let found = prompts::ids_starting(store, selector.trim(), 2).ok()?;
+    let [id] = found.as_slice() else {
+        return None;
+    };
+    let prompt = prompts::prompt(store, id).ok()??;
+    let policy = prompt.policy?;
+    match ctx.session(&prompt.session_id) {
+        Some((session, project))
+            if policy <= session.policy.unwrap_or(project.default_policy()) =>
+        {
+            None
+        }
+        _ => Some(format!("rewriting a prompt sent under policy {policy}")),
+    }
+}
+
 never_widen!(
     NoParams,
-    // A prompt of the caller's own session (`confine`): run again as it was, or edited while
-    // queued, under the policy it had.
-    RetryParams,
-    EditParams,
     StatusParams,
     SessionSelector,
     SessionRenameParams,

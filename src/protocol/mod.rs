@@ -629,6 +629,8 @@ mod wire_tests {
             claim: None,
             denied: 0,
             policy: Default::default(),
+            after: vec!["p0".into()],
+            after_any: true,
         }
     }
 

@@ -57,6 +57,12 @@ pub struct Prompt {
     /// not the whole job.
     #[serde(default)]
     pub denied: i64,
+    /// The prompts it runs after (`send --after`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Whether it runs after them however they ended (`--after-any`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_any: bool,
 }
 
 impl From<&prompts::Prompt> for Prompt {
@@ -75,6 +81,8 @@ impl From<&prompts::Prompt> for Prompt {
             started_at: p.started_at,
             finished_at: p.finished_at,
             denied: p.denied,
+            after: p.after.clone(),
+            after_any: p.after_any,
         }
     }
 }
@@ -147,6 +155,13 @@ pub struct SendParams {
     /// `code::SUPERSEDED` once another driver took the session over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// The prompts (ids or unique prefixes, in any session) it runs after: it stays queued
+    /// until they have ended, and fails if one fails or is cancelled, unless `after_any`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Runs after `after` however they ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_any: bool,
     /// The caller's own exec, recorded by the daemon (a compatible addition; a daemon whose
     /// `initialize` answers `records_execs: true` honours it): its start before the prompt is
     /// queued, its end with this request's answer (exit 0 for a prompt, 1 for an error).

@@ -9,11 +9,12 @@ use crate::store::sql::{self, args, Conn};
 use serde::{Deserialize, Serialize};
 
 use super::daemons::Claim;
+use super::dependencies::waiting_sql;
 use super::now_ms;
 use super::pauses::paused_sql;
 use super::prompts::{
     end_cancelled, maybe_prompt_at, prompt_columns, prompt_row, set_session_status, Look, Prompt,
-    PROMPT_COLUMNS,
+    PromptStatus, PROMPT_COLUMNS,
 };
 use super::sessions::SessionStatus;
 use crate::engine::EngineKind;
@@ -32,9 +33,10 @@ pub(super) fn look_shared(
     // the write lock at each end. A project in a group (its row says so now) is
     // asked that question after.
     #[allow(clippy::type_complexity)]
-    let (runs, next, elsewhere, grouped, paused, lean): (
+    let (runs, next, elsewhere, grouped, paused, waiting, lean): (
         bool,
         Option<Prompt>,
+        bool,
         bool,
         bool,
         bool,
@@ -79,6 +81,8 @@ pub(super) fn look_shared(
                         EXISTS (SELECT 1 FROM sessions s WHERE s.id = ?1 AND ",
                 paused_sql!("s"),
                 "), ",
+                waiting_sql!("h.prompt_id"),
+                ", ",
                 prompt_columns!("p."),
                 " FROM busy CROSS JOIN asked \
                    LEFT JOIN queue_heads h ON h.session_id = ?1 \
@@ -93,10 +97,11 @@ pub(super) fn look_shared(
                 };
                 Ok((
                     row.get(0)?,
-                    maybe_prompt_at(row, 7)?,
+                    maybe_prompt_at(row, 8)?,
                     row.get(1)?,
                     row.get(2)?,
                     row.get(6)?,
+                    row.get(7)?,
                     lean,
                 ))
             },
@@ -110,6 +115,7 @@ pub(super) fn look_shared(
         next,
         worktree_elsewhere: elsewhere,
         paused,
+        waiting,
         rivals: Some(asked),
     })
 }
@@ -279,6 +285,7 @@ pub(crate) fn claim_work(
                             AND s.engine = ANY (ARRAY(SELECT json_array_elements_text(?7::text::json))) \
                          OFFSET 0) h \
                   WHERE q.session_id <> ALL (", running_sessions_sql!(), ") \
+                    AND NOT ", waiting_sql!("q.prompt_id"), " \
                     AND NOT (?3 AND h.shared AND h.project_id = ANY (", held_projects_sql!(), ")) \
                     AND (?4::bigint IS NULL OR (q.created_at, q.prompt_id) > (?4::bigint, ?5::text)) \
                   ORDER BY q.created_at, q.prompt_id LIMIT ?6"
@@ -655,6 +662,8 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
     }
     let now = now_ms();
     let mut telling = Vec::new();
+    // Ended here for good: what runs after them is let go, and its heads left to the claims.
+    let mut ended = Vec::new();
     for (rescued, cancelled) in &lost {
         let runs: Vec<String> = connection.rows(
             "UPDATE runs SET status = 'interrupted', ended_at = ?2, retry_decision = 'requeued', \
@@ -695,6 +704,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
                 ..PromptEnded::default()
             };
             telling.push(told(None, Payload::PromptCancelled(cancelled)));
+            ended.push((&rescued.prompt_id, PromptStatus::Cancelled));
         } else if given_up {
             let error = format!(
                 "the daemons that ran it died {lost_runs} times (their leases expired mid-run): not run again"
@@ -710,6 +720,7 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
                 ..PromptEnded::default()
             };
             telling.push(told(None, Payload::PromptFailed(failed)));
+            ended.push((&rescued.prompt_id, PromptStatus::Failed));
         } else {
             connection.run(
                 "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
@@ -722,8 +733,21 @@ pub(crate) fn rescue(connection: &Conn) -> sql::Result<(Vec<Rescued>, Vec<super:
             telling.push(told(None, Payload::PromptRequeued(requeued)));
         }
     }
-    let told = super::events::append_events(connection, &telling)?;
-    Ok((lost.into_iter().map(|(rescued, _)| rescued).collect(), told))
+    let mut told = super::events::append_events(connection, &telling)?;
+    for (prompt_id, status) in ended {
+        let released = super::dependencies::release_after(
+            connection,
+            prompt_id,
+            status,
+            None,
+            super::prompts::Claimer::Nobody,
+        )?;
+        told.extend(released.told);
+    }
+    Ok((
+        lost.iter().map(|(rescued, _)| rescued.clone()).collect(),
+        told,
+    ))
 }
 
 /// The running prompts claimed by `node_id` whose cancel was asked: (session, prompt). Read

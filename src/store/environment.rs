@@ -29,6 +29,8 @@ const SECRET_WORDS: &[&str] = &[
     "AUTH",
     "COOKIE",
     "PRIVATE",
+    "PASSPHRASE",
+    "DSN",
 ];
 
 impl Environment {
@@ -56,7 +58,7 @@ impl Environment {
                     let shown = if looks_secret(name) {
                         MASK.to_string()
                     } else {
-                        value.clone()
+                        without_password(value)
                     };
                     (name.clone(), shown)
                 })
@@ -89,14 +91,36 @@ impl sql::Get for Environment {
 }
 
 /// Whether `name`'s value is a secret to show masked: a word of it (split at `_`) is one of
-/// [`SECRET_WORDS`], or it ends with one (`APIKEY`).
+/// [`SECRET_WORDS`], its plural (`AWS_CREDENTIALS`), or ends with one (`APIKEY`).
 pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     upper.split('_').any(|word| {
+        let singular = word.strip_suffix('S').unwrap_or(word);
         SECRET_WORDS
             .iter()
-            .any(|secret| word == *secret || word.ends_with(secret))
+            .any(|secret| word.ends_with(secret) || singular == *secret)
     })
+}
+
+/// `value` with the password of a URL in it masked (`postgres://me:********@db/app`): a
+/// `DATABASE_URL` names no secret, but carries one.
+pub fn without_password(value: &str) -> String {
+    let Some(scheme_end) = value.find("://") else {
+        return value.to_string();
+    };
+    let rest = &value[scheme_end + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return value.to_string();
+    };
+    match authority[..at].find(':') {
+        Some(colon) => {
+            let start = scheme_end + 3 + colon + 1;
+            let end = scheme_end + 3 + at;
+            format!("{}{MASK}{}", &value[..start], &value[end..])
+        }
+        None => value.to_string(),
+    }
 }
 
 /// Checks a variable's name: letters, digits and `_`, not starting with a digit, and none of
@@ -197,6 +221,30 @@ mod tests {
             shown.0["KEYBOARD"], "us",
             "a word that only starts with one"
         );
+        for secret in [
+            "AWS_CREDENTIALS",
+            "APP_SECRETS",
+            "GPG_PASSPHRASE",
+            "SENTRY_DSN",
+        ] {
+            assert!(looks_secret(secret), "{secret}");
+        }
+    }
+
+    #[test]
+    fn a_urls_password_is_masked() {
+        assert_eq!(
+            without_password("postgres://me:pw@db:5432/app?x=1"),
+            format!("postgres://me:{MASK}@db:5432/app?x=1")
+        );
+        for shown in [
+            "postgres://me@db/app",
+            "https://example.com/a@b",
+            "plain",
+            "http://host/path",
+        ] {
+            assert_eq!(without_password(shown), shown);
+        }
     }
 
     #[test]

@@ -513,6 +513,24 @@ ALTER TABLE projects ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE sessions ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
 "#,
     },
+    Migration {
+        name: "dependencies",
+        sql: r#"
+-- `send --after` (#35): a prompt waits queued until the prompts it runs after have ended
+-- (`store::dependencies`). `runs_after` is the list as it was sent (JSON, NULL: none), shown with
+-- the prompt; `prompt_after` holds the same edges, looked up both ways: from a queued head
+-- (does it still wait?) and from a prompt that ends (whom does it release?).
+ALTER TABLE prompts ADD COLUMN runs_after TEXT;
+ALTER TABLE prompts ADD COLUMN runs_after_any INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE prompt_after (
+    prompt_id TEXT NOT NULL REFERENCES prompts(id),
+    after_id  TEXT NOT NULL REFERENCES prompts(id),
+    any_end   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (prompt_id, after_id)
+);
+CREATE INDEX prompt_after_by_after ON prompt_after(after_id);
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -496,6 +496,18 @@ ALTER TABLE projects ADD COLUMN notify TEXT COLLATE "C";
 ALTER TABLE projects ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE sessions ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
 "#,
+    // 20: dependencies
+    r#"
+ALTER TABLE prompts ADD COLUMN runs_after TEXT;
+ALTER TABLE prompts ADD COLUMN runs_after_any BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE prompt_after (
+    prompt_id TEXT COLLATE "C" NOT NULL REFERENCES prompts(id),
+    after_id  TEXT COLLATE "C" NOT NULL REFERENCES prompts(id),
+    any_end   BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (prompt_id, after_id)
+);
+CREATE INDEX prompt_after_by_after ON prompt_after(after_id);
+"#,
 ];
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod approvals;
 pub mod asks;
 pub mod claims;
 pub mod daemons;
+pub mod dependencies;
 pub mod drivers;
 pub mod environment;
 pub mod events;

@@ -274,7 +274,11 @@ const SESSIONS: &str = concat!(
     " ORDER BY pz.paused_at LIMIT 1), \
            (SELECT pz.target FROM pauses pz WHERE ",
     covers_sql!("s"),
-    " ORDER BY pz.paused_at LIMIT 1) \
+    " ORDER BY pz.paused_at LIMIT 1), \
+           (SELECT d.after_id FROM queue_heads h JOIN prompt_after d ON d.prompt_id = h.prompt_id \
+              JOIN prompts a ON a.id = d.after_id \
+             WHERE h.session_id = s.id AND a.status IN ('queued', 'running') \
+             ORDER BY a.created_at, a.id LIMIT 1) \
          FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
@@ -368,7 +372,15 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
             ),
         }
     } else if queued > 0 {
-        (SessionState::Queued, format!("{queued} prompt(s) queued"))
+        // Its next prompt runs after one that has not ended (`store::dependencies`).
+        let after = match row.get::<Option<String>>(22)? {
+            Some(after) => format!("; the next runs after prompt {after}"),
+            None => String::new(),
+        };
+        (
+            SessionState::Queued,
+            format!("{queued} prompt(s) queued{after}"),
+        )
     } else {
         match ended_status.as_deref() {
             Some("failed") => (

@@ -133,14 +133,25 @@ pub(crate) use paused_sql;
 pub struct PauseSet(pub Vec<Pause>);
 
 impl PauseSet {
-    /// The first pause that covers a session of `project_id` in `groups`, if any.
-    pub fn covers(&self, session_id: &str, project_id: &str, groups: &[String]) -> Option<&Pause> {
-        self.0.iter().find(|pause| match &pause.scope {
-            PauseScope::All => true,
-            PauseScope::Project(id) => id == project_id,
-            PauseScope::Group(name) => groups.iter().any(|group| group == name),
-            PauseScope::Session(id) => id == session_id,
-        })
+    /// The first pause that covers a session of `project_id` in `groups`, if any; with
+    /// `hard`, the first hard one (`--now`: what stops a run under way), whatever softer
+    /// pauses came before it.
+    pub fn covers(
+        &self,
+        session_id: &str,
+        project_id: &str,
+        groups: &[String],
+        hard: bool,
+    ) -> Option<&Pause> {
+        self.0
+            .iter()
+            .filter(|pause| pause.hard || !hard)
+            .find(|pause| match &pause.scope {
+                PauseScope::All => true,
+                PauseScope::Project(id) => id == project_id,
+                PauseScope::Group(name) => groups.iter().any(|group| group == name),
+                PauseScope::Session(id) => id == session_id,
+            })
     }
 }
 
@@ -172,13 +183,15 @@ pub(crate) fn pause(
     pauses(connection)
 }
 
-/// Lifts the pause of `scope` (nothing if it had none), then claims, for `claimer`, the
-/// queued heads it held that nothing else holds now ([`ready_after_lift`]). Returns whether a
+/// Lifts the pause of `scope` (nothing if it had none), then claims, for `claimer` (within
+/// `total`, `slots.total` across the daemons of a shared store), the queued heads it held
+/// that nothing else holds now ([`ready_after_lift`]). Returns whether a
 /// pause was lifted and the prompts now `running`, for their sessions' workers.
 pub(crate) fn lift(
     connection: &Conn,
     scope: &PauseScope,
     claimer: super::prompts::Claimer<'_>,
+    total: Option<usize>,
 ) -> sql::Result<(bool, Vec<super::prompts::Prompt>)> {
     let lifted = connection.run(
         "DELETE FROM pauses WHERE scope = ?1 AND target = ?2",
@@ -192,7 +205,7 @@ pub(crate) fn lift(
                 &session_id,
                 None,
                 claimer,
-                None,
+                total,
             )?);
         }
     }
@@ -200,13 +213,14 @@ pub(crate) fn lift(
 }
 
 /// Pauses the project of `session_id` if it pauses on a failure (`pause_on_failure`), naming
-/// `prompt_id`; nothing otherwise, nor when it is paused already.
+/// `prompt_id`; nothing otherwise, nor when it is paused already. Returns the pauses in force
+/// when it paused it.
 pub(crate) fn pause_on_failure(
     connection: &Conn,
     session_id: &str,
     prompt_id: &str,
-) -> sql::Result<()> {
-    connection.run(
+) -> sql::Result<Option<Vec<Pause>>> {
+    let paused = connection.run(
         "INSERT INTO pauses (scope, target, needle, paused_at, reason, hard) \
          SELECT 'project', p.id, NULL, ?3, ?2, 0 FROM sessions s JOIN projects p \
              ON p.id = s.project_id \
@@ -218,7 +232,10 @@ pub(crate) fn pause_on_failure(
             super::now_ms()
         ],
     )?;
-    Ok(())
+    match paused {
+        0 => Ok(None),
+        _ => pauses(connection).map(Some),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -292,19 +309,28 @@ mod tests {
     fn a_pause_covers_its_scope_only() {
         let groups = vec!["ci".to_string()];
         let none = PauseSet::default();
-        assert!(none.covers("s", "p", &groups).is_none());
+        assert!(none.covers("s", "p", &groups, false).is_none());
         let set = PauseSet(vec![pause(PauseScope::Group("ci-2".into()))]);
-        assert!(set.covers("s", "p", &groups).is_none());
+        assert!(set.covers("s", "p", &groups, false).is_none());
         let set = PauseSet(vec![pause(PauseScope::Group("ci".into()))]);
-        assert!(set.covers("s", "p", &groups).is_some());
+        assert!(set.covers("s", "p", &groups, false).is_some());
         let set = PauseSet(vec![pause(PauseScope::Project("q".into()))]);
-        assert!(set.covers("s", "p", &groups).is_none());
-        assert!(set.covers("s", "q", &groups).is_some());
+        assert!(set.covers("s", "p", &groups, false).is_none());
+        assert!(set.covers("s", "q", &groups, false).is_some());
         let set = PauseSet(vec![pause(PauseScope::Session("t".into()))]);
-        assert!(set.covers("s", "p", &groups).is_none());
-        assert!(set.covers("t", "p", &[]).is_some());
+        assert!(set.covers("s", "p", &groups, false).is_none());
+        assert!(set.covers("t", "p", &[], false).is_some());
         let set = PauseSet(vec![pause(PauseScope::All)]);
-        assert!(set.covers("s", "p", &[]).is_some());
+        assert!(set.covers("s", "p", &[], false).is_some());
+        // A hard pause after a soft one that covers the same session is the one that stops
+        // its run.
+        let hard = Pause {
+            hard: true,
+            ..pause(PauseScope::Project("p".into()))
+        };
+        let set = PauseSet(vec![pause(PauseScope::All), hard.clone()]);
+        assert_eq!(set.covers("s", "p", &[], true), Some(&hard));
+        assert!(set.covers("s", "q", &[], true).is_none());
     }
 
     #[test]

@@ -378,6 +378,35 @@ pub(crate) fn set_group_locking(connection: &Conn, name: &str, locking: bool) ->
     Ok(())
 }
 
+/// Variables to set and to remove in a project's environment (`project set --env`,
+/// `--unset-env`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvChange {
+    pub set: Environment,
+    pub unset: Vec<String>,
+}
+
+impl EnvChange {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.unset.is_empty()
+    }
+
+    /// `env` with the removals, then the settings, made.
+    fn applied_to(&self, env: &Environment) -> Environment {
+        let mut env = env.clone();
+        for name in &self.unset {
+            env.0.remove(name);
+        }
+        env.0.extend(
+            self.set
+                .0
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
+        env
+    }
+}
+
 /// Updates a project's settings; `None` fields stay as they are.
 #[derive(Debug, Clone, Default)]
 pub struct ProjectChange {
@@ -404,8 +433,9 @@ pub struct ProjectChange {
     pub pause_on_failure: Option<bool>,
     /// See [`Project::notify`]: `Some(None)` goes back to the setting.
     pub notify: Option<Option<String>>,
-    /// See [`Project::env`]: the whole environment it has from now on.
-    pub env: Option<Environment>,
+    /// See [`Project::env`]: the variables set and removed, merged with the project's in
+    /// the write's own transaction (two changes at once both hold).
+    pub env: EnvChange,
     pub archive: bool,
 }
 
@@ -415,6 +445,20 @@ pub(crate) fn change_project(
     change: &ProjectChange,
 ) -> sql::Result<Option<Project>> {
     let now = now_ms();
+    let env = match change.env.is_empty() {
+        true => None,
+        false => {
+            let Some(now) = connection
+                .row("SELECT env FROM projects WHERE id = ?1", args![id], |row| {
+                    row.get::<Environment>(0)
+                })
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            Some(change.env.applied_to(&now))
+        }
+    };
     // `CASE WHEN ?5 = 1`, not `CASE ?5 WHEN 1`: PostgreSQL types a bare `CASE $5` operand as
     // text before it reads the `WHEN`s, and text = integer does not exist.
     connection.run(
@@ -461,7 +505,7 @@ pub(crate) fn change_project(
             change.pause_on_failure,
             change.notify.is_some(),
             change.notify.clone().flatten(),
-            change.env.as_ref().map(Environment::to_json),
+            env.as_ref().map(Environment::to_json),
         ],
     )?;
     if let Some(groups) = &change.groups {

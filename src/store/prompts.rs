@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::claims::{look_shared, shares_the_store, total_goes_elsewhere, Rivals};
 use super::daemons::Claim;
+use super::dependencies::{self, waiting_sql, Released};
 use super::drivers::{driver_claim, DriverClaim};
 use super::pauses::paused_sql;
 use super::sessions::SessionStatus;
@@ -102,6 +103,14 @@ pub struct Prompt {
     /// The policy it runs under, over the session's and the project's (`None`: theirs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// The prompts it runs after (`send --after`, `store::dependencies`): it stays queued
+    /// until they have ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Whether it runs after them however they ended (`--after-any`); else a failed or
+    /// cancelled one fails it.
+    #[serde(default)]
+    pub after_any: bool,
 }
 
 /// SQL: a prompt's columns as [`prompt_row`] reads them, each name after `$table` (`""`, or
@@ -140,7 +149,11 @@ macro_rules! prompt_columns {
             $table,
             "denied, ",
             $table,
-            "policy"
+            "policy, ",
+            $table,
+            "runs_after, ",
+            $table,
+            "runs_after_any"
         )
     };
 }
@@ -178,6 +191,11 @@ fn prompt_at(row: &Row<'_>, first: usize) -> sql::Result<Prompt> {
         },
         denied: row.get(first + 14)?,
         policy: row.get(first + 15)?,
+        after: row
+            .get::<Option<String>>(first + 16)?
+            .map(json_list)
+            .unwrap_or_default(),
+        after_any: row.get(first + 17)?,
     })
 }
 
@@ -235,6 +253,10 @@ pub struct NewPrompt {
     pub sender_exec_id: Option<String>,
     /// The sender's driver claim generation: the prompt is refused if the claim moved on.
     pub driver_generation: Option<i64>,
+    /// The prompts it runs after, by full id (see [`Prompt::after`]).
+    pub after: Vec<String>,
+    /// See [`Prompt::after_any`].
+    pub after_any: bool,
 }
 
 /// What [`enqueue`] decided.
@@ -252,20 +274,35 @@ pub struct Enqueued {
     pub behind_running: bool,
 }
 
+/// Why [`enqueue`] queued nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotQueued {
+    /// The sender's driver claim moved on: the claim as it is now.
+    Superseded(DriverClaim),
+    /// What it would run after does not let it be queued (`dependencies::refusal`).
+    After(String),
+}
+
 /// Queues a prompt in one transaction: it becomes `running` when nothing else runs or waits
-/// on the session (the caller then starts the worker), else it is `queued` (the session's
-/// worker takes it in order).
+/// on the session and nothing it runs after is left to end (the caller then starts the
+/// worker), else it is `queued` (the session's worker takes it in order, or the end of what
+/// it runs after releases it).
 pub(crate) fn enqueue(
     connection: &Conn,
     new: &NewPrompt,
     claimer: Claimer<'_>,
     total: Option<usize>,
-) -> sql::Result<Result<Enqueued, DriverClaim>> {
+) -> sql::Result<Result<Enqueued, NotQueued>> {
     if let Some(generation) = new.driver_generation {
         if let Some(claim) = driver_claim(connection, &new.session_id)? {
             if claim.generation != generation {
-                return Ok(Err(claim));
+                return Ok(Err(NotQueued::Superseded(claim)));
             }
+        }
+    }
+    if !new.after.is_empty() {
+        if let Some(why) = dependencies::refusal(connection, &new.after, new.after_any)? {
+            return Ok(Err(NotQueued::After(why)));
         }
     }
     // The row as it is stored, made here: the insert is held (PostgreSQL), to go in the round
@@ -287,10 +324,13 @@ pub(crate) fn enqueue(
         claim: None,
         denied: 0,
         policy: new.policy,
+        after: new.after.clone(),
+        after_any: new.after_any && !new.after.is_empty(),
     };
     connection.run_later(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
-         created_at, policy) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)",
+         created_at, policy, runs_after, runs_after_any) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10)",
         args![
             queued.id,
             queued.session_id,
@@ -300,8 +340,12 @@ pub(crate) fn enqueue(
             new.sender_exec_id,
             queued.created_at,
             queued.policy.map(Policy::as_str),
+            (!queued.after.is_empty())
+                .then(|| serde_json::to_string(&queued.after).expect("strings serialize")),
+            queued.after_any,
         ],
     )?;
+    dependencies::record(connection, &queued.id, &queued.after, queued.after_any)?;
     let (started, behind_running) =
         claim_next_looking(connection, &new.session_id, None, claimer, total)?;
     // The row as it stands: claimed just now, or still as queued.
@@ -343,7 +387,7 @@ pub(crate) fn finish_and_claim_next(
     denied: i64,
     claimer: Claimer<'_>,
     total: Option<usize>,
-) -> sql::Result<Option<Prompt>> {
+) -> sql::Result<Finished> {
     // Nothing of its answer is read: on PostgreSQL it goes in the next question's round trip
     // (the session's, below, which sees it).
     connection.run_later(
@@ -359,7 +403,26 @@ pub(crate) fn finish_and_claim_next(
             denied
         ],
     )?;
-    claim_next(connection, session_id, Some(status), claimer, total)
+    // Before the session's own claim: its head may be a prompt that fails with this one.
+    let released =
+        dependencies::release_after(connection, prompt_id, status, Some(session_id), claimer)?;
+    let next = claim_next(connection, session_id, Some(status), claimer, total)?;
+    Ok(Finished {
+        next,
+        released,
+        paused: None,
+    })
+}
+
+/// What [`finish_and_claim_next`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Finished {
+    /// The session's next prompt, now `running`, for its worker.
+    pub next: Option<Prompt>,
+    /// What the end did to the prompts that run after it, in other sessions.
+    pub released: Released,
+    /// The pauses in force, when its failure paused its project (`pause_on_failure`).
+    pub paused: Option<Vec<super::pauses::Pause>>,
 }
 
 /// Claims the session's oldest queued prompt if nothing runs on it, for `claimer`. `last` is
@@ -404,6 +467,7 @@ fn claim_next_looking(
         next,
         worktree_elsewhere,
         paused,
+        waiting,
         rivals: asked,
     } = match shared {
         false => look_alone(connection, session_id, node)?,
@@ -418,8 +482,9 @@ fn claim_next_looking(
         _ => SessionStatus::Idle,
     };
     let taken_here = match claimer {
-        // A paused session's prompts wait queued (`store::pauses`).
-        _ if paused && next.is_some() => false,
+        // A paused session's prompts wait queued (`store::pauses`), and so does a head that
+        // runs after a prompt that has not ended (`store::dependencies`).
+        _ if (paused || waiting) && next.is_some() => false,
         Claimer::Daemon(_) => match (&next, asked) {
             (Some(_), _) if worktree_elsewhere => false,
             (Some(head), Some(rivals)) => {
@@ -481,39 +546,46 @@ pub(super) struct Look {
     pub(super) worktree_elsewhere: bool,
     /// A pause covers it (`store::pauses`): its next prompt stays queued.
     pub(super) paused: bool,
+    /// Its next prompt runs after one that has not ended (`store::dependencies`).
+    pub(super) waiting: bool,
     /// With other daemons live: what stands between `next` and its claim.
     pub(super) rivals: Option<Rivals>,
 }
 
 /// [`Look`] for a daemon alone on its store (or SQLite's): no rivals to ask about.
 fn look_alone(connection: &Conn, session_id: &str, node: Option<&str>) -> sql::Result<Look> {
-    let (runs, next, elsewhere, paused): (bool, Option<Prompt>, bool, bool) = connection.row(
-        concat!(
+    let (runs, next, elsewhere, paused, waiting): (bool, Option<Prompt>, bool, bool, bool) =
+        connection.row(
+            concat!(
             "SELECT EXISTS (SELECT 1 FROM prompts WHERE session_id = ?1 AND status = 'running'), \
                     EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND worktree_node <> ?2), \
                     EXISTS (SELECT 1 FROM sessions s WHERE s.id = ?1 AND ",
             paused_sql!("s"),
             "), ",
+            waiting_sql!("h.prompt_id"),
+            ", ",
             prompt_columns!("p."),
             " FROM (SELECT 1) AS one \
                LEFT JOIN queue_heads h ON h.session_id = ?1 \
                LEFT JOIN prompts p ON p.id = h.prompt_id"
         ),
-        args![session_id, node],
-        |row| {
-            Ok((
-                row.get(0)?,
-                maybe_prompt_at(row, 3)?,
-                row.get(1)?,
-                row.get(2)?,
-            ))
-        },
-    )?;
+            args![session_id, node],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    maybe_prompt_at(row, 4)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                ))
+            },
+        )?;
     Ok(Look {
         runs,
         next,
         worktree_elsewhere: elsewhere,
         paused,
+        waiting,
         rivals: None,
     })
 }
@@ -530,19 +602,38 @@ pub enum CancelFound {
     Finished { status: PromptStatus },
 }
 
+/// Cancels a prompt if it is queued (and lets go of what ran after it, claiming for
+/// `claimer` the heads that may run now, its own session's among them: it may have been the
+/// head that held them); says whether it runs or already ended.
 pub(crate) fn cancel_prompt(
     connection: &Conn,
     prompt_id: &str,
-) -> sql::Result<Option<CancelFound>> {
+    claimer: Claimer<'_>,
+) -> sql::Result<Option<(CancelFound, Released)>> {
     let Some(found) = prompt(connection, prompt_id)? else {
         return Ok(None);
     };
-    Ok(Some(match found.status {
+    let mut released = Released::default();
+    let found = match found.status {
         PromptStatus::Queued => {
             connection.run(
                 "UPDATE prompts SET status = 'cancelled', finished_at = ?2 WHERE id = ?1",
                 args![prompt_id, now_ms()],
             )?;
+            released = dependencies::release_after(
+                connection,
+                prompt_id,
+                PromptStatus::Cancelled,
+                Some(&found.session_id),
+                claimer,
+            )?;
+            released.started.extend(claim_next(
+                connection,
+                &found.session_id,
+                None,
+                claimer,
+                None,
+            )?);
             CancelFound::Dequeued {
                 session_id: found.session_id,
             }
@@ -559,7 +650,8 @@ pub(crate) fn cancel_prompt(
             }
         }
         status => CancelFound::Finished { status },
-    }))
+    };
+    Ok(Some((found, released)))
 }
 
 /// For each session, the prompt its worker runs now: its running prompt, else its next queued
@@ -648,9 +740,16 @@ pub enum PutBack {
     Cancelled,
 }
 
-/// Puts a running prompt back in the queue (daemon shutdown), unless its cancel was asked:
-/// then it ends cancelled, as `claims::rescue` ends it, since a cancel is the person's last word.
-pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<PutBack> {
+/// Puts a running prompt back in the queue (daemon shutdown, a pause), unless its cancel was
+/// asked: then it ends cancelled, as `claims::rescue` ends it, since a cancel is the person's
+/// last word. With `again`, its session's head is then claimed for that claimer if it may
+/// run (a pause lifted before this write: its resume found the prompt running, and claimed
+/// nothing).
+pub(crate) fn requeue(
+    connection: &Conn,
+    prompt_id: &str,
+    again: Option<Claimer<'_>>,
+) -> sql::Result<(PutBack, Option<Prompt>)> {
     let cancelled: Option<(String, bool)> = connection
         .row(
             "SELECT session_id, cancel_asked_at IS NOT NULL FROM prompts \
@@ -662,15 +761,21 @@ pub(crate) fn requeue(connection: &Conn, prompt_id: &str) -> sql::Result<PutBack
     match cancelled {
         Some((session_id, true)) => {
             end_cancelled(connection, prompt_id, &session_id, now_ms())?;
-            Ok(PutBack::Cancelled)
+            Ok((PutBack::Cancelled, None))
         }
-        _ => {
+        found => {
             connection.run(
                 "UPDATE prompts SET status = 'queued', claimed_by = NULL, claim_epoch = NULL \
                  WHERE id = ?1 AND status = 'running'",
                 args![prompt_id],
             )?;
-            Ok(PutBack::Queued)
+            let claimed = match (found, again) {
+                (Some((session_id, _)), Some(claimer)) => {
+                    claim_next(connection, &session_id, None, claimer, None)?
+                }
+                _ => None,
+            };
+            Ok((PutBack::Queued, claimed))
         }
     }
 }

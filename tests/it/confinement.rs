@@ -64,6 +64,8 @@ fn an_agent_reaches_its_own_session_only_by_any_route() {
         format!("'{corral}' status"),
         format!("'{corral}' session list"),
         format!("'{corral}' send other 'do my bidding'"),
+        // Its own session, but after another project's prompt.
+        format!("'{corral}' send agent --after {other_prompt} 'chained'"),
         format!(
             "python3 '{rpc}' history '{}'",
             q(json!({ "session": other }))

@@ -27,6 +27,7 @@ mod connect;
 mod crash_recovery;
 mod dashboard;
 mod demo;
+mod dependencies;
 mod engine_input;
 mod environment;
 mod events_feed;

@@ -282,6 +282,14 @@ fn a_paused_group_or_project_holds_arriving_prompts_and_others_run() {
     wait_until("the prompt sent under the pause ends", || {
         status_of(&home, "free", &later) == "done"
     });
+
+    // A group removed while it is paused is still resumed by its name.
+    home.ok(&["group", "add", "gone"]);
+    home.ok(&["pause", "--group", "gone"]);
+    home.ok(&["group", "remove", "gone"]);
+    home.fails(&["pause", "--group", "gone"], 1);
+    home.ok(&["resume", "--group", "gone"]);
+    assert_eq!(home.json(&["pause", "--json"]), serde_json::json!([]));
     home.stop_daemon();
 }
 

@@ -118,3 +118,49 @@ fn a_queued_prompt_is_edited_and_others_are_refused() {
     );
     home.stop_daemon();
 }
+
+/// An agent may run its own session's prompts again as they were, but not put its words in
+/// place of a person's that carry a policy wider than its session's: the person granted that
+/// policy to their words.
+#[test]
+fn an_agent_may_not_rewrite_a_prompt_sent_under_a_wider_policy() {
+    use common::agent::{run_as_agent, script_of};
+    let home = DaemonHome::new();
+    home.fake_session(FAKE, "s", &[]);
+    home.new_session(&["p", "--title", "agent", "--policy", "read-only"]);
+    let granted = sent_id(&home.ok(&[
+        "send",
+        "agent",
+        "--policy",
+        "workspace-write",
+        "@fake fail=boom\nthe person's words",
+    ]));
+    assert_eq!(
+        home.run(&["wait", &granted, "--timeout", "60s"])
+            .status
+            .code(),
+        Some(1)
+    );
+    let corral = env!("CARGO_BIN_EXE_corral");
+    let beyond: Vec<String> = vec![
+        format!("'{corral}' retry {granted} --text 'the agent s words'"),
+        format!("'{corral}' prompt edit {granted} 'the agent s words'"),
+    ];
+    let (sections, events) = run_as_agent(&home, "agent", &script_of(&beyond));
+    let output = sections.join("== ");
+    for (section, attempt) in sections.iter().zip(&beyond) {
+        assert!(
+            section.contains("not allowed from inside a supervised run")
+                && section.contains("rewriting a prompt sent under policy workspace-write"),
+            "not refused: {attempt}\n{section}\n--- all:\n{output}"
+        );
+    }
+    let refused = events
+        .iter()
+        .filter(|event| event["kind"] == "request.refused")
+        .count();
+    assert_eq!(refused, beyond.len(), "{events:#?}");
+    let kept = home.prompt_of("agent", &granted);
+    assert_eq!(kept["text"], "@fake fail=boom\nthe person's words");
+    assert_eq!(kept["status"], "failed");
+}

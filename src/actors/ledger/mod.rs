@@ -47,8 +47,8 @@ use tokio::sync::watch;
 
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
-    approvals, asks, claims, daemons, drivers, events, listen, migrations, open_writer, pauses,
-    processes, projects, prompts, runs, sessions, settings, StoreError,
+    approvals, asks, claims, daemons, dependencies, drivers, events, listen, migrations,
+    open_writer, pauses, processes, projects, prompts, runs, sessions, settings, StoreError,
 };
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the

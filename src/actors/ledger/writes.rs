@@ -119,7 +119,7 @@ ledger_write!(
     /// daemon may take it), else `queued` (one transaction). On a shared store a prompt left
     /// queued is announced to every daemon (`corral_work`), which may claim it.
     /// `total`: `slots.total`, which holds across the daemons of a shared store.
-    EnqueuePrompt { prompt: prompts::NewPrompt, claimer: prompts::ClaimBy, total: Option<usize> } -> Result<prompts::Enqueued, drivers::DriverClaim>,
+    EnqueuePrompt { prompt: prompts::NewPrompt, claimer: prompts::ClaimBy, total: Option<usize> } -> Result<prompts::Enqueued, prompts::NotQueued>,
     |this, connection| {
         let mut claimer = this.claimer.clone();
         if let prompts::ClaimBy::Daemon(claim) = &claimer {
@@ -159,13 +159,19 @@ ledger_write!(
         claimer: prompts::ClaimBy,
         announce: bool,
         total: Option<usize>,
-    } -> Option<prompts::Prompt>,
+    } -> prompts::Finished,
     |this, connection| {
-        if this.status == prompts::PromptStatus::Failed {
-            // Its project may pause on a failure: before the claim below, which it holds.
-            pauses::pause_on_failure(connection, &this.session_id, &this.prompt_id)?;
+        // Its project may pause on a failure: before the claim below, which it holds.
+        let paused = match this.status {
+            prompts::PromptStatus::Failed => {
+                pauses::pause_on_failure(connection, &this.session_id, &this.prompt_id)?
+            }
+            _ => None,
+        };
+        if paused.is_some() {
+            tell_pauses_changed(connection)?;
         }
-        let next = prompts::finish_and_claim_next(
+        let mut finished = prompts::finish_and_claim_next(
             connection,
             &this.prompt_id,
             &this.session_id,
@@ -176,14 +182,16 @@ ledger_write!(
             this.claimer.as_claimer(),
             this.total,
         )?;
+        finished.paused = paused;
         // A lock this prompt held across daemons is free, or its slot of `slots.total`:
         // those waiting may claim. Not when its session took its next prompt here: the slot
         // and the session's locks stay taken (the claim let an older waiter of another
         // daemon go first, `prompts::claim_next`, and then took nothing).
-        if this.announce && next.is_none() {
+        // So may the heads its end let go that were not claimed here.
+        if (this.announce && finished.next.is_none()) || finished.released.unclaimed {
             listen::notify(connection, listen::WORK, "e")?;
         }
-        Ok::<_, StoreError>(next)
+        Ok::<_, StoreError>(finished)
     }
 );
 
@@ -193,9 +201,7 @@ ledger_write!(
     SetPause { scope: pauses::PauseScope, reason: String, hard: bool } -> Vec<pauses::Pause>,
     |this, connection| {
         let now = pauses::pause(connection, &this.scope, &this.reason, this.hard)?;
-        if connection.dialect() == Dialect::Postgres {
-            listen::notify(connection, listen::WORK, PAUSE_NOTICE)?;
-        }
+        tell_pauses_changed(connection)?;
         Ok::<_, StoreError>(now)
     }
 );
@@ -203,12 +209,13 @@ ledger_write!(
 ledger_write!(
     /// Lifts a scope's pause and claims, for `claimer`, the queued prompts it held; replies
     /// whether there was one, the prompts now running, and the pauses still in force.
-    LiftPause { scope: pauses::PauseScope, claimer: prompts::ClaimBy }
+    LiftPause { scope: pauses::PauseScope, claimer: prompts::ClaimBy, total: Option<usize> }
         -> (bool, Vec<prompts::Prompt>, Vec<pauses::Pause>),
     |this, connection| {
-        let (lifted, started) = pauses::lift(connection, &this.scope, this.claimer.as_claimer())?;
-        if lifted && connection.dialect() == Dialect::Postgres {
-            listen::notify(connection, listen::WORK, PAUSE_NOTICE)?;
+        let (lifted, started) =
+            pauses::lift(connection, &this.scope, this.claimer.as_claimer(), this.total)?;
+        if lifted {
+            tell_pauses_changed(connection)?;
         }
         Ok::<_, StoreError>((lifted, started, pauses::pauses(connection)?))
     }
@@ -217,6 +224,14 @@ ledger_write!(
 /// The `corral_work` notice that the pauses changed: every daemon reads them again, and
 /// claims what a lifted pause held.
 pub const PAUSE_NOTICE: &str = "z";
+
+/// Tells the other daemons of a shared store that the pauses changed ([`PAUSE_NOTICE`]).
+fn tell_pauses_changed(connection: &Conn) -> Result<(), StoreError> {
+    if connection.dialect() == Dialect::Postgres {
+        listen::notify(connection, listen::WORK, PAUSE_NOTICE)?;
+    }
+    Ok(())
+}
 
 ledger_write!(
     /// Runs a failed or cancelled prompt again in place, claimed at once when its session is
@@ -233,16 +248,24 @@ ledger_write!(
 );
 
 ledger_write!(
-    /// Cancels a prompt if it is queued; says whether it runs or already ended.
-    CancelPrompt { prompt_id: String } -> Option<prompts::CancelFound>,
+    /// Cancels a prompt if it is queued, claiming for `claimer` what it held (what runs after
+    /// it, its session's next); says whether it runs or already ended.
+    CancelPrompt { prompt_id: String, claimer: prompts::ClaimBy } -> Option<(prompts::CancelFound, dependencies::Released)>,
     |this, connection| {
-        let found = prompts::cancel_prompt(connection, &this.prompt_id)?;
-        // On a shared store the prompt may run on another daemon: every daemon hears it, the
-        // one that runs it ends it.
-        if let Some(prompts::CancelFound::Running { session_id }) = &found {
-            if connection.dialect() == Dialect::Postgres {
-                let payload = format!("{}{session_id}:{}", CANCEL_NOTICE, this.prompt_id);
-                listen::notify(connection, listen::WORK, &payload)?;
+        let found = prompts::cancel_prompt(connection, &this.prompt_id, this.claimer.as_claimer())?;
+        if connection.dialect() == Dialect::Postgres {
+            match &found {
+                // On a shared store the prompt may run on another daemon: every daemon hears
+                // it, the one that runs it ends it.
+                Some((prompts::CancelFound::Running { session_id }, _)) => {
+                    let payload = format!("{}{session_id}:{}", CANCEL_NOTICE, this.prompt_id);
+                    listen::notify(connection, listen::WORK, &payload)?;
+                }
+                // What it held that this daemon did not take is the others' to claim.
+                Some((prompts::CancelFound::Dequeued { .. }, _)) => {
+                    listen::notify(connection, listen::WORK, "e")?;
+                }
+                _ => {}
             }
         }
         Ok::<_, StoreError>(found)
@@ -520,8 +543,8 @@ ledger_write!(
 ledger_write!(
     /// Puts a running prompt back in the queue (daemon shutdown), or ends it cancelled if its
     /// cancel was asked.
-    RequeuePrompt { prompt_id: String } -> prompts::PutBack,
-    |this, connection| prompts::requeue(connection, &this.prompt_id)
+    RequeuePrompt { prompt_id: String, again: Option<prompts::ClaimBy> } -> (prompts::PutBack, Option<prompts::Prompt>),
+    |this, connection| prompts::requeue(connection, &this.prompt_id, this.again.as_ref().map(prompts::ClaimBy::as_claimer))
 );
 
 ledger_write!(

@@ -60,6 +60,7 @@ use crate::engine::{FailureClass, RunVerdict};
 use crate::events::{Payload, PromptEnded, PromptRequeued, TitleGenerated};
 use crate::store::approvals::Approval;
 use crate::store::daemons::Claim;
+use crate::store::dependencies::Released;
 use crate::store::events::NewEvent;
 use crate::store::pauses::{Pause, PauseScope, PauseSet};
 use crate::store::prompts::{ClaimBy, PutBack};
@@ -94,13 +95,20 @@ pub struct SessionActor {
     pending: Option<Prompt>,
     /// The running worker's inbox for answered approvals (`AnswerRun`).
     answers: Option<tokio::sync::mpsc::UnboundedSender<Approval>>,
+    /// Where the prompts of other sessions that a prompt's end let run are handed.
+    elsewhere: Recipient<StartElsewhere>,
 }
 
 impl SessionActor {
-    pub fn new(session_id: String, shared: Arc<Shared>) -> Self {
+    pub fn new(
+        session_id: String,
+        shared: Arc<Shared>,
+        elsewhere: Recipient<StartElsewhere>,
+    ) -> Self {
         SessionActor {
             session_id,
             shared,
+            elsewhere,
             cancel: watch::channel(None).0,
             working: None,
             pending: None,
@@ -117,6 +125,12 @@ impl Actor for SessionActor {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StartWork(pub Prompt);
+
+/// Prompts of other sessions, `running` in the store, that a prompt's end here let run
+/// (`store::dependencies`): for their sessions' workers (the supervisor's to hand on).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StartElsewhere(pub Vec<Prompt>);
 
 impl Handler<StartWork> for SessionActor {
     type Result = ();
@@ -162,6 +176,7 @@ impl SessionActor {
                 place: None,
             },
             shared: self.shared.clone(),
+            elsewhere: self.elsewhere.clone(),
             driver_written: None,
             pending_end: None,
             pending_thread: None,
@@ -217,6 +232,8 @@ impl Handler<CancelPrompt> for SessionActor {
 struct Worker {
     session_id: String,
     shared: Arc<Shared>,
+    /// See [`SessionActor::elsewhere`].
+    elsewhere: Recipient<StartElsewhere>,
     /// What stops the prompt under way: a cancel, the daemon's shutdown, a pause.
     stops: Stops,
     /// What this worker last wrote to the session's driver file (app-server turns), so that
@@ -313,8 +330,14 @@ impl Stops {
     fn pause(&self, session_id: &str, doing: While) -> Option<Pause> {
         let place = self.place.as_ref()?;
         let pauses = self.pauses.borrow();
-        let pause = pauses.covers(session_id, &place.project_id, &place.groups)?;
-        (doing == While::Starting || pause.hard).then(|| pause.clone())
+        pauses
+            .covers(
+                session_id,
+                &place.project_id,
+                &place.groups,
+                doing == While::Running,
+            )
+            .cloned()
     }
 
     /// Resolves when `prompt_id` is cancelled, the daemon shuts down, or a pause covers the
@@ -354,8 +377,13 @@ impl Stops {
             loop {
                 let held = pauses
                     .borrow_and_update()
-                    .covers(session_id, &place.project_id, &place.groups)
-                    .is_some_and(|pause| doing == While::Starting || pause.hard);
+                    .covers(
+                        session_id,
+                        &place.project_id,
+                        &place.groups,
+                        doing == While::Running,
+                    )
+                    .is_some();
                 if held {
                     return Stop::Pause;
                 }
@@ -512,14 +540,28 @@ impl Worker {
             }
             if let Some(stop) = end.requeue {
                 self.flush_end().await;
+                // A pause's requeue claims the session's head again in its own write: a
+                // resume that came first found the prompt still running and left it be.
+                let again = match stop {
+                    Stop::Pause => Some(match &self.claim {
+                        Some(claim) => ClaimBy::Daemon(claim.clone()),
+                        None => ClaimBy::Alone,
+                    }),
+                    _ => None,
+                };
                 let put_back = self
                     .shared
                     .ledger
                     .write(self.fence(RequeuePrompt {
                         prompt_id: prompt_id.clone(),
+                        again,
                     }))
                     .await;
-                let payload = match put_back {
+                let claimed = match &put_back {
+                    Ok((_, claimed)) => claimed.clone(),
+                    Err(_) => None,
+                };
+                let payload = match put_back.map(|(put_back, _)| put_back) {
                     Ok(PutBack::Cancelled) => Payload::PromptCancelled(PromptEnded {
                         error: Some("cancelled while its daemon shut down".into()),
                         ..PromptEnded::default()
@@ -537,7 +579,11 @@ impl Worker {
                     }),
                 };
                 self.event(Some(&prompt_id), None, payload).await;
-                return;
+                if claimed.is_none() {
+                    return;
+                }
+                next = claimed;
+                continue;
             }
             // The prompt's end is committed before its event is published, so that whoever
             // reacts to the event reads the final state.
@@ -580,16 +626,19 @@ impl Worker {
             let finished = self
                 .write_events_until_stored(Both(Both(last_run, finish), thread), vec![ended])
                 .await
-                .map(|((_, next), _)| next);
-            if finished.is_ok() {
-                self.tell_ended(&prompt_id, &text_head, &end);
+                .map(|((_, finished), _)| finished);
+            if let Ok(finished) = &finished {
+                self.tell_ended(&prompt_id, &text_head, &end, finished.paused.clone());
+                self.let_go(finished.released.clone());
             }
-            if shared_with_others && !matches!(finished, Ok(Some(_))) {
-                // A slot is free here: another session's queued prompt may take it.
+            let slot_free = shared_with_others && !matches!(&finished, Ok(f) if f.next.is_some());
+            // A slot is free here: another session's queued prompt may take it; or its end let
+            // heads go that only the claims take (a shared store: `store::dependencies`).
+            if slot_free || matches!(&finished, Ok(f) if f.released.unclaimed) {
                 self.shared.coordination.wake_claimer();
             }
             next = match finished {
-                Ok(next) => next,
+                Ok(finished) => finished.next,
                 Err(error) => {
                     tracing::error!(%error, prompt_id, "could not finish the prompt");
                     if self.stops.is_shutting_down() {
@@ -606,9 +655,21 @@ impl Worker {
         }
     }
 
+    /// Hands on what the end of a prompt here did to the prompts that run after it: the
+    /// failures it stored are published, the heads it claimed start on their sessions.
+    fn let_go(&self, released: Released) {
+        if !released.told.is_empty() {
+            self.shared.publisher.publish(released.told);
+        }
+        if !released.started.is_empty() {
+            self.elsewhere.do_send(StartElsewhere(released.started));
+        }
+    }
+
     /// Tells a person of a prompt's end (`actors::notifier`), and of the pause its failure
-    /// made (`pause_on_failure`), which the other workers of the project hold to from now on.
-    fn tell_ended(&self, prompt_id: &str, text: &str, end: &PromptEnd) {
+    /// made (`pause_on_failure`: the pauses in force then), which the other workers of the
+    /// project hold to from now on.
+    fn tell_ended(&self, prompt_id: &str, text: &str, end: &PromptEnd, paused: Option<Vec<Pause>>) {
         let kind = match end.status {
             PromptStatus::Done => NotifyKind::PromptDone,
             PromptStatus::Failed => NotifyKind::PromptFailed,
@@ -625,23 +686,17 @@ impl Worker {
             end.answer.as_deref(),
             end.error.as_deref(),
         ));
-        if kind != NotifyKind::PromptFailed {
+        let Some(pauses) = paused else {
             return;
+        };
+        let mine = PauseScope::Project(place.project_id.clone());
+        if let Some(pause) = pauses.iter().find(|pause| pause.scope == mine) {
+            self.shared.notifier.notify(Notification::paused(
+                pause,
+                place.told.project_kinds.clone(),
+            ));
         }
-        match self.shared.reload_pauses() {
-            Ok(true) => {
-                let mine = PauseScope::Project(place.project_id.clone());
-                let pauses = self.shared.pauses.watch().borrow().clone();
-                if let Some(pause) = pauses.0.iter().find(|pause| pause.scope == mine) {
-                    self.shared.notifier.notify(Notification::paused(
-                        pause,
-                        place.told.project_kinds.clone(),
-                    ));
-                }
-            }
-            Ok(false) => {}
-            Err(error) => tracing::warn!(%error, "the pauses could not be read"),
-        }
+        self.shared.pauses.replace(pauses);
     }
 
     fn is_fenced(&self) -> bool {

@@ -854,6 +854,8 @@ mod tests {
                 claim: None,
                 denied: 0,
                 policy: Default::default(),
+                after: Vec::new(),
+                after_any: false,
             },
             cwd: working_dir(&session, &project)
                 .to_string_lossy()

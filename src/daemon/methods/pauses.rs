@@ -13,7 +13,7 @@ use crate::Corral;
 impl Serve for PauseWork {
     async fn serve(caller: &Caller, p: PauseParams) -> Result<PauseResult, RpcError> {
         let corral = caller.corral();
-        let scope = scope(corral, &p.target)?;
+        let scope = scope(corral, &p.target, false)?;
         // A run may pause only its own session (`confine`): then it says so.
         let from_a_run = match caller.peer_pid {
             Some(peer) => crate::daemon::origin::find(peer, &corral.live_runs().await).is_some(),
@@ -36,7 +36,8 @@ impl Serve for PauseWork {
 impl Serve for ResumeWork {
     async fn serve(caller: &Caller, p: PauseTarget) -> Result<ResumeResult, RpcError> {
         let corral = caller.corral();
-        let scope = scope(corral, &p)?;
+        // A group removed since it was paused is still resumed: its pause is lifted.
+        let scope = scope(corral, &p, true)?;
         let (lifted, started, pauses) = corral.resume(scope).await?;
         Ok(ResumeResult {
             lifted,
@@ -52,8 +53,8 @@ impl Inspect for PauseList {
     }
 }
 
-/// The one scope `target` names, by id.
-fn scope(corral: &Corral, target: &PauseTarget) -> Result<PauseScope, RpcError> {
+/// The one scope `target` names, by id; `any_group`: a group that no longer exists too.
+fn scope(corral: &Corral, target: &PauseTarget, any_group: bool) -> Result<PauseScope, RpcError> {
     let named = usize::from(target.all)
         + usize::from(target.project.is_some())
         + usize::from(target.group.is_some())
@@ -71,8 +72,7 @@ fn scope(corral: &Corral, target: &PauseTarget) -> Result<PauseScope, RpcError> 
         return Ok(PauseScope::Session(resolve_session(corral, session)?.id));
     }
     if let Some(group) = &target.group {
-        let groups = corral.groups()?;
-        if !groups.iter().any(|known| &known.name == group) {
+        if !any_group && !corral.groups()?.iter().any(|known| &known.name == group) {
             return Err(RpcError::new(
                 code::NOT_FOUND,
                 format!("no execution group is named '{group}'"),

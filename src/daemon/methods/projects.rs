@@ -124,16 +124,9 @@ async fn change(caller: &Caller, p: ProjectSetParams, archive: bool) -> Result<P
         setup: clearing(p.setup),
         repo_root: None,
         pause_on_failure: p.pause_on_failure,
-        env: match (p.env.is_empty(), p.unset_env.is_empty()) {
-            (true, true) => None,
-            _ => {
-                let mut env = project.env.clone();
-                for name in &p.unset_env {
-                    env.0.remove(name);
-                }
-                env.0.extend(super::sessions::checked_env(p.env)?.0);
-                Some(env)
-            }
+        env: projects::EnvChange {
+            set: super::sessions::checked_env(p.env)?,
+            unset: p.unset_env,
         },
         notify: match p.notify.as_deref().map(str::trim) {
             None => None,

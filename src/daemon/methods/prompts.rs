@@ -38,6 +38,13 @@ impl Serve for PromptSend {
             .and_then(|id| judged.project(id))
             .cloned();
         let sender = caller.exec_id.borrow().clone();
+        let mut after: Vec<String> = Vec::with_capacity(p.after.len());
+        for selector in &p.after {
+            let id = resolve_prompt(corral, selector)?.id;
+            if !after.contains(&id) {
+                after.push(id);
+            }
+        }
         let enqueued = corral
             .send_to(
                 session,
@@ -53,6 +60,8 @@ impl Serve for PromptSend {
                     // Checked in the enqueue's own transaction: a take-over cannot slip in
                     // between the check and the queueing.
                     driver_generation: p.generation,
+                    after,
+                    after_any: p.after_any,
                 },
             )
             .await;
