@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use crate::actors::due::DueHandle;
 use crate::actors::ledger::{
     AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, ClaimDriver, CompleteExec,
     CreateProject, CreateSession, EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle,
@@ -25,7 +26,7 @@ use crate::store::drivers::{ClaimRefused, DriverClaim};
 use crate::store::events::Event;
 use crate::store::exec::{Exec, ExecCompletion, NewExec};
 use crate::store::location::Location;
-use crate::store::pauses::{Pause, PauseScope};
+use crate::store::pauses::{Pause, PauseScope, PausedBy};
 use crate::store::projects::{Isolation, NewProject, Project, ProjectChange};
 use crate::store::prompts::{CancelFound, ClaimBy, Enqueued, NewPrompt, NotQueued, Prompt};
 use crate::store::runs::Recovered;
@@ -192,6 +193,8 @@ impl CorralOptions {
 pub struct Corral {
     shared: Arc<Shared>,
     supervisor: SupervisorHandle,
+    /// Claims the prompts queued to start later when their time comes.
+    due: DueHandle,
     /// What boot reconciliation found.
     recovered: Arc<Recovered>,
     /// What the boot's check of a SQLite file found (`store::check_integrity`).
@@ -375,6 +378,7 @@ impl Corral {
                 shared.git.clone(),
             ));
         }
+        let due = DueHandle::start(shared.clone(), supervisor.clone());
         let listener = match (&location, lease) {
             (Location::Postgres(url), Some((_, wanted))) => Some(crate::actors::claims::start(
                 shared.clone(),
@@ -389,6 +393,7 @@ impl Corral {
             _listener: Arc::new(listener),
             shared,
             supervisor,
+            due,
             recovered: Arc::new(recovered),
             _lock: Arc::new(lock),
         })
@@ -600,25 +605,25 @@ impl Corral {
     /// Pauses `scope` (`store::pauses`): none of its queued prompts starts a run until it is
     /// resumed, and a prompt of it waiting for a slot or a retry goes back to the head of its
     /// queue; `hard` (`--now`) interrupts its running prompts too, which go back the same
-    /// way. A scope paused already stays as it was, only hardened by `hard`. `reason` says
-    /// who paused it. Returns the pauses in force.
+    /// way. A scope paused already stays as it was, only hardened by `hard`. Returns the
+    /// pauses in force.
     pub async fn pause(
         &self,
         scope: PauseScope,
-        reason: &str,
+        by: PausedBy,
         hard: bool,
     ) -> Result<Vec<Pause>, CorralError> {
         let scope_made = scope.clone();
         let write = crate::actors::ledger::SetPause {
             scope,
-            reason: reason.to_string(),
+            reason: by.reason().to_string(),
             hard,
         };
         let pauses = self.shared.ledger.write(write).await?;
         // The workers watch it: those it covers stop as it says.
         self.shared.pauses.replace(pauses.clone());
         // A person knows of their own pause; one an agent made is told.
-        if reason != "by a person" {
+        if by != PausedBy::Person {
             if let Some(pause) = pauses.iter().find(|pause| pause.scope == scope_made) {
                 self.shared
                     .notifier
@@ -785,6 +790,15 @@ impl Corral {
         // What the protocol could not carry in one line is refused here too (one line, naming
         // the limit), so that the library and the daemon take the same prompts.
         crate::protocol::check_prompt_size(&prompt.text).map_err(CorralError::Invalid)?;
+        if let Some(at) = prompt.due_at {
+            // A second's grace: the time a sender took to say "now".
+            if at < crate::store::now_ms() - 1_000 {
+                return Err(CorralError::Invalid(format!(
+                    "the prompt would be due in the past ({})",
+                    crate::clock::local_time(at)
+                )));
+            }
+        }
         let mut images = Vec::with_capacity(prompt.images.len());
         for image in &prompt.images {
             let path = Path::new(image);
@@ -860,6 +874,13 @@ impl Corral {
                 NotQueued::Superseded(claim) => CorralError::Superseded(claim),
                 NotQueued::After(why) => CorralError::Invalid(why),
             })?;
+        if let Some(at) = enqueued
+            .prompt
+            .due_at
+            .filter(|_| enqueued.started.is_none())
+        {
+            self.due.queued(at);
+        }
         if let Some(started) = enqueued.started.clone() {
             self.supervisor.dispatch(started);
         } else if let Some(project) = project

@@ -2048,3 +2048,31 @@ fn a_long_history_reaches_the_client() {
     assert!(history.prompts.iter().all(|p| p.text.len() > 100_000));
     assert!(status.daemon.is_some());
 }
+
+/// `prompt.send`'s `due_at` and `after` refused as the CLI would refuse them, for a client that
+/// is not the CLI: a time past, a prompt that does not exist; nothing is stored.
+#[test]
+fn a_send_due_in_the_past_or_after_nothing_is_refused() {
+    let daemon = Daemon::start(&[]);
+    let mut conn = daemon.connect();
+    let session = daemon.session(&mut conn, "later");
+    let past = conn.request(
+        "prompt.send",
+        json!({ "session": session, "text": "x", "due_at": 1_000 }),
+    );
+    assert_eq!(error_code(&past), -32602, "{past}");
+    assert!(
+        past["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("would be due in the past"),
+        "{past}"
+    );
+    let nothing = conn.request(
+        "prompt.send",
+        json!({ "session": session, "text": "x", "after": ["0000"] }),
+    );
+    assert_eq!(error_code(&nothing), -32004, "{nothing}");
+    let history = conn.call("history", json!({ "session": session }));
+    assert_eq!(history["prompts"], json!([]), "{history}");
+}

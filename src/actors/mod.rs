@@ -12,6 +12,8 @@
 //! - [`shared`]: what the supervisor and the actors it starts share (not an actor), with its
 //!   parts [`life`] (running, draining, shut down; the working count) and [`coordination`]
 //!   (alone on the store, or among other daemons under a lease).
+//! - [`due`]: the timer that claims a prompt queued to start later (`send --at/--in`) when
+//!   its time comes.
 //! - [`notifier`]: notifications to a person (a command hook, a webhook, the desktop), each
 //!   channel on a bounded queue of its own so that none delays the supervisor.
 //! - [`worktree`]: a session's git worktree, made, merged and removed for its session actor
@@ -22,6 +24,7 @@ pub mod app_servers;
 pub mod asks;
 pub mod claims;
 pub mod coordination;
+pub mod due;
 pub mod ledger;
 pub mod life;
 pub mod notifier;

@@ -1,5 +1,5 @@
 //! `corral send SESSION PROMPT… [--image F]… [--wait] [--read-only] [--take-over]
-//! [--after PROMPT]… [--after-any]`: queues a prompt on a session. A PROMPT of `-` alone reads the prompt from stdin, byte for byte (for
+//! [--after PROMPT]… [--after-any] [--at TIME | --in DURATION]`: queues a prompt on a session. A PROMPT of `-` alone reads the prompt from stdin, byte for byte (for
 //! text that is long — one argv string holds at most 128 KiB — or that a shell would mangle).
 //!
 //! Without `--wait` it prints the prompt's id and whether it runs now or waits its turn.
@@ -83,6 +83,13 @@ pub struct SendArgs {
     /// With --after: run however they ended.
     #[arg(long, requires = "after")]
     pub after_any: bool,
+    /// Start it no sooner than TIME: 2026-12-08T09:00:00Z, a local 2026-12-08 09:00, or 09:00
+    /// (its next coming). It waits queued, with its due time, until then.
+    #[arg(long, value_name = "TIME", value_parser = due_at, conflicts_with = "due_in")]
+    pub at: Option<i64>,
+    /// Start it no sooner than DURATION from now (90s, 5m, 2h).
+    #[arg(long = "in", value_name = "DURATION", value_parser = due_in)]
+    pub due_in: Option<i64>,
     /// With --wait: take the session over from a driver that is still live.
     #[arg(long, requires = "wait")]
     pub take_over: bool,
@@ -214,7 +221,18 @@ fn print_sent(json: bool, prompt: &Value) -> Result<(), CliError> {
         serde_json::to_string_pretty(prompt).expect("values serialize")
     } else {
         let prompt = remote::read_answer::<PromptSend>(prompt.clone())?;
-        format!("{} {}", prompt.id, prompt.status.as_str())
+        match prompt
+            .due_at
+            .filter(|_| prompt.status == PromptStatus::Queued)
+        {
+            Some(at) => format!(
+                "{} {} (due {})",
+                prompt.id,
+                prompt.status.as_str(),
+                crate::clock::local_time(at)
+            ),
+            None => format!("{} {}", prompt.id, prompt.status.as_str()),
+        }
     };
     match writeln!(std::io::stdout(), "{text}") {
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -236,9 +254,26 @@ impl SendArgs {
             generation,
             after: self.after.clone(),
             after_any: self.after_any,
+            due_at: self.at.or(self.due_in),
             exec: None,
         }
     }
+}
+
+/// `--at`'s time (ms), read now; a time that has passed is a usage error.
+fn due_at(text: &str) -> Result<i64, String> {
+    let now = crate::clock::now_ms();
+    let at = crate::clock::parse_at(text, now)?;
+    match at > now {
+        true => Ok(at),
+        false => Err(format!("{} is in the past", crate::clock::local_time(at))),
+    }
+}
+
+/// `--in`'s time (ms): now and the duration.
+fn due_in(text: &str) -> Result<i64, String> {
+    let wait = crate::clock::parse_duration(text)?;
+    Ok(crate::clock::now_ms().saturating_add(wait.as_millis().min(i64::MAX as u128) as i64))
 }
 
 pub async fn execute(context: &Context, args: &SendArgs) -> Result<Exit, CliError> {

@@ -40,7 +40,7 @@ pub struct WaitArgs {
     #[arg(long)]
     pub all: bool,
     /// Give up after this long: `90`, `90s`, `500ms`, `5m`, `2h` (exit 124).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = crate::clock::parse_duration)]
     pub timeout: Option<Duration>,
     /// Print the prompts as they ended, as JSON (one array).
     #[arg(long)]
@@ -158,44 +158,7 @@ async fn pending_of(
     ))
 }
 
-/// `90`, `90s`, `500ms`, `5m`, `2h`: a duration.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration (90, 90s, 500ms, 5m, 2h)"))?;
-    let millis = match unit {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("'{text}': the unit is one of ms, s, m, h")),
-    };
-    Ok(Duration::from_millis(number.saturating_mul(millis)))
-}
-
 /// A duration as a person reads it (`1.5 s`).
 fn said(duration: Duration) -> String {
     format!("{} s", duration.as_secs_f64())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_with_or_without_their_unit() {
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 }

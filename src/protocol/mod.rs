@@ -631,6 +631,7 @@ mod wire_tests {
             policy: Default::default(),
             after: vec!["p0".into()],
             after_any: true,
+            due_at: Some(4),
         }
     }
 

@@ -63,6 +63,9 @@ pub struct Prompt {
     /// Whether it runs after them however they ended (`--after-any`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_any: bool,
+    /// Not to start before this time (ms; `send --at/--in`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<i64>,
 }
 
 impl From<&prompts::Prompt> for Prompt {
@@ -83,6 +86,7 @@ impl From<&prompts::Prompt> for Prompt {
             denied: p.denied,
             after: p.after.clone(),
             after_any: p.after_any,
+            due_at: p.due_at,
         }
     }
 }
@@ -162,6 +166,10 @@ pub struct SendParams {
     /// Runs after `after` however they ended.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_any: bool,
+    /// Not to start before this time (ms since the epoch; `send --at/--in`); refused when it
+    /// is in the past.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<i64>,
     /// The caller's own exec, recorded by the daemon (a compatible addition; a daemon whose
     /// `initialize` answers `records_execs: true` honours it): its start before the prompt is
     /// queued, its end with this request's answer (exit 0 for a prompt, 1 for an error).

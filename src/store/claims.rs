@@ -286,6 +286,8 @@ pub(crate) fn claim_work(
                          OFFSET 0) h \
                   WHERE q.session_id <> ALL (", running_sessions_sql!(), ") \
                     AND NOT ", waiting_sql!("q.prompt_id"), " \
+                    AND NOT EXISTS (SELECT 1 FROM prompts dp WHERE dp.id = q.prompt_id \
+                                       AND dp.due_at > corral_now_ms()) \
                     AND NOT (?3 AND h.shared AND h.project_id = ANY (", held_projects_sql!(), ")) \
                     AND (?4::bigint IS NULL OR (q.created_at, q.prompt_id) > (?4::bigint, ?5::text)) \
                   ORDER BY q.created_at, q.prompt_id LIMIT ?6"

@@ -531,6 +531,15 @@ CREATE TABLE prompt_after (
 CREATE INDEX prompt_after_by_after ON prompt_after(after_id);
 "#,
     },
+    Migration {
+        name: "due times",
+        sql: r#"
+-- `send --at/--in` (#35): a prompt not to start before `due_at` (ms; NULL: as soon as it may).
+-- The daemon's timer asks for the earliest one still queued (`prompts::next_due`).
+ALTER TABLE prompts ADD COLUMN due_at INTEGER;
+CREATE INDEX prompts_due ON prompts(due_at) WHERE status = 'queued' AND due_at IS NOT NULL;
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

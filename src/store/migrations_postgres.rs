@@ -508,6 +508,11 @@ CREATE TABLE prompt_after (
 );
 CREATE INDEX prompt_after_by_after ON prompt_after(after_id);
 "#,
+    // 21: due times
+    r#"
+ALTER TABLE prompts ADD COLUMN due_at BIGINT;
+CREATE INDEX prompts_due ON prompts(due_at) WHERE status = 'queued' AND due_at IS NOT NULL;
+"#,
 ];
 
 #[cfg(test)]

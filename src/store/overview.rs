@@ -271,14 +271,16 @@ const SESSIONS: &str = concat!(
            running.phase, running.phase_reason, running.phase_until, \
            (SELECT pz.scope || ':' || pz.reason FROM pauses pz WHERE ",
     covers_sql!("s"),
-    " ORDER BY pz.paused_at LIMIT 1), \
+    " ORDER BY pz.paused_at, pz.scope, pz.target LIMIT 1), \
            (SELECT pz.target FROM pauses pz WHERE ",
     covers_sql!("s"),
-    " ORDER BY pz.paused_at LIMIT 1), \
+    " ORDER BY pz.paused_at, pz.scope, pz.target LIMIT 1), \
            (SELECT d.after_id FROM queue_heads h JOIN prompt_after d ON d.prompt_id = h.prompt_id \
               JOIN prompts a ON a.id = d.after_id \
              WHERE h.session_id = s.id AND a.status IN ('queued', 'running') \
-             ORDER BY a.created_at, a.id LIMIT 1) \
+             ORDER BY a.created_at, a.id LIMIT 1), \
+           (SELECT p.due_at FROM queue_heads h JOIN prompts p ON p.id = h.prompt_id \
+             WHERE h.session_id = s.id) \
          FROM sessions s \
          LEFT JOIN projects p ON p.id = s.project_id \
          LEFT JOIN prompts running ON running.session_id = s.id AND running.status = 'running' \
@@ -372,10 +374,18 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
             ),
         }
     } else if queued > 0 {
-        // Its next prompt runs after one that has not ended (`store::dependencies`).
-        let after = match row.get::<Option<String>>(22)? {
-            Some(after) => format!("; the next runs after prompt {after}"),
-            None => String::new(),
+        // Its next prompt runs after one that has not ended (`store::dependencies`), or is
+        // not due yet (`send --at/--in`: `until` is its due time).
+        let due = row
+            .get::<Option<i64>>(23)?
+            .filter(|at| *at > super::now_ms());
+        let after = match (row.get::<Option<String>>(22)?, due) {
+            (Some(after), _) => format!("; the next runs after prompt {after}"),
+            (None, Some(at)) => {
+                until = Some(at);
+                format!("; the next is due at {}", crate::clock::local_time(at))
+            }
+            (None, None) => String::new(),
         };
         (
             SessionState::Queued,
@@ -397,7 +407,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     };
     let next_action = match state {
         SessionState::NeedsYou => format!("corral approvals --session {id}"),
-        SessionState::Paused => resume.unwrap_or_else(|| "corral pause list".to_string()),
+        SessionState::Paused => resume.unwrap_or_else(|| "corral pause".to_string()),
         SessionState::Working
         | SessionState::WaitingForSlot
         | SessionState::BackingOff

@@ -16,6 +16,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::sql::{self, args, Conn, Row};
 
+/// Who paused a scope by hand (`pause_on_failure` pauses name the failed prompt instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausedBy {
+    Person,
+    /// A run's agent, its own session.
+    Agent,
+}
+
+impl PausedBy {
+    /// The pause's stored reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            PausedBy::Person => "by a person",
+            PausedBy::Agent => "by its own agent",
+        }
+    }
+}
+
 /// What a pause covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "scope", content = "target", rename_all = "lowercase")]

@@ -111,6 +111,16 @@ pub struct Prompt {
     /// cancelled one fails it.
     #[serde(default)]
     pub after_any: bool,
+    /// Not to start before this time (ms; `send --at/--in`): it waits queued until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<i64>,
+}
+
+impl Prompt {
+    /// Whether it is not due yet at `now` (ms).
+    pub fn due_later(&self, now: i64) -> bool {
+        self.due_at.is_some_and(|at| at > now)
+    }
 }
 
 /// SQL: a prompt's columns as [`prompt_row`] reads them, each name after `$table` (`""`, or
@@ -153,7 +163,9 @@ macro_rules! prompt_columns {
             $table,
             "runs_after, ",
             $table,
-            "runs_after_any"
+            "runs_after_any, ",
+            $table,
+            "due_at"
         )
     };
 }
@@ -196,6 +208,7 @@ fn prompt_at(row: &Row<'_>, first: usize) -> sql::Result<Prompt> {
             .map(json_list)
             .unwrap_or_default(),
         after_any: row.get(first + 17)?,
+        due_at: row.get(first + 18)?,
     })
 }
 
@@ -257,6 +270,8 @@ pub struct NewPrompt {
     pub after: Vec<String>,
     /// See [`Prompt::after_any`].
     pub after_any: bool,
+    /// See [`Prompt::due_at`].
+    pub due_at: Option<i64>,
 }
 
 /// What [`enqueue`] decided.
@@ -326,11 +341,12 @@ pub(crate) fn enqueue(
         policy: new.policy,
         after: new.after.clone(),
         after_any: new.after_any && !new.after.is_empty(),
+        due_at: new.due_at,
     };
     connection.run_later(
         "INSERT INTO prompts (id, session_id, text, images, read_only, status, sender_exec_id, \
-         created_at, policy, runs_after, runs_after_any) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10)",
+         created_at, policy, runs_after, runs_after_any, due_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11)",
         args![
             queued.id,
             queued.session_id,
@@ -343,6 +359,7 @@ pub(crate) fn enqueue(
             (!queued.after.is_empty())
                 .then(|| serde_json::to_string(&queued.after).expect("strings serialize")),
             queued.after_any,
+            queued.due_at,
         ],
     )?;
     dependencies::record(connection, &queued.id, &queued.after, queued.after_any)?;
@@ -483,8 +500,10 @@ fn claim_next_looking(
     };
     let taken_here = match claimer {
         // A paused session's prompts wait queued (`store::pauses`), and so does a head that
-        // runs after a prompt that has not ended (`store::dependencies`).
+        // runs after a prompt that has not ended (`store::dependencies`), or that is not due
+        // yet (the daemon's timer claims it then, `actors::due`).
         _ if (paused || waiting) && next.is_some() => false,
+        _ if next.as_ref().is_some_and(|head| head.due_later(now_ms())) => false,
         Claimer::Daemon(_) => match (&next, asked) {
             (Some(_), _) if worktree_elsewhere => false,
             (Some(head), Some(rivals)) => {
@@ -831,8 +850,39 @@ pub(crate) fn edit(
     })
 }
 
+/// Claims, for `claimer`, the queued heads that are due at `now` (`send --at/--in`), each as
+/// its session allows (`claim_next`: nothing running, no pause, nothing it runs after left).
+pub(crate) fn claim_due(
+    connection: &Conn,
+    now: i64,
+    claimer: Claimer<'_>,
+) -> sql::Result<Vec<Prompt>> {
+    let sessions: Vec<String> = connection.rows(
+        "SELECT q.session_id FROM queue_heads q JOIN prompts p ON p.id = q.prompt_id \
+          WHERE p.due_at IS NOT NULL AND p.due_at <= ?1 ORDER BY p.due_at, q.prompt_id",
+        args![now],
+        |row| row.get(0),
+    )?;
+    let mut claimed = Vec::new();
+    for session_id in sessions {
+        claimed.extend(claim_next(connection, &session_id, None, claimer, None)?);
+    }
+    Ok(claimed)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reads.
+
+/// The earliest time after `now` a queued prompt is due (what the daemon's timer sleeps
+/// until); one seek of the partial index of due prompts.
+pub fn next_due(connection: &Conn, now: i64) -> sql::Result<Option<i64>> {
+    connection.row(
+        "SELECT min(due_at) FROM prompts WHERE status = 'queued' AND due_at IS NOT NULL \
+            AND due_at > ?1",
+        args![now],
+        |row| row.get(0),
+    )
+}
 
 /// The session's prompt that runs now, else its oldest queued one: work that would use its
 /// worktree.

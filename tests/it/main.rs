@@ -28,6 +28,7 @@ mod crash_recovery;
 mod dashboard;
 mod demo;
 mod dependencies;
+mod due;
 mod engine_input;
 mod environment;
 mod events_feed;

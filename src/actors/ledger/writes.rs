@@ -221,6 +221,13 @@ ledger_write!(
     }
 );
 
+ledger_write!(
+    /// Claims, for `claimer`, the queued heads due at `now` (`actors::due`); replies with them,
+    /// now running. A store's only daemon's: on a shared store the claims take them.
+    ClaimDue { now: i64, claimer: prompts::ClaimBy } -> Vec<prompts::Prompt>,
+    |this, connection| Ok::<_, StoreError>(prompts::claim_due(connection, this.now, this.claimer.as_claimer())?)
+);
+
 /// The `corral_work` notice that the pauses changed: every daemon reads them again, and
 /// claims what a lifted pause held.
 pub const PAUSE_NOTICE: &str = "z";

@@ -856,6 +856,7 @@ mod tests {
                 policy: Default::default(),
                 after: Vec::new(),
                 after_any: false,
+                due_at: None,
             },
             cwd: working_dir(&session, &project)
                 .to_string_lossy()

@@ -7,7 +7,7 @@ use crate::protocol::{
     code, NoParams, PauseList, PauseParams, PauseResult, PauseTarget, PauseWork, ResumeResult,
     ResumeWork, RpcError,
 };
-use crate::store::pauses::{self, Pause, PauseScope};
+use crate::store::pauses::{self, Pause, PauseScope, PausedBy};
 use crate::Corral;
 
 impl Serve for PauseWork {
@@ -19,11 +19,11 @@ impl Serve for PauseWork {
             Some(peer) => crate::daemon::origin::find(peer, &corral.live_runs().await).is_some(),
             None => false,
         };
-        let reason = match from_a_run {
-            true => "by its own agent",
-            false => "by a person",
+        let by = match from_a_run {
+            true => PausedBy::Agent,
+            false => PausedBy::Person,
         };
-        let pauses = corral.pause(scope.clone(), reason, p.now).await?;
+        let pauses = corral.pause(scope.clone(), by, p.now).await?;
         let pause = pauses
             .iter()
             .find(|pause| pause.scope == scope)

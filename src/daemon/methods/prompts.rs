@@ -62,6 +62,7 @@ impl Serve for PromptSend {
                     driver_generation: p.generation,
                     after,
                     after_any: p.after_any,
+                    due_at: p.due_at,
                 },
             )
             .await;
