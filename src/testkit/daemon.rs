@@ -127,6 +127,19 @@ impl DaemonHome {
             .unwrap_or_else(|| panic!("no prompt {id} in {history}"))
     }
 
+    /// The state of `session` as `session show --json` says it (`state`, `reason`,
+    /// `next_action`).
+    pub fn state_of(&self, session: &str) -> Value {
+        self.json(&["session", "show", session, "--json"])["state"].clone()
+    }
+
+    /// Blocks until prompt `id` ends (`corral wait`, a minute at most): its exit code, 0 done,
+    /// 1 failed, 4 cancelled.
+    pub fn wait_prompt(&self, id: &str) -> i32 {
+        let waited = self.run(&["wait", id, "--timeout", "60s"]);
+        waited.status.code().expect("corral wait exits")
+    }
+
     /// The runs of prompt `id` of `session`, in order, as `history --json` shows them.
     pub fn runs_of(&self, session: &str, id: &str) -> Vec<Value> {
         self.json(&["history", session, "--json"])["runs"]

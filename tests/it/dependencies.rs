@@ -14,14 +14,6 @@ fn sent_id(sent: &str) -> String {
     sent.split_whitespace().next().unwrap().to_string()
 }
 
-/// Blocks until the prompt ends (`corral wait`), returning its exit code.
-fn wait(home: &DaemonHome, id: &str) -> i32 {
-    home.run(&["wait", id, "--timeout", "60s"])
-        .status
-        .code()
-        .unwrap()
-}
-
 fn prompt(home: &DaemonHome, session: &str, id: &str) -> Value {
     home.prompt_of(session, id)
 }
@@ -37,18 +29,6 @@ fn sessions(home: &DaemonHome, titles: &[&str]) {
     }
 }
 
-/// The session's line in `monitor --json`: its state and the reason for it.
-fn state(home: &DaemonHome, session: &str) -> Value {
-    let overview = home.json(&["monitor", "--json"]);
-    overview["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|item| item["title"] == session)
-        .cloned()
-        .unwrap_or_else(|| panic!("no {session} in {overview}"))
-}
-
 #[test]
 fn a_chain_across_three_sessions_runs_in_order() {
     let home = DaemonHome::new();
@@ -59,7 +39,7 @@ fn a_chain_across_three_sessions_runs_in_order() {
     let second = sent_id(&second);
     let third = sent_id(&home.ok(&["send", "c", "--after", &second, "ship it"]));
     // Both wait, each saying what for, while the first runs.
-    let waiting = state(&home, "b");
+    let waiting = home.state_of("b");
     assert_eq!(waiting["state"], "queued", "{waiting}");
     assert!(
         waiting["reason"]
@@ -71,7 +51,7 @@ fn a_chain_across_three_sessions_runs_in_order() {
     let shown = prompt(&home, "c", &third);
     assert_eq!(shown["after"], serde_json::json!([second]), "{shown}");
     assert_eq!(prompt(&home, "b", &second)["status"], "queued");
-    assert_eq!(wait(&home, &third), 0, "the last of the chain is done");
+    assert_eq!(home.wait_prompt(&third), 0, "the last of the chain is done");
     let (a, b, c) = (
         prompt(&home, "a", &first),
         prompt(&home, "b", &second),
@@ -104,7 +84,7 @@ fn a_failed_or_cancelled_dependency_fails_what_runs_after_it_unless_after_any() 
     assert_eq!(prompt(&home, "d", &anyway)["after_any"], true);
     assert_eq!(prompt(&home, "b", &behind)["status"], "queued");
     home.ok(&["cancel", &first]);
-    assert_eq!(wait(&home, &third), 1, "failed in turn");
+    assert_eq!(home.wait_prompt(&third), 1, "failed in turn");
     let failed = prompt(&home, "b", &second);
     assert_eq!(failed["status"], "failed");
     assert_eq!(
@@ -115,8 +95,8 @@ fn a_failed_or_cancelled_dependency_fails_what_runs_after_it_unless_after_any() 
         prompt(&home, "c", &third)["error"],
         format!("prompt {second} it runs after failed")
     );
-    assert_eq!(wait(&home, &anyway), 0, "--after-any runs it anyway");
-    assert_eq!(wait(&home, &behind), 0, "its session goes on");
+    assert_eq!(home.wait_prompt(&anyway), 0, "--after-any runs it anyway");
+    assert_eq!(home.wait_prompt(&behind), 0, "its session goes on");
     // Nothing of the failed ones ever ran.
     assert!(home.runs_of("b", &second).is_empty());
     assert!(home.runs_of("c", &third).is_empty());
@@ -125,7 +105,7 @@ fn a_failed_or_cancelled_dependency_fails_what_runs_after_it_unless_after_any() 
     let queued = sent_id(&home.ok(&["send", "a", "queued behind"]));
     let after_queued = sent_id(&home.ok(&["send", "d", "--after", &queued, "then"]));
     home.ok(&["cancel", &queued]);
-    assert_eq!(wait(&home, &after_queued), 1);
+    assert_eq!(home.wait_prompt(&after_queued), 1);
     home.ok(&["cancel", &hold]);
     home.stop_daemon();
 }
@@ -135,7 +115,7 @@ fn a_bad_dependency_is_one_line_and_stores_nothing() {
     let home = DaemonHome::new();
     sessions(&home, &["a"]);
     let failed = sent_id(&home.ok(&["send", "a", "@fake fail=fatal\nbroken"]));
-    assert_eq!(wait(&home, &failed), 1);
+    assert_eq!(home.wait_prompt(&failed), 1);
     let before = home.sql("SELECT count(*) FROM prompts");
     let said = home.fails(&["send", "a", "--after", "nosuch", "x"], 1);
     assert_eq!(said.lines().count(), 1, "{said}");
@@ -151,6 +131,6 @@ fn a_bad_dependency_is_one_line_and_stores_nothing() {
     assert_eq!(home.sql("SELECT count(*) FROM prompts"), before);
     // With --after-any it is queued, and runs.
     let anyway = sent_id(&home.ok(&["send", "a", "--after", &failed, "--after-any", "x"]));
-    assert_eq!(wait(&home, &anyway), 0);
+    assert_eq!(home.wait_prompt(&anyway), 0);
     home.stop_daemon();
 }

@@ -6,32 +6,11 @@
 use crate::common;
 
 use common::daemon::DaemonHome;
-use serde_json::Value;
 
 const FAKE: &str = env!("CARGO_BIN_EXE_corral-fake-engine");
 
 fn sent_id(sent: &str) -> String {
     sent.split_whitespace().next().unwrap().to_string()
-}
-
-/// Blocks until the prompt ends (`corral wait`), returning its exit code.
-fn wait(home: &DaemonHome, id: &str) -> i32 {
-    home.run(&["wait", id, "--timeout", "60s"])
-        .status
-        .code()
-        .unwrap()
-}
-
-/// The session's line in `monitor --json`.
-fn state(home: &DaemonHome, session: &str) -> Value {
-    let overview = home.json(&["monitor", "--json"]);
-    overview["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|item| item["title"] == session)
-        .cloned()
-        .unwrap_or_else(|| panic!("no {session} in {overview}"))
 }
 
 #[test]
@@ -46,7 +25,7 @@ fn a_prompt_for_later_waits_with_its_due_time_and_starts_then() {
     let queued = home.prompt_of("s", &later);
     assert_eq!(queued["status"], "queued", "{queued}");
     let due_at = queued["due_at"].as_i64().expect("its due time is shown");
-    let shown = state(&home, "s");
+    let shown = home.state_of("s");
     assert_eq!(shown["state"], "queued", "{shown}");
     assert!(
         shown["reason"]
@@ -55,7 +34,7 @@ fn a_prompt_for_later_waits_with_its_due_time_and_starts_then() {
             .contains("the next is due at"),
         "{shown}"
     );
-    assert_eq!(wait(&home, &behind), 0);
+    assert_eq!(home.wait_prompt(&behind), 0);
     let (first, second) = (home.prompt_of("s", &later), home.prompt_of("s", &behind));
     assert_eq!(first["status"], "done", "{first}");
     assert!(first["started_at"].as_i64().unwrap() >= due_at, "{first}");
@@ -74,7 +53,7 @@ fn a_prompt_for_later_outlasts_a_restart() {
     home.stop_daemon();
     home.start_daemon();
     // The new daemon's timer was armed from the store: nothing sends to wake it.
-    assert_eq!(wait(&home, &later), 0);
+    assert_eq!(home.wait_prompt(&later), 0);
     let done = home.prompt_of("s", &later);
     assert!(
         done["started_at"].as_i64() >= done["due_at"].as_i64(),

@@ -28,10 +28,6 @@ fn status_of(home: &DaemonHome, session: &str, id: &str) -> String {
         .to_string()
 }
 
-fn state(home: &DaemonHome, session: &str) -> Value {
-    home.json(&["session", "show", session, "--json"])["state"].clone()
-}
-
 fn runs_of(home: &DaemonHome, session: &str, id: &str) -> Vec<Value> {
     home.runs_of(session, id)
 }
@@ -49,7 +45,7 @@ fn a_paused_session_holds_its_queue_across_a_restart_until_resumed() {
     let second = sent_id(&home.ok(&["send", "s", "second"]));
     assert_eq!(status_of(&home, "s", &first), "queued");
     assert_eq!(status_of(&home, "s", &second), "queued");
-    let shown = state(&home, "s");
+    let shown = home.state_of("s");
     assert_eq!(shown["state"], "paused", "{shown}");
     let reason = shown["reason"].as_str().unwrap();
     assert!(reason.contains("by a person"), "{reason}");
@@ -113,7 +109,7 @@ fn a_run_goes_on_under_a_pause_and_now_interrupts_it_back_to_the_head() {
             .is_some_and(|run| run["pid"].is_i64())
     });
     home.ok(&["pause", "s"]);
-    let shown = state(&home, "s");
+    let shown = home.state_of("s");
     assert_eq!(
         shown["state"], "working",
         "a run under way is shown: {shown}"
@@ -122,7 +118,7 @@ fn a_run_goes_on_under_a_pause_and_now_interrupts_it_back_to_the_head() {
         status_of(&home, "s", &long) == "done"
     });
     assert_eq!(status_of(&home, "s", &next), "queued", "held by the pause");
-    assert_eq!(state(&home, "s")["state"], "paused");
+    assert_eq!(home.state_of("s")["state"], "paused");
     home.ok(&["resume", "s"]);
     wait_until("the next prompt ends", || {
         status_of(&home, "s", &next) == "done"
@@ -187,13 +183,13 @@ fn a_prompt_waiting_for_a_slot_or_a_retry_goes_back_to_its_queue() {
     });
     let waiting = sent_id(&home.ok(&["send", "b", "waits"]));
     wait_until("b waits for a slot", || {
-        state(&home, "b")["state"] == "waiting-for-slot"
+        home.state_of("b")["state"] == "waiting-for-slot"
     });
     home.ok(&["pause", "b"]);
     wait_until("b's prompt is back in its queue", || {
         status_of(&home, "b", &waiting) == "queued"
     });
-    assert_eq!(state(&home, "b")["state"], "paused");
+    assert_eq!(home.state_of("b")["state"], "paused");
     wait_until("a ends", || status_of(&home, "a", &long) == "done");
     assert_eq!(
         status_of(&home, "b", &waiting),
@@ -209,7 +205,7 @@ fn a_prompt_waiting_for_a_slot_or_a_retry_goes_back_to_its_queue() {
     // A retry's delay: the prompt goes back to the queue, and its next run waits for resume.
     let limited = sent_id(&home.ok(&["send", "a", "@fake rate-limit=1\nlimited"]));
     wait_until("a backs off", || {
-        state(&home, "a")["state"] == "backing-off"
+        home.state_of("a")["state"] == "backing-off"
     });
     home.ok(&["pause", "a"]);
     wait_until("a's prompt is back in its queue", || {
@@ -252,7 +248,7 @@ fn a_paused_group_or_project_holds_arriving_prompts_and_others_run() {
         status_of(&home, "free", &free) == "done"
     });
     assert_eq!(status_of(&home, "held", &held), "queued");
-    let shown = state(&home, "held");
+    let shown = home.state_of("held");
     assert_eq!(shown["state"], "paused", "{shown}");
     assert!(
         shown["reason"].as_str().unwrap().contains("group nightly"),
@@ -277,7 +273,7 @@ fn a_paused_group_or_project_holds_arriving_prompts_and_others_run() {
     home.ok(&["pause", "--all"]);
     let later = sent_id(&home.ok(&["send", "free", "three"]));
     assert_eq!(status_of(&home, "free", &later), "queued");
-    assert_eq!(state(&home, "free")["state"], "paused");
+    assert_eq!(home.state_of("free")["state"], "paused");
     home.ok(&["resume", "--all"]);
     wait_until("the prompt sent under the pause ends", || {
         status_of(&home, "free", &later) == "done"
@@ -316,7 +312,7 @@ fn pause_on_failure_pauses_the_project_at_its_first_failure() {
         reason,
         format!("prompt {failing} failed (pause_on_failure)")
     );
-    let shown = state(&home, "s");
+    let shown = home.state_of("s");
     assert_eq!(shown["state"], "paused", "{shown}");
     assert_eq!(shown["next_action"], "corral resume --project p");
     home.ok(&["resume", "--project", "p"]);
