@@ -1271,3 +1271,35 @@ fn a_person_approves_what_the_agent_asks_from_the_page() {
     assert_eq!(answered[0]["status"], "approved", "{answered}");
     assert_eq!(answered[0]["answered_by"], "person", "{answered}");
 }
+
+/// The session page's queue says what each queued prompt waits for besides its turn: the
+/// prompts it runs after (`send --after`) and its due time (`send --in`).
+#[test]
+fn the_queue_shows_what_a_prompt_runs_after_and_when_it_is_due() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, ids) = Dashboard::start(&["build", "review"]);
+    let home = &dashboard.home;
+    let first = home.ok(&["send", "build", "@fake hang\nbuild it"]);
+    let first = first.split_whitespace().next().unwrap().to_string();
+    home.ok(&[
+        "send",
+        "review",
+        "--after",
+        &first,
+        "--after-any",
+        "review it",
+    ]);
+    home.ok(&["send", "review", "--in", "1h", "and later"]);
+    let browser = Browser::start("queue", home.path());
+    dashboard.log_in(&browser);
+    dashboard.open(&browser, &format!("#/sessions/{}", ids[1]));
+    browser.wait_for_text(
+        "[data-testid=queued-after]",
+        &format!("after {} (any end)", &first[..18]),
+    );
+    browser.wait_for_text("[data-testid=queued-due]", "due ");
+    screenshot(&browser, "session-queue-after-due");
+    home.ok(&["cancel", &first]);
+}

@@ -117,8 +117,14 @@ export function pageSession(main, scope, selector) {
   function renderQueued() {
     const queued = S.prompts.filter((p) => p.status === 'queued');
     queuedEl.hidden = !queued.length;
+    // What it waits for besides its turn: the prompts it runs after, its due time.
+    const waitsFor = (p) => [
+      ...(p.after || []).map((id) => h('span', { class: 'muted', testid: 'queued-after', title: p.after_any ? 'runs however it ends' : 'runs once it is done' },
+        `after ${shortId(id)}${p.after_any ? ' (any end)' : ''}`)),
+      ...(p.due_at ? [h('span', { class: 'muted', testid: 'queued-due', title: fmtFull(p.due_at) }, `due ${fmtTime(p.due_at)}`)] : []),
+    ];
     fill(queuedEl, ...queued.map((p) => h('div', { class: 'queued-item', testid: 'queued-prompt', data: { promptId: p.id } },
-      stateBadge('queued'), h('span', { class: 'text', title: p.text }, oneLine(p.text)),
+      stateBadge('queued'), h('span', { class: 'text', title: p.text }, oneLine(p.text)), ...waitsFor(p),
       h('button', { type: 'button', class: 'small', on: { click: () => cancelPrompt(p.id) } }, 'Remove'))));
   }
   function renderRuns() {
