@@ -690,6 +690,13 @@ impl Corral {
         }
         let policy = session.policy.unwrap_or(project.default_policy());
         refuse_policy(kind, policy, project.full_access)?;
+        if kind == crate::engine::EngineKind::CodexAppServer && !session.env.is_empty() {
+            // Its turns run in the project's one app-server child, started before it.
+            return Err(CorralError::Invalid(format!(
+                "a codex-app-server session runs in its project's app-server, which has the                  project's variables only: set them on the project (corral project set {}                  --env NAME=VALUE)",
+                project.name
+            )));
+        }
         if project.isolation == Isolation::Worktree {
             return self.open_worktree_session(session, &project).await;
         }

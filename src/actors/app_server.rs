@@ -111,6 +111,8 @@ struct Live {
     pid_start: Option<u64>,
     /// The executable it runs (`engines.codex-app-server.path` when it was started).
     program: PathBuf,
+    /// The project's own variables it was started with.
+    env: crate::store::environment::Environment,
     generation: u64,
     /// Lines to write to its stdin.
     stdin: mpsc::UnboundedSender<String>,
@@ -382,6 +384,7 @@ impl AppServerActor {
             pid,
             pid_start: process::start_time(pid),
             program: self.program.clone(),
+            env: self.env.clone(),
             generation,
             stdin: stdin_tx,
             initialized: false,
@@ -750,9 +753,9 @@ impl AppServerHandle {
         self.0.do_send(Respond { line, generation });
     }
 
-    /// The engine path the next child starts from.
-    pub fn use_program(&self, program: PathBuf) {
-        self.0.do_send(UseProgram(program));
+    /// The engine path and the project's variables the next child starts with.
+    pub fn use_program(&self, program: PathBuf, env: crate::store::environment::Environment) {
+        self.0.do_send(UseProgram(program, env));
     }
 
     /// Kills the child's process group (it is restarted on demand).
@@ -979,19 +982,19 @@ impl Handler<UnwatchThread> for AppServerActor {
     }
 }
 
-/// The engine's path as the settings say it now (read at every turn): the next child runs
-/// it. A child that runs another path and serves nothing is ended at once (its close says
-/// `program changed`), so that the next turn gets one of the new path without a daemon
-/// restart, and without counting as a crash; a busy one finishes its turns and is replaced
-/// at a later turn's ask.
+/// The engine's path as the settings say it now, and the project's variables (read at every
+/// turn): the next child runs with them. A child that runs with others and serves nothing is
+/// ended at once (its close says `program changed`), so that the next turn gets one of the new
+/// path or variables without a daemon restart, and without counting as a crash; a busy one
+/// finishes its turns and is replaced at a later turn's ask.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct UseProgram(PathBuf);
+struct UseProgram(PathBuf, crate::store::environment::Environment);
 
 impl Handler<UseProgram> for AppServerActor {
     type Result = ();
 
-    fn handle(&mut self, UseProgram(program): UseProgram, _: &mut Context<Self>) {
+    fn handle(&mut self, UseProgram(program, env): UseProgram, _: &mut Context<Self>) {
         if program != self.program {
             self.remember(
                 "program_changed",
@@ -999,12 +1002,11 @@ impl Handler<UseProgram> for AppServerActor {
             );
             self.program = program;
         }
+        self.env = env;
         let idle = self.turns.is_empty() && self.pending.is_empty() && self.waiting.is_empty();
-        let Some(live) = self
-            .child
-            .as_mut()
-            .filter(|live| live.program != self.program && live.death.is_none())
-        else {
+        let Some(live) = self.child.as_mut().filter(|live| {
+            (live.program != self.program || live.env != self.env) && live.death.is_none()
+        }) else {
             return;
         };
         if !idle || !live.initialized {

@@ -56,8 +56,9 @@ impl AppServers {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
         if let Some(server) = servers.get(&project.id).filter(|server| server.connected()) {
-            // The path in the settings now: a change reaches the next child.
-            server.use_program(program.to_path_buf());
+            // The path in the settings and the project's variables now: a change reaches the
+            // next child.
+            server.use_program(program.to_path_buf(), project.env.clone());
             return server.clone();
         }
         // Its history goes on from what the last daemon stored (restarts, recent events).

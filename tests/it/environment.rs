@@ -18,8 +18,11 @@ fn tool_output(home: &DaemonHome, session: &str) -> String {
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
         .filter(|event| event["kind"] == "tool")
         .find_map(|event| {
-            event["payload"]["detail"]["aggregated_output"]
+            // As the engine names it: codex exec's item, or the app-server's.
+            let detail = &event["payload"]["detail"];
+            detail["aggregated_output"]
                 .as_str()
+                .or(detail["aggregatedOutput"].as_str())
                 .map(str::to_string)
         })
         .expect("the engine's command ran")
@@ -112,6 +115,30 @@ fn a_projects_and_a_sessions_variables_reach_the_engine_and_secrets_are_masked()
     ]);
     let printed = tool_output(&home, "plain");
     assert!(printed.contains("ONLY_PROJECT= "), "{printed}");
+    home.stop_daemon();
+}
+
+/// The codex app-server child is its project's, started once: the project's variables reach
+/// it, a change of them reaches its next child (the idle one is replaced), and a session of
+/// such a project cannot have variables of its own (its child has only the project's).
+#[test]
+fn an_app_servers_child_gets_its_projects_variables_as_they_change() {
+    let home = DaemonHome::new();
+    home.config(&[("engines.codex-app-server.path", FAKE)]);
+    let dir = home.path().join("app");
+    std::fs::create_dir(&dir).unwrap();
+    home.add_project("app", &dir, "codex-app-server");
+    home.ok(&["project", "set", "app", "--env", "STAGE=one"]);
+    home.new_session(&["app", "--title", "a"]);
+    let show = "@fake run=echo STAGE=$STAGE\nshow me";
+    home.ok(&["send", "a", show, "--wait"]);
+    assert!(tool_output(&home, "a").contains("STAGE=one"));
+    home.ok(&["project", "set", "app", "--env", "STAGE=two"]);
+    home.ok(&["send", "a", show, "--wait"]);
+    let printed = tool_output(&home, "a");
+    assert!(printed.contains("STAGE=two"), "{printed}");
+    let said = home.fails(&["session", "new", "app", "--env", "MINE=1"], 1);
+    assert!(said.contains("runs in its project's app-server"), "{said}");
     home.stop_daemon();
 }
 
