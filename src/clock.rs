@@ -9,11 +9,11 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// A time (ms) as a person reads it in their own zone: `2026-12-07 20:15:00`.
-pub fn local_time(ms: i64) -> String {
+/// A time (ms) as the CLI shows every time: `2026-12-07 20:15:00 UTC`.
+pub fn utc_time(ms: i64) -> String {
     use chrono::TimeZone;
-    match chrono::Local.timestamp_millis_opt(ms).single() {
-        Some(time) => time.format("%Y-%m-%d %H:%M:%S").to_string(),
+    match chrono::Utc.timestamp_millis_opt(ms).single() {
+        Some(time) => time.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
         None => format!("{ms} ms"),
     }
 }
@@ -115,7 +115,7 @@ mod tests {
         );
         let local = parse_at("2026-12-08 09:30", now).unwrap();
         assert_eq!(parse_at("2026-12-08T09:30:00", now), Ok(local));
-        assert_eq!(local_time(local), "2026-12-08 09:30:00");
+        assert_eq!(utc_time(now), "2026-12-07 12:00:00 UTC");
         // A time of day: its next coming, after now.
         let next = parse_at("09:30", local - 1_000).unwrap();
         assert_eq!(next, local);

@@ -802,7 +802,7 @@ impl Corral {
             if at < crate::store::now_ms() - 1_000 {
                 return Err(CorralError::Invalid(format!(
                     "the prompt would be due in the past ({})",
-                    crate::clock::local_time(at)
+                    crate::clock::utc_time(at)
                 )));
             }
         }

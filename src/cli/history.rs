@@ -8,6 +8,7 @@ use super::remote::{self, cut, first_line, one_line, or_dash, print_json, time_o
 use super::{CliError, Context, Exit};
 use crate::protocol::sessions::{HistoryResult, Run};
 use crate::protocol::{History, SessionSelector};
+use crate::store::prompts::PromptStatus;
 
 #[derive(Debug, clap::Args)]
 pub struct HistoryArgs {
@@ -61,6 +62,20 @@ pub async fn execute(context: &Context, args: &HistoryArgs) -> Result<Exit, CliE
             prompt.attempts,
             time_of(Some(prompt.created_at)),
         );
+        // What a queued one waits for besides its turn.
+        if prompt.status == PromptStatus::Queued {
+            if !prompt.after.is_empty() {
+                let any = if prompt.after_any {
+                    " (however they end)"
+                } else {
+                    ""
+                };
+                println!("  runs after {}{any}", prompt.after.join(", "));
+            }
+            if let Some(at) = prompt.due_at {
+                println!("  due {}", crate::clock::utc_time(at));
+            }
+        }
         println!("  > {}", cut(&one_line(first_line(&prompt.text)), 100));
         if let Some(answer) = &prompt.answer {
             for line in answer.trim_end().lines() {

@@ -229,7 +229,7 @@ fn print_sent(json: bool, prompt: &Value) -> Result<(), CliError> {
                 "{} {} (due {})",
                 prompt.id,
                 prompt.status.as_str(),
-                crate::clock::local_time(at)
+                crate::clock::utc_time(at)
             ),
             None => format!("{} {}", prompt.id, prompt.status.as_str()),
         }
@@ -266,7 +266,7 @@ fn due_at(text: &str) -> Result<i64, String> {
     let at = crate::clock::parse_at(text, now)?;
     match at > now {
         true => Ok(at),
-        false => Err(format!("{} is in the past", crate::clock::local_time(at))),
+        false => Err(format!("{} is in the past", crate::clock::utc_time(at))),
     }
 }
 

@@ -383,7 +383,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
             (Some(after), _) => format!("; the next runs after prompt {after}"),
             (None, Some(at)) => {
                 until = Some(at);
-                format!("; the next is due at {}", crate::clock::local_time(at))
+                format!("; the next is due at {}", crate::clock::utc_time(at))
             }
             (None, None) => String::new(),
         };

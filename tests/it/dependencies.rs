@@ -48,6 +48,11 @@ fn a_chain_across_three_sessions_runs_in_order() {
             .contains(&format!("the next runs after prompt {first}")),
         "{waiting}"
     );
+    let history = home.ok(&["history", "c"]);
+    assert!(
+        history.contains(&format!("  runs after {second}\n")),
+        "{history}"
+    );
     let shown = prompt(&home, "c", &third);
     assert_eq!(shown["after"], serde_json::json!([second]), "{shown}");
     assert_eq!(prompt(&home, "b", &second)["status"], "queued");

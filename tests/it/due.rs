@@ -25,6 +25,11 @@ fn a_prompt_for_later_waits_with_its_due_time_and_starts_then() {
     let queued = home.prompt_of("s", &later);
     assert_eq!(queued["status"], "queued", "{queued}");
     let due_at = queued["due_at"].as_i64().expect("its due time is shown");
+    let history = home.ok(&["history", "s"]);
+    assert!(
+        history.contains("\n  due 20") && history.contains(" UTC\n"),
+        "{history}"
+    );
     let shown = home.state_of("s");
     assert_eq!(shown["state"], "queued", "{shown}");
     assert!(
