@@ -141,6 +141,9 @@ pub struct SessionItem {
     /// app-server is tried again.
     #[serde(default)]
     pub until: Option<i64>,
+    /// The pause that holds it (`paused`): the scope a resume names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<super::pauses::PauseScope>,
 }
 
 /// A run whose engine lives.
@@ -309,6 +312,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     // The first pause that covers it: `scope:reason`, and its target.
     let paused: Option<String> = row.get(20)?;
     let mut resume: Option<String> = None;
+    let mut paused_by: Option<super::pauses::PauseScope> = None;
     let engine_runs = running.is_some()
         && !matches!(
             phase,
@@ -327,6 +331,8 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
     } else if let (Some(paused), false) = (&paused, engine_runs) {
         let (scope, why) = paused.split_once(':').unwrap_or(("all", paused));
         let target: Option<String> = row.get(21)?;
+        paused_by =
+            super::pauses::PauseScope::from_parts(scope, target.clone().unwrap_or_default());
         let what = match scope {
             "project" => format!(
                 "its project {}",
@@ -434,6 +440,7 @@ fn session_item(row: &Row<'_>) -> sql::Result<SessionItem> {
         branch: row.get(15)?,
         approvals,
         until,
+        paused_by,
         id,
     })
 }

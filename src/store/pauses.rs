@@ -76,7 +76,7 @@ impl PauseScope {
         }
     }
 
-    fn from_parts(kind: &str, target: String) -> Option<PauseScope> {
+    pub(super) fn from_parts(kind: &str, target: String) -> Option<PauseScope> {
         Some(match kind {
             "all" => PauseScope::All,
             "project" => PauseScope::Project(target),

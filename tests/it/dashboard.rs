@@ -493,6 +493,18 @@ fn a_session_is_paused_and_resumed_from_the_page() {
     browser.wait_for_text("[data-testid=pause-banner]", "everything");
     let pauses = dashboard.home.json(&["pause", "--json"]);
     assert_eq!(pauses[0]["scope"], "all", "{pauses}");
+
+    // Held by its project's pause, the session page's Resume lifts that pause.
+    dashboard.home.ok(&["resume", "--all"]);
+    dashboard.home.ok(&["pause", "--project", "p"]);
+    dashboard.open(&browser, &format!("#/sessions/{session}"));
+    browser.wait_for_text("[data-testid=session-pause]", "Resume");
+    // The overview left the page scrolled, under the top bar.
+    browser.execute("window.scrollTo(0, 0)", vec![]);
+    browser.click("[data-testid=session-pause]");
+    wait_until("the project's pause is lifted", || {
+        dashboard.home.json(&["pause", "--json"]) == serde_json::json!([])
+    });
 }
 
 /// A daemon restarted under an open page (an upgrade): the page's feed comes back by itself

@@ -264,7 +264,7 @@ export function pageSession(main, scope, selector) {
     pauseBtn.disabled = true;
     try {
       if (st.state === 'paused') {
-        const r = await api('POST', '/api/v1/resume', resumeTarget(st.next_action, S.id));
+        const r = await api('POST', '/api/v1/resume', resumeTarget(st.paused_by, S.id));
         toast(r.pauses && r.pauses.length && r.started.length === 0 && !r.lifted ? 'Not paused by this session' : `Resumed; ${r.started.length} prompt(s) started`);
       } else {
         await api('POST', '/api/v1/pause', { session: S.id });
@@ -393,11 +393,10 @@ function imageParam(a) {
   return { name: a.name, media_type: a.type, data: a.data };
 }
 
-/** The scope a paused session's resume names, read from its state's next action
- * (`corral resume --project web`, `--group g`, `--all`, or the session's own). */
-export function resumeTarget(nextAction, sessionId) {
-  const m = /^corral resume --(project|group) (.+)$/.exec(nextAction || '');
-  if (m) return { [m[1]]: m[2] };
-  if (/^corral resume --all$/.test(nextAction || '')) return { all: true };
-  return { session: sessionId };
+/** The scope a paused session's resume names: the pause that holds it (its state's
+ * `paused_by`, `{scope, target}`), else the session's own. */
+export function resumeTarget(pausedBy, sessionId) {
+  if (!pausedBy) return { session: sessionId };
+  if (pausedBy.scope === 'all') return { all: true };
+  return { [pausedBy.scope]: pausedBy.target };
 }
