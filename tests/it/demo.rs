@@ -62,7 +62,15 @@ fn the_demo_shows_limits_groups_retries_cancellation_and_the_ledger() {
 fn the_demo_runs_with_corral_alone() {
     let alone = tempfile::tempdir().unwrap();
     let corral = alone.path().join("corral");
-    std::fs::copy(env!("CARGO_BIN_EXE_corral"), &corral).unwrap();
+    // Copied by `cp`, not from here: a copy written by this process leaves its write
+    // descriptor, for an instant, in any child another test's thread forks meanwhile, and
+    // running the copy then fails with "Text file busy" (seen once in a full run).
+    let copied = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_corral"))
+        .arg(&corral)
+        .status()
+        .unwrap();
+    assert!(copied.success());
     let home = tempfile::tempdir().unwrap();
     let output = Command::new(&corral)
         .arg("demo")
