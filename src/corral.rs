@@ -383,6 +383,7 @@ impl Corral {
             (Location::Postgres(url), Some((_, wanted))) => Some(crate::actors::claims::start(
                 shared.clone(),
                 supervisor.clone(),
+                due.clone(),
                 url,
                 wanted,
             )),

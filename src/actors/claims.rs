@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
 
 use super::asks;
+use super::due::DueHandle;
 use super::ledger::{
     ClaimWork, Rescue, ANSWER_NOTICE, APPROVAL_NOTICE, ASK_NOTICE, CANCEL_NOTICE, PAUSE_NOTICE,
     SETTINGS_NOTICE,
@@ -37,6 +38,7 @@ use crate::store::settings::DEFAULT_SLOTS_PER_ENGINE;
 pub fn start(
     shared: Arc<Shared>,
     supervisor: SupervisorHandle,
+    due: DueHandle,
     url: &PgUrl,
     mut wanted: mpsc::UnboundedReceiver<Wanted>,
 ) -> Listener {
@@ -91,7 +93,12 @@ pub fn start(
             Notice::Work(payload) if payload.starts_with(ANSWER_NOTICE) => {
                 answered_here(&shared, &payload[ANSWER_NOTICE.len()..])
             }
-            Notice::Work(_) => shared.coordination.wake_claimer(),
+            // Queued work, perhaps for later: another daemon's send of a prompt due later
+            // tells this daemon's timer too (its sender may be gone by then).
+            Notice::Work(_) => {
+                shared.coordination.wake_claimer();
+                due.rearm();
+            }
             // A daemon came or went, or notices may have been missed: look at everything.
             Notice::Daemons(_) | Notice::Reconnected => {
                 if matches!(notice, Notice::Reconnected) {
@@ -110,6 +117,7 @@ pub fn start(
                 }
                 rescue.notify_one();
                 shared.coordination.wake_claimer();
+                due.rearm();
             }
             Notice::Events { .. } => {}
         }));

@@ -3,9 +3,11 @@
 //!
 //! It sleeps until the earliest due time still queued (`prompts::next_due`: one seek of an
 //! index), read again after each firing and moved earlier when a send queues an earlier one
-//! ([`DueHandle::queued`]). A firing claims every due head in one ledger write (`ClaimDue`) and
-//! hands them to their sessions' workers; on a shared store it wakes the claims instead, which
-//! know what each daemon serves and has room for. A prompt whose time came while no daemon
+//! ([`DueHandle::queued`]), or read again when another daemon of a shared store announces
+//! queued work ([`DueHandle::rearm`]: its sender may be gone by the time it is due). A
+//! firing claims every due head in one ledger write (`ClaimDue`) and hands them to their
+//! sessions' workers; on a shared store it wakes the claims instead, which know what each
+//! daemon serves and has room for. A prompt whose time came while no daemon
 //! ran is claimed by the next daemon's boot, late, as any queued prompt.
 
 use std::sync::Arc;
@@ -102,6 +104,20 @@ impl Handler<Queued> for DueTimer {
     }
 }
 
+/// Queued work was announced on a shared store (another daemon's send among it): the
+/// earliest due time is read again.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Rearm;
+
+impl Handler<Rearm> for DueTimer {
+    type Result = ();
+
+    fn handle(&mut self, _: Rearm, ctx: &mut Context<Self>) {
+        self.arm(ctx);
+    }
+}
+
 /// The cloneable way to reach the timer. Needs a running actix system.
 #[derive(Clone)]
 pub struct DueHandle(Addr<DueTimer>);
@@ -123,5 +139,10 @@ impl DueHandle {
     /// Tells the timer of a prompt queued to start at `at` (ms).
     pub fn queued(&self, at: i64) {
         self.0.do_send(Queued(at));
+    }
+
+    /// Has the timer read the earliest due time again (work another daemon announced).
+    pub fn rearm(&self) {
+        self.0.do_send(Rearm);
     }
 }

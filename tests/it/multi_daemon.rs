@@ -483,6 +483,35 @@ fn a_project_nobody_serves_waits_and_says_so() {
     });
 }
 
+/// A prompt for later sent through one daemon that stops before its time: the other daemon's
+/// timer heard of it (the send's notice to every daemon) and starts it then.
+#[test]
+fn a_prompt_for_later_starts_on_another_daemon_when_its_sender_is_gone() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("later");
+    let sent = cluster.ok(
+        1,
+        &[
+            "send",
+            &session,
+            "--in",
+            "3s",
+            "@fake answer=on time\nlater",
+        ],
+    );
+    let prompt = sent.split_whitespace().next().unwrap().to_string();
+    cluster.ok(1, &["daemon", "stop"]);
+    cluster.wait_for("the other daemon runs it", Duration::from_secs(30), || {
+        cluster.prompt_status(&prompt) == "done"
+    });
+    let runs = runs_of(&cluster, &prompt);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let node = runs[0].1.clone().expect("the run names its daemon");
+    assert_eq!(cluster.home_of_node(&node), Some(0), "{runs:?}");
+}
+
 /// `/proc/PID/stat`'s start time (clock ticks since boot): with the pid, what names a
 /// process in `kept_processes`.
 fn start_time(pid: u32) -> i64 {
