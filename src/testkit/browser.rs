@@ -282,11 +282,20 @@ impl Browser {
         what: &str,
         call: impl std::future::Future<Output = Result<T, E>>,
     ) -> T {
+        self.try_run(what, call)
+            .unwrap_or_else(|error| panic!("{what}: {error}"))
+    }
+
+    /// As [`Browser::run`], but the browser's error is returned; no answer still fails.
+    fn try_run<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, String> {
         let bounded =
             async { tokio::time::timeout(DEADLINE + Duration::from_secs(10), call).await };
         match self.runtime.block_on(bounded) {
-            Ok(Ok(value)) => value,
-            Ok(Err(error)) => panic!("{what}: {error}"),
+            Ok(result) => result.map_err(|error| error.to_string()),
             Err(_) => panic!("{what}: no answer from the browser within {DEADLINE:?}"),
         }
     }
@@ -441,9 +450,27 @@ observer.observe(document, {{ subtree: true, childList: true, attributes: true, 
     }
 
     /// Clicks the first element matching `selector` (it must be there).
+    ///
+    /// The element is first brought to the middle of the window, as a person would scroll
+    /// to it: WebDriver clicks an element it counts as in view where it is, even under the
+    /// page's sticky top bar (which then takes the click). A transcript that follows its
+    /// newest line may scroll the page again before the click lands; then it is scrolled
+    /// back and clicked again, a few times at most.
     pub fn click(&self, selector: &str) {
         let element = self.find(selector);
-        self.run(&format!("clicking {selector}"), element.click());
+        let arg = serde_json::to_value(&element).expect("an element is JSON");
+        for attempt in 1.. {
+            self.execute(
+                "arguments[0].scrollIntoView({block: 'center', inline: 'nearest'})",
+                vec![arg.clone()],
+            );
+            let what = format!("clicking {selector}");
+            match self.try_run(&what, element.click()) {
+                Ok(()) => return,
+                Err(error) if attempt < 5 && error.contains("click intercepted") => {}
+                Err(error) => panic!("{what}: {error}"),
+            }
+        }
     }
 
     /// Chooses the option of value `value` in the select matching `selector`.

@@ -499,8 +499,6 @@ fn a_session_is_paused_and_resumed_from_the_page() {
     dashboard.home.ok(&["pause", "--project", "p"]);
     dashboard.open(&browser, &format!("#/sessions/{session}"));
     browser.wait_for_text("[data-testid=session-pause]", "Resume");
-    // The overview left the page scrolled, under the top bar.
-    browser.execute("window.scrollTo(0, 0)", vec![]);
     browser.click("[data-testid=session-pause]");
     wait_until("the project's pause is lifted", || {
         dashboard.home.json(&["pause", "--json"]) == serde_json::json!([])
@@ -1123,8 +1121,6 @@ fn a_missing_worktree_is_recreated_and_a_kept_one_discarded_from_the_page() {
 
     // Changes not committed: archiving keeps the worktree, and the page says so.
     std::fs::write(worktree.join("wip.txt"), "not committed\n").unwrap();
-    // The page's head, out from under the sticky top bar the clicks above scrolled it to.
-    browser.execute("window.scrollTo(0, 0);", vec![]);
     browser.click("[data-testid=session-archive]");
     confirm(&browser);
     wait_for_worktree_state(&browser, "kept");
