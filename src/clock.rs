@@ -9,6 +9,30 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The clock schedules fire by (`store::schedules`): the wall clock, unless the variable
+/// `CORRAL_TEST_CLOCK` names a time (RFC 3339): then it reads that time when it is first read
+/// and runs on from it at the wall clock's pace. The tests set it to drive a cron schedule
+/// to its next firing without waiting for the wall clock's minutes; nothing else is shifted
+/// (prompts, runs and events keep the wall clock's times).
+pub fn schedule_now() -> i64 {
+    // The offset first: its first reading reads the wall clock too, which must not be later
+    // than the one it is added to (the clock would start a millisecond early).
+    let offset = schedule_offset();
+    now_ms() + offset
+}
+
+/// How far the schedules' clock is ahead of the wall clock (ms; 0 but in tests).
+pub fn schedule_offset() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        std::env::var("CORRAL_TEST_CLOCK")
+            .ok()
+            .and_then(|start| chrono::DateTime::parse_from_rfc3339(start.trim()).ok())
+            .map(|start| start.timestamp_millis() - now_ms())
+            .unwrap_or(0)
+    })
+}
+
 /// A time (ms) as the CLI shows every time: `2026-12-07 20:15:00 UTC`.
 pub fn utc_time(ms: i64) -> String {
     use chrono::TimeZone;
@@ -65,6 +89,36 @@ pub fn parse_at(text: &str, now: i64) -> Result<i64, String> {
     }
 }
 
+/// A schedule's times: a cron expression (standard five fields, `minute hour day month
+/// weekday`, or six with seconds first; `@daily` and the like), read in the local time zone.
+#[derive(Debug, Clone)]
+pub struct CronTimes(croner::Cron);
+
+impl CronTimes {
+    /// Reads `text`; refused when it is not cron, or when it names no time to come (`0 0 30 2
+    /// *`: the 30th of February).
+    pub fn parse(text: &str, now: i64) -> Result<CronTimes, String> {
+        let cron = croner::parser::CronParser::builder()
+            .year(croner::parser::Year::Disallowed)
+            .build()
+            .parse(text.trim())
+            .map_err(|error| format!("'{text}' is not a cron expression: {error}"))?;
+        let times = CronTimes(cron);
+        match times.next_after(now) {
+            Some(_) => Ok(times),
+            None => Err(format!("'{text}' never fires")),
+        }
+    }
+
+    /// The first time (ms) it names after `after`, if any.
+    pub fn next_after(&self, after: i64) -> Option<i64> {
+        use chrono::TimeZone;
+        let start = chrono::Local.timestamp_millis_opt(after).single()?;
+        let next = self.0.find_next_occurrence(&start, false).ok()?;
+        Some(next.timestamp_millis())
+    }
+}
+
 /// `90`, `90s`, `500ms`, `5m`, `2h`: a duration.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
@@ -102,6 +156,24 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn cron_times_come_in_order_and_an_impossible_one_is_refused() {
+        let now = parse_at("2026-12-07T12:00:00Z", 0).unwrap();
+        let every_minute = CronTimes::parse("* * * * *", now).unwrap();
+        let next = every_minute.next_after(now).unwrap();
+        assert_eq!(next, now + 60_000, "the next minute, not this one");
+        assert_eq!(every_minute.next_after(next), Some(next + 60_000));
+        let seconds = CronTimes::parse("*/10 * * * * *", now).unwrap();
+        assert_eq!(seconds.next_after(now), Some(now + 10_000));
+        assert!(CronTimes::parse("@daily", now).is_ok());
+        let hourly = CronTimes::parse("0 * * * *", now).unwrap();
+        assert_eq!(hourly.next_after(now), Some(now + 3_600_000), "not the hour it is");
+        assert_eq!(hourly.next_after(now + 500), Some(now + 3_600_000), "within its second");
+        for wrong in ["", "soon", "61 * * * *", "* * * *", "0 0 30 2 *"] {
+            assert!(CronTimes::parse(wrong, now).is_err(), "{wrong}");
+        }
     }
 
     #[test]

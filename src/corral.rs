@@ -9,6 +9,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::actors::due::DueHandle;
+
+mod schedules;
+pub use schedules::{ScheduleRequest, ScheduleTarget};
 use crate::actors::ledger::{
     AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, ClaimDriver, CompleteExec,
     CreateProject, CreateSession, EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle,
@@ -389,7 +392,7 @@ impl Corral {
             )),
             _ => None,
         };
-        Ok(Corral {
+        let corral = Corral {
             checked: checked.map(Arc::from),
             _listener: Arc::new(listener),
             shared,
@@ -397,7 +400,9 @@ impl Corral {
             due,
             recovered: Arc::new(recovered),
             _lock: Arc::new(lock),
-        })
+        };
+        corral.start_firing();
+        Ok(corral)
     }
 
     /// What boot reconciliation found (runs closed as interrupted, sessions resumed).

@@ -164,12 +164,13 @@ pub mod protocol;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use corral::{Cause, Corral, CorralError, CorralOptions};
+pub use corral::{Cause, Corral, CorralError, CorralOptions, ScheduleRequest, ScheduleTarget};
 pub use engine::EngineKind;
 pub use events::EventKind;
 pub use store::events::Event;
 pub use store::projects::{NewProject, Project};
 pub use store::prompts::{NewPrompt, Prompt, PromptStatus};
+pub use store::schedules::{Firing, Outcome as FiringOutcome, Schedule};
 pub use store::sessions::{NewSession, Session};
 
 /// The `corral` command line, for the `corral` binary.

@@ -9,6 +9,12 @@
 //! sessions' workers; on a shared store it wakes the claims instead, which know what each
 //! daemon serves and has room for. A prompt whose time came while no daemon
 //! ran is claimed by the next daemon's boot, late, as any queued prompt.
+//!
+//! It keeps the schedules' time too (`store::schedules`): it also sleeps until the earliest
+//! firing (`schedules::next_firing`, on the schedules' clock, `clock::schedule_now`) and
+//! then tells the firer (`corral::schedules`, which sends through the library's front as a
+//! person's send would) with [`FireSchedules`]; it reads the next firing again once the
+//! firer has taken what was due ([`DueHandle::schedules_taken`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +24,9 @@ use actix::prelude::*;
 use super::ledger::{ClaimDue, Fenced};
 use super::shared::Shared;
 use super::supervisor::SupervisorHandle;
+use crate::clock::{schedule_now, schedule_offset};
 use crate::store::now_ms;
-use crate::store::prompts;
+use crate::store::{prompts, schedules};
 
 /// The actor, reached through its [`DueHandle`].
 struct DueTimer {
@@ -27,6 +34,10 @@ struct DueTimer {
     supervisor: SupervisorHandle,
     /// The due time it sleeps until, and the sleep (cancelled when an earlier one comes).
     armed: Option<(i64, SpawnHandle)>,
+    /// Who sends the schedules' firings (none until the library's front has started it).
+    firer: Option<Recipient<FireSchedules>>,
+    /// The firer was told and has not taken the firings yet: the schedules' part waits.
+    firing: bool,
 }
 
 impl Actor for DueTimer {
@@ -38,12 +49,33 @@ impl Actor for DueTimer {
 }
 
 impl DueTimer {
-    /// Sleeps until the earliest due time after now, if a queued prompt has one.
+    /// Sleeps until the earliest due time after now, if a queued prompt or a schedule has
+    /// one.
     fn arm(&mut self, ctx: &mut Context<Self>) {
-        match self.shared.readers.read(|c| prompts::next_due(c, now_ms())) {
-            Ok(Some(at)) => self.arm_at(at, ctx),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, "the next due prompt could not be read"),
+        let due = match self.shared.readers.read(|c| prompts::next_due(c, now_ms())) {
+            Ok(at) => at,
+            Err(error) => {
+                tracing::warn!(%error, "the next due prompt could not be read");
+                None
+            }
+        };
+        let firing = self.next_firing().map(|at| at - schedule_offset());
+        if let Some(at) = due.into_iter().chain(firing).min() {
+            self.arm_at(at, ctx);
+        }
+    }
+
+    /// The next firing of a schedule (on the schedules' clock), when the firer can send it.
+    fn next_firing(&self) -> Option<i64> {
+        if self.firer.is_none() || self.firing {
+            return None;
+        }
+        match self.shared.readers.read(schedules::next_firing) {
+            Ok(at) => at,
+            Err(error) => {
+                tracing::warn!(%error, "the next firing of a schedule could not be read");
+                None
+            }
         }
     }
 
@@ -60,8 +92,15 @@ impl DueTimer {
         self.armed = Some((at, sleeping));
     }
 
-    /// Claims the heads due now, then sleeps until the next due time.
+    /// Claims the heads due now and has the firer send the schedules due, then sleeps until
+    /// the next due time.
     fn fire(&mut self, ctx: &mut Context<Self>) {
+        if let Some(firer) = &self.firer {
+            if self.next_firing().is_some_and(|at| at <= schedule_now()) {
+                self.firing = true;
+                firer.do_send(FireSchedules);
+            }
+        }
         if self.shared.coordination.shares_store() {
             self.shared.coordination.wake_claimer();
             self.arm(ctx);
@@ -118,6 +157,32 @@ impl Handler<Rearm> for DueTimer {
     }
 }
 
+/// The schedules due now are to be sent: the firer takes them (`TakeFirings`) and then
+/// says so ([`DueHandle::schedules_taken`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FireSchedules;
+
+/// Who sends the schedules' firings, or that it took what was due.
+#[derive(Message)]
+#[rtype(result = "()")]
+enum Firer {
+    Start(Recipient<FireSchedules>),
+    Taken,
+}
+
+impl Handler<Firer> for DueTimer {
+    type Result = ();
+
+    fn handle(&mut self, firer: Firer, ctx: &mut Context<Self>) {
+        match firer {
+            Firer::Start(firer) => self.firer = Some(firer),
+            Firer::Taken => self.firing = false,
+        }
+        self.arm(ctx);
+    }
+}
+
 /// The cloneable way to reach the timer. Needs a running actix system.
 #[derive(Clone)]
 pub struct DueHandle(Addr<DueTimer>);
@@ -131,6 +196,8 @@ impl DueHandle {
                 shared,
                 supervisor,
                 armed: None,
+                firer: None,
+                firing: false,
             }
             .start(),
         )
@@ -141,8 +208,38 @@ impl DueHandle {
         self.0.do_send(Queued(at));
     }
 
+    /// Tells the timer of a schedule that fires at `at` (ms, on the schedules' clock).
+    pub fn scheduled(&self, at: i64) {
+        self.0.do_send(Queued(at - schedule_offset()));
+    }
+
+    /// Gives the timer the firer of schedules, and has it read the next firing.
+    pub fn start_firing(&self, firer: Recipient<FireSchedules>) {
+        self.0.do_send(Firer::Start(firer));
+    }
+
+    /// The firer took the firings it was told of: the timer reads the next one.
+    pub fn schedules_taken(&self) {
+        self.0.do_send(Firer::Taken);
+    }
+
+    /// A weak handle, which keeps the timer no longer than its other handles do.
+    pub fn downgrade(&self) -> WeakDueHandle {
+        WeakDueHandle(self.0.downgrade())
+    }
+
     /// Has the timer read the earliest due time again (work another daemon announced).
     pub fn rearm(&self) {
         self.0.do_send(Rearm);
+    }
+}
+
+/// A [`DueHandle`] that does not keep the timer.
+#[derive(Clone)]
+pub struct WeakDueHandle(actix::WeakAddr<DueTimer>);
+
+impl WeakDueHandle {
+    pub fn upgrade(&self) -> Option<DueHandle> {
+        self.0.upgrade().map(DueHandle)
     }
 }

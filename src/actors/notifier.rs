@@ -178,6 +178,29 @@ impl Notification {
     }
 }
 
+impl Notification {
+    /// A schedule's firing: sent, skipped or refused.
+    pub fn schedule(
+        event: NotifyKind,
+        title: String,
+        body: String,
+        project_kinds: Option<String>,
+    ) -> Notification {
+        Notification {
+            event,
+            at: crate::clock::now_ms(),
+            title,
+            body: short(&body),
+            session: None,
+            project: None,
+            prompt: None,
+            approval: None,
+            pause: None,
+            project_kinds,
+        }
+    }
+}
+
 impl Place {
     fn title(&self) -> String {
         let session = self

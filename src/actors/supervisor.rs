@@ -61,7 +61,22 @@ impl Actor for Supervisor {
 #[derive(Clone)]
 pub struct SupervisorHandle(Addr<Supervisor>);
 
+/// A [`SupervisorHandle`] that does not keep the supervisor.
+#[derive(Clone)]
+pub struct WeakSupervisorHandle(actix::WeakAddr<Supervisor>);
+
+impl WeakSupervisorHandle {
+    pub fn upgrade(&self) -> Option<SupervisorHandle> {
+        self.0.upgrade().map(SupervisorHandle)
+    }
+}
+
 impl SupervisorHandle {
+    /// A weak handle, which keeps the supervisor no longer than its other handles do.
+    pub fn downgrade(&self) -> WeakSupervisorHandle {
+        WeakSupervisorHandle(self.0.downgrade())
+    }
+
     /// Starts the supervisor of the actors that share `shared`; nothing runs before
     /// [`boot`](Self::boot).
     pub fn start(shared: Arc<Shared>) -> SupervisorHandle {

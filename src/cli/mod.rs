@@ -51,6 +51,7 @@ pub mod invocation;
 pub mod local;
 pub mod monitor;
 pub mod pause;
+pub mod schedule;
 pub mod progress;
 pub mod project;
 pub mod remote;
@@ -126,6 +127,9 @@ pub enum Command {
     Pause(pause::PauseArgs),
     /// Let a paused scope's prompts run again.
     Resume(pause::ResumeArgs),
+    /// Prompts sent on a cron schedule, to a session or to a new session of a project at
+    /// each firing; each firing is recorded (what it sent, or why it skipped).
+    Schedule(schedule::ScheduleArgs),
     /// Run a failed or cancelled prompt again in place, first in its session (--text: with
     /// a new text).
     Retry(retry::RetryArgs),
@@ -257,6 +261,7 @@ impl Command {
             Command::Project(args) => args.action.inspects(),
             Command::Group(args) => args.action.inspects(),
             Command::Pause(args) => args.inspects(),
+            Command::Schedule(args) => args.action.inspects(),
             Command::Config(args) => args.action.inspects(),
             _ => false,
         }
@@ -837,6 +842,7 @@ async fn dispatch(context: &Context, command: &Command) -> Result<Exit, CliError
         Command::Group(args) => interruptible(group::execute(context, args)).await,
         Command::Pause(args) => interruptible(pause::pause(context, args)).await,
         Command::Resume(args) => interruptible(pause::resume(context, args)).await,
+        Command::Schedule(args) => interruptible(schedule::execute(context, args)).await,
         Command::Retry(args) => interruptible(retry::retry(context, args)).await,
         Command::Prompt(args) => interruptible(retry::execute(context, args)).await,
         Command::Approvals(args) => interruptible(approvals::list(context, args)).await,

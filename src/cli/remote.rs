@@ -231,7 +231,7 @@ pub struct Answered<T> {
 }
 
 impl<T: serde::de::DeserializeOwned> Answered<T> {
-    fn read<M: Method<Result = T>>(said: Value) -> Result<Self, CliError> {
+    pub fn read<M: Method<Result = T>>(said: Value) -> Result<Self, CliError> {
         let result = read_answer::<M>(said.clone())?;
         Ok(Answered { said, result })
     }

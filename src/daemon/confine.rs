@@ -40,6 +40,9 @@ pub enum Reach {
     Project(String),
     /// Every session (a list, the daemon's status).
     Everything,
+    /// The session of the schedule a selector names (a project's schedule is no one
+    /// session's: beyond any agent).
+    Schedule(String),
     /// Each of these (`prompt.send`'s session and the prompts it runs after).
     Several(Vec<Reach>),
 }
@@ -81,6 +84,18 @@ pub fn reach(method: &str, params: &Value) -> Reach {
             _ => Reach::Everything,
         },
         "resume" => Reach::Nothing,
+        // An agent may schedule prompts to its own session, and pause or remove such a
+        // schedule; a project's schedule opens sessions (beyond any agent's), and a resume
+        // is a person's alone, refused by the widening rules.
+        "schedule.add" => match field("project") {
+            Some(_) => Reach::Everything,
+            None => named("session", Reach::Session),
+        },
+        "schedule.show" | "schedule.pause" | "schedule.remove" => {
+            named("schedule", Reach::Schedule)
+        }
+        "schedule.resume" => Reach::Nothing,
+        "schedule.list" => Reach::Everything,
         "pause.list" => Reach::Everything,
         // An answer is a person's alone: refused from any run by the widening rules.
         "approvals.answer" => Reach::Nothing,
@@ -145,6 +160,20 @@ fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
         }
         Reach::Session(selector) => methods::resolve_session(corral, selector).ok()?,
         Reach::Prompt(selector) => prompt_session(corral, selector)?,
+        Reach::Schedule(selector) => {
+            let (schedule, _) = corral.schedule(selector, 0).ok()?;
+            match &schedule.session_id {
+                Some(session) => methods::resolve_session(corral, session).ok()?,
+                None => {
+                    return Some(format!(
+                        "reaching schedule {} of project {} (an agent may reach its own \
+                         session only)",
+                        schedule.id,
+                        schedule.project_name.as_deref().unwrap_or(&schedule.project_id)
+                    ))
+                }
+            }
+        }
         Reach::PromptOrSession(selector) => prompt_session(corral, selector)
             .or_else(|| methods::resolve_session(corral, selector).ok())?,
         Reach::Project(selector) => {
@@ -206,13 +235,16 @@ mod tests {
             "status",
             "overview",
             "pause.list",
+            "schedule.list",
             // With these params, which name a project beside the session.
             "pause",
+            "schedule.add",
         ];
         for method in crate::protocol::METHODS {
             let reach = reach(
                 method,
-                &json!({ "session": "s", "prompt": "p", "project": "q", "target": "t" }),
+                &json!({ "session": "s", "prompt": "p", "project": "q", "target": "t",
+                         "schedule": "c" }),
             );
             if placed_everything.contains(method) {
                 assert_eq!(reach, Reach::Everything, "{method}");

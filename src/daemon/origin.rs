@@ -755,6 +755,19 @@ impl Widening for PauseTarget {
     }
 }
 
+/// A schedule sends to the session it names as a `send` there would, under that session's
+/// policy (what an agent reaches is `confine`'s); pausing or removing one narrows.
+impl Widening for ScheduleAddParams {
+    const MAY_WIDEN: bool = false;
+}
+
+impl Widening for ScheduleResumeParams {
+    /// A schedule a person paused is let go by a person.
+    fn widens(&self, _: &WideningContext) -> Option<String> {
+        Some(format!("resuming schedule {}", self.schedule))
+    }
+}
+
 impl Widening for ApprovalsAnswerParams {
     /// Only a person answers what an engine asks: an agent that could would approve itself.
     fn widens(&self, _: &WideningContext) -> Option<String> {
@@ -828,6 +841,8 @@ never_widen!(
     ReleaseParams,
     ExecStartParams,
     ExecEndParams,
+    ScheduleSelector,
+    ScheduleShowParams,
 );
 
 #[cfg(test)]

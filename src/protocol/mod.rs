@@ -14,7 +14,7 @@
 //! shutdown), `projects.rs`, `sessions.rs` (sessions, history), `prompts.rs` (send, cancel,
 //! wait; the sender's [`ExecRecord`]), `drivers.rs`, `settings.rs`, `events.rs`
 //! (subscriptions), `overview.rs` (`overview`, `execs.list`), `pauses.rs` (`pause`,
-//! `resume`, `pause.list`), `execs.rs` (`exec.start`,
+//! `resume`, `pause.list`), `schedules.rs` (`schedule.*`), `execs.rs` (`exec.start`,
 //! `exec.end`: a client's own exec, recorded by the daemon). [`METHODS`], the list the
 //! daemon gives in an unknown method's error, is made from the same table (`methods!`).
 //! Results that are stored rows are sent as the
@@ -39,6 +39,7 @@ pub mod overview;
 pub mod pauses;
 pub mod projects;
 pub mod prompts;
+pub mod schedules;
 pub mod sessions;
 pub mod settings;
 pub mod slots;
@@ -53,6 +54,7 @@ pub use overview::*;
 pub use pauses::*;
 pub use projects::*;
 pub use prompts::*;
+pub use schedules::*;
 pub use sessions::*;
 pub use settings::*;
 pub use status::*;
@@ -431,6 +433,12 @@ methods![
     PauseWork,
     ResumeWork,
     PauseList,
+    ScheduleAdd,
+    ScheduleList,
+    ScheduleShow,
+    SchedulePause,
+    ScheduleResume,
+    ScheduleRemove,
     SessionNew,
     SessionList,
     SessionShow,

@@ -540,6 +540,37 @@ ALTER TABLE prompts ADD COLUMN due_at INTEGER;
 CREATE INDEX prompts_due ON prompts(due_at) WHERE status = 'queued' AND due_at IS NOT NULL;
 "#,
     },
+    Migration {
+        name: "schedules",
+        sql: r#"
+-- `schedule add` (#35): a prompt sent on a cron schedule, to a session (`session_id`) or to a
+-- new session of a project per firing (`session_id` NULL). `next_at` (ms; NULL: never again)
+-- is the next firing's time; the daemon's timer asks for the earliest one not paused.
+CREATE TABLE schedules (
+    id         TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    session_id TEXT REFERENCES sessions(id),
+    cron       TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    catch_up   INTEGER NOT NULL DEFAULT 0,
+    paused     INTEGER NOT NULL DEFAULT 0,
+    next_at    INTEGER,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX schedules_next ON schedules(next_at) WHERE paused = 0 AND next_at IS NOT NULL;
+-- Each firing: what it sent (`prompt_id`, in `session_id`), or why it skipped.
+CREATE TABLE schedule_firings (
+    schedule_id TEXT NOT NULL REFERENCES schedules(id),
+    due_at      INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    outcome     TEXT NOT NULL,
+    reason      TEXT,
+    session_id  TEXT,
+    prompt_id   TEXT,
+    PRIMARY KEY (schedule_id, due_at)
+);
+"#,
+    },
 ];
 
 /// The schema version this binary writes: the number of the last step.

@@ -513,6 +513,31 @@ CREATE INDEX prompt_after_by_after ON prompt_after(after_id);
 ALTER TABLE prompts ADD COLUMN due_at BIGINT;
 CREATE INDEX prompts_due ON prompts(due_at) WHERE status = 'queued' AND due_at IS NOT NULL;
 "#,
+    // 22: schedules
+    r#"
+CREATE TABLE schedules (
+    id         TEXT COLLATE "C" PRIMARY KEY,
+    project_id TEXT COLLATE "C" NOT NULL REFERENCES projects(id),
+    session_id TEXT COLLATE "C" REFERENCES sessions(id),
+    cron       TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    catch_up   BIGINT NOT NULL DEFAULT 0,
+    paused     BIGINT NOT NULL DEFAULT 0,
+    next_at    BIGINT,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX schedules_next ON schedules(next_at) WHERE paused = 0 AND next_at IS NOT NULL;
+CREATE TABLE schedule_firings (
+    schedule_id TEXT COLLATE "C" NOT NULL REFERENCES schedules(id),
+    due_at      BIGINT NOT NULL,
+    at          BIGINT NOT NULL,
+    outcome     TEXT COLLATE "C" NOT NULL,
+    reason      TEXT,
+    session_id  TEXT COLLATE "C",
+    prompt_id   TEXT COLLATE "C",
+    PRIMARY KEY (schedule_id, due_at)
+);
+"#,
 ];
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ pub mod processes;
 pub mod projects;
 pub mod prompts;
 pub mod runs;
+pub mod schedules;
 pub mod select;
 pub mod sessions;
 pub mod settings;

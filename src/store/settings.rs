@@ -93,7 +93,8 @@ pub fn parse_listen(value: &str) -> Result<Option<std::net::SocketAddr>, String>
 }
 
 /// The default of `notify.events`: what a person wants to hear of without asking.
-pub const DEFAULT_NOTIFY_EVENTS: &str = "prompt.done,prompt.failed,needs-you,paused";
+pub const DEFAULT_NOTIFY_EVENTS: &str =
+    "prompt.done,prompt.failed,needs-you,paused,schedule.skipped";
 
 /// What a notification tells (`actors::notifier`), as `notify.events` and a project's
 /// `notify` name them.
@@ -114,15 +115,24 @@ pub enum NotifyKind {
     /// A pause stopped work (a person's, or `pause_on_failure`'s).
     #[serde(rename = "paused")]
     Paused,
+    /// A schedule sent its prompt.
+    #[serde(rename = "schedule.fired")]
+    ScheduleFired,
+    /// A schedule's firing was skipped (paused, its previous one still running, missed) or
+    /// its prompt refused.
+    #[serde(rename = "schedule.skipped")]
+    ScheduleSkipped,
 }
 
 impl NotifyKind {
-    pub const ALL: [NotifyKind; 5] = [
+    pub const ALL: [NotifyKind; 7] = [
         NotifyKind::PromptDone,
         NotifyKind::PromptFailed,
         NotifyKind::PromptCancelled,
         NotifyKind::NeedsYou,
         NotifyKind::Paused,
+        NotifyKind::ScheduleFired,
+        NotifyKind::ScheduleSkipped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -132,6 +142,8 @@ impl NotifyKind {
             NotifyKind::PromptCancelled => "prompt.cancelled",
             NotifyKind::NeedsYou => "needs-you",
             NotifyKind::Paused => "paused",
+            NotifyKind::ScheduleFired => "schedule.fired",
+            NotifyKind::ScheduleSkipped => "schedule.skipped",
         }
     }
 }

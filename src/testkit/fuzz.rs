@@ -66,7 +66,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 /// `METHODS`, and one more for the methods that are not.
-const METHOD_SLOTS: usize = 48;
+const METHOD_SLOTS: usize = 64;
 const _: () = assert!(METHODS.len() < METHOD_SLOTS);
 
 /// How long one connection may take to be answered and closed.

@@ -54,6 +54,7 @@ mod real_engines;
 mod retry;
 mod run;
 mod run_beside_daemon;
+mod schedules;
 mod shim;
 mod sockets;
 mod status_line;

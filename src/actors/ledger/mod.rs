@@ -48,7 +48,8 @@ use tokio::sync::watch;
 use crate::store::exec::{self, ExecCompletion, NewExec};
 use crate::store::{
     approvals, asks, claims, daemons, dependencies, drivers, events, listen, migrations,
-    open_writer, pauses, processes, projects, prompts, runs, sessions, settings, StoreError,
+    open_writer, pauses, processes, projects, prompts, runs, schedules, sessions, settings,
+    StoreError,
 };
 
 /// Commits between two checkpoints of the WAL. SQLite's own autocheckpoint runs inside the

@@ -228,6 +228,63 @@ ledger_write!(
     |this, connection| Ok::<_, StoreError>(prompts::claim_due(connection, this.now, this.claimer.as_claimer())?)
 );
 
+ledger_write!(
+    /// Stores a schedule (`store::schedules`); other daemons of a shared store read the next
+    /// firing again.
+    AddSchedule { schedule: schedules::NewSchedule, now: i64 } -> schedules::Schedule,
+    |this, connection| {
+        let added = schedules::insert(connection, &this.schedule, this.now)?;
+        tell_schedules_changed(connection)?;
+        Ok::<_, StoreError>(added)
+    }
+);
+
+ledger_write!(
+    /// Pauses a schedule, or resumes it to fire next at `next_at`; `None`: no such schedule.
+    PauseSchedule { id: String, paused: bool, next_at: Option<i64> } -> Option<schedules::Schedule>,
+    |this, connection| {
+        let changed = schedules::set_paused(connection, &this.id, this.paused, this.next_at)?;
+        tell_schedules_changed(connection)?;
+        Ok::<_, StoreError>(changed)
+    }
+);
+
+ledger_write!(
+    /// Removes a schedule and its firings; whether there was one.
+    RemoveSchedule { id: String } -> bool,
+    |this, connection| schedules::remove(connection, &this.id)
+);
+
+ledger_write!(
+    /// Takes the firings due at `now` (the schedules' clock) and moves each schedule to its
+    /// next time (`schedules::take_due`): of several daemons, one takes each.
+    TakeFirings { now: i64 } -> Vec<schedules::Taken>,
+    |this, connection| schedules::take_due(connection, this.now)
+);
+
+ledger_write!(
+    /// Records what came of a firing that was being sent.
+    EndFiring { firing: schedules::Firing } -> (),
+    |this, connection| schedules::end_firing(connection, &this.firing)
+);
+
+ledger_write!(
+    /// Fails the firings a stopped daemon was sending (a store's only daemon, at its start).
+    AbandonFirings {} -> u64,
+    |_this, connection| schedules::abandon_sending(connection)
+);
+
+/// The `corral_work` notice that a schedule was added or resumed: every daemon's timer reads
+/// the next firing again (any work notice does; this one names no queue).
+pub const SCHEDULE_NOTICE: &str = "t";
+
+fn tell_schedules_changed(connection: &Conn) -> Result<(), StoreError> {
+    if connection.dialect() == Dialect::Postgres {
+        listen::notify(connection, listen::WORK, SCHEDULE_NOTICE)?;
+    }
+    Ok(())
+}
+
 /// The `corral_work` notice that the pauses changed: every daemon reads them again, and
 /// claims what a lifted pause held.
 pub const PAUSE_NOTICE: &str = "z";

@@ -21,6 +21,7 @@ mod execs;
 mod http;
 mod overview;
 mod pauses;
+mod schedules;
 mod projects;
 mod prompts;
 mod sessions;
@@ -217,12 +218,13 @@ macro_rules! dispatch {
 dispatch! {
     inspect: [
         ProjectList, ProjectShow, SessionList, SessionShow, History, SettingsGet, SettingsList,
-        ExecsList, ApprovalsList, GroupList, PauseList,
+        ExecsList, ApprovalsList, GroupList, PauseList, ScheduleList,
     ],
     serve: [
         Status, Shutdown,
         ProjectAdd, ProjectSet, ProjectArchive, GroupSet, GroupRemove,
         PauseWork, ResumeWork,
+        ScheduleAdd, ScheduleShow, SchedulePause, ScheduleResume, ScheduleRemove,
         SessionNew, SessionRename, SessionArchive, SessionDiff, SessionMerge, SessionRecreate,
         SessionSteer, SessionCompact,
         PromptSend, PromptCancel, PromptWait, PromptRetry, PromptEdit,
