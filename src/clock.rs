@@ -25,7 +25,7 @@ pub fn schedule_now() -> i64 {
 pub fn schedule_offset() -> i64 {
     static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     *OFFSET.get_or_init(|| {
-        std::env::var("CORRAL_TEST_CLOCK")
+        std::env::var(crate::env::TEST_CLOCK)
             .ok()
             .and_then(|start| chrono::DateTime::parse_from_rfc3339(start.trim()).ok())
             .map(|start| start.timestamp_millis() - now_ms())
@@ -169,8 +169,16 @@ mod tests {
         assert_eq!(seconds.next_after(now), Some(now + 10_000));
         assert!(CronTimes::parse("@daily", now).is_ok());
         let hourly = CronTimes::parse("0 * * * *", now).unwrap();
-        assert_eq!(hourly.next_after(now), Some(now + 3_600_000), "not the hour it is");
-        assert_eq!(hourly.next_after(now + 500), Some(now + 3_600_000), "within its second");
+        assert_eq!(
+            hourly.next_after(now),
+            Some(now + 3_600_000),
+            "not the hour it is"
+        );
+        assert_eq!(
+            hourly.next_after(now + 500),
+            Some(now + 3_600_000),
+            "within its second"
+        );
         for wrong in ["", "soon", "61 * * * *", "* * * *", "0 0 30 2 *"] {
             assert!(CronTimes::parse(wrong, now).is_err(), "{wrong}");
         }

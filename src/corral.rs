@@ -9,9 +9,6 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::actors::due::DueHandle;
-
-mod schedules;
-pub use schedules::{ScheduleRequest, ScheduleTarget};
 use crate::actors::ledger::{
     AnswerApproval, CancelPrompt, ChangeProject, ChangeSession, ClaimDriver, CompleteExec,
     CreateProject, CreateSession, EnqueuePrompt, ForgetNewSession, LedgerError, LedgerHandle,
@@ -38,6 +35,9 @@ use crate::store::settings::{self, Settings};
 use crate::store::sql::{self, args, Conn};
 use crate::store::{self, Compatibility, ReaderPool, StoreError};
 use crate::store::{approvals, drivers, events, processes, projects, prompts, sessions};
+
+mod schedules;
+pub use schedules::{ScheduleRequest, ScheduleTarget};
 
 /// What went wrong below a library call, kept whole (its `source()` chain, and its type for a
 /// `downcast_ref`), or a message where nothing below failed.

@@ -56,13 +56,15 @@ pub const NOTIFY_EVENT: &str = "CORRAL_NOTIFY_EVENT";
 /// Variables of the daemon's own environment that are the daemon's business: removed from
 /// every process it starts (a child that kept `CORRAL_DAEMON_NOTIFY` and started a daemon
 /// would write the readiness notice meant for the one that started ours).
-pub const DAEMON_ONLY: &[&str] = &[DAEMON_NOTIFY, NOTIFY_SOCKET, TEST_KILL_AT];
+pub const DAEMON_ONLY: &[&str] = &[DAEMON_NOTIFY, NOTIFY_SOCKET, TEST_KILL_AT, TEST_CLOCK];
 
 // ---------------------------------------------------------------------------------------------
 // Knobs for tests and benchmarks.
 
 /// A named moment at which the process kills itself with SIGKILL (`process::kill_point`).
 pub const TEST_KILL_AT: &str = "CORRAL_TEST_KILL_AT";
+/// The time (RFC 3339) the schedules' clock reads at its first reading (`clock::schedule_now`).
+pub const TEST_CLOCK: &str = "CORRAL_TEST_CLOCK";
 /// How long a socket client may take to say `initialize`.
 pub const HANDSHAKE_TIMEOUT_MS: &str = "CORRAL_HANDSHAKE_TIMEOUT_MS";
 /// How many socket connections the daemon serves at once.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// The top-level modules, lowest first.
 const LAYERS: &[&str] = &[
     // Leaves.
-    "clock", "engine", "events", "env", "process", "home", "framing", "socket", "host", "git",
+    "env", "clock", "engine", "events", "process", "home", "framing", "socket", "host", "git",
     "repo", // The core.
     "store", "lease", "protocol", "actors",
     // The library's front, then the front ends.

@@ -183,7 +183,11 @@ pub async fn execute(context: &Context, args: &ScheduleArgs) -> Result<Exit, Cli
                 schedule: selected.schedule.clone(),
             };
             let paused = remote::ask_answered::<SchedulePause>(&mut client, &params).await?;
-            said(selected.json, &paused, "paused: it fires no more until resumed")
+            said(
+                selected.json,
+                &paused,
+                "paused: it fires no more until resumed",
+            )
         }
         ScheduleAction::Resume(selected) => {
             let mut client = remote::connect(context).await?;

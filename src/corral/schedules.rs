@@ -149,7 +149,10 @@ impl Corral {
         let id = schedule.id.clone();
         match self.shared.ledger.write(RemoveSchedule { id }).await? {
             true => Ok(schedule),
-            false => Err(CorralError::NotFound(format!("no schedule '{}'", schedule.id))),
+            false => Err(CorralError::NotFound(format!(
+                "no schedule '{}'",
+                schedule.id
+            ))),
         }
     }
 
@@ -233,7 +236,10 @@ impl Corral {
                 "schedule {}: {said}",
                 schedule.id.chars().take(8).collect::<String>()
             ),
-            firing.reason.clone().unwrap_or_else(|| first_words(&schedule.text)),
+            firing
+                .reason
+                .clone()
+                .unwrap_or_else(|| first_words(&schedule.text)),
             project_kinds,
         );
         notification.project = Some(Named {

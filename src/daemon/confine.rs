@@ -169,7 +169,10 @@ fn beyond(corral: &Corral, reach: &Reach, own: Option<&str>) -> Option<String> {
                         "reaching schedule {} of project {} (an agent may reach its own \
                          session only)",
                         schedule.id,
-                        schedule.project_name.as_deref().unwrap_or(&schedule.project_id)
+                        schedule
+                            .project_name
+                            .as_deref()
+                            .unwrap_or(&schedule.project_id)
                     ))
                 }
             }

@@ -252,7 +252,13 @@ pub(crate) fn set_paused(
             args![id, next_at],
         )?,
     };
-    if changed == 0 && connection.opt_row("SELECT 1 FROM schedules WHERE id = ?1", args![id], |row| row.get::<i64>(0))?.is_none() {
+    if changed == 0
+        && connection
+            .opt_row("SELECT 1 FROM schedules WHERE id = ?1", args![id], |row| {
+                row.get::<i64>(0)
+            })?
+            .is_none()
+    {
         return Ok(None);
     }
     one(connection, id).map(Some)
@@ -260,7 +266,10 @@ pub(crate) fn set_paused(
 
 /// Removes a schedule and its firings (the prompts it sent stay). Whether there was one.
 pub(crate) fn remove(connection: &Conn, id: &str) -> sql::Result<bool> {
-    connection.run("DELETE FROM schedule_firings WHERE schedule_id = ?1", args![id])?;
+    connection.run(
+        "DELETE FROM schedule_firings WHERE schedule_id = ?1",
+        args![id],
+    )?;
     Ok(connection.run("DELETE FROM schedules WHERE id = ?1", args![id])? > 0)
 }
 
@@ -314,7 +323,10 @@ pub(crate) fn take_due(connection: &Conn, now: i64) -> sql::Result<Vec<Taken>> {
             Some(why) => (Outcome::Skipped, Some(why)),
             None if late => (
                 Outcome::Sending,
-                Some(format!("late: it was due at {}", crate::clock::utc_time(due_at))),
+                Some(format!(
+                    "late: it was due at {}",
+                    crate::clock::utc_time(due_at)
+                )),
             ),
             None => (Outcome::Sending, None),
         };
@@ -433,9 +445,9 @@ fn still_running(connection: &Conn, schedule_id: &str) -> sql::Result<Option<Str
         Some((_, outcome, _)) if outcome == "sending" => {
             Some("the previous firing is still being sent".to_string())
         }
-        Some((Some(prompt), _, Some(status))) if status == "queued" || status == "running" => {
-            Some(format!("the previous firing's prompt {prompt} is still {status}"))
-        }
+        Some((Some(prompt), _, Some(status))) if status == "queued" || status == "running" => Some(
+            format!("the previous firing's prompt {prompt} is still {status}"),
+        ),
         _ => None,
     })
 }

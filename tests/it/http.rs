@@ -690,6 +690,39 @@ fn every_route_once() {
     );
     assert_ne!(release.status, 500, "{}", release.text());
 
+    // Schedules: added, shown, paused, resumed, removed.
+    let added = api.ok(
+        "POST",
+        "/api/v1/schedules",
+        Some(json!({ "session": session, "cron": "0 9 * * *", "text": "triage" })),
+    );
+    let schedule = added["id"].as_str().unwrap().to_string();
+    assert!(added["next_at"].is_i64(), "{added}");
+    let listed = api.ok("GET", "/api/v1/schedules", None);
+    assert_eq!(listed[0]["id"], schedule.as_str(), "{listed}");
+    let shown = api.ok(
+        "GET",
+        &format!("/api/v1/schedules/{schedule}?limit=5"),
+        None,
+    );
+    assert_eq!(shown["firings"], json!([]), "{shown}");
+    let paused = api.ok("POST", &format!("/api/v1/schedules/{schedule}/pause"), None);
+    assert_eq!(paused["paused"], true, "{paused}");
+    let resumed = api.ok(
+        "POST",
+        &format!("/api/v1/schedules/{schedule}/resume"),
+        None,
+    );
+    assert_eq!(resumed["paused"], false, "{resumed}");
+    api.ok("DELETE", &format!("/api/v1/schedules/{schedule}"), None);
+    assert_eq!(api.ok("GET", "/api/v1/schedules", None), json!([]));
+    let never = api.call(
+        "POST",
+        "/api/v1/schedules",
+        Some(json!({ "project": "p", "cron": "0 0 30 2 *", "text": "x" })),
+    );
+    assert_eq!((never.status, never.error_code()), (400, -32602));
+
     // Settings.
     let settings = api.ok("GET", "/api/v1/settings", None);
     assert!(settings["known"]
@@ -744,6 +777,7 @@ fn bad_input_is_a_json_error_on_every_route() {
             .replace("{project}", "p")
             .replace("{prompt}", "nosuchprompt")
             .replace("{name}", "ui.theme")
+            .replace("{schedule}", "nosuchschedule")
     };
     for (verb, path, body, query) in &routes {
         if path.ends_with("/shutdown") {

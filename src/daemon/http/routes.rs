@@ -189,6 +189,20 @@ pub const ROUTES: &[Route] = &[
     rpc(Get, "/api/v1/pauses", "pause.list"),
     with_body(rpc(Post, "/api/v1/pause", "pause")),
     with_body(rpc(Post, "/api/v1/resume", "resume")),
+    // Schedules: a new one names `{"session"}` or `{"project"}`, with `cron` and `text`.
+    rpc(Get, "/api/v1/schedules", "schedule.list"),
+    with_body(rpc(Post, "/api/v1/schedules", "schedule.add")),
+    with_query(
+        rpc(Get, "/api/v1/schedules/{schedule}", "schedule.show"),
+        &[q("limit", Count)],
+    ),
+    rpc(Post, "/api/v1/schedules/{schedule}/pause", "schedule.pause"),
+    rpc(
+        Post,
+        "/api/v1/schedules/{schedule}/resume",
+        "schedule.resume",
+    ),
+    rpc(Delete, "/api/v1/schedules/{schedule}", "schedule.remove"),
     with_query(
         rpc(Get, "/api/v1/sessions", "session.list"),
         &[q("project", Text), ARCHIVED],

@@ -21,9 +21,9 @@ mod execs;
 mod http;
 mod overview;
 mod pauses;
-mod schedules;
 mod projects;
 mod prompts;
+mod schedules;
 mod sessions;
 
 pub(crate) use prompts::resolve_prompt;

@@ -4,8 +4,8 @@
 use super::{read, resolve_project, resolve_session, store_error, Caller, Inspect, Serve, Store};
 use crate::protocol::{
     code, NoParams, RpcError, ScheduleAdd, ScheduleAddParams, ScheduleList, SchedulePause,
-    ScheduleRemove, ScheduleResume, ScheduleResumeParams, ScheduleSelector, ScheduleShow, ScheduleShowParams,
-    ScheduleShown,
+    ScheduleRemove, ScheduleResume, ScheduleResumeParams, ScheduleSelector, ScheduleShow,
+    ScheduleShowParams, ScheduleShown,
 };
 use crate::store::schedules::{self, Schedule};
 use crate::{ScheduleRequest, ScheduleTarget};
@@ -14,12 +14,8 @@ impl Serve for ScheduleAdd {
     async fn serve(caller: &Caller, p: ScheduleAddParams) -> Result<Schedule, RpcError> {
         let corral = caller.corral();
         let target = match (&p.session, &p.project) {
-            (Some(session), None) => {
-                ScheduleTarget::Session(resolve_session(corral, session)?.id)
-            }
-            (None, Some(project)) => {
-                ScheduleTarget::Project(resolve_project(corral, project)?.id)
-            }
+            (Some(session), None) => ScheduleTarget::Session(resolve_session(corral, session)?.id),
+            (None, Some(project)) => ScheduleTarget::Project(resolve_project(corral, project)?.id),
             _ => {
                 return Err(RpcError::new(
                     code::INVALID_PARAMS,
@@ -57,20 +53,29 @@ impl Serve for ScheduleShow {
 impl Serve for SchedulePause {
     async fn serve(caller: &Caller, p: ScheduleSelector) -> Result<Schedule, RpcError> {
         let corral = caller.corral();
-        corral.pause_schedule(&p.schedule, true).await.map_err(store_error)
+        corral
+            .pause_schedule(&p.schedule, true)
+            .await
+            .map_err(store_error)
     }
 }
 
 impl Serve for ScheduleResume {
     async fn serve(caller: &Caller, p: ScheduleResumeParams) -> Result<Schedule, RpcError> {
         let corral = caller.corral();
-        corral.pause_schedule(&p.schedule, false).await.map_err(store_error)
+        corral
+            .pause_schedule(&p.schedule, false)
+            .await
+            .map_err(store_error)
     }
 }
 
 impl Serve for ScheduleRemove {
     async fn serve(caller: &Caller, p: ScheduleSelector) -> Result<Schedule, RpcError> {
         let corral = caller.corral();
-        corral.remove_schedule(&p.schedule).await.map_err(store_error)
+        corral
+            .remove_schedule(&p.schedule)
+            .await
+            .map_err(store_error)
     }
 }
