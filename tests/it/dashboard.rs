@@ -505,6 +505,63 @@ fn a_session_is_paused_and_resumed_from_the_page() {
     });
 }
 
+/// The schedules page: a schedule added to a session from the form shows its next time;
+/// paused, its row says so; its firings are listed (none yet); a project's schedule names
+/// the project; a cron expression that is not one is refused in the form; removed, it is gone.
+#[test]
+fn schedules_are_added_paused_and_removed_from_the_page() {
+    if !browser::available() {
+        return;
+    }
+    let (dashboard, ids) = Dashboard::start(&["triage"]);
+    let browser = Browser::start("schedules", dashboard.home.path());
+    dashboard.log_in(&browser);
+    browser.click("[data-testid=nav-schedules]");
+    browser.wait_for("[data-testid=schedules-empty]");
+    browser.wait_until(
+        "the targets are listed",
+        "document.querySelectorAll('[data-testid=schedule-target] option').length === 2",
+    );
+    browser.select(
+        "[data-testid=schedule-target]",
+        &format!("session:{}", ids[0]),
+    );
+    browser.type_into("[data-testid=schedule-cron]", "every morning");
+    browser.type_into("[data-testid=schedule-text]", "triage the new issues");
+    browser.click("[data-testid=schedule-add]");
+    browser.wait_for_text("[data-testid=schedule-error]", "is not a cron expression");
+    browser.type_into("[data-testid=schedule-cron]", "0 9 * * 1-5");
+    browser.click("[data-testid=schedule-add]");
+    browser.wait_for("[data-testid=schedule-row]");
+    let listed = dashboard.home.json(&["schedule", "list", "--json"]);
+    assert_eq!(listed[0]["session_id"], ids[0].as_str(), "{listed}");
+    assert_eq!(listed[0]["text"], "triage the new issues", "{listed}");
+    assert!(browser
+        .text("[data-testid=schedule-row]")
+        .contains("0 9 * * 1-5"));
+
+    browser.click("[data-testid=schedule-pause]");
+    browser.wait_until(
+        "the row says paused",
+        "document.querySelector('[data-testid=schedule-row]')?.dataset.paused === 'true'",
+    );
+    assert_eq!(
+        dashboard.home.json(&["schedule", "list", "--json"])[0]["paused"],
+        true
+    );
+    browser.click("[data-testid=schedule-firings-toggle]");
+    browser.wait_for_text("[data-testid=schedule-firings]", "no firing yet");
+    screenshot(&browser, "schedules");
+
+    browser.click("[data-testid=schedule-remove]");
+    confirm(&browser);
+    browser.wait_for("[data-testid=schedules-empty]:not([hidden])");
+    assert_eq!(
+        dashboard.home.json(&["schedule", "list", "--json"]),
+        json!([])
+    );
+}
+
 /// A daemon restarted under an open page (an upgrade): the page's feed comes back by itself
 /// at the same address, says so as a notice naming the restart (not as an error), and its
 /// login still sends a prompt (the cookie and the page's CSRF token outlive the daemon).
@@ -695,6 +752,13 @@ fn every_page_fits_a_phone_screen() {
         "--wait",
         "@fake answer=An answer long enough to wrap on a narrow screen, twice over at least.\nhi",
     ]);
+    dashboard.home.ok(&[
+        "schedule",
+        "add",
+        &ids[0],
+        "0 9 * * 1-5",
+        "A prompt long enough to wrap on a narrow screen, every weekday morning at nine.",
+    ]);
     let browser = Browser::start("phone", dashboard.home.path());
     browser.set_window_size(390, 844);
     dashboard.log_in(&browser);
@@ -706,6 +770,7 @@ fn every_page_fits_a_phone_screen() {
             "[data-testid=agent-text]",
         ),
         ("#/projects", "[data-testid=project-row]"),
+        ("#/schedules", "[data-testid=schedule-row]"),
         ("#/settings", "[data-testid=setting-row]"),
         ("#/history", "[data-testid=exec-row]"),
     ];

@@ -53,6 +53,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     script!("page-overview.js"),
     script!("page-session.js"),
     script!("page-projects.js"),
+    script!("page-schedules.js"),
     script!("page-settings.js"),
     script!("page-history.js"),
     script!("router.js"),

@@ -1,4 +1,4 @@
-/* Hash routes: #/, #/sessions/ID, #/projects, #/settings, #/history. Each page gets a fresh
+/* Hash routes: #/, #/sessions/ID, #/projects, #/schedules, #/settings, #/history. Each page gets a fresh
  * Scope, disposed of when the route changes. */
 import { $, fill, h } from './dom.js';
 import { startGlobalFeed } from './feeds.js';
@@ -6,6 +6,7 @@ import { errorBox, pageHead, Scope } from './ui.js';
 import { pageOverview } from './page-overview.js';
 import { pageSession } from './page-session.js';
 import { pageProjects } from './page-projects.js';
+import { pageSchedules } from './page-schedules.js';
 import { pageSettings } from './page-settings.js';
 import { pageHistory } from './page-history.js';
 
@@ -13,6 +14,7 @@ const ROUTES = [
   [/^\/?$/, 'overview', (m, s, match, q) => pageOverview(m, s, q)],
   [/^\/sessions\/([^/]+)\/?$/, 'overview', (m, s, match) => pageSession(m, s, decodeURIComponent(match[1]))],
   [/^\/projects\/?$/, 'projects', (m, s) => pageProjects(m, s)],
+  [/^\/schedules\/?$/, 'schedules', (m, s) => pageSchedules(m, s)],
   [/^\/settings\/?$/, 'settings', (m, s) => pageSettings(m, s)],
   [/^\/history\/?$/, 'history', (m, s, match, q) => pageHistory(m, s, q)],
 ];
