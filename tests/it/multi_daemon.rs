@@ -512,6 +512,51 @@ fn a_prompt_for_later_starts_on_another_daemon_when_its_sender_is_gone() {
     assert_eq!(cluster.home_of_node(&node), Some(0), "{runs:?}");
 }
 
+/// A schedule on a shared store: every daemon's timer knows it (its notice), one of them takes
+/// each firing (under the store's write lock), so each time sends one prompt; and it goes on
+/// firing when the daemon it was added through is gone.
+#[test]
+fn a_schedule_fires_once_each_time_across_daemons_and_outlives_its_daemon() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    let session = cluster.session("scheduled");
+    let added = cluster.json(
+        1,
+        &[
+            "schedule",
+            "add",
+            &session,
+            "* * * * * *",
+            "@fake answer=on time\nevery second",
+            "--json",
+        ],
+    );
+    let id = added["id"].as_str().unwrap().to_string();
+    let sent = |cluster: &Cluster| {
+        cluster.count(&format!(
+            "SELECT count(*) FROM schedule_firings WHERE schedule_id = '{id}' \
+              AND outcome = 'sent'"
+        ))
+    };
+    cluster.wait_for("three firings are sent", Duration::from_secs(30), || {
+        sent(&cluster) >= 3
+    });
+    cluster.ok(1, &["daemon", "stop"]);
+    let before = sent(&cluster);
+    cluster.wait_for(
+        "the other daemon fires it on",
+        Duration::from_secs(30),
+        || sent(&cluster) >= before + 3,
+    );
+    cluster.ok(0, &["schedule", "pause", &id]);
+    // One prompt for each firing sent: no time was taken by both daemons.
+    let prompts = cluster.count(&format!(
+        "SELECT count(*) FROM prompts WHERE session_id = '{session}'"
+    ));
+    assert_eq!(prompts, sent(&cluster), "{}", cluster.logs());
+}
+
 /// `/proc/PID/stat`'s start time (clock ticks since boot): with the pid, what names a
 /// process in `kept_processes`.
 fn start_time(pid: u32) -> i64 {
