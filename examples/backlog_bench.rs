@@ -25,6 +25,11 @@
 //! 20; daemon RSS with that backlog ≤ 64 MiB; a daemon started on that store answers `status`
 //! within 200 ms.
 //!
+//! `BACKLOG_EXTRAS=DEPENDENCIES,SCHEDULES` (issue 35's ten times: `5000,1000` with `20 20000
+//! 20000 200000`) gives the large cases that many schedules (added before the timing, none due
+//! while it runs) and sends that many of their prompts `after` the prompt sent before it (in
+//! another session), spread evenly; the small cases have none.
+//!
 //! Run: `cargo build --release --bin corral --bin corral-fake-engine --example backlog_bench &&
 //! target/release/examples/backlog_bench [SMALL_SESSIONS SMALL_PROMPTS LARGE_SESSIONS LARGE_PROMPTS [ROUNDS]]`
 //! (defaults 20 2000 2000 20000 3). It uses `corral` and `corral-fake-engine` from
@@ -61,6 +66,16 @@ fn main() {
     let (small_sessions, small_prompts) = (arg(0, 20), arg(1, 2_000));
     let (large_sessions, large_prompts) = (arg(2, 2_000), arg(3, 20_000));
     let rounds = arg(4, 3).max(1);
+    let extras = std::env::var("BACKLOG_EXTRAS")
+        .ok()
+        .map(|value| {
+            let (deps, schedules) = value.split_once(',').expect("DEPENDENCIES,SCHEDULES");
+            Extras {
+                dependencies: deps.trim().parse().expect("a number"),
+                schedules: schedules.trim().parse().expect("a number"),
+            }
+        })
+        .unwrap_or_default();
     let (corral, fake) = binaries();
 
     // The cases alternate, round after round, so that a busy moment of the machine falls on
@@ -71,6 +86,7 @@ fn main() {
         large_sessions,
         small_prompts,
         false,
+        Extras::default(),
     )];
     let mut small = Vec::new();
     let mut large = Vec::new();
@@ -81,6 +97,7 @@ fn main() {
             small_sessions,
             small_prompts,
             false,
+            Extras::default(),
         ));
         let last = round + 1 == rounds;
         large.push(Case::run(
@@ -89,6 +106,7 @@ fn main() {
             large_sessions,
             large_prompts,
             last,
+            extras,
         ));
     }
     cases.extend(small.iter().cloned());
@@ -167,16 +185,37 @@ struct Restart {
     waiters: usize,
 }
 
+/// What the large cases have beside their prompts (`BACKLOG_EXTRAS`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Extras {
+    dependencies: usize,
+    schedules: usize,
+}
+
 impl Case {
-    fn run(corral: &Path, fake: &Path, sessions: usize, prompts: usize, restart: bool) -> Case {
+    fn run(
+        corral: &Path,
+        fake: &Path,
+        sessions: usize,
+        prompts: usize,
+        restart: bool,
+        extras: Extras,
+    ) -> Case {
         let home = tempfile::tempdir().expect("a temporary home");
-        let mut case = Case::run_in(home.path(), corral, fake, sessions, prompts);
+        let mut case = Case::run_in(home.path(), corral, fake, sessions, prompts, extras);
         case.restart = restart.then(|| Restart::measure(corral, home.path()));
         case
     }
 
     /// One backlog made in `home`; its daemon stopped after the figures.
-    fn run_in(home: &Path, corral: &Path, fake: &Path, sessions: usize, prompts: usize) -> Case {
+    fn run_in(
+        home: &Path,
+        corral: &Path,
+        fake: &Path,
+        sessions: usize,
+        prompts: usize,
+        extras: Extras,
+    ) -> Case {
         let (daemon, _) = Daemon::start(corral, home);
         let mut conn = Conn::open(&daemon.socket());
         conn.call(
@@ -209,15 +248,34 @@ impl Case {
             })
             .collect();
         let open = started.elapsed();
+        // Schedules that fire on the first of January only: held, not firing, while it runs.
+        for n in 0..extras.schedules {
+            conn.call(
+                "schedule.add",
+                json!({ "session": ids[n % sessions], "cron": "0 0 1 1 *", "text": "yearly" }),
+            );
+        }
+        let every = match extras.dependencies {
+            0 => usize::MAX,
+            deps => (prompts / deps).max(1),
+        };
 
         let cpu = cpu_time(daemon.pid);
         let started = Instant::now();
         let mut queued = Vec::new();
+        let mut last: Option<String> = None;
+        let mut after = 0;
         for n in 0..prompts {
-            let prompt = conn.call(
-                "prompt.send",
-                json!({ "session": ids[n % sessions], "text": format!("@fake hang\nprompt {n}") }),
-            );
+            let mut params =
+                json!({ "session": ids[n % sessions], "text": format!("@fake hang\nprompt {n}") });
+            if n % every == every - 1 && after < extras.dependencies {
+                if let Some(last) = &last {
+                    params["after"] = json!([last]);
+                    after += 1;
+                }
+            }
+            let prompt = conn.call("prompt.send", params);
+            last = prompt["id"].as_str().map(str::to_string);
             if prompt["status"] == "queued" {
                 queued.push(prompt["id"].as_str().unwrap().to_string());
             }
@@ -234,8 +292,10 @@ impl Case {
         let cancel = started.elapsed();
         let (rss_kib, hwm_kib) = memory(daemon.pid);
         println!(
-            "{sessions} sessions, {prompts} prompts: opened in {}, queued in {} ({:.0}/s), \
-             {cancels} cancels in {}, daemon RSS {:.1} MiB (HWM {:.1} MiB)",
+            "{sessions} sessions, {prompts} prompts ({after} after another, {} schedules): opened \
+             in {}, queued in {} ({:.0}/s), {cancels} cancels in {}, daemon RSS {:.1} MiB (HWM \
+             {:.1} MiB)",
+            extras.schedules,
             ms(open),
             ms(queue),
             prompts as f64 / queue.as_secs_f64(),
@@ -352,7 +412,7 @@ fn restarts(args: &[String]) {
     let home = kept.as_deref().unwrap_or(temporary.path());
     std::fs::create_dir_all(home).expect("BACKLOG_HOME");
     if !home.join("corral.db").exists() {
-        Case::run_in(home, &corral, &fake, sessions, prompts);
+        Case::run_in(home, &corral, &fake, sessions, prompts, Extras::default());
     }
     println!();
     println!(
