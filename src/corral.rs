@@ -1017,12 +1017,19 @@ impl Corral {
     /// Cancels a prompt: a queued one is removed at once; a running one is ended (its child's
     /// whole process group, or its wait for a slot or a retry).
     pub async fn cancel(&self, prompt_id: &str) -> Result<CancelFound, CorralError> {
+        // On a shared store the heads a cancel lets go are the claims' to take: they know
+        // which daemon serves each project and has room (this one may serve neither).
+        let shared_store = self.shared.coordination.shares_store();
+        let claimer = match shared_store {
+            true => ClaimBy::Nobody,
+            false => self.shared.coordination.claimer(),
+        };
         let (found, released) = self
             .shared
             .ledger
             .write(CancelPrompt {
                 prompt_id: prompt_id.to_string(),
-                claimer: self.shared.coordination.claimer(),
+                claimer,
             })
             .await?
             .ok_or_else(|| CorralError::NotFound(format!("no prompt '{prompt_id}'")))?;
@@ -1031,7 +1038,7 @@ impl Corral {
             self.shared.publisher.publish(released.told);
         }
         self.supervisor.dispatch_all(released.started);
-        if released.unclaimed {
+        if released.unclaimed || (shared_store && matches!(found, CancelFound::Dequeued { .. })) {
             self.shared.coordination.wake_claimer();
         }
         match &found {
