@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use corral::store::projects::NewProject;
 use corral::store::prompts::NewPrompt;
 use corral::store::sessions::{NewSession, Session};
-use corral::{Corral, CorralOptions};
+use corral::Corral;
 
 mod common;
 
@@ -65,13 +65,7 @@ fn main() {
     let home = tempfile::tempdir().unwrap();
     let projects = tempfile::tempdir().unwrap();
     actix::System::new().block_on(async move {
-        let corral = Corral::start(CorralOptions::new(home.path()))
-            .await
-            .unwrap();
-        corral
-            .set_setting("engines.fake.path", Some(&fake.to_string_lossy()))
-            .await
-            .unwrap();
+        let corral = common::library_with_fake(home.path(), &fake).await;
         let a = session(&corral, projects.path(), "a").await;
         let b = session(&corral, projects.path(), "b").await;
         let mut events = corral.subscribe();

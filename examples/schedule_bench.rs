@@ -13,7 +13,7 @@ use std::time::Duration;
 use corral::store::projects::NewProject;
 use corral::store::sessions::NewSession;
 use corral::store::sql::args;
-use corral::{Corral, CorralOptions, ScheduleRequest, ScheduleTarget};
+use corral::{ScheduleRequest, ScheduleTarget};
 
 mod common;
 
@@ -44,13 +44,7 @@ fn main() {
     let home = tempfile::tempdir().unwrap();
     let projects = tempfile::tempdir().unwrap();
     actix::System::new().block_on(async move {
-        let corral = Corral::start(CorralOptions::new(home.path()))
-            .await
-            .unwrap();
-        corral
-            .set_setting("engines.fake.path", Some(&fake.to_string_lossy()))
-            .await
-            .unwrap();
+        let corral = common::library_with_fake(home.path(), &fake).await;
         let path = projects.path().join("p");
         std::fs::create_dir_all(&path).unwrap();
         let project = corral

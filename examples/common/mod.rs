@@ -42,3 +42,16 @@ pub fn postgres_execute(url: &str, statement: &str) -> Result<(), String> {
         done
     })
 }
+
+/// The library opened on `home` with `fake` as the fake engine's program: what the benchmarks
+/// that embed corral start from.
+pub async fn library_with_fake(home: &std::path::Path, fake: &std::path::Path) -> corral::Corral {
+    let corral = corral::Corral::start(corral::CorralOptions::new(home))
+        .await
+        .unwrap();
+    corral
+        .set_setting("engines.fake.path", Some(&fake.to_string_lossy()))
+        .await
+        .unwrap();
+    corral
+}

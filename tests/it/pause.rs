@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::agent::{run_as_agent, script_of};
+use common::agent::{agent_beside_another_project, refused_beyond};
 use common::daemon::{wait_until, DaemonHome};
 use serde_json::Value;
 
@@ -347,11 +347,7 @@ fn bad_targets_are_one_line_and_change_nothing() {
 #[test]
 fn an_agent_may_pause_its_own_session_only_and_never_resume() {
     let home = DaemonHome::new();
-    let agent = home.fake_session(FAKE, "agent", &[]);
-    let other = home.work().join("q");
-    std::fs::create_dir_all(&other).unwrap();
-    home.add_project("q", &other, "fake");
-    home.new_session(&["q", "--title", "other"]);
+    let agent = agent_beside_another_project(&home, FAKE);
     home.ok(&["pause", "other"]);
 
     let corral = env!("CARGO_BIN_EXE_corral");
@@ -372,22 +368,8 @@ fn an_agent_may_pause_its_own_session_only_and_never_resume() {
         format!("'{corral}' project set p --unset-env HOME"),
     ];
     let own = vec![format!("'{corral}' pause agent --json")];
-    let (sections, events) = run_as_agent(&home, &agent, &script_of(beyond.iter().chain(&own)));
-    let output = sections.join("== ");
-    assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
-    for (section, attempt) in sections.iter().zip(&beyond) {
-        assert!(
-            section.contains("not allowed from inside a supervised run"),
-            "not refused: {attempt}\n{section}\n--- all:\n{output}"
-        );
-    }
-    let own_section = &sections[beyond.len()];
-    assert!(own_section.contains("by its own agent"), "{own_section}");
-    let refused = events
-        .iter()
-        .filter(|event| event["kind"] == "request.refused")
-        .count();
-    assert_eq!(refused, beyond.len(), "{events:#?}");
+    let said = refused_beyond(&home, &agent, &beyond, &own);
+    assert!(said[0].contains("by its own agent"), "{said:?}");
     // The person's pause of the other session stands; the agent paused only its own.
     let listed = home.json(&["pause", "--json"]);
     let scopes: Vec<(String, String)> = listed

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::agent::{run_as_agent, script_of};
+use common::agent::{agent_beside_another_project, refused_beyond};
 use common::daemon::{succeeded, wait_until, DaemonHome};
 use serde_json::Value;
 
@@ -294,11 +294,7 @@ fn a_bad_schedule_is_one_line_and_stores_nothing() {
 #[test]
 fn an_agent_schedules_prompts_to_its_own_session_only() {
     let home = DaemonHome::new();
-    let agent = home.fake_session(FAKE, "agent", &[]);
-    let other = home.work().join("q");
-    std::fs::create_dir_all(&other).unwrap();
-    home.add_project("q", &other, "fake");
-    home.new_session(&["q", "--title", "other"]);
+    let agent = agent_beside_another_project(&home, FAKE);
     let persons = home.json(&["schedule", "add", "other", "0 9 * * *", "x", "--json"]);
     let persons = persons["id"].as_str().unwrap();
     home.ok(&["schedule", "pause", persons]);
@@ -316,24 +312,8 @@ fn an_agent_schedules_prompts_to_its_own_session_only() {
     let own = vec![format!(
         "'{corral}' schedule add {agent} '0 9 * * *' 'my own follow-up'"
     )];
-    let (sections, events) = run_as_agent(&home, &agent, &script_of(beyond.iter().chain(&own)));
-    let output = sections.join("== ");
-    assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
-    for (section, attempt) in sections.iter().zip(&beyond) {
-        assert!(
-            section.contains("not allowed from inside a supervised run"),
-            "not refused: {attempt}\n{section}\n--- all:\n{output}"
-        );
-    }
-    assert!(
-        sections[beyond.len()].contains("added: to session agent"),
-        "{output}"
-    );
-    let refused = events
-        .iter()
-        .filter(|event| event["kind"] == "request.refused")
-        .count();
-    assert_eq!(refused, beyond.len(), "{events:#?}");
+    let said = refused_beyond(&home, &agent, &beyond, &own);
+    assert!(said[0].contains("added: to session agent"), "{said:?}");
     let listed = home.json(&["schedule", "list", "--json"]);
     let listed = listed.as_array().unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");

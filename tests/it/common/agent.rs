@@ -79,3 +79,40 @@ pub fn detached(command: &str, fifo: &Path) -> String {
         "rm -f '{fifo}'; mkfifo '{fifo}' && setsid -f env -i PATH=\"$PATH\" CORRAL_HOME=\"$CORRAL_HOME\" sh -c '{{ {command}; }} > \"$0\" 2>&1' '{fifo}' && cat '{fifo}'"
     )
 }
+
+/// A home whose session `agent` (project `p`, the fake engine) is the agent of the tests of
+/// what it may reach, beside a session `other` of another project `q`: the agent's id.
+pub fn agent_beside_another_project(home: &DaemonHome, fake: &str) -> String {
+    let agent = home.fake_session(fake, "agent", &[]);
+    let other = home.work().join("q");
+    std::fs::create_dir_all(&other).unwrap();
+    home.add_project("q", &other, "fake");
+    home.new_session(&["q", "--title", "other"]);
+    agent
+}
+
+/// Runs each of `beyond` then each of `own` as the agent of `session`, and checks that each of
+/// `beyond` was refused as reaching beyond its run (and recorded once as `request.refused`):
+/// what each of `own` printed, in order.
+pub fn refused_beyond(
+    home: &DaemonHome,
+    session: &str,
+    beyond: &[String],
+    own: &[String],
+) -> Vec<String> {
+    let (sections, events) = run_as_agent(home, session, &script_of(beyond.iter().chain(own)));
+    let output = sections.join("== ");
+    assert_eq!(sections.len(), beyond.len() + own.len() + 1, "{output}");
+    for (section, attempt) in sections.iter().zip(beyond) {
+        assert!(
+            section.contains("not allowed from inside a supervised run"),
+            "not refused: {attempt}\n{section}\n--- all:\n{output}"
+        );
+    }
+    let refused = events
+        .iter()
+        .filter(|event| event["kind"] == "request.refused")
+        .count();
+    assert_eq!(refused, beyond.len(), "{events:#?}");
+    sections[beyond.len()..beyond.len() + own.len()].to_vec()
+}
