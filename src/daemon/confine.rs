@@ -13,9 +13,10 @@
 //!
 //! The peer is matched as for widening (ancestry, process group, `CORRAL_RUN_ID`), so the
 //! same escape stays open, written down in `origin.rs`: a process that left the run's tree,
-//! group and environment before it connected (`setsid -f env -i corral …`). Over HTTP, and
-//! for the WebSocket of events, a read's peer is looked up only while some session works (a
-//! pass over `/proc` per request): with none working there is no run to come from.
+//! group and environment before it connected (`setsid -f env -i corral …`). A peer is looked
+//! up only while some session works (with none there is no run to come from), and a socket
+//! connection's look is kept while the live runs stay the same (`origin::OriginCache`): a
+//! pass over `/proc` per request cost a send 1 ms of the daemon's time while a run lived.
 
 use serde_json::Value;
 
@@ -115,7 +116,14 @@ pub fn reach(method: &str, params: &Value) -> Reach {
 /// Refuses a request from inside a run that reaches beyond the run's own session, and
 /// records the attempt on that session.
 pub async fn confine(caller: &Caller, method: &str, params: &Value) -> Result<(), RpcError> {
-    confine_peer(caller.corral(), caller.peer_pid, method, params).await
+    confined(
+        caller.corral(),
+        caller.peer_pid,
+        method,
+        params,
+        &caller.origins,
+    )
+    .await
 }
 
 /// [`confine`] for a request whose peer is `peer` (the HTTP WebSocket's, on its worker).
@@ -124,6 +132,23 @@ pub async fn confine_peer(
     peer: Option<i32>,
     method: &str,
     params: &Value,
+) -> Result<(), RpcError> {
+    confined(
+        corral,
+        peer,
+        method,
+        params,
+        &origin::OriginCache::default(),
+    )
+    .await
+}
+
+async fn confined(
+    corral: &Corral,
+    peer: Option<i32>,
+    method: &str,
+    params: &Value,
+    origins: &origin::OriginCache,
 ) -> Result<(), RpcError> {
     let reach = reach(method, params);
     if reach == Reach::Nothing {
@@ -136,7 +161,7 @@ pub async fn confine_peer(
     if runs.is_empty() {
         return Ok(());
     }
-    let Some(origin) = origin::find(peer, &runs) else {
+    let Some(origin) = origins.find(peer, &runs) else {
         return Ok(());
     };
     let Some(why) = beyond(corral, &reach, origin.session_id.as_deref()) else {

@@ -82,6 +82,30 @@ pub async fn refuse(
     .with_data(serde_json::json!({ "run_id": origin.run_id, "found_by": origin.found_by }))
 }
 
+/// The last look of one connection's peer: the live runs it was made against and what it
+/// found. A look costs a pass over `/proc` (the peer's ancestry and environment); the next
+/// request of the connection against the same runs reads it from here. What it found cannot
+/// have become wrong in a way that frees the peer: a process never moves into a run's tree
+/// (it is only ever reparented up, out of one), cannot join a run's process group (that is
+/// another session's), and its environment is fixed at its exec; a change in the runs (one
+/// started, its pid stored, one ended) makes a new look.
+#[derive(Debug, Default)]
+pub struct OriginCache(std::cell::RefCell<Option<(Vec<LiveRun>, Option<Origin>)>>);
+
+impl OriginCache {
+    /// [`find`], or what the last look found against the same runs.
+    pub fn find(&self, peer: i32, runs: &[LiveRun]) -> Option<Origin> {
+        if let Some((seen, found)) = &*self.0.borrow() {
+            if seen == runs {
+                return found.clone();
+            }
+        }
+        let found = find(peer, runs);
+        *self.0.borrow_mut() = Some((runs.to_vec(), found.clone()));
+        found
+    }
+}
+
 /// How far up a process tree [`find`] walks (a deeper tree is not a supervised run's).
 const MAX_DEPTH: usize = 64;
 
@@ -850,6 +874,29 @@ mod tests {
     use std::process::{Command, Stdio};
 
     use super::*;
+
+    /// A connection's last look stands while the runs are the same, and a change in them makes
+    /// a new one: here the test process is a "run" (found by ancestry), then no run's is.
+    #[test]
+    fn a_look_is_kept_while_the_runs_are_the_same_and_made_again_when_they_change() {
+        let me = std::process::id() as i32;
+        let run = |run_id: &str, pid: i32| LiveRun {
+            run_id: run_id.into(),
+            session_id: Some("s".into()),
+            pid,
+        };
+        let cache = OriginCache::default();
+        let ours = vec![run("r1", me)];
+        let found = cache
+            .find(me, &ours)
+            .expect("the peer is the run's process");
+        assert_eq!((found.run_id.as_str(), found.found_by), ("r1", "ancestry"));
+        assert_eq!(cache.find(me, &ours), Some(found.clone()));
+        // Another run (a pid that is no ancestor of ours): looked at again, not found.
+        let others = vec![run("r2", i32::MAX)];
+        assert_eq!(cache.find(me, &others), None);
+        assert_eq!(cache.find(me, &ours), Some(found));
+    }
 
     #[test]
     fn a_row_seen_is_not_read_again_and_another_is() {

@@ -75,6 +75,9 @@ pub struct Caller {
     /// [`serve_checked`] right before the method runs, taken by a method that serves them
     /// (before its first await, so that no other request of the connection comes between).
     judged: RefCell<origin::Judged>,
+    /// Where this connection's peer was last found among the live runs (a pass over `/proc`
+    /// saved while the runs stay the same).
+    pub origins: origin::OriginCache,
 }
 
 impl Caller {
@@ -87,6 +90,7 @@ impl Caller {
             exec_started: Cell::new(false),
             transport,
             judged: RefCell::default(),
+            origins: origin::OriginCache::default(),
         }
     }
 
@@ -354,7 +358,7 @@ async fn refuse_widening_from_a_run<P: origin::Widening>(
         return Ok(judged);
     };
     let runs = corral.live_runs().await;
-    let Some(origin) = origin::find(peer, &runs) else {
+    let Some(origin) = caller.origins.find(peer, &runs) else {
         return Ok(judged);
     };
     // Judged again for that run: the rows of this look are the ones served.

@@ -16,7 +16,10 @@ impl Serve for PauseWork {
         let scope = scope(corral, &p.target, false)?;
         // A run may pause only its own session (`confine`): then it says so.
         let from_a_run = match caller.peer_pid {
-            Some(peer) => crate::daemon::origin::find(peer, &corral.live_runs().await).is_some(),
+            Some(peer) => caller
+                .origins
+                .find(peer, &corral.live_runs().await)
+                .is_some(),
             None => false,
         };
         let by = match from_a_run {
