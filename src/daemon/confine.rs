@@ -53,8 +53,17 @@ pub fn reach(method: &str, params: &Value) -> Reach {
     let field = |name: &str| params.get(name).and_then(Value::as_str).map(str::to_string);
     let named = |name: &str, wrap: fn(String) -> Reach| field(name).map_or(Reach::Everything, wrap);
     match method {
-        "initialize" | "events.unsubscribe" | "exec.start" | "exec.end" | "settings.get"
-        | "settings.list" | "settings.set" | "project.add" | "group.set" | "group.remove"
+        // What tells a person of their agents (a webhook's URL is its topic's secret, a hook
+        // may carry a token) is theirs to read: not an agent's, nor the list holding it.
+        "settings.get" => match field("name") {
+            Some(name) if crate::store::settings::PERSONS_TO_READ.contains(&name.as_str()) => {
+                Reach::Everything
+            }
+            _ => Reach::Nothing,
+        },
+        "settings.list" => Reach::Everything,
+        "initialize" | "events.unsubscribe" | "exec.start" | "exec.end"
+        | "settings.set" | "project.add" | "group.set" | "group.remove"
         | "shutdown" | "http.login_code" => Reach::Nothing,
         "session.show" | "history" | "session.rename" | "session.archive" | "session.diff"
         | "session.merge" | "session.recreate" | "session.steer" | "session.compact"
@@ -264,6 +273,7 @@ mod tests {
             "overview",
             "pause.list",
             "schedule.list",
+            "settings.list",
             // With these params, which name a project beside the session.
             "pause",
             "schedule.add",

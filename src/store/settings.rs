@@ -92,6 +92,10 @@ pub fn parse_listen(value: &str) -> Result<Option<std::net::SocketAddr>, String>
     Ok(Some(address))
 }
 
+/// Settings only a person may read (`daemon/confine.rs`): a webhook's URL is often its
+/// topic's secret, and a hook's command may carry a token.
+pub const PERSONS_TO_READ: &[&str] = &["notify.webhook", "notify.command"];
+
 /// The default of `notify.events`: what a person wants to hear of without asking.
 pub const DEFAULT_NOTIFY_EVENTS: &str =
     "prompt.done,prompt.failed,needs-you,paused,schedule.skipped";

@@ -366,10 +366,21 @@ fn an_agent_may_pause_its_own_session_only_and_never_resume() {
         format!("'{corral}' session new p --env PATH=/tmp/evil"),
         format!("'{corral}' project set p --env LD_PRELOAD=/tmp/evil.so"),
         format!("'{corral}' project set p --unset-env HOME"),
+        // Nor read where a person is told (a webhook's URL is its secret), nor every setting.
+        format!("'{corral}' config get notify.webhook"),
+        format!("'{corral}' config get notify.command"),
+        format!("'{corral}' config list"),
     ];
-    let own = vec![format!("'{corral}' pause agent --json")];
+    let own = vec![
+        format!("'{corral}' pause agent --json"),
+        format!("'{corral}' config get run.timeout_s"),
+    ];
     let said = refused_beyond(&home, &agent, &beyond, &own);
     assert!(said[0].contains("by its own agent"), "{said:?}");
+    assert!(
+        !said[1].contains("not allowed") && !said[1].trim().is_empty(),
+        "another setting is the agent's to read: {said:?}"
+    );
     // The person's pause of the other session stands; the agent paused only its own.
     let listed = home.json(&["pause", "--json"]);
     let scopes: Vec<(String, String)> = listed
