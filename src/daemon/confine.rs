@@ -62,9 +62,10 @@ pub fn reach(method: &str, params: &Value) -> Reach {
             _ => Reach::Nothing,
         },
         "settings.list" => Reach::Everything,
-        "initialize" | "events.unsubscribe" | "exec.start" | "exec.end"
-        | "settings.set" | "project.add" | "group.set" | "group.remove"
-        | "shutdown" | "http.login_code" => Reach::Nothing,
+        "initialize" | "events.unsubscribe" | "exec.start" | "exec.end" | "settings.set"
+        | "project.add" | "group.set" | "group.remove" | "shutdown" | "http.login_code" => {
+            Reach::Nothing
+        }
         "session.show" | "history" | "session.rename" | "session.archive" | "session.diff"
         | "session.merge" | "session.recreate" | "session.steer" | "session.compact"
         | "driver.claim" | "driver.release" | "driver.show" => named("session", Reach::Session),
