@@ -38,6 +38,9 @@ struct DueTimer {
     firer: Option<Recipient<FireSchedules>>,
     /// The firer was told and has not taken the firings yet: the schedules' part waits.
     firing: bool,
+    /// The earliest due time of a queued prompt it knows of: a firing of schedules alone
+    /// claims no prompt (no empty write, no claimer woken).
+    prompt_at: Option<i64>,
 }
 
 impl Actor for DueTimer {
@@ -59,6 +62,7 @@ impl DueTimer {
                 None
             }
         };
+        self.prompt_at = due;
         let firing = self.next_firing().map(|at| at - schedule_offset());
         if let Some(at) = due.into_iter().chain(firing).min() {
             self.arm_at(at, ctx);
@@ -101,6 +105,10 @@ impl DueTimer {
                 firer.do_send(FireSchedules);
             }
         }
+        if self.prompt_at.is_none_or(|at| at > now_ms()) {
+            self.arm(ctx);
+            return;
+        }
         if self.shared.coordination.shares_store() {
             self.shared.coordination.wake_claimer();
             self.arm(ctx);
@@ -128,15 +136,21 @@ impl DueTimer {
     }
 }
 
-/// A prompt due at this time (ms) was queued.
+/// A prompt due at this time (ms) was queued (`prompt`), or a schedule fires then.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Queued(i64);
+struct Queued {
+    at: i64,
+    prompt: bool,
+}
 
 impl Handler<Queued> for DueTimer {
     type Result = ();
 
-    fn handle(&mut self, Queued(at): Queued, ctx: &mut Context<Self>) {
+    fn handle(&mut self, Queued { at, prompt }: Queued, ctx: &mut Context<Self>) {
+        if prompt {
+            self.prompt_at = Some(self.prompt_at.map_or(at, |known| known.min(at)));
+        }
         if self.armed.as_ref().is_none_or(|(armed, _)| at < *armed) {
             self.arm_at(at, ctx);
         }
@@ -198,6 +212,7 @@ impl DueHandle {
                 armed: None,
                 firer: None,
                 firing: false,
+                prompt_at: None,
             }
             .start(),
         )
@@ -205,12 +220,15 @@ impl DueHandle {
 
     /// Tells the timer of a prompt queued to start at `at` (ms).
     pub fn queued(&self, at: i64) {
-        self.0.do_send(Queued(at));
+        self.0.do_send(Queued { at, prompt: true });
     }
 
     /// Tells the timer of a schedule that fires at `at` (ms, on the schedules' clock).
     pub fn scheduled(&self, at: i64) {
-        self.0.do_send(Queued(at - schedule_offset()));
+        self.0.do_send(Queued {
+            at: at - schedule_offset(),
+            prompt: false,
+        });
     }
 
     /// Gives the timer the firer of schedules, and has it read the next firing.
